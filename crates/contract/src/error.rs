@@ -1,0 +1,220 @@
+//! Every error the service can answer with, and the one place each becomes its envelope.
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use crate::limits::MAX_BODY_BYTES;
+
+/// A rejected request. `status()` is the HTTP status and equals the envelope's `ResultCode`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ApiError {
+    /// Body not JSON, not an object, a required member missing or of the wrong type,
+    /// or an identifier that breaks its format.
+    #[error("{message}")]
+    InvalidRequest {
+        /// The request member at fault, when there is one.
+        field: Option<String>,
+        /// Human-readable text.
+        message: String,
+        /// How to fix it.
+        hint: Option<String>,
+    },
+    /// `TargetCodes` has the wrong count, or a code is empty, too long or does not parse.
+    #[error("{message}")]
+    InvalidTargetCodes {
+        /// Human-readable text.
+        message: String,
+        /// How to fix it; for a parse error, the position and what was expected.
+        hint: String,
+    },
+    /// The population base is not defined in the survey.
+    #[error("PopulationBaseCode '{base}' is not defined in this survey.")]
+    InvalidPopulationBase {
+        /// The base code the request named (already validated as a short identifier).
+        base: String,
+    },
+    /// No usable API key.
+    #[error("The Service-Engine-Authorizer header is missing, malformed, invalid or expired.")]
+    Unauthorized,
+    /// Valid key, no entitlement to the survey or group (also for unknown surveys:
+    /// the two are indistinguishable on purpose).
+    #[error("The API key is not entitled to the requested survey or authorization group.")]
+    ForbiddenSurvey,
+    /// The body is larger than the service reads.
+    #[error("The request body is larger than {MAX_BODY_BYTES} bytes.")]
+    PayloadTooLarge,
+    /// The body is not declared as JSON.
+    #[error("Content-Type must be application/json.")]
+    UnsupportedMediaType,
+    /// Anything else; never carries internals.
+    #[error("Internal server error.")]
+    Internal,
+}
+
+impl ApiError {
+    /// The HTTP status, which is also the envelope's `ResultCode`.
+    pub fn status(&self) -> u16 {
+        match self {
+            ApiError::InvalidRequest { .. }
+            | ApiError::InvalidTargetCodes { .. }
+            | ApiError::InvalidPopulationBase { .. } => 400,
+            ApiError::Unauthorized => 401,
+            ApiError::ForbiddenSurvey => 403,
+            ApiError::PayloadTooLarge => 413,
+            ApiError::UnsupportedMediaType => 415,
+            ApiError::Internal => 500,
+        }
+    }
+
+    /// The machine-readable `error.code`.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ApiError::InvalidRequest { .. } => "invalid_request",
+            ApiError::InvalidTargetCodes { .. } => "invalid_target_codes",
+            ApiError::InvalidPopulationBase { .. } => "invalid_population_base",
+            ApiError::Unauthorized => "unauthorized",
+            ApiError::ForbiddenSurvey => "forbidden_survey",
+            ApiError::PayloadTooLarge => "payload_too_large",
+            ApiError::UnsupportedMediaType => "unsupported_media_type",
+            ApiError::Internal => "internal_error",
+        }
+    }
+
+    /// Whether the spec tells clients to retry this (with exponential backoff).
+    pub fn retryable(&self) -> bool {
+        self.status() >= 500
+    }
+
+    fn field(&self) -> Option<String> {
+        match self {
+            ApiError::InvalidRequest { field, .. } => field.clone(),
+            ApiError::InvalidTargetCodes { .. } => Some("TargetCodes".to_owned()),
+            ApiError::InvalidPopulationBase { .. } => Some("PopulationBaseCode".to_owned()),
+            ApiError::ForbiddenSurvey => Some("SurveyCode".to_owned()),
+            _ => None,
+        }
+    }
+
+    fn hint(&self) -> Option<String> {
+        match self {
+            ApiError::InvalidRequest { hint, .. } => hint.clone(),
+            ApiError::InvalidTargetCodes { hint, .. } => Some(hint.clone()),
+            ApiError::InvalidPopulationBase { .. } => Some(
+                "Use a population base code defined by the survey's codebook.".to_owned(),
+            ),
+            ApiError::Unauthorized => Some(
+                "Send a valid API key in the Service-Engine-Authorizer header. Do not retry with the same key: fetch a fresh key from the developer portal first."
+                    .to_owned(),
+            ),
+            ApiError::ForbiddenSurvey => Some(
+                "Ask your account administrator to license this survey and authorization group for your key.".to_owned(),
+            ),
+            ApiError::PayloadTooLarge => {
+                Some(format!("Send a request body of at most {MAX_BODY_BYTES} bytes."))
+            }
+            ApiError::UnsupportedMediaType => {
+                Some("Send the body as JSON with 'Content-Type: application/json'.".to_owned())
+            }
+            ApiError::Internal => Some("Retry with exponential backoff.".to_owned()),
+        }
+    }
+
+    /// The error envelope for this error: the only place errors become wire bodies.
+    pub fn envelope(&self) -> ErrorEnvelope {
+        let message = self.to_string();
+        ErrorEnvelope {
+            result_code: i64::from(self.status()),
+            result_description: message.clone(),
+            error: Some(ErrorDetail {
+                code: self.code().to_owned(),
+                message,
+                field: self.field(),
+                hint: self.hint(),
+            }),
+        }
+    }
+
+    /// Shorthand for an `invalid_request` about one member.
+    pub(crate) fn invalid(field: &str, message: String, hint: Option<String>) -> Self {
+        ApiError::InvalidRequest {
+            field: Some(field.to_owned()),
+            message,
+            hint,
+        }
+    }
+}
+
+/// Body of every failure response.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ErrorEnvelope {
+    /// Numeric status; equals the HTTP status for 4xx and 5xx.
+    #[serde(rename = "ResultCode")]
+    pub result_code: i64,
+    /// Human-readable text.
+    #[serde(rename = "ResultDescription")]
+    pub result_description: String,
+    /// Machine-readable detail.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<ErrorDetail>,
+}
+
+/// Machine-readable part of the error envelope.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ErrorDetail {
+    /// Machine-readable code; clients branch on this.
+    pub code: String,
+    /// Same wording as `ResultDescription`.
+    pub message: String,
+    /// The request member at fault.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
+    /// Advice on how to fix the request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hint: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_envelope_has_matching_status_message_and_no_nulls() {
+        let all = [
+            ApiError::invalid("SurveyCode", "SurveyCode is required.".into(), None),
+            ApiError::InvalidTargetCodes {
+                message: "m".into(),
+                hint: "h".into(),
+            },
+            ApiError::InvalidPopulationBase { base: "X".into() },
+            ApiError::Unauthorized,
+            ApiError::ForbiddenSurvey,
+            ApiError::PayloadTooLarge,
+            ApiError::UnsupportedMediaType,
+            ApiError::Internal,
+        ];
+        for error in all {
+            let envelope = error.envelope();
+            assert_eq!(envelope.result_code, i64::from(error.status()));
+            let detail = envelope.error.as_ref().unwrap();
+            assert_eq!(detail.message, envelope.result_description);
+            let json = serde_json::to_string(&envelope).unwrap();
+            assert!(!json.contains("null"), "{json}");
+        }
+        assert!(ApiError::Unauthorized
+            .envelope()
+            .error
+            .unwrap()
+            .field
+            .is_none());
+        assert_eq!(
+            ApiError::ForbiddenSurvey
+                .envelope()
+                .error
+                .unwrap()
+                .field
+                .as_deref(),
+            Some("SurveyCode")
+        );
+        assert!(!ApiError::Internal.to_string().contains("panic"));
+    }
+}

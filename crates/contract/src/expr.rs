@@ -1,0 +1,727 @@
+//! Target expressions: the language of target codes, population bases and named codes.
+//!
+//! ```text
+//! expr    := and ( OR and )*
+//! and     := unary ( AND unary )*
+//! unary   := NOT unary | primary
+//! primary := '(' expr ')' | '*' | NAME
+//!          | NAME op NUMBER | NAME IN '(' NUMBER (',' NUMBER)* ')'
+//!          | NAME BETWEEN NUMBER AND NUMBER
+//! op      := '=' | '!=' | '<' | '<=' | '>' | '>='
+//! NAME    := [A-Za-z_][A-Za-z0-9_.]*
+//! NUMBER  := '-'? [0-9]+ ('.' [0-9]+)?
+//! ```
+//! Keywords are case-insensitive and reserved. A bare `NAME` is a named code; a `NAME`
+//! followed by a comparison is a variable. `*` is every respondent.
+
+use std::fmt;
+
+use crate::limits::MAX_EXPR_DEPTH;
+
+/// A comparison operator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CmpOp {
+    /// `=`
+    Eq,
+    /// `!=`
+    Ne,
+    /// `<`
+    Lt,
+    /// `<=`
+    Le,
+    /// `>`
+    Gt,
+    /// `>=`
+    Ge,
+}
+
+impl CmpOp {
+    /// Whether `value op rhs` holds.
+    pub fn holds(self, value: f64, rhs: f64) -> bool {
+        match self {
+            CmpOp::Eq => value == rhs,
+            CmpOp::Ne => value != rhs,
+            CmpOp::Lt => value < rhs,
+            CmpOp::Le => value <= rhs,
+            CmpOp::Gt => value > rhs,
+            CmpOp::Ge => value >= rhs,
+        }
+    }
+
+    fn symbol(self) -> &'static str {
+        match self {
+            CmpOp::Eq => "=",
+            CmpOp::Ne => "!=",
+            CmpOp::Lt => "<",
+            CmpOp::Le => "<=",
+            CmpOp::Gt => ">",
+            CmpOp::Ge => ">=",
+        }
+    }
+}
+
+/// A parsed target expression.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Expr {
+    /// `*`: every respondent.
+    All,
+    /// A named code defined by the survey.
+    Code(String),
+    /// `VAR op NUMBER`.
+    Compare {
+        /// Variable name.
+        var: String,
+        /// Operator.
+        op: CmpOp,
+        /// Right-hand side.
+        value: f64,
+    },
+    /// `VAR IN (n, ...)`.
+    In {
+        /// Variable name.
+        var: String,
+        /// Listed values.
+        values: Vec<f64>,
+    },
+    /// `VAR BETWEEN low AND high`, inclusive.
+    Between {
+        /// Variable name.
+        var: String,
+        /// Lower bound, inclusive.
+        low: f64,
+        /// Upper bound, inclusive.
+        high: f64,
+    },
+    /// Complement within the survey's respondents.
+    Not(Box<Expr>),
+    /// All of these (two or more).
+    And(Vec<Expr>),
+    /// Any of these (two or more).
+    Or(Vec<Expr>),
+}
+
+/// What a name in an expression refers to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NameKind {
+    /// A survey variable (left of a comparison).
+    Variable,
+    /// A named code (bare name).
+    Code,
+}
+
+impl Expr {
+    /// Parses a target expression.
+    pub fn parse(input: &str) -> Result<Expr, ParseError> {
+        let tokens = lex(input)?;
+        let mut parser = Parser {
+            tokens,
+            pos: 0,
+            end: input.chars().count() + 1,
+        };
+        let expr = parser.expr(0)?;
+        match parser.peek() {
+            None => Ok(expr),
+            Some(token) => Err(ParseError::new(
+                token.at,
+                "AND, OR or the end of the expression",
+                token.describe(),
+            )),
+        }
+    }
+
+    /// Calls `visit` for every name the expression refers to, in order of appearance.
+    pub fn visit_names<'a>(&'a self, visit: &mut impl FnMut(NameKind, &'a str)) {
+        match self {
+            Expr::All => {}
+            Expr::Code(name) => visit(NameKind::Code, name),
+            Expr::Compare { var, .. } | Expr::In { var, .. } | Expr::Between { var, .. } => {
+                visit(NameKind::Variable, var)
+            }
+            Expr::Not(inner) => inner.visit_names(visit),
+            Expr::And(items) | Expr::Or(items) => {
+                items.iter().for_each(|item| item.visit_names(visit))
+            }
+        }
+    }
+
+    fn needs_parens_inside_operator(&self) -> bool {
+        matches!(self, Expr::And(_) | Expr::Or(_))
+    }
+}
+
+impl fmt::Display for Expr {
+    /// Canonical text: parsing it gives back an equal expression.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fn child(f: &mut fmt::Formatter<'_>, expr: &Expr) -> fmt::Result {
+            if expr.needs_parens_inside_operator() {
+                write!(f, "({expr})")
+            } else {
+                write!(f, "{expr}")
+            }
+        }
+        fn joined(f: &mut fmt::Formatter<'_>, items: &[Expr], keyword: &str) -> fmt::Result {
+            for (index, item) in items.iter().enumerate() {
+                if index > 0 {
+                    write!(f, " {keyword} ")?;
+                }
+                child(f, item)?;
+            }
+            Ok(())
+        }
+        match self {
+            Expr::All => f.write_str("*"),
+            Expr::Code(name) => f.write_str(name),
+            Expr::Compare { var, op, value } => write!(f, "{var} {} {value}", op.symbol()),
+            Expr::In { var, values } => {
+                write!(f, "{var} IN (")?;
+                for (index, value) in values.iter().enumerate() {
+                    if index > 0 {
+                        f.write_str(", ")?;
+                    }
+                    write!(f, "{value}")?;
+                }
+                f.write_str(")")
+            }
+            Expr::Between { var, low, high } => write!(f, "{var} BETWEEN {low} AND {high}"),
+            Expr::Not(inner) => {
+                f.write_str("NOT ")?;
+                child(f, inner)
+            }
+            Expr::And(items) => joined(f, items, "AND"),
+            Expr::Or(items) => joined(f, items, "OR"),
+        }
+    }
+}
+
+/// Why an expression does not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("expected {expected} at character {position}, found {found}")]
+pub struct ParseError {
+    /// 1-based character position of the problem.
+    pub position: usize,
+    /// What the parser expected there.
+    pub expected: String,
+    /// What it found.
+    pub found: String,
+}
+
+impl ParseError {
+    fn new(position: usize, expected: &str, found: String) -> Self {
+        ParseError {
+            position,
+            expected: expected.to_owned(),
+            found,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum Kind {
+    LParen,
+    RParen,
+    Comma,
+    Star,
+    Op(CmpOp),
+    Number(f64),
+    Name(String),
+    And,
+    Or,
+    Not,
+    In,
+    Between,
+}
+
+#[derive(Debug, Clone)]
+struct Token {
+    kind: Kind,
+    /// 1-based character position.
+    at: usize,
+}
+
+impl Token {
+    fn describe(&self) -> String {
+        match &self.kind {
+            Kind::LParen => "'('".into(),
+            Kind::RParen => "')'".into(),
+            Kind::Comma => "','".into(),
+            Kind::Star => "'*'".into(),
+            Kind::Op(op) => format!("'{}'", op.symbol()),
+            Kind::Number(n) => format!("number {n}"),
+            Kind::Name(name) => format!("name '{}'", shorten(name)),
+            Kind::And => "AND".into(),
+            Kind::Or => "OR".into(),
+            Kind::Not => "NOT".into(),
+            Kind::In => "IN".into(),
+            Kind::Between => "BETWEEN".into(),
+        }
+    }
+}
+
+/// Keeps error messages short whatever the input.
+fn shorten(text: &str) -> String {
+    const MAX: usize = 32;
+    if text.chars().count() <= MAX {
+        text.to_owned()
+    } else {
+        let head: String = text.chars().take(MAX).collect();
+        format!("{head}…")
+    }
+}
+
+fn describe_char(c: char) -> String {
+    if c.is_control() {
+        format!("character U+{:04X}", u32::from(c))
+    } else {
+        format!("'{c}'")
+    }
+}
+
+fn lex(input: &str) -> Result<Vec<Token>, ParseError> {
+    let chars: Vec<char> = input.chars().collect();
+    let mut tokens = Vec::new();
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        let at = i + 1;
+        let single = |kind| Token { kind, at };
+        match c {
+            c if c.is_whitespace() => {
+                i += 1;
+                continue;
+            }
+            '(' => tokens.push(single(Kind::LParen)),
+            ')' => tokens.push(single(Kind::RParen)),
+            ',' => tokens.push(single(Kind::Comma)),
+            '*' => tokens.push(single(Kind::Star)),
+            '=' => tokens.push(single(Kind::Op(CmpOp::Eq))),
+            '!' | '<' | '>' => {
+                let has_eq = chars.get(i + 1) == Some(&'=');
+                let op = match (c, has_eq) {
+                    ('!', true) => CmpOp::Ne,
+                    ('<', true) => CmpOp::Le,
+                    ('<', false) => CmpOp::Lt,
+                    ('>', true) => CmpOp::Ge,
+                    ('>', false) => CmpOp::Gt,
+                    _ => {
+                        return Err(ParseError::new(
+                            at + 1,
+                            "'=' after '!'",
+                            found_at(&chars, i + 1),
+                        ))
+                    }
+                };
+                tokens.push(single(Kind::Op(op)));
+                if has_eq {
+                    i += 1;
+                }
+            }
+            '-' | '0'..='9' => {
+                let start = i;
+                if c == '-' {
+                    i += 1;
+                }
+                let digits_from = i;
+                while chars.get(i).is_some_and(char::is_ascii_digit) {
+                    i += 1;
+                }
+                if i == digits_from {
+                    return Err(ParseError::new(i + 1, "a digit", found_at(&chars, i)));
+                }
+                if chars.get(i) == Some(&'.') {
+                    i += 1;
+                    let fraction_from = i;
+                    while chars.get(i).is_some_and(char::is_ascii_digit) {
+                        i += 1;
+                    }
+                    if i == fraction_from {
+                        return Err(ParseError::new(
+                            i + 1,
+                            "a digit after '.'",
+                            found_at(&chars, i),
+                        ));
+                    }
+                }
+                let text: String = chars[start..i].iter().collect();
+                let value: f64 = text.parse().map_err(|_| {
+                    ParseError::new(at, "a number", format!("'{}'", shorten(&text)))
+                })?;
+                if !value.is_finite() {
+                    return Err(ParseError::new(
+                        at,
+                        "a finite number",
+                        format!("'{}'", shorten(&text)),
+                    ));
+                }
+                tokens.push(Token {
+                    kind: Kind::Number(value),
+                    at,
+                });
+                continue;
+            }
+            c if c.is_ascii_alphabetic() || c == '_' => {
+                let start = i;
+                while chars
+                    .get(i)
+                    .is_some_and(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '.')
+                {
+                    i += 1;
+                }
+                let word: String = chars[start..i].iter().collect();
+                let kind = match word.to_ascii_uppercase().as_str() {
+                    "AND" => Kind::And,
+                    "OR" => Kind::Or,
+                    "NOT" => Kind::Not,
+                    "IN" => Kind::In,
+                    "BETWEEN" => Kind::Between,
+                    _ => Kind::Name(word),
+                };
+                tokens.push(Token { kind, at });
+                continue;
+            }
+            other => {
+                return Err(ParseError::new(
+                    at,
+                    "a name, a number, an operator or a parenthesis",
+                    describe_char(other),
+                ))
+            }
+        }
+        i += 1;
+    }
+    Ok(tokens)
+}
+
+fn found_at(chars: &[char], i: usize) -> String {
+    chars.get(i).map_or_else(
+        || "the end of the expression".to_owned(),
+        |c| describe_char(*c),
+    )
+}
+
+struct Parser {
+    tokens: Vec<Token>,
+    pos: usize,
+    /// Position reported for "the end of the expression".
+    end: usize,
+}
+
+const END: &str = "the end of the expression";
+
+impl Parser {
+    fn peek(&self) -> Option<&Token> {
+        self.tokens.get(self.pos)
+    }
+
+    fn next_is(&self, kind: &Kind) -> bool {
+        self.peek().is_some_and(|token| &token.kind == kind)
+    }
+
+    fn error_here(&self, expected: &str) -> ParseError {
+        match self.peek() {
+            Some(token) => ParseError::new(token.at, expected, token.describe()),
+            None => ParseError::new(self.end, expected, END.to_owned()),
+        }
+    }
+
+    fn expect(&mut self, kind: &Kind, expected: &str) -> Result<(), ParseError> {
+        if self.next_is(kind) {
+            self.pos += 1;
+            Ok(())
+        } else {
+            Err(self.error_here(expected))
+        }
+    }
+
+    fn number(&mut self) -> Result<f64, ParseError> {
+        match self.peek() {
+            Some(Token {
+                kind: Kind::Number(value),
+                ..
+            }) => {
+                let value = *value;
+                self.pos += 1;
+                Ok(value)
+            }
+            _ => Err(self.error_here("a number")),
+        }
+    }
+
+    fn enter(&self, depth: usize) -> Result<usize, ParseError> {
+        if depth >= MAX_EXPR_DEPTH {
+            let at = self.peek().map_or(self.end, |token| token.at);
+            Err(ParseError::new(
+                at,
+                &format!("nesting no deeper than {MAX_EXPR_DEPTH}"),
+                "deeper nesting".to_owned(),
+            ))
+        } else {
+            Ok(depth + 1)
+        }
+    }
+
+    fn expr(&mut self, depth: usize) -> Result<Expr, ParseError> {
+        let mut items = vec![self.and(depth)?];
+        while self.next_is(&Kind::Or) {
+            self.pos += 1;
+            items.push(self.and(depth)?);
+        }
+        Ok(collapse(items, Expr::Or))
+    }
+
+    fn and(&mut self, depth: usize) -> Result<Expr, ParseError> {
+        let mut items = vec![self.unary(depth)?];
+        while self.next_is(&Kind::And) {
+            self.pos += 1;
+            items.push(self.unary(depth)?);
+        }
+        Ok(collapse(items, Expr::And))
+    }
+
+    fn unary(&mut self, depth: usize) -> Result<Expr, ParseError> {
+        if self.next_is(&Kind::Not) {
+            let depth = self.enter(depth)?;
+            self.pos += 1;
+            return Ok(Expr::Not(Box::new(self.unary(depth)?)));
+        }
+        self.primary(depth)
+    }
+
+    fn primary(&mut self, depth: usize) -> Result<Expr, ParseError> {
+        let Some(token) = self.peek().cloned() else {
+            return Err(self.error_here("a name, '*', NOT or '('"));
+        };
+        match token.kind {
+            Kind::LParen => {
+                let depth = self.enter(depth)?;
+                self.pos += 1;
+                let inner = self.expr(depth)?;
+                self.expect(&Kind::RParen, "')'")?;
+                Ok(inner)
+            }
+            Kind::Star => {
+                self.pos += 1;
+                Ok(Expr::All)
+            }
+            Kind::Name(name) => {
+                self.pos += 1;
+                self.after_name(name)
+            }
+            _ => Err(self.error_here("a name, '*', NOT or '('")),
+        }
+    }
+
+    fn after_name(&mut self, var: String) -> Result<Expr, ParseError> {
+        let Some(token) = self.peek().cloned() else {
+            return Ok(Expr::Code(var));
+        };
+        match token.kind {
+            Kind::Op(op) => {
+                self.pos += 1;
+                let value = self.number()?;
+                Ok(Expr::Compare { var, op, value })
+            }
+            Kind::In => {
+                self.pos += 1;
+                self.expect(&Kind::LParen, "'(' after IN")?;
+                let mut values = vec![self.number()?];
+                while self.next_is(&Kind::Comma) {
+                    self.pos += 1;
+                    values.push(self.number()?);
+                }
+                self.expect(&Kind::RParen, "',' or ')'")?;
+                Ok(Expr::In { var, values })
+            }
+            Kind::Between => {
+                self.pos += 1;
+                let low = self.number()?;
+                self.expect(&Kind::And, "AND in BETWEEN … AND …")?;
+                let high = self.number()?;
+                Ok(Expr::Between { var, low, high })
+            }
+            Kind::Number(_) | Kind::Name(_) | Kind::Star | Kind::LParen => {
+                Err(self
+                    .error_here("an operator (=, !=, <, <=, >, >=), IN, BETWEEN, AND, OR or ')'"))
+            }
+            _ => Ok(Expr::Code(var)),
+        }
+    }
+}
+
+fn collapse(mut items: Vec<Expr>, make: fn(Vec<Expr>) -> Expr) -> Expr {
+    if items.len() == 1 {
+        items.remove(0)
+    } else {
+        make(items)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn parse(text: &str) -> Expr {
+        Expr::parse(text).unwrap_or_else(|e| panic!("{text}: {e}"))
+    }
+
+    #[test]
+    fn parses_the_spec_examples() {
+        assert_eq!(parse("F2554"), Expr::Code("F2554".into()));
+        assert_eq!(
+            parse("GENDER = 2"),
+            Expr::Compare {
+                var: "GENDER".into(),
+                op: CmpOp::Eq,
+                value: 2.0
+            }
+        );
+        let complex = parse("(GENDER = 2 AND AGE BETWEEN 25 AND 54) OR NOT SMOKER = 1");
+        assert_eq!(
+            complex.to_string(),
+            "(GENDER = 2 AND AGE BETWEEN 25 AND 54) OR NOT SMOKER = 1"
+        );
+        assert_eq!(parse("*"), Expr::All);
+    }
+
+    #[test]
+    fn keywords_are_case_insensitive_and_and_binds_tighter() {
+        let expr = parse("a = 1 or b = 2 and not c in (1, 2.5, -3)");
+        assert_eq!(
+            expr.to_string(),
+            "a = 1 OR (b = 2 AND NOT c IN (1, 2.5, -3))"
+        );
+    }
+
+    #[test]
+    fn every_operator() {
+        for (text, op) in [
+            ("=", CmpOp::Eq),
+            ("!=", CmpOp::Ne),
+            ("<", CmpOp::Lt),
+            ("<=", CmpOp::Le),
+            (">", CmpOp::Gt),
+            (">=", CmpOp::Ge),
+        ] {
+            assert_eq!(
+                parse(&format!("X.Y_1{text}-0.5")),
+                Expr::Compare {
+                    var: "X.Y_1".into(),
+                    op,
+                    value: -0.5
+                }
+            );
+        }
+    }
+
+    #[test]
+    fn errors_say_where_and_what() {
+        let cases = [
+            ("GENDER =", 9, "a number"),
+            ("GENDER = x", 10, "a number"),
+            ("(A = 1", 7, "')'"),
+            ("A = 1 B", 7, "AND, OR or the end of the expression"),
+            ("", 1, "a name, '*', NOT or '('"),
+            ("A BETWEEN 1 OR 2", 13, "AND in BETWEEN … AND …"),
+            ("A IN ()", 7, "a number"),
+            ("A ! 1", 4, "'=' after '!'"),
+            ("A = 1.", 7, "a digit after '.'"),
+            ("é = 1", 1, "a name, a number, an operator or a parenthesis"),
+            (
+                "A 1",
+                3,
+                "an operator (=, !=, <, <=, >, >=), IN, BETWEEN, AND, OR or ')'",
+            ),
+        ];
+        for (text, position, expected) in cases {
+            let error = Expr::parse(text).unwrap_err();
+            assert_eq!(
+                (error.position, error.expected.as_str()),
+                (position, expected),
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn nesting_is_limited_without_overflowing_the_stack() {
+        let ok = format!("{}A{}", "(".repeat(63), ")".repeat(63));
+        assert!(Expr::parse(&ok).is_ok());
+        let deep = format!("{}A{}", "(".repeat(65), ")".repeat(65));
+        assert!(Expr::parse(&deep).unwrap_err().expected.contains("64"));
+        let nots = format!("{}A", "NOT ".repeat(100_000));
+        assert!(Expr::parse(&nots).is_err());
+        let parens = "(".repeat(1_000_000);
+        assert!(Expr::parse(&parens).is_err());
+    }
+
+    #[test]
+    fn lists_names_in_order() {
+        let expr = parse("F1 OR (A = 1 AND NOT B IN (2)) OR C BETWEEN 1 AND 2");
+        let mut names = Vec::new();
+        expr.visit_names(&mut |kind, name| names.push((kind, name.to_owned())));
+        assert_eq!(
+            names,
+            vec![
+                (NameKind::Code, "F1".into()),
+                (NameKind::Variable, "A".into()),
+                (NameKind::Variable, "B".into()),
+                (NameKind::Variable, "C".into()),
+            ]
+        );
+    }
+
+    fn arb_expr() -> impl Strategy<Value = Expr> {
+        let name = "[A-Za-z_][A-Za-z0-9_.]{0,6}".prop_filter("keyword", |n| {
+            !["AND", "OR", "NOT", "IN", "BETWEEN"].contains(&n.to_ascii_uppercase().as_str())
+        });
+        let number =
+            (-1000i32..1000, 0u8..4).prop_map(|(n, d)| f64::from(n) / 10f64.powi(i32::from(d)));
+        let op = prop_oneof![
+            Just(CmpOp::Eq),
+            Just(CmpOp::Ne),
+            Just(CmpOp::Lt),
+            Just(CmpOp::Le),
+            Just(CmpOp::Gt),
+            Just(CmpOp::Ge)
+        ];
+        let leaf = prop_oneof![
+            Just(Expr::All),
+            name.clone().prop_map(Expr::Code),
+            (name.clone(), op, number.clone()).prop_map(|(var, op, value)| Expr::Compare {
+                var,
+                op,
+                value
+            }),
+            (
+                name.clone(),
+                proptest::collection::vec(number.clone(), 1..4)
+            )
+                .prop_map(|(var, values)| Expr::In { var, values }),
+            (name, number.clone(), number).prop_map(|(var, low, high)| Expr::Between {
+                var,
+                low,
+                high
+            }),
+        ];
+        leaf.prop_recursive(5, 32, 4, |inner| {
+            prop_oneof![
+                inner.clone().prop_map(|e| Expr::Not(Box::new(e))),
+                proptest::collection::vec(inner.clone(), 2..4).prop_map(Expr::And),
+                proptest::collection::vec(inner, 2..4).prop_map(Expr::Or),
+            ]
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn display_round_trips(expr in arb_expr()) {
+            let text = expr.to_string();
+            prop_assert_eq!(Expr::parse(&text).unwrap(), expr);
+        }
+
+        #[test]
+        fn never_panics_on_arbitrary_text(text in "\\PC{0,64}") {
+            let _ = Expr::parse(&text);
+        }
+    }
+}

@@ -1,0 +1,30 @@
+//! The crosstab service's wire contract.
+//!
+//! This crate is the single source of truth for what crosses the wire: the request and
+//! response types with the spec's exact JSON names, the one validation function that the
+//! server and the WASM validator share, the target-expression language, every error
+//! envelope the service can send, and the OpenAPI document generated from these types.
+//! It does no I/O and builds for `wasm32-unknown-unknown`.
+
+pub mod error;
+pub mod expr;
+pub mod limits;
+pub mod openapi;
+pub mod validate;
+pub mod wire;
+
+pub use error::{ApiError, ErrorDetail, ErrorEnvelope};
+pub use expr::{CmpOp, Expr, ParseError};
+pub use validate::{validate_body, validate_value, ValidRequest};
+pub use wire::{
+    CrosstabRequest, CrosstabResponse, CrosstabResult, ResultCode, Stability, ALL_GROUPS,
+};
+
+/// The contract's version: `info.version` of the OpenAPI document.
+pub const CONTRACT_VERSION: &str = "1.0.0";
+
+/// The header that carries the API key on `POST /crosstab`.
+pub const AUTH_HEADER: &str = "Service-Engine-Authorizer";
+
+/// The operation ids of the service, in the order the spec lists them.
+pub const OPERATION_IDS: [&str; 3] = ["docs", "crosstab", "crosstabOptions"];

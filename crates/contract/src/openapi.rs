@@ -1,0 +1,313 @@
+//! The OpenAPI 3 document, generated from the wire types. `GET /docs` serves it and the
+//! WASM package exports it, so the two can't disagree.
+
+use utoipa::openapi::security::{ApiKey, ApiKeyValue, SecurityScheme};
+use utoipa::openapi::{example::Example, OpenApi as Document, RefOr};
+use utoipa::{Modify, OpenApi};
+
+use crate::error::{ApiError, ErrorDetail, ErrorEnvelope};
+use crate::wire::{CrosstabRequest, CrosstabResponse, CrosstabResult, Stability};
+use crate::CONTRACT_VERSION;
+
+/// Name of the security scheme that carries the API key.
+pub const SECURITY_SCHEME: &str = "ServiceEngineAuthorizer";
+
+const DESCRIPTION: &str = "\
+Survey-audience query service. `POST /crosstab` takes one survey, one population base, an \
+optional authorization group and one or two target codes, and answers with each target's \
+weighted projected audience (`WgtAud`, in `AudienceReportUnits`), unweighted respondents \
+(`Resps`) and stability flag (`Stbl`). Only a successful crosstab call is billed.
+
+## ResultCode on HTTP 200
+| ResultCode | Meaning |
+|---|---|
+| 0 | Success. `ResultDescription` is the empty string. |
+| 1 | Partial: one or more target codes name a variable or code the survey does not define. Each such entry is `{WgtAud: 0, Resps: 0, Stbl: 1}` and `ResultDescription` names every unknown code. |
+
+On 4xx and 5xx, `ResultCode` equals the HTTP status and `error.code` is machine-readable.
+
+## Limits
+| Limit | Value |
+|---|---|
+| Target codes per request | 1 to 2 |
+| Target code length | 1 to 1024 characters |
+| SurveyCode, PopulationBaseCode, AuthorizationGroup | 1 to 64 of `A-Z a-z 0-9 _ . -` |
+| Target expression nesting | at most 64 |
+| Request body | at most 65536 bytes |
+| Maximum rows per axis | 5000 (may change in future versions) |
+
+## Target codes
+A target code is a named code (`F2554`) or an expression over the survey's variables: \
+`GENDER = 2`, `AGE BETWEEN 25 AND 54`, `REGION IN (1, 2)`, combined with `AND`, `OR`, `NOT` \
+and parentheses. Operators: `= != < <= > >=`. A missing answer satisfies no comparison.";
+
+#[allow(dead_code)] // Only carries the operation's documentation.
+#[utoipa::path(
+    get,
+    path = "/docs",
+    operation_id = "docs",
+    tag = "service",
+    summary = "OpenAPI description of the service",
+    description = "Returns this document. Needs no key and is not billed: a 200 with a parseable body is a cheap liveness probe.",
+    security(()),
+    responses(
+        (status = 200, description = "The OpenAPI 3 document", content_type = "application/json", body = Object),
+    )
+)]
+fn docs() {}
+
+#[allow(dead_code)] // Only carries the operation's documentation.
+#[utoipa::path(
+    post,
+    path = "/crosstab",
+    operation_id = "crosstab",
+    tag = "crosstab",
+    summary = "Run a crosstab query",
+    description = "Answers one survey, one population base, an optional authorization group and one or two target codes with each target's weighted audience, respondents and stability. Billed only on HTTP 200.",
+    request_body(content = CrosstabRequest, content_type = "application/json", description = "The query"),
+    security(("ServiceEngineAuthorizer" = [])),
+    responses(
+        (status = 200, description = "Success (ResultCode 0) or partial result (ResultCode 1). Billed.", body = CrosstabResponse,
+            headers(("Access-Control-Allow-Origin" = String, description = "The caller's origin when it is allowed"),
+                    ("X-Request-Id" = String, description = "Identifier of this request"))),
+        (status = 400, description = "invalid_request, invalid_target_codes or invalid_population_base. Not retryable, not billed.", body = ErrorEnvelope),
+        (status = 401, description = "unauthorized: the Service-Engine-Authorizer header is missing, malformed, invalid or expired. Fetch a fresh key before retrying. Not billed.", body = ErrorEnvelope),
+        (status = 403, description = "forbidden_survey: the key is not entitled to the survey or authorization group. Not retryable, not billed.", body = ErrorEnvelope),
+        (status = 413, description = "payload_too_large: the body exceeds 65536 bytes. Not billed.", body = ErrorEnvelope),
+        (status = 415, description = "unsupported_media_type: Content-Type is not application/json. Not billed.", body = ErrorEnvelope),
+        (status = 500, description = "internal_error. Retry with exponential backoff. Not billed.", body = ErrorEnvelope),
+    )
+)]
+fn crosstab() {}
+
+#[allow(dead_code)] // Only carries the operation's documentation.
+#[utoipa::path(
+    options,
+    path = "/crosstab",
+    operation_id = "crosstabOptions",
+    tag = "crosstab",
+    summary = "CORS preflight for /crosstab",
+    description = "Issued by browsers before a cross-origin POST. Needs no key and is not billed. For an allowed origin the allow headers are present; for any other origin they are absent.",
+    security(()),
+    responses(
+        (status = 200, description = "Preflight answer",
+            headers(("Access-Control-Allow-Origin" = String, description = "The allowed origin"),
+                    ("Access-Control-Allow-Methods" = String, description = "POST, OPTIONS"),
+                    ("Access-Control-Allow-Headers" = String, description = "Content-Type, Service-Engine-Authorizer"),
+                    ("Access-Control-Max-Age" = String, description = "Seconds the preflight may be cached"),
+                    ("Vary" = String, description = "Origin"))),
+    )
+)]
+fn crosstab_options() {}
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "Crosstab Audience Query Service",
+        description = DESCRIPTION,
+        license(name = "Apache-2.0")
+    ),
+    servers((url = "/v1", description = "Version 1 of the service, relative to the host serving this document")),
+    paths(docs, crosstab, crosstab_options),
+    components(schemas(CrosstabRequest, CrosstabResponse, CrosstabResult, Stability, ErrorEnvelope, ErrorDetail)),
+    modifiers(&ContractDetails),
+    tags(
+        (name = "crosstab", description = "Audience queries"),
+        (name = "service", description = "Service description")
+    )
+)]
+struct ApiDoc;
+
+/// Fills in what attributes can't carry: the version constant, the security scheme and
+/// examples built by the same code that builds real responses.
+struct ContractDetails;
+
+impl Modify for ContractDetails {
+    fn modify(&self, openapi: &mut Document) {
+        openapi.info.version = CONTRACT_VERSION.to_owned();
+        if let Some(components) = openapi.components.as_mut() {
+            components.add_security_scheme(
+                SECURITY_SCHEME,
+                SecurityScheme::ApiKey(ApiKey::Header(ApiKeyValue::with_description(
+                    crate::AUTH_HEADER,
+                    "The API key from the developer portal. Keep it server-side.",
+                ))),
+            );
+        }
+        let Some(post) = openapi
+            .paths
+            .paths
+            .get_mut("/crosstab")
+            .and_then(|item| item.post.as_mut())
+        else {
+            return;
+        };
+        for (status, examples) in error_examples() {
+            let Some(RefOr::T(response)) = post.responses.responses.get_mut(status) else {
+                continue;
+            };
+            if let Some(content) = response.content.get_mut("application/json") {
+                for (name, envelope) in examples {
+                    let value = serde_json::to_value(envelope.envelope()).unwrap_or_default();
+                    content.examples.insert(
+                        name.to_owned(),
+                        RefOr::T(Example::builder().value(Some(value)).build()),
+                    );
+                }
+            }
+        }
+        if let Some(RefOr::T(response)) = post.responses.responses.get_mut("200") {
+            if let Some(content) = response.content.get_mut("application/json") {
+                let partial = crate::wire::CrosstabResponse::new(
+                    vec![
+                        crate::wire::CrosstabResult {
+                            wgt_aud: 28411.372,
+                            resps: 5321,
+                            stbl: Stability::Stable,
+                        },
+                        crate::wire::CrosstabResult::UNKNOWN,
+                    ],
+                    1000,
+                    &["NOSUCHCODE".to_owned()],
+                );
+                let success = crate::wire::CrosstabResponse::new(
+                    vec![crate::wire::CrosstabResult {
+                        wgt_aud: 28411.372,
+                        resps: 5321,
+                        stbl: Stability::Stable,
+                    }],
+                    1000,
+                    &[],
+                );
+                for (name, body) in [("success", success), ("partial", partial)] {
+                    let value = serde_json::to_value(body).unwrap_or_default();
+                    content.examples.insert(
+                        name.to_owned(),
+                        RefOr::T(Example::builder().value(Some(value)).build()),
+                    );
+                }
+            }
+        }
+    }
+}
+
+fn error_examples() -> Vec<(&'static str, Vec<(&'static str, ApiError)>)> {
+    vec![
+        (
+            "400",
+            vec![
+                (
+                    "invalid_target_codes",
+                    ApiError::InvalidTargetCodes {
+                        message: "TargetCodes must have 1 or 2 entries, not 3.".to_owned(),
+                        hint: "Send one or two target codes per request; split larger queries into several requests.".to_owned(),
+                    },
+                ),
+                (
+                    "invalid_request",
+                    ApiError::InvalidRequest {
+                        field: Some("SurveyCode".to_owned()),
+                        message: "SurveyCode is required.".to_owned(),
+                        hint: None,
+                    },
+                ),
+                (
+                    "invalid_population_base",
+                    ApiError::InvalidPopulationBase {
+                        base: "TEENS".to_owned(),
+                    },
+                ),
+            ],
+        ),
+        ("401", vec![("unauthorized", ApiError::Unauthorized)]),
+        ("403", vec![("forbidden_survey", ApiError::ForbiddenSurvey)]),
+        ("413", vec![("payload_too_large", ApiError::PayloadTooLarge)]),
+        ("415", vec![("unsupported_media_type", ApiError::UnsupportedMediaType)]),
+        ("500", vec![("internal_error", ApiError::Internal)]),
+    ]
+}
+
+/// The OpenAPI document.
+pub fn document() -> Document {
+    ApiDoc::openapi()
+}
+
+/// The OpenAPI document as JSON text, as `GET /docs` serves it.
+pub fn document_json() -> String {
+    // Serializing a document of plain maps and strings can't fail; fall back to an empty
+    // object rather than panic.
+    document().to_json().unwrap_or_else(|_| "{}".to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::Value;
+
+    fn doc() -> Value {
+        serde_json::from_str(&document_json()).unwrap()
+    }
+
+    #[test]
+    fn carries_version_server_and_operation_ids() {
+        let doc = doc();
+        assert!(doc["openapi"].as_str().unwrap().starts_with("3."));
+        assert_eq!(doc["info"]["version"], CONTRACT_VERSION);
+        assert!(doc["servers"][0]["url"].as_str().unwrap().ends_with("/v1"));
+        assert_eq!(doc["paths"]["/docs"]["get"]["operationId"], "docs");
+        assert_eq!(doc["paths"]["/crosstab"]["post"]["operationId"], "crosstab");
+        assert_eq!(
+            doc["paths"]["/crosstab"]["options"]["operationId"],
+            "crosstabOptions"
+        );
+    }
+
+    #[test]
+    fn security_is_on_crosstab_only() {
+        let doc = doc();
+        let scheme = &doc["components"]["securitySchemes"][SECURITY_SCHEME];
+        assert_eq!(scheme["type"], "apiKey");
+        assert_eq!(scheme["in"], "header");
+        assert_eq!(scheme["name"], crate::AUTH_HEADER);
+        assert!(doc["paths"]["/crosstab"]["post"]["security"][0][SECURITY_SCHEME].is_array());
+        for (path, method) in [("/docs", "get"), ("/crosstab", "options")] {
+            let security = &doc["paths"][path][method]["security"];
+            assert!(
+                security.as_array().is_some_and(|s| s
+                    .iter()
+                    .all(|r| r.as_object().is_some_and(|o| o.is_empty()))),
+                "{path} {method}: {security}"
+            );
+        }
+    }
+
+    #[test]
+    fn every_crosstab_status_has_schema_and_example() {
+        let doc = doc();
+        let responses = &doc["paths"]["/crosstab"]["post"]["responses"];
+        for status in ["200", "400", "401", "403", "413", "415", "500"] {
+            let content = &responses[status]["content"]["application/json"];
+            assert!(content["schema"].is_object(), "{status}");
+            let examples = content["examples"].as_object().unwrap();
+            assert!(!examples.is_empty(), "{status}");
+            for example in examples.values() {
+                let code = example["value"]["ResultCode"].as_i64().unwrap();
+                if status != "200" {
+                    assert_eq!(code.to_string(), status);
+                }
+            }
+        }
+        let preflight = &doc["paths"]["/crosstab"]["options"]["responses"]["200"]["headers"];
+        for header in [
+            "Access-Control-Allow-Origin",
+            "Access-Control-Allow-Methods",
+            "Access-Control-Allow-Headers",
+        ] {
+            assert!(preflight[header].is_object(), "{header}");
+        }
+        assert!(responses["200"]["headers"]["Access-Control-Allow-Origin"].is_object());
+        let description = doc["info"]["description"].as_str().unwrap();
+        assert!(description.contains("| 1 | Partial"));
+        assert!(description.contains("5000"));
+    }
+}

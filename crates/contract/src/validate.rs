@@ -1,0 +1,215 @@
+//! The one validation function the server and the WASM validator share.
+
+use serde_json::{Map, Value};
+
+use crate::error::ApiError;
+use crate::expr::Expr;
+use crate::limits::{
+    MAX_IDENTIFIER_CHARS, MAX_TARGET_CODES, MAX_TARGET_CODE_CHARS, MIN_TARGET_CODES,
+};
+use crate::wire::CrosstabRequest;
+
+/// A request that passed validation, with its target expressions parsed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ValidRequest {
+    /// The request as received (unknown members dropped).
+    pub request: CrosstabRequest,
+    /// `TargetCodes`, parsed, in request order.
+    pub targets: Vec<Expr>,
+}
+
+const IDENTIFIER_HINT: &str = "Use 1 to 64 characters from A-Z, a-z, 0-9, '_', '.' and '-'.";
+const OBJECT_HINT: &str = "Send a JSON object with SurveyCode, PopulationBaseCode, TargetCodes and optionally AuthorizationGroup.";
+
+/// Validates a raw request body: bytes that must be a UTF-8 JSON object.
+pub fn validate_body(body: &[u8]) -> Result<ValidRequest, ApiError> {
+    let value: Value = serde_json::from_slice(body).map_err(|error| ApiError::InvalidRequest {
+        field: None,
+        message: format!(
+            "The request body is not valid JSON (line {}, column {}).",
+            error.line(),
+            error.column()
+        ),
+        hint: Some(OBJECT_HINT.to_owned()),
+    })?;
+    validate_value(&value)
+}
+
+/// Validates any JSON value as a `CrosstabRequest`. The first rule broken, in the order
+/// of the spec's field table, decides the error.
+pub fn validate_value(value: &Value) -> Result<ValidRequest, ApiError> {
+    let Value::Object(object) = value else {
+        return Err(ApiError::InvalidRequest {
+            field: None,
+            message: format!(
+                "The request body must be a JSON object, not {}.",
+                kind_of(value)
+            ),
+            hint: Some(OBJECT_HINT.to_owned()),
+        });
+    };
+    let survey_code = required_identifier(object, "SurveyCode", false)?;
+    let authorization_group = match object.get("AuthorizationGroup") {
+        None | Some(Value::Null) => None,
+        Some(_) => Some(required_identifier(object, "AuthorizationGroup", true)?),
+    };
+    let population_base_code = required_identifier(object, "PopulationBaseCode", false)?;
+    let (target_codes, targets) = target_codes(object)?;
+    Ok(ValidRequest {
+        request: CrosstabRequest {
+            survey_code,
+            authorization_group,
+            population_base_code,
+            target_codes,
+        },
+        targets,
+    })
+}
+
+fn kind_of(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+fn required<'a>(object: &'a Map<String, Value>, field: &str) -> Result<&'a Value, ApiError> {
+    match object.get(field) {
+        None | Some(Value::Null) => Err(ApiError::invalid(
+            field,
+            format!("{field} is required."),
+            Some(OBJECT_HINT.to_owned()),
+        )),
+        Some(value) => Ok(value),
+    }
+}
+
+/// Checks an identifier member: survey code, population base code or group.
+fn required_identifier(
+    object: &Map<String, Value>,
+    field: &str,
+    is_group: bool,
+) -> Result<String, ApiError> {
+    let Value::String(text) = required(object, field)? else {
+        return Err(ApiError::invalid(
+            field,
+            format!(
+                "{field} must be a string, not {}.",
+                kind_of(required(object, field)?)
+            ),
+            Some(IDENTIFIER_HINT.to_owned()),
+        ));
+    };
+    let hint = || {
+        Some(if is_group {
+            format!("{IDENTIFIER_HINT} Use '_ALL_' or omit {field} to include every group.")
+        } else {
+            IDENTIFIER_HINT.to_owned()
+        })
+    };
+    if text.is_empty() {
+        return Err(ApiError::invalid(
+            field,
+            format!("{field} must not be empty."),
+            hint(),
+        ));
+    }
+    // Count characters, but stop early: a 10 MB string must not cost 10 MB of work twice.
+    if text.chars().nth(MAX_IDENTIFIER_CHARS).is_some() {
+        return Err(ApiError::invalid(
+            field,
+            format!("{field} is longer than {MAX_IDENTIFIER_CHARS} characters."),
+            hint(),
+        ));
+    }
+    if let Some(bad) = text
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-')))
+    {
+        let shown = if bad.is_control() {
+            format!("U+{:04X}", u32::from(bad))
+        } else {
+            format!("'{bad}'")
+        };
+        return Err(ApiError::invalid(
+            field,
+            format!("{field} contains the character {shown}, which is not allowed."),
+            hint(),
+        ));
+    }
+    Ok(text.clone())
+}
+
+fn invalid_targets(message: String, hint: String) -> ApiError {
+    ApiError::InvalidTargetCodes { message, hint }
+}
+
+fn target_codes(object: &Map<String, Value>) -> Result<(Vec<String>, Vec<Expr>), ApiError> {
+    const FIELD: &str = "TargetCodes";
+    let value = required(object, FIELD)?;
+    let Value::Array(items) = value else {
+        return Err(ApiError::invalid(
+            FIELD,
+            format!(
+                "{FIELD} must be an array of strings, not {}.",
+                kind_of(value)
+            ),
+            Some("Send TargetCodes as an array of 1 or 2 strings.".to_owned()),
+        ));
+    };
+    if !(MIN_TARGET_CODES..=MAX_TARGET_CODES).contains(&items.len()) {
+        return Err(invalid_targets(
+            format!(
+                "TargetCodes must have {MIN_TARGET_CODES} or {MAX_TARGET_CODES} entries, not {}.",
+                items.len()
+            ),
+            "Send one or two target codes per request; split larger queries into several requests."
+                .to_owned(),
+        ));
+    }
+    let mut codes = Vec::with_capacity(items.len());
+    for (index, item) in items.iter().enumerate() {
+        let Value::String(code) = item else {
+            return Err(ApiError::invalid(
+                FIELD,
+                format!(
+                    "TargetCodes[{index}] must be a string, not {}.",
+                    kind_of(item)
+                ),
+                Some("Send each target code as a string.".to_owned()),
+            ));
+        };
+        codes.push(code);
+    }
+    let mut targets = Vec::with_capacity(codes.len());
+    for (index, code) in codes.iter().enumerate() {
+        if code.trim().is_empty() {
+            return Err(invalid_targets(
+                format!("TargetCodes[{index}] is empty."),
+                "Give a named code such as 'F2554' or an expression such as 'GENDER = 2'."
+                    .to_owned(),
+            ));
+        }
+        if code.chars().nth(MAX_TARGET_CODE_CHARS).is_some() {
+            return Err(invalid_targets(
+                format!("TargetCodes[{index}] is longer than {MAX_TARGET_CODE_CHARS} characters."),
+                format!("Keep each target code to at most {MAX_TARGET_CODE_CHARS} characters; define long expressions as named codes in the survey."),
+            ));
+        }
+        let expr = Expr::parse(code).map_err(|error| {
+            invalid_targets(
+                format!("TargetCodes[{index}] is not a valid target expression: {error}."),
+                format!(
+                    "At character {}: expected {}. Targets look like 'F2554', 'GENDER = 2' or '(GENDER = 2 AND AGE BETWEEN 25 AND 54) OR NOT SMOKER = 1'.",
+                    error.position, error.expected
+                ),
+            )
+        })?;
+        targets.push(expr);
+    }
+    Ok((codes.into_iter().cloned().collect(), targets))
+}

@@ -1,0 +1,153 @@
+//! Wire types with the spec's exact JSON member names.
+
+use serde::{Deserialize, Serialize};
+use serde_repr::{Deserialize_repr, Serialize_repr};
+use utoipa::ToSchema;
+
+/// The `AuthorizationGroup` value that includes every group.
+pub const ALL_GROUPS: &str = "_ALL_";
+
+/// Body of `POST /crosstab`. Unknown members are ignored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[schema(example = json!({
+    "SurveyCode": "DEMO",
+    "AuthorizationGroup": "_ALL_",
+    "PopulationBaseCode": "ADULTS",
+    "TargetCodes": ["F2554", "GENDER = 2 AND AGE BETWEEN 25 AND 54"]
+}))]
+pub struct CrosstabRequest {
+    /// The survey dataset. One survey per request.
+    #[serde(rename = "SurveyCode")]
+    #[schema(min_length = 1, max_length = 64, pattern = "^[A-Za-z0-9_.-]+$")]
+    pub survey_code: String,
+    /// Authorization group filter; absent or `_ALL_` includes every group.
+    #[serde(
+        rename = "AuthorizationGroup",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schema(min_length = 1, max_length = 64, pattern = "^[A-Za-z0-9_.-]+$")]
+    pub authorization_group: Option<String>,
+    /// The population base. One base per request.
+    #[serde(rename = "PopulationBaseCode")]
+    #[schema(min_length = 1, max_length = 64, pattern = "^[A-Za-z0-9_.-]+$")]
+    pub population_base_code: String,
+    /// One or two target codes: named codes or target expressions.
+    #[serde(rename = "TargetCodes")]
+    #[schema(min_items = 1, max_items = 2)]
+    pub target_codes: Vec<String>,
+}
+
+impl CrosstabRequest {
+    /// The named group to filter by, or `None` when every group is included.
+    pub fn group_filter(&self) -> Option<&str> {
+        self.authorization_group
+            .as_deref()
+            .filter(|group| *group != ALL_GROUPS)
+    }
+}
+
+/// Stability of one result: `0` stable, `1` unstable (low respondent count).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize_repr, Deserialize_repr, ToSchema)]
+#[repr(u8)]
+pub enum Stability {
+    /// Enough respondents.
+    Stable = 0,
+    /// Low respondent count; use with caution.
+    Unstable = 1,
+}
+
+/// One target's figures.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct CrosstabResult {
+    /// Weighted projected audience, in `AudienceReportUnits`.
+    #[serde(rename = "WgtAud")]
+    pub wgt_aud: f64,
+    /// Unweighted count of respondents matching the target.
+    #[serde(rename = "Resps")]
+    pub resps: u64,
+    /// Stability flag: 0 stable, 1 unstable.
+    #[serde(rename = "Stbl")]
+    pub stbl: Stability,
+}
+
+impl CrosstabResult {
+    /// The entry for a target code the survey does not define.
+    pub const UNKNOWN: CrosstabResult = CrosstabResult {
+        wgt_aud: 0.0,
+        resps: 0,
+        stbl: Stability::Unstable,
+    };
+
+    /// The weighted audience in absolute terms: `WgtAud × AudienceReportUnits`.
+    pub fn absolute_audience(&self, units: u32) -> f64 {
+        self.wgt_aud * f64::from(units)
+    }
+}
+
+/// `ResultCode` values on HTTP 200.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ResultCode;
+
+impl ResultCode {
+    /// Normal success; `ResultDescription` is empty.
+    pub const SUCCESS: i64 = 0;
+    /// Partial: one or more target codes name a variable or code the survey does not define.
+    /// Those entries are `{WgtAud: 0, Resps: 0, Stbl: 1}` and `ResultDescription` names them.
+    pub const PARTIAL: i64 = 1;
+}
+
+/// Body of a 200 response from `POST /crosstab`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[schema(example = json!({
+    "ResultCode": 0,
+    "ResultDescription": "",
+    "Results": [
+        {"WgtAud": 28411.372, "Resps": 5321, "Stbl": 0},
+        {"WgtAud": 12.5, "Resps": 14, "Stbl": 1}
+    ],
+    "AudienceReportUnits": 1000
+}))]
+pub struct CrosstabResponse {
+    /// 0 success; 1 partial (see `ResultDescription`).
+    #[serde(rename = "ResultCode")]
+    pub result_code: i64,
+    /// Empty on plain success; explains a partial result.
+    #[serde(rename = "ResultDescription")]
+    pub result_description: String,
+    /// One entry per target code, in request order.
+    #[serde(rename = "Results")]
+    #[schema(min_items = 1, max_items = 2)]
+    pub results: Vec<CrosstabResult>,
+    /// Unit multiplier for `WgtAud`: 1000 means thousands.
+    #[serde(rename = "AudienceReportUnits")]
+    pub audience_report_units: u32,
+}
+
+impl CrosstabResponse {
+    /// Builds the response for `results` (request order), given the names the survey
+    /// does not define (each in the order first met). Any unknown name makes it partial.
+    pub fn new(results: Vec<CrosstabResult>, units: u32, unknown_names: &[String]) -> Self {
+        let (result_code, result_description) = if unknown_names.is_empty() {
+            (ResultCode::SUCCESS, String::new())
+        } else {
+            let names = unknown_names
+                .iter()
+                .map(|name| format!("'{name}'"))
+                .collect::<Vec<_>>()
+                .join(", ");
+            (
+                ResultCode::PARTIAL,
+                format!(
+                    "Partial result: the survey does not define {names}; those targets are reported as 0 respondents."
+                ),
+            )
+        };
+        CrosstabResponse {
+            result_code,
+            result_description,
+            results,
+            audience_report_units: units,
+        }
+    }
+}
