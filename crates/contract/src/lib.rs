@@ -11,6 +11,9 @@ pub mod expr;
 pub mod limits;
 pub mod openapi;
 pub mod validate;
+#[cfg(feature = "test-vectors")]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+pub mod vectors;
 pub mod wire;
 
 pub use error::{ApiError, ErrorDetail, ErrorEnvelope};

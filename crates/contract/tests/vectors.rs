@@ -1,0 +1,36 @@
+//! Every shared vector through the contract's validation: the validation errors must
+//! produce exactly the expected envelope; every other vector must validate.
+
+use crosstab_contract::{validate_value, vectors};
+
+#[test]
+fn validation_matches_every_vector() {
+    let mut failures = Vec::new();
+    for (path, vector) in vectors::load() {
+        let outcome = validate_value(&vector.request);
+        match (vector.is_validation_error(), outcome) {
+            (true, Err(error)) => {
+                let actual = serde_json::to_value(error.envelope()).unwrap();
+                if u16::try_from(vector.expect.status) != Ok(error.status())
+                    || !vectors::matches(&vector.expect.body, &actual)
+                {
+                    failures.push(format!("{}: got {} {actual}", vector.name, error.status()));
+                }
+                let _ = path;
+            }
+            (true, Ok(_)) => failures.push(format!("{}: validated but should not", vector.name)),
+            (false, Err(error)) => failures.push(format!("{}: rejected: {error}", vector.name)),
+            (false, Ok(valid)) => {
+                // Valid requests round-trip through the wire type unchanged in meaning.
+                let text = serde_json::to_string(&valid.request).unwrap();
+                assert!(!text.contains("null"), "{}", vector.name);
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} failing vectors:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}

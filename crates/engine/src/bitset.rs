@@ -1,0 +1,216 @@
+//! Dense respondent sets: one bit per respondent, in respondent order.
+//!
+//! Query evaluation works on dense words rather than compressed bitmaps because every
+//! operand (code columns, bases, groups) is dense over the same respondents and the
+//! final pass must read the weights in order anyway; word-wise AND/OR/NOT vectorize.
+
+/// A set of respondents `0..len`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Bitset {
+    words: Vec<u64>,
+    len: usize,
+}
+
+/// Number of partial sums kept apart; fixed so every platform adds in the same order.
+const LANES: usize = 8;
+
+impl Bitset {
+    /// The empty set over `len` respondents.
+    pub fn empty(len: usize) -> Self {
+        Bitset {
+            words: vec![0; len.div_ceil(64)],
+            len,
+        }
+    }
+
+    /// Every respondent.
+    pub fn full(len: usize) -> Self {
+        let mut set = Bitset {
+            words: vec![u64::MAX; len.div_ceil(64)],
+            len,
+        };
+        set.clear_tail();
+        set
+    }
+
+    /// Builds a set from whole words (bits past `len` are cleared).
+    pub fn from_words(words: Vec<u64>, len: usize) -> Self {
+        debug_assert_eq!(words.len(), len.div_ceil(64));
+        let mut set = Bitset { words, len };
+        set.clear_tail();
+        set
+    }
+
+    fn clear_tail(&mut self) {
+        let rem = self.len % 64;
+        if rem != 0 {
+            if let Some(last) = self.words.last_mut() {
+                *last &= (1u64 << rem) - 1;
+            }
+        }
+    }
+
+    /// Number of respondents the set covers (members or not).
+    pub fn universe(&self) -> usize {
+        self.len
+    }
+
+    /// The words, 64 respondents each.
+    pub fn words(&self) -> &[u64] {
+        &self.words
+    }
+
+    /// Whether respondent `index` is a member.
+    pub fn contains(&self, index: usize) -> bool {
+        index < self.len && self.words[index / 64] >> (index % 64) & 1 == 1
+    }
+
+    /// Adds respondent `index`.
+    pub fn insert(&mut self, index: usize) {
+        if index < self.len {
+            self.words[index / 64] |= 1 << (index % 64);
+        }
+    }
+
+    /// Number of members.
+    pub fn count(&self) -> u64 {
+        self.words.iter().map(|w| u64::from(w.count_ones())).sum()
+    }
+
+    /// Keeps the members also in `other`.
+    pub fn and_with(&mut self, other: &Bitset) {
+        self.words
+            .iter_mut()
+            .zip(&other.words)
+            .for_each(|(a, b)| *a &= b);
+    }
+
+    /// Adds the members of `other`.
+    pub fn or_with(&mut self, other: &Bitset) {
+        self.words
+            .iter_mut()
+            .zip(&other.words)
+            .for_each(|(a, b)| *a |= b);
+    }
+
+    /// Complement within the universe.
+    pub fn negate(&mut self) {
+        self.words.iter_mut().for_each(|w| *w = !*w);
+        self.clear_tail();
+    }
+
+    /// Count and weight sum of the members that are also in `filter`.
+    pub fn tally(&self, filter: Option<&Bitset>, weights: &[f64]) -> Tally {
+        match filter {
+            Some(filter) => tally_words(
+                self.words.iter().zip(&filter.words).map(|(a, b)| a & b),
+                weights,
+            ),
+            None => tally_words(self.words.iter().copied(), weights),
+        }
+    }
+}
+
+/// Count and weighted sum of a set of respondents.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Tally {
+    /// Number of respondents.
+    pub count: u64,
+    /// Sum of their weights.
+    pub weight: f64,
+}
+
+/// Sums the weights of the set bits. Lane `j % 8` takes bit `j` of every word, and the
+/// lanes are folded in a fixed order, so the result is the same on every platform and for
+/// the dense and sparse paths alike (adding +0.0 to a non-negative sum changes nothing).
+pub fn tally_words(words: impl Iterator<Item = u64>, weights: &[f64]) -> Tally {
+    let mut lanes = [0.0f64; LANES];
+    let mut count = 0u64;
+    for (index, word) in words.enumerate() {
+        if word == 0 {
+            continue;
+        }
+        count += u64::from(word.count_ones());
+        let start = index * 64;
+        let Some(chunk) = weights.get(start..weights.len().min(start + 64)) else {
+            break;
+        };
+        if word == u64::MAX && chunk.len() == 64 {
+            for group in chunk.chunks_exact(LANES) {
+                for (lane, weight) in lanes.iter_mut().zip(group) {
+                    *lane += weight;
+                }
+            }
+        } else {
+            for (group_index, group) in chunk.chunks(LANES).enumerate() {
+                let bits = word >> (group_index * LANES);
+                for (j, (lane, weight)) in lanes.iter_mut().zip(group).enumerate() {
+                    *lane += if bits >> j & 1 == 1 { *weight } else { 0.0 };
+                }
+            }
+        }
+    }
+    Tally {
+        count,
+        weight: fold_lanes(&lanes),
+    }
+}
+
+/// Sum of every weight, in the same lane order as [`tally_words`] over a full set.
+pub fn sum_all(weights: &[f64]) -> f64 {
+    let mut lanes = [0.0f64; LANES];
+    for group in weights.chunks(LANES) {
+        for (lane, weight) in lanes.iter_mut().zip(group) {
+            *lane += weight;
+        }
+    }
+    fold_lanes(&lanes)
+}
+
+fn fold_lanes(lanes: &[f64; LANES]) -> f64 {
+    ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3]))
+        + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn set_operations_respect_the_universe() {
+        let mut a = Bitset::empty(70);
+        a.insert(0);
+        a.insert(69);
+        a.insert(70); // outside: ignored
+        assert_eq!(a.count(), 2);
+        a.negate();
+        assert_eq!(a.count(), 68);
+        assert!(!a.contains(69) && a.contains(1));
+        let full = Bitset::full(70);
+        assert_eq!(full.count(), 70);
+        let mut b = full.clone();
+        b.and_with(&a);
+        assert_eq!(b, a);
+    }
+
+    #[test]
+    fn tally_matches_a_naive_sum_and_full_equals_sum_all() {
+        let weights: Vec<f64> = (0..1000).map(|i| f64::from(i) * 0.37 + 1.0).collect();
+        let mut set = Bitset::empty(1000);
+        let mut expected = 0.0;
+        for i in (0..1000).filter(|i| i % 3 == 0) {
+            set.insert(i);
+            expected += weights[i];
+        }
+        let tally = set.tally(None, &weights);
+        assert_eq!(tally.count, 334);
+        assert!((tally.weight - expected).abs() < 1e-9 * expected);
+        let full = Bitset::full(1000).tally(None, &weights);
+        assert_eq!(full.weight, sum_all(&weights));
+        let mut filter = Bitset::empty(1000);
+        filter.insert(3);
+        filter.insert(4);
+        let filtered = set.tally(Some(&filter), &weights);
+        assert_eq!((filtered.count, filtered.weight), (1, weights[3]));
+    }
+}

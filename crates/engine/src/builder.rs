@@ -1,0 +1,277 @@
+//! Compiles columns into the survey file format.
+
+use std::collections::HashMap;
+
+use crate::format::{
+    ExprHeader, GroupHeader, Header, VariableHeader, Width, Writer, FORMAT_VERSION,
+};
+
+/// Survey-level settings of a survey being built.
+#[derive(Debug, Clone)]
+pub struct SurveyMeta {
+    /// The `SurveyCode`.
+    pub code: String,
+    /// Display name.
+    pub name: String,
+    /// Unit multiplier for `WgtAud`.
+    pub audience_report_units: u32,
+    /// `Stbl` is 1 when `Resps` is at most this.
+    pub unstable_max_resps: u64,
+    /// Name of the id column in the source.
+    pub id_column: String,
+    /// Name of the weight column in the source.
+    pub weight_column: String,
+    /// Name of the group column in the source.
+    pub group_column: Option<String>,
+}
+
+/// A named code or population base: code, label and expression text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NamedExpr {
+    /// Its code.
+    pub code: String,
+    /// Display label.
+    pub label: Option<String>,
+    /// Expression text (already checked by the caller).
+    pub expr: String,
+}
+
+/// One column's codes at the narrowest width that holds them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum CodeVec {
+    U8(Vec<u8>),
+    U16(Vec<u16>),
+    U32(Vec<u32>),
+}
+
+#[derive(Debug, Clone)]
+struct EncodedVariable {
+    name: String,
+    label: Option<String>,
+    value_labels: Vec<(f64, String)>,
+    dict: Vec<f64>,
+    codes: CodeVec,
+}
+
+/// Collects a survey column by column, then writes the compiled file.
+#[derive(Debug, Clone)]
+pub struct SurveyBuilder {
+    meta: SurveyMeta,
+    ids: Vec<String>,
+    weights: Vec<f64>,
+    groups: Vec<(String, Option<String>)>,
+    group_codes: Option<Vec<u16>>,
+    variables: Vec<EncodedVariable>,
+    codes: Vec<NamedExpr>,
+    bases: Vec<NamedExpr>,
+}
+
+impl SurveyBuilder {
+    /// Starts a survey of `ids.len()` respondents with these weights (already checked).
+    pub fn new(meta: SurveyMeta, ids: Vec<String>, weights: Vec<f64>) -> Self {
+        SurveyBuilder {
+            meta,
+            ids,
+            weights,
+            groups: Vec::new(),
+            group_codes: None,
+            variables: Vec::new(),
+            codes: Vec::new(),
+            bases: Vec::new(),
+        }
+    }
+
+    /// Sets the authorization groups (value, label) and each respondent's group:
+    /// `None`, or an index into `groups`.
+    pub fn groups(&mut self, groups: Vec<(String, Option<String>)>, membership: Vec<u16>) {
+        self.groups = groups;
+        self.group_codes = Some(membership);
+    }
+
+    /// Adds a variable; `values` has one entry per respondent, NaN where missing.
+    pub fn variable(
+        &mut self,
+        name: String,
+        label: Option<String>,
+        value_labels: Vec<(f64, String)>,
+        values: &[f64],
+    ) {
+        let (dict, codes) = encode_column(values);
+        self.variables.push(EncodedVariable {
+            name,
+            label,
+            value_labels,
+            dict,
+            codes,
+        });
+    }
+
+    /// Sets the named codes and the population bases.
+    pub fn expressions(&mut self, codes: Vec<NamedExpr>, bases: Vec<NamedExpr>) {
+        self.codes = codes;
+        self.bases = bases;
+    }
+
+    /// Writes the compiled survey.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut writer = Writer::new();
+        let weights = writer.section(bytemuck::cast_slice(&self.weights));
+        let mut offsets = Vec::with_capacity(self.ids.len() + 1);
+        let mut id_bytes = Vec::new();
+        offsets.push(0u32);
+        for id in &self.ids {
+            id_bytes.extend_from_slice(id.as_bytes());
+            offsets.push(u32::try_from(id_bytes.len()).unwrap_or(u32::MAX));
+        }
+        let id_offsets = writer.section(bytemuck::cast_slice(&offsets));
+        let id_bytes = writer.section(&id_bytes);
+        let group_codes = self
+            .group_codes
+            .as_ref()
+            .map(|codes| writer.section(bytemuck::cast_slice(codes)));
+        let variables = self
+            .variables
+            .iter()
+            .map(|variable| {
+                let dict = writer.section(bytemuck::cast_slice(&variable.dict));
+                let (width, codes) = match &variable.codes {
+                    CodeVec::U8(codes) => (Width::U8, writer.section(codes)),
+                    CodeVec::U16(codes) => {
+                        (Width::U16, writer.section(bytemuck::cast_slice(codes)))
+                    }
+                    CodeVec::U32(codes) => {
+                        (Width::U32, writer.section(bytemuck::cast_slice(codes)))
+                    }
+                };
+                VariableHeader {
+                    name: variable.name.clone(),
+                    label: variable.label.clone(),
+                    value_labels: variable.value_labels.clone(),
+                    width,
+                    dict,
+                    codes,
+                }
+            })
+            .collect();
+        let exprs = |list: &[NamedExpr]| {
+            list.iter()
+                .map(|named| ExprHeader {
+                    code: named.code.clone(),
+                    label: named.label.clone(),
+                    expr: named.expr.clone(),
+                })
+                .collect()
+        };
+        let header = Header {
+            format: FORMAT_VERSION,
+            code: self.meta.code.clone(),
+            name: self.meta.name.clone(),
+            audience_report_units: self.meta.audience_report_units,
+            unstable_max_resps: self.meta.unstable_max_resps,
+            respondents: self.ids.len() as u64,
+            id_column: self.meta.id_column.clone(),
+            weight_column: self.meta.weight_column.clone(),
+            group_column: self.meta.group_column.clone(),
+            weights,
+            id_offsets,
+            id_bytes,
+            groups: self
+                .groups
+                .iter()
+                .map(|(value, label)| GroupHeader {
+                    value: value.clone(),
+                    label: label.clone(),
+                })
+                .collect(),
+            group_codes,
+            variables,
+            codes: exprs(&self.codes),
+            bases: exprs(&self.bases),
+        };
+        writer.finish(header)
+    }
+}
+
+/// Dictionary-encodes a column: sorted distinct values, and per respondent the 1-based
+/// position of its value (0 = missing). Few distinct values are found by a linear scan,
+/// which beats hashing for the flags and scales that most survey columns are.
+fn encode_column(values: &[f64]) -> (Vec<f64>, CodeVec) {
+    const LINEAR: usize = 16;
+    let key = |v: f64| {
+        if v == 0.0 {
+            0.0f64.to_bits()
+        } else {
+            v.to_bits()
+        }
+    };
+    let mut small: Vec<f64> = Vec::new();
+    let mut large: Option<HashMap<u64, f64>> = None;
+    for &value in values.iter().filter(|v| !v.is_nan()) {
+        match large.as_mut() {
+            Some(map) => {
+                map.entry(key(value)).or_insert(value);
+            }
+            None => {
+                if !small.iter().any(|s| key(*s) == key(value)) {
+                    small.push(if value == 0.0 { 0.0 } else { value });
+                    if small.len() > LINEAR {
+                        large = Some(small.iter().map(|v| (key(*v), *v)).collect());
+                    }
+                }
+            }
+        }
+    }
+    let mut dict: Vec<f64> = match large {
+        Some(map) => map.into_values().collect(),
+        None => small,
+    };
+    dict.sort_by(f64::total_cmp);
+    let lookup: HashMap<u64, u32> = if dict.len() > LINEAR {
+        dict.iter()
+            .enumerate()
+            .map(|(i, v)| (key(*v), i as u32 + 1))
+            .collect()
+    } else {
+        HashMap::new()
+    };
+    let code_of = |value: f64| -> u32 {
+        if value.is_nan() {
+            0
+        } else if dict.len() > LINEAR {
+            lookup.get(&key(value)).copied().unwrap_or(0)
+        } else {
+            dict.iter()
+                .position(|d| key(*d) == key(value))
+                .map_or(0, |i| i as u32 + 1)
+        }
+    };
+    let codes = match Width::for_distinct(dict.len()) {
+        Width::U8 => CodeVec::U8(values.iter().map(|v| code_of(*v) as u8).collect()),
+        Width::U16 => CodeVec::U16(values.iter().map(|v| code_of(*v) as u16).collect()),
+        Width::U32 => CodeVec::U32(values.iter().map(|v| code_of(*v)).collect()),
+    };
+    (dict, codes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn encodes_sorted_dictionary_with_missing_as_zero() {
+        let (dict, codes) = encode_column(&[3.0, f64::NAN, 1.0, 3.0, -0.0, 0.0]);
+        assert_eq!(dict, vec![0.0, 1.0, 3.0]);
+        assert_eq!(codes, CodeVec::U8(vec![3, 0, 2, 3, 1, 1]));
+    }
+
+    #[test]
+    fn widens_for_many_distinct_values() {
+        let values: Vec<f64> = (0..300).map(f64::from).collect();
+        let (dict, codes) = encode_column(&values);
+        assert_eq!(dict.len(), 300);
+        let CodeVec::U16(codes) = codes else {
+            panic!("expected u16")
+        };
+        assert_eq!(codes[299], 300);
+    }
+}

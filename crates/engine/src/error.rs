@@ -1,0 +1,82 @@
+//! The engine's error types.
+
+use crosstab_contract::ApiError;
+
+/// A compiled survey that can't be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// The bytes are not a compiled survey.
+    #[error("not a compiled crosstab survey")]
+    NotASurvey,
+    /// Written by a newer or older format.
+    #[error("unsupported compiled survey format {0}")]
+    UnsupportedVersion(u32),
+    /// Structurally broken.
+    #[error("corrupt compiled survey: {0}")]
+    Corrupt(String),
+    /// Reading the file failed.
+    #[error("reading {path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+/// A survey definition or respondent file that can't be imported. Every variant names
+/// the file, and where it applies the line, the column and the reason.
+#[derive(Debug, thiserror::Error)]
+pub enum ImportError {
+    /// The definition itself is wrong.
+    #[error("{file}:{line}: {reason}")]
+    Definition {
+        /// The definition file.
+        file: String,
+        /// 1-based line (1 when the whole file is at fault).
+        line: usize,
+        /// Why.
+        reason: String,
+    },
+    /// A cell or row of the respondent file is wrong.
+    #[error("{file}:{line}: column {column}: {reason}")]
+    Data {
+        /// The respondent file.
+        file: String,
+        /// 1-based line (the header is line 1).
+        line: u64,
+        /// The column's name.
+        column: String,
+        /// Why.
+        reason: String,
+    },
+    /// A file can't be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+/// A query the engine can't answer for a reason the caller must hear about.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum QueryError {
+    /// The base is not defined in the survey.
+    #[error("population base '{0}' is not defined")]
+    UnknownPopulationBase(String),
+    /// The survey has no such authorization group.
+    #[error("authorization group '{0}' is not defined")]
+    UnknownGroup(String),
+}
+
+impl From<QueryError> for ApiError {
+    fn from(error: QueryError) -> Self {
+        match error {
+            QueryError::UnknownPopulationBase(base) => ApiError::InvalidPopulationBase { base },
+            // No existence oracle: an unknown group looks exactly like one not granted.
+            QueryError::UnknownGroup(_) => ApiError::ForbiddenSurvey,
+        }
+    }
+}

@@ -1,0 +1,225 @@
+//! The compiled survey file: a small JSON header, then 8-byte-aligned little-endian
+//! sections that are used in place (memory-mapped where the platform allows).
+//!
+//! ```text
+//! 0      magic "CTXSURV" + format byte
+//! 8      u64 header length H
+//! 16     H bytes of JSON header (see `Header`)
+//! ...    zero padding to a multiple of 8, then the sections the header points at
+//! ```
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::LoadError;
+
+pub(crate) const MAGIC: &[u8; 8] = b"CTXSURV\x01";
+pub(crate) const FORMAT_VERSION: u32 = 1;
+
+/// A byte range of the file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub(crate) struct Section {
+    pub offset: u64,
+    pub len: u64,
+}
+
+/// Width of a variable's codes: 1, 2 or 4 bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) enum Width {
+    U8,
+    U16,
+    U32,
+}
+
+impl Width {
+    pub fn for_distinct(distinct: usize) -> Width {
+        // Code 0 is "missing", so a width holds one fewer value than it can count.
+        if distinct < usize::from(u8::MAX) {
+            Width::U8
+        } else if distinct < usize::from(u16::MAX) {
+            Width::U16
+        } else {
+            Width::U32
+        }
+    }
+
+    pub fn bytes(self) -> u64 {
+        match self {
+            Width::U8 => 1,
+            Width::U16 => 2,
+            Width::U32 => 4,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct Header {
+    pub format: u32,
+    pub code: String,
+    pub name: String,
+    pub audience_report_units: u32,
+    pub unstable_max_resps: u64,
+    pub respondents: u64,
+    pub id_column: String,
+    pub weight_column: String,
+    pub group_column: Option<String>,
+    /// f64 per respondent.
+    pub weights: Section,
+    /// u32 offsets (respondents + 1) into `id_bytes`.
+    pub id_offsets: Section,
+    pub id_bytes: Section,
+    pub groups: Vec<GroupHeader>,
+    /// u16 per respondent: 0 no group, k is `groups[k - 1]`.
+    pub group_codes: Option<Section>,
+    pub variables: Vec<VariableHeader>,
+    pub codes: Vec<ExprHeader>,
+    pub bases: Vec<ExprHeader>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct GroupHeader {
+    pub value: String,
+    pub label: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct VariableHeader {
+    pub name: String,
+    pub label: Option<String>,
+    pub value_labels: Vec<(f64, String)>,
+    pub width: Width,
+    /// Sorted distinct values, f64 each: code k (1-based) is `dict[k - 1]`.
+    pub dict: Section,
+    /// One code per respondent, 0 = missing.
+    pub codes: Section,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct ExprHeader {
+    pub code: String,
+    pub label: Option<String>,
+    pub expr: String,
+}
+
+/// Writes sections after the header, remembering where each went.
+pub(crate) struct Writer {
+    body: Vec<u8>,
+}
+
+impl Writer {
+    pub fn new() -> Self {
+        Writer { body: Vec::new() }
+    }
+
+    /// Appends `bytes` at the next 8-aligned offset (relative to the body start).
+    pub fn section(&mut self, bytes: &[u8]) -> Section {
+        pad8(&mut self.body);
+        let offset = self.body.len() as u64;
+        self.body.extend_from_slice(bytes);
+        Section {
+            offset,
+            len: bytes.len() as u64,
+        }
+    }
+
+    /// Lays out the file: header first, then the body, with section offsets rebased.
+    pub fn finish(self, mut header: Header) -> Vec<u8> {
+        // The header's length depends on the offsets it holds, so fix the body's start
+        // first with a generous bound, then rebase every section by it.
+        let provisional = serde_json::to_vec(&header).unwrap_or_default().len() as u64;
+        let body_start = align8(16 + provisional + 64 + 20 * section_count(&header));
+        rebase(&mut header, body_start);
+        let json = serde_json::to_vec(&header).unwrap_or_default();
+        let mut out = Vec::with_capacity(body_start as usize + self.body.len());
+        out.extend_from_slice(MAGIC);
+        out.extend_from_slice(&(json.len() as u64).to_le_bytes());
+        out.extend_from_slice(&json);
+        out.resize(body_start as usize, 0);
+        out.extend_from_slice(&self.body);
+        out
+    }
+}
+
+fn section_count(header: &Header) -> u64 {
+    4 + 2 * header.variables.len() as u64
+}
+
+fn rebase(header: &mut Header, by: u64) {
+    let shift = |section: &mut Section| section.offset += by;
+    shift(&mut header.weights);
+    shift(&mut header.id_offsets);
+    shift(&mut header.id_bytes);
+    if let Some(section) = header.group_codes.as_mut() {
+        shift(section);
+    }
+    for variable in &mut header.variables {
+        shift(&mut variable.dict);
+        shift(&mut variable.codes);
+    }
+}
+
+fn align8(n: u64) -> u64 {
+    n.div_ceil(8) * 8
+}
+
+fn pad8(bytes: &mut Vec<u8>) {
+    let target = align8(bytes.len() as u64) as usize;
+    bytes.resize(target, 0);
+}
+
+/// Reads and checks the header of a compiled file.
+pub(crate) fn read_header(bytes: &[u8]) -> Result<Header, LoadError> {
+    if bytes.len() < 16 || &bytes[..7] != &MAGIC[..7] {
+        return Err(LoadError::NotASurvey);
+    }
+    if bytes[7] != MAGIC[7] {
+        return Err(LoadError::UnsupportedVersion(u32::from(bytes[7])));
+    }
+    let mut len = [0u8; 8];
+    len.copy_from_slice(&bytes[8..16]);
+    let header_len = usize::try_from(u64::from_le_bytes(len))
+        .map_err(|_| LoadError::Corrupt("header length".into()))?;
+    let json = bytes
+        .get(16..16usize.saturating_add(header_len))
+        .ok_or_else(|| LoadError::Corrupt("header length past the end of the file".into()))?;
+    let header: Header =
+        serde_json::from_slice(json).map_err(|e| LoadError::Corrupt(format!("header: {e}")))?;
+    if header.format != FORMAT_VERSION {
+        return Err(LoadError::UnsupportedVersion(header.format));
+    }
+    check_sections(&header, bytes.len() as u64)?;
+    Ok(header)
+}
+
+/// Every section lies inside the file, is aligned for its element type and has the
+/// length the respondent count implies, so later slicing can't fail.
+fn check_sections(header: &Header, file_len: u64) -> Result<(), LoadError> {
+    let n = header.respondents;
+    let check = |what: &str, section: Section, element: u64, expected_len: Option<u64>| {
+        let end = section.offset.checked_add(section.len);
+        let fits = end.is_some_and(|end| end <= file_len);
+        let aligned = section.offset % 8 == 0 && section.len % element == 0;
+        let sized =
+            expected_len.is_none_or(|count| Some(section.len) == count.checked_mul(element));
+        if fits && aligned && sized {
+            Ok(())
+        } else {
+            Err(LoadError::Corrupt(format!("section {what}")))
+        }
+    };
+    check("weights", header.weights, 8, Some(n))?;
+    check("id offsets", header.id_offsets, 4, Some(n + 1))?;
+    check("id bytes", header.id_bytes, 1, None)?;
+    if let Some(section) = header.group_codes {
+        check("groups", section, 2, Some(n))?;
+    }
+    for variable in &header.variables {
+        check(&variable.name, variable.dict, 8, None)?;
+        check(
+            &variable.name,
+            variable.codes,
+            variable.width.bytes(),
+            Some(n),
+        )?;
+    }
+    Ok(())
+}

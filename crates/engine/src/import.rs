@@ -1,0 +1,531 @@
+//! Importing a survey: a TOML definition and a respondent CSV, checked and compiled.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::io::Read;
+
+use crosstab_contract::expr::NameKind;
+use crosstab_contract::limits::MAX_IDENTIFIER_CHARS;
+use crosstab_contract::{Expr, ALL_GROUPS};
+
+use crate::builder::{NamedExpr, SurveyBuilder, SurveyMeta};
+use crate::definition::{line_of, ExprDefinition, SurveyDefinition};
+use crate::error::ImportError;
+use crate::survey::MAX_CODE_NESTING;
+
+/// Whether `text` is a valid survey, base or group code.
+pub fn is_identifier(text: &str) -> bool {
+    !text.is_empty()
+        && text.chars().count() <= MAX_IDENTIFIER_CHARS
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
+}
+
+/// Whether `text` can name a variable or a named code in expressions.
+pub fn is_expr_name(text: &str) -> bool {
+    let mut chars = text.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.')
+        && !["AND", "OR", "NOT", "IN", "BETWEEN"].contains(&text.to_ascii_uppercase().as_str())
+}
+
+/// Parses a definition file's text.
+pub fn parse_definition(text: &str, file: &str) -> Result<SurveyDefinition, ImportError> {
+    toml::from_str(text).map_err(|error| ImportError::Definition {
+        file: file.to_owned(),
+        line: error.span().map_or(1, |span| line_of(text, span.start)),
+        reason: error.message().to_owned(),
+    })
+}
+
+/// Compiles a survey from its definition text and its respondent CSV. Nothing is
+/// written: the caller installs the returned bytes.
+pub fn compile(
+    definition_text: &str,
+    definition_file: &str,
+    csv: impl Read,
+    csv_file: &str,
+) -> Result<Vec<u8>, ImportError> {
+    let definition = parse_definition(definition_text, definition_file)?;
+    check_definition(&definition, definition_text, definition_file)?;
+    let data = read_respondents(&definition, csv, csv_file)?;
+    assemble(
+        &definition,
+        definition_text,
+        definition_file,
+        data,
+        csv_file,
+    )
+}
+
+fn check_definition(
+    definition: &SurveyDefinition,
+    definition_text: &str,
+    definition_file: &str,
+) -> Result<(), ImportError> {
+    let def_error = |line: usize, reason: String| ImportError::Definition {
+        file: definition_file.to_owned(),
+        line,
+        reason,
+    };
+    let line_of_key = |key: &str| {
+        definition_text
+            .lines()
+            .position(|l| l.trim_start().starts_with(key))
+            .map_or(1, |i| i + 1)
+    };
+    if !is_identifier(&definition.code) {
+        return Err(def_error(
+            line_of_key("code"),
+            format!(
+                "survey code '{}' must be 1 to 64 of A-Z a-z 0-9 _ . -",
+                definition.code
+            ),
+        ));
+    }
+    if definition.audience_report_units == 0 {
+        return Err(def_error(
+            line_of_key("audience_report_units"),
+            "audience_report_units must be at least 1".into(),
+        ));
+    }
+    if definition.population_bases.is_empty() {
+        return Err(def_error(
+            1,
+            "at least one [[population_bases]] is required".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks the definition against the data and compiles both.
+pub(crate) fn assemble(
+    definition: &SurveyDefinition,
+    definition_text: &str,
+    definition_file: &str,
+    data: Respondents,
+    csv_file: &str,
+) -> Result<Vec<u8>, ImportError> {
+    let def_error = |line: usize, reason: String| ImportError::Definition {
+        file: definition_file.to_owned(),
+        line,
+        reason,
+    };
+    let line_of_key = |key: &str| {
+        definition_text
+            .lines()
+            .position(|l| l.trim_start().starts_with(key))
+            .map_or(1, |i| i + 1)
+    };
+    let mut builder = SurveyBuilder::new(
+        SurveyMeta {
+            code: definition.code.clone(),
+            name: definition.name.clone(),
+            audience_report_units: definition.audience_report_units,
+            unstable_max_resps: definition.unstable_max_resps,
+            id_column: definition.id_column.clone(),
+            weight_column: definition.weight_column.clone(),
+            group_column: definition.group_column.clone(),
+        },
+        data.ids,
+        data.weights,
+    );
+
+    // Variable labels: each must name a variable column; value keys must be numbers.
+    let mut labels: HashMap<&str, (Option<String>, Vec<(f64, String)>)> = HashMap::new();
+    for variable in &definition.variables {
+        let line = line_of(definition_text, variable.name.span().start);
+        let name = variable.name.get_ref();
+        if !data.columns.iter().any(|(column, _)| column == name) {
+            return Err(def_error(
+                line,
+                format!("[[variables]] '{name}' is not a numeric column of {csv_file}"),
+            ));
+        }
+        let mut values = Vec::new();
+        for (key, label) in &variable.values {
+            let value: f64 = key
+                .trim()
+                .parse()
+                .ok()
+                .filter(|v: &f64| v.is_finite())
+                .ok_or_else(|| {
+                    def_error(
+                        line,
+                        format!("value label key '{key}' of '{name}' is not a number"),
+                    )
+                })?;
+            values.push((value, label.clone()));
+        }
+        labels.insert(name.as_str(), (variable.label.clone(), values));
+    }
+
+    // Groups: every value seen in the data plus every labelled one, sorted by value.
+    if definition.group_column.is_some() || !definition.groups.is_empty() {
+        let mut groups: BTreeMap<String, Option<String>> = BTreeMap::new();
+        for (value, label) in &definition.groups {
+            if !is_identifier(value) || value == ALL_GROUPS {
+                return Err(def_error(
+                    line_of_key("[groups]"),
+                    format!(
+                        "group '{value}' must be 1 to 64 of A-Z a-z 0-9 _ . - and not {ALL_GROUPS}"
+                    ),
+                ));
+            }
+            groups.insert(value.clone(), Some(label.clone()));
+        }
+        for value in data.group_values.iter().flatten() {
+            groups.entry(value.clone()).or_insert(None);
+        }
+        let position: HashMap<&str, u16> = groups
+            .keys()
+            .enumerate()
+            .map(|(i, value)| (value.as_str(), u16::try_from(i + 1).unwrap_or(u16::MAX)))
+            .collect();
+        if groups.len() >= usize::from(u16::MAX) {
+            return Err(def_error(1, "more than 65534 authorization groups".into()));
+        }
+        let membership = data
+            .group_values
+            .iter()
+            .map(|g| {
+                g.as_deref()
+                    .and_then(|v| position.get(v).copied())
+                    .unwrap_or(0)
+            })
+            .collect();
+        builder.groups(groups.into_iter().collect(), membership);
+    }
+
+    let variable_names: HashSet<&str> =
+        data.columns.iter().map(|(name, _)| name.as_str()).collect();
+    for (name, values) in &data.columns {
+        let (label, value_labels) = labels.remove(name.as_str()).unwrap_or((None, Vec::new()));
+        builder.variable(name.clone(), label, value_labels, values);
+    }
+
+    let codes = check_expressions(
+        &definition.codes,
+        "code",
+        definition_text,
+        definition_file,
+        &variable_names,
+        &[],
+    )?;
+    let bases = check_expressions(
+        &definition.population_bases,
+        "population base",
+        definition_text,
+        definition_file,
+        &variable_names,
+        &codes,
+    )?;
+    for base in &bases {
+        if !is_identifier(&base.code) {
+            return Err(def_error(
+                1,
+                format!(
+                    "population base code '{}' must be 1 to 64 of A-Z a-z 0-9 _ . -",
+                    base.code
+                ),
+            ));
+        }
+    }
+    builder.expressions(codes, bases);
+    Ok(builder.to_bytes())
+}
+
+/// Checks named codes or bases: unique codes, expressions that parse and name only known
+/// variables and (for codes) earlier codes, nested no deeper than [`MAX_CODE_NESTING`].
+fn check_expressions(
+    definitions: &[ExprDefinition],
+    what: &str,
+    text: &str,
+    file: &str,
+    variables: &HashSet<&str>,
+    earlier_codes: &[NamedExpr],
+) -> Result<Vec<NamedExpr>, ImportError> {
+    let mut out: Vec<NamedExpr> = Vec::new();
+    let mut levels: HashMap<String, usize> =
+        earlier_codes.iter().map(|c| (c.code.clone(), 1)).collect();
+    let is_codes = earlier_codes.is_empty() && what == "code";
+    for definition in definitions {
+        let code = definition.code.get_ref();
+        let error = |span: std::ops::Range<usize>, reason: String| ImportError::Definition {
+            file: file.to_owned(),
+            line: line_of(text, span.start),
+            reason,
+        };
+        if is_codes && !is_expr_name(code) {
+            return Err(error(
+                definition.code.span(),
+                format!("code '{code}' must start with a letter or '_' and use only letters, digits, '_' and '.'"),
+            ));
+        }
+        if out.iter().any(|o| &o.code == code) {
+            return Err(error(
+                definition.code.span(),
+                format!("duplicate {what} '{code}'"),
+            ));
+        }
+        let expr = Expr::parse(definition.expr.get_ref()).map_err(|e| {
+            error(
+                definition.expr.span(),
+                format!("{what} '{code}': expression does not parse: {e}"),
+            )
+        })?;
+        let mut problem = None;
+        let mut level = 1;
+        expr.visit_names(&mut |kind, name| {
+            if problem.is_some() {
+                return;
+            }
+            match kind {
+                NameKind::Variable if !variables.contains(name) => {
+                    problem = Some(format!("{what} '{code}' names unknown variable '{name}'"));
+                }
+                NameKind::Code => match levels.get(name) {
+                    Some(l) => level = level.max(l + 1),
+                    None => {
+                        problem = Some(format!(
+                            "{what} '{code}' names '{name}', which is not a code defined before it"
+                        ))
+                    }
+                },
+                NameKind::Variable => {}
+            }
+        });
+        if let Some(reason) = problem {
+            return Err(error(definition.expr.span(), reason));
+        }
+        if level > MAX_CODE_NESTING {
+            return Err(error(
+                definition.expr.span(),
+                format!("{what} '{code}' nests named codes more than {MAX_CODE_NESTING} deep"),
+            ));
+        }
+        if is_codes {
+            levels.insert(code.clone(), level);
+        }
+        out.push(NamedExpr {
+            code: code.clone(),
+            label: definition.label.clone(),
+            expr: expr.to_string(),
+        });
+    }
+    Ok(out)
+}
+
+/// Respondent data as read from a CSV (or generated), before compilation.
+pub(crate) struct Respondents {
+    pub ids: Vec<String>,
+    pub weights: Vec<f64>,
+    pub group_values: Vec<Option<String>>,
+    /// Variable columns in file order, NaN where missing.
+    pub columns: Vec<(String, Vec<f64>)>,
+}
+
+fn read_respondents(
+    definition: &SurveyDefinition,
+    csv: impl Read,
+    file: &str,
+) -> Result<Respondents, ImportError> {
+    let data_error = |line: u64, column: &str, reason: String| ImportError::Data {
+        file: file.to_owned(),
+        line,
+        column: column.to_owned(),
+        reason,
+    };
+    let mut reader = csv::ReaderBuilder::new()
+        .has_headers(true)
+        .trim(csv::Trim::All)
+        .from_reader(csv);
+    let headers = reader
+        .headers()
+        .map_err(|e| data_error(1, "-", format!("unreadable header: {e}")))?
+        .clone();
+    let find = |name: &str, role: &str| {
+        headers.iter().position(|h| h == name).ok_or_else(|| {
+            data_error(
+                1,
+                name,
+                format!("the {role} column '{name}' is not in the header"),
+            )
+        })
+    };
+    let id_at = find(&definition.id_column, "id")?;
+    let weight_at = find(&definition.weight_column, "weight")?;
+    let group_at = definition
+        .group_column
+        .as_deref()
+        .map(|name| find(name, "group"))
+        .transpose()?;
+    let mut seen_headers = HashSet::new();
+    for header in headers.iter() {
+        if !seen_headers.insert(header) {
+            return Err(data_error(1, header, "duplicate column name".into()));
+        }
+    }
+    // Every other column is a variable; the group column is one too when it is numeric.
+    let variable_columns: Vec<usize> = (0..headers.len())
+        .filter(|i| *i != id_at && *i != weight_at && Some(*i) != group_at)
+        .collect();
+    for &i in &variable_columns {
+        if !is_expr_name(&headers[i]) {
+            return Err(data_error(
+                1,
+                &headers[i],
+                "a variable column's name must start with a letter or '_' and use only letters, digits, '_' and '.' (and not be AND, OR, NOT, IN or BETWEEN)".into(),
+            ));
+        }
+    }
+    let mut ids = Vec::new();
+    let mut seen_ids: HashMap<String, u64> = HashMap::new();
+    let mut weights = Vec::new();
+    let mut group_values = Vec::new();
+    let mut group_numbers: Option<Vec<f64>> = group_at.map(|_| Vec::new());
+    let mut columns: Vec<Vec<f64>> = vec![Vec::new(); variable_columns.len()];
+    let mut record = csv::StringRecord::new();
+    loop {
+        let line = reader.position().line();
+        match reader.read_record(&mut record) {
+            Ok(true) => {}
+            Ok(false) => break,
+            Err(e) => {
+                let line = e.position().map_or(line, csv::Position::line);
+                return Err(data_error(line, "-", format!("malformed CSV: {e}")));
+            }
+        }
+        let line = record.position().map_or(line, csv::Position::line);
+        let id = &record[id_at];
+        if id.is_empty() {
+            return Err(data_error(
+                line,
+                &headers[id_at],
+                "missing respondent id".into(),
+            ));
+        }
+        if let Some(first) = seen_ids.insert(id.to_owned(), line) {
+            return Err(data_error(
+                line,
+                &headers[id_at],
+                format!(
+                    "duplicate respondent id '{}' (first on line {first})",
+                    shorten(id)
+                ),
+            ));
+        }
+        ids.push(id.to_owned());
+        let weight_text = &record[weight_at];
+        let weight = match weight_text.parse::<f64>() {
+            _ if weight_text.is_empty() => Err("missing weight".to_owned()),
+            Ok(w) if !w.is_finite() => Err(format!("weight '{weight_text}' is not finite")),
+            Ok(w) if w < 0.0 => Err(format!("weight {weight_text} is negative")),
+            Ok(w) => Ok(w),
+            Err(_) => Err(format!("weight '{}' is not a number", shorten(weight_text))),
+        }
+        .map_err(|reason| data_error(line, &headers[weight_at], reason))?;
+        weights.push(weight);
+        if let Some(at) = group_at {
+            let value = &record[at];
+            if value.is_empty() {
+                group_values.push(None);
+                if let Some(numbers) = group_numbers.as_mut() {
+                    numbers.push(f64::NAN);
+                }
+            } else {
+                if !is_identifier(value) || value == ALL_GROUPS {
+                    return Err(data_error(
+                        line,
+                        &headers[at],
+                        format!(
+                            "group '{}' must be 1 to 64 of A-Z a-z 0-9 _ . - and not {ALL_GROUPS}",
+                            shorten(value)
+                        ),
+                    ));
+                }
+                match value.parse::<f64>() {
+                    Ok(number) if number.is_finite() => {
+                        if let Some(numbers) = group_numbers.as_mut() {
+                            numbers.push(number);
+                        }
+                    }
+                    _ => group_numbers = None,
+                }
+                group_values.push(Some(value.to_owned()));
+            }
+        }
+        for (column, &at) in columns.iter_mut().zip(&variable_columns) {
+            let cell = &record[at];
+            let value =
+                if cell.is_empty() {
+                    f64::NAN
+                } else {
+                    match cell.parse::<f64>() {
+                        Ok(v) if v.is_finite() => v,
+                        _ => return Err(data_error(
+                            line,
+                            &headers[at],
+                            format!(
+                                "'{}' is not a number (leave the cell empty for a missing answer)",
+                                shorten(cell)
+                            ),
+                        )),
+                    }
+                };
+            column.push(value);
+        }
+    }
+    if ids.is_empty() {
+        return Err(data_error(2, "-", "the file has no respondents".into()));
+    }
+    let mut named: Vec<(String, Vec<f64>)> = variable_columns
+        .iter()
+        .map(|at| headers[*at].to_owned())
+        .zip(columns)
+        .collect();
+    if let (Some(at), Some(numbers)) = (group_at, group_numbers) {
+        if is_expr_name(&headers[at]) {
+            named.insert(0, (headers[at].to_owned(), numbers));
+        }
+    }
+    Ok(Respondents {
+        ids,
+        weights,
+        group_values,
+        columns: named,
+    })
+}
+
+fn shorten(text: &str) -> String {
+    if text.chars().count() <= 40 {
+        text.to_owned()
+    } else {
+        format!("{}…", text.chars().take(40).collect::<String>())
+    }
+}
+
+/// Compiles the survey defined by the TOML file at `path` (its CSV beside it).
+#[cfg(feature = "fs")]
+pub fn compile_file(path: &std::path::Path) -> Result<Vec<u8>, ImportError> {
+    let io = |p: &std::path::Path| {
+        let p = p.display().to_string();
+        move |source| ImportError::Io { path: p, source }
+    };
+    let text = std::fs::read_to_string(path).map_err(io(path))?;
+    let file = path.display().to_string();
+    let definition = parse_definition(&text, &file)?;
+    let csv_path = path
+        .parent()
+        .unwrap_or_else(|| std::path::Path::new("."))
+        .join(&definition.respondents);
+    let csv = std::fs::File::open(&csv_path).map_err(io(&csv_path))?;
+    compile(
+        &text,
+        &file,
+        std::io::BufReader::new(csv),
+        &csv_path.display().to_string(),
+    )
+}

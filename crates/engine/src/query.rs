@@ -1,0 +1,93 @@
+//! Answering a crosstab request from a survey.
+
+use crosstab_contract::{CrosstabResponse, CrosstabResult, Expr, Stability, ValidRequest};
+
+use crate::bitset::{Bitset, Tally};
+use crate::error::QueryError;
+use crate::survey::Survey;
+
+impl Survey {
+    /// Answers a validated request as a whole-survey grant would see it. The caller has
+    /// already picked this survey by `SurveyCode` and checked entitlements.
+    pub fn crosstab(&self, request: &ValidRequest) -> Result<CrosstabResponse, QueryError> {
+        let base_code = &request.request.population_base_code;
+        let base = self
+            .base_set(base_code)
+            .ok_or_else(|| QueryError::UnknownPopulationBase(base_code.clone()))?;
+        let group = match request.request.group_filter() {
+            Some(value) => Some(
+                self.group_set(value)
+                    .ok_or_else(|| QueryError::UnknownGroup(value.to_owned()))?,
+            ),
+            None => None,
+        };
+        let filter: std::borrow::Cow<'_, Bitset> = match group {
+            Some(group) => {
+                let mut both = base.clone();
+                both.and_with(group);
+                std::borrow::Cow::Owned(both)
+            }
+            None => std::borrow::Cow::Borrowed(base),
+        };
+        let mut unknown_names: Vec<String> = Vec::new();
+        let results = request
+            .targets
+            .iter()
+            .map(|target| {
+                let unknown = self.unknown_names(target);
+                if unknown.is_empty() {
+                    self.result(self.tally(target, &filter))
+                } else {
+                    for name in unknown {
+                        if !unknown_names.contains(&name) {
+                            unknown_names.push(name);
+                        }
+                    }
+                    CrosstabResult::UNKNOWN
+                }
+            })
+            .collect();
+        Ok(CrosstabResponse::new(
+            results,
+            self.audience_report_units(),
+            &unknown_names,
+        ))
+    }
+
+    /// Count and weight of the respondents in `filter` matching `target`.
+    pub fn tally(&self, target: &Expr, filter: &Bitset) -> Tally {
+        match target {
+            // A named code's set is cached: tally it in place instead of copying it.
+            Expr::Code(name) => match self.code_set(name) {
+                Some(set) => set.tally(Some(filter), self.weights()),
+                None => Tally {
+                    count: 0,
+                    weight: 0.0,
+                },
+            },
+            Expr::All => filter.tally(None, self.weights()),
+            _ => self
+                .evaluate_known(target)
+                .tally(Some(filter), self.weights()),
+        }
+    }
+
+    /// The wire figures for a tally.
+    pub fn result(&self, tally: Tally) -> CrosstabResult {
+        CrosstabResult {
+            wgt_aud: tally.weight / f64::from(self.audience_report_units()),
+            resps: tally.count,
+            stbl: if tally.count <= self.unstable_max_resps() {
+                Stability::Unstable
+            } else {
+                Stability::Stable
+            },
+        }
+    }
+
+    /// Weighted and unweighted totals of a population base.
+    pub fn base_totals(&self, code: &str) -> Option<Tally> {
+        self.base_set(code)
+            .map(|set| set.tally(None, self.weights()))
+    }
+}

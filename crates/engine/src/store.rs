@@ -1,0 +1,223 @@
+//! Installed surveys in a data directory, and a catalog that follows replacements.
+//!
+//! Layout: `DATA_DIR/surveys/CODE.ctxs`. A survey is installed by writing a temporary
+//! file beside its final name and renaming it over the old one, so a reader sees either
+//! the old file or the new one, never a mix, and a failed import leaves nothing behind.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+use std::time::SystemTime;
+
+use crate::error::{ImportError, LoadError};
+use crate::survey::Survey;
+
+const EXTENSION: &str = "ctxs";
+
+/// The surveys directory of a data dir.
+#[derive(Debug, Clone)]
+pub struct SurveyStore {
+    dir: PathBuf,
+}
+
+impl SurveyStore {
+    /// The store under `data_dir` (created if missing).
+    pub fn open(data_dir: &Path) -> Result<SurveyStore, ImportError> {
+        let dir = data_dir.join("surveys");
+        std::fs::create_dir_all(&dir).map_err(|source| ImportError::Io {
+            path: dir.display().to_string(),
+            source,
+        })?;
+        Ok(SurveyStore { dir })
+    }
+
+    /// Path of the installed survey `code`.
+    pub fn path_of(&self, code: &str) -> PathBuf {
+        self.dir.join(format!("{code}.{EXTENSION}"))
+    }
+
+    /// Checks compiled bytes by loading them, then installs them atomically under
+    /// their survey code. Returns the installed survey.
+    pub fn install(&self, bytes: &[u8]) -> Result<Survey, ImportError> {
+        let survey = Survey::from_bytes(bytes).map_err(|e| ImportError::Definition {
+            file: "(compiled survey)".into(),
+            line: 1,
+            reason: e.to_string(),
+        })?;
+        let target = self.path_of(survey.code());
+        let io = |source| ImportError::Io {
+            path: target.display().to_string(),
+            source,
+        };
+        let mut temp = tempfile::Builder::new()
+            .prefix(".installing-")
+            .suffix(".tmp")
+            .tempfile_in(&self.dir)
+            .map_err(io)?;
+        temp.write_all(bytes).map_err(io)?;
+        temp.as_file().sync_all().map_err(io)?;
+        // Dropping `temp` on any error removes it: nothing half-imported stays behind.
+        temp.persist(&target).map_err(|e| io(e.error))?;
+        if let Ok(dir) = std::fs::File::open(&self.dir) {
+            let _ = dir.sync_all();
+        }
+        Ok(survey)
+    }
+
+    /// Codes of the installed surveys, sorted.
+    pub fn codes(&self) -> Result<Vec<String>, ImportError> {
+        let entries = std::fs::read_dir(&self.dir).map_err(|source| ImportError::Io {
+            path: self.dir.display().to_string(),
+            source,
+        })?;
+        let mut codes: Vec<String> = entries
+            .filter_map(Result::ok)
+            .filter_map(|entry| {
+                let path = entry.path();
+                (path.extension()? == EXTENSION)
+                    .then(|| path.file_stem()?.to_str().map(str::to_owned))
+                    .flatten()
+            })
+            .collect();
+        codes.sort();
+        Ok(codes)
+    }
+
+    /// Opens the installed survey `code`.
+    pub fn load(&self, code: &str) -> Result<Survey, LoadError> {
+        Survey::open(&self.path_of(code))
+    }
+}
+
+/// What identifies one version of an installed file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Stamp {
+    len: u64,
+    modified: Option<SystemTime>,
+    #[cfg(unix)]
+    inode: u64,
+}
+
+impl Stamp {
+    fn of(path: &Path) -> Option<Stamp> {
+        let meta = std::fs::metadata(path).ok()?;
+        Some(Stamp {
+            len: meta.len(),
+            modified: meta.modified().ok(),
+            #[cfg(unix)]
+            inode: std::os::unix::fs::MetadataExt::ino(&meta),
+        })
+    }
+}
+
+/// What a refresh changed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Refresh {
+    /// Surveys loaded for the first time or replaced.
+    pub loaded: Vec<String>,
+    /// Surveys no longer installed.
+    pub removed: Vec<String>,
+    /// Surveys that failed to load, with why (the old version, if any, stays served).
+    pub failed: Vec<(String, String)>,
+}
+
+/// The loaded surveys of a store. Readers get an `Arc<Survey>`: a replacement swaps the
+/// pointer, and requests already holding the old survey finish on it.
+#[derive(Debug)]
+pub struct Catalog {
+    store: SurveyStore,
+    surveys: RwLock<BTreeMap<String, (Arc<Survey>, Stamp)>>,
+}
+
+impl Catalog {
+    /// A catalog of `store`, loaded.
+    pub fn new(store: SurveyStore) -> (Catalog, Refresh) {
+        let catalog = Catalog {
+            store,
+            surveys: RwLock::new(BTreeMap::new()),
+        };
+        let refresh = catalog.refresh();
+        (catalog, refresh)
+    }
+
+    /// The store this catalog follows.
+    pub fn store(&self) -> &SurveyStore {
+        &self.store
+    }
+
+    /// The current version of survey `code`.
+    pub fn get(&self, code: &str) -> Option<Arc<Survey>> {
+        let surveys = self
+            .surveys
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        surveys.get(code).map(|(survey, _)| Arc::clone(survey))
+    }
+
+    /// Every loaded survey, by code.
+    pub fn all(&self) -> Vec<Arc<Survey>> {
+        let surveys = self
+            .surveys
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        surveys
+            .values()
+            .map(|(survey, _)| Arc::clone(survey))
+            .collect()
+    }
+
+    /// Loads new and replaced surveys and drops removed ones.
+    pub fn refresh(&self) -> Refresh {
+        let mut report = Refresh::default();
+        let codes = self.store.codes().unwrap_or_default();
+        let current: BTreeMap<String, Stamp> = {
+            let surveys = self
+                .surveys
+                .read()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            surveys
+                .iter()
+                .map(|(code, (_, stamp))| (code.clone(), stamp.clone()))
+                .collect()
+        };
+        let mut updates = Vec::new();
+        for code in &codes {
+            let path = self.store.path_of(code);
+            let Some(stamp) = Stamp::of(&path) else {
+                continue;
+            };
+            if current.get(code) == Some(&stamp) {
+                continue;
+            }
+            match Survey::open(&path) {
+                Ok(survey) if survey.code() == code => {
+                    updates.push((code.clone(), Arc::new(survey), stamp));
+                }
+                Ok(survey) => report.failed.push((
+                    code.clone(),
+                    format!("file holds survey '{}'", survey.code()),
+                )),
+                Err(error) => report.failed.push((code.clone(), error.to_string())),
+            }
+        }
+        let mut surveys = self
+            .surveys
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        for (code, survey, stamp) in updates {
+            report.loaded.push(code.clone());
+            surveys.insert(code, (survey, stamp));
+        }
+        let gone: Vec<String> = surveys
+            .keys()
+            .filter(|c| !codes.contains(c))
+            .cloned()
+            .collect();
+        for code in gone {
+            surveys.remove(&code);
+            report.removed.push(code);
+        }
+        report
+    }
+}

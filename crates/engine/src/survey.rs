@@ -1,0 +1,383 @@
+//! A compiled survey, loaded: the data every query reads, used in place.
+
+use std::collections::HashMap;
+use std::sync::OnceLock;
+
+use crosstab_contract::expr::NameKind;
+use crosstab_contract::Expr;
+
+use crate::bitset::Bitset;
+use crate::error::LoadError;
+use crate::format::{read_header, Header, Section, Width};
+
+/// Longest chain of named codes referring to named codes.
+pub(crate) const MAX_CODE_NESTING: usize = 16;
+
+/// Where the compiled bytes live.
+enum Backing {
+    /// A read-only memory map of an installed survey file.
+    #[cfg(feature = "fs")]
+    Mapped(memmap2::Mmap),
+    /// Bytes copied into 8-aligned memory (WASM, or bytes from elsewhere).
+    Owned { words: Vec<u64>, len: usize },
+}
+
+impl Backing {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            #[cfg(feature = "fs")]
+            Backing::Mapped(map) => map,
+            Backing::Owned { words, len } => {
+                let bytes: &[u8] = bytemuck::cast_slice(words);
+                &bytes[..*len]
+            }
+        }
+    }
+}
+
+/// One variable's column: sorted distinct values and a code per respondent.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Column<'a> {
+    pub dict: &'a [f64],
+    pub codes: Codes<'a>,
+}
+
+/// Respondent codes at their stored width (0 = missing, k = `dict[k - 1]`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Codes<'a> {
+    U8(&'a [u8]),
+    U16(&'a [u16]),
+    U32(&'a [u32]),
+}
+
+impl Codes<'_> {
+    fn get(&self, row: usize) -> u32 {
+        match self {
+            Codes::U8(codes) => codes.get(row).map_or(0, |c| u32::from(*c)),
+            Codes::U16(codes) => codes.get(row).map_or(0, |c| u32::from(*c)),
+            Codes::U32(codes) => codes.get(row).copied().unwrap_or(0),
+        }
+    }
+}
+
+/// A survey ready to answer queries.
+pub struct Survey {
+    backing: Backing,
+    header: Header,
+    variable_index: HashMap<String, usize>,
+    code_index: HashMap<String, usize>,
+    code_exprs: Vec<Expr>,
+    base_index: HashMap<String, usize>,
+    base_exprs: Vec<Expr>,
+    group_index: HashMap<String, usize>,
+    base_sets: Vec<OnceLock<Bitset>>,
+    group_sets: Vec<OnceLock<Bitset>>,
+    code_sets: Vec<OnceLock<Bitset>>,
+}
+
+impl std::fmt::Debug for Survey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Survey")
+            .field("code", &self.header.code)
+            .field("respondents", &self.header.respondents)
+            .field("variables", &self.header.variables.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Survey {
+    /// Loads a compiled survey from bytes (copied once into aligned memory).
+    pub fn from_bytes(bytes: &[u8]) -> Result<Survey, LoadError> {
+        let mut words = vec![0u64; bytes.len().div_ceil(8)];
+        bytemuck::cast_slice_mut::<u64, u8>(&mut words)[..bytes.len()].copy_from_slice(bytes);
+        Survey::from_backing(Backing::Owned {
+            words,
+            len: bytes.len(),
+        })
+    }
+
+    /// Opens an installed survey file by memory map: loading reads only the header.
+    #[cfg(feature = "fs")]
+    pub fn open(path: &std::path::Path) -> Result<Survey, LoadError> {
+        let io = |source| LoadError::Io {
+            path: path.display().to_string(),
+            source,
+        };
+        let file = std::fs::File::open(path).map_err(io)?;
+        // SAFETY: survey files are only ever replaced by atomic rename, never written in
+        // place, so the mapped bytes can't change under us.
+        #[allow(unsafe_code)]
+        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
+        Survey::from_backing(Backing::Mapped(map))
+    }
+
+    fn from_backing(backing: Backing) -> Result<Survey, LoadError> {
+        let header = read_header(backing.bytes())?;
+        let index = |names: &mut dyn Iterator<Item = &String>, what: &str| {
+            let mut map = HashMap::new();
+            for (i, name) in names.enumerate() {
+                if map.insert(name.clone(), i).is_some() {
+                    return Err(LoadError::Corrupt(format!("duplicate {what} '{name}'")));
+                }
+            }
+            Ok(map)
+        };
+        let variable_index = index(&mut header.variables.iter().map(|v| &v.name), "variable")?;
+        let code_index = index(&mut header.codes.iter().map(|c| &c.code), "code")?;
+        let base_index = index(&mut header.bases.iter().map(|b| &b.code), "base")?;
+        let group_index = index(&mut header.groups.iter().map(|g| &g.value), "group")?;
+        let parse = |text: &str| {
+            Expr::parse(text).map_err(|e| LoadError::Corrupt(format!("expression '{text}': {e}")))
+        };
+        let code_exprs = header
+            .codes
+            .iter()
+            .map(|c| parse(&c.expr))
+            .collect::<Result<Vec<_>, _>>()?;
+        let base_exprs = header
+            .bases
+            .iter()
+            .map(|b| parse(&b.expr))
+            .collect::<Result<Vec<_>, _>>()?;
+        let survey = Survey {
+            base_sets: (0..base_exprs.len()).map(|_| OnceLock::new()).collect(),
+            group_sets: (0..header.groups.len()).map(|_| OnceLock::new()).collect(),
+            code_sets: (0..code_exprs.len()).map(|_| OnceLock::new()).collect(),
+            backing,
+            header,
+            variable_index,
+            code_index,
+            code_exprs,
+            base_index,
+            base_exprs,
+            group_index,
+        };
+        // Named codes may refer only to earlier codes, so evaluation always terminates.
+        for (i, expr) in survey.code_exprs.iter().enumerate() {
+            if let Some(name) = survey.first_unknown(expr, i) {
+                return Err(LoadError::Corrupt(format!(
+                    "code refers to unknown '{name}'"
+                )));
+            }
+        }
+        let mut levels = vec![0usize; survey.code_exprs.len()];
+        for (i, expr) in survey.code_exprs.iter().enumerate() {
+            let mut level = 1;
+            expr.visit_names(&mut |kind, name| {
+                if let (NameKind::Code, Some(j)) = (kind, survey.code_index.get(name)) {
+                    level = level.max(levels.get(*j).map_or(0, |l| l + 1));
+                }
+            });
+            if level > MAX_CODE_NESTING {
+                return Err(LoadError::Corrupt("named codes nested too deeply".into()));
+            }
+            levels[i] = level;
+        }
+        for expr in &survey.base_exprs {
+            if let Some(name) = survey.first_unknown(expr, survey.code_exprs.len()) {
+                return Err(LoadError::Corrupt(format!(
+                    "base refers to unknown '{name}'"
+                )));
+            }
+        }
+        Ok(survey)
+    }
+
+    /// The first name in `expr` the survey does not define, counting only the first
+    /// `codes_visible` named codes as defined.
+    fn first_unknown(&self, expr: &Expr, codes_visible: usize) -> Option<String> {
+        let mut unknown = None;
+        expr.visit_names(&mut |kind, name| {
+            let known = match kind {
+                NameKind::Variable => self.variable_index.contains_key(name),
+                NameKind::Code => self
+                    .code_index
+                    .get(name)
+                    .is_some_and(|i| *i < codes_visible),
+            };
+            if !known && unknown.is_none() {
+                unknown = Some(name.to_owned());
+            }
+        });
+        unknown
+    }
+
+    /// Every name in `expr` the survey does not define, without repeats, in order.
+    pub fn unknown_names(&self, expr: &Expr) -> Vec<String> {
+        let mut unknown: Vec<String> = Vec::new();
+        expr.visit_names(&mut |kind, name| {
+            let known = match kind {
+                NameKind::Variable => self.variable_index.contains_key(name),
+                NameKind::Code => self.code_index.contains_key(name),
+            };
+            if !known && !unknown.iter().any(|u| u == name) {
+                unknown.push(name.to_owned());
+            }
+        });
+        unknown
+    }
+
+    fn slice<T: bytemuck::Pod>(&self, section: Section) -> &[T] {
+        // Sections were checked for bounds and alignment at load; an impossible
+        // failure degrades to an empty slice rather than a panic.
+        let bytes = self.backing.bytes();
+        let (Ok(start), Ok(len)) = (
+            usize::try_from(section.offset),
+            usize::try_from(section.len),
+        ) else {
+            return &[];
+        };
+        bytes
+            .get(start..start.saturating_add(len))
+            .and_then(|b| bytemuck::try_cast_slice(b).ok())
+            .unwrap_or(&[])
+    }
+
+    /// The `SurveyCode`.
+    pub fn code(&self) -> &str {
+        &self.header.code
+    }
+
+    /// Display name.
+    pub fn name(&self) -> &str {
+        &self.header.name
+    }
+
+    /// Number of respondents.
+    pub fn respondents(&self) -> usize {
+        self.header.respondents as usize
+    }
+
+    /// Unit multiplier for `WgtAud`.
+    pub fn audience_report_units(&self) -> u32 {
+        self.header.audience_report_units
+    }
+
+    /// `Stbl` is 1 when `Resps` is at most this.
+    pub fn unstable_max_resps(&self) -> u64 {
+        self.header.unstable_max_resps
+    }
+
+    /// Each respondent's projection weight.
+    pub fn weights(&self) -> &[f64] {
+        self.slice(self.header.weights)
+    }
+
+    /// Respondent `row`'s id.
+    pub fn id(&self, row: usize) -> Option<&str> {
+        let offsets: &[u32] = self.slice(self.header.id_offsets);
+        let bytes: &[u8] = self.slice(self.header.id_bytes);
+        let (start, end) = (*offsets.get(row)? as usize, *offsets.get(row + 1)? as usize);
+        std::str::from_utf8(bytes.get(start..end)?).ok()
+    }
+
+    /// Respondent `row`'s authorization group.
+    pub fn group_of(&self, row: usize) -> Option<&str> {
+        let codes: &[u16] = self.slice(self.header.group_codes?);
+        let code = usize::from(*codes.get(row)?);
+        self.header
+            .groups
+            .get(code.checked_sub(1)?)
+            .map(|g| g.value.as_str())
+    }
+
+    /// Respondent `row`'s value of `variable`, `None` where missing or unknown.
+    pub fn value(&self, variable: &str, row: usize) -> Option<f64> {
+        let column = self.column(*self.variable_index.get(variable)?);
+        let code = column.codes.get(row) as usize;
+        column.dict.get(code.checked_sub(1)?).copied()
+    }
+
+    /// Variable names in file order.
+    pub fn variable_names(&self) -> impl Iterator<Item = &str> {
+        self.header.variables.iter().map(|v| v.name.as_str())
+    }
+
+    /// Population base codes in definition order.
+    pub fn base_codes(&self) -> impl Iterator<Item = &str> {
+        self.header.bases.iter().map(|b| b.code.as_str())
+    }
+
+    /// Named codes in definition order.
+    pub fn code_names(&self) -> impl Iterator<Item = &str> {
+        self.header.codes.iter().map(|c| c.code.as_str())
+    }
+
+    /// Authorization group values.
+    pub fn group_names(&self) -> impl Iterator<Item = &str> {
+        self.header.groups.iter().map(|g| g.value.as_str())
+    }
+
+    /// Whether the survey defines this population base.
+    pub fn has_base(&self, code: &str) -> bool {
+        self.base_index.contains_key(code)
+    }
+
+    /// Whether the survey defines this authorization group.
+    pub fn has_group(&self, value: &str) -> bool {
+        self.group_index.contains_key(value)
+    }
+
+    pub(crate) fn header(&self) -> &Header {
+        &self.header
+    }
+
+    pub(crate) fn variable_position(&self, name: &str) -> Option<usize> {
+        self.variable_index.get(name).copied()
+    }
+
+    pub(crate) fn column(&self, index: usize) -> Column<'_> {
+        let Some(variable) = self.header.variables.get(index) else {
+            return Column {
+                dict: &[],
+                codes: Codes::U8(&[]),
+            };
+        };
+        let codes = match variable.width {
+            Width::U8 => Codes::U8(self.slice(variable.codes)),
+            Width::U16 => Codes::U16(self.slice(variable.codes)),
+            Width::U32 => Codes::U32(self.slice(variable.codes)),
+        };
+        Column {
+            dict: self.slice(variable.dict),
+            codes,
+        }
+    }
+
+    pub(crate) fn code_set(&self, name: &str) -> Option<&Bitset> {
+        let index = *self.code_index.get(name)?;
+        let expr = self.code_exprs.get(index)?;
+        Some(
+            self.code_sets
+                .get(index)?
+                .get_or_init(|| self.evaluate_known(expr)),
+        )
+    }
+
+    /// The respondents in base `code`, computed once.
+    pub fn base_set(&self, code: &str) -> Option<&Bitset> {
+        let index = *self.base_index.get(code)?;
+        let expr = self.base_exprs.get(index)?;
+        Some(
+            self.base_sets
+                .get(index)?
+                .get_or_init(|| self.evaluate_known(expr)),
+        )
+    }
+
+    /// The respondents in authorization group `value`, computed once.
+    pub fn group_set(&self, value: &str) -> Option<&Bitset> {
+        let index = *self.group_index.get(value)?;
+        Some(self.group_sets.get(index)?.get_or_init(|| {
+            let codes: &[u16] = self
+                .header
+                .group_codes
+                .map_or(&[][..], |section| self.slice(section));
+            let code = u32::try_from(index + 1).unwrap_or(u32::MAX);
+            Bitset::from_words(
+                crate::eval::scan_range_u16(codes, code, code),
+                self.respondents(),
+            )
+        }))
+    }
+}
