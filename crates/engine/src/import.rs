@@ -459,22 +459,23 @@ fn read_respondents(
         }
         for (column, &at) in columns.iter_mut().zip(&variable_columns) {
             let cell = &record[at];
-            let value =
-                if cell.is_empty() {
-                    f64::NAN
-                } else {
-                    match cell.parse::<f64>() {
-                        Ok(v) if v.is_finite() => v,
-                        _ => return Err(data_error(
+            let value = if cell.is_empty() {
+                f64::NAN
+            } else {
+                match cell.parse::<f64>() {
+                    Ok(v) if v.is_finite() => v,
+                    _ => {
+                        return Err(data_error(
                             line,
                             &headers[at],
                             format!(
                                 "'{}' is not a number (leave the cell empty for a missing answer)",
                                 shorten(cell)
                             ),
-                        )),
+                        ))
                     }
-                };
+                }
+            };
             column.push(value);
         }
     }
