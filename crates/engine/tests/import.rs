@@ -1,0 +1,274 @@
+//! Import: errors name the file, line, column and reason; compiled surveys round-trip
+//! exactly; installs are atomic and a catalog follows replacements.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+
+use crosstab_contract::validate_value;
+use crosstab_engine::store::{Catalog, SurveyStore};
+use crosstab_engine::{import, ImportError, Survey};
+use serde_json::json;
+
+const TOML: &str = r#"code = "T"
+name = "Test"
+respondents = "r.csv"
+id_column = "ID"
+weight_column = "W"
+group_column = "G"
+
+[[variables]]
+name = "X"
+label = "Ex"
+values = { "1" = "one" }
+
+[[codes]]
+code = "X1"
+expr = "X = 1"
+
+[[population_bases]]
+code = "ALL"
+expr = "*"
+"#;
+
+const CSV: &str = "ID,W,G,X,Y\nr1,1.5,A,1,10\nr2,2.25,B,,20\nr3,0,A,2,\n";
+
+fn compile(toml: &str, csv: &str) -> Result<Vec<u8>, ImportError> {
+    import::compile(toml, "s.toml", csv.as_bytes(), "r.csv")
+}
+
+fn data_error(csv: &str) -> (u64, String, String) {
+    match compile(TOML, csv).unwrap_err() {
+        ImportError::Data {
+            file,
+            line,
+            column,
+            reason,
+        } => {
+            assert_eq!(file, "r.csv");
+            (line, column, reason)
+        }
+        other => panic!("expected a data error, got {other}"),
+    }
+}
+
+fn definition_error(toml: &str) -> (usize, String) {
+    match compile(toml, CSV).unwrap_err() {
+        ImportError::Definition { file, line, reason } => {
+            assert_eq!(file, "s.toml");
+            (line, reason)
+        }
+        other => panic!("expected a definition error, got {other}"),
+    }
+}
+
+#[test]
+fn data_errors_name_line_column_and_reason() {
+    let cases = [
+        ("ID,W,G,X,Y\nr1,,A,1,1\n", 2, "W", "missing weight"),
+        ("ID,W,G,X,Y\nr1,1,A,1,1\nr2,-3,A,1,1\n", 3, "W", "negative"),
+        ("ID,W,G,X,Y\nr1,inf,A,1,1\n", 2, "W", "not finite"),
+        ("ID,W,G,X,Y\nr1,NaN,A,1,1\n", 2, "W", "not finite"),
+        ("ID,W,G,X,Y\nr1,abc,A,1,1\n", 2, "W", "not a number"),
+        (
+            "ID,W,G,X,Y\nr1,1,A,1,1\nr1,1,A,1,1\n",
+            3,
+            "ID",
+            "duplicate respondent id 'r1' (first on line 2)",
+        ),
+        (
+            "ID,W,G,X,Y\nr1,1,A,yes,1\n",
+            2,
+            "X",
+            "'yes' is not a number",
+        ),
+        (
+            "ID,W,G,X,Y\nr1,1,A,1,nan\n",
+            2,
+            "Y",
+            "'nan' is not a number",
+        ),
+        ("ID,W,G,X,Y\nr1,1,_ALL_,1,1\n", 2, "G", "not _ALL_"),
+        ("ID,W,G,X,Y\n,1,A,1,1\n", 2, "ID", "missing respondent id"),
+        ("ID,W,G,X,Y\nr1,1,A,1\n", 2, "-", "malformed CSV"),
+        ("ID,W,G,X,X\nr1,1,A,1,1\n", 1, "X", "duplicate column name"),
+        (
+            "ID,G,X\nr1,A,1\n",
+            1,
+            "W",
+            "weight column 'W' is not in the header",
+        ),
+        ("ID,W,G,X,Y\n", 2, "-", "no respondents"),
+        (
+            "ID,W,G,X,bad name\nr1,1,A,1,1\n",
+            1,
+            "bad name",
+            "variable column's name",
+        ),
+    ];
+    for (csv, line, column, reason) in cases {
+        let (l, c, r) = data_error(csv);
+        assert_eq!((l, c.as_str()), (line, column), "{csv:?}: {r}");
+        assert!(r.contains(reason), "{csv:?}: {r}");
+    }
+}
+
+#[test]
+fn definition_errors_name_the_line() {
+    let bad_expr = TOML.replace("expr = \"X = 1\"", "expr = \"X = \"");
+    let (line, reason) = definition_error(&bad_expr);
+    assert_eq!(line, 15);
+    assert!(reason.contains("does not parse"), "{reason}");
+
+    let unknown_var = TOML.replace("expr = \"X = 1\"", "expr = \"Z = 1\"");
+    let (line, reason) = definition_error(&unknown_var);
+    assert_eq!(line, 15);
+    assert!(reason.contains("unknown variable 'Z'"), "{reason}");
+
+    let duplicate = format!("{TOML}\n[[codes]]\ncode = \"X1\"\nexpr = \"X = 2\"\n");
+    let (line, reason) = definition_error(&duplicate);
+    assert!(reason.contains("duplicate code 'X1'"), "{reason}");
+    assert!(line > 15);
+
+    let base_unknown = TOML.replace("expr = \"*\"", "expr = \"NOPE\"");
+    let (_, reason) = definition_error(&base_unknown);
+    assert!(reason.contains("'NOPE'"), "{reason}");
+
+    let later_code = TOML.replace("expr = \"X = 1\"", "expr = \"X1\"");
+    let (_, reason) = definition_error(&later_code);
+    assert!(reason.contains("not a code defined before it"), "{reason}");
+
+    let (line, reason) = definition_error(&TOML.replace("weight_column", "weight_colum"));
+    assert_eq!(line, 5);
+    assert!(reason.contains("unknown field"), "{reason}");
+
+    let (_, reason) = definition_error(&TOML.replace("name = \"X\"", "name = \"Q\""));
+    assert!(reason.contains("'Q' is not a numeric column"), "{reason}");
+
+    let no_bases = TOML.replace("[[population_bases]]\ncode = \"ALL\"\nexpr = \"*\"\n", "");
+    assert!(definition_error(&no_bases).1.contains("population_bases"));
+
+    let bad_code = TOML.replace("code = \"T\"", "code = \"T T\"");
+    assert!(definition_error(&bad_code).1.contains("survey code"));
+}
+
+#[test]
+fn compiled_survey_round_trips_exactly() {
+    let bytes = compile(TOML, CSV).unwrap();
+    let survey = Survey::from_bytes(&bytes).unwrap();
+    assert_eq!(
+        (survey.code(), survey.name(), survey.respondents()),
+        ("T", "Test", 3)
+    );
+    assert_eq!(survey.weights(), &[1.5, 2.25, 0.0]);
+    assert_eq!(
+        (0..3).map(|r| survey.id(r).unwrap()).collect::<Vec<_>>(),
+        vec!["r1", "r2", "r3"]
+    );
+    assert_eq!(
+        (0..3).map(|r| survey.group_of(r)).collect::<Vec<_>>(),
+        vec![Some("A"), Some("B"), Some("A")]
+    );
+    assert_eq!(
+        (0..3).map(|r| survey.value("X", r)).collect::<Vec<_>>(),
+        vec![Some(1.0), None, Some(2.0)]
+    );
+    assert_eq!(
+        (0..3).map(|r| survey.value("Y", r)).collect::<Vec<_>>(),
+        vec![Some(10.0), Some(20.0), None]
+    );
+    // G is not numeric, so it is a group column only.
+    assert_eq!(survey.variable_names().collect::<Vec<_>>(), vec!["X", "Y"]);
+    // Same input, same bytes.
+    assert_eq!(compile(TOML, CSV).unwrap(), bytes);
+    let codebook = survey.codebook();
+    assert_eq!(
+        codebook.variables[0].values[0].label.as_deref(),
+        Some("one")
+    );
+    assert_eq!(codebook.bases[0].respondents, 3);
+    assert_eq!(codebook.bases[0].weighted, 3.75);
+}
+
+#[test]
+fn numeric_group_column_is_also_a_variable() {
+    let csv = "ID,W,G,X,Y\nr1,1,1,1,1\nr2,2,2,1,1\n";
+    let survey = Survey::from_bytes(&compile(TOML, csv).unwrap()).unwrap();
+    assert_eq!(
+        survey.variable_names().collect::<Vec<_>>(),
+        vec!["G", "X", "Y"]
+    );
+    assert_eq!(survey.value("G", 1), Some(2.0));
+}
+
+#[test]
+fn garbage_is_refused_without_panicking() {
+    for bytes in [
+        &b""[..],
+        b"CTXSURV",
+        b"CTXSURV\x01\xff\xff\xff\xff\xff\xff\xff\xff",
+        b"not a survey at all",
+    ] {
+        assert!(Survey::from_bytes(bytes).is_err());
+    }
+    let mut bytes = compile(TOML, CSV).unwrap();
+    let len = bytes.len();
+    assert!(Survey::from_bytes(&bytes[..len - 1]).is_err(), "truncated");
+    bytes[7] = 9;
+    assert!(Survey::from_bytes(&bytes).is_err(), "version");
+}
+
+#[test]
+fn mmap_and_bytes_answer_alike_and_installs_replace_atomically() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SurveyStore::open(dir.path()).unwrap();
+    let first = compile(TOML, CSV).unwrap();
+    store.install(&first).unwrap();
+    let (catalog, refresh) = Catalog::new(store.clone());
+    assert_eq!(refresh.loaded, vec!["T".to_owned()]);
+    let request = validate_value(
+        &json!({"SurveyCode": "T", "PopulationBaseCode": "ALL", "TargetCodes": ["X1", "Y >= 10"]}),
+    )
+    .unwrap();
+    let old = catalog.get("T").unwrap();
+    let from_bytes = Survey::from_bytes(&first).unwrap();
+    assert_eq!(
+        old.crosstab(&request).unwrap(),
+        from_bytes.crosstab(&request).unwrap()
+    );
+
+    // A bad import leaves nothing behind and the old survey installed.
+    assert!(store.install(b"garbage").is_err());
+    let leftovers: Vec<_> = std::fs::read_dir(dir.path().join("surveys"))
+        .unwrap()
+        .collect();
+    assert_eq!(leftovers.len(), 1);
+
+    // Replace: the catalog serves the old survey until refresh, then the new one; a
+    // holder of the old Arc keeps answering from the old data.
+    let second = compile(TOML, &CSV.replace("r1,1.5", "r1,100")).unwrap();
+    store.install(&second).unwrap();
+    assert_eq!(catalog.get("T").unwrap().weights()[0], 1.5);
+    let refresh = catalog.refresh();
+    assert_eq!(refresh.loaded, vec!["T".to_owned()]);
+    assert_eq!(catalog.get("T").unwrap().weights()[0], 100.0);
+    assert_eq!(old.weights()[0], 1.5);
+    assert_eq!(
+        catalog.refresh().loaded.len(),
+        0,
+        "unchanged file is not reloaded"
+    );
+
+    std::fs::remove_file(store.path_of("T")).unwrap();
+    assert_eq!(catalog.refresh().removed, vec!["T".to_owned()]);
+    assert!(catalog.get("T").is_none());
+}
+
+#[test]
+fn vector_survey_file_compiles_from_disk() {
+    let path = crosstab_contract::vectors::dir().join("survey/survey.toml");
+    let survey = Survey::from_bytes(&import::compile_file(Path::new(&path)).unwrap()).unwrap();
+    assert_eq!(survey.respondents(), 8);
+    assert_eq!(survey.group_names().collect::<Vec<_>>(), vec!["N", "S"]);
+    let totals = survey.base_totals("ALL").unwrap();
+    assert_eq!((totals.count, totals.weight), (8, 15500.0));
+}
