@@ -1,1 +1,35 @@
-//! placeholder
+//! The crosstab contract and engine for browsers and Node, packaged for npm as
+//! `crosstab-wasm`.
+//!
+//! Front ends validate requests and render results with exactly the server's rules: the
+//! validation is the contract crate's own function, the envelopes come from
+//! [`crosstab_contract::ApiError::envelope`], and `Survey` (feature `engine`, on by default)
+//! answers requests with the server's engine.
+//!
+//! Every JS export in [`js`] is a thin wrapper over a plain Rust function in the other
+//! modules, so a Rust front end (the Leptos app) uses the same code without going through
+//! JS values: [`validate::validate_text`], [`response::parse_response`],
+//! [`retry::retry_delay_ms`], [`display::format_result`] and [`crosstab`].
+
+pub mod display;
+pub mod js;
+pub mod response;
+pub mod retry;
+#[cfg(feature = "engine")]
+pub mod survey;
+pub mod types;
+pub mod validate;
+
+pub use crosstab_contract::{ApiError, ValidRequest, CONTRACT_VERSION};
+
+/// Answers a validated request from `survey` as the server does for a caller granted the
+/// whole survey: a request naming another `SurveyCode` is `forbidden_survey`, an unknown
+/// base `invalid_population_base`, an unknown group `forbidden_survey`.
+#[cfg(feature = "engine")]
+pub fn crosstab(
+    survey: &crosstab_engine::Survey,
+    request: &ValidRequest,
+) -> Result<crosstab_contract::CrosstabResponse, ApiError> {
+    let named = (request.request.survey_code == survey.code()).then_some(survey);
+    crosstab_engine::respond(named, request)
+}

@@ -1,0 +1,335 @@
+//! The `#[wasm_bindgen]` exports: thin wrappers that turn JS values into the bytes a
+//! client would send, call the plain Rust functions, and hand results back as plain JS
+//! objects. Failures are JS `Error`s with the contract's code in `.code`, never panics.
+
+use js_sys::{Reflect, JSON};
+use serde::Serialize;
+use wasm_bindgen::prelude::*;
+
+use crosstab_contract::{ApiError, ValidRequest};
+
+use crate::display;
+use crate::response;
+use crate::types::{CrosstabResult, ErrorEnvelope};
+use crate::validate::{self, Validation};
+
+/// Error code for a JS argument of the wrong type (not a contract code: the caller's bug).
+pub const INVALID_ARGUMENT: &str = "invalid_argument";
+
+#[wasm_bindgen(typescript_custom_section)]
+const ERROR_TYPES: &str = r#"
+/** The `Error` every function of this package throws: `code` is machine-readable (the
+ * contract's `error.code`, such as `invalid_request`, or `invalid_argument`,
+ * `invalid_survey`, `invalid_survey_source`); `status` and `body` are the HTTP status
+ * and envelope the server would answer with, for contract errors. */
+export interface CrosstabError extends Error {
+  code: string;
+  status?: number;
+  body?: ErrorEnvelope;
+}
+"#;
+
+#[wasm_bindgen(start)]
+fn start() {
+    #[cfg(debug_assertions)]
+    console_error_panic_hook::set_once();
+}
+
+/// Hands a serializable value to JS as a plain object (one JSON round trip: cheaper than
+/// building the object member by member across the boundary).
+fn to_js<T: Serialize>(value: &T) -> Result<JsValue, JsValue> {
+    let text = serde_json::to_string(value)
+        .map_err(|e| error("internal_error", &format!("serializing the result: {e}")))?;
+    JSON::parse(&text)
+}
+
+/// A JS `Error` named `CrosstabError` with `code` set.
+pub(crate) fn error(code: &str, message: &str) -> JsValue {
+    let error = js_sys::Error::new(message);
+    error.set_name("CrosstabError");
+    // Setting a property on a fresh Error object can't fail.
+    let _ = Reflect::set(&error, &JsValue::from_str("code"), &JsValue::from_str(code));
+    error.into()
+}
+
+/// A contract error as a JS `Error` carrying the server's status and envelope.
+pub(crate) fn api_error(api: &ApiError) -> JsValue {
+    let js = error(api.code(), &api.to_string());
+    let _ = Reflect::set(
+        &js,
+        &JsValue::from_str("status"),
+        &JsValue::from(api.status()),
+    );
+    if let Ok(body) = to_js(&ErrorEnvelope::from(api.envelope())) {
+        let _ = Reflect::set(&js, &JsValue::from_str("body"), &body);
+    }
+    js
+}
+
+/// The JSON text a client would send for `value` (`JSON.stringify`): `None` when it
+/// sends no body (`undefined`, a function, a symbol).
+fn json_text(value: &JsValue) -> Result<Option<String>, ApiError> {
+    match JSON::stringify(value) {
+        Ok(text) => Ok(text.as_string()),
+        Err(thrown) => {
+            let reason = thrown
+                .dyn_ref::<js_sys::Error>()
+                .and_then(|e| e.message().as_string())
+                .and_then(|m| m.lines().next().map(str::to_owned))
+                .unwrap_or_else(|| "JSON.stringify threw".to_owned());
+            Err(validate::unserializable(&reason))
+        }
+    }
+}
+
+/// Validates a JS value as a request: first JSON text, as a client would send it, then
+/// the server's own validation of those bytes.
+fn validate_js(value: &JsValue) -> Result<ValidRequest, ApiError> {
+    validate::validate_text(json_text(value)?.as_deref())
+}
+
+/// Validates a request body with exactly the server's rules. `value` is what you would
+/// pass to `JSON.stringify` to send it: the answer is `{ok: true, request}` with the
+/// request as the server reads it, or `{ok: false, status, body}` with the status and
+/// error envelope the server would answer that body with.
+#[wasm_bindgen(js_name = validateRequest, unchecked_return_type = "Validation")]
+pub fn validate_request(
+    #[wasm_bindgen(unchecked_param_type = "unknown")] value: JsValue,
+) -> Result<JsValue, JsValue> {
+    let outcome = Validation::from(validate_js(&value));
+    to_js(&outcome)
+}
+
+/// Validates a raw request body (JSON text), exactly as the server reads it.
+#[wasm_bindgen(js_name = validateJson, unchecked_return_type = "Validation")]
+pub fn validate_json(text: &str) -> Result<JsValue, JsValue> {
+    let outcome = Validation::from(validate::validate_text(Some(text)));
+    to_js(&outcome)
+}
+
+/// Checks a server answer against the contract and classifies it: `success`, `partial`
+/// (with `description`), `badRequest`, `unauthorized` (fetch a fresh key before trying
+/// again), `forbidden`, `serverError` (retry with backoff: `retryDelayMs`), or `invalid`
+/// (not an answer the contract allows). `body` is the parsed JSON body (or its raw text);
+/// pass the `request` to check that `Results` has one entry per `TargetCodes` entry.
+#[wasm_bindgen(js_name = parseResponse, unchecked_return_type = "ParsedResponse")]
+pub fn parse_response(
+    status: f64,
+    #[wasm_bindgen(unchecked_param_type = "unknown")] body: JsValue,
+    #[wasm_bindgen(unchecked_param_type = "CrosstabRequest | undefined")] request: JsValue,
+) -> Result<JsValue, JsValue> {
+    if !(status.fract() == 0.0 && (0.0..=999.0).contains(&status)) {
+        return Err(error(
+            INVALID_ARGUMENT,
+            "status must be an HTTP status code (an integer from 0 to 999).",
+        ));
+    }
+    // A status in 0..=999 is exact in u16.
+    let status = status as u16;
+    let body_value: serde_json::Value = if let Some(text) = body.as_string() {
+        // Raw text: parse it; text that is not JSON is kept as a string for the checks.
+        serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text))
+    } else {
+        match json_text(&body) {
+            Ok(Some(text)) => serde_json::from_str(&text).unwrap_or(serde_json::Value::Null),
+            _ => serde_json::Value::Null,
+        }
+    };
+    let target_count = if request.is_undefined() || request.is_null() {
+        None
+    } else {
+        let targets = Reflect::get(&request, &JsValue::from_str("TargetCodes"))
+            .ok()
+            .filter(js_sys::Array::is_array)
+            .map(|targets| js_sys::Array::from(&targets).length() as usize);
+        match targets {
+            Some(count) => Some(count),
+            None => return Err(error(
+                INVALID_ARGUMENT,
+                "request must be the CrosstabRequest that was sent (with its TargetCodes array).",
+            )),
+        }
+    };
+    let parsed = response::parse_response(status, &body_value, target_count);
+    to_js(&parsed)
+}
+
+/// The delay in milliseconds before retry number `attempt` (1 for the first retry) of an
+/// answer classified `serverError`: exponential backoff from 250 ms with jitter, capped at
+/// 30 s.
+#[wasm_bindgen(js_name = retryDelayMs)]
+pub fn retry_delay_ms(attempt: f64) -> f64 {
+    let attempt = if attempt.is_finite() {
+        attempt.clamp(0.0, f64::from(u32::MAX)) as u32
+    } else {
+        u32::MAX
+    };
+    crate::retry::retry_delay_ms(attempt, js_sys::Math::random())
+}
+
+fn result_from_js(result: JsValue) -> Result<CrosstabResult, JsValue> {
+    let text = json_text(&result)
+        .ok()
+        .flatten()
+        .ok_or_else(|| error(INVALID_ARGUMENT, "result must be a CrosstabResult object."))?;
+    serde_json::from_str(&text).map_err(|e| {
+        error(
+            INVALID_ARGUMENT,
+            &format!("result must be a CrosstabResult {{WgtAud, Resps, Stbl}}: {e}."),
+        )
+    })
+}
+
+fn units_from_js(units: f64) -> Result<u32, JsValue> {
+    if units.fract() == 0.0 && (1.0..=f64::from(u32::MAX)).contains(&units) {
+        Ok(units as u32)
+    } else {
+        Err(error(
+            INVALID_ARGUMENT,
+            "units must be AudienceReportUnits: a positive integer.",
+        ))
+    }
+}
+
+/// The weighted audience in absolute terms: `WgtAud × AudienceReportUnits`.
+#[wasm_bindgen(js_name = absoluteAudience)]
+pub fn absolute_audience(
+    #[wasm_bindgen(unchecked_param_type = "CrosstabResult")] result: JsValue,
+    units: f64,
+) -> Result<f64, JsValue> {
+    Ok(display::absolute_audience(
+        &result_from_js(result)?,
+        units_from_js(units)?,
+    ))
+}
+
+/// One result ready to show: thousands separators and the unstable marker (`*`).
+#[wasm_bindgen(js_name = formatResult, unchecked_return_type = "FormattedResult")]
+pub fn format_result(
+    #[wasm_bindgen(unchecked_param_type = "CrosstabResult")] result: JsValue,
+    units: f64,
+) -> Result<JsValue, JsValue> {
+    let formatted = display::format_result(&result_from_js(result)?, units_from_js(units)?);
+    to_js(&formatted)
+}
+
+/// `value` with `,` between thousands and `decimals` places (0 to 6).
+#[wasm_bindgen(js_name = formatNumber)]
+pub fn format_number(value: f64, decimals: Option<u8>) -> String {
+    display::format_number(value, decimals.unwrap_or(0))
+}
+
+/// What the unstable marker means, for a footnote.
+#[wasm_bindgen(js_name = unstableNote)]
+pub fn unstable_note() -> String {
+    display::UNSTABLE_NOTE.to_owned()
+}
+
+/// The contract version: `info.version` of the OpenAPI document.
+#[wasm_bindgen(js_name = contractVersion)]
+pub fn contract_version() -> String {
+    crosstab_contract::CONTRACT_VERSION.to_owned()
+}
+
+/// The OpenAPI document, exactly as `GET /v1/docs` serves it.
+#[wasm_bindgen(js_name = openapi, unchecked_return_type = "Record<string, any>")]
+pub fn openapi() -> Result<JsValue, JsValue> {
+    JSON::parse(&crosstab_contract::openapi::document_json())
+}
+
+#[cfg(feature = "engine")]
+pub use engine::Survey;
+
+#[cfg(feature = "engine")]
+mod engine {
+    use js_sys::{ArrayBuffer, Uint8Array};
+    use wasm_bindgen::prelude::*;
+
+    use super::{api_error, error, to_js, validate_js, INVALID_ARGUMENT};
+    use crate::survey::{Codebook, INVALID_SURVEY, INVALID_SURVEY_SOURCE};
+    use crate::types::CrosstabResponse;
+
+    /// A survey loaded in memory, answering requests with the server's engine.
+    #[wasm_bindgen]
+    #[derive(Debug)]
+    pub struct Survey {
+        inner: crosstab_engine::Survey,
+    }
+
+    fn string_arg(value: &JsValue, name: &str) -> Result<String, JsValue> {
+        value
+            .as_string()
+            .ok_or_else(|| error(INVALID_ARGUMENT, &format!("{name} must be a string.")))
+    }
+
+    #[wasm_bindgen]
+    impl Survey {
+        /// Loads a compiled survey (the bytes `crosstab import` writes).
+        #[wasm_bindgen(js_name = fromCompiled)]
+        pub fn from_compiled(
+            #[wasm_bindgen(unchecked_param_type = "Uint8Array | ArrayBuffer")] bytes: JsValue,
+        ) -> Result<Survey, JsValue> {
+            let bytes = if let Some(array) = bytes.dyn_ref::<Uint8Array>() {
+                array.to_vec()
+            } else if let Some(buffer) = bytes.dyn_ref::<ArrayBuffer>() {
+                Uint8Array::new(buffer).to_vec()
+            } else {
+                return Err(error(
+                    INVALID_ARGUMENT,
+                    "bytes must be a Uint8Array or an ArrayBuffer.",
+                ));
+            };
+            crosstab_engine::Survey::from_bytes(&bytes)
+                .map(|inner| Survey { inner })
+                .map_err(|e| error(INVALID_SURVEY, &e.to_string()))
+        }
+
+        /// Imports a survey from its TOML definition and its respondent CSV text.
+        #[wasm_bindgen(js_name = fromCsv)]
+        pub fn from_csv(
+            #[wasm_bindgen(js_name = definitionToml, unchecked_param_type = "string")]
+            definition_toml: JsValue,
+            #[wasm_bindgen(unchecked_param_type = "string")] csv: JsValue,
+        ) -> Result<Survey, JsValue> {
+            let definition = string_arg(&definition_toml, "definitionToml")?;
+            let csv = string_arg(&csv, "csv")?;
+            crosstab_engine::survey_from_csv(&definition, &csv)
+                .map(|inner| Survey { inner })
+                .map_err(|e| error(INVALID_SURVEY_SOURCE, &e.to_string()))
+        }
+
+        /// The survey's `SurveyCode`.
+        #[wasm_bindgen(getter)]
+        pub fn code(&self) -> String {
+            self.inner.code().to_owned()
+        }
+
+        /// Number of respondents.
+        #[wasm_bindgen(getter)]
+        pub fn respondents(&self) -> f64 {
+            self.inner.respondents() as f64
+        }
+
+        /// Variables, values, named codes, bases (with totals) and groups, with labels.
+        #[wasm_bindgen(unchecked_return_type = "Codebook")]
+        pub fn codebook(&self) -> Result<JsValue, JsValue> {
+            to_js(&Codebook::from(self.inner.codebook()))
+        }
+
+        /// Answers a request as the server does for a caller granted this whole survey.
+        /// Throws a `CrosstabError` with the server's `code`, `status` and `body` when the
+        /// server would refuse it (invalid request, another survey, unknown base or group).
+        #[wasm_bindgen(unchecked_return_type = "CrosstabResponse")]
+        pub fn crosstab(
+            &self,
+            #[wasm_bindgen(unchecked_param_type = "CrosstabRequest | unknown")] request: JsValue,
+        ) -> Result<JsValue, JsValue> {
+            let answer =
+                validate_js(&request).and_then(|valid| crate::crosstab(&self.inner, &valid));
+            match answer {
+                Ok(response) => to_js(&CrosstabResponse::from(response)),
+                Err(api) => Err(api_error(&api)),
+            }
+        }
+    }
+}
