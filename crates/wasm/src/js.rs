@@ -29,9 +29,10 @@ export interface CrosstabError extends Error {
 }
 "#;
 
+/// Debug builds only: panics (which are bugs) print their message to the console.
+#[cfg(debug_assertions)]
 #[wasm_bindgen(start)]
 fn start() {
-    #[cfg(debug_assertions)]
     console_error_panic_hook::set_once();
 }
 
