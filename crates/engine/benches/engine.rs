@@ -1,1 +1,194 @@
-fn main() {}
+//! Engine benchmarks (criterion), with a summary of the targets at the end.
+//!
+//! `cargo bench -p crosstab-engine` — set `CROSSTAB_BENCH_QUICK=1` to skip the 10M and
+//! 1M×500 surveys. Large compiled surveys are generated once and cached under
+//! `$CARGO_TARGET_DIR/crosstab-bench/` (or `target/crosstab-bench/`).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::hint::black_box;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use criterion::Criterion;
+use crosstab_contract::{validate_value, ValidRequest};
+use crosstab_engine::bitset::sum_all;
+use crosstab_engine::demo::{self, DemoConfig};
+use crosstab_engine::Survey;
+use serde_json::json;
+
+fn request(target: &str, base: &str) -> ValidRequest {
+    validate_value(
+        &json!({"SurveyCode": "DEMO", "PopulationBaseCode": base, "TargetCodes": [target]}),
+    )
+    .unwrap()
+}
+
+fn cache_dir() -> PathBuf {
+    let target =
+        std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| PathBuf::from("target"), PathBuf::from);
+    let dir = target.join("crosstab-bench");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// The compiled demo survey of this shape, generated once.
+fn cached(config: DemoConfig) -> PathBuf {
+    let path = cache_dir().join(format!(
+        "demo-{}x{}-{}.ctxs",
+        config.respondents, config.flags, config.seed
+    ));
+    if !path.exists() {
+        eprintln!("generating {} (once)...", path.display());
+        let bytes = demo::compile(&config).unwrap();
+        let temp = path.with_extension("tmp");
+        std::fs::write(&temp, bytes).unwrap();
+        std::fs::rename(temp, &path).unwrap();
+    }
+    path
+}
+
+/// Median time of `f` over enough runs to fill about `budget`.
+fn median(budget: Duration, mut f: impl FnMut()) -> Duration {
+    f();
+    let mut times = Vec::new();
+    let start = Instant::now();
+    while times.len() < 5 || (start.elapsed() < budget && times.len() < 100_000) {
+        let t = Instant::now();
+        f();
+        times.push(t.elapsed());
+    }
+    times.sort();
+    times[times.len() / 2]
+}
+
+fn resident_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .map_or(0, |pages| pages * 4096)
+}
+
+fn main() {
+    let quick = std::env::var_os("CROSSTAB_BENCH_QUICK").is_some();
+    let mut criterion = Criterion::default()
+        .configure_from_args()
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2));
+    let mut summary: Vec<String> = Vec::new();
+
+    // One target over the 50,000-respondent demo.
+    let demo_path = cached(DemoConfig::default());
+    let survey = Survey::open(&demo_path).unwrap();
+    let named = request("F2554", "ADULTS");
+    let expression = request(
+        "(GENDER = 2 AND AGE BETWEEN 25 AND 54) OR NOT SMOKER = 1",
+        "A25_54",
+    );
+    let flag = request("P_COFFEE_01 = 1", "ADULTS");
+    let mut group = criterion.benchmark_group("demo_50k");
+    group.bench_function("named_code", |b| {
+        b.iter(|| black_box(survey.crosstab(black_box(&named)).unwrap()))
+    });
+    group.bench_function("expression", |b| {
+        b.iter(|| black_box(survey.crosstab(black_box(&expression)).unwrap()))
+    });
+    group.bench_function("flag", |b| {
+        b.iter(|| black_box(survey.crosstab(black_box(&flag)).unwrap()))
+    });
+    group.finish();
+    for (name, req) in [
+        ("named code F2554", &named),
+        ("flag P_COFFEE_01 = 1", &flag),
+        ("expression", &expression),
+    ] {
+        let t = median(Duration::from_millis(500), || {
+            black_box(survey.crosstab(req).unwrap());
+        });
+        summary.push(format!(
+            "50k one target, {name}: {:.2} µs (target < 10 µs)",
+            t.as_secs_f64() * 1e6
+        ));
+    }
+
+    if !quick {
+        // 10M respondents: a target against one read of the weight column.
+        let big_path = cached(DemoConfig {
+            respondents: 10_000_000,
+            flags: 20,
+            seed: 7,
+        });
+        let big = Survey::open(&big_path).unwrap();
+        let weights = big.weights();
+        let flag10 = request("P_SOFT_DRINKS_01 = 1", "ADULTS");
+        let expr10 = request("GENDER = 2 AND AGE BETWEEN 25 AND 54", "ADULTS");
+        let mut group = criterion.benchmark_group("demo_10m");
+        group.sample_size(20);
+        group.bench_function("read_weights", |b| {
+            b.iter(|| black_box(sum_all(black_box(weights))))
+        });
+        group.bench_function("flag", |b| {
+            b.iter(|| black_box(big.crosstab(&flag10).unwrap()))
+        });
+        group.bench_function("expression", |b| {
+            b.iter(|| black_box(big.crosstab(&expr10).unwrap()))
+        });
+        group.finish();
+        let read = median(Duration::from_secs(2), || {
+            black_box(sum_all(black_box(weights)));
+        });
+        for (name, req) in [("flag", &flag10), ("two-clause expression", &expr10)] {
+            let t = median(Duration::from_secs(2), || {
+                black_box(big.crosstab(req).unwrap());
+            });
+            summary.push(format!(
+                "10M one target ({name}): {:.2} ms; reading the weight column once: {:.2} ms; ratio {:.2} (target <= 2)",
+                t.as_secs_f64() * 1e3,
+                read.as_secs_f64() * 1e3,
+                t.as_secs_f64() / read.as_secs_f64()
+            ));
+        }
+        drop(big);
+
+        // Loading a compiled 1M-respondent, 500-variable survey, and its resident memory.
+        let wide_path = cached(DemoConfig {
+            respondents: 1_000_000,
+            flags: 493,
+            seed: 9,
+        });
+        let file_len = std::fs::metadata(&wide_path).unwrap().len();
+        let load = median(Duration::from_secs(1), || {
+            black_box(Survey::open(&wide_path).unwrap());
+        });
+        let before = resident_bytes();
+        let wide = Survey::open(&wide_path).unwrap();
+        let after_open = resident_bytes();
+        let names: Vec<String> = wide.variable_names().map(str::to_owned).collect();
+        // Touch every column and base so the whole file is resident.
+        for base in wide.base_codes().map(str::to_owned).collect::<Vec<_>>() {
+            black_box(wide.base_totals(&base));
+        }
+        for name in &names {
+            let req = validate_value(&json!({"SurveyCode": "DEMO", "PopulationBaseCode": "ADULTS", "TargetCodes": [format!("{name} >= 0")]})).unwrap();
+            black_box(wide.crosstab(&req).unwrap());
+        }
+        let after_all = resident_bytes();
+        summary.push(format!(
+            "load 1M x {} variables ({:.0} MB file): {:.3} ms (target < 100 ms)",
+            names.len(),
+            file_len as f64 / 1e6,
+            load.as_secs_f64() * 1e3
+        ));
+        summary.push(format!(
+            "resident after load: {:.1} MB; after touching every column: {:.1} MB = {:.2}x the file (target <= 1.5x)",
+            after_open.saturating_sub(before) as f64 / 1e6,
+            after_all.saturating_sub(before) as f64 / 1e6,
+            after_all.saturating_sub(before) as f64 / file_len as f64
+        ));
+    }
+
+    criterion.final_summary();
+    println!("\n== crosstab-engine summary ==");
+    for line in summary {
+        println!("{line}");
+    }
+}
