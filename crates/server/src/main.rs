@@ -1,1 +1,5 @@
-fn main() {}
+//! `crosstab`: the server and its administration command line.
+
+fn main() -> std::process::ExitCode {
+    crosstab_server::cli::run()
+}

@@ -1,0 +1,224 @@
+//! Accounts, their grants and their keys in the database: what `crosstab key ...` and
+//! `serve --demo` change, and what [`crate::auth`] reads.
+
+use sqlx::Row;
+
+use crate::db::{now_ms, Database, DbError};
+use crate::grants::{GrantSpec, Grants, WHOLE_SURVEY};
+use crate::keys::{self, KeyEnv, NewKey};
+
+/// A key as `key list` shows it (never the key itself).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct KeyInfo {
+    /// The key id.
+    pub id: String,
+    /// The owning account.
+    pub account: String,
+    /// `live` or `test`.
+    pub env: String,
+    /// Creation time, Unix ms.
+    pub created_at: i64,
+    /// Expiry, Unix ms.
+    pub expires_at: Option<i64>,
+    /// Revocation time, Unix ms.
+    pub revoked_at: Option<i64>,
+}
+
+/// What a key identifies, as loaded for authentication.
+#[derive(Debug, Clone)]
+pub struct KeyRecord {
+    /// The key id.
+    pub id: String,
+    /// Its environment.
+    pub env: Option<KeyEnv>,
+    /// Hash of its secret.
+    pub secret_hash: Option<[u8; 32]>,
+    /// Expiry, Unix ms.
+    pub expires_at: Option<i64>,
+    /// Whether it was revoked.
+    pub revoked: bool,
+    /// The owning account's id.
+    pub account_id: i64,
+    /// The owning account's name.
+    pub account: String,
+    /// The account's grants.
+    pub grants: Grants,
+}
+
+/// Creates `name` if needed; returns its id.
+async fn ensure_account(
+    conn: &mut sqlx::AnyConnection,
+    name: &str,
+    now: i64,
+) -> Result<i64, DbError> {
+    sqlx::query(
+        "INSERT INTO accounts (name, created_at) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING",
+    )
+    .bind(name)
+    .bind(now)
+    .execute(&mut *conn)
+    .await?;
+    let row = sqlx::query("SELECT id FROM accounts WHERE name = $1")
+        .bind(name)
+        .fetch_one(&mut *conn)
+        .await?;
+    Ok(row.try_get("id")?)
+}
+
+async fn bump_revision(conn: &mut sqlx::AnyConnection) -> Result<(), DbError> {
+    sqlx::query("UPDATE key_revision SET revision = revision + 1 WHERE id = 1")
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
+}
+
+/// Tells running servers (through the signal file) that keys or grants changed.
+fn signal_key_change(db: &Database) {
+    let Some(path) = db.key_signal_file() else {
+        return;
+    };
+    // Write-then-rename gives the file a new inode each time: a change no stat can miss.
+    let temp = path.with_extension(format!("tmp{}", std::process::id()));
+    let stamp = format!(
+        "{}\n",
+        chrono::Utc::now().timestamp_nanos_opt().unwrap_or(0)
+    );
+    if let Err(error) = std::fs::write(&temp, stamp).and_then(|()| std::fs::rename(&temp, &path)) {
+        tracing::warn!(%error, "could not signal a key change; servers notice within a second");
+    }
+}
+
+/// Creates the account if needed, adds the grants to it, and creates a key for it.
+pub async fn create_key(
+    db: &Database,
+    account: &str,
+    grants: &[GrantSpec],
+    env: KeyEnv,
+    expires_at: Option<i64>,
+) -> Result<NewKey, DbError> {
+    let key = keys::generate(env);
+    let now = now_ms();
+    let mut tx = db.pool().begin().await?;
+    let account_id = ensure_account(&mut tx, account, now).await?;
+    for grant in grants {
+        let groups: Vec<&str> = if grant.groups.is_empty() {
+            vec![WHOLE_SURVEY]
+        } else {
+            grant.groups.iter().map(String::as_str).collect()
+        };
+        for group in groups {
+            sqlx::query("INSERT INTO grants (account_id, survey, grp) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING")
+                .bind(account_id)
+                .bind(&grant.survey)
+                .bind(group)
+                .execute(&mut *tx)
+                .await?;
+        }
+    }
+    sqlx::query(
+        "INSERT INTO api_keys (id, account_id, env, secret_hash, created_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6)",
+    )
+    .bind(&key.id)
+    .bind(account_id)
+    .bind(env.as_str())
+    .bind(&key.secret_hash)
+    .bind(now)
+    .bind(expires_at)
+    .execute(&mut *tx)
+    .await?;
+    bump_revision(&mut tx).await?;
+    tx.commit().await?;
+    signal_key_change(db);
+    Ok(key)
+}
+
+/// Revokes a key; `false` if there is no such key (revoking twice is fine).
+pub async fn revoke_key(db: &Database, key_id: &str) -> Result<bool, DbError> {
+    let mut tx = db.pool().begin().await?;
+    let found = sqlx::query("SELECT id FROM api_keys WHERE id = $1")
+        .bind(key_id)
+        .fetch_optional(&mut *tx)
+        .await?
+        .is_some();
+    if found {
+        sqlx::query("UPDATE api_keys SET revoked_at = $1 WHERE id = $2 AND revoked_at IS NULL")
+            .bind(now_ms())
+            .bind(key_id)
+            .execute(&mut *tx)
+            .await?;
+        bump_revision(&mut tx).await?;
+    }
+    tx.commit().await?;
+    if found {
+        signal_key_change(db);
+    }
+    Ok(found)
+}
+
+/// Every key, or one account's, oldest first.
+pub async fn list_keys(db: &Database, account: Option<&str>) -> Result<Vec<KeyInfo>, DbError> {
+    let rows = sqlx::query(
+        "SELECT k.id, a.name, k.env, k.created_at, k.expires_at, k.revoked_at \
+         FROM api_keys k JOIN accounts a ON a.id = k.account_id \
+         WHERE $1 IS NULL OR a.name = $1 ORDER BY k.created_at, k.id",
+    )
+    .bind(account)
+    .fetch_all(db.pool())
+    .await?;
+    rows.iter()
+        .map(|row| {
+            Ok(KeyInfo {
+                id: row.try_get(0)?,
+                account: row.try_get(1)?,
+                env: row.try_get(2)?,
+                created_at: row.try_get(3)?,
+                expires_at: row.try_get(4)?,
+                revoked_at: row.try_get(5)?,
+            })
+        })
+        .collect()
+}
+
+/// The key `key_id` with its account and grants, if it exists.
+pub async fn load_key(db: &Database, key_id: &str) -> Result<Option<KeyRecord>, DbError> {
+    let Some(row) = sqlx::query(
+        "SELECT k.env, k.secret_hash, k.expires_at, k.revoked_at, a.id, a.name \
+         FROM api_keys k JOIN accounts a ON a.id = k.account_id WHERE k.id = $1",
+    )
+    .bind(key_id)
+    .fetch_optional(db.pool())
+    .await?
+    else {
+        return Ok(None);
+    };
+    let env: String = row.try_get(0)?;
+    let hash: String = row.try_get(1)?;
+    let revoked_at: Option<i64> = row.try_get(3)?;
+    let account_id: i64 = row.try_get(4)?;
+    let grant_rows = sqlx::query("SELECT survey, grp FROM grants WHERE account_id = $1")
+        .bind(account_id)
+        .fetch_all(db.pool())
+        .await?;
+    let grants = grant_rows
+        .iter()
+        .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
+        .collect::<Result<Vec<(String, String)>, sqlx::Error>>()?;
+    Ok(Some(KeyRecord {
+        id: key_id.to_owned(),
+        env: KeyEnv::from_name(&env),
+        secret_hash: keys::hash_from_hex(&hash),
+        expires_at: row.try_get(2)?,
+        revoked: revoked_at.is_some(),
+        account_id,
+        account: row.try_get(5)?,
+        grants: Grants::from_rows(grants),
+    }))
+}
+
+/// The current key revision (bumped by every key or grant change).
+pub async fn key_revision(db: &Database) -> Result<i64, DbError> {
+    let row = sqlx::query("SELECT revision FROM key_revision WHERE id = 1")
+        .fetch_one(db.pool())
+        .await?;
+    Ok(row.try_get(0)?)
+}

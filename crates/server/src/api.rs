@@ -1,0 +1,172 @@
+//! The `/v1` routes: `GET /docs`, `OPTIONS /crosstab` and `POST /crosstab`.
+
+use std::sync::Arc;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Request, State};
+use axum::http::header::{CONTENT_LENGTH, CONTENT_TYPE, ORIGIN};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Extension, Router};
+use crosstab_contract::limits::MAX_BODY_BYTES;
+use crosstab_contract::{validate_body, ApiError, CrosstabResponse, ValidRequest, AUTH_HEADER};
+use crosstab_engine::Survey;
+
+use crate::app::AppState;
+use crate::auth::{AuthError, Principal};
+use crate::db::now_ms;
+use crate::ledger::Bill;
+use crate::observe::{AccountName, RequestId};
+
+/// Surveys larger than this are queried on the blocking pool, off the async workers.
+const INLINE_QUERY_MAX_RESPONDENTS: usize = 1_000_000;
+
+/// The `/v1` routes (nested under `/v1` by [`crate::app::router`]).
+pub fn routes() -> Router<Arc<AppState>> {
+    Router::new().route("/docs", get(docs)).route(
+        "/crosstab",
+        axum::routing::post(crosstab).options(preflight),
+    )
+}
+
+/// A JSON response with pre-serialized `body`.
+fn json(status: StatusCode, body: impl Into<Body>) -> Response {
+    let mut response = (status, body.into()).into_response();
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
+}
+
+/// The response for a rejected request: the contract's envelope, never built here.
+pub fn error_response(error: &ApiError) -> Response {
+    let status = StatusCode::from_u16(error.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    json(
+        status,
+        serde_json::to_vec(&error.envelope()).unwrap_or_default(),
+    )
+}
+
+async fn docs(State(state): State<Arc<AppState>>) -> Response {
+    json(StatusCode::OK, state.docs.clone())
+}
+
+async fn preflight(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    let mut response = StatusCode::OK.into_response();
+    state
+        .cors
+        .preflight(headers.get(ORIGIN), response.headers_mut());
+    response
+}
+
+async fn crosstab(
+    State(state): State<Arc<AppState>>,
+    Extension(request_id): Extension<RequestId>,
+    request: Request,
+) -> Response {
+    let (parts, body) = request.into_parts();
+    // 1. Who is calling (a cookie is never looked at).
+    let principal = match state
+        .auth
+        .authenticate(parts.headers.get(AUTH_HEADER))
+        .await
+    {
+        Ok(principal) => principal,
+        Err(AuthError::Unauthorized) => return error_response(&ApiError::Unauthorized),
+        Err(AuthError::Store(error)) => {
+            tracing::error!(%error, "key lookup failed");
+            return error_response(&ApiError::Internal);
+        }
+    };
+    let mut response = match answer(&state, &principal, &parts.headers, body, &request_id).await {
+        Ok(body) => json(StatusCode::OK, body),
+        Err(error) => error_response(&error),
+    };
+    response
+        .extensions_mut()
+        .insert(AccountName(Arc::clone(&principal.account)));
+    response
+}
+
+/// Steps 2 to 5 of `POST /crosstab` and the bill: the serialized 200 body, or why not.
+async fn answer(
+    state: &AppState,
+    principal: &Principal,
+    headers: &HeaderMap,
+    body: Body,
+    request_id: &RequestId,
+) -> Result<Bytes, ApiError> {
+    // 2. A JSON body of at most 64 KiB that passes the contract's validation.
+    if !is_json(headers) {
+        return Err(ApiError::UnsupportedMediaType);
+    }
+    let declared = headers
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|len| len > MAX_BODY_BYTES as u64) {
+        return Err(ApiError::PayloadTooLarge);
+    }
+    let bytes = axum::body::to_bytes(body, MAX_BODY_BYTES)
+        .await
+        .map_err(|_| ApiError::PayloadTooLarge)?;
+    let valid = validate_body(&bytes)?;
+    // 3. Entitlement: unknown and not granted look the same.
+    let request = &valid.request;
+    let group = request.group_filter();
+    let survey = state
+        .catalog
+        .get(&request.survey_code)
+        .filter(|_| principal.grants.permits(&request.survey_code, group))
+        .filter(|survey| group.is_none_or(|g| survey.has_group(g)))
+        .ok_or(ApiError::ForbiddenSurvey)?;
+    // 4. The population base.
+    if !survey.has_base(&request.population_base_code) {
+        return Err(ApiError::InvalidPopulationBase {
+            base: request.population_base_code.clone(),
+        });
+    }
+    // 5. Compute, serialize, bill, and only then answer.
+    let bill = Bill {
+        at: now_ms(),
+        account_id: principal.account_id,
+        key_id: principal.key_id.clone(),
+        survey: request.survey_code.clone(),
+        group: group.map(str::to_owned),
+        base: request.population_base_code.clone(),
+        targets: i64::try_from(request.target_codes.len()).unwrap_or(i64::MAX),
+        request_id: request_id.0.to_string(),
+    };
+    let response = compute(survey, valid).await?;
+    let body = serde_json::to_vec(&response).map_err(|error| {
+        tracing::error!(%error, "response serialization failed");
+        ApiError::Internal
+    })?;
+    state.ledger.bill(bill).await.map_err(|error| {
+        tracing::error!(%error, "bill not recorded; answering 500");
+        ApiError::Internal
+    })?;
+    Ok(Bytes::from(body))
+}
+
+async fn compute(survey: Arc<Survey>, valid: ValidRequest) -> Result<CrosstabResponse, ApiError> {
+    if survey.respondents() <= INLINE_QUERY_MAX_RESPONDENTS {
+        return survey.crosstab(&valid).map_err(ApiError::from);
+    }
+    tokio::task::spawn_blocking(move || survey.crosstab(&valid).map_err(ApiError::from))
+        .await
+        .unwrap_or_else(|error| {
+            tracing::error!(%error, "query task failed");
+            Err(ApiError::Internal)
+        })
+}
+
+/// Whether the body is declared as JSON (`application/json`, any parameters).
+fn is_json(headers: &HeaderMap) -> bool {
+    headers
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|mime| mime.trim().eq_ignore_ascii_case("application/json"))
+}

@@ -1,0 +1,167 @@
+//! Authentication of `POST /v1/crosstab`: the `Service-Engine-Authorizer` key → the
+//! account it belongs to and that account's grants.
+//!
+//! Keys are cached in memory so a request costs no database round trip, yet revocation,
+//! new grants and expiry take effect on the very next request, even when another process
+//! (the CLI) made the change. Every change to keys or grants bumps a revision in the
+//! database; with SQLite it also replaces a signal file beside the database, which is
+//! checked with one `stat` per request; with PostgreSQL the revision is read per request.
+//! Whenever the signal changes, the whole cache is dropped.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::SystemTime;
+
+use axum::http::HeaderValue;
+
+use crate::accounts::{self, KeyRecord};
+use crate::db::{now_ms, Database, DbError};
+use crate::grants::Grants;
+use crate::keys;
+
+/// An authenticated caller.
+#[derive(Debug)]
+pub struct Principal {
+    /// The key id used.
+    pub key_id: String,
+    /// The account's id.
+    pub account_id: i64,
+    /// The account's name.
+    pub account: Arc<str>,
+    /// What the account may query.
+    pub grants: Grants,
+}
+
+/// Why a key was not accepted.
+#[derive(Debug, thiserror::Error)]
+pub enum AuthError {
+    /// Missing, malformed, unknown, revoked or expired: all look the same to the caller.
+    #[error("unauthorized")]
+    Unauthorized,
+    /// The key store could not be read.
+    #[error(transparent)]
+    Store(#[from] DbError),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Signal {
+    /// Identity of the SQLite signal file (`None`: not there yet).
+    File(Option<(u64, Option<SystemTime>, u64)>),
+    /// The database's key revision.
+    Revision(i64),
+}
+
+#[derive(Debug)]
+struct Cached {
+    record: KeyRecord,
+    principal: Arc<Principal>,
+}
+
+/// Checks keys against the database, through a cache that never outlives a change.
+#[derive(Debug)]
+pub struct Authenticator {
+    db: Database,
+    signal_file: Option<PathBuf>,
+    seen: Mutex<Option<Signal>>,
+    generation: AtomicU64,
+    cache: RwLock<HashMap<String, Arc<Cached>>>,
+}
+
+impl Authenticator {
+    /// An authenticator over `db`'s keys.
+    pub fn new(db: Database) -> Authenticator {
+        Authenticator {
+            signal_file: db.key_signal_file(),
+            db,
+            seen: Mutex::new(None),
+            generation: AtomicU64::new(0),
+            cache: RwLock::new(HashMap::new()),
+        }
+    }
+
+    async fn current_signal(&self) -> Result<Signal, DbError> {
+        match &self.signal_file {
+            Some(path) => Ok(Signal::File(std::fs::metadata(path).ok().map(|meta| {
+                (
+                    std::os::unix::fs::MetadataExt::ino(&meta),
+                    meta.modified().ok(),
+                    meta.len(),
+                )
+            }))),
+            None => Ok(Signal::Revision(accounts::key_revision(&self.db).await?)),
+        }
+    }
+
+    /// Drops every cached key if keys or grants changed since the last look.
+    async fn follow_changes(&self) -> Result<(), DbError> {
+        let signal = self.current_signal().await?;
+        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        if seen.as_ref() != Some(&signal) {
+            let mut cache = self.cache.write().unwrap_or_else(|p| p.into_inner());
+            cache.clear();
+            self.generation.fetch_add(1, Ordering::SeqCst);
+            *seen = Some(signal);
+        }
+        Ok(())
+    }
+
+    async fn lookup(&self, key_id: &str) -> Result<Option<Arc<Cached>>, DbError> {
+        let generation = self.generation.load(Ordering::SeqCst);
+        if let Some(hit) = self
+            .cache
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(key_id)
+        {
+            return Ok(Some(Arc::clone(hit)));
+        }
+        let Some(record) = accounts::load_key(&self.db, key_id).await? else {
+            return Ok(None);
+        };
+        let cached = Arc::new(Cached {
+            principal: Arc::new(Principal {
+                key_id: record.id.clone(),
+                account_id: record.account_id,
+                account: Arc::from(record.account.as_str()),
+                grants: record.grants.clone(),
+            }),
+            record,
+        });
+        let mut cache = self.cache.write().unwrap_or_else(|p| p.into_inner());
+        // A change noticed while loading may have made this record stale: don't keep it.
+        if self.generation.load(Ordering::SeqCst) == generation {
+            cache.insert(key_id.to_owned(), Arc::clone(&cached));
+        }
+        Ok(Some(cached))
+    }
+
+    /// The caller a `Service-Engine-Authorizer` header identifies.
+    pub async fn authenticate(
+        &self,
+        header: Option<&HeaderValue>,
+    ) -> Result<Arc<Principal>, AuthError> {
+        let token = header
+            .and_then(|value| value.to_str().ok())
+            .ok_or(AuthError::Unauthorized)?;
+        let presented = keys::parse(token).ok_or(AuthError::Unauthorized)?;
+        self.follow_changes().await?;
+        let cached = self
+            .lookup(presented.id)
+            .await?
+            .ok_or(AuthError::Unauthorized)?;
+        let record = &cached.record;
+        let valid = record.env == Some(presented.env)
+            && record
+                .secret_hash
+                .is_some_and(|hash| keys::verify(presented.secret, &hash))
+            && !record.revoked
+            && record.expires_at.is_none_or(|at| now_ms() < at);
+        if valid {
+            Ok(Arc::clone(&cached.principal))
+        } else {
+            Err(AuthError::Unauthorized)
+        }
+    }
+}

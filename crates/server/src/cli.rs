@@ -1,0 +1,484 @@
+//! The `crosstab` command line.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use clap::{Args, Parser, Subcommand};
+use crosstab_contract::{validate_value, ApiError};
+use crosstab_engine::store::SurveyStore;
+use crosstab_engine::{import, ImportError, LoadError};
+use tracing_subscriber::EnvFilter;
+
+use crate::accounts;
+use crate::db::{self, Database, DbError};
+use crate::grants::GrantSpec;
+use crate::keys::KeyEnv;
+use crate::serve::{self, ServeError, ServeOptions};
+use crate::usage::{self, Format};
+
+/// The crosstab survey-audience query service.
+#[derive(Debug, Parser)]
+#[command(name = "crosstab", version, about, long_about = None)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// Where surveys and the database live.
+#[derive(Debug, Clone, Args)]
+pub struct Store {
+    /// Data directory: installed surveys, and the SQLite database unless --database is given.
+    #[arg(long, env = "CROSSTAB_DATA_DIR", default_value = "./data")]
+    data_dir: PathBuf,
+    /// Database URL (sqlite:PATH or postgres://...); default: SQLite in the data dir.
+    #[arg(long, env = "CROSSTAB_DATABASE_URL")]
+    database: Option<String>,
+}
+
+impl Store {
+    fn url(&self) -> Result<String, CliError> {
+        match &self.database {
+            Some(url) => Ok(url.clone()),
+            None => {
+                std::fs::create_dir_all(&self.data_dir)?;
+                Ok(db::default_url(&self.data_dir))
+            }
+        }
+    }
+
+    async fn connect(&self) -> Result<Database, CliError> {
+        Ok(Database::connect(&self.url()?).await?)
+    }
+}
+
+/// Only the data directory (for commands that touch no database).
+#[derive(Debug, Clone, Args)]
+pub struct DataDir {
+    /// Data directory holding the installed surveys.
+    #[arg(long, env = "CROSSTAB_DATA_DIR", default_value = "./data")]
+    data_dir: PathBuf,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Serve the /v1 API.
+    Serve {
+        /// Address to listen on (port 0 picks a free port; the address is printed).
+        #[arg(long, default_value = "127.0.0.1:8080")]
+        listen: SocketAddr,
+        #[command(flatten)]
+        store: Store,
+        /// A browser origin allowed to call the API (repeatable; `*` allows any).
+        #[arg(long = "allowed-origin", value_name = "ORIGIN")]
+        allowed_origins: Vec<String>,
+        /// Make the data dir usable at once: demo survey, account `demo`, and a key for it (printed).
+        #[arg(long)]
+        demo: bool,
+    },
+    /// Install and list surveys.
+    Survey {
+        #[command(subcommand)]
+        command: SurveyCommand,
+    },
+    /// Create, list and revoke API keys.
+    Key {
+        #[command(subcommand)]
+        command: KeyCommand,
+    },
+    /// Answer a crosstab query from the installed survey, without a server (not billed).
+    Query {
+        /// SurveyCode.
+        #[arg(long)]
+        survey: String,
+        /// PopulationBaseCode.
+        #[arg(long)]
+        base: String,
+        /// A target code or expression (once or twice).
+        #[arg(long = "target", required = true)]
+        targets: Vec<String>,
+        /// AuthorizationGroup (default: all groups).
+        #[arg(long)]
+        group: Option<String>,
+        #[command(flatten)]
+        data: DataDir,
+        /// Run the query N times and print min and median time per query on stderr.
+        #[arg(long, value_name = "N")]
+        repeat: Option<usize>,
+    },
+    /// Billed calls per account, key and survey.
+    Usage {
+        /// Only this account.
+        #[arg(long)]
+        account: Option<String>,
+        /// Only calls on or after this date (YYYY-MM-DD, UTC) or time (RFC 3339).
+        #[arg(long)]
+        since: Option<String>,
+        /// Output format.
+        #[arg(long, value_enum, default_value = "table")]
+        format: Format,
+        #[command(flatten)]
+        store: Store,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum SurveyCommand {
+    /// Validate, compile and install a survey from its definition (replaces the same code atomically).
+    Import {
+        /// The survey definition, e.g. path/survey.toml (its CSV beside it).
+        path: PathBuf,
+        #[command(flatten)]
+        data: DataDir,
+    },
+    /// List the installed surveys.
+    List {
+        #[command(flatten)]
+        data: DataDir,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum KeyCommand {
+    /// Create a key (and its account, if needed); prints the key alone on stdout.
+    Create {
+        /// The account the key belongs to.
+        #[arg(long)]
+        account: String,
+        /// SURVEY (the whole survey) or SURVEY:GROUP[,GROUP...]; repeatable.
+        #[arg(long = "grant", value_name = "SURVEY[:GROUPS]")]
+        grants: Vec<GrantSpec>,
+        /// Lifetime, e.g. 30d, 12h, 15m, 45s (default: no expiry).
+        #[arg(long, value_parser = parse_lifetime)]
+        expires_in: Option<Duration>,
+        /// The environment the key is for.
+        #[arg(long, value_enum, default_value = "live")]
+        env: KeyEnv,
+        #[command(flatten)]
+        store: Store,
+    },
+    /// List keys (never the keys themselves).
+    List {
+        /// Only this account's keys.
+        #[arg(long)]
+        account: Option<String>,
+        #[command(flatten)]
+        store: Store,
+    },
+    /// Revoke a key: it stops working on the next request.
+    Revoke {
+        /// The key id (the part after ctx_<env>_, as `key list` shows).
+        key_id: String,
+        #[command(flatten)]
+        store: Store,
+    },
+}
+
+/// A command that failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// Reading or writing files.
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    /// The database.
+    #[error(transparent)]
+    Db(#[from] DbError),
+    /// Importing or installing a survey.
+    #[error(transparent)]
+    Import(#[from] ImportError),
+    /// Loading an installed survey.
+    #[error(transparent)]
+    Load(#[from] LoadError),
+    /// The server.
+    #[error(transparent)]
+    Serve(#[from] ServeError),
+    /// A request the contract or the survey rejects.
+    #[error("{} {}", .0.status(), .0)]
+    Rejected(ApiError),
+    /// Anything else the user must fix.
+    #[error("{0}")]
+    Usage(String),
+}
+
+/// Parses `30d`, `12h`, `15m`, `45s`.
+fn parse_lifetime(text: &str) -> Result<Duration, String> {
+    let error = || format!("invalid lifetime '{text}': use a number and d, h, m or s, e.g. 30d");
+    let split = text.len().checked_sub(1).ok_or_else(error)?;
+    let (number, unit) = text.split_at(split);
+    let number: u64 = number.parse().map_err(|_| error())?;
+    let seconds = match unit {
+        "d" => number.checked_mul(86_400),
+        "h" => number.checked_mul(3_600),
+        "m" => number.checked_mul(60),
+        "s" => Some(number),
+        _ => None,
+    }
+    .ok_or_else(error)?;
+    Ok(Duration::from_secs(seconds))
+}
+
+/// Parses `--since`: a date (midnight UTC) or an RFC 3339 time, to Unix ms.
+fn parse_since(text: &str) -> Result<i64, CliError> {
+    if let Ok(date) = chrono::NaiveDate::parse_from_str(text, "%Y-%m-%d") {
+        if let Some(time) = date.and_hms_opt(0, 0, 0) {
+            return Ok(time.and_utc().timestamp_millis());
+        }
+    }
+    chrono::DateTime::parse_from_rfc3339(text)
+        .map(|t| t.timestamp_millis())
+        .map_err(|_| {
+            CliError::Usage(format!(
+                "invalid --since '{text}': use YYYY-MM-DD or RFC 3339"
+            ))
+        })
+}
+
+fn init_logging(default: &str) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .try_init();
+}
+
+/// Runs the command line; the process's exit code.
+pub fn run() -> ExitCode {
+    let cli = Cli::parse();
+    let serving = matches!(cli.command, Command::Serve { .. });
+    init_logging(if serving { "info,sqlx=warn" } else { "warn" });
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(execute(cli.command)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn execute(command: Command) -> Result<(), CliError> {
+    match command {
+        Command::Serve {
+            listen,
+            store,
+            allowed_origins,
+            demo,
+        } => {
+            let database = store.url()?;
+            serve::serve(ServeOptions {
+                listen,
+                data_dir: store.data_dir,
+                database,
+                allowed_origins,
+                demo,
+            })
+            .await?;
+            Ok(())
+        }
+        Command::Survey {
+            command: SurveyCommand::Import { path, data },
+        } => import_survey(&path, &data.data_dir),
+        Command::Survey {
+            command: SurveyCommand::List { data },
+        } => list_surveys(&data.data_dir),
+        Command::Key { command } => key(command).await,
+        Command::Query {
+            survey,
+            base,
+            targets,
+            group,
+            data,
+            repeat,
+        } => query(&survey, &base, targets, group, &data.data_dir, repeat),
+        Command::Usage {
+            account,
+            since,
+            format,
+            store,
+        } => {
+            let since = since.as_deref().map(parse_since).transpose()?.unwrap_or(0);
+            let db = store.connect().await?;
+            let rows = usage::report(&db, account.as_deref(), since).await?;
+            print!("{}", usage::render(&rows, format));
+            db.close().await;
+            Ok(())
+        }
+    }
+}
+
+fn import_survey(path: &Path, data_dir: &Path) -> Result<(), CliError> {
+    let bytes = import::compile_file(path)?;
+    let store = SurveyStore::open(data_dir)?;
+    let survey = store.install(&bytes)?;
+    let weight_total: f64 = survey.weights().iter().sum();
+    println!(
+        "installed {} ({}) at {}",
+        survey.code(),
+        survey.name(),
+        store.path_of(survey.code()).display()
+    );
+    println!("  respondents:  {}", survey.respondents());
+    println!("  variables:    {}", survey.variable_names().count());
+    println!("  named codes:  {}", survey.code_names().count());
+    println!(
+        "  bases:        {}",
+        survey.base_codes().collect::<Vec<_>>().join(", ")
+    );
+    println!(
+        "  groups:       {}",
+        survey.group_names().collect::<Vec<_>>().join(", ")
+    );
+    println!("  weight total: {weight_total}");
+    Ok(())
+}
+
+fn list_surveys(data_dir: &Path) -> Result<(), CliError> {
+    let store = SurveyStore::open(data_dir)?;
+    for code in store.codes()? {
+        match store.load(&code) {
+            Ok(survey) => println!(
+                "{}\t{}\t{} respondents",
+                survey.code(),
+                survey.name(),
+                survey.respondents()
+            ),
+            Err(error) => println!("{code}\t(unreadable: {error})"),
+        }
+    }
+    Ok(())
+}
+
+async fn key(command: KeyCommand) -> Result<(), CliError> {
+    match command {
+        KeyCommand::Create {
+            account,
+            grants,
+            expires_in,
+            env,
+            store,
+        } => {
+            if account.trim().is_empty() {
+                return Err(CliError::Usage("--account must not be empty".into()));
+            }
+            let expires_at = expires_in
+                .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+                .map(|ms| db::now_ms().saturating_add(ms));
+            let db = store.connect().await?;
+            let key = accounts::create_key(&db, &account, &grants, env, expires_at).await?;
+            db.close().await;
+            let grants: Vec<String> = grants.iter().map(ToString::to_string).collect();
+            eprintln!(
+                "created {} key {} for account '{}' (grants added: {}; expires: {})",
+                env,
+                key.id,
+                account,
+                if grants.is_empty() {
+                    "none".to_owned()
+                } else {
+                    grants.join(" ")
+                },
+                expires_at
+                    .and_then(chrono::DateTime::from_timestamp_millis)
+                    .map(|t| t.to_rfc3339())
+                    .unwrap_or_else(|| "never".to_owned())
+            );
+            eprintln!("this key is shown only once: store it in a secret manager");
+            println!("{}", key.token);
+            Ok(())
+        }
+        KeyCommand::List { account, store } => {
+            let db = store.connect().await?;
+            let keys = accounts::list_keys(&db, account.as_deref()).await?;
+            db.close().await;
+            let time = |ms: Option<i64>| {
+                ms.and_then(chrono::DateTime::from_timestamp_millis)
+                    .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
+                    .unwrap_or_else(|| "-".to_owned())
+            };
+            println!("id\tenv\taccount\tcreated\texpires\trevoked");
+            for key in keys {
+                println!(
+                    "{}\t{}\t{}\t{}\t{}\t{}",
+                    key.id,
+                    key.env,
+                    key.account,
+                    time(Some(key.created_at)),
+                    time(key.expires_at),
+                    time(key.revoked_at)
+                );
+            }
+            Ok(())
+        }
+        KeyCommand::Revoke { key_id, store } => {
+            let db = store.connect().await?;
+            let found = accounts::revoke_key(&db, &key_id).await?;
+            db.close().await;
+            if found {
+                eprintln!("revoked key {key_id}");
+                Ok(())
+            } else {
+                Err(CliError::Usage(format!("no key with id '{key_id}'")))
+            }
+        }
+    }
+}
+
+fn query(
+    survey: &str,
+    base: &str,
+    targets: Vec<String>,
+    group: Option<String>,
+    data_dir: &Path,
+    repeat: Option<usize>,
+) -> Result<(), CliError> {
+    let mut request = serde_json::json!({
+        "SurveyCode": survey,
+        "PopulationBaseCode": base,
+        "TargetCodes": targets,
+    });
+    if let (Some(group), Some(object)) = (group, request.as_object_mut()) {
+        object.insert("AuthorizationGroup".into(), group.into());
+    }
+    let valid = validate_value(&request).map_err(CliError::Rejected)?;
+    let store = SurveyStore::open(data_dir)?;
+    if !store.codes()?.iter().any(|code| code == survey) {
+        return Err(CliError::Usage(format!(
+            "survey '{survey}' is not installed in {}",
+            data_dir.display()
+        )));
+    }
+    let survey = store.load(survey)?;
+    let answer = |survey| crosstab_engine::respond(Some(survey), &valid);
+    let response = answer(&survey).map_err(CliError::Rejected)?;
+    println!("{}", serde_json::to_string(&response).unwrap_or_default());
+    if let Some(runs) = repeat.filter(|&n| n > 0) {
+        let mut times: Vec<Duration> = (0..runs)
+            .map(|_| {
+                let started = Instant::now();
+                let _ = std::hint::black_box(answer(&survey));
+                started.elapsed()
+            })
+            .collect();
+        times.sort();
+        let min = times.first().copied().unwrap_or_default();
+        let median = times.get(times.len() / 2).copied().unwrap_or_default();
+        eprintln!(
+            "{runs} runs over {} respondents: min {:.1} µs, median {:.1} µs per query",
+            survey.respondents(),
+            min.as_secs_f64() * 1e6,
+            median.as_secs_f64() * 1e6
+        );
+    }
+    Ok(())
+}

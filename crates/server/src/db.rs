@@ -1,0 +1,129 @@
+//! The database: SQLite (the default, a file in the data dir, WAL) or PostgreSQL, both
+//! through sqlx's `Any` driver with embedded migrations. Queries use `$N` placeholders,
+//! which both backends accept.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use sqlx::any::AnyPoolOptions;
+use sqlx::migrate::Migrator;
+use sqlx::AnyPool;
+
+static SQLITE_MIGRATIONS: Migrator = sqlx::migrate!("./migrations/sqlite");
+static POSTGRES_MIGRATIONS: Migrator = sqlx::migrate!("./migrations/postgres");
+
+/// Which database engine a URL names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// A SQLite file.
+    Sqlite,
+    /// A PostgreSQL server.
+    Postgres,
+}
+
+/// A database failure.
+#[derive(Debug, thiserror::Error)]
+pub enum DbError {
+    /// The URL names no supported database.
+    #[error("unsupported database URL (use sqlite:PATH or postgres://...)")]
+    UnsupportedUrl,
+    /// A query or connection failed.
+    #[error("database error: {0}")]
+    Sqlx(#[from] sqlx::Error),
+    /// Migrating the schema failed.
+    #[error("database migration failed: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+}
+
+/// A connected, migrated database.
+#[derive(Debug, Clone)]
+pub struct Database {
+    pool: AnyPool,
+    backend: Backend,
+    sqlite_file: Option<PathBuf>,
+}
+
+/// The default database: `crosstab.db` in the data dir.
+pub fn default_url(data_dir: &Path) -> String {
+    let dir = std::fs::canonicalize(data_dir).unwrap_or_else(|_| data_dir.to_path_buf());
+    format!("sqlite://{}?mode=rwc", dir.join("crosstab.db").display())
+}
+
+impl Database {
+    /// Connects to `url` and brings its schema up to date.
+    pub async fn connect(url: &str) -> Result<Database, DbError> {
+        sqlx::any::install_default_drivers();
+        let (backend, sqlite_file) = if let Some(rest) = url.strip_prefix("sqlite:") {
+            let path = rest.trim_start_matches("//");
+            let path = path.split('?').next().unwrap_or(path);
+            let file = (!path.is_empty() && path != ":memory:").then(|| PathBuf::from(path));
+            (Backend::Sqlite, file)
+        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            (Backend::Postgres, None)
+        } else {
+            return Err(DbError::UnsupportedUrl);
+        };
+        let mut options = AnyPoolOptions::new()
+            .acquire_timeout(Duration::from_secs(10))
+            .max_connections(match backend {
+                Backend::Sqlite => 4,
+                Backend::Postgres => 16,
+            });
+        if backend == Backend::Sqlite {
+            options = options.after_connect(|conn, _| {
+                Box::pin(async move {
+                    // synchronous=FULL: a committed bill survives a power cut, not just a crash.
+                    for pragma in [
+                        "PRAGMA journal_mode = WAL",
+                        "PRAGMA synchronous = FULL",
+                        "PRAGMA busy_timeout = 10000",
+                        "PRAGMA foreign_keys = ON",
+                    ] {
+                        sqlx::query(pragma).execute(&mut *conn).await?;
+                    }
+                    Ok(())
+                })
+            });
+        }
+        let pool = options.connect(url).await?;
+        match backend {
+            Backend::Sqlite => SQLITE_MIGRATIONS.run(&pool).await?,
+            Backend::Postgres => POSTGRES_MIGRATIONS.run(&pool).await?,
+        }
+        Ok(Database {
+            pool,
+            backend,
+            sqlite_file,
+        })
+    }
+
+    /// The connection pool.
+    pub fn pool(&self) -> &AnyPool {
+        &self.pool
+    }
+
+    /// Which engine this is.
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    /// For a SQLite file database: the file that changes whenever keys or grants change
+    /// (see [`crate::auth`]), so servers notice without querying on every request.
+    pub fn key_signal_file(&self) -> Option<PathBuf> {
+        self.sqlite_file.as_ref().map(|file| {
+            let mut name = file.as_os_str().to_owned();
+            name.push("-keys");
+            PathBuf::from(name)
+        })
+    }
+
+    /// Closes every connection (after the last write, so SQLite checkpoints its WAL).
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+}
+
+/// Now, in Unix milliseconds: the unit of every time column.
+pub fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}

@@ -1,0 +1,162 @@
+//! The billing ledger: one row per `200` from `POST /v1/crosstab`, committed before the
+//! response is sent.
+//!
+//! Group commit: requests hand their bill to one writer task and wait. The writer takes
+//! every bill pending at that moment, inserts them in one transaction, commits (one
+//! fsync for the lot) and then acknowledges each. Under load the batch grows by itself,
+//! so durability costs one commit per batch instead of one per request. If the
+//! transaction fails, every request in it is told so (and answers 500, unbilled).
+
+use sqlx::Any;
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+
+use crate::db::{Database, DbError};
+
+/// Most bills in one transaction.
+const MAX_BATCH: usize = 1024;
+/// Rows per INSERT statement (8 parameters each, well under every backend's limit).
+const ROWS_PER_STATEMENT: usize = 64;
+/// Bills waiting for the writer before new requests wait for room.
+const QUEUE: usize = 8192;
+
+/// One billed call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Bill {
+    /// When, Unix ms.
+    pub at: i64,
+    /// The account billed.
+    pub account_id: i64,
+    /// The key used.
+    pub key_id: String,
+    /// The survey queried.
+    pub survey: String,
+    /// The authorization group, when one was named (`None` for all groups).
+    pub group: Option<String>,
+    /// The population base.
+    pub base: String,
+    /// Number of target codes.
+    pub targets: i64,
+    /// The request's `X-Request-Id`.
+    pub request_id: String,
+}
+
+/// Why a bill could not be recorded.
+#[derive(Debug, thiserror::Error)]
+pub enum LedgerError {
+    /// The transaction failed; nothing in it was billed.
+    #[error("ledger write failed: {0}")]
+    Write(String),
+    /// The writer has stopped (the server is shutting down).
+    #[error("ledger writer stopped")]
+    Stopped,
+}
+
+type Pending = (Bill, oneshot::Sender<Result<(), String>>);
+
+/// The handle requests bill through. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Ledger {
+    queue: mpsc::Sender<Pending>,
+}
+
+/// The writer task; [`LedgerWriter::finish`] waits until every bill handed over is
+/// committed (after the last [`Ledger`] handle is dropped).
+#[derive(Debug)]
+pub struct LedgerWriter(JoinHandle<()>);
+
+impl LedgerWriter {
+    /// Waits for the writer to drain and stop.
+    pub async fn finish(self) {
+        if let Err(error) = self.0.await {
+            tracing::error!(%error, "ledger writer failed");
+        }
+    }
+}
+
+impl Ledger {
+    /// Starts the writer on `db`.
+    pub fn start(db: Database) -> (Ledger, LedgerWriter) {
+        let (queue, pending) = mpsc::channel(QUEUE);
+        let writer = tokio::spawn(write_loop(db, pending));
+        (Ledger { queue }, LedgerWriter(writer))
+    }
+
+    /// Records `bill` durably; returns once it is committed.
+    pub async fn bill(&self, bill: Bill) -> Result<(), LedgerError> {
+        let (done, committed) = oneshot::channel();
+        self.queue
+            .send((bill, done))
+            .await
+            .map_err(|_| LedgerError::Stopped)?;
+        match committed.await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(reason)) => Err(LedgerError::Write(reason)),
+            Err(_) => Err(LedgerError::Stopped),
+        }
+    }
+}
+
+async fn write_loop(db: Database, mut pending: mpsc::Receiver<Pending>) {
+    let mut batch: Vec<Pending> = Vec::with_capacity(MAX_BATCH);
+    while pending.recv_many(&mut batch, MAX_BATCH).await > 0 {
+        let result = write_batch(&db, &batch)
+            .await
+            .map_err(|error| error.to_string());
+        if let Err(reason) = &result {
+            tracing::error!(bills = batch.len(), %reason, "ledger write failed; requests answered 500");
+        }
+        for (_, done) in batch.drain(..) {
+            // A requester that went away was billed all the same: its 200 was owed.
+            let _ = done.send(result.clone());
+        }
+    }
+}
+
+async fn write_batch(db: &Database, batch: &[Pending]) -> Result<(), DbError> {
+    let mut tx = db.pool().begin().await?;
+    for chunk in batch.chunks(ROWS_PER_STATEMENT) {
+        let sql = insert_sql(chunk.len());
+        let mut query = sqlx::query::<Any>(&sql);
+        for (bill, _) in chunk {
+            query = query
+                .bind(bill.at)
+                .bind(bill.account_id)
+                .bind(bill.key_id.clone())
+                .bind(bill.survey.clone())
+                .bind(bill.group.clone())
+                .bind(bill.base.clone())
+                .bind(bill.targets)
+                .bind(bill.request_id.clone());
+        }
+        query.execute(&mut *tx).await?;
+    }
+    tx.commit().await?;
+    Ok(())
+}
+
+fn insert_sql(rows: usize) -> String {
+    let mut sql = String::from(
+        "INSERT INTO ledger (at, account_id, key_id, survey, grp, base, targets, request_id) VALUES ",
+    );
+    for row in 0..rows {
+        if row > 0 {
+            sql.push_str(", ");
+        }
+        let first = row * 8 + 1;
+        let params: Vec<String> = (first..first + 8).map(|n| format!("${n}")).collect();
+        sql.push('(');
+        sql.push_str(&params.join(", "));
+        sql.push(')');
+    }
+    sql
+}
+
+/// Number of bills in the ledger (for checks and tests).
+pub async fn count(db: &Database) -> Result<i64, DbError> {
+    use sqlx::Row;
+    let row = sqlx::query("SELECT COUNT(*) FROM ledger")
+        .fetch_one(db.pool())
+        .await?;
+    Ok(row.try_get(0)?)
+}

@@ -1,0 +1,60 @@
+//! The outermost layer of every request: a fresh `X-Request-Id`, CORS origin headers on
+//! `/v1`, and one access-log line (method, path, status, latency, account, request id;
+//! never a key or a body).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::extract::{Request, State};
+use axum::http::header::ORIGIN;
+use axum::http::HeaderValue;
+use axum::middleware::Next;
+use axum::response::Response;
+
+use crate::app::AppState;
+
+/// The response header carrying the request id.
+pub const REQUEST_ID_HEADER: &str = "x-request-id";
+
+/// This request's id (a request extension, for handlers and the ledger).
+#[derive(Debug, Clone)]
+pub struct RequestId(pub Arc<str>);
+
+/// The account a request was made for (a response extension, for the access log).
+#[derive(Debug, Clone)]
+pub struct AccountName(pub Arc<str>);
+
+/// The middleware.
+pub async fn observe(
+    State(state): State<Arc<AppState>>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    let started = Instant::now();
+    let id: Arc<str> = Arc::from(uuid::Uuid::new_v4().simple().to_string());
+    request.extensions_mut().insert(RequestId(Arc::clone(&id)));
+    let method = request.method().clone();
+    let path = request.uri().path().to_owned();
+    let origin = request.headers().get(ORIGIN).cloned();
+    let mut response = next.run(request).await;
+    if path.starts_with("/v1/") {
+        state.cors.decorate(origin.as_ref(), response.headers_mut());
+    }
+    if let Ok(value) = HeaderValue::from_str(&id) {
+        response.headers_mut().insert(REQUEST_ID_HEADER, value);
+    }
+    let account = response
+        .extensions()
+        .get::<AccountName>()
+        .map(|a| Arc::clone(&a.0));
+    tracing::info!(
+        target: "crosstab::access",
+        method = %method,
+        path = %path,
+        status = response.status().as_u16(),
+        latency_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
+        account = account.as_deref().unwrap_or("-"),
+        request_id = %id,
+    );
+    response
+}

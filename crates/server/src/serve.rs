@@ -1,0 +1,163 @@
+//! `crosstab serve`: the HTTP server's life: open, listen, follow re-imports, shut down
+//! gracefully with every bill on disk.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::serve::ListenerExt;
+use crosstab_engine::demo::{self, DemoConfig};
+use crosstab_engine::store::{Catalog, Refresh, SurveyStore};
+use crosstab_engine::ImportError;
+
+use crate::accounts;
+use crate::app::{self, AppState};
+use crate::cors::Cors;
+use crate::db::{Database, DbError};
+use crate::grants::GrantSpec;
+use crate::keys::KeyEnv;
+
+/// How often the catalog looks for re-imported surveys.
+const REFRESH_EVERY: Duration = Duration::from_secs(1);
+
+/// What `serve` needs.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// Address to listen on (port 0: any free port, printed at start).
+    pub listen: SocketAddr,
+    /// The data dir (surveys, and the SQLite database by default).
+    pub data_dir: PathBuf,
+    /// The database URL.
+    pub database: String,
+    /// Allowed browser origins.
+    pub allowed_origins: Vec<String>,
+    /// Set up the demo survey, account and key.
+    pub demo: bool,
+}
+
+/// Why the server could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The database.
+    #[error(transparent)]
+    Db(#[from] DbError),
+    /// The survey store or the demo survey.
+    #[error(transparent)]
+    Survey(#[from] ImportError),
+    /// Listening or serving.
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    /// A background task died.
+    #[error("internal task failed: {0}")]
+    Task(#[from] tokio::task::JoinError),
+}
+
+/// The demo: the `DEMO` survey (generated once), account `demo` entitled to all of it,
+/// and a fresh test key for it (keys are shown only once, so each start makes one).
+pub async fn prepare_demo(db: &Database, store: &SurveyStore) -> Result<String, ServeError> {
+    let config = DemoConfig::default();
+    if !store.codes()?.iter().any(|code| code == "DEMO") {
+        tracing::info!(
+            respondents = config.respondents,
+            "generating the demo survey"
+        );
+        let store = store.clone();
+        tokio::task::spawn_blocking(move || {
+            demo::compile(&config).and_then(|bytes| store.install(&bytes))
+        })
+        .await??;
+    }
+    let grant = GrantSpec {
+        survey: "DEMO".to_owned(),
+        groups: Vec::new(),
+    };
+    let key = accounts::create_key(db, "demo", &[grant], KeyEnv::Test, None).await?;
+    Ok(key.token)
+}
+
+fn log_refresh(refresh: &Refresh) {
+    for code in &refresh.loaded {
+        tracing::info!(survey = %code, "survey loaded");
+    }
+    for code in &refresh.removed {
+        tracing::info!(survey = %code, "survey removed");
+    }
+    for (code, reason) in &refresh.failed {
+        tracing::warn!(survey = %code, %reason, "survey failed to load; any older version stays served");
+    }
+}
+
+/// Runs the server until SIGINT or SIGTERM.
+pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
+    std::fs::create_dir_all(&options.data_dir)?;
+    let db = Database::connect(&options.database).await?;
+    let store = SurveyStore::open(&options.data_dir)?;
+    if options.demo {
+        let token = prepare_demo(&db, &store).await?;
+        println!("demo key: {token}");
+    }
+    let (catalog, refresh) = Catalog::new(store);
+    log_refresh(&refresh);
+    let catalog = Arc::new(catalog);
+    let surveys: Vec<String> = catalog.all().iter().map(|s| s.code().to_owned()).collect();
+    let cors = Cors::new(&options.allowed_origins);
+    let origins = cors.describe();
+    let (state, writer) = AppState::new(db.clone(), Arc::clone(&catalog), cors);
+    let router = app::router(state);
+
+    let listener = tokio::net::TcpListener::bind(options.listen).await?;
+    let address = listener.local_addr()?;
+    tracing::info!(%address, surveys = %surveys.join(", "), allowed_origins = %origins, "crosstab serving /v1");
+    println!("crosstab listening on http://{address}");
+
+    let follower = tokio::spawn(async move {
+        let mut tick = tokio::time::interval(REFRESH_EVERY);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let catalog = Arc::clone(&catalog);
+            if let Ok(refresh) = tokio::task::spawn_blocking(move || catalog.refresh()).await {
+                log_refresh(&refresh);
+            }
+        }
+    });
+
+    // Small responses on keep-alive connections: don't let Nagle hold them back.
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
+    let served = axum::serve(listener, router)
+        .with_graceful_shutdown(shutdown_signal())
+        .await;
+    follower.abort();
+    // The router (and with it every ledger handle) is gone: the writer drains and stops.
+    writer.finish().await;
+    db.close().await;
+    tracing::info!("stopped; every bill is committed");
+    served?;
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut terminate) => {
+                tokio::select! {
+                    _ = interrupt => {}
+                    _ = terminate.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = interrupt.await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = interrupt.await;
+    }
+    tracing::info!("shutting down: finishing in-flight requests");
+}
