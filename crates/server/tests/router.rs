@@ -1,0 +1,493 @@
+//! In-process tests of every rule of the API, through the router (tower `oneshot`).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use common::*;
+use crosstab_contract::limits::MAX_BODY_BYTES;
+use crosstab_contract::{vectors, ApiError, CONTRACT_VERSION, OPERATION_IDS};
+use crosstab_server::accounts;
+use crosstab_server::db::{now_ms, Database};
+use crosstab_server::keys::KeyEnv;
+use serde_json::{json, Value};
+
+fn envelope(error: &ApiError) -> Value {
+    serde_json::to_value(error.envelope()).unwrap()
+}
+
+#[tokio::test]
+async fn every_shared_vector_through_http() {
+    let fx = Fixture::new().await;
+    let mut failures = Vec::new();
+    let mut ok = 0;
+    let mut oversized = 0;
+    for (_, vector) in vectors::load() {
+        let text = vector.request.to_string();
+        // Over HTTP, a body beyond the server's read limit is 413 before any validation.
+        let (expect_status, expect_body) = if text.len() > MAX_BODY_BYTES {
+            oversized += 1;
+            (413, envelope(&ApiError::PayloadTooLarge))
+        } else {
+            (vector.expect.status, vector.expect.body.clone())
+        };
+        let (response, body) = fx.send(post(Some(&fx.whole), text)).await;
+        let status = response.status().as_u16();
+        if status == 200 {
+            ok += 1;
+        }
+        if status != expect_status || !vectors::matches(&expect_body, &body) {
+            failures.push(format!(
+                "{}: {status} {body}\n  expected {expect_status} {expect_body}",
+                vector.name
+            ));
+        }
+    }
+    assert!(oversized <= 1, "{oversized} vectors exceed the body limit");
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    assert!(ok > 0);
+    assert_eq!(fx.bills().await, ok, "exactly the 200s are billed");
+}
+
+#[tokio::test]
+async fn unauthorized_for_every_unusable_key_and_never_billed() {
+    let fx = Fixture::new().await;
+    let body = request("VEC", None, "ALL", &["WOMEN"]);
+    let revoked = key(&fx.db, "acme", &["VEC"], KeyEnv::Live, None).await;
+    let revoked_id = revoked.split('_').nth(2).unwrap().to_owned();
+    assert!(accounts::revoke_key(&fx.db, &revoked_id).await.unwrap());
+    let expired = key(&fx.db, "acme", &["VEC"], KeyEnv::Live, Some(now_ms() - 1)).await;
+    // Same id, another secret; and the right secret under the other environment.
+    let forged = format!("{}{}", &fx.whole[..fx.whole.len() - 2], "AA");
+    let wrong_env = fx.whole.replacen("ctx_live_", "ctx_test_", 1);
+    let unknown = crosstab_server::keys::generate(KeyEnv::Live).token;
+    let cases: Vec<(&str, Option<&str>)> = vec![
+        ("missing", None),
+        ("empty", Some("")),
+        ("malformed", Some("not-a-key")),
+        ("bearer", Some("Bearer abc")),
+        ("unknown", Some(&unknown)),
+        ("forged", Some(&forged)),
+        ("wrong env", Some(&wrong_env)),
+        ("revoked", Some(&revoked)),
+        ("expired", Some(&expired)),
+    ];
+    for (name, key) in cases {
+        let (response, got) = fx.post(key, &body).await;
+        assert_eq!(response.status(), StatusCode::UNAUTHORIZED, "{name}");
+        assert_eq!(got, envelope(&ApiError::Unauthorized), "{name}");
+        assert!(got["error"].get("field").is_none());
+    }
+    // A cookie alone never authenticates.
+    let cookie = Request::post("/v1/crosstab")
+        .header("content-type", "application/json")
+        .header("cookie", format!("session={}; key={}", fx.whole, fx.whole))
+        .body(Body::from(body.to_string()))
+        .unwrap();
+    let (response, _) = fx.send(cookie).await;
+    assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+    // 401 comes before every other check.
+    let garbage = Request::post("/v1/crosstab")
+        .header("content-type", "text/plain")
+        .body(Body::from(vec![b'x'; 100_000]))
+        .unwrap();
+    assert_eq!(fx.send(garbage).await.0.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(fx.bills().await, 0);
+}
+
+#[tokio::test]
+async fn media_type_size_and_validation_in_order() {
+    let fx = Fixture::new().await;
+    let good = request("VEC", None, "ALL", &["WOMEN"]).to_string();
+    let with_type = |ct: Option<&str>, body: Body| {
+        let mut b = Request::post("/v1/crosstab").header("Service-Engine-Authorizer", &fx.whole);
+        if let Some(ct) = ct {
+            b = b.header("content-type", ct);
+        }
+        b.body(body).unwrap()
+    };
+    for ct in [
+        None,
+        Some("text/plain"),
+        Some("application/xml"),
+        Some("application/jsonx"),
+    ] {
+        let (response, body) = fx.send(with_type(ct, Body::from(good.clone()))).await;
+        assert_eq!(
+            response.status(),
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "{ct:?}"
+        );
+        assert_eq!(body, envelope(&ApiError::UnsupportedMediaType));
+    }
+    for ct in ["application/json; charset=utf-8", "Application/JSON"] {
+        let (response, _) = fx.send(with_type(Some(ct), Body::from(good.clone()))).await;
+        assert_eq!(response.status(), StatusCode::OK, "{ct}");
+    }
+    // 415 before 413 before 400.
+    let huge = vec![b' '; 64 * 1024 + 1];
+    let (response, _) = fx
+        .send(with_type(Some("text/plain"), Body::from(huge.clone())))
+        .await;
+    assert_eq!(response.status(), StatusCode::UNSUPPORTED_MEDIA_TYPE);
+    let (response, body) = fx
+        .send(with_type(Some("application/json"), Body::from(huge)))
+        .await;
+    assert_eq!(response.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(body, envelope(&ApiError::PayloadTooLarge));
+    // Without a Content-Length (streamed), the limit still holds.
+    let chunks: Vec<Result<Vec<u8>, std::io::Error>> =
+        (0..80).map(|_| Ok(vec![b' '; 1024])).collect();
+    let stream = Body::from_stream(futures_stream(chunks));
+    let (response, _) = fx.send(with_type(Some("application/json"), stream)).await;
+    assert_eq!(response.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    // Exactly 64 KiB is read (and here fails validation: padding around a bad body).
+    let mut exact = b"[1]".to_vec();
+    exact.resize(64 * 1024, b' ');
+    let (response, body) = fx
+        .send(with_type(Some("application/json"), Body::from(exact)))
+        .await;
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(code(&body), "invalid_request");
+    for bad in ["", "{", "null", "{\"SurveyCode\":1}", "\u{FEFF}{}"] {
+        let (response, body) = fx
+            .send(with_type(Some("application/json"), Body::from(bad)))
+            .await;
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST, "{bad}");
+        assert_eq!(code(&body), "invalid_request", "{bad}");
+    }
+    // Validation (400) before entitlement (403): a bad body naming an ungranted survey.
+    let (response, body) = fx
+        .post(
+            Some(&fx.other),
+            &request("VEC", None, "ALL", &["A", "B", "C"]),
+        )
+        .await;
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(code(&body), "invalid_target_codes");
+    assert_eq!(fx.bills().await, 2);
+}
+
+fn futures_stream(
+    chunks: Vec<Result<Vec<u8>, std::io::Error>>,
+) -> impl futures_core::Stream<Item = Result<Vec<u8>, std::io::Error>> + Send + 'static {
+    struct Chunks(std::vec::IntoIter<Result<Vec<u8>, std::io::Error>>);
+    impl futures_core::Stream for Chunks {
+        type Item = Result<Vec<u8>, std::io::Error>;
+        fn poll_next(
+            mut self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<Option<Self::Item>> {
+            std::task::Poll::Ready(self.0.next())
+        }
+    }
+    Chunks(chunks.into_iter())
+}
+
+#[tokio::test]
+async fn entitlements_are_403_and_identical_for_unknown_and_not_granted() {
+    let fx = Fixture::new().await;
+    let forbidden = envelope(&ApiError::ForbiddenSurvey);
+    let cases = [
+        (
+            "unknown survey",
+            &fx.whole,
+            request("NOPE", None, "ALL", &["WOMEN"]),
+        ),
+        (
+            "other survey",
+            &fx.other,
+            request("VEC", None, "ALL", &["WOMEN"]),
+        ),
+        (
+            "group not granted",
+            &fx.north,
+            request("VEC", Some("S"), "ALL", &["WOMEN"]),
+        ),
+        (
+            "all groups needs whole",
+            &fx.north,
+            request("VEC", Some("_ALL_"), "ALL", &["WOMEN"]),
+        ),
+        (
+            "absent group needs whole",
+            &fx.north,
+            request("VEC", None, "ALL", &["WOMEN"]),
+        ),
+        (
+            "unknown group",
+            &fx.whole,
+            request("VEC", Some("EAST"), "ALL", &["WOMEN"]),
+        ),
+        (
+            "unknown group, group key",
+            &fx.north,
+            request("VEC", Some("EAST"), "ALL", &["WOMEN"]),
+        ),
+        // Entitlement (403) before the base (400).
+        (
+            "403 before base",
+            &fx.north,
+            request("VEC", Some("S"), "TEENS", &["WOMEN"]),
+        ),
+        (
+            "unknown survey, bad base",
+            &fx.other,
+            request("NOPE", None, "TEENS", &["WOMEN"]),
+        ),
+    ];
+    for (name, key, body) in cases {
+        let (response, got) = fx.post(Some(key), &body).await;
+        assert_eq!(response.status(), StatusCode::FORBIDDEN, "{name}");
+        assert_eq!(got, forbidden, "{name}");
+    }
+    // Base after entitlement; a granted group with an unknown base is 400.
+    let (response, got) = fx
+        .post(
+            Some(&fx.north),
+            &request("VEC", Some("N"), "TEENS", &["WOMEN"]),
+        )
+        .await;
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(
+        got,
+        envelope(&ApiError::InvalidPopulationBase {
+            base: "TEENS".into()
+        })
+    );
+    assert_eq!(fx.bills().await, 0);
+}
+
+#[tokio::test]
+async fn group_grant_answers_its_group_and_bills_with_details() {
+    let fx = Fixture::new().await;
+    // Group N = a, b, e, h; women among them b, e, h weigh 8,500 (the vector survey's note).
+    let (response, body) = fx
+        .post(
+            Some(&fx.north),
+            &request("VEC", Some("N"), "ALL", &["WOMEN", "GENDER = 1"]),
+        )
+        .await;
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(body["ResultCode"], 0);
+    assert_eq!(
+        body["Results"][0],
+        json!({"WgtAud": 8.5, "Resps": 3, "Stbl": 0})
+    );
+    assert_eq!(body["AudienceReportUnits"], 1000);
+    let request_id = response.headers()["x-request-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    // Whole-survey key, a partial (ResultCode 1) answer is still a billed 200.
+    let (response, body) = fx
+        .post(
+            Some(&fx.whole),
+            &request("VEC", Some("_ALL_"), "A35PLUS", &["NOSUCHCODE"]),
+        )
+        .await;
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(body["ResultCode"], 1);
+    assert_eq!(fx.bills().await, 2);
+    let rows = sqlx::query_as::<_, (String, String, Option<String>, String, i64, String)>(
+        "SELECT a.name, l.survey, l.grp, l.base, l.targets, l.request_id FROM ledger l \
+         JOIN accounts a ON a.id = l.account_id ORDER BY l.id",
+    )
+    .fetch_all(fx.db.pool())
+    .await
+    .unwrap();
+    assert_eq!(
+        rows[0],
+        (
+            "north".into(),
+            "VEC".into(),
+            Some("N".into()),
+            "ALL".into(),
+            2,
+            request_id
+        )
+    );
+    assert_eq!(rows[1].0, "acme");
+    assert_eq!(rows[1].2, None, "_ALL_ is billed as no group");
+    let key_ids: Vec<(String,)> = sqlx::query_as("SELECT key_id FROM ledger ORDER BY id")
+        .fetch_all(fx.db.pool())
+        .await
+        .unwrap();
+    assert!(fx.north.contains(&key_ids[0].0));
+}
+
+#[tokio::test]
+async fn docs_are_the_contract_document_unauthenticated() {
+    let fx = Fixture::new().await;
+    let (response, body) = fx
+        .send(Request::get("/v1/docs").body(Body::empty()).unwrap())
+        .await;
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(response.headers()["content-type"], "application/json");
+    assert!(response.headers().contains_key("x-request-id"));
+    assert_eq!(body["info"]["version"], CONTRACT_VERSION);
+    let text = body.to_string();
+    for id in OPERATION_IDS {
+        assert!(text.contains(&format!("\"operationId\":\"{id}\"")), "{id}");
+    }
+    let expected: Value =
+        serde_json::from_str(&crosstab_contract::openapi::document_json()).unwrap();
+    assert_eq!(body, expected);
+    assert_eq!(fx.bills().await, 0);
+}
+
+#[tokio::test]
+async fn cors_preflight_and_origin_on_every_crosstab_response() {
+    let fx = Fixture::new().await;
+    let preflight = |origin: &str| {
+        Request::options("/v1/crosstab")
+            .header("origin", origin)
+            .header("access-control-request-method", "POST")
+            .header(
+                "access-control-request-headers",
+                "content-type, service-engine-authorizer",
+            )
+            .body(Body::empty())
+            .unwrap()
+    };
+    let (response, _) = fx.send(preflight(ORIGIN)).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    let h = response.headers();
+    assert_eq!(h["access-control-allow-origin"], ORIGIN);
+    assert_eq!(h["access-control-allow-methods"], "POST, OPTIONS");
+    assert_eq!(
+        h["access-control-allow-headers"],
+        "Content-Type, Service-Engine-Authorizer"
+    );
+    assert!(h.contains_key("access-control-max-age"));
+    assert_eq!(h["vary"], "Origin");
+    assert!(h.contains_key("x-request-id"));
+    for origin in ["http://evil.test", "null", "http://app.test.evil.test"] {
+        let (response, _) = fx.send(preflight(origin)).await;
+        let h = response.headers();
+        for name in [
+            "access-control-allow-origin",
+            "access-control-allow-methods",
+            "access-control-allow-headers",
+            "access-control-max-age",
+        ] {
+            assert!(!h.contains_key(name), "{origin}: {name}");
+        }
+    }
+    // Errors carry the allowed origin too, and nothing is billed for a preflight.
+    let mut unauthenticated = post(None, "{}");
+    unauthenticated
+        .headers_mut()
+        .insert("origin", ORIGIN.parse().unwrap());
+    let (response, _) = fx.send(unauthenticated).await;
+    assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(response.headers()["access-control-allow-origin"], ORIGIN);
+    let mut ok = post(
+        Some(&fx.whole),
+        request("VEC", None, "ALL", &["WOMEN"]).to_string(),
+    );
+    ok.headers_mut().insert("origin", ORIGIN.parse().unwrap());
+    let (response, _) = fx.send(ok).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(response.headers()["access-control-allow-origin"], ORIGIN);
+    assert_eq!(fx.bills().await, 1);
+}
+
+#[tokio::test]
+async fn wildcard_origin_allows_any_but_null() {
+    let cors = crosstab_server::cors::Cors::new(["*"]);
+    let any = "https://x.test".parse().unwrap();
+    assert!(cors.allow(Some(&any)).is_some());
+    assert!(cors.allow(Some(&"null".parse().unwrap())).is_none());
+    assert!(cors.allow(None).is_none());
+}
+
+#[tokio::test]
+async fn every_response_has_a_request_id() {
+    let fx = Fixture::new().await;
+    let mut seen = std::collections::HashSet::new();
+    for request in [
+        Request::get("/nowhere").body(Body::empty()).unwrap(),
+        Request::get("/v1/crosstab").body(Body::empty()).unwrap(),
+        post(None, "{}"),
+        post(
+            Some(&fx.whole),
+            request("VEC", None, "ALL", &["WOMEN"]).to_string(),
+        ),
+    ] {
+        let (response, _) = fx.send(request).await;
+        let id = response.headers()["x-request-id"]
+            .to_str()
+            .unwrap()
+            .to_owned();
+        assert_eq!(id.len(), 32);
+        assert!(seen.insert(id));
+    }
+}
+
+#[tokio::test]
+async fn key_changes_by_another_process_apply_on_the_next_request() {
+    let fx = Fixture::new().await;
+    let body = request("VEC", None, "ALL", &["WOMEN"]);
+    assert_eq!(
+        fx.post(Some(&fx.whole), &body).await.0.status(),
+        StatusCode::OK
+    );
+    // Another connection to the same database stands for the CLI in another process.
+    let admin = Database::connect(&fx.url).await.unwrap();
+    let id = fx.whole.split('_').nth(2).unwrap();
+    accounts::revoke_key(&admin, id).await.unwrap();
+    assert_eq!(
+        fx.post(Some(&fx.whole), &body).await.0.status(),
+        StatusCode::UNAUTHORIZED
+    );
+    // A new grant to an existing account applies at once, to its existing keys too.
+    let body_demo = request("DEMO", None, "ADULTS", &["GENDER = 1"]);
+    let before = fx.post(Some(&fx.north), &body_demo).await.0.status();
+    assert_eq!(before, StatusCode::FORBIDDEN);
+    key(&admin, "north", &["DEMO"], KeyEnv::Live, None).await;
+    assert_eq!(
+        fx.post(Some(&fx.north), &body_demo).await.0.status(),
+        StatusCode::OK
+    );
+    // Expiry needs no change at all: a key expiring in 300 ms works, then doesn't.
+    let brief = key(&admin, "acme", &["VEC"], KeyEnv::Live, Some(now_ms() + 300)).await;
+    assert_eq!(
+        fx.post(Some(&brief), &body).await.0.status(),
+        StatusCode::OK
+    );
+    tokio::time::sleep(std::time::Duration::from_millis(350)).await;
+    assert_eq!(
+        fx.post(Some(&brief), &body).await.0.status(),
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(fx.bills().await, 3);
+}
+
+#[tokio::test]
+async fn a_ledger_that_cannot_be_written_answers_500_and_bills_nothing() {
+    let fx = Fixture::new().await;
+    let body = request("VEC", None, "ALL", &["WOMEN"]);
+    assert_eq!(
+        fx.post(Some(&fx.whole), &body).await.0.status(),
+        StatusCode::OK
+    );
+    sqlx::query("ALTER TABLE ledger RENAME TO ledger_away")
+        .execute(fx.db.pool())
+        .await
+        .unwrap();
+    let (response, got) = fx.post(Some(&fx.whole), &body).await;
+    assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(got, envelope(&ApiError::Internal));
+    sqlx::query("ALTER TABLE ledger_away RENAME TO ledger")
+        .execute(fx.db.pool())
+        .await
+        .unwrap();
+    assert_eq!(fx.bills().await, 1);
+    assert_eq!(
+        fx.post(Some(&fx.whole), &body).await.0.status(),
+        StatusCode::OK
+    );
+    assert_eq!(fx.bills().await, 2);
+}
