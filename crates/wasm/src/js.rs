@@ -235,7 +235,7 @@ pub fn contract_version() -> String {
 /// The OpenAPI document, exactly as `GET /v1/docs` serves it.
 #[wasm_bindgen(js_name = openapi, unchecked_return_type = "Record<string, any>")]
 pub fn openapi() -> Result<JsValue, JsValue> {
-    JSON::parse(&crosstab_contract::openapi::document_json())
+    JSON::parse(crate::OPENAPI_JSON)
 }
 
 #[cfg(feature = "engine")]

@@ -22,6 +22,11 @@ pub mod validate;
 
 pub use crosstab_contract::{ApiError, ValidRequest, CONTRACT_VERSION};
 
+/// The OpenAPI document exactly as `GET /v1/docs` serves it: rendered at build time by
+/// the contract crate's `openapi::document_json()` (see `build.rs`), so the WASM builds
+/// don't carry the document generator.
+pub const OPENAPI_JSON: &str = include_str!(concat!(env!("OUT_DIR"), "/openapi.json"));
+
 /// Answers a validated request from `survey` as the server does for a caller granted the
 /// whole survey: a request naming another `SurveyCode` is `forbidden_survey`, an unknown
 /// base `invalid_population_base`, an unknown group `forbidden_survey`.
@@ -32,4 +37,15 @@ pub fn crosstab(
 ) -> Result<crosstab_contract::CrosstabResponse, ApiError> {
     let named = (request.request.survey_code == survey.code()).then_some(survey);
     crosstab_engine::respond(named, request)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn embedded_openapi_is_the_served_document() {
+        assert_eq!(
+            super::OPENAPI_JSON,
+            crosstab_contract::openapi::document_json()
+        );
+    }
 }
