@@ -1,0 +1,354 @@
+//! The whole process: `crosstab survey import`, `key create/revoke/list`, `serve`,
+//! every status over real HTTP, SIGTERM, and the ledger on disk afterwards.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use reqwest::header::CONTENT_TYPE;
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+use support::*;
+
+const ORIGIN: &str = "http://app.test";
+
+struct Client {
+    http: reqwest::Client,
+    url: String,
+    oks: i64,
+}
+
+impl Client {
+    async fn send(
+        &mut self,
+        key: Option<&str>,
+        content_type: &str,
+        body: Vec<u8>,
+    ) -> (StatusCode, reqwest::header::HeaderMap, Value) {
+        let mut request = self
+            .http
+            .post(&self.url)
+            .header(CONTENT_TYPE, content_type)
+            .header("origin", ORIGIN)
+            .body(body);
+        if let Some(key) = key {
+            request = request.header("Service-Engine-Authorizer", key);
+        }
+        let response = request.send().await.unwrap();
+        let status = response.status();
+        let headers = response.headers().clone();
+        let body: Value = response.json().await.unwrap();
+        assert!(headers.contains_key("x-request-id"));
+        assert_eq!(headers["access-control-allow-origin"], ORIGIN);
+        if status == StatusCode::OK {
+            self.oks += 1;
+        } else {
+            assert_eq!(body["ResultCode"], status.as_u16());
+            assert_eq!(body["error"]["message"], body["ResultDescription"]);
+        }
+        (status, headers, body)
+    }
+
+    async fn query(&mut self, key: Option<&str>, body: Value) -> (StatusCode, Value) {
+        let (status, _, body) = self
+            .send(key, "application/json", body.to_string().into_bytes())
+            .await;
+        (status, body)
+    }
+}
+
+fn req(survey: &str, group: Option<&str>, base: &str, targets: &[&str]) -> Value {
+    let mut body =
+        json!({"SurveyCode": survey, "PopulationBaseCode": base, "TargetCodes": targets});
+    if let Some(group) = group {
+        body["AuthorizationGroup"] = group.into();
+    }
+    body
+}
+
+fn result(wgt: f64, resps: u64, stbl: u8) -> Value {
+    json!({"WgtAud": wgt, "Resps": resps, "Stbl": stbl})
+}
+
+fn code(body: &Value) -> &str {
+    body["error"]["code"].as_str().unwrap_or("")
+}
+
+#[tokio::test]
+async fn whole_process_statuses_envelopes_headers_and_ledger() {
+    let temp = tempfile::tempdir().unwrap();
+    let data = temp.path().join("data");
+    let small = write_small_survey(&temp.path().join("small"), "SMALL");
+    let other = write_small_survey(&temp.path().join("other"), "OTHER");
+    let out = cli(&data, &["survey", "import", small.to_str().unwrap()]);
+    assert!(
+        out.contains("respondents:  6") && out.contains("weight total: 2100"),
+        "{out}"
+    );
+    cli(&data, &["survey", "import", other.to_str().unwrap()]);
+    let list = cli(&data, &["survey", "list"]);
+    assert!(list.contains("SMALL") && list.contains("OTHER"), "{list}");
+
+    let whole = create_key(&data, "acme", &["--grant", "SMALL"]);
+    let east = create_key(&data, "east", &["--grant", "SMALL:E", "--env", "test"]);
+    let other_only = create_key(&data, "other", &["--grant", "OTHER"]);
+    let expired = create_key(&data, "acme", &["--grant", "SMALL", "--expires-in", "0s"]);
+    let revoked = create_key(&data, "acme", &["--grant", "SMALL"]);
+    cli(&data, &["key", "revoke", key_id(&revoked)]);
+    assert!(whole.starts_with("ctx_live_") && east.starts_with("ctx_test_"));
+    let keys = cli(&data, &["key", "list"]);
+    for key in [&whole, &east, &other_only, &expired, &revoked] {
+        assert!(keys.contains(key_id(key)));
+        assert!(
+            !keys.contains(key.rsplit('_').next().unwrap()),
+            "key list shows a secret"
+        );
+    }
+
+    let server = Server::start(&data, &["--allowed-origin", ORIGIN]);
+    let http = reqwest::Client::new();
+    let mut c = Client {
+        http: http.clone(),
+        url: server.url("/v1/crosstab"),
+        oks: 0,
+    };
+
+    // Docs and preflight: unauthenticated, unbilled.
+    let docs = http.get(server.url("/v1/docs")).send().await.unwrap();
+    assert_eq!(docs.status(), StatusCode::OK);
+    assert!(docs.headers().contains_key("x-request-id"));
+    let docs: Value = docs.json().await.unwrap();
+    assert_eq!(docs["info"]["version"], crosstab_contract::CONTRACT_VERSION);
+    let preflight = http
+        .request(reqwest::Method::OPTIONS, server.url("/v1/crosstab"))
+        .header("origin", ORIGIN)
+        .header("access-control-request-method", "POST")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(preflight.status(), StatusCode::OK);
+    assert_eq!(preflight.headers()["access-control-allow-origin"], ORIGIN);
+    assert_eq!(
+        preflight.headers()["access-control-allow-methods"],
+        "POST, OPTIONS"
+    );
+    let denied = http
+        .request(reqwest::Method::OPTIONS, server.url("/v1/crosstab"))
+        .header("origin", "http://evil.test")
+        .send()
+        .await
+        .unwrap();
+    assert!(!denied.headers().contains_key("access-control-allow-origin"));
+
+    // 200s with hand-computed figures (units of 100).
+    let (s, b) = c
+        .query(Some(&whole), req("SMALL", None, "ALL", &["WOMEN"]))
+        .await;
+    assert_eq!(
+        (s, &b["Results"]),
+        (StatusCode::OK, &json!([result(10.0, 3, 0)]))
+    );
+    assert_eq!(b["AudienceReportUnits"], 100);
+    assert_eq!(b["ResultDescription"], "");
+    let (s, b) = c
+        .query(
+            Some(&whole),
+            req("SMALL", Some("_ALL_"), "OVER35", &["WOMEN", "GENDER = 1"]),
+        )
+        .await;
+    assert_eq!(
+        (s, &b["Results"]),
+        (
+            StatusCode::OK,
+            &json!([result(8.0, 2, 0), result(10.0, 2, 0)])
+        )
+    );
+    let (s, b) = c
+        .query(Some(&east), req("SMALL", Some("E"), "ALL", &["WOMEN"]))
+        .await;
+    assert_eq!(
+        (s, &b["Results"]),
+        (StatusCode::OK, &json!([result(5.0, 2, 0)]))
+    );
+    let (s, b) = c
+        .query(
+            Some(&east),
+            req("SMALL", Some("E"), "OVER35", &["AGE >= 40 AND GENDER = 2"]),
+        )
+        .await;
+    assert_eq!(
+        (s, &b["Results"]),
+        (StatusCode::OK, &json!([result(3.0, 1, 1)]))
+    );
+    let (s, b) = c
+        .query(
+            Some(&whole),
+            req("SMALL", Some("W"), "ALL", &["NOPE", "WOMEN"]),
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(b["ResultCode"], 1);
+    assert_eq!(b["Results"], json!([result(0.0, 0, 1), result(5.0, 1, 1)]));
+    assert!(b["ResultDescription"].as_str().unwrap().contains("NOPE"));
+    let (s, _) = c
+        .query(Some(&other_only), req("OTHER", None, "ALL", &["WOMEN"]))
+        .await;
+    assert_eq!(s, StatusCode::OK);
+
+    // 401.
+    let good = req("SMALL", None, "ALL", &["WOMEN"]);
+    for key in [
+        None,
+        Some("ctx_live_nope"),
+        Some(expired.as_str()),
+        Some(revoked.as_str()),
+    ] {
+        let (s, b) = c.query(key, good.clone()).await;
+        assert_eq!((s, code(&b)), (StatusCode::UNAUTHORIZED, "unauthorized"));
+        assert!(b["error"].get("field").is_none());
+    }
+    // 415, 413, 400.
+    let (s, _, b) = c
+        .send(Some(&whole), "text/plain", good.to_string().into_bytes())
+        .await;
+    assert_eq!(
+        (s, code(&b)),
+        (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type")
+    );
+    let (s, _, b) = c
+        .send(Some(&whole), "application/json", vec![b' '; 70_000])
+        .await;
+    assert_eq!(
+        (s, code(&b)),
+        (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large")
+    );
+    let (s, _, b) = c
+        .send(Some(&whole), "application/json", b"{not json".to_vec())
+        .await;
+    assert_eq!((s, code(&b)), (StatusCode::BAD_REQUEST, "invalid_request"));
+    let (s, b) = c
+        .query(Some(&whole), req("SMALL", None, "ALL", &["A", "B", "C"]))
+        .await;
+    assert_eq!(
+        (s, code(&b)),
+        (StatusCode::BAD_REQUEST, "invalid_target_codes")
+    );
+    assert_eq!(b["error"]["field"], "TargetCodes");
+    // 403, identical for unknown and not granted.
+    let mut forbidden = Vec::new();
+    for (key, body) in [
+        (&other_only, req("SMALL", None, "ALL", &["WOMEN"])),
+        (&whole, req("NOSUCH", None, "ALL", &["WOMEN"])),
+        (&east, req("SMALL", Some("W"), "ALL", &["WOMEN"])),
+        (&east, req("SMALL", Some("_ALL_"), "ALL", &["WOMEN"])),
+        (&east, req("SMALL", None, "ALL", &["WOMEN"])),
+        (&whole, req("SMALL", Some("NORTH"), "ALL", &["WOMEN"])),
+        (&whole, req("OTHER", None, "ALL", &["WOMEN"])),
+    ] {
+        let (s, b) = c.query(Some(key), body).await;
+        assert_eq!((s, code(&b)), (StatusCode::FORBIDDEN, "forbidden_survey"));
+        assert_eq!(b["error"]["field"], "SurveyCode");
+        forbidden.push(b);
+    }
+    assert!(forbidden.windows(2).all(|w| w[0] == w[1]));
+    // 400 base.
+    let (s, b) = c
+        .query(Some(&east), req("SMALL", Some("E"), "KIDS", &["WOMEN"]))
+        .await;
+    assert_eq!(
+        (s, code(&b)),
+        (StatusCode::BAD_REQUEST, "invalid_population_base")
+    );
+    assert_eq!(b["error"]["field"], "PopulationBaseCode");
+
+    // Revocation by the CLI, another process, takes effect on the next request.
+    let brief = create_key(&data, "acme", &["--grant", "SMALL"]);
+    assert_eq!(c.query(Some(&brief), good.clone()).await.0, StatusCode::OK);
+    cli(&data, &["key", "revoke", key_id(&brief)]);
+    assert_eq!(
+        c.query(Some(&brief), good.clone()).await.0,
+        StatusCode::UNAUTHORIZED
+    );
+
+    // A re-import is picked up without a restart (the catalog refreshes every second).
+    let csv = small.with_file_name("respondents.csv");
+    let text = std::fs::read_to_string(&csv)
+        .unwrap()
+        .replace("r1,100,", "r1,1100,");
+    std::fs::write(&csv, text).unwrap();
+    cli(&data, &["survey", "import", small.to_str().unwrap()]);
+    let mut seen_new = false;
+    for _ in 0..50 {
+        let (s, b) = c
+            .query(Some(&whole), req("SMALL", None, "ALL", &["GENDER = 1"]))
+            .await;
+        assert_eq!(s, StatusCode::OK);
+        let wgt = b["Results"][0]["WgtAud"].as_f64().unwrap();
+        assert!(wgt == 11.0 || wgt == 21.0, "half of each? {wgt}");
+        if wgt == 21.0 {
+            seen_new = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(seen_new, "re-import not picked up");
+
+    // Stop, then every 200 is a bill on disk, and nothing else is.
+    server.stop();
+    let usage: Value = serde_json::from_str(&cli(&data, &["usage", "--format", "json"])).unwrap();
+    let calls: i64 = usage
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["calls"].as_i64().unwrap())
+        .sum();
+    assert_eq!(calls, c.oks, "bills = 200s");
+    let east_calls: i64 = usage
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["account"] == "east")
+        .map(|r| r["calls"].as_i64().unwrap())
+        .sum();
+    assert_eq!(east_calls, 2);
+    let csv = cli(
+        &data,
+        &[
+            "usage",
+            "--account",
+            "other",
+            "--format",
+            "csv",
+            "--since",
+            "2000-01-01",
+        ],
+    );
+    assert_eq!(csv.lines().count(), 2, "{csv}");
+    assert!(csv
+        .lines()
+        .nth(1)
+        .unwrap()
+        .starts_with(&format!("other,{},OTHER,1,", key_id(&other_only))));
+    let table = cli(&data, &["usage"]);
+    assert!(
+        table.contains(&format!("total billed calls: {}", c.oks)),
+        "{table}"
+    );
+
+    // The offline query prints what the API answers for a whole-survey grant.
+    let q = cli(
+        &data,
+        &[
+            "query",
+            "--survey",
+            "SMALL",
+            "--base",
+            "OVER35",
+            "--target",
+            "WOMEN",
+            "--target",
+            "GENDER = 1",
+        ],
+    );
+    let q: Value = serde_json::from_str(q.trim()).unwrap();
+    assert_eq!(q["Results"], json!([result(8.0, 2, 0), result(10.0, 2, 0)]));
+}
