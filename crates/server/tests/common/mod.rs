@@ -1,7 +1,7 @@
 //! Shared fixture of the in-process tests: a temp data dir with the vector survey `VEC`
 //! and a small demo survey `DEMO`, a SQLite database, keys with different grants, and
 //! the router.
-#![allow(dead_code)]
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::Path;
 use std::sync::Arc;
