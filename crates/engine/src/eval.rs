@@ -30,84 +30,135 @@ impl CodeMatch {
     }
 }
 
+/// An expression compiled against one survey: each node yields the bits of any 64
+/// respondents on demand, so a whole target evaluates in one pass over its columns
+/// without materializing a set per leaf.
+pub(crate) enum Plan<'a> {
+    /// Every respondent.
+    All,
+    /// Nobody.
+    Empty,
+    /// A set computed earlier (a named code).
+    Set(&'a Bitset),
+    /// Codes in one contiguous range.
+    Range { codes: Codes<'a>, lo: u32, hi: u32 },
+    /// Codes listed in a table (`!=`, `IN` with gaps).
+    Table { codes: Codes<'a>, table: Vec<bool> },
+    /// Complement within all respondents.
+    Not(Box<Plan<'a>>),
+    /// All of these.
+    And(Vec<Plan<'a>>),
+    /// Any of these.
+    Or(Vec<Plan<'a>>),
+}
+
+impl Plan<'_> {
+    /// Bits for respondents `64 * index ..`; bits past the last respondent may be set
+    /// (callers AND with a filter or clear the tail).
+    pub(crate) fn word(&self, index: usize) -> u64 {
+        match self {
+            Plan::All => u64::MAX,
+            Plan::Empty => 0,
+            Plan::Set(set) => set.words().get(index).copied().unwrap_or(0),
+            Plan::Range { codes, lo, hi } => {
+                let span = hi.wrapping_sub(*lo);
+                match codes {
+                    Codes::U8(c) => {
+                        pack_word(chunk(c, index), |x| u32::from(x).wrapping_sub(*lo) <= span)
+                    }
+                    Codes::U16(c) => {
+                        pack_word(chunk(c, index), |x| u32::from(x).wrapping_sub(*lo) <= span)
+                    }
+                    Codes::U32(c) => pack_word(chunk(c, index), |x| x.wrapping_sub(*lo) <= span),
+                }
+            }
+            Plan::Table { codes, table } => {
+                let hit = |x: u32| table.get(x as usize).copied().unwrap_or(false);
+                match codes {
+                    Codes::U8(c) => pack_word(chunk(c, index), |x| hit(u32::from(x))),
+                    Codes::U16(c) => pack_word(chunk(c, index), |x| hit(u32::from(x))),
+                    Codes::U32(c) => pack_word(chunk(c, index), hit),
+                }
+            }
+            Plan::Not(inner) => !inner.word(index),
+            Plan::And(items) => items.iter().fold(u64::MAX, |word, item| {
+                if word == 0 {
+                    0
+                } else {
+                    word & item.word(index)
+                }
+            }),
+            Plan::Or(items) => items.iter().fold(0, |word, item| {
+                if word == u64::MAX {
+                    word
+                } else {
+                    word | item.word(index)
+                }
+            }),
+        }
+    }
+}
+
+fn chunk<T>(codes: &[T], index: usize) -> &[T] {
+    let start = (index * 64).min(codes.len());
+    &codes[start..(start + 64).min(codes.len())]
+}
+
 impl Survey {
-    /// Evaluates an expression whose names are all defined (unknown names match nobody).
-    pub(crate) fn evaluate_known(&self, expr: &Expr) -> Bitset {
-        let n = self.respondents();
+    /// Compiles an expression whose names are all defined (unknown names match nobody).
+    pub(crate) fn plan(&self, expr: &Expr) -> Plan<'_> {
         match expr {
-            Expr::All => Bitset::full(n),
-            Expr::Code(name) => self
-                .code_set(name)
-                .cloned()
-                .unwrap_or_else(|| Bitset::empty(n)),
+            Expr::All => Plan::All,
+            Expr::Code(name) => self.code_set(name).map_or(Plan::Empty, Plan::Set),
             Expr::Compare { var, op, value } => {
                 let (op, value) = (*op, *value);
-                self.scan(var, move |v| op.holds(v, value))
+                self.leaf(var, move |v| op.holds(v, value))
             }
-            Expr::In { var, values } => self.scan(var, |v| values.contains(&v)),
+            Expr::In { var, values } => self.leaf(var, |v| values.contains(&v)),
             Expr::Between { var, low, high } => {
                 let (low, high) = (*low, *high);
-                self.scan(var, move |v| low <= v && v <= high)
+                self.leaf(var, move |v| low <= v && v <= high)
             }
-            Expr::Not(inner) => {
-                let mut set = self.evaluate_known(inner);
-                set.negate();
-                set
-            }
-            Expr::And(items) => self.combine(items, Bitset::and_with),
-            Expr::Or(items) => self.combine(items, Bitset::or_with),
+            Expr::Not(inner) => Plan::Not(Box::new(self.plan(inner))),
+            Expr::And(items) => Plan::And(items.iter().map(|item| self.plan(item)).collect()),
+            Expr::Or(items) => Plan::Or(items.iter().map(|item| self.plan(item)).collect()),
         }
     }
 
-    fn combine(&self, items: &[Expr], op: fn(&mut Bitset, &Bitset)) -> Bitset {
-        let mut iter = items.iter();
-        let mut acc = match iter.next() {
-            Some(first) => self.evaluate_known(first),
-            None => return Bitset::empty(self.respondents()),
-        };
-        for item in iter {
-            op(&mut acc, &self.evaluate_known(item));
-        }
-        acc
-    }
-
-    fn scan(&self, var: &str, predicate: impl Fn(f64) -> bool) -> Bitset {
-        let n = self.respondents();
+    fn leaf(&self, var: &str, predicate: impl Fn(f64) -> bool) -> Plan<'_> {
         let Some(index) = self.variable_position(var) else {
-            return Bitset::empty(n);
+            return Plan::Empty;
         };
         let Column { dict, codes } = self.column(index);
         let matching = CodeMatch::new(dict, predicate);
-        let words = match (matching.single_range(), codes) {
-            (None, _) if !matching.matches.contains(&true) => vec![0; n.div_ceil(64)],
-            (Some((lo, hi)), Codes::U8(codes)) => scan_range(codes, lo, hi),
-            (Some((lo, hi)), Codes::U16(codes)) => scan_range_u16(codes, lo, hi),
-            (Some((lo, hi)), Codes::U32(codes)) => scan_range(codes, lo, hi),
-            (None, Codes::U8(codes)) => scan_table(codes, &matching.matches),
-            (None, Codes::U16(codes)) => scan_table(codes, &matching.matches),
-            (None, Codes::U32(codes)) => scan_table(codes, &matching.matches),
-        };
-        Bitset::from_words(words, n)
+        match matching.single_range() {
+            Some((lo, hi)) => Plan::Range { codes, lo, hi },
+            None if !matching.matches.contains(&true) => Plan::Empty,
+            None => Plan::Table {
+                codes,
+                table: matching.matches,
+            },
+        }
+    }
+
+    /// Evaluates an expression whose names are all defined to a respondent set.
+    pub(crate) fn evaluate_known(&self, expr: &Expr) -> Bitset {
+        let n = self.respondents();
+        let plan = self.plan(expr);
+        Bitset::from_words((0..n.div_ceil(64)).map(|i| plan.word(i)).collect(), n)
     }
 }
 
-/// Bits for the codes in `lo..=hi`, 64 respondents a word. Each code becomes a 0/1 byte
-/// (one unsigned compare, `c - lo <= hi - lo`), and eight such bytes pack into eight bits
-/// with one multiply; both steps vectorize, unlike shifting each compare into the word.
-fn scan_range<T: Copy + Into<u32>>(codes: &[T], lo: u32, hi: u32) -> Vec<u64> {
-    let span = hi.wrapping_sub(lo);
-    pack_hits(codes, |code| code.into().wrapping_sub(lo) <= span)
-}
-
-/// Packs `hit(code)` for each code into words of 64 bits.
-fn pack_hits<T: Copy>(codes: &[T], hit: impl Fn(T) -> bool) -> Vec<u64> {
+/// Bits for up to 64 codes: each becomes a 0/1 byte, and eight such bytes pack into
+/// eight bits with one multiply; both steps vectorize, unlike shifting each compare into
+/// the word.
+#[inline]
+fn pack_word<T: Copy>(codes: &[T], hit: impl Fn(T) -> bool) -> u64 {
     // Multiplying eight 0/1 bytes by this gathers byte k's bit into bit 56 + k.
     const GATHER: u64 = 0x0102_0408_1020_4080;
-    let mut words = Vec::with_capacity(codes.len().div_ceil(64));
-    let mut chunks = codes.chunks_exact(64);
-    for chunk in &mut chunks {
+    if let Ok(full) = <&[T; 64]>::try_from(codes) {
         let mut hits = [0u8; 64];
-        for (slot, code) in hits.iter_mut().zip(chunk) {
+        for (slot, code) in hits.iter_mut().zip(full) {
             *slot = u8::from(hit(*code));
         }
         let mut word = 0u64;
@@ -116,27 +167,23 @@ fn pack_hits<T: Copy>(codes: &[T], hit: impl Fn(T) -> bool) -> Vec<u64> {
             eight.copy_from_slice(bytes);
             word |= (u64::from_le_bytes(eight).wrapping_mul(GATHER) >> 56) << (group * 8);
         }
-        words.push(word);
-    }
-    let rest = chunks.remainder();
-    if !rest.is_empty() {
-        let word = rest
+        word
+    } else {
+        codes
             .iter()
             .enumerate()
-            .fold(0u64, |word, (j, code)| word | u64::from(hit(*code)) << j);
-        words.push(word);
+            .fold(0u64, |word, (j, code)| word | u64::from(hit(*code)) << j)
     }
-    words
 }
 
-/// [`scan_range`] for 16-bit codes (also used for group membership).
+/// Bits for 16-bit codes in `lo..=hi` (group membership).
 pub(crate) fn scan_range_u16(codes: &[u16], lo: u32, hi: u32) -> Vec<u64> {
-    scan_range(codes, lo, hi)
-}
-
-/// Bits for the codes whose entry in `table` is true.
-fn scan_table<T: Copy + Into<u32>>(codes: &[T], table: &[bool]) -> Vec<u64> {
-    pack_hits(codes, |code| {
-        table.get(code.into() as usize).copied().unwrap_or(false)
-    })
+    let plan = Plan::Range {
+        codes: Codes::U16(codes),
+        lo,
+        hi,
+    };
+    (0..codes.len().div_ceil(64))
+        .map(|i| plan.word(i))
+        .collect()
 }

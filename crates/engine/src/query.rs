@@ -54,22 +54,18 @@ impl Survey {
         ))
     }
 
-    /// Count and weight of the respondents in `filter` matching `target`.
+    /// Count and weight of the respondents in `filter` matching `target`, in one pass:
+    /// each word of the target is computed, ANDed with the filter and tallied at once.
     pub fn tally(&self, target: &Expr, filter: &Bitset) -> Tally {
-        match target {
-            // A named code's set is cached: tally it in place instead of copying it.
-            Expr::Code(name) => match self.code_set(name) {
-                Some(set) => set.tally(Some(filter), self.weights()),
-                None => Tally {
-                    count: 0,
-                    weight: 0.0,
-                },
-            },
-            Expr::All => filter.tally(None, self.weights()),
-            _ => self
-                .evaluate_known(target)
-                .tally(Some(filter), self.weights()),
-        }
+        let plan = self.plan(target);
+        crate::bitset::tally_words(
+            filter
+                .words()
+                .iter()
+                .enumerate()
+                .map(|(i, f)| if *f == 0 { 0 } else { plan.word(i) & f }),
+            self.weights(),
+        )
     }
 
     /// The wire figures for a tally.
