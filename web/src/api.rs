@@ -1,0 +1,329 @@
+//! The app's backend (`/app/...`): the only server the app talks to. The API key stays
+//! there; the browser holds a session cookie.
+
+use gloo_net::http::{Request, RequestBuilder, Response};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// Where the backend is: this page's origin, or `?backend=ORIGIN` when the app is served
+/// from another origin (the backend must list this page's origin as allowed).
+pub fn backend_origin() -> String {
+    let search = web_sys::window()
+        .and_then(|w| w.location().search().ok())
+        .unwrap_or_default();
+    search
+        .trim_start_matches('?')
+        .split('&')
+        .find_map(|pair| pair.strip_prefix("backend="))
+        .map(|value| {
+            js_sys::decode_uri_component(value)
+                .ok()
+                .and_then(|v| v.as_string())
+                .unwrap_or_default()
+        })
+        .unwrap_or_default()
+}
+
+fn url(path: &str) -> String {
+    format!("{}{path}", backend_origin())
+}
+
+/// A failed backend call, ready to show.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApiFailure {
+    /// HTTP status (0 when the network failed).
+    pub status: u16,
+    /// Human-readable text.
+    pub message: String,
+}
+
+impl ApiFailure {
+    fn network(error: impl std::fmt::Display) -> Self {
+        ApiFailure {
+            status: 0,
+            message: format!("The server could not be reached ({error})."),
+        }
+    }
+}
+
+fn with_credentials(builder: RequestBuilder) -> RequestBuilder {
+    builder.credentials(web_sys::RequestCredentials::Include)
+}
+
+async fn read<T: DeserializeOwned>(response: Response) -> Result<T, ApiFailure> {
+    let status = response.status();
+    if (200..300).contains(&status) {
+        return response.json::<T>().await.map_err(|e| ApiFailure {
+            status,
+            message: format!("The server's answer was not understood ({e})."),
+        });
+    }
+    let body: Value = response.json().await.unwrap_or(Value::Null);
+    let message = body
+        .get("ResultDescription")
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+        .unwrap_or_else(|| format!("The server answered {status}."));
+    Err(ApiFailure { status, message })
+}
+
+async fn get<T: DeserializeOwned>(path: &str) -> Result<T, ApiFailure> {
+    let response = with_credentials(Request::get(&url(path)))
+        .send()
+        .await
+        .map_err(ApiFailure::network)?;
+    read(response).await
+}
+
+async fn send_json<T: DeserializeOwned>(
+    builder: RequestBuilder,
+    body: &impl Serialize,
+) -> Result<T, ApiFailure> {
+    let response = with_credentials(builder)
+        .json(body)
+        .map_err(ApiFailure::network)?
+        .send()
+        .await
+        .map_err(ApiFailure::network)?;
+    read(response).await
+}
+
+/// The signed-in user.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct Me {
+    /// Username.
+    pub username: String,
+    /// Account the user belongs to.
+    pub account: String,
+}
+
+/// One survey the account may query.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SurveySummary {
+    /// `SurveyCode`.
+    pub code: String,
+    /// Display name.
+    pub name: String,
+    /// Respondents.
+    pub respondents: u64,
+    /// Whether every group is granted (so `_ALL_` may be used).
+    pub all_groups: bool,
+}
+
+/// A survey's codebook, as the backend serves it (only granted groups).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Codebook {
+    /// `SurveyCode`.
+    pub code: String,
+    /// Display name.
+    pub name: String,
+    /// Respondents.
+    pub respondents: u64,
+    /// Unit multiplier for `WgtAud`.
+    pub audience_report_units: u32,
+    /// Stability threshold.
+    pub unstable_max_resps: u64,
+    /// Granted groups.
+    pub groups: Vec<Group>,
+    /// Population bases with totals.
+    pub bases: Vec<Base>,
+    /// Named codes.
+    pub codes: Vec<NamedCode>,
+    /// Variables.
+    pub variables: Vec<Variable>,
+}
+
+/// An authorization group.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct Group {
+    /// Value used in requests.
+    pub value: String,
+    /// Label.
+    #[serde(default)]
+    pub label: Option<String>,
+}
+
+/// Weighted and unweighted totals.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+pub struct Totals {
+    /// Respondents.
+    pub respondents: u64,
+    /// Absolute weighted total.
+    pub weighted: f64,
+}
+
+/// A population base.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Base {
+    /// `PopulationBaseCode`.
+    pub code: String,
+    /// Label.
+    #[serde(default)]
+    pub label: Option<String>,
+    /// Respondents in the base.
+    pub respondents: u64,
+    /// Absolute weighted total.
+    pub weighted: f64,
+    /// Totals within each granted group.
+    #[serde(default)]
+    pub group_totals: std::collections::BTreeMap<String, Totals>,
+}
+
+/// A named code.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct NamedCode {
+    /// The code.
+    pub code: String,
+    /// Label.
+    #[serde(default)]
+    pub label: Option<String>,
+    /// Its expression.
+    pub expr: String,
+}
+
+/// A variable.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct Variable {
+    /// Name.
+    pub name: String,
+    /// Label.
+    #[serde(default)]
+    pub label: Option<String>,
+    /// Values with labels.
+    #[serde(default)]
+    pub values: Vec<VariableValue>,
+}
+
+/// One value of a variable.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct VariableValue {
+    /// The value.
+    pub value: f64,
+    /// Label.
+    #[serde(default)]
+    pub label: Option<String>,
+}
+
+/// An API key's metadata (never the key).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KeyInfo {
+    /// Key id.
+    pub id: String,
+    /// `live` or `test`.
+    pub env: String,
+    /// Creation time.
+    pub created_at: String,
+    /// Expiry, if any.
+    #[serde(default)]
+    pub expires_at: Option<String>,
+    /// Revocation time, if revoked.
+    #[serde(default)]
+    pub revoked_at: Option<String>,
+}
+
+/// A key just created: the only time the secret is shown.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct NewKey {
+    /// Key id.
+    pub id: String,
+    /// The full key.
+    pub key: String,
+}
+
+/// Billed calls on one day for one survey.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct UsageRow {
+    /// `YYYY-MM-DD`.
+    pub day: String,
+    /// `SurveyCode`.
+    pub survey: String,
+    /// Billed calls.
+    pub calls: u64,
+}
+
+/// Signs in.
+pub async fn login(username: &str, password: &str) -> Result<Me, ApiFailure> {
+    send_json(
+        Request::post(&url("/app/login")),
+        &serde_json::json!({"username": username, "password": password}),
+    )
+    .await
+}
+
+/// Signs out.
+pub async fn logout() {
+    let _ = with_credentials(Request::post(&url("/app/logout")))
+        .send()
+        .await;
+}
+
+/// The signed-in user, if any.
+pub async fn me() -> Result<Me, ApiFailure> {
+    get("/app/api/me").await
+}
+
+/// Surveys the account may query.
+pub async fn surveys() -> Result<Vec<SurveySummary>, ApiFailure> {
+    get("/app/api/surveys").await
+}
+
+/// A survey's codebook.
+pub async fn codebook(code: &str) -> Result<Codebook, ApiFailure> {
+    get(&format!("/app/api/surveys/{code}/codebook")).await
+}
+
+/// Runs a crosstab through the backend, which adds the key. The upstream's status and
+/// body come back unchanged.
+pub async fn crosstab(request: &Value) -> Result<(u16, Value), ApiFailure> {
+    let response = with_credentials(Request::post(&url("/app/api/crosstab")))
+        .json(request)
+        .map_err(ApiFailure::network)?
+        .send()
+        .await
+        .map_err(ApiFailure::network)?;
+    let status = response.status();
+    let body = response.json::<Value>().await.unwrap_or(Value::Null);
+    Ok((status, body))
+}
+
+/// The OpenAPI document of `/v1`.
+pub async fn openapi() -> Result<Value, ApiFailure> {
+    get("/v1/docs").await
+}
+
+/// The user's API keys.
+pub async fn keys() -> Result<Vec<KeyInfo>, ApiFailure> {
+    get("/app/api/keys").await
+}
+
+/// Creates an API key (shown once).
+pub async fn create_key(env: &str, expires_in_days: Option<u32>) -> Result<NewKey, ApiFailure> {
+    send_json(
+        Request::post(&url("/app/api/keys")),
+        &serde_json::json!({"env": env, "expiresInDays": expires_in_days}),
+    )
+    .await
+}
+
+/// Revokes an API key.
+pub async fn revoke_key(id: &str) -> Result<(), ApiFailure> {
+    let response = with_credentials(Request::delete(&url(&format!("/app/api/keys/{id}"))))
+        .send()
+        .await
+        .map_err(ApiFailure::network)?;
+    if response.ok() {
+        Ok(())
+    } else {
+        read::<Value>(response).await.map(|_| ())
+    }
+}
+
+/// Billed calls by day and survey.
+pub async fn usage() -> Result<Vec<UsageRow>, ApiFailure> {
+    get("/app/api/usage").await
+}

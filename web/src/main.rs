@@ -1,0 +1,191 @@
+//! The researcher's app: sign in, build a crosstab query from the codebook with live
+//! validation, read the results, and use the developer portal. It talks only to its own
+//! backend (`/app/...`); the API key never reaches the browser.
+
+mod api;
+mod history;
+mod portal;
+mod query;
+mod results;
+
+use leptos::prelude::*;
+
+use crate::api::Me;
+
+/// The screens of the app, reflected in the URL hash so they can be bookmarked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Screen {
+    Query,
+    History,
+    ApiReference,
+    Keys,
+    Usage,
+}
+
+impl Screen {
+    fn hash(self) -> &'static str {
+        match self {
+            Screen::Query => "#/query",
+            Screen::History => "#/history",
+            Screen::ApiReference => "#/portal/api",
+            Screen::Keys => "#/portal/keys",
+            Screen::Usage => "#/portal/usage",
+        }
+    }
+
+    fn title(self) -> &'static str {
+        match self {
+            Screen::Query => "Query",
+            Screen::History => "History",
+            Screen::ApiReference => "API reference",
+            Screen::Keys => "API keys",
+            Screen::Usage => "Usage",
+        }
+    }
+
+    fn from_hash(hash: &str) -> Screen {
+        [
+            Screen::History,
+            Screen::ApiReference,
+            Screen::Keys,
+            Screen::Usage,
+        ]
+        .into_iter()
+        .find(|s| s.hash() == hash)
+        .unwrap_or(Screen::Query)
+    }
+
+    const ALL: [Screen; 5] = [
+        Screen::Query,
+        Screen::History,
+        Screen::ApiReference,
+        Screen::Keys,
+        Screen::Usage,
+    ];
+}
+
+fn current_hash() -> String {
+    web_sys::window()
+        .and_then(|w| w.location().hash().ok())
+        .unwrap_or_default()
+}
+
+/// Whether the user is signed in: unknown while the first check runs.
+#[derive(Debug, Clone, PartialEq)]
+enum Session {
+    Checking,
+    SignedOut,
+    SignedIn(Me),
+}
+
+#[component]
+fn App() -> impl IntoView {
+    let session = RwSignal::new(Session::Checking);
+    let screen = RwSignal::new(Screen::from_hash(&current_hash()));
+    // A query picked from the history, handed to the query screen to load and run.
+    let rerun = RwSignal::new(None::<serde_json::Value>);
+    leptos::task::spawn_local(async move {
+        session.set(match api::me().await {
+            Ok(me) => Session::SignedIn(me),
+            Err(_) => Session::SignedOut,
+        });
+    });
+    let go = move |target: Screen| {
+        screen.set(target);
+        if let Some(window) = web_sys::window() {
+            let _ = window.location().set_hash(target.hash());
+        }
+    };
+    let sign_out = move |_| {
+        leptos::task::spawn_local(async move {
+            api::logout().await;
+            session.set(Session::SignedOut);
+        });
+    };
+    view! {
+        <header class="topbar">
+            <span class="brand">"crosstab"</span>
+            {move || match session.get() {
+                Session::SignedIn(me) => view! {
+                    <nav aria-label="Main">
+                        {Screen::ALL.into_iter().map(|s| view! {
+                            <a href=s.hash()
+                               class:active=move || screen.get() == s
+                               aria-current=move || (screen.get() == s).then_some("page")
+                               on:click=move |ev: leptos::ev::MouseEvent| { ev.prevent_default(); go(s); }>
+                                {s.title()}
+                            </a>
+                        }).collect_view()}
+                    </nav>
+                    <span class="who">{format!("{} · {}", me.username, me.account)}</span>
+                    <button class="link" on:click=sign_out>"Sign out"</button>
+                }.into_any(),
+                _ => ().into_any(),
+            }}
+        </header>
+        <main>
+            {move || match session.get() {
+                Session::Checking => view! { <p class="status" role="status">"Loading…"</p> }.into_any(),
+                Session::SignedOut => view! { <SignIn session=session /> }.into_any(),
+                Session::SignedIn(_) => match screen.get() {
+                    Screen::Query => view! { <query::QueryScreen rerun=rerun /> }.into_any(),
+                    Screen::History => view! {
+                        <history::HistoryScreen on_pick=Callback::new(move |request| {
+                            rerun.set(Some(request));
+                            go(Screen::Query);
+                        }) />
+                    }.into_any(),
+                    Screen::ApiReference => view! { <portal::ApiReference /> }.into_any(),
+                    Screen::Keys => view! { <portal::Keys /> }.into_any(),
+                    Screen::Usage => view! { <portal::Usage /> }.into_any(),
+                },
+            }}
+        </main>
+    }
+}
+
+#[component]
+fn SignIn(session: RwSignal<Session>) -> impl IntoView {
+    let username = RwSignal::new(String::new());
+    let password = RwSignal::new(String::new());
+    let error = RwSignal::new(None::<String>);
+    let busy = RwSignal::new(false);
+    let submit = move |ev: leptos::ev::SubmitEvent| {
+        ev.prevent_default();
+        busy.set(true);
+        error.set(None);
+        leptos::task::spawn_local(async move {
+            match api::login(&username.get_untracked(), &password.get_untracked()).await {
+                Ok(me) => session.set(Session::SignedIn(me)),
+                Err(failure) => error.set(Some(failure.message)),
+            }
+            password.set(String::new());
+            busy.set(false);
+        });
+    };
+    view! {
+        <section class="card signin">
+            <h1>"Sign in"</h1>
+            <p class="muted">"Use the username and password your account administrator gave you."</p>
+            <form on:submit=submit>
+                <label for="username">"Username"</label>
+                <input id="username" name="username" autocomplete="username" required
+                    prop:value=move || username.get()
+                    on:input=move |ev| username.set(event_target_value(&ev)) />
+                <label for="password">"Password"</label>
+                <input id="password" name="password" type="password" autocomplete="current-password" required
+                    prop:value=move || password.get()
+                    on:input=move |ev| password.set(event_target_value(&ev)) />
+                {move || error.get().map(|message| view! { <p class="error" role="alert">{message}</p> })}
+                <button type="submit" disabled=move || busy.get()>
+                    {move || if busy.get() { "Signing in…" } else { "Sign in" }}
+                </button>
+            </form>
+        </section>
+    }
+}
+
+fn main() {
+    console_error_panic_hook::set_once();
+    leptos::mount::mount_to_body(App);
+}

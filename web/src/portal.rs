@@ -1,0 +1,242 @@
+//! The developer portal: the API reference rendered from `/v1/docs` (no CDN assets),
+//! the user's API keys, and billed usage.
+
+use leptos::prelude::*;
+use serde_json::Value;
+
+use crate::api::{self, ApiFailure, KeyInfo, NewKey, UsageRow};
+
+fn pretty(value: &Value) -> String {
+    serde_json::to_string_pretty(value).unwrap_or_default()
+}
+
+fn schema_name(schema: &Value) -> String {
+    schema
+        .get("$ref")
+        .and_then(Value::as_str)
+        .and_then(|r| r.rsplit('/').next())
+        .map(str::to_owned)
+        .or_else(|| {
+            schema
+                .get("type")
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        })
+        .unwrap_or_else(|| "object".to_owned())
+}
+
+#[component]
+pub fn ApiReference() -> impl IntoView {
+    let doc = RwSignal::new(None::<Result<Value, ApiFailure>>);
+    leptos::task::spawn_local(async move { doc.set(Some(api::openapi().await)) });
+    move || {
+        match doc.get() {
+        None => view! { <section class="card"><p class="status" role="status">"Loading the API reference…"</p></section> }.into_any(),
+        Some(Err(failure)) => view! { <section class="card"><p class="error" role="alert">{failure.message}</p></section> }.into_any(),
+        Some(Ok(doc)) => {
+            let text = |v: &Value, key: &str| v.get(key).and_then(Value::as_str).unwrap_or("").to_owned();
+            let info = doc.get("info").cloned().unwrap_or(Value::Null);
+            let server = doc.pointer("/servers/0/url").and_then(Value::as_str).unwrap_or("/v1").to_owned();
+            let mut operations = Vec::new();
+            if let Some(paths) = doc.get("paths").and_then(Value::as_object) {
+                for (path, item) in paths {
+                    if let Some(methods) = item.as_object() {
+                        for (method, operation) in methods {
+                            operations.push((method.to_uppercase(), path.clone(), operation.clone()));
+                        }
+                    }
+                }
+            }
+            let schemas: Vec<(String, Value)> = doc
+                .pointer("/components/schemas")
+                .and_then(Value::as_object)
+                .map(|m| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+                .unwrap_or_default();
+            view! {
+                <section class="card reference" id="api-reference">
+                    <h1>{text(&info, "title")}</h1>
+                    <p class="muted">{format!("Version {} · base URL ends in {server}", text(&info, "version"))}</p>
+                    <pre class="description">{text(&info, "description")}</pre>
+                    <h2>"Operations"</h2>
+                    {operations.into_iter().map(|(method, path, op)| {
+                        let secured = op.get("security").and_then(Value::as_array)
+                            .is_some_and(|s| s.iter().any(|r| r.as_object().is_some_and(|o| !o.is_empty())));
+                        let responses: Vec<(String, Value)> = op.get("responses").and_then(Value::as_object)
+                            .map(|m| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect()).unwrap_or_default();
+                        let body = op.pointer("/requestBody/content/application~1json/schema").map(schema_name);
+                        view! {
+                            <article class="operation">
+                                <h3><span class=format!("method {}", method.to_lowercase())>{method.clone()}</span>" "<code>{format!("{server}{path}")}</code></h3>
+                                <p>{text(&op, "summary")}" "<span class="muted">{format!("operationId: {}", text(&op, "operationId"))}</span></p>
+                                <p>{text(&op, "description")}</p>
+                                <p>{if secured { "Requires the Service-Engine-Authorizer header." } else { "No authentication." }}</p>
+                                {body.map(|name| view! { <p>"Request body: "<code>{name}</code></p> })}
+                                <table>
+                                    <thead><tr><th scope="col">"Status"</th><th scope="col">"Meaning"</th><th scope="col">"Example"</th></tr></thead>
+                                    <tbody>
+                                        {responses.into_iter().map(|(status, response)| {
+                                            let example = response.pointer("/content/application~1json/examples")
+                                                .and_then(Value::as_object)
+                                                .and_then(|m| m.values().next())
+                                                .and_then(|e| e.get("value"))
+                                                .map(pretty);
+                                            view! {
+                                                <tr><td><code>{status}</code></td><td>{text(&response, "description")}</td>
+                                                <td>{example.map(|e| view! { <pre>{e}</pre> })}</td></tr>
+                                            }
+                                        }).collect_view()}
+                                    </tbody>
+                                </table>
+                            </article>
+                        }
+                    }).collect_view()}
+                    <h2>"Schemas"</h2>
+                    {schemas.into_iter().map(|(name, schema)| {
+                        let properties: Vec<(String, Value)> = schema.get("properties").and_then(Value::as_object)
+                            .map(|m| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect()).unwrap_or_default();
+                        let required: Vec<String> = schema.get("required").and_then(Value::as_array)
+                            .map(|r| r.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect()).unwrap_or_default();
+                        view! {
+                            <article class="schema">
+                                <h3><code>{name}</code></h3>
+                                <p>{text(&schema, "description")}</p>
+                                {(!properties.is_empty()).then(|| view! {
+                                    <table>
+                                        <thead><tr><th scope="col">"Field"</th><th scope="col">"Type"</th><th scope="col">"Required"</th><th scope="col">"Meaning"</th></tr></thead>
+                                        <tbody>
+                                            {properties.into_iter().map(|(field, prop)| {
+                                                let is_required = required.contains(&field);
+                                                view! { <tr><td><code>{field}</code></td><td>{schema_name(&prop)}</td>
+                                                    <td>{if is_required { "yes" } else { "no" }}</td><td>{text(&prop, "description")}</td></tr> }
+                                            }).collect_view()}
+                                        </tbody>
+                                    </table>
+                                })}
+                            </article>
+                        }
+                    }).collect_view()}
+                </section>
+            }.into_any()
+        }
+    }
+    }
+}
+
+#[component]
+pub fn Keys() -> impl IntoView {
+    let keys = RwSignal::new(None::<Result<Vec<KeyInfo>, ApiFailure>>);
+    let created = RwSignal::new(None::<NewKey>);
+    let error = RwSignal::new(None::<String>);
+    let env = RwSignal::new("test".to_owned());
+    let days = RwSignal::new("90".to_owned());
+    let reload =
+        move || leptos::task::spawn_local(async move { keys.set(Some(api::keys().await)) });
+    reload();
+    let create = move |ev: leptos::ev::SubmitEvent| {
+        ev.prevent_default();
+        let days = days
+            .get_untracked()
+            .trim()
+            .parse::<u32>()
+            .ok()
+            .filter(|d| *d > 0);
+        let env = env.get_untracked();
+        leptos::task::spawn_local(async move {
+            match api::create_key(&env, days).await {
+                Ok(key) => {
+                    created.set(Some(key));
+                    error.set(None);
+                }
+                Err(failure) => error.set(Some(failure.message)),
+            }
+            reload();
+        });
+    };
+    view! {
+        <section class="card">
+            <h1>"API keys"</h1>
+            <p class="muted">"Keys authenticate calls to /v1/crosstab from your servers. Keep them server-side, in a secret manager; never ship one to a browser. Use separate keys per environment and rotate any key that may have leaked."</p>
+            {move || created.get().map(|key| view! {
+                <div class="warning" role="status">
+                    <p>"Your new key (shown once — copy it now):"</p>
+                    <pre class="secret">{key.key}</pre>
+                    <button class="secondary" on:click=move |_| created.set(None)>"I have stored it"</button>
+                </div>
+            })}
+            <form class="row" on:submit=create>
+                <label for="key-env">"Environment"</label>
+                <select id="key-env" on:change=move |ev| env.set(event_target_value(&ev))>
+                    <option value="test">"test"</option>
+                    <option value="live">"live"</option>
+                </select>
+                <label for="key-days">"Expires in (days, empty = never)"</label>
+                <input id="key-days" inputmode="numeric" prop:value=move || days.get() on:input=move |ev| days.set(event_target_value(&ev)) />
+                <button type="submit">"Create key"</button>
+            </form>
+            {move || error.get().map(|m| view! { <p class="error" role="alert">{m}</p> })}
+            {move || match keys.get() {
+                None => view! { <p class="status" role="status">"Loading keys…"</p> }.into_any(),
+                Some(Err(failure)) => view! { <p class="error" role="alert">{failure.message}</p> }.into_any(),
+                Some(Ok(list)) if list.is_empty() => view! { <p class="empty">"No keys yet."</p> }.into_any(),
+                Some(Ok(list)) => view! {
+                    <table>
+                        <thead><tr><th scope="col">"Key id"</th><th scope="col">"Env"</th><th scope="col">"Created"</th><th scope="col">"Expires"</th><th scope="col">"Status"</th><th></th></tr></thead>
+                        <tbody>
+                            {list.into_iter().map(|key| {
+                                let id = key.id.clone();
+                                let active = key.revoked_at.is_none();
+                                view! {
+                                    <tr>
+                                        <td><code>{key.id.clone()}</code></td><td>{key.env.clone()}</td><td>{key.created_at.clone()}</td>
+                                        <td>{key.expires_at.clone().unwrap_or_else(|| "never".into())}</td>
+                                        <td>{key.revoked_at.clone().map_or_else(|| "active".to_owned(), |at| format!("revoked {at}"))}</td>
+                                        <td>{active.then(|| view! {
+                                            <button class="secondary" on:click=move |_| {
+                                                let id = id.clone();
+                                                leptos::task::spawn_local(async move {
+                                                    if let Err(failure) = api::revoke_key(&id).await { error.set(Some(failure.message)); }
+                                                    reload();
+                                                });
+                                            }>"Revoke"</button>
+                                        })}</td>
+                                    </tr>
+                                }
+                            }).collect_view()}
+                        </tbody>
+                    </table>
+                }.into_any(),
+            }}
+        </section>
+    }
+}
+
+#[component]
+pub fn Usage() -> impl IntoView {
+    let usage = RwSignal::new(None::<Result<Vec<UsageRow>, ApiFailure>>);
+    leptos::task::spawn_local(async move { usage.set(Some(api::usage().await)) });
+    move || {
+        view! {
+            <section class="card">
+                <h1>"Usage"</h1>
+                <p class="muted">"Billed calls (HTTP 200 from /v1/crosstab) by day and survey. Rejected calls are not billed."</p>
+                {match usage.get() {
+                    None => view! { <p class="status" role="status">"Loading usage…"</p> }.into_any(),
+                    Some(Err(failure)) => view! { <p class="error" role="alert">{failure.message}</p> }.into_any(),
+                    Some(Ok(rows)) if rows.is_empty() => view! { <p class="empty">"No billed calls yet."</p> }.into_any(),
+                    Some(Ok(rows)) => {
+                        let total: u64 = rows.iter().map(|r| r.calls).sum();
+                        view! {
+                            <table id="usage-table">
+                                <thead><tr><th scope="col">"Day"</th><th scope="col">"Survey"</th><th scope="col">"Billed calls"</th></tr></thead>
+                                <tbody>
+                                    {rows.into_iter().map(|r| view! { <tr><td>{r.day}</td><td>{r.survey}</td><td class="num">{r.calls}</td></tr> }).collect_view()}
+                                </tbody>
+                                <tfoot><tr><th scope="row" colspan="2">"Total"</th><td class="num">{total}</td></tr></tfoot>
+                            </table>
+                        }.into_any()
+                    }
+                }}
+            </section>
+        }
+    }
+}

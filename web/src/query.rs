@@ -1,0 +1,359 @@
+//! The query builder: survey, group, base and up to two targets, validated live by the
+//! same rules the server applies (the WASM crate's validator) before anything is sent.
+
+use leptos::prelude::*;
+use serde_json::{json, Value};
+
+use crate::api::{self, Codebook, SurveySummary};
+use crate::results::{Outcome, ResultsView};
+
+/// What the validator says about the draft, by request field.
+#[derive(Debug, Clone, PartialEq, Default)]
+struct Problems {
+    /// `(field, message)` of the first rule broken, as the server would report it.
+    field: Option<(String, String)>,
+}
+
+impl Problems {
+    fn of(draft: &Value) -> Problems {
+        let text = draft.to_string();
+        match crosstab_wasm::validate::validate_text(Some(&text)) {
+            Ok(_) => Problems::default(),
+            Err(error) => {
+                let envelope = error.envelope();
+                let field = envelope
+                    .error
+                    .and_then(|detail| detail.field)
+                    .unwrap_or_else(|| "request".to_owned());
+                Problems {
+                    field: Some((field, envelope.result_description)),
+                }
+            }
+        }
+    }
+
+    fn for_field(&self, name: &str) -> Option<String> {
+        self.field
+            .as_ref()
+            .filter(|(field, _)| field == name)
+            .map(|(_, message)| message.clone())
+    }
+}
+
+/// A searchable codebook entry: a named code, or one value of a variable.
+#[derive(Debug, Clone, PartialEq)]
+struct Pick {
+    target: String,
+    label: String,
+}
+
+fn picks(codebook: &Codebook, query: &str) -> Vec<Pick> {
+    let needle = query.trim().to_lowercase();
+    if needle.is_empty() {
+        return Vec::new();
+    }
+    let matches = |text: &str| text.to_lowercase().contains(&needle);
+    let mut out: Vec<Pick> = codebook
+        .codes
+        .iter()
+        .filter(|c| matches(&c.code) || c.label.as_deref().is_some_and(matches))
+        .map(|c| Pick {
+            target: c.code.clone(),
+            label: format!("{} — {}", c.label.clone().unwrap_or_default(), c.expr),
+        })
+        .collect();
+    for variable in &codebook.variables {
+        let variable_matches =
+            matches(&variable.name) || variable.label.as_deref().is_some_and(matches);
+        for value in &variable.values {
+            let value_label = value
+                .label
+                .clone()
+                .unwrap_or_else(|| value.value.to_string());
+            if variable_matches || matches(&value_label) {
+                out.push(Pick {
+                    target: format!("{} = {}", variable.name, value.value),
+                    label: format!(
+                        "{}: {}",
+                        variable
+                            .label
+                            .clone()
+                            .unwrap_or_else(|| variable.name.clone()),
+                        value_label
+                    ),
+                });
+            }
+        }
+    }
+    out.truncate(40);
+    out
+}
+
+#[component]
+pub fn QueryScreen(rerun: RwSignal<Option<Value>>) -> impl IntoView {
+    let surveys = RwSignal::new(None::<Result<Vec<SurveySummary>, api::ApiFailure>>);
+    let survey = RwSignal::new(String::new());
+    let codebook = RwSignal::new(None::<Result<Codebook, api::ApiFailure>>);
+    let group = RwSignal::new(String::new());
+    let base = RwSignal::new(String::new());
+    let targets = RwSignal::new(vec![String::new()]);
+    let search = RwSignal::new(String::new());
+    let outcome = RwSignal::new(Outcome::Idle);
+    // A re-run from history waits for its survey's codebook, then runs once.
+    let pending_run = RwSignal::new(false);
+
+    leptos::task::spawn_local(async move {
+        let list = api::surveys().await;
+        if let Ok(list) = &list {
+            if survey.get_untracked().is_empty() {
+                if let Some(first) = list.first() {
+                    survey.set(first.code.clone());
+                }
+            }
+        }
+        surveys.set(Some(list));
+    });
+
+    // Load the codebook whenever the survey changes, and default the group and base.
+    Effect::new(move |_| {
+        let code = survey.get();
+        if code.is_empty() {
+            return;
+        }
+        codebook.set(None);
+        leptos::task::spawn_local(async move {
+            let loaded = api::codebook(&code).await;
+            if let Ok(book) = &loaded {
+                let all = surveys
+                    .get_untracked()
+                    .and_then(Result::ok)
+                    .and_then(|list| list.iter().find(|s| s.code == code).map(|s| s.all_groups));
+                let valid_group = group.get_untracked() == "_ALL_" && all == Some(true)
+                    || book.groups.iter().any(|g| g.value == group.get_untracked());
+                if !valid_group {
+                    group.set(if all == Some(true) {
+                        "_ALL_".to_owned()
+                    } else {
+                        book.groups
+                            .first()
+                            .map(|g| g.value.clone())
+                            .unwrap_or_default()
+                    });
+                }
+                if !book.bases.iter().any(|b| b.code == base.get_untracked()) {
+                    base.set(
+                        book.bases
+                            .first()
+                            .map(|b| b.code.clone())
+                            .unwrap_or_default(),
+                    );
+                }
+            }
+            codebook.set(Some(loaded));
+        });
+    });
+
+    let draft = Memo::new(move |_| {
+        let mut request = json!({
+            "SurveyCode": survey.get(),
+            "PopulationBaseCode": base.get(),
+            "TargetCodes": targets.get(),
+        });
+        let group = group.get();
+        if !group.is_empty() {
+            request["AuthorizationGroup"] = Value::String(group);
+        }
+        request
+    });
+    let problems = Memo::new(move |_| Problems::of(&draft.get()));
+
+    let run = move || {
+        if problems.get_untracked().field.is_some() {
+            return;
+        }
+        let request = draft.get_untracked();
+        let book = codebook.get_untracked().and_then(Result::ok);
+        outcome.set(Outcome::Loading);
+        leptos::task::spawn_local(async move {
+            outcome.set(Outcome::from_call(
+                request.clone(),
+                book,
+                api::crosstab(&request).await,
+            ));
+            if let Some(summary) = outcome.get_untracked().summary() {
+                crate::history::record(&request, summary);
+            }
+        });
+    };
+
+    // History hands over a request: load it into the form, then run it.
+    Effect::new(move |_| {
+        if let Some(request) = rerun.get() {
+            let text = |key: &str| {
+                request
+                    .get(key)
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_owned()
+            };
+            survey.set(text("SurveyCode"));
+            group.set(text("AuthorizationGroup"));
+            base.set(text("PopulationBaseCode"));
+            targets.set(
+                request
+                    .get("TargetCodes")
+                    .and_then(Value::as_array)
+                    .map(|items| {
+                        items
+                            .iter()
+                            .filter_map(|t| t.as_str().map(str::to_owned))
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+            );
+            rerun.set(None);
+            pending_run.set(true);
+        }
+    });
+    Effect::new(move |_| {
+        if pending_run.get() && matches!(codebook.get(), Some(Ok(_))) {
+            pending_run.set(false);
+            run();
+        }
+    });
+
+    let add_target = move |target: String| {
+        targets.update(|list| match list.iter_mut().find(|t| t.trim().is_empty()) {
+            Some(slot) => *slot = target,
+            None => list.push(target),
+        });
+    };
+
+    let field_error = move |name: &'static str| {
+        move || {
+            problems.get().for_field(name).map(
+                |message| view! { <p class="error" role="alert" data-field=name>{message}</p> },
+            )
+        }
+    };
+
+    view! {
+        <div class="layout">
+            <section class="card builder" aria-labelledby="builder-title">
+                <h1 id="builder-title">"Build a query"</h1>
+                {move || match surveys.get() {
+                    None => view! { <p class="status" role="status">"Loading surveys…"</p> }.into_any(),
+                    Some(Err(failure)) => view! { <p class="error" role="alert">{failure.message}</p> }.into_any(),
+                    Some(Ok(list)) if list.is_empty() => view! {
+                        <p class="empty">"Your account has no surveys yet. Ask your administrator to license one."</p>
+                    }.into_any(),
+                    Some(Ok(list)) => view! {
+                        <label for="survey">"Survey"</label>
+                        <select id="survey" on:change=move |ev| survey.set(event_target_value(&ev))
+                            prop:value=move || survey.get()>
+                            {list.into_iter().map(|s| {
+                                let code = s.code.clone();
+                                view! { <option value=code.clone() selected=move || survey.get() == code>{format!("{} — {} ({} respondents)", s.code, s.name, crosstab_wasm::display::format_number(s.respondents as f64, 0))}</option> }
+                            }).collect_view()}
+                        </select>
+                        {field_error("SurveyCode")}
+                    }.into_any(),
+                }}
+                {move || match codebook.get() {
+                    None if !survey.get().is_empty() => view! { <p class="status" role="status">"Loading the codebook…"</p> }.into_any(),
+                    None => ().into_any(),
+                    Some(Err(failure)) => view! { <p class="error" role="alert">{failure.message}</p> }.into_any(),
+                    Some(Ok(book)) => {
+                        let all_groups = surveys.get().and_then(Result::ok)
+                            .and_then(|list| list.into_iter().find(|s| s.code == book.code))
+                            .is_some_and(|s| s.all_groups);
+                        view! {
+                            <div class="two">
+                                <div>
+                                    <label for="group">"Authorization group"</label>
+                                    <select id="group" on:change=move |ev| group.set(event_target_value(&ev)) prop:value=move || group.get()>
+                                        {all_groups.then(|| view! { <option value="_ALL_" selected=move || group.get() == "_ALL_">"All groups"</option> })}
+                                        {book.groups.iter().map(|g| {
+                                            let value = g.value.clone();
+                                            let label = g.label.clone().map_or_else(|| value.clone(), |l| format!("{l} ({value})"));
+                                            view! { <option value=value.clone() selected=move || group.get() == value>{label}</option> }
+                                        }).collect_view()}
+                                    </select>
+                                    {field_error("AuthorizationGroup")}
+                                </div>
+                                <div>
+                                    <label for="base">"Population base"</label>
+                                    <select id="base" on:change=move |ev| base.set(event_target_value(&ev)) prop:value=move || base.get()>
+                                        {book.bases.iter().map(|b| {
+                                            let code = b.code.clone();
+                                            let label = format!("{} — {}", b.code, b.label.clone().unwrap_or_default());
+                                            view! { <option value=code.clone() selected=move || base.get() == code>{label}</option> }
+                                        }).collect_view()}
+                                    </select>
+                                    {field_error("PopulationBaseCode")}
+                                </div>
+                            </div>
+                        }.into_any()
+                    }
+                }}
+                <fieldset class="targets">
+                    <legend>"Targets (one or two)"</legend>
+                    {move || targets.get().into_iter().enumerate().map(|(index, value)| {
+                        let id = format!("target-{index}");
+                        view! {
+                            <div class="target-row">
+                                <label for=id.clone() class="sr-only">{format!("Target {}", index + 1)}</label>
+                                <input id=id class="target" placeholder="F2554 or GENDER = 2 AND AGE BETWEEN 25 AND 54"
+                                    prop:value=value
+                                    on:change=move |ev| { let v = event_target_value(&ev); targets.update(|list| if let Some(slot) = list.get_mut(index) { *slot = v; }); } />
+                                <button class="secondary" aria-label=format!("Remove target {}", index + 1)
+                                    on:click=move |_| targets.update(|list| { if index < list.len() { list.remove(index); } if list.is_empty() { list.push(String::new()); } })>
+                                    "×"
+                                </button>
+                            </div>
+                        }
+                    }).collect_view()}
+                    <button class="secondary" id="add-target" on:click=move |_| targets.update(|list| list.push(String::new()))>"+ Add target"</button>
+                    {field_error("TargetCodes")}
+                </fieldset>
+                {move || problems.get().for_field("request").map(|m| view! { <p class="error" role="alert">{m}</p> })}
+                <div class="row">
+                    <button id="run" on:click=move |_| run()
+                        disabled=move || problems.get().field.is_some() || matches!(outcome.get(), Outcome::Loading)>
+                        {move || if matches!(outcome.get(), Outcome::Loading) { "Running…" } else { "Run query" }}
+                    </button>
+                </div>
+            </section>
+            <section class="card codebook" aria-labelledby="codebook-title">
+                <h2 id="codebook-title">"Codebook"</h2>
+                <label for="search">"Search codes and variables by label or code"</label>
+                <input id="search" type="search" placeholder="e.g. coffee, women, income"
+                    prop:value=move || search.get()
+                    on:input=move |ev| search.set(event_target_value(&ev)) />
+                {move || {
+                    let Some(Ok(book)) = codebook.get() else { return ().into_any() };
+                    let found = picks(&book, &search.get());
+                    if search.get().trim().is_empty() {
+                        view! { <p class="muted">{format!("{} named codes, {} variables. Type to search; pick one to add it as a target.", book.codes.len(), book.variables.len())}</p> }.into_any()
+                    } else if found.is_empty() {
+                        view! { <p class="empty">"Nothing matches."</p> }.into_any()
+                    } else {
+                        view! {
+                            <ul class="picks">
+                                {found.into_iter().map(|pick| {
+                                    let target = pick.target.clone();
+                                    view! {
+                                        <li><button class="pick" on:click=move |_| add_target(target.clone())>
+                                            <code>{pick.target}</code><span>{pick.label}</span>
+                                        </button></li>
+                                    }
+                                }).collect_view()}
+                            </ul>
+                        }.into_any()
+                    }
+                }}
+            </section>
+        </div>
+        <ResultsView outcome=outcome />
+    }
+}

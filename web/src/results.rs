@@ -1,0 +1,361 @@
+//! The results of a query: a table in either orientation the spec allows, a bar chart,
+//! CSV export and the request as a curl command (with a placeholder, never a key).
+
+use crosstab_wasm::display::{format_number, format_result, UNSTABLE_NOTE};
+use crosstab_wasm::response::{parse_response, ParsedResponse, Retry};
+use crosstab_wasm::types::{CrosstabResponse, CrosstabResult};
+use leptos::prelude::*;
+use serde_json::Value;
+use wasm_bindgen::JsCast;
+
+use crate::api::{ApiFailure, Codebook};
+
+/// Where a query run is.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// Nothing run yet.
+    Idle,
+    /// Waiting for the answer.
+    Loading,
+    /// The backend could not be reached or answered outside the contract.
+    Failed(String),
+    /// An answer, classified by the contract's rules.
+    Answered {
+        /// The request as sent.
+        request: Value,
+        /// The codebook it was built from (labels and base totals).
+        codebook: Option<Codebook>,
+        /// The classified answer.
+        parsed: ParsedResponse,
+    },
+}
+
+impl Outcome {
+    /// Classifies a backend answer.
+    pub fn from_call(
+        request: Value,
+        codebook: Option<Codebook>,
+        call: Result<(u16, Value), ApiFailure>,
+    ) -> Outcome {
+        match call {
+            Err(failure) => Outcome::Failed(failure.message),
+            Ok((status, body)) => {
+                let count = request
+                    .get("TargetCodes")
+                    .and_then(Value::as_array)
+                    .map(Vec::len);
+                Outcome::Answered {
+                    parsed: parse_response(status, &body, count),
+                    request,
+                    codebook,
+                }
+            }
+        }
+    }
+
+    /// One line for the history, for answers worth re-running.
+    pub fn summary(&self) -> Option<String> {
+        let Outcome::Answered { parsed, .. } = self else {
+            return None;
+        };
+        let response = match parsed {
+            ParsedResponse::Success { response, .. } | ParsedResponse::Partial { response, .. } => {
+                response
+            }
+            _ => return None,
+        };
+        Some(
+            response
+                .results
+                .iter()
+                .map(|r| format_result(r, response.audience_report_units).display)
+                .collect::<Vec<_>>()
+                .join(" | "),
+        )
+    }
+}
+
+/// One row of the results: a target and its figures.
+#[derive(Debug, Clone, PartialEq)]
+struct Row {
+    target: String,
+    label: String,
+    result: CrosstabResult,
+    weighted: String,
+    absolute: f64,
+    display: String,
+    respondents: String,
+    share: Option<f64>,
+    unstable: bool,
+}
+
+fn rows(request: &Value, codebook: Option<&Codebook>, response: &CrosstabResponse) -> Vec<Row> {
+    let targets: Vec<String> = request
+        .get("TargetCodes")
+        .and_then(Value::as_array)
+        .map(|items| {
+            items
+                .iter()
+                .filter_map(|t| t.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default();
+    let base_code = request
+        .get("PopulationBaseCode")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let group = request
+        .get("AuthorizationGroup")
+        .and_then(Value::as_str)
+        .unwrap_or("_ALL_");
+    let base_total = codebook
+        .and_then(|book| book.bases.iter().find(|b| b.code == base_code))
+        .map(|base| match base.group_totals.get(group) {
+            Some(totals) if group != "_ALL_" => totals.weighted,
+            _ => base.weighted,
+        });
+    let units = response.audience_report_units;
+    targets
+        .into_iter()
+        .zip(response.results.iter())
+        .map(|(target, result)| {
+            let formatted = format_result(result, units);
+            let absolute = result.wgt_aud * f64::from(units);
+            let label = codebook
+                .and_then(|book| book.codes.iter().find(|c| c.code == target))
+                .and_then(|c| c.label.clone())
+                .unwrap_or_default();
+            Row {
+                share: base_total
+                    .filter(|t| *t > 0.0)
+                    .map(|t| 100.0 * absolute / t),
+                target,
+                label,
+                result: *result,
+                weighted: formatted.weighted,
+                absolute,
+                display: formatted.display,
+                respondents: formatted.respondents,
+                unstable: formatted.unstable,
+            }
+        })
+        .collect()
+}
+
+fn share_text(share: Option<f64>) -> String {
+    share.map_or_else(|| "–".to_owned(), |s| format!("{}%", format_number(s, 1)))
+}
+
+fn csv_field(text: &str) -> String {
+    if text.contains([',', '"', '\n']) {
+        format!("\"{}\"", text.replace('"', "\"\""))
+    } else {
+        text.to_owned()
+    }
+}
+
+/// The table as CSV, one line per target.
+fn to_csv(rows: &[Row], units: u32) -> String {
+    let mut out = format!("Target,Label,WgtAud (x{units}),Audience,Respondents,% of base,Stbl\n");
+    for row in rows {
+        out.push_str(&format!(
+            "{},{},{},{},{},{},{}\n",
+            csv_field(&row.target),
+            csv_field(&row.label),
+            row.result.wgt_aud,
+            row.absolute.round(),
+            row.result.resps,
+            row.share.map_or(String::new(), |s| format!("{s:.2}")),
+            row.result.stbl
+        ));
+    }
+    out
+}
+
+fn download(name: &str, mime: &str, content: &str) {
+    let Some(document) = web_sys::window().and_then(|w| w.document()) else {
+        return;
+    };
+    let Ok(element) = document.create_element("a") else {
+        return;
+    };
+    let Ok(anchor) = element.dyn_into::<web_sys::HtmlAnchorElement>() else {
+        return;
+    };
+    let encoded: String = js_sys::encode_uri_component(content).into();
+    anchor.set_href(&format!("data:{mime};charset=utf-8,{encoded}"));
+    anchor.set_download(name);
+    anchor.click();
+}
+
+/// The request as a curl command for the `/v1` API, with a placeholder for the key.
+fn curl(request: &Value) -> String {
+    let origin = match crate::api::backend_origin() {
+        origin if !origin.is_empty() => origin,
+        _ => web_sys::window()
+            .and_then(|w| w.location().origin().ok())
+            .unwrap_or_default(),
+    };
+    let body = request.to_string().replace('\'', "'\\''");
+    format!(
+        "curl -X POST '{origin}/v1/crosstab' \\\n  -H 'Content-Type: application/json' \\\n  -H \"Service-Engine-Authorizer: $CROSSTAB_API_KEY\" \\\n  -d '{body}'"
+    )
+}
+
+fn copy_to_clipboard(text: &str) -> bool {
+    let Some(window) = web_sys::window() else {
+        return false;
+    };
+    let navigator = window.navigator();
+    let Ok(clipboard) = js_sys::Reflect::get(&navigator, &"clipboard".into()) else {
+        return false;
+    };
+    let Ok(write) = js_sys::Reflect::get(&clipboard, &"writeText".into()) else {
+        return false;
+    };
+    write
+        .dyn_into::<js_sys::Function>()
+        .ok()
+        .and_then(|f| f.call1(&clipboard, &text.into()).ok())
+        .is_some()
+}
+
+fn advice(retry: Retry) -> &'static str {
+    match retry {
+        Retry::Never => "Change the request before trying again: sending it unchanged fails the same way.",
+        Retry::AfterFreshKey => "The server's API key was refused. Ask an administrator to replace the app's key; retrying with the same key fails.",
+        Retry::Backoff => "A server error: the app already retried with backoff. Try again in a moment.",
+    }
+}
+
+#[component]
+pub fn ResultsView(outcome: RwSignal<Outcome>) -> impl IntoView {
+    let targets_as_rows = RwSignal::new(true);
+    let copied = RwSignal::new(false);
+    move || {
+        match outcome.get() {
+        Outcome::Idle => view! {
+            <section class="card results empty-state"><p class="empty">"Run a query to see the audience figures here."</p></section>
+        }.into_any(),
+        Outcome::Loading => view! {
+            <section class="card results"><p class="status" role="status">"Running the query…"</p></section>
+        }.into_any(),
+        Outcome::Failed(message) => view! {
+            <section class="card results"><p class="error" role="alert">{message}</p></section>
+        }.into_any(),
+        Outcome::Answered { request, codebook, parsed } => match parsed {
+            ParsedResponse::Success { response, .. } | ParsedResponse::Partial { response, .. } => {
+                let partial = (response.result_code > 0).then(|| response.result_description.clone());
+                let units = response.audience_report_units;
+                let rows = rows(&request, codebook.as_ref(), &response);
+                let csv = to_csv(&rows, units);
+                let command = curl(&request);
+                let command_for_copy = command.clone();
+                let any_unstable = rows.iter().any(|r| r.unstable);
+                let max = rows.iter().map(|r| r.absolute).fold(0.0f64, f64::max);
+                let unit_label = if units == 1 { String::new() } else { format!(" (×{})", format_number(f64::from(units), 0)) };
+                let table_rows = rows.clone();
+                let chart_rows = rows;
+                view! {
+                    <section class="card results" aria-labelledby="results-title">
+                        <div class="row spread">
+                            <h2 id="results-title">"Results"</h2>
+                            <div class="row">
+                                <button class="secondary" id="flip" aria-pressed=move || (!targets_as_rows.get()).to_string()
+                                    on:click=move |_| targets_as_rows.update(|v| *v = !*v)>
+                                    {move || if targets_as_rows.get() { "Show targets as columns" } else { "Show targets as rows" }}
+                                </button>
+                                <button class="secondary" id="export-csv" on:click=move |_| download("crosstab.csv", "text/csv", &csv)>"Export CSV"</button>
+                            </div>
+                        </div>
+                        {partial.map(|description| view! { <p class="warning" role="status" id="partial">{description}</p> })}
+                        {move || {
+                            let rows = table_rows.clone();
+                            let weighted_head = format!("Weighted audience{unit_label}");
+                            if targets_as_rows.get() {
+                                view! {
+                                    <table id="results-table" data-orientation="rows">
+                                        <thead><tr>
+                                            <th scope="col">"Target"</th><th scope="col">{weighted_head}</th>
+                                            <th scope="col">"Audience"</th><th scope="col">"Respondents"</th>
+                                            <th scope="col">"% of base"</th><th scope="col">"Stability"</th>
+                                        </tr></thead>
+                                        <tbody>
+                                            {rows.into_iter().map(|row| view! {
+                                                <tr class:unstable=row.unstable>
+                                                    <th scope="row"><code>{row.target.clone()}</code>
+                                                        {(!row.label.is_empty()).then(|| view! { <span class="muted">{row.label.clone()}</span> })}</th>
+                                                    <td class="num">{row.weighted.clone()}</td>
+                                                    <td class="num" data-absolute=row.absolute.to_string()>{row.display.clone()}</td>
+                                                    <td class="num">{row.respondents.clone()}</td>
+                                                    <td class="num">{share_text(row.share)}</td>
+                                                    <td>{if row.unstable { view! { <span class="badge unstable-badge" title=UNSTABLE_NOTE>"Unstable*"</span> }.into_any() } else { view! { <span class="badge">"Stable"</span> }.into_any() }}</td>
+                                                </tr>
+                                            }).collect_view()}
+                                        </tbody>
+                                    </table>
+                                }.into_any()
+                            } else {
+                                let measure = |name: String, cells: Vec<String>| view! {
+                                    <tr><th scope="row">{name}</th>{cells.into_iter().map(|c| view! { <td class="num">{c}</td> }).collect_view()}</tr>
+                                };
+                                view! {
+                                    <table id="results-table" data-orientation="columns">
+                                        <thead><tr><th scope="col">"Measure"</th>
+                                            {rows.iter().map(|r| view! { <th scope="col"><code>{r.target.clone()}</code></th> }).collect_view()}
+                                        </tr></thead>
+                                        <tbody>
+                                            {measure(weighted_head, rows.iter().map(|r| r.weighted.clone()).collect())}
+                                            {measure("Audience".into(), rows.iter().map(|r| r.display.clone()).collect())}
+                                            {measure("Respondents".into(), rows.iter().map(|r| r.respondents.clone()).collect())}
+                                            {measure("% of base".into(), rows.iter().map(|r| share_text(r.share)).collect())}
+                                            {measure("Stability".into(), rows.iter().map(|r| if r.unstable { "Unstable*".to_owned() } else { "Stable".to_owned() }).collect())}
+                                        </tbody>
+                                    </table>
+                                }.into_any()
+                            }
+                        }}
+                        {any_unstable.then(|| view! { <p class="note" id="unstable-note">{UNSTABLE_NOTE}</p> })}
+                        <figure class="chart" aria-label="Audience by target">
+                            {chart_rows.into_iter().map(|row| {
+                                let width = if max > 0.0 { 100.0 * row.absolute / max } else { 0.0 };
+                                view! {
+                                    <div class="bar-row">
+                                        <span class="bar-label"><code>{row.target.clone()}</code></span>
+                                        <span class="bar-track"><span class="bar" class:unstable=row.unstable style=format!("width: {width:.1}%")></span></span>
+                                        <span class="bar-value">{row.display.clone()}</span>
+                                    </div>
+                                }
+                            }).collect_view()}
+                        </figure>
+                        <details class="curl">
+                            <summary>"Use this query from code (curl)"</summary>
+                            <pre id="curl">{command}</pre>
+                            <button class="secondary" on:click=move |_| copied.set(copy_to_clipboard(&command_for_copy))>
+                                {move || if copied.get() { "Copied" } else { "Copy curl command" }}
+                            </button>
+                            <p class="muted">"Set CROSSTAB_API_KEY to a key from the API keys page; keep it server-side."</p>
+                        </details>
+                    </section>
+                }.into_any()
+            }
+            ParsedResponse::BadRequest(answer) | ParsedResponse::Unauthorized(answer)
+            | ParsedResponse::Forbidden(answer) | ParsedResponse::ServerError(answer) => {
+                let message = answer.envelope.as_ref().map(|e| e.result_description.clone())
+                    .unwrap_or_else(|| format!("The server answered {}.", answer.status));
+                view! {
+                    <section class="card results">
+                        <p class="error" role="alert" id="result-error">{format!("{} ({})", message, answer.code.clone().unwrap_or_else(|| answer.status.to_string()))}</p>
+                        <p class="muted">{advice(answer.retry)}</p>
+                    </section>
+                }.into_any()
+            }
+            ParsedResponse::Invalid { status, problems, .. } => view! {
+                <section class="card results">
+                    <p class="error" role="alert">{format!("The server's answer ({status}) does not follow the contract: {}", problems.join("; "))}</p>
+                </section>
+            }.into_any(),
+        },
+    }
+    }
+}
