@@ -1,0 +1,53 @@
+//! The same store on PostgreSQL: runs only when `CROSSTAB_TEST_POSTGRES_URL` names a
+//! database this test may write to (it adds its own accounts and keys).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::sync::Arc;
+
+use axum::http::StatusCode;
+use common::*;
+use crosstab_engine::store::{Catalog, SurveyStore};
+use crosstab_server::app::{self, AppState};
+use crosstab_server::cors::Cors;
+use crosstab_server::db::{Backend, Database};
+use crosstab_server::keys::KeyEnv;
+use crosstab_server::{accounts, ledger, usage};
+
+#[tokio::test]
+async fn postgres_keys_grants_ledger_and_usage() {
+    let Ok(url) = std::env::var("CROSSTAB_TEST_POSTGRES_URL") else {
+        eprintln!("CROSSTAB_TEST_POSTGRES_URL not set: PostgreSQL test skipped");
+        return;
+    };
+    let db = Database::connect(&url).await.unwrap();
+    assert_eq!(db.backend(), Backend::Postgres);
+    let dir = tempfile::tempdir().unwrap();
+    install_surveys(dir.path());
+    let account = format!("pg-{}", uuid::Uuid::new_v4().simple());
+    let whole = key(&db, &account, &["VEC"], KeyEnv::Live, None).await;
+    let north = key(&db, &account, &["VEC:N"], KeyEnv::Test, None).await;
+    let (catalog, _) = Catalog::new(SurveyStore::open(dir.path()).unwrap());
+    let (state, _writer) = AppState::new(db.clone(), Arc::new(catalog), Cors::default());
+    let router = app::router(state);
+    let fx = Fixture::new().await;
+    let fx = Fixture { router, db: db.clone(), ..fx };
+    let before = ledger::count(&db).await.unwrap();
+    let body = request("VEC", None, "ALL", &["WOMEN"]);
+    assert_eq!(fx.post(Some(&whole), &body).await.0.status(), StatusCode::OK);
+    assert_eq!(fx.post(Some(&north), &body).await.0.status(), StatusCode::OK, "same account: whole grant");
+    assert_eq!(
+        fx.post(Some(&whole), &request("DEMO", None, "ADULTS", &["WOMEN"])).await.0.status(),
+        StatusCode::FORBIDDEN
+    );
+    // Revocation through another connection applies on the next request.
+    let admin = Database::connect(&url).await.unwrap();
+    assert!(accounts::revoke_key(&admin, whole.split('_').nth(2).unwrap()).await.unwrap());
+    assert_eq!(fx.post(Some(&whole), &body).await.0.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(ledger::count(&db).await.unwrap(), before + 2);
+    let rows = usage::report(&db, Some(&account), 0).await.unwrap();
+    assert_eq!(rows.iter().map(|r| r.calls).sum::<i64>(), 2);
+    let keys = accounts::list_keys(&db, Some(&account)).await.unwrap();
+    assert_eq!(keys.len(), 2);
+}

@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Server benchmark: starts `crosstab serve --demo` (release build) on loopback with a
+# fresh data dir and measures, with wrk at 64 connections on this same machine:
+#   - requests/s of GET /v1/docs (unauthenticated, unbilled);
+#   - requests/s and p99 latency of POST /v1/crosstab on the demo survey (authenticated,
+#     billed, each bill committed durably before its 200);
+#   - their ratio (target >= 0.60) and the p99 (target < 10 ms);
+# then stops the server with SIGTERM and checks that bills = 200s.
+#
+# Usage: scripts/bench-server.sh [DURATION_SECONDS (default 10)]
+# Env:   CARGO_TARGET_DIR (where the release build goes), CONNECTIONS (64), THREADS (2).
+set -euo pipefail
+
+duration="${1:-10}"
+connections="${CONNECTIONS:-64}"
+threads="${THREADS:-2}"
+root="$(cd "$(dirname "$0")/.." && pwd)"
+target="${CARGO_TARGET_DIR:-$root/target}"
+command -v wrk >/dev/null || { echo "wrk is required (apt-get install wrk)" >&2; exit 1; }
+
+cargo build --release -p crosstab-server --manifest-path "$root/Cargo.toml" >&2
+bin="$target/release/crosstab"
+
+work="$(mktemp -d)"
+server_pid=""
+cleanup() {
+    if [ -n "$server_pid" ] && kill -0 "$server_pid" 2>/dev/null; then kill -TERM "$server_pid" 2>/dev/null || true; wait "$server_pid" 2>/dev/null || true; fi
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+"$bin" serve --demo --listen 127.0.0.1:0 --data-dir "$work/data" >"$work/stdout" 2>"$work/server.log" &
+server_pid=$!
+for _ in $(seq 1 600); do
+    grep -q '^crosstab listening on ' "$work/stdout" 2>/dev/null && break
+    kill -0 "$server_pid" 2>/dev/null || { cat "$work/server.log" >&2; exit 1; }
+    sleep 0.1
+done
+base="$(sed -n 's/^crosstab listening on //p' "$work/stdout")"
+key="$(sed -n 's/^demo key: //p' "$work/stdout")"
+[ -n "$base" ] && [ -n "$key" ] || { echo "server did not start" >&2; cat "$work/server.log" >&2; exit 1; }
+
+cat >"$work/post.lua" <<LUA
+wrk.method = "POST"
+wrk.body = '{"SurveyCode":"DEMO","PopulationBaseCode":"ADULTS","TargetCodes":["F2554","GENDER = 1 AND AGE BETWEEN 18 AND 34"]}'
+wrk.headers["Content-Type"] = "application/json"
+wrk.headers["Service-Engine-Authorizer"] = "$key"
+LUA
+
+run() { wrk -t"$threads" -c"$connections" -d"${duration}s" --latency "$@"; }
+# p99 in ms from wrk's latency distribution.
+p99() { awk '$1=="99%" { v=$2; if (v ~ /us$/) { sub(/us/,"",v); v/=1000 } else if (v ~ /ms$/) { sub(/ms/,"",v) } else if (v ~ /s$/) { sub(/s/,"",v); v*=1000 } print v }'; }
+rps() { awk '/^Requests\/sec:/ { print $2 }'; }
+
+echo "warming up..." >&2
+wrk -t1 -c8 -d2s "$base/v1/docs" >/dev/null
+wrk -t1 -c8 -d2s -s "$work/post.lua" "$base/v1/crosstab" >/dev/null
+
+run "$base/v1/docs" >"$work/docs.txt"
+run -s "$work/post.lua" "$base/v1/crosstab" >"$work/post.txt"
+
+docs_rps="$(rps <"$work/docs.txt")"
+post_rps="$(rps <"$work/post.txt")"
+docs_p99="$(p99 <"$work/docs.txt")"
+post_p99="$(p99 <"$work/post.txt")"
+post_non2xx="$(awk '/Non-2xx/ { print $NF }' "$work/post.txt")"
+post_total="$(awk '/requests in/ { print $1 }' "$work/post.txt")"
+
+kill -TERM "$server_pid"; wait "$server_pid" || true; server_pid=""
+bills="$("$bin" usage --data-dir "$work/data" --format csv | awk -F, 'NR>1 { s+=$4 } END { print s+0 }')"
+warmup_and_run_oks=$(( $(grep -c 'status=200 .*path=/v1/crosstab\|path=/v1/crosstab status=200' "$work/server.log" || true) ))
+
+ratio="$(awk -v p="$post_rps" -v d="$docs_rps" 'BEGIN { printf "%.2f", p/d }')"
+echo "=== crosstab server benchmark (${connections} connections, ${threads} wrk threads, ${duration}s each, $(nproc) cores) ==="
+printf 'GET  /v1/docs      %10s req/s   p99 %s ms\n' "$docs_rps" "$docs_p99"
+printf 'POST /v1/crosstab  %10s req/s   p99 %s ms   (%s requests, non-2xx: %s)\n' "$post_rps" "$post_p99" "$post_total" "${post_non2xx:-0}"
+printf 'ratio POST/docs    %10s         (target >= 0.60)\n' "$ratio"
+printf 'p99 POST           %10s ms      (target < 10 ms)\n' "$post_p99"
+printf 'bills in ledger    %10s         (200s logged by the server: %s)\n' "$bills" "$warmup_and_run_oks"
