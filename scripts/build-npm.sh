@@ -9,13 +9,14 @@
 #   4. package.json with conditional exports, README, `npm pack`.
 # Also builds the native parity/bench helper (crates/wasm/examples/native_crosstab.rs).
 #
-# Output (gitignored): dist/npm/crosstab-wasm-VERSION.tgz, the staged package in
-# dist/npm/package/, the native helper dist/npm/native_crosstab, sizes in dist/npm/sizes.json.
+# Output (gitignored, under target/ because Trunk owns dist/): target/npm/crosstab-wasm-VERSION.tgz,
+# the staged package in target/npm/package/, the native helper target/npm/native_crosstab,
+# sizes in target/npm/sizes.json.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/crosstab-target}"
-OUT="${CROSSTAB_NPM_OUT:-$ROOT/dist/npm}"
+OUT="${CROSSTAB_NPM_OUT:-$ROOT/target/npm}"
 PKG="$OUT/package"
 WASM_DIR="$CARGO_TARGET_DIR/wasm32-unknown-unknown/release"
 BINDGEN_VERSION="0.2.130"
@@ -59,6 +60,12 @@ bindgen "$OUT/build/full.wasm" "$PKG/node" nodejs
 bindgen "$OUT/build/full.wasm" "$PKG/web" web
 bindgen "$OUT/build/validator.wasm" "$PKG/validator/node" nodejs
 bindgen "$OUT/build/validator.wasm" "$PKG/validator/web" web
+# wasm-bindgen declares `[Symbol.dispose]()` on classes, which only type-checks with
+# `lib: esnext.disposable`; drop the declaration (the method still exists at runtime) so
+# the types check under any ES2020+ lib, without `skipLibCheck`.
+for dir in node web validator/node validator/web; do
+  sed -i '/^\s*\[Symbol\.dispose\]()/d' "$PKG/$dir/crosstab_wasm.d.ts"
+done
 # Node reads each directory's module format from the nearest package.json.
 for dir in node validator/node; do echo '{"type": "commonjs"}' >"$PKG/$dir/package.json"; done
 for dir in web validator/web; do echo '{"type": "module"}' >"$PKG/$dir/package.json"; done
@@ -66,7 +73,7 @@ for dir in web validator/web; do echo '{"type": "module"}' >"$PKG/$dir/package.j
 # -- 3. wasm-opt (npm binaryen@132 only) -------------------------------------------
 WASM_OPT=""
 if [ "${CROSSTAB_WASM_OPT:-on}" != "off" ]; then
-  TOOLS="$ROOT/dist/tools/binaryen"
+  TOOLS="$ROOT/target/npm-tools/binaryen"
   if [ ! -x "$TOOLS/node_modules/.bin/wasm-opt" ]; then
     mkdir -p "$TOOLS"
     (cd "$TOOLS" && [ -f package.json ] || echo '{"private": true}' >package.json)

@@ -1,0 +1,142 @@
+// Bad input from JS gets a clean answer — an envelope or a CrosstabError with a code —
+// never a panic ("unreachable" RuntimeError) or a poisoned module.
+
+import assert from "node:assert/strict";
+import test from "node:test";
+
+import { requirePackage, vectorSurveySource } from "./helpers.mjs";
+
+const pkg = requirePackage();
+const { Survey } = pkg;
+const { toml, csv } = vectorSurveySource();
+const survey = Survey.fromCsv(toml, csv);
+const GOOD = { SurveyCode: "VEC", PopulationBaseCode: "ALL", TargetCodes: ["F2554"] };
+
+function invalid(outcome, field) {
+  assert.equal(outcome.ok, false, JSON.stringify(outcome));
+  assert.equal(outcome.status, 400);
+  assert.equal(outcome.body.ResultCode, 400);
+  assert.equal(outcome.body.error.message, outcome.body.ResultDescription);
+  if (field === null) assert.equal(outcome.body.error.field, undefined);
+  else if (field) assert.equal(outcome.body.error.field, field);
+  return outcome.body.error.code;
+}
+
+function throwsCode(fn, code) {
+  assert.throws(fn, (error) => {
+    assert.ok(error instanceof Error, String(error));
+    assert.equal(error.name, "CrosstabError");
+    assert.equal(error.code, code, error.message);
+    assert.ok(!/unreachable|panicked/i.test(error.message), error.message);
+    return true;
+  });
+}
+
+test("undefined, functions and symbols are an absent body: the server's answer to no body", () => {
+  const server = pkg.validateJson("");
+  for (const value of [undefined, () => 1, Symbol("x")]) {
+    const outcome = pkg.validateRequest(value);
+    assert.equal(invalid(outcome, null), "invalid_request");
+    assert.deepEqual(outcome, server);
+  }
+  // Arguments missing altogether.
+  assert.deepEqual(pkg.validateRequest(), server);
+});
+
+test("null, numbers, strings, arrays are not request objects", () => {
+  for (const value of [null, 0, NaN, Infinity, true, "text", "", [], [GOOD], new Date(0)]) {
+    assert.equal(invalid(pkg.validateRequest(value), null), "invalid_request");
+  }
+});
+
+test("cyclic objects and BigInts can't be sent: invalid_request, no throw", () => {
+  const cyclic = { ...GOOD };
+  cyclic.self = cyclic;
+  const outcome = pkg.validateRequest(cyclic);
+  assert.equal(invalid(outcome, null), "invalid_request");
+  assert.match(outcome.body.ResultDescription, /can't be serialized as JSON/);
+  assert.match(outcome.body.ResultDescription, /circular/i);
+  assert.equal(invalid(pkg.validateRequest({ ...GOOD, SurveyCode: 10n }), null), "invalid_request");
+  const throwing = { toJSON() { throw new Error("boom"); } };
+  assert.match(pkg.validateRequest(throwing).body.ResultDescription, /boom/);
+  throwsCode(() => survey.crosstab(cyclic), "invalid_request");
+});
+
+test("strings instead of arrays, wrong member types", () => {
+  assert.equal(invalid(pkg.validateRequest({ ...GOOD, TargetCodes: "F2554" }), "TargetCodes"), "invalid_request");
+  assert.equal(invalid(pkg.validateRequest({ ...GOOD, TargetCodes: [["F2554"]] }), "TargetCodes"), "invalid_request");
+  assert.equal(invalid(pkg.validateRequest({ ...GOOD, SurveyCode: ["VEC"] }), "SurveyCode"), "invalid_request");
+  assert.equal(invalid(pkg.validateRequest({ ...GOOD, PopulationBaseCode: { a: 1 } }), "PopulationBaseCode"), "invalid_request");
+  // NaN becomes null in JSON: a missing group is no group.
+  assert.equal(pkg.validateRequest({ ...GOOD, AuthorizationGroup: NaN }).ok, true);
+  throwsCode(() => survey.crosstab({ ...GOOD, TargetCodes: "F2554" }), "invalid_request");
+});
+
+test("10 MB strings are refused cleanly and quickly", () => {
+  const huge = "S".repeat(10 * 1024 * 1024);
+  for (const [request, field, code] of [
+    [{ ...GOOD, SurveyCode: huge }, "SurveyCode", "invalid_request"],
+    [{ ...GOOD, TargetCodes: [huge] }, "TargetCodes", "invalid_target_codes"],
+    [{ ...GOOD, TargetCodes: ["F2554", "(".repeat(1000) + huge] }, "TargetCodes", "invalid_target_codes"],
+    [{ ...GOOD, Junk: huge }, undefined, undefined],
+    [huge, null, "invalid_request"],
+  ]) {
+    const start = performance.now();
+    const outcome = pkg.validateRequest(request);
+    assert.ok(performance.now() - start < 2000, "took over 2 s");
+    if (code === undefined) assert.equal(outcome.ok, true);
+    else assert.equal(invalid(outcome, field), code);
+  }
+  assert.equal(invalid(pkg.validateJson(huge), null), "invalid_request");
+  throwsCode(() => survey.crosstab({ ...GOOD, TargetCodes: [huge] }), "invalid_target_codes");
+  // Lone surrogates are escaped by JSON.stringify and refused as the server would.
+  assert.equal(pkg.validateRequest({ ...GOOD, SurveyCode: "\ud800" }).ok, false);
+});
+
+test("non-survey bytes for fromCompiled", () => {
+  const random = new Uint8Array(4096);
+  for (let i = 0; i < random.length; i++) random[i] = (i * 7919 + 13) & 0xff;
+  const notUtf8 = new Uint8Array([0xff, 0xfe, 0xfd, 0x80, 0xc3, 0x28]);
+  for (const bytes of [new Uint8Array(0), new Uint8Array(3), notUtf8, random, new TextEncoder().encode(csv), random.buffer]) {
+    throwsCode(() => Survey.fromCompiled(bytes), "invalid_survey");
+  }
+  // A truncated real survey is refused, not read past its end.
+  const dir = new TextEncoder().encode("CTSV");
+  throwsCode(() => Survey.fromCompiled(dir), "invalid_survey");
+  for (const value of [undefined, null, "bytes", 42, [1, 2, 3], {}]) {
+    throwsCode(() => Survey.fromCompiled(value), "invalid_argument");
+  }
+});
+
+test("bad survey sources for fromCsv", () => {
+  throwsCode(() => Survey.fromCsv("not = [toml", csv), "invalid_survey_source");
+  throwsCode(() => Survey.fromCsv(toml, "ID,W\n"), "invalid_survey_source");
+  throwsCode(() => Survey.fromCsv(toml, csv.replace("1000", "-5")), "invalid_survey_source");
+  throwsCode(() => Survey.fromCsv(toml, "\u0000\uffff".repeat(1000)), "invalid_survey_source");
+  for (const [a, b] of [[undefined, csv], [toml, undefined], [toml, 5], [new Uint8Array(2), csv]]) {
+    throwsCode(() => Survey.fromCsv(a, b), "invalid_argument");
+  }
+});
+
+test("bad arguments to the other helpers", () => {
+  throwsCode(() => pkg.absoluteAudience(undefined, 1000), "invalid_argument");
+  throwsCode(() => pkg.absoluteAudience({ WgtAud: "x", Resps: 1, Stbl: 0 }, 1000), "invalid_argument");
+  throwsCode(() => pkg.absoluteAudience({ WgtAud: 1, Resps: 1, Stbl: 0 }, 0), "invalid_argument");
+  throwsCode(() => pkg.formatResult({ WgtAud: 1, Resps: -1, Stbl: 0 }, 1000), "invalid_argument");
+  throwsCode(() => pkg.parseResponse(NaN, {}), "invalid_argument");
+  throwsCode(() => pkg.parseResponse(200.5, {}), "invalid_argument");
+  throwsCode(() => pkg.parseResponse(200, {}, { TargetCodes: "F2554" }), "invalid_argument");
+  const cyclic = {};
+  cyclic.self = cyclic;
+  assert.equal(pkg.parseResponse(200, cyclic).kind, "invalid");
+  assert.equal(pkg.parseResponse(200, undefined).kind, "invalid");
+  assert.equal(pkg.parseResponse(500, "<html>oops</html>").kind, "serverError");
+  assert.ok(Number.isFinite(pkg.retryDelayMs(NaN)));
+  assert.ok(Number.isFinite(pkg.retryDelayMs(-5)));
+  assert.ok(Number.isFinite(pkg.retryDelayMs(Infinity)));
+});
+
+test("the module still works after all of the above", () => {
+  assert.equal(pkg.validateRequest(GOOD).ok, true);
+  assert.deepEqual(survey.crosstab(GOOD).Results, [{ WgtAud: 10.5, Resps: 4, Stbl: 0 }]);
+});

@@ -1,0 +1,83 @@
+// A TypeScript user of the package: type-checked with `tsc --noEmit` (strict) by
+// consumer.test.mjs against the installed tarball's declarations.
+
+import {
+  absoluteAudience,
+  contractVersion,
+  formatResult,
+  openapi,
+  parseResponse,
+  retryDelayMs,
+  Survey,
+  validateRequest,
+  type Codebook,
+  type CrosstabError,
+  type CrosstabRequest,
+  type CrosstabResponse,
+  type CrosstabResult,
+  type ErrorEnvelope,
+  type ParsedResponse,
+  type Validation,
+} from "crosstab-wasm";
+import { validateRequest as validateOnly, type Validation as ValidatorValidation } from "crosstab-wasm/validator";
+
+const request: CrosstabRequest = {
+  SurveyCode: "DEMO",
+  PopulationBaseCode: "ADULTS",
+  TargetCodes: ["F2554"],
+};
+
+const checked: Validation = validateRequest(request);
+if (checked.ok) {
+  const sent: CrosstabRequest = checked.request;
+  const group: string | undefined = sent.AuthorizationGroup;
+  void group;
+} else {
+  const status: number = checked.status;
+  const body: ErrorEnvelope = checked.body;
+  const field: string | undefined = body.error?.field;
+  void status;
+  void field;
+}
+const other: ValidatorValidation = validateOnly(undefined);
+void other;
+
+function describe(answer: ParsedResponse): string {
+  switch (answer.kind) {
+    case "success":
+      return answer.response.Results.map((r: CrosstabResult) => formatResult(r, answer.response.AudienceReportUnits).display).join(", ");
+    case "partial":
+      return answer.description;
+    case "unauthorized":
+      return answer.retry === "afterFreshKey" ? "fetch a fresh key" : "?";
+    case "badRequest":
+    case "forbidden":
+      return answer.code ?? String(answer.status);
+    case "serverError":
+      return `retry in ${retryDelayMs(1)} ms`;
+    case "invalid":
+      return answer.problems.join("; ");
+  }
+}
+console.log(describe(parseResponse(200, "{}", request)));
+
+const survey: Survey = Survey.fromCsv("code = 'X'", "ID\n");
+const codebook: Codebook = survey.codebook();
+const bases: string[] = codebook.bases.map((b) => b.code);
+const response: CrosstabResponse = survey.crosstab(request);
+const stbl: 0 | 1 = response.Results[0].Stbl;
+const absolute: number = absoluteAudience(response.Results[0], response.AudienceReportUnits);
+const version: string = contractVersion();
+const docs: Record<string, any> = openapi();
+const fromBytes: Survey = Survey.fromCompiled(new Uint8Array(8));
+void [bases, stbl, absolute, version, docs, fromBytes];
+
+try {
+  survey.crosstab({ nonsense: true });
+} catch (error) {
+  const e = error as CrosstabError;
+  const code: string = e.code;
+  const status: number | undefined = e.status;
+  void [code, status];
+}
+survey.free();

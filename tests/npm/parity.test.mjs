@@ -1,0 +1,111 @@
+// Parity: the same surveys and requests through Survey.crosstab in Node (WASM) and the
+// native engine (crates/wasm/examples/native_crosstab.rs, built by the build script)
+// give identical WgtAud, Resps and Stbl — compared with ===, not within a tolerance.
+
+import assert from "node:assert/strict";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import test from "node:test";
+
+import { answer, loadVectors, native, requirePackage, vectorSurveySource } from "./helpers.mjs";
+
+function compare(label, requests, jsAnswers, nativeAnswers) {
+  assert.equal(jsAnswers.length, nativeAnswers.length);
+  const failures = [];
+  let figures = 0;
+  requests.forEach((request, i) => {
+    const js = jsAnswers[i];
+    const nat = nativeAnswers[i];
+    if (js.status !== nat.status) {
+      failures.push(`${label} ${JSON.stringify(request)}: status ${js.status} vs native ${nat.status}`);
+      return;
+    }
+    if (js.status !== 200) {
+      if (JSON.stringify(js.body) !== JSON.stringify(nat.body)) failures.push(`${label} ${JSON.stringify(request)}: envelope differs`);
+      return;
+    }
+    for (const key of ["ResultCode", "ResultDescription", "AudienceReportUnits"]) {
+      if (js.body[key] !== nat.body[key]) failures.push(`${label} ${JSON.stringify(request)}: ${key}`);
+    }
+    js.body.Results.forEach((r, j) => {
+      const n = nat.body.Results[j];
+      figures++;
+      if (!(r.WgtAud === n.WgtAud && r.Resps === n.Resps && r.Stbl === n.Stbl)) {
+        failures.push(`${label} ${JSON.stringify(request)}[${j}]: ${JSON.stringify(r)} vs native ${JSON.stringify(n)}`);
+      }
+    });
+  });
+  assert.deepEqual(failures, []);
+  return figures;
+}
+
+function tmp(name) {
+  return fs.mkdtempSync(path.join(os.tmpdir(), `crosstab-parity-${name}-`));
+}
+
+test("vector survey: every vector request, Node vs native", () => {
+  const { Survey } = requirePackage();
+  const { toml, csv, tomlPath, csvPath } = vectorSurveySource();
+  const requests = loadVectors().map((v) => v.request);
+  const dir = tmp("vectors");
+  fs.writeFileSync(path.join(dir, "requests.json"), JSON.stringify(requests));
+  const nat = native(["crosstab", tomlPath, csvPath, path.join(dir, "requests.json")]);
+  const survey = Survey.fromCsv(toml, csv);
+  const figures = compare("vectors", requests, requests.map((r) => answer(survey, r)), nat);
+  assert.ok(figures > 10);
+  survey.free();
+  fs.rmSync(dir, { recursive: true, force: true });
+});
+
+test("demo survey (20,000 respondents): codes x bases x groups and expressions, Node vs native, from CSV and from compiled bytes", () => {
+  const { Survey } = requirePackage();
+  const dir = tmp("demo");
+  native(["demo", dir, "20000"]);
+  const toml = fs.readFileSync(path.join(dir, "survey.toml"), "utf8");
+  const csv = fs.readFileSync(path.join(dir, "respondents.csv"), "utf8");
+  const fromCsv = Survey.fromCsv(toml, csv);
+  const fromCompiled = Survey.fromCompiled(fs.readFileSync(path.join(dir, "survey.ctsv")));
+  const codebook = fromCsv.codebook();
+  assert.deepEqual(fromCompiled.codebook(), codebook);
+  assert.equal(codebook.respondents, 20000);
+
+  const groups = [undefined, "_ALL_", ...codebook.groups.map((g) => g.value), "NOSUCHGROUP"];
+  const codes = codebook.codes.map((c) => c.code);
+  const flags = codebook.variables.filter((v) => v.distinct <= 2).slice(0, 12).map((v) => `${v.name} = 1`);
+  const numeric = codebook.variables.filter((v) => v.distinct > 2 && v.min !== undefined).slice(0, 4);
+  const expressions = [
+    ...flags,
+    ...numeric.map((v) => `${v.name} BETWEEN ${v.min} AND ${(v.min + v.max) / 2}`),
+    ...numeric.map((v) => `NOT ${v.name} > ${v.min}`),
+    `(${flags[0]} AND ${flags[1]}) OR NOT ${flags[2]}`,
+    "NOSUCHVARIABLE = 1",
+  ];
+  const requests = [];
+  for (const base of [...codebook.bases.map((b) => b.code), "NOSUCHBASE"]) {
+    for (const group of groups) {
+      for (let i = 0; i < codes.length; i += 2) {
+        const request = { SurveyCode: codebook.code, PopulationBaseCode: base, TargetCodes: codes.slice(i, i + 2) };
+        if (group !== undefined) request.AuthorizationGroup = group;
+        requests.push(request);
+      }
+      for (const expression of expressions) {
+        const request = { SurveyCode: codebook.code, PopulationBaseCode: base, TargetCodes: [expression] };
+        if (group !== undefined) request.AuthorizationGroup = group;
+        requests.push(request);
+      }
+    }
+  }
+  fs.writeFileSync(path.join(dir, "requests.json"), JSON.stringify(requests));
+  const nat = native(["crosstab", path.join(dir, "survey.toml"), path.join(dir, "respondents.csv"), path.join(dir, "requests.json")]);
+  const a = compare("demo csv", requests, requests.map((r) => answer(fromCsv, r)), nat);
+  const b = compare("demo compiled", requests, requests.map((r) => answer(fromCompiled, r)), nat);
+  assert.equal(a, b);
+  assert.ok(a > 500, `only ${a} figures compared`);
+  // Both stable and unstable results were exercised.
+  const stbls = new Set(nat.filter((x) => x.status === 200).flatMap((x) => x.body.Results.map((r) => r.Stbl)));
+  assert.deepEqual([...stbls].sort(), [0, 1]);
+  fromCsv.free();
+  fromCompiled.free();
+  fs.rmSync(dir, { recursive: true, force: true });
+});
