@@ -146,10 +146,58 @@ const SPARSE_WORD: u32 = 8;
 /// order, and the lanes are folded in a fixed order; every path below adds the same
 /// weights to the same lanes in the same order (a masked-out weight adds +0.0, which
 /// leaves a non-negative sum unchanged), so the result is identical on every platform.
-pub fn tally_words(words: impl Iterator<Item = u64>, weights: &[f64]) -> Tally {
+pub fn tally_words(mut words: impl Iterator<Item = u64>, weights: &[f64]) -> Tally {
+    // Words arrive in small batches so the summing loop is a plain slice loop that can
+    // be compiled for the CPU's widest vectors.
+    const BATCH: usize = 256;
     let mut lanes = [0.0f64; LANES];
     let mut count = 0u64;
-    for (index, word) in words.enumerate() {
+    let mut batch = [0u64; BATCH];
+    let mut first = 0usize;
+    loop {
+        let mut filled = 0;
+        for (slot, word) in batch.iter_mut().zip(&mut words) {
+            *slot = word;
+            filled += 1;
+        }
+        if filled == 0 {
+            break;
+        }
+        let chunk = weights.get(first * 64..).unwrap_or(&[]);
+        count += add_words(&mut lanes, &batch[..filled], chunk);
+        first += filled;
+        if filled < BATCH {
+            break;
+        }
+    }
+    Tally {
+        count,
+        weight: fold_lanes(&lanes),
+    }
+}
+
+/// Adds the weights of `words`' members into `lanes`; returns how many there were.
+fn add_words(lanes: &mut [f64; LANES], words: &[u64], weights: &[f64]) -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU supports AVX2, checked just above.
+        #[allow(unsafe_code)]
+        return unsafe { add_words_avx2(lanes, words, weights) };
+    }
+    add_words_portable(lanes, words, weights)
+}
+
+/// [`add_words_portable`] compiled for AVX2: the same code, so the same sums.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn add_words_avx2(lanes: &mut [f64; LANES], words: &[u64], weights: &[f64]) -> u64 {
+    add_words_portable(lanes, words, weights)
+}
+
+#[inline(always)]
+fn add_words_portable(lanes: &mut [f64; LANES], words: &[u64], weights: &[f64]) -> u64 {
+    let mut count = 0u64;
+    for (index, &word) in words.iter().enumerate() {
         if word == 0 {
             continue;
         }
@@ -177,10 +225,7 @@ pub fn tally_words(words: impl Iterator<Item = u64>, weights: &[f64]) -> Tally {
             }
         }
     }
-    Tally {
-        count,
-        weight: fold_lanes(&lanes),
-    }
+    count
 }
 
 /// Sum of every weight, in the same lane order as [`tally_words`] over a full set.

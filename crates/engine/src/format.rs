@@ -168,7 +168,7 @@ fn pad8(bytes: &mut Vec<u8>) {
 
 /// Reads and checks the header of a compiled file.
 pub(crate) fn read_header(bytes: &[u8]) -> Result<Header, LoadError> {
-    if bytes.len() < 16 || &bytes[..7] != &MAGIC[..7] {
+    if bytes.len() < 16 || bytes[..7] != MAGIC[..7] {
         return Err(LoadError::NotASurvey);
     }
     if bytes[7] != MAGIC[7] {

@@ -100,6 +100,9 @@ fn check_definition(
     Ok(())
 }
 
+/// A variable's label and its value labels.
+type VariableLabels = (Option<String>, Vec<(f64, String)>);
+
 /// Checks the definition against the data and compiles both.
 pub(crate) fn assemble(
     definition: &SurveyDefinition,
@@ -134,7 +137,7 @@ pub(crate) fn assemble(
     );
 
     // Variable labels: each must name a variable column; value keys must be numbers.
-    let mut labels: HashMap<&str, (Option<String>, Vec<(f64, String)>)> = HashMap::new();
+    let mut labels: HashMap<&str, VariableLabels> = HashMap::new();
     for variable in &definition.variables {
         let line = line_of(definition_text, variable.name.span().start);
         let name = variable.name.get_ref();

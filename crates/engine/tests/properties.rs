@@ -10,9 +10,12 @@ use proptest::prelude::*;
 
 const VARS: [&str; 3] = ["A", "B", "C"];
 
+/// One respondent: weight, then A, B and C (None = missing).
+type Row = (f64, Option<i32>, Option<i32>, Option<i32>);
+
 /// Random survey: rows of (weight, A, B, C) with small value ranges and missing cells;
 /// C is wide so it uses 16-bit codes.
-fn arb_rows() -> impl Strategy<Value = Vec<(f64, Option<i32>, Option<i32>, Option<i32>)>> {
+fn arb_rows() -> impl Strategy<Value = Vec<Row>> {
     let cell = |max: i32| proptest::option::weighted(0.85, -2..max);
     proptest::collection::vec((0.0f64..1000.0, cell(5), cell(3), cell(400)), 1..200)
 }
@@ -69,7 +72,7 @@ fn naive(survey: &Survey, expr: &Expr, row: usize) -> bool {
     }
 }
 
-fn build(rows: &[(f64, Option<i32>, Option<i32>, Option<i32>)]) -> Survey {
+fn build(rows: &[Row]) -> Survey {
     let toml = format!(
         "code = \"P\"\nname = \"p\"\nrespondents = \"r.csv\"\nid_column = \"ID\"\nweight_column = \"W\"\n\
          [[codes]]\ncode = \"K\"\nexpr = \"{K}\"\n[[population_bases]]\ncode = \"ALL\"\nexpr = \"*\"\n"

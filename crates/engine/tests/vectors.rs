@@ -1,4 +1,5 @@
 //! Every shared vector end to end through validation and the engine, on the vector survey.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::Path;
 
