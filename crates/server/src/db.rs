@@ -70,12 +70,17 @@ impl Database {
                 Backend::Postgres => 16,
             });
         if backend == Backend::Sqlite {
-            options = options.after_connect(|conn, _| {
+            // FULL (the default): a committed bill survives a power cut, not just a crash.
+            // NORMAL (CROSSTAB_SQLITE_SYNCHRONOUS=NORMAL) survives a process crash only.
+            let synchronous = match std::env::var("CROSSTAB_SQLITE_SYNCHRONOUS").as_deref() {
+                Ok("NORMAL" | "normal") => "PRAGMA synchronous = NORMAL",
+                _ => "PRAGMA synchronous = FULL",
+            };
+            options = options.after_connect(move |conn, _| {
                 Box::pin(async move {
-                    // synchronous=FULL: a committed bill survives a power cut, not just a crash.
                     for pragma in [
                         "PRAGMA journal_mode = WAL",
-                        "PRAGMA synchronous = FULL",
+                        synchronous,
                         "PRAGMA busy_timeout = 10000",
                         "PRAGMA foreign_keys = ON",
                     ] {

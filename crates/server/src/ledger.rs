@@ -11,7 +11,7 @@ use sqlx::Any;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
-use crate::db::{Database, DbError};
+use crate::db::{Backend, Database, DbError};
 
 /// Most bills in one transaction.
 const MAX_BATCH: usize = 1024;
@@ -116,7 +116,7 @@ async fn write_loop(db: Database, mut pending: mpsc::Receiver<Pending>) {
 async fn write_batch(db: &Database, batch: &[Pending]) -> Result<(), DbError> {
     let mut tx = db.pool().begin().await?;
     for chunk in batch.chunks(ROWS_PER_STATEMENT) {
-        let sql = insert_sql(chunk.len());
+        let sql = insert_sql(chunk.len(), db.backend());
         let mut query = sqlx::query::<Any>(&sql);
         for (bill, _) in chunk {
             query = query
@@ -135,7 +135,7 @@ async fn write_batch(db: &Database, batch: &[Pending]) -> Result<(), DbError> {
     Ok(())
 }
 
-fn insert_sql(rows: usize) -> String {
+fn insert_sql(rows: usize, backend: Backend) -> String {
     let mut sql = String::from(
         "INSERT INTO ledger (at, account_id, key_id, survey, grp, base, targets, request_id) VALUES ",
     );
@@ -143,11 +143,18 @@ fn insert_sql(rows: usize) -> String {
         if row > 0 {
             sql.push_str(", ");
         }
-        let first = row * 8 + 1;
-        let params: Vec<String> = (first..first + 8).map(|n| format!("${n}")).collect();
-        sql.push('(');
-        sql.push_str(&params.join(", "));
-        sql.push(')');
+        match backend {
+            // Anonymous `?`: SQLite looks numbered parameters up by name, one linear scan
+            // per parameter, which is quadratic over a 512-parameter statement.
+            Backend::Sqlite => sql.push_str("(?, ?, ?, ?, ?, ?, ?, ?)"),
+            Backend::Postgres => {
+                let first = row * 8 + 1;
+                let params: Vec<String> = (first..first + 8).map(|n| format!("${n}")).collect();
+                sql.push('(');
+                sql.push_str(&params.join(", "));
+                sql.push(')');
+            }
+        }
     }
     sql
 }

@@ -32,19 +32,40 @@ async fn postgres_keys_grants_ledger_and_usage() {
     let (state, _writer) = AppState::new(db.clone(), Arc::new(catalog), Cors::default());
     let router = app::router(state);
     let fx = Fixture::new().await;
-    let fx = Fixture { router, db: db.clone(), ..fx };
+    let fx = Fixture {
+        router,
+        db: db.clone(),
+        ..fx
+    };
     let before = ledger::count(&db).await.unwrap();
     let body = request("VEC", None, "ALL", &["WOMEN"]);
-    assert_eq!(fx.post(Some(&whole), &body).await.0.status(), StatusCode::OK);
-    assert_eq!(fx.post(Some(&north), &body).await.0.status(), StatusCode::OK, "same account: whole grant");
     assert_eq!(
-        fx.post(Some(&whole), &request("DEMO", None, "ADULTS", &["WOMEN"])).await.0.status(),
+        fx.post(Some(&whole), &body).await.0.status(),
+        StatusCode::OK
+    );
+    assert_eq!(
+        fx.post(Some(&north), &body).await.0.status(),
+        StatusCode::OK,
+        "same account: whole grant"
+    );
+    assert_eq!(
+        fx.post(Some(&whole), &request("DEMO", None, "ADULTS", &["WOMEN"]))
+            .await
+            .0
+            .status(),
         StatusCode::FORBIDDEN
     );
     // Revocation through another connection applies on the next request.
     let admin = Database::connect(&url).await.unwrap();
-    assert!(accounts::revoke_key(&admin, whole.split('_').nth(2).unwrap()).await.unwrap());
-    assert_eq!(fx.post(Some(&whole), &body).await.0.status(), StatusCode::UNAUTHORIZED);
+    assert!(
+        accounts::revoke_key(&admin, whole.split('_').nth(2).unwrap())
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        fx.post(Some(&whole), &body).await.0.status(),
+        StatusCode::UNAUTHORIZED
+    );
     assert_eq!(ledger::count(&db).await.unwrap(), before + 2);
     let rows = usage::report(&db, Some(&account), 0).await.unwrap();
     assert_eq!(rows.iter().map(|r| r.calls).sum::<i64>(), 2);
