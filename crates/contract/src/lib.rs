@@ -10,6 +10,7 @@ pub mod error;
 pub mod expr;
 pub mod limits;
 pub mod openapi;
+pub mod retry;
 pub mod validate;
 #[cfg(feature = "test-vectors")]
 #[allow(clippy::unwrap_used, clippy::expect_used)]

@@ -46,7 +46,7 @@ pub struct KeyRecord {
 }
 
 /// Creates `name` if needed; returns its id.
-async fn ensure_account(
+pub(crate) async fn ensure_account(
     conn: &mut sqlx::AnyConnection,
     name: &str,
     now: i64,

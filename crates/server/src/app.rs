@@ -13,6 +13,7 @@ use tower_http::catch_panic::CatchPanicLayer;
 
 use crate::api;
 use crate::auth::Authenticator;
+use crate::cache::ResponseCache;
 use crate::cors::Cors;
 use crate::db::Database;
 use crate::ledger::{Ledger, LedgerWriter};
@@ -33,6 +34,8 @@ pub struct AppState {
     pub cors: Cors,
     /// The OpenAPI document, serialized once.
     pub docs: Bytes,
+    /// Answers already computed, per loaded survey instance.
+    pub cache: ResponseCache,
 }
 
 impl AppState {
@@ -47,15 +50,25 @@ impl AppState {
             ledger,
             cors,
             docs: Bytes::from(crosstab_contract::openapi::document_json()),
+            cache: ResponseCache::from_env(),
         };
         (Arc::new(state), writer)
     }
 }
 
-/// The whole HTTP surface.
+/// The `/v1` API alone.
 pub fn router(state: Arc<AppState>) -> Router {
-    Router::new()
-        .nest("/v1", api::routes())
+    router_with(state, None)
+}
+
+/// The whole HTTP surface: `/v1`, and the app (its `/app` backend and its files at `/`)
+/// when given.
+pub fn router_with(state: Arc<AppState>, app: Option<Router<Arc<AppState>>>) -> Router {
+    let mut router = Router::new().nest("/v1", api::routes());
+    if let Some(app) = app {
+        router = router.merge(app);
+    }
+    router
         .layer(CatchPanicLayer::custom(panic_response))
         .layer(axum::middleware::from_fn_with_state(
             Arc::clone(&state),

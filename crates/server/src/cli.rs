@@ -73,9 +73,24 @@ enum Command {
         /// A browser origin allowed to call the API (repeatable; `*` allows any).
         #[arg(long = "allowed-origin", value_name = "ORIGIN")]
         allowed_origins: Vec<String>,
-        /// Make the data dir usable at once: demo survey, account `demo`, and a key for it (printed).
+        /// Make the data dir usable at once: demo survey, account `demo`, a key for it and
+        /// a user `demo` for the app (key and password printed).
         #[arg(long)]
         demo: bool,
+        /// The built app (Trunk's dist/), served at `/`.
+        #[arg(long, env = "CROSSTAB_APP_DIR", default_value = "./dist")]
+        app_dir: PathBuf,
+        /// File holding the API key the app backend uses upstream (else CROSSTAB_APP_KEY).
+        #[arg(long, value_name = "PATH")]
+        app_key_file: Option<PathBuf>,
+        /// The /v1 service the app backend forwards to (default: this server).
+        #[arg(long, value_name = "URL")]
+        upstream: Option<String>,
+    },
+    /// Manage the people who sign in to the app.
+    User {
+        #[command(subcommand)]
+        command: UserCommand,
     },
     /// Install and list surveys.
     Survey {
@@ -118,6 +133,21 @@ enum Command {
         /// Output format.
         #[arg(long, value_enum, default_value = "table")]
         format: Format,
+        #[command(flatten)]
+        store: Store,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum UserCommand {
+    /// Create a user (or reset its password); the password is read from standard input.
+    Create {
+        /// Sign-in name.
+        #[arg(long)]
+        username: String,
+        /// The account whose surveys and keys the user works with (created if needed).
+        #[arg(long)]
+        account: String,
         #[command(flatten)]
         store: Store,
     },
@@ -274,16 +304,47 @@ async fn execute(command: Command) -> Result<(), CliError> {
             store,
             allowed_origins,
             demo,
+            app_dir,
+            app_key_file,
+            upstream,
         } => {
             let database = store.url()?;
+            let app_key = match app_key_file {
+                Some(path) => Some(std::fs::read_to_string(&path)?.trim().to_owned()),
+                None => std::env::var("CROSSTAB_APP_KEY")
+                    .ok()
+                    .map(|k| k.trim().to_owned()),
+            }
+            .filter(|key| !key.is_empty());
             serve::serve(ServeOptions {
                 listen,
                 data_dir: store.data_dir,
                 database,
                 allowed_origins,
                 demo,
+                app_dir,
+                app_key,
+                upstream,
             })
             .await?;
+            Ok(())
+        }
+        Command::User {
+            command:
+                UserCommand::Create {
+                    username,
+                    account,
+                    store,
+                },
+        } => {
+            let mut password = String::new();
+            std::io::stdin().read_line(&mut password)?;
+            let password = password.trim_end_matches(['\r', '\n']);
+            let db = store.connect().await?;
+            crate::webapp::users::create_or_reset(&db, &username, &account, password)
+                .await
+                .map_err(|e| CliError::Usage(e.to_string()))?;
+            eprintln!("user '{username}' of account '{account}' is ready");
             Ok(())
         }
         Command::Survey {

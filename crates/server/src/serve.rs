@@ -17,6 +17,7 @@ use crate::cors::Cors;
 use crate::db::{Database, DbError};
 use crate::grants::GrantSpec;
 use crate::keys::KeyEnv;
+use crate::webapp::{self, upstream::Upstream, WebApp};
 
 /// How often the catalog looks for re-imported surveys.
 const REFRESH_EVERY: Duration = Duration::from_secs(1);
@@ -32,8 +33,14 @@ pub struct ServeOptions {
     pub database: String,
     /// Allowed browser origins.
     pub allowed_origins: Vec<String>,
-    /// Set up the demo survey, account and key.
+    /// Set up the demo survey, account, key and app user.
     pub demo: bool,
+    /// The built app, served at `/`.
+    pub app_dir: PathBuf,
+    /// The key the app backend uses upstream.
+    pub app_key: Option<String>,
+    /// The `/v1` service the app backend forwards to (default: this server).
+    pub upstream: Option<String>,
 }
 
 /// Why the server could not run.
@@ -51,11 +58,25 @@ pub enum ServeError {
     /// A background task died.
     #[error("internal task failed: {0}")]
     Task(#[from] tokio::task::JoinError),
+    /// Setting up the demo user.
+    #[error(transparent)]
+    User(#[from] crate::webapp::users::UserError),
+}
+
+/// What `--demo` made: the key and the user's password are shown once, at start.
+#[derive(Debug)]
+pub struct Demo {
+    /// An API key for account `demo` (for curl and backend callers).
+    pub key: String,
+    /// The password of user `demo` (reset at each start).
+    pub password: String,
+    /// A separate key the app backend uses upstream (never printed).
+    pub app_key: String,
 }
 
 /// The demo: the `DEMO` survey (generated once), account `demo` entitled to all of it,
 /// and a fresh test key for it (keys are shown only once, so each start makes one).
-pub async fn prepare_demo(db: &Database, store: &SurveyStore) -> Result<String, ServeError> {
+pub async fn prepare_demo(db: &Database, store: &SurveyStore) -> Result<Demo, ServeError> {
     let config = DemoConfig::default();
     if !store.codes()?.iter().any(|code| code == "DEMO") {
         tracing::info!(
@@ -73,8 +94,18 @@ pub async fn prepare_demo(db: &Database, store: &SurveyStore) -> Result<String, 
         groups: Vec::new(),
     };
     let key = accounts::create_key(db, "demo", &[grant], KeyEnv::Test, None).await?;
-    Ok(key.token)
+    let app_key = accounts::create_key(db, "demo", &[], KeyEnv::Test, None).await?;
+    let password = crate::webapp::users::random_password();
+    crate::webapp::users::create_or_reset(db, DEMO_USER, "demo", &password).await?;
+    Ok(Demo {
+        key: key.token,
+        password,
+        app_key: app_key.token,
+    })
 }
+
+/// The app user `--demo` creates.
+pub const DEMO_USER: &str = "demo";
 
 fn log_refresh(refresh: &Refresh) {
     for code in &refresh.loaded {
@@ -93,9 +124,13 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
     std::fs::create_dir_all(&options.data_dir)?;
     let db = Database::connect(&options.database).await?;
     let store = SurveyStore::open(&options.data_dir)?;
+    let mut app_key = options.app_key.clone();
     if options.demo {
-        let token = prepare_demo(&db, &store).await?;
-        println!("demo key: {token}");
+        let demo = prepare_demo(&db, &store).await?;
+        println!("demo key: {}", demo.key);
+        println!("demo user: {DEMO_USER}");
+        println!("demo password: {}", demo.password);
+        app_key.get_or_insert(demo.app_key);
     }
     let (catalog, refresh) = Catalog::new(store);
     log_refresh(&refresh);
@@ -104,10 +139,47 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
     let cors = Cors::new(&options.allowed_origins);
     let origins = cors.describe();
     let (state, writer) = AppState::new(db.clone(), Arc::clone(&catalog), cors);
-    let router = app::router(state);
 
     let listener = tokio::net::TcpListener::bind(options.listen).await?;
     let address = listener.local_addr()?;
+    let upstream_base = options
+        .upstream
+        .clone()
+        .unwrap_or_else(|| format!("http://{address}/v1"));
+    let upstream = match app_key {
+        Some(key) => Some(Upstream::new(&upstream_base, key)),
+        None => {
+            tracing::warn!("no app key (--app-key-file or CROSSTAB_APP_KEY): the app can sign in but not run queries");
+            None
+        }
+    };
+    if !options.app_dir.join("index.html").exists() {
+        tracing::warn!(app_dir = %options.app_dir.display(), "the app is not built there (trunk build --release): / serves nothing");
+    }
+    let checker = upstream.clone();
+    let webapp = Arc::new(WebApp::new(
+        Arc::clone(&state),
+        upstream,
+        !address.ip().is_loopback(),
+    ));
+    let router = app::router_with(state, Some(webapp::routes(webapp, &options.app_dir)));
+    // Once listening, compare the upstream's contract with ours (it may be this server).
+    let contract_check = tokio::spawn(async move {
+        let Some(upstream) = checker else { return };
+        match upstream.check_contract().await {
+            Ok(differences) if differences.is_empty() => {
+                tracing::info!(upstream = %upstream.base(), "upstream contract matches");
+            }
+            Ok(differences) => {
+                for difference in differences {
+                    tracing::warn!(upstream = %upstream.base(), %difference, "upstream contract differs");
+                }
+            }
+            Err(error) => {
+                tracing::warn!(upstream = %upstream.base(), %error, "upstream contract not checked")
+            }
+        }
+    });
     tracing::info!(%address, surveys = %surveys.join(", "), allowed_origins = %origins, "crosstab serving /v1");
     println!("crosstab listening on http://{address}");
 
@@ -131,6 +203,7 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
         .with_graceful_shutdown(shutdown_signal())
         .await;
     follower.abort();
+    contract_check.abort();
     // The router (and with it every ledger handle) is gone: the writer drains and stops.
     writer.finish().await;
     db.close().await;

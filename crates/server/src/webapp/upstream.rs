@@ -1,0 +1,146 @@
+//! The app backend's client for the `/v1` API: it adds the server-held key and follows
+//! the spec's client rules (5xx retried with exponential backoff and jitter, 4xx never),
+//! passing the upstream's status and body back unchanged.
+
+use std::time::Duration;
+
+use axum::body::Bytes;
+use crosstab_contract::retry::retry_delay_ms;
+use crosstab_contract::{AUTH_HEADER, CONTRACT_VERSION, OPERATION_IDS};
+use rand::Rng;
+use serde_json::Value;
+
+/// Retries after the first attempt, for 5xx answers and connection failures.
+pub const MAX_RETRIES: u32 = 3;
+
+/// An upstream that answered (any status) or could not be reached.
+#[derive(Debug, thiserror::Error)]
+#[error("the upstream could not be reached: {0}")]
+pub struct Unreachable(String);
+
+/// The `/v1` service the app forwards to.
+#[derive(Debug, Clone)]
+pub struct Upstream {
+    client: reqwest::Client,
+    /// Base URL ending in `/v1`.
+    base: String,
+    key: String,
+}
+
+impl Upstream {
+    /// A client for `base` (ending in `/v1`) with the app's key.
+    pub fn new(base: &str, key: String) -> Upstream {
+        let client = reqwest::Client::builder()
+            .timeout(Duration::from_secs(30))
+            .build()
+            .unwrap_or_default();
+        Upstream {
+            client,
+            base: base.trim_end_matches('/').to_owned(),
+            key,
+        }
+    }
+
+    /// The base URL.
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
+    /// Forwards a crosstab body; returns the upstream's status and body.
+    pub async fn crosstab(&self, body: Bytes) -> Result<(u16, Bytes), Unreachable> {
+        let mut attempt = 0;
+        loop {
+            let sent = self
+                .client
+                .post(format!("{}/crosstab", self.base))
+                .header(reqwest::header::CONTENT_TYPE, "application/json")
+                .header(AUTH_HEADER, &self.key)
+                .body(body.clone())
+                .send()
+                .await;
+            let outcome = match sent {
+                Ok(response) => {
+                    let status = response.status().as_u16();
+                    match response.bytes().await {
+                        Ok(bytes) if status < 500 => return Ok((status, bytes)),
+                        Ok(bytes) => Ok((status, bytes)),
+                        Err(error) => Err(Unreachable(error.to_string())),
+                    }
+                }
+                Err(error) => Err(Unreachable(error.to_string())),
+            };
+            if attempt >= MAX_RETRIES {
+                return outcome;
+            }
+            attempt += 1;
+            let delay = retry_delay_ms(attempt, rand::thread_rng().gen::<f64>());
+            tracing::warn!(
+                attempt,
+                delay_ms = delay,
+                "upstream crosstab failed; retrying"
+            );
+            tokio::time::sleep(Duration::from_millis(delay as u64)).await;
+        }
+    }
+
+    /// Compares the upstream's `/docs` with this build's contract; returns the differences.
+    pub async fn check_contract(&self) -> Result<Vec<String>, Unreachable> {
+        let doc: Value = self
+            .client
+            .get(format!("{}/docs", self.base))
+            .send()
+            .await
+            .and_then(reqwest::Response::error_for_status)
+            .map_err(|e| Unreachable(e.to_string()))?
+            .json()
+            .await
+            .map_err(|e| Unreachable(e.to_string()))?;
+        Ok(contract_differences(&doc))
+    }
+}
+
+/// How an OpenAPI document departs from this build's contract (version, operation ids).
+pub fn contract_differences(doc: &Value) -> Vec<String> {
+    let mut differences = Vec::new();
+    let version = doc
+        .pointer("/info/version")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    if version != CONTRACT_VERSION {
+        differences.push(format!(
+            "info.version is '{version}', expected '{CONTRACT_VERSION}'"
+        ));
+    }
+    let mut ids: Vec<&str> = doc
+        .get("paths")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flat_map(|paths| paths.values())
+        .filter_map(Value::as_object)
+        .flat_map(|methods| methods.values())
+        .filter_map(|op| op.get("operationId").and_then(Value::as_str))
+        .collect();
+    ids.sort_unstable();
+    let mut expected = OPERATION_IDS.to_vec();
+    expected.sort_unstable();
+    if ids != expected {
+        differences.push(format!("operationIds are {ids:?}, expected {expected:?}"));
+    }
+    differences
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn our_own_document_has_no_differences() {
+        let doc: Value =
+            serde_json::from_str(&crosstab_contract::openapi::document_json()).unwrap();
+        assert!(contract_differences(&doc).is_empty());
+        let mut changed = doc.clone();
+        changed["info"]["version"] = "2.0.0".into();
+        changed["paths"]["/docs"]["get"]["operationId"] = "getDocs".into();
+        assert_eq!(contract_differences(&changed).len(), 2);
+    }
+}

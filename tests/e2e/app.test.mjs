@@ -1,0 +1,205 @@
+// The researcher app end to end in a real browser against the real server.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { startServer, startStatic, launch, apiCrosstab, signIn, artifacts } from './harness.mjs';
+
+let server;
+let browser;
+const KEY_PATTERN = /ctx_(live|test)_[A-Za-z0-9]+_[A-Za-z0-9_-]{16,}/;
+
+before(async () => {
+  server = await startServer();
+  browser = await launch();
+});
+after(async () => {
+  await browser?.close();
+  await server?.stop();
+});
+
+async function addTarget(page, search, pickText) {
+  await page.getByLabel('Search codes and variables by label or code').fill(search);
+  await page.locator('.pick', { hasText: pickText }).first().click();
+}
+
+test('sign in, build a query from the codebook, run it: the numbers /v1/crosstab returns', async () => {
+  const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+  const page = await context.newPage();
+  const started = Date.now();
+  await page.goto(server.origin);
+  await page.getByRole('heading', { name: 'Sign in' }).waitFor();
+  await page.screenshot({ path: join(artifacts, 'sign-in.png') });
+  await signIn(page, server);
+  await page.locator('#base').waitFor();
+  console.log(`query screen rendered ${Date.now() - started} ms after navigation (incl. sign-in)`);
+
+  await addTarget(page, 'women 25', 'F2554');
+  await addTarget(page, 'coffee', 'P_COFFEE_01 = 1');
+  await page.locator('#base').selectOption('ADULTS');
+  await page.locator('#run').click();
+  const table = page.locator('#results-table');
+  await table.waitFor();
+  await page.screenshot({ path: join(artifacts, 'results-rows.png'), fullPage: true });
+
+  const request = {
+    SurveyCode: 'DEMO', PopulationBaseCode: 'ADULTS', AuthorizationGroup: '_ALL_',
+    TargetCodes: ['F2554', 'P_COFFEE_01 = 1'],
+  };
+  const direct = await apiCrosstab(server, request);
+  assert.equal(direct.status, 200);
+  const absolutes = await page.locator('#results-table td[data-absolute]').evaluateAll(
+    (cells) => cells.map((c) => Number(c.dataset.absolute)));
+  assert.deepEqual(absolutes, direct.body.Results.map((r) => r.WgtAud * direct.body.AudienceReportUnits));
+  const respondents = await page.locator('#results-table tbody tr td:nth-child(4)').allTextContents();
+  assert.deepEqual(respondents.map((t) => Number(t.replace(/,/g, ''))), direct.body.Results.map((r) => r.Resps));
+
+  // Flip orientation: targets become columns.
+  await page.locator('#flip').click();
+  await page.locator('#results-table[data-orientation="columns"]').waitFor();
+  const headers = await page.locator('#results-table thead th').allTextContents();
+  assert.deepEqual(headers.slice(1), ['F2554', 'P_COFFEE_01 = 1']);
+  await page.screenshot({ path: join(artifacts, 'results-columns.png'), fullPage: true });
+
+  // Export CSV.
+  const [download] = await Promise.all([page.waitForEvent('download'), page.locator('#export-csv').click()]);
+  const csv = readFileSync(await download.path(), 'utf8').trim().split('\n');
+  assert.match(csv[0], /^Target,Label,WgtAud/);
+  assert.equal(csv.length, 3);
+  assert.ok(csv[1].startsWith('F2554,'), csv[1]);
+  assert.equal(Number(csv[1].split(',')[4]), direct.body.Results[0].Resps);
+  await context.close();
+});
+
+test('a small cell is marked unstable, and a third target is refused live', async () => {
+  const context = await browser.newContext({ viewport: { width: 390, height: 844 } });
+  const page = await context.newPage();
+  await page.goto(server.origin);
+  await signIn(page, server);
+  await page.locator('#base').waitFor();
+  const small = 'AGE = 88 AND GENDER = 1 AND REGION = 1';
+  await page.locator('#target-0').fill(small);
+  await page.locator('#target-0').press('Tab');
+  await page.locator('#run').click();
+  await page.locator('#results-table').waitFor();
+  await page.locator('.unstable-badge').first().waitFor();
+  assert.match(await page.locator('#unstable-note').textContent(), /Unstable/);
+  const direct = await apiCrosstab(server, {
+    SurveyCode: 'DEMO', PopulationBaseCode: 'ADULTS', AuthorizationGroup: '_ALL_', TargetCodes: [small] });
+  assert.equal(direct.body.Results[0].Stbl, 1);
+  await page.screenshot({ path: join(artifacts, 'unstable-phone.png'), fullPage: true });
+
+  // Three targets: the validator says so next to the targets before anything is sent.
+  for (const i of [1, 2]) {
+    await page.locator('#add-target').click();
+    await page.locator(`#target-${i}`).fill(`GENDER = ${i}`);
+    await page.locator(`#target-${i}`).press('Tab');
+  }
+  const error = page.locator('[data-field="TargetCodes"]');
+  await error.waitFor();
+  assert.match(await error.textContent(), /1 or 2 entries, not 3/);
+  assert.equal(await page.locator('#run').isDisabled(), true);
+  await page.screenshot({ path: join(artifacts, 'third-target-error.png'), fullPage: true });
+  await context.close();
+});
+
+test('history re-runs a query; the portal shows the API reference, keys and usage', async () => {
+  const context = await browser.newContext();
+  const page = await context.newPage();
+  await page.goto(server.origin);
+  await signIn(page, server);
+  await page.locator('#target-0').fill('F2554');
+  await page.locator('#target-0').press('Tab');
+  await page.locator('#run').click();
+  await page.locator('#results-table').waitFor();
+  await page.getByRole('link', { name: 'History' }).click();
+  await page.locator('.history-item').first().click();
+  await page.locator('#results-table').waitFor();
+  await page.getByRole('link', { name: 'API reference' }).click();
+  await page.locator('#api-reference').getByText('operationId: crosstabOptions').waitFor();
+  await page.screenshot({ path: join(artifacts, 'api-reference.png'), fullPage: true });
+  await page.getByRole('link', { name: 'Usage' }).click();
+  await page.locator('#usage-table').waitFor();
+  const total = Number(await page.locator('#usage-table tfoot td').textContent());
+  assert.ok(total >= 2, `billed calls ${total}`);
+  await page.getByRole('link', { name: 'API keys' }).click();
+  await page.getByRole('button', { name: 'Create key' }).waitFor();
+  await page.screenshot({ path: join(artifacts, 'keys.png'), fullPage: true });
+  await context.close();
+});
+
+test('no API key ever reaches the browser', async () => {
+  const context = await browser.newContext();
+  const page = await context.newPage();
+  const bodies = [];
+  page.on('response', async (response) => {
+    try { bodies.push({ url: response.url(), text: (await response.body()).toString('latin1') }); } catch { /* redirects */ }
+  });
+  await page.goto(server.origin);
+  await signIn(page, server);
+  await page.locator('#target-0').fill('F2554');
+  await page.locator('#target-0').press('Tab');
+  await page.locator('#run').click();
+  await page.locator('#results-table').waitFor();
+  await page.getByRole('link', { name: 'API reference' }).click();
+  await page.locator('#api-reference').waitFor();
+  await page.getByRole('link', { name: 'Usage' }).click();
+  await page.locator('#usage-table').waitFor();
+  await page.waitForLoadState('networkidle');
+  const storage = await page.evaluate(() => JSON.stringify({ ...localStorage }));
+  const html = await page.content();
+  assert.ok(bodies.length >= 5, `saw ${bodies.length} responses`);
+  for (const { url, text } of [...bodies, { url: 'localStorage', text: storage }, { url: 'DOM', text: html }]) {
+    assert.doesNotMatch(text, KEY_PATTERN, `a key in ${url}`);
+    if (server.key) assert.ok(!text.includes(server.key), `the demo key in ${url}`);
+  }
+  assert.ok(bodies.some((b) => b.url.endsWith('.wasm')), 'the wasm was checked');
+  await context.close();
+});
+
+test('cross-origin: an allowed origin passes the real preflight, another is blocked', async () => {
+  const allowed = await startStatic();
+  const blocked = await startStatic();
+  const backend = await startServer({ allowedOrigins: [allowed.origin] });
+  try {
+    const context = await browser.newContext();
+    const page = await context.newPage();
+    const client = await context.newCDPSession(page);
+    const preflights = [];
+    await client.send('Network.enable');
+    client.on('Network.requestWillBeSent', (e) => {
+      if (e.request.method === 'OPTIONS' || e.type === 'Preflight') preflights.push({ url: e.request.url, id: e.requestId });
+    });
+    page.on('request', (r) => { if (r.method() === 'OPTIONS') preflights.push({ url: r.url() }); });
+    await page.goto(`${allowed.origin}/?backend=${encodeURIComponent(backend.origin)}`);
+    await signIn(page, backend);
+    await page.locator('#target-0').fill('F2554');
+    await page.locator('#target-0').press('Tab');
+    await page.locator('#run').click();
+    await page.locator('#results-table').waitFor();
+    assert.ok(preflights.some((p) => p.url === `${backend.origin}/app/api/crosstab`),
+      `preflights seen: ${JSON.stringify(preflights)}`);
+    await page.screenshot({ path: join(artifacts, 'cross-origin-allowed.png') });
+
+    const other = await context.newPage();
+    const failed = [];
+    other.on('requestfailed', (r) => failed.push(r.url()));
+    await other.goto(`${blocked.origin}/?backend=${encodeURIComponent(backend.origin)}`);
+    await other.getByLabel('Username').fill(backend.username);
+    await other.getByLabel('Password').fill(backend.password);
+    await other.getByRole('button', { name: 'Sign in' }).click();
+    await other.locator('.signin .error').waitFor();
+    assert.match(await other.locator('.signin .error').textContent(), /could not be reached/);
+    assert.ok(failed.some((u) => u.startsWith(`${backend.origin}/app/`)), `failed: ${failed}`);
+    const preflight = await fetch(`${backend.origin}/app/login`, {
+      method: 'OPTIONS',
+      headers: { origin: blocked.origin, 'access-control-request-method': 'POST', 'access-control-request-headers': 'content-type' },
+    });
+    assert.equal(preflight.headers.get('access-control-allow-origin'), null);
+    await context.close();
+  } finally {
+    await backend.stop();
+    await allowed.stop();
+    await blocked.stop();
+  }
+});
