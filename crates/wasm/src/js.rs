@@ -10,7 +10,7 @@ use crosstab_contract::{ApiError, ValidRequest};
 
 use crate::display;
 use crate::response;
-use crate::types::{CrosstabResult, ErrorEnvelope};
+use crate::types::CrosstabResult;
 use crate::validate::{self, Validation};
 
 /// Error code for a JS argument of the wrong type (not a contract code: the caller's bug).
@@ -39,7 +39,11 @@ fn start() {
 /// Hands a serializable value to JS as a plain object (one JSON round trip: cheaper than
 /// building the object member by member across the boundary).
 fn to_js<T: Serialize>(value: &T) -> Result<JsValue, JsValue> {
-    let text = serde_json::to_string(value)
+    let mut text = Vec::with_capacity(512);
+    serde_json::to_writer(&mut text, value)
+        .map_err(|e| error("internal_error", &format!("serializing the result: {e}")))?;
+    // serde_json writes UTF-8 only.
+    let text = String::from_utf8(text)
         .map_err(|e| error("internal_error", &format!("serializing the result: {e}")))?;
     JSON::parse(&text)
 }
@@ -54,6 +58,7 @@ pub(crate) fn error(code: &str, message: &str) -> JsValue {
 }
 
 /// A contract error as a JS `Error` carrying the server's status and envelope.
+#[cfg(feature = "engine")]
 pub(crate) fn api_error(api: &ApiError) -> JsValue {
     let js = error(api.code(), &api.to_string());
     let _ = Reflect::set(
@@ -61,17 +66,25 @@ pub(crate) fn api_error(api: &ApiError) -> JsValue {
         &JsValue::from_str("status"),
         &JsValue::from(api.status()),
     );
-    if let Ok(body) = to_js(&ErrorEnvelope::from(api.envelope())) {
+    if let Ok(body) = to_js(&crate::types::ErrorEnvelope::from(api.envelope())) {
         let _ = Reflect::set(&js, &JsValue::from_str("body"), &body);
     }
     js
 }
 
+#[wasm_bindgen]
+extern "C" {
+    /// `JSON.stringify` returning the text straight into WASM memory (one boundary
+    /// crossing instead of a `JsString` handle and a second call to read it).
+    #[wasm_bindgen(js_namespace = JSON, js_name = stringify, catch)]
+    fn stringify_text(value: &JsValue) -> Result<Option<String>, JsValue>;
+}
+
 /// The JSON text a client would send for `value` (`JSON.stringify`): `None` when it
 /// sends no body (`undefined`, a function, a symbol).
 fn json_text(value: &JsValue) -> Result<Option<String>, ApiError> {
-    match JSON::stringify(value) {
-        Ok(text) => Ok(text.as_string()),
+    match stringify_text(value) {
+        Ok(text) => Ok(text),
         Err(thrown) => {
             let reason = thrown
                 .dyn_ref::<js_sys::Error>()
