@@ -274,6 +274,7 @@ pub fn ResultsView(outcome: RwSignal<Outcome>) -> impl IntoView {
                             let weighted_head = format!("Weighted audience{unit_label}");
                             if targets_as_rows.get() {
                                 view! {
+                                    <div class="table-wrap">
                                     <table id="results-table" data-orientation="rows">
                                         <thead><tr>
                                             <th scope="col">"Target"</th><th scope="col">{weighted_head}</th>
@@ -284,7 +285,7 @@ pub fn ResultsView(outcome: RwSignal<Outcome>) -> impl IntoView {
                                             {rows.into_iter().map(|row| view! {
                                                 <tr class:unstable=row.unstable>
                                                     <th scope="row"><code>{row.target.clone()}</code>
-                                                        {(!row.label.is_empty()).then(|| view! { <span class="muted">{row.label.clone()}</span> })}</th>
+                                                        {(!row.label.is_empty()).then(|| view! { <span class="muted target-label">{row.label.clone()}</span> })}</th>
                                                     <td class="num">{row.weighted.clone()}</td>
                                                     <td class="num" data-absolute=row.absolute.to_string()>{row.display.clone()}</td>
                                                     <td class="num">{row.respondents.clone()}</td>
@@ -294,12 +295,14 @@ pub fn ResultsView(outcome: RwSignal<Outcome>) -> impl IntoView {
                                             }).collect_view()}
                                         </tbody>
                                     </table>
+                                    </div>
                                 }.into_any()
                             } else {
                                 let measure = |name: String, cells: Vec<String>| view! {
                                     <tr><th scope="row">{name}</th>{cells.into_iter().map(|c| view! { <td class="num">{c}</td> }).collect_view()}</tr>
                                 };
                                 view! {
+                                    <div class="table-wrap">
                                     <table id="results-table" data-orientation="columns">
                                         <thead><tr><th scope="col">"Measure"</th>
                                             {rows.iter().map(|r| view! { <th scope="col"><code>{r.target.clone()}</code></th> }).collect_view()}
@@ -312,6 +315,7 @@ pub fn ResultsView(outcome: RwSignal<Outcome>) -> impl IntoView {
                                             {measure("Stability".into(), rows.iter().map(|r| if r.unstable { "Unstable*".to_owned() } else { "Stable".to_owned() }).collect())}
                                         </tbody>
                                     </table>
+                                    </div>
                                 }.into_any()
                             }
                         }}
