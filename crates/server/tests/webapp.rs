@@ -1,0 +1,437 @@
+//! The app backend (`/app`): sign-in and its lock, the session cookie, the CSRF origin
+//! check, credentialed CORS, entitlements in the catalog, keys and usage, and the
+//! upstream client's retry rules against a scripted upstream.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use axum::Router;
+use common::*;
+use crosstab_server::app;
+use crosstab_server::webapp::upstream::Upstream;
+use crosstab_server::webapp::{self, users, WebApp};
+use serde_json::{json, Value};
+use tower::ServiceExt;
+
+const PASSWORD: &str = "correct horse battery";
+
+struct App {
+    fx: Fixture,
+    router: Router,
+}
+
+/// The fixture's state with the app backend, forwarding to `upstream`.
+async fn app_with(upstream: Option<Upstream>) -> App {
+    let fx = Fixture::new().await;
+    users::create_or_reset(&fx.db, "ann", "acme", PASSWORD)
+        .await
+        .unwrap();
+    users::create_or_reset(&fx.db, "nora", "north", PASSWORD)
+        .await
+        .unwrap();
+    let webapp = Arc::new(WebApp::new(Arc::clone(&fx.state), upstream, false));
+    let dir = fx.dir.path().to_path_buf();
+    let router = app::router_with(Arc::clone(&fx.state), Some(webapp::routes(webapp, &dir)));
+    App { fx, router }
+}
+
+/// Serves `router` on a free loopback port; returns its origin.
+async fn listen(router: Router) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    format!("http://{address}")
+}
+
+impl App {
+    async fn send(&self, request: Request<Body>) -> (axum::http::response::Parts, Value) {
+        let response = self.router.clone().oneshot(request).await.unwrap();
+        let (parts, body) = response.into_parts();
+        let bytes = axum::body::to_bytes(body, usize::MAX).await.unwrap();
+        (parts, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+    }
+
+    async fn login(&self, user: &str, password: &str) -> (axum::http::response::Parts, Value) {
+        let request = Request::post("/app/login")
+            .header("content-type", "application/json")
+            .header("origin", ORIGIN)
+            .body(Body::from(
+                json!({"username": user, "password": password}).to_string(),
+            ))
+            .unwrap();
+        self.send(request).await
+    }
+
+    async fn session(&self, user: &str) -> String {
+        let (parts, _) = self.login(user, PASSWORD).await;
+        assert_eq!(parts.status, StatusCode::OK);
+        let cookie = parts.headers["set-cookie"].to_str().unwrap();
+        cookie.split(';').next().unwrap().to_owned()
+    }
+
+    async fn get(&self, cookie: &str, path: &str) -> (axum::http::response::Parts, Value) {
+        self.send(
+            Request::get(path)
+                .header("cookie", cookie)
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await
+    }
+
+    async fn post(
+        &self,
+        cookie: &str,
+        path: &str,
+        body: &Value,
+    ) -> (axum::http::response::Parts, Value) {
+        let request = Request::post(path)
+            .header("cookie", cookie)
+            .header("origin", ORIGIN)
+            .header("content-type", "application/json")
+            .body(Body::from(body.to_string()))
+            .unwrap();
+        self.send(request).await
+    }
+}
+
+#[tokio::test]
+async fn sign_in_sets_a_strict_cookie_and_locks_after_repeated_failures() {
+    let app = app_with(None).await;
+    let (parts, body) = app.login("ann", PASSWORD).await;
+    assert_eq!(parts.status, StatusCode::OK);
+    assert_eq!(body, json!({"username": "ann", "account": "acme"}));
+    let cookie = parts.headers["set-cookie"].to_str().unwrap();
+    for flag in ["HttpOnly", "SameSite=Strict", "Path=/"] {
+        assert!(cookie.contains(flag), "{cookie}");
+    }
+    assert!(
+        !cookie.contains("Secure"),
+        "loopback test server: no Secure flag"
+    );
+
+    let (parts, body) = app.login("ann", "wrong password").await;
+    assert_eq!(parts.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(code(&body), "invalid_credentials");
+    let (unknown, unknown_body) = app.login("nobody", "wrong password").await;
+    assert_eq!(unknown.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        unknown_body["ResultDescription"], body["ResultDescription"],
+        "no user oracle"
+    );
+    for _ in 1..users::MAX_FAILED_LOGINS - 1 {
+        assert_eq!(
+            app.login("ann", "wrong password").await.0.status,
+            StatusCode::UNAUTHORIZED
+        );
+    }
+    let (parts, body) = app.login("ann", "wrong password").await;
+    assert_eq!(parts.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(code(&body), "too_many_attempts");
+    assert!(parts.headers.contains_key("retry-after"));
+    // Locked: even the right password waits.
+    assert_eq!(
+        app.login("ann", PASSWORD).await.0.status,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+}
+
+#[tokio::test]
+async fn a_session_cookie_never_authenticates_the_api() {
+    let app = app_with(None).await;
+    let cookie = app.session("ann").await;
+    let request = Request::post("/v1/crosstab")
+        .header("cookie", &cookie)
+        .header("content-type", "application/json")
+        .body(Body::from(
+            request("VEC", None, "ALL", &["WOMEN"]).to_string(),
+        ))
+        .unwrap();
+    let (parts, body) = app.send(request).await;
+    assert_eq!(parts.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(code(&body), "unauthorized");
+    assert_eq!(app.get(&cookie, "/app/api/me").await.1["username"], "ann");
+    // After sign-out the cookie is dead.
+    app.post(&cookie, "/app/logout", &json!({})).await;
+    assert_eq!(
+        app.get(&cookie, "/app/api/me").await.0.status,
+        StatusCode::UNAUTHORIZED
+    );
+}
+
+#[tokio::test]
+async fn writes_need_this_origin_or_an_allowed_one() {
+    let app = app_with(None).await;
+    let cookie = app.session("ann").await;
+    let body = json!({"env": "test"}).to_string();
+    let attempt = |origin: Option<&str>, host: &str| {
+        let mut builder = Request::post("/app/api/keys")
+            .header("cookie", &cookie)
+            .header("host", host)
+            .header("content-type", "application/json");
+        if let Some(origin) = origin {
+            builder = builder.header("origin", origin);
+        }
+        builder.body(Body::from(body.clone())).unwrap()
+    };
+    let (parts, body_out) = app.send(attempt(None, "crosstab.test")).await;
+    assert_eq!(
+        (parts.status, code(&body_out)),
+        (StatusCode::FORBIDDEN, "forbidden_origin")
+    );
+    let (parts, _) = app
+        .send(attempt(Some("https://evil.test"), "crosstab.test"))
+        .await;
+    assert_eq!(parts.status, StatusCode::FORBIDDEN);
+    let (parts, _) = app
+        .send(attempt(Some("http://crosstab.test"), "crosstab.test"))
+        .await;
+    assert_eq!(parts.status, StatusCode::OK, "same origin");
+    let (parts, _) = app.send(attempt(Some(ORIGIN), "crosstab.test")).await;
+    assert_eq!(parts.status, StatusCode::OK, "allowed origin");
+    assert_eq!(parts.headers["access-control-allow-origin"], ORIGIN);
+    assert_eq!(parts.headers["access-control-allow-credentials"], "true");
+
+    let preflight = |origin: &str| {
+        Request::options("/app/api/crosstab")
+            .header("origin", origin)
+            .header("access-control-request-method", "POST")
+            .body(Body::empty())
+            .unwrap()
+    };
+    let (allowed, _) = app.send(preflight(ORIGIN)).await;
+    assert_eq!(allowed.headers["access-control-allow-origin"], ORIGIN);
+    assert!(allowed.headers["access-control-allow-methods"]
+        .to_str()
+        .unwrap()
+        .contains("POST"));
+    let (other, _) = app.send(preflight("https://evil.test")).await;
+    assert!(!other.headers.contains_key("access-control-allow-origin"));
+    assert!(!other.headers.contains_key("access-control-allow-methods"));
+}
+
+#[tokio::test]
+async fn the_catalog_shows_only_what_the_account_may_query() {
+    let app = app_with(None).await;
+    let ann = app.session("ann").await;
+    let (_, surveys) = app.get(&ann, "/app/api/surveys").await;
+    assert_eq!(
+        surveys,
+        json!([{"code": "VEC", "name": "Test-vector survey", "respondents": 8, "allGroups": true}])
+    );
+    let (_, book) = app.get(&ann, "/app/api/surveys/VEC/codebook").await;
+    assert_eq!(book["groups"].as_array().unwrap().len(), 2);
+    let all = &book["bases"][0];
+    assert_eq!(
+        (all["respondents"].as_u64(), all["weighted"].as_f64()),
+        (Some(8), Some(15500.0))
+    );
+    assert_eq!(
+        all["groupTotals"]["N"],
+        json!({"respondents": 4, "weighted": 9500.0})
+    );
+
+    let nora = app.session("nora").await;
+    let (_, surveys) = app.get(&nora, "/app/api/surveys").await;
+    assert_eq!(surveys[0]["allGroups"], false);
+    let (_, book) = app.get(&nora, "/app/api/surveys/VEC/codebook").await;
+    assert_eq!(book["groups"], json!([{"value": "N", "label": "North"}]));
+    let all = &book["bases"][0];
+    assert_eq!(all["groupTotals"].as_object().unwrap().len(), 1);
+    // Only group N's totals: the whole survey's would tell about the other groups.
+    assert_eq!(
+        (all["respondents"].as_u64(), all["weighted"].as_f64()),
+        (Some(4), Some(9500.0))
+    );
+    let (parts, _) = app.get(&nora, "/app/api/surveys/DEMO/codebook").await;
+    assert_eq!(parts.status, StatusCode::FORBIDDEN);
+    let (_, found) = app.get(&ann, "/app/api/surveys/VEC/codebook?q=women").await;
+    assert_eq!(found["codes"].as_array().unwrap().len(), 2);
+    assert!(found["variables"].as_array().unwrap().is_empty());
+
+    // The account's entitlements apply before anything goes upstream.
+    let (parts, body) = app
+        .post(
+            &nora,
+            "/app/api/crosstab",
+            &request("VEC", None, "ALL", &["WOMEN"]),
+        )
+        .await;
+    assert_eq!(
+        (parts.status, code(&body)),
+        (StatusCode::FORBIDDEN, "forbidden_survey")
+    );
+    let (parts, body) = app
+        .post(
+            &nora,
+            "/app/api/crosstab",
+            &request("VEC", Some("N"), "ALL", &["WOMEN", "A", "B"]),
+        )
+        .await;
+    assert_eq!(
+        (parts.status, code(&body)),
+        (StatusCode::BAD_REQUEST, "invalid_target_codes")
+    );
+    let (parts, body) = app
+        .post(
+            &nora,
+            "/app/api/crosstab",
+            &request("VEC", Some("N"), "ALL", &["WOMEN"]),
+        )
+        .await;
+    assert_eq!(
+        (parts.status, code(&body)),
+        (StatusCode::SERVICE_UNAVAILABLE, "not_configured")
+    );
+}
+
+#[tokio::test]
+async fn keys_are_shown_once_and_only_the_owner_revokes_them() {
+    let app = app_with(None).await;
+    let ann = app.session("ann").await;
+    let (parts, created) = app
+        .post(
+            &ann,
+            "/app/api/keys",
+            &json!({"env": "test", "expiresInDays": 30}),
+        )
+        .await;
+    assert_eq!(parts.status, StatusCode::OK);
+    let token = created["key"].as_str().unwrap();
+    assert!(token.starts_with("ctx_test_"));
+    let (_, listed) = app.get(&ann, "/app/api/keys").await;
+    let text = listed.to_string();
+    assert!(!text.contains(token) && !text.contains("ctx_"), "{text}");
+    let id = created["id"].as_str().unwrap();
+    assert!(listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|k| k["id"] == id && k["expiresAt"].is_string()));
+
+    let nora = app.session("nora").await;
+    let delete = |cookie: &str| {
+        Request::delete(format!("/app/api/keys/{id}"))
+            .header("cookie", cookie)
+            .header("origin", ORIGIN)
+            .body(Body::empty())
+            .unwrap()
+    };
+    assert_eq!(
+        app.send(delete(&nora)).await.0.status,
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(
+        app.send(delete(&ann)).await.0.status,
+        StatusCode::NO_CONTENT
+    );
+    // The revoked key no longer works on /v1.
+    let (parts, _) = app
+        .fx
+        .post(Some(token), &request("VEC", None, "ALL", &["WOMEN"]))
+        .await;
+    assert_eq!(parts.status(), StatusCode::UNAUTHORIZED);
+}
+
+/// An upstream that answers `script` in turn (status, body), then 200s.
+async fn scripted_upstream(script: Vec<(u16, Value)>) -> (String, Arc<AtomicUsize>) {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counter = Arc::clone(&calls);
+    let script = Arc::new(script);
+    let router = Router::new().route(
+        "/v1/crosstab",
+        axum::routing::post(move |headers: axum::http::HeaderMap| {
+            let counter = Arc::clone(&counter);
+            let script = Arc::clone(&script);
+            async move {
+                assert_eq!(headers["service-engine-authorizer"], "ctx_test_upstreamkey");
+                let n = counter.fetch_add(1, Ordering::SeqCst);
+                let (status, body) = script.get(n).cloned().unwrap_or((200, json!({"ok": n})));
+                (StatusCode::from_u16(status).unwrap(), axum::Json(body))
+            }
+        }),
+    );
+    (format!("{}/v1", listen(router).await), calls)
+}
+
+#[tokio::test]
+async fn the_upstream_client_retries_5xx_never_4xx_and_passes_answers_through() {
+    let (base, calls) = scripted_upstream(vec![
+        (503, json!({"ResultCode": 503})),
+        (500, json!({"ResultCode": 500})),
+    ])
+    .await;
+    let app = app_with(Some(Upstream::new(&base, "ctx_test_upstreamkey".into()))).await;
+    let ann = app.session("ann").await;
+    let body = request("VEC", None, "ALL", &["WOMEN"]);
+    let (parts, answer) = app.post(&ann, "/app/api/crosstab", &body).await;
+    assert_eq!((parts.status, answer), (StatusCode::OK, json!({"ok": 2})));
+    assert_eq!(calls.load(Ordering::SeqCst), 3, "two 5xx retried");
+
+    let envelope = json!({"ResultCode": 403, "ResultDescription": "no", "error": {"code": "forbidden_survey", "message": "no"}});
+    let (base, calls) = scripted_upstream(vec![(403, envelope.clone())]).await;
+    let app = app_with(Some(Upstream::new(&base, "ctx_test_upstreamkey".into()))).await;
+    let ann = app.session("ann").await;
+    let (parts, answer) = app.post(&ann, "/app/api/crosstab", &body).await;
+    assert_eq!(
+        (parts.status, answer),
+        (StatusCode::FORBIDDEN, envelope),
+        "4xx passed back unchanged"
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 1, "4xx never retried");
+
+    let failing = vec![(502, json!({})); 10];
+    let (base, calls) = scripted_upstream(failing).await;
+    let app = app_with(Some(Upstream::new(&base, "ctx_test_upstreamkey".into()))).await;
+    let ann = app.session("ann").await;
+    let (parts, _) = app.post(&ann, "/app/api/crosstab", &body).await;
+    assert_eq!(
+        parts.status,
+        StatusCode::BAD_GATEWAY,
+        "the last 5xx is passed back"
+    );
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        1 + webapp::upstream::MAX_RETRIES as usize
+    );
+}
+
+#[tokio::test]
+async fn queries_through_this_servers_own_api_are_billed_and_reported_as_usage() {
+    let fx_app = app_with(None).await;
+    let origin = listen(app::router(Arc::clone(&fx_app.fx.state))).await;
+    let upstream = Upstream::new(&format!("{origin}/v1"), fx_app.fx.whole.clone());
+    assert!(upstream.check_contract().await.unwrap().is_empty());
+    let webapp = Arc::new(WebApp::new(
+        Arc::clone(&fx_app.fx.state),
+        Some(upstream),
+        false,
+    ));
+    let dir = fx_app.fx.dir.path().to_path_buf();
+    let app = App {
+        router: app::router_with(
+            Arc::clone(&fx_app.fx.state),
+            Some(webapp::routes(webapp, &dir)),
+        ),
+        fx: fx_app.fx,
+    };
+    let ann = app.session("ann").await;
+    let (parts, answer) = app
+        .post(
+            &ann,
+            "/app/api/crosstab",
+            &request("VEC", None, "ALL", &["WOMEN", "F2554"]),
+        )
+        .await;
+    assert_eq!(parts.status, StatusCode::OK);
+    assert_eq!(answer["Results"][0]["WgtAud"], 13.0);
+    let (_, usage) = app.get(&ann, "/app/api/usage").await;
+    assert_eq!(usage[0]["survey"], "VEC");
+    assert_eq!(usage[0]["calls"], 1);
+    assert!(usage[0]["day"].as_str().unwrap().len() == 10);
+}
