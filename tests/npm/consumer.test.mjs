@@ -8,7 +8,7 @@ import fs from "node:fs";
 import path from "node:path";
 import test from "node:test";
 
-import { project } from "./helpers.mjs";
+import { ROOT, project } from "./helpers.mjs";
 
 const REQUEST = { SurveyCode: "VEC", PopulationBaseCode: "ALL", TargetCodes: ["F2554"] };
 
@@ -52,7 +52,7 @@ console.log(JSON.stringify({ ok: ok.ok, bad: bad.status, version: contractVersio
 
 test("CommonJS require of both entries, with a survey", () => {
   const dir = project();
-  const source = path.resolve("tests/vectors/survey");
+  const source = path.join(ROOT, "tests/vectors/survey");
   const out = run(
     dir,
     "cjs-consumer.cjs",
@@ -85,7 +85,7 @@ test("the web build initializes from bytes (initSync) and answers the same", asy
 
 test("a TypeScript consumer type-checks with tsc --noEmit", () => {
   const dir = project();
-  fs.copyFileSync(path.resolve("tests/npm/consumer.ts"), path.join(dir, "consumer.ts"));
+  fs.copyFileSync(path.join(ROOT, "tests/npm/consumer.ts"), path.join(dir, "consumer.ts"));
   fs.writeFileSync(
     path.join(dir, "tsconfig.json"),
     JSON.stringify({
