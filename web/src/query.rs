@@ -89,6 +89,16 @@ fn picks(codebook: &Codebook, query: &str) -> Vec<Pick> {
     out
 }
 
+/// Removes target `index`, keeping one (empty) input when the last one goes.
+fn remove_target(list: &mut Vec<String>, index: usize) {
+    if index < list.len() {
+        list.remove(index);
+    }
+    if list.is_empty() {
+        list.push(String::new());
+    }
+}
+
 #[component]
 pub fn QueryScreen(rerun: RwSignal<Option<Value>>) -> impl IntoView {
     let surveys = RwSignal::new(None::<Result<Vec<SurveySummary>, api::ApiFailure>>);
@@ -307,7 +317,7 @@ pub fn QueryScreen(rerun: RwSignal<Option<Value>>) -> impl IntoView {
                                     prop:value=value
                                     on:change=move |ev| { let v = event_target_value(&ev); targets.update(|list| if let Some(slot) = list.get_mut(index) { *slot = v; }); } />
                                 <button class="secondary" aria-label=format!("Remove target {}", index + 1)
-                                    on:click=move |_| targets.update(|list| { if index < list.len() { list.remove(index); } if list.is_empty() { list.push(String::new()); } })>
+                                    on:click=move |_| targets.update(|list| remove_target(list, index))>
                                     "×"
                                 </button>
                             </div>

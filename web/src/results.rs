@@ -25,8 +25,8 @@ pub enum Outcome {
         request: Value,
         /// The codebook it was built from (labels and base totals).
         codebook: Option<Codebook>,
-        /// The classified answer.
-        parsed: ParsedResponse,
+        /// The classified answer (boxed: it is much larger than the other states).
+        parsed: Box<ParsedResponse>,
     },
 }
 
@@ -45,7 +45,7 @@ impl Outcome {
                     .and_then(Value::as_array)
                     .map(Vec::len);
                 Outcome::Answered {
-                    parsed: parse_response(status, &body, count),
+                    parsed: Box::new(parse_response(status, &body, count)),
                     request,
                     codebook,
                 }
@@ -58,7 +58,7 @@ impl Outcome {
         let Outcome::Answered { parsed, .. } = self else {
             return None;
         };
-        let response = match parsed {
+        let response = match parsed.as_ref() {
             ParsedResponse::Success { response, .. } | ParsedResponse::Partial { response, .. } => {
                 response
             }
@@ -243,7 +243,7 @@ pub fn ResultsView(outcome: RwSignal<Outcome>) -> impl IntoView {
         Outcome::Failed(message) => view! {
             <section class="card results"><p class="error" role="alert">{message}</p></section>
         }.into_any(),
-        Outcome::Answered { request, codebook, parsed } => match parsed {
+        Outcome::Answered { request, codebook, parsed } => match *parsed {
             ParsedResponse::Success { response, .. } | ParsedResponse::Partial { response, .. } => {
                 let partial = (response.result_code > 0).then(|| response.result_description.clone());
                 let units = response.audience_report_units;
