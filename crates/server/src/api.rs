@@ -15,6 +15,7 @@ use crosstab_engine::Survey;
 
 use crate::app::AppState;
 use crate::auth::{AuthError, Principal};
+use crate::cache::Entry;
 use crate::db::now_ms;
 use crate::ledger::Bill;
 use crate::observe::{AccountName, RequestId};
@@ -111,6 +112,9 @@ async fn answer(
     let bytes = axum::body::to_bytes(body, MAX_BODY_BYTES)
         .await
         .map_err(|_| ApiError::PayloadTooLarge)?;
+    if let Some(body) = cached_answer(state, principal, &bytes, request_id).await? {
+        return Ok(body);
+    }
     let valid = validate_body(&bytes)?;
     // 3. Entitlement: unknown and not granted look the same.
     let request = &valid.request;
@@ -138,16 +142,72 @@ async fn answer(
         targets: i64::try_from(request.target_codes.len()).unwrap_or(i64::MAX),
         request_id: request_id.0.to_string(),
     };
+    let cacheable = state.cache.enabled().then(|| Arc::clone(&survey));
     let response = compute(survey, valid).await?;
-    let body = serde_json::to_vec(&response).map_err(|error| {
+    let body = Bytes::from(serde_json::to_vec(&response).map_err(|error| {
         tracing::error!(%error, "response serialization failed");
         ApiError::Internal
-    })?;
+    })?);
+    if let Some(survey) = cacheable {
+        let entry = Entry::new(
+            &survey,
+            bill.group.clone(),
+            bill.base.clone(),
+            bill.targets,
+            body.clone(),
+        );
+        state.cache.insert(bytes, entry);
+    }
+    record(state, bill).await?;
+    Ok(body)
+}
+
+/// The answer to a body seen before, when it was computed on the survey version the
+/// catalog serves now and the caller may see it: steps 3 to 5 for a cached answer
+/// (step 2 passed when the entry was made: validation depends on the bytes alone, and
+/// the group and base were checked on this very survey instance).
+async fn cached_answer(
+    state: &AppState,
+    principal: &Principal,
+    bytes: &Bytes,
+    request_id: &RequestId,
+) -> Result<Option<Bytes>, ApiError> {
+    let Some(hit) = state.cache.get(bytes) else {
+        return Ok(None);
+    };
+    let current = state
+        .catalog
+        .get(&hit.survey_code)
+        .is_some_and(|survey| hit.is_for(&survey));
+    if !current {
+        return Ok(None);
+    }
+    if !principal
+        .grants
+        .permits(&hit.survey_code, hit.group.as_deref())
+    {
+        return Err(ApiError::ForbiddenSurvey);
+    }
+    let bill = Bill {
+        at: now_ms(),
+        account_id: principal.account_id,
+        key_id: principal.key_id.clone(),
+        survey: hit.survey_code.clone(),
+        group: hit.group.clone(),
+        base: hit.base.clone(),
+        targets: hit.targets,
+        request_id: request_id.0.to_string(),
+    };
+    record(state, bill).await?;
+    Ok(Some(hit.body.clone()))
+}
+
+/// Bills the call; only then may its 200 go out.
+async fn record(state: &AppState, bill: Bill) -> Result<(), ApiError> {
     state.ledger.bill(bill).await.map_err(|error| {
         tracing::error!(%error, "bill not recorded; answering 500");
         ApiError::Internal
-    })?;
-    Ok(Bytes::from(body))
+    })
 }
 
 async fn compute(survey: Arc<Survey>, valid: ValidRequest) -> Result<CrosstabResponse, ApiError> {

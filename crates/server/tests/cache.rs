@@ -1,0 +1,107 @@
+//! The response cache: answers are reused only on the very survey instance they were
+//! computed on, never skip the caller's entitlement check, and are billed every time.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use axum::http::StatusCode;
+use common::*;
+use crosstab_contract::validate_body;
+use crosstab_engine::demo::{self, DemoConfig};
+use crosstab_engine::store::SurveyStore;
+use serde_json::Value;
+
+/// What the engine answers now, on the catalog's current version, for `body`.
+fn direct(fx: &Fixture, body: &Value) -> Value {
+    let valid = validate_body(body.to_string().as_bytes()).unwrap();
+    let survey = fx.state.catalog.get(&valid.request.survey_code).unwrap();
+    // Through the same text as the HTTP body, so both parse to the same numbers.
+    let text = serde_json::to_vec(&survey.crosstab(&valid).unwrap()).unwrap();
+    serde_json::from_slice(&text).unwrap()
+}
+
+#[tokio::test]
+async fn a_reimport_is_never_answered_from_the_old_version() {
+    let fx = Fixture::new().await;
+    let body = request("DEMO", None, "ADULTS", &["F2554", "GENDER = 1"]);
+    let (first, old) = fx.post(Some(&fx.other), &body).await;
+    assert_eq!(first.status(), StatusCode::OK);
+    assert_eq!(old, direct(&fx, &body));
+    // Served from the cache, same numbers.
+    let (again, cached) = fx.post(Some(&fx.other), &body).await;
+    assert_eq!(again.status(), StatusCode::OK);
+    assert_eq!(cached, old);
+    assert_eq!(fx.state.cache.len(), 1);
+
+    // Re-import DEMO with other data; the catalog picks it up.
+    let store = SurveyStore::open(fx.dir.path()).unwrap();
+    let replacement = DemoConfig {
+        respondents: 700,
+        flags: 8,
+        seed: 99,
+    };
+    store
+        .install(&demo::compile(&replacement).unwrap())
+        .unwrap();
+    let refresh = fx.state.catalog.refresh();
+    assert_eq!(refresh.loaded, vec!["DEMO".to_owned()]);
+
+    let (after, new) = fx.post(Some(&fx.other), &body).await;
+    assert_eq!(after.status(), StatusCode::OK);
+    assert_eq!(new, direct(&fx, &body));
+    assert_ne!(new, old, "the replacement has other numbers");
+    // And the new answer is what is cached from now on.
+    let (_, cached_new) = fx.post(Some(&fx.other), &body).await;
+    assert_eq!(cached_new, new);
+    assert_eq!(fx.state.cache.len(), 1);
+    assert_eq!(fx.bills().await, 4);
+}
+
+#[tokio::test]
+async fn a_cached_answer_still_checks_the_callers_grants() {
+    let fx = Fixture::new().await;
+    let whole_survey = request("VEC", None, "ALL", &["WOMEN"]);
+    let north = request("VEC", Some("N"), "ALL", &["WOMEN"]);
+    assert_eq!(
+        fx.post(Some(&fx.whole), &whole_survey).await.0.status(),
+        StatusCode::OK
+    );
+    assert_eq!(
+        fx.post(Some(&fx.whole), &north).await.0.status(),
+        StatusCode::OK
+    );
+    assert_eq!(fx.state.cache.len(), 2);
+    // Both bodies are cached now; other callers still get what their grants allow.
+    for (key, body, status) in [
+        (&fx.north, &whole_survey, StatusCode::FORBIDDEN),
+        (&fx.other, &whole_survey, StatusCode::FORBIDDEN),
+        (&fx.other, &north, StatusCode::FORBIDDEN),
+        (&fx.north, &north, StatusCode::OK),
+    ] {
+        let (response, value) = fx.post(Some(key), body).await;
+        assert_eq!(response.status(), status, "{value}");
+        if status == StatusCode::FORBIDDEN {
+            assert_eq!(code(&value), "forbidden_survey");
+        }
+    }
+    let (_, missing_key) = fx.post(None, &whole_survey).await;
+    assert_eq!(code(&missing_key), "unauthorized");
+    // Exactly the 200s are billed.
+    assert_eq!(fx.bills().await, 3);
+}
+
+#[tokio::test]
+async fn every_cached_answer_is_billed_and_identical() {
+    let fx = Fixture::new().await;
+    let body = request("VEC", None, "ALL", &["WOMEN", "NOPE"]);
+    let mut answers = Vec::new();
+    for _ in 0..5 {
+        let (response, value) = fx.post(Some(&fx.whole), &body).await;
+        assert_eq!(response.status(), StatusCode::OK);
+        answers.push(value);
+    }
+    assert!(answers.windows(2).all(|pair| pair[0] == pair[1]));
+    assert_eq!(answers[0], direct(&fx, &body));
+    assert_eq!(fx.state.cache.len(), 1);
+    assert_eq!(fx.bills().await, 5);
+}
