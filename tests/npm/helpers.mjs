@@ -34,13 +34,24 @@ function npm(args, cwd) {
   });
 }
 
-/** A fresh project with the tarball (and TypeScript) installed, like a user's. Installed
- * once per tarball content; concurrent test files race safely (atomic rename). */
+/** A fresh project with the tarball (and TypeScript) installed, like a user's: one per
+ * test run (the test files of a `node --test` run share the runner as parent process)
+ * and tarball; concurrent test files race safely (atomic rename). */
 export function project() {
   const tgz = tarball();
   const hash = createHash("sha256").update(fs.readFileSync(tgz)).digest("hex").slice(0, 16);
-  const dir = path.join(os.tmpdir(), `crosstab-wasm-consumer-${hash}`);
+  const dir = path.join(os.tmpdir(), `crosstab-wasm-consumer-${hash}-${process.ppid}`);
   if (fs.existsSync(path.join(dir, ".ready"))) return dir;
+  // Projects of earlier runs, left over for a while so a run in progress keeps its own.
+  for (const old of fs.readdirSync(os.tmpdir())) {
+    if (!old.startsWith("crosstab-wasm-consumer-")) continue;
+    const stale = path.join(os.tmpdir(), old);
+    try {
+      if (Date.now() - fs.statSync(stale).mtimeMs > 3600_000) fs.rmSync(stale, { recursive: true, force: true });
+    } catch {
+      // Another run removed it first.
+    }
+  }
   const work = fs.mkdtempSync(path.join(os.tmpdir(), "crosstab-wasm-install-"));
   fs.writeFileSync(
     path.join(work, "package.json"),
