@@ -109,6 +109,20 @@ test("a TypeScript consumer type-checks with tsc --noEmit", () => {
   } catch (error) {
     assert.fail(`tsc failed:\n${error.stdout}${error.stderr}`);
   }
+  // A browser/bundler consumer resolves the web entry (async init) under `bundler`.
+  fs.copyFileSync(path.join(ROOT, "tests/npm/consumer-web.ts"), path.join(dir, "consumer-web.ts"));
+  fs.writeFileSync(
+    path.join(dir, "tsconfig.web.json"),
+    JSON.stringify({
+      compilerOptions: { target: "es2022", module: "esnext", moduleResolution: "bundler", lib: ["es2022", "dom"], strict: true, noEmit: true, types: [] },
+      files: ["consumer-web.ts"],
+    }),
+  );
+  try {
+    execFileSync(path.join(dir, "node_modules/.bin/tsc"), ["--noEmit", "-p", "tsconfig.web.json"], { cwd: dir, encoding: "utf8" });
+  } catch (error) {
+    assert.fail(`tsc (bundler resolution, web entry) failed:\n${error.stdout}${error.stderr}`);
+  }
   // The check has teeth: a wrong use fails.
   fs.writeFileSync(
     path.join(dir, "wrong.ts"),
