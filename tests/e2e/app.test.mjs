@@ -18,6 +18,14 @@ after(async () => {
   await server?.stop();
 });
 
+/** Types one target into the first input and runs the query. */
+async function runTarget(page, target) {
+  await page.locator('#target-0').fill(target);
+  await page.locator('#target-0').press('Tab');
+  await page.locator('#run').click();
+  await page.locator('#results-table').waitFor();
+}
+
 async function addTarget(page, search, pickText) {
   await page.getByLabel('Search codes and variables by label or code').fill(search);
   await page.locator('.pick', { hasText: pickText }).first().click();
@@ -108,10 +116,7 @@ test('history re-runs a query; the portal shows the API reference, keys and usag
   const page = await context.newPage();
   await page.goto(server.origin);
   await signIn(page, server);
-  await page.locator('#target-0').fill('F2554');
-  await page.locator('#target-0').press('Tab');
-  await page.locator('#run').click();
-  await page.locator('#results-table').waitFor();
+  await runTarget(page, 'F2554');
   // First render of the query screen for a signed-in user: navigation to a usable form.
   const renders = [];
   for (let i = 0; i < 3; i += 1) {
@@ -146,10 +151,7 @@ test('no API key ever reaches the browser', async () => {
   });
   await page.goto(server.origin);
   await signIn(page, server);
-  await page.locator('#target-0').fill('F2554');
-  await page.locator('#target-0').press('Tab');
-  await page.locator('#run').click();
-  await page.locator('#results-table').waitFor();
+  await runTarget(page, 'F2554');
   await page.getByRole('link', { name: 'API reference' }).click();
   await page.locator('#api-reference').waitFor();
   await page.getByRole('link', { name: 'Usage' }).click();

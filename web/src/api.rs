@@ -29,6 +29,20 @@ fn url(path: &str) -> String {
     format!("{}{path}", backend_origin())
 }
 
+/// The `TargetCodes` of a request, as strings (non-strings skipped).
+pub fn target_codes(request: &Value) -> Vec<String> {
+    request
+        .get("TargetCodes")
+        .and_then(Value::as_array)
+        .map(|items| {
+            items
+                .iter()
+                .filter_map(|t| t.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// A failed backend call, ready to show.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ApiFailure {

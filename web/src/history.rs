@@ -48,17 +48,7 @@ fn describe(request: &Value) -> String {
             .unwrap_or("")
             .to_owned()
     };
-    let targets = request
-        .get("TargetCodes")
-        .and_then(Value::as_array)
-        .map(|items| {
-            items
-                .iter()
-                .filter_map(Value::as_str)
-                .collect::<Vec<_>>()
-                .join(" | ")
-        })
-        .unwrap_or_default();
+    let targets = crate::api::target_codes(request).join(" | ");
     let group = request
         .get("AuthorizationGroup")
         .and_then(Value::as_str)

@@ -209,18 +209,7 @@ pub fn QueryScreen(rerun: RwSignal<Option<Value>>) -> impl IntoView {
             survey.set(text("SurveyCode"));
             group.set(text("AuthorizationGroup"));
             base.set(text("PopulationBaseCode"));
-            targets.set(
-                request
-                    .get("TargetCodes")
-                    .and_then(Value::as_array)
-                    .map(|items| {
-                        items
-                            .iter()
-                            .filter_map(|t| t.as_str().map(str::to_owned))
-                            .collect()
-                    })
-                    .unwrap_or_default(),
-            );
+            targets.set(api::target_codes(&request));
             rerun.set(None);
             pending_run.set(true);
         }

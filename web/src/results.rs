@@ -90,16 +90,7 @@ struct Row {
 }
 
 fn rows(request: &Value, codebook: Option<&Codebook>, response: &CrosstabResponse) -> Vec<Row> {
-    let targets: Vec<String> = request
-        .get("TargetCodes")
-        .and_then(Value::as_array)
-        .map(|items| {
-            items
-                .iter()
-                .filter_map(|t| t.as_str().map(str::to_owned))
-                .collect()
-        })
-        .unwrap_or_default();
+    let targets = crate::api::target_codes(request);
     let base_code = request
         .get("PopulationBaseCode")
         .and_then(Value::as_str)

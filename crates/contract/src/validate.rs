@@ -66,7 +66,8 @@ pub fn validate_value(value: &Value) -> Result<ValidRequest, ApiError> {
     })
 }
 
-fn kind_of(value: &Value) -> &'static str {
+/// How a JSON value's type reads in a message: "a string", "an array", "null", ...
+pub fn kind_of(value: &Value) -> &'static str {
     match value {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",

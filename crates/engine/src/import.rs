@@ -60,22 +60,28 @@ pub fn compile(
     )
 }
 
+fn definition_error(file: &str, line: usize, reason: String) -> ImportError {
+    ImportError::Definition {
+        file: file.to_owned(),
+        line,
+        reason,
+    }
+}
+
+/// 1-based line of the first line starting with `key` (1 when there is none).
+fn line_of_key(text: &str, key: &str) -> usize {
+    text.lines()
+        .position(|l| l.trim_start().starts_with(key))
+        .map_or(1, |i| i + 1)
+}
+
 fn check_definition(
     definition: &SurveyDefinition,
     definition_text: &str,
     definition_file: &str,
 ) -> Result<(), ImportError> {
-    let def_error = |line: usize, reason: String| ImportError::Definition {
-        file: definition_file.to_owned(),
-        line,
-        reason,
-    };
-    let line_of_key = |key: &str| {
-        definition_text
-            .lines()
-            .position(|l| l.trim_start().starts_with(key))
-            .map_or(1, |i| i + 1)
-    };
+    let def_error = |line: usize, reason: String| definition_error(definition_file, line, reason);
+    let line_of_key = |key: &str| line_of_key(definition_text, key);
     if !is_identifier(&definition.code) {
         return Err(def_error(
             line_of_key("code"),
@@ -111,17 +117,8 @@ pub(crate) fn assemble(
     data: Respondents,
     csv_file: &str,
 ) -> Result<Vec<u8>, ImportError> {
-    let def_error = |line: usize, reason: String| ImportError::Definition {
-        file: definition_file.to_owned(),
-        line,
-        reason,
-    };
-    let line_of_key = |key: &str| {
-        definition_text
-            .lines()
-            .position(|l| l.trim_start().starts_with(key))
-            .map_or(1, |i| i + 1)
-    };
+    let def_error = |line: usize, reason: String| definition_error(definition_file, line, reason);
+    let line_of_key = |key: &str| line_of_key(definition_text, key);
     let mut builder = SurveyBuilder::new(
         SurveyMeta {
             code: definition.code.clone(),

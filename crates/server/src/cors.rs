@@ -66,16 +66,33 @@ impl Cors {
         headers.append(VARY, HeaderValue::from_static("Origin"));
     }
 
-    /// The preflight headers beyond `Allow-Origin`, for an allowed origin.
+    /// The preflight headers beyond `Allow-Origin`, for an allowed origin, on `/v1`.
     pub fn preflight(&self, origin: Option<&HeaderValue>, headers: &mut HeaderMap) {
+        self.preflight_for(
+            origin,
+            headers,
+            "POST, OPTIONS",
+            "Content-Type, Service-Engine-Authorizer",
+        );
+    }
+
+    /// The preflight headers beyond `Allow-Origin` for an allowed origin: these methods
+    /// and request headers, cacheable for a while.
+    pub fn preflight_for(
+        &self,
+        origin: Option<&HeaderValue>,
+        headers: &mut HeaderMap,
+        methods: &'static str,
+        request_headers: &'static str,
+    ) {
         if self.allow(origin).is_some() {
             headers.insert(
                 ACCESS_CONTROL_ALLOW_METHODS,
-                HeaderValue::from_static("POST, OPTIONS"),
+                HeaderValue::from_static(methods),
             );
             headers.insert(
                 ACCESS_CONTROL_ALLOW_HEADERS,
-                HeaderValue::from_static("Content-Type, Service-Engine-Authorizer"),
+                HeaderValue::from_static(request_headers),
             );
             headers.insert(
                 ACCESS_CONTROL_MAX_AGE,

@@ -6,6 +6,7 @@ use serde_json::{Map, Value};
 use tsify::Tsify;
 
 use crosstab_contract::limits::{MAX_TARGET_CODES, MIN_TARGET_CODES};
+use crosstab_contract::validate::kind_of;
 use crosstab_contract::ResultCode;
 
 use crate::types::{CrosstabResponse, CrosstabResult, ErrorDetail, ErrorEnvelope};
@@ -145,17 +146,6 @@ pub fn parse_response(status: u16, body: &Value, target_count: Option<usize>) ->
                 "HTTP status {status} is not one the crosstab operation answers with (200, 4xx or 5xx)."
             )],
         },
-    }
-}
-
-fn kind_of(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
     }
 }
 

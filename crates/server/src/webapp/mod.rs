@@ -16,9 +16,8 @@ use std::sync::Arc;
 use axum::body::{Body, Bytes};
 use axum::extract::{Path as UrlPath, Request, State};
 use axum::http::header::{
-    ACCESS_CONTROL_ALLOW_CREDENTIALS, ACCESS_CONTROL_ALLOW_HEADERS, ACCESS_CONTROL_ALLOW_METHODS,
-    ACCESS_CONTROL_ALLOW_ORIGIN, ACCESS_CONTROL_MAX_AGE, CONTENT_TYPE, COOKIE, HOST, ORIGIN,
-    RETRY_AFTER, SET_COOKIE, VARY,
+    ACCESS_CONTROL_ALLOW_CREDENTIALS, ACCESS_CONTROL_ALLOW_ORIGIN, CONTENT_TYPE, COOKIE, HOST,
+    ORIGIN, RETRY_AFTER, SET_COOKIE, VARY,
 };
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
@@ -181,18 +180,12 @@ async fn guard(State(app): State<Arc<WebApp>>, request: Request, next: Next) -> 
     let method = request.method().clone();
     let mut response = if method == Method::OPTIONS {
         let mut response = StatusCode::NO_CONTENT.into_response();
-        if allowed.is_some() {
-            let headers = response.headers_mut();
-            headers.insert(
-                ACCESS_CONTROL_ALLOW_METHODS,
-                HeaderValue::from_static("GET, POST, DELETE, OPTIONS"),
-            );
-            headers.insert(
-                ACCESS_CONTROL_ALLOW_HEADERS,
-                HeaderValue::from_static("Content-Type"),
-            );
-            headers.insert(ACCESS_CONTROL_MAX_AGE, HeaderValue::from_static("600"));
-        }
+        app.core.cors.preflight_for(
+            origin.as_ref(),
+            response.headers_mut(),
+            "GET, POST, DELETE, OPTIONS",
+            "Content-Type",
+        );
         response
     } else if method != Method::GET
         && method != Method::HEAD
