@@ -122,6 +122,11 @@ impl Database {
         })
     }
 
+    /// The SQLite database file, when this is one.
+    pub fn sqlite_file(&self) -> Option<&Path> {
+        self.sqlite_file.as_deref()
+    }
+
     /// Closes every connection (after the last write, so SQLite checkpoints its WAL).
     pub async fn close(&self) {
         self.pool.close().await;

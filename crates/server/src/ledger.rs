@@ -2,8 +2,9 @@
 //! response is sent.
 //!
 //! Group commit: requests hand their bill to one writer task and wait. The writer takes
-//! every bill pending at that moment, inserts them in one transaction, commits (one
-//! fsync for the lot) and then acknowledges each. Under load the batch grows by itself,
+//! every bill pending at that moment, inserts them atomically (on SQLite: one INSERT
+//! over a JSON array, on its own connection; on PostgreSQL: one transaction), commits
+//! (one fsync for the lot) and then acknowledges each. Under load the batch grows by itself,
 //! so durability costs one commit per batch instead of one per request. If the
 //! transaction fails, every request in it is told so (and answers 500, unbilled).
 
@@ -99,14 +100,17 @@ impl Ledger {
 
 async fn write_loop(db: Database, mut pending: mpsc::Receiver<Pending>) {
     let mut batch: Vec<Pending> = Vec::with_capacity(MAX_BATCH);
+    let mut sqlite = SqliteLedger::new(&db);
     while pending.recv_many(&mut batch, MAX_BATCH).await > 0 {
         let started = std::time::Instant::now();
-        let result = write_batch(&db, &batch)
-            .await
-            .map_err(|error| error.to_string());
+        let result = match sqlite.as_mut() {
+            Some(ledger) => ledger.insert(&db, &batch).await,
+            None => write_batch(&db, &batch).await,
+        }
+        .map_err(|error| error.to_string());
         tracing::debug!(
             bills = batch.len(),
-            us = started.elapsed().as_micros() as u64,
+            us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
             "ledger batch"
         );
         if let Err(reason) = &result {
@@ -115,6 +119,54 @@ async fn write_loop(db: Database, mut pending: mpsc::Receiver<Pending>) {
         for (_, done) in batch.drain(..) {
             // A requester that went away was billed all the same: its 200 was owed.
             let _ = done.send(result.clone());
+        }
+    }
+    if let Some(ledger) = sqlite {
+        ledger.close().await;
+    }
+}
+
+/// The SQLite file ledger: one connection of its own (detached from the pool, which
+/// opens a replacement), so a batch is one round trip to one always-ready connection;
+/// each batch is one statement, committed with the pool's `synchronous` setting (FULL
+/// by default: the WAL is fsynced before the statement returns, so before any 200).
+struct SqliteLedger {
+    conn: Option<sqlx::AnyConnection>,
+}
+
+impl SqliteLedger {
+    fn new(db: &Database) -> Option<SqliteLedger> {
+        (db.backend() == Backend::Sqlite && db.sqlite_file().is_some())
+            .then_some(SqliteLedger { conn: None })
+    }
+
+    async fn insert(&mut self, db: &Database, batch: &[Pending]) -> Result<(), DbError> {
+        let rows = batch_json(batch)?;
+        let mut conn = match self.conn.take() {
+            Some(conn) => conn,
+            None => db.pool().acquire().await?.detach(),
+        };
+        let done = sqlx::query::<Any>(SQLITE_INSERT_JSON)
+            .bind(rows)
+            .execute(&mut conn)
+            .await;
+        match done {
+            Ok(_) => {
+                self.conn = Some(conn);
+                Ok(())
+            }
+            Err(error) => {
+                // Don't keep a connection in an unknown state: a fresh one next time.
+                let _ = sqlx::Connection::close(conn).await;
+                Err(error.into())
+            }
+        }
+    }
+
+    /// Closes the connection (the writer is stopping).
+    async fn close(mut self) {
+        if let Some(conn) = self.conn.take() {
+            let _ = sqlx::Connection::close(conn).await;
         }
     }
 }
@@ -147,15 +199,8 @@ fn batch_json(batch: &[Pending]) -> Result<String, DbError> {
     serde_json::to_string(&rows).map_err(|error| DbError::Sqlx(sqlx::Error::Encode(error.into())))
 }
 
+/// The batch in one transaction on the pool (PostgreSQL; SQLite in memory).
 async fn write_batch(db: &Database, batch: &[Pending]) -> Result<(), DbError> {
-    if db.backend() == Backend::Sqlite {
-        let rows = batch_json(batch)?;
-        sqlx::query::<Any>(SQLITE_INSERT_JSON)
-            .bind(rows)
-            .execute(db.pool())
-            .await?;
-        return Ok(());
-    }
     let mut tx = db.pool().begin().await?;
     for chunk in batch.chunks(ROWS_PER_STATEMENT) {
         let sql = insert_sql(chunk.len(), db.backend());
