@@ -128,8 +128,9 @@ async fn write_loop(db: Database, mut pending: mpsc::Receiver<Pending>) {
 
 /// The SQLite file ledger: one connection of its own (detached from the pool, which
 /// opens a replacement), so a batch is one round trip to one always-ready connection;
-/// each batch is one statement, committed with the pool's `synchronous` setting (FULL
-/// by default: the WAL is fsynced before the statement returns, so before any 200).
+/// each batch is one statement in autocommit (no BEGIN/COMMIT round trips), committed
+/// with the pool's `synchronous` setting (FULL by default: the WAL is fsynced before
+/// the statement returns, so before any 200).
 struct SqliteLedger {
     conn: Option<sqlx::AnyConnection>,
 }
@@ -141,15 +142,24 @@ impl SqliteLedger {
     }
 
     async fn insert(&mut self, db: &Database, batch: &[Pending]) -> Result<(), DbError> {
-        let rows = batch_json(batch)?;
         let mut conn = match self.conn.take() {
             Some(conn) => conn,
             None => db.pool().acquire().await?.detach(),
         };
-        let done = sqlx::query::<Any>(SQLITE_INSERT_JSON)
-            .bind(rows)
-            .execute(&mut conn)
-            .await;
+        // Up to 64 bills: a multi-row VALUES statement (one prepared statement per row
+        // count, cached on this connection; measured ~6% more requests/s than JSON);
+        // more: one statement over a JSON array. Either way one atomic statement.
+        let done = if batch.len() <= ROWS_PER_STATEMENT {
+            insert_rows(&mut conn, batch, Backend::Sqlite).await
+        } else {
+            let rows = batch_json(batch)?;
+            sqlx::query::<Any>(SQLITE_INSERT_JSON)
+                .bind(rows)
+                .execute(&mut conn)
+                .await
+                .map(|_| ())
+                .map_err(DbError::from)
+        };
         match done {
             Ok(_) => {
                 self.conn = Some(conn);
@@ -158,7 +168,7 @@ impl SqliteLedger {
             Err(error) => {
                 // Don't keep a connection in an unknown state: a fresh one next time.
                 let _ = sqlx::Connection::close(conn).await;
-                Err(error.into())
+                Err(error)
             }
         }
     }
@@ -171,8 +181,8 @@ impl SqliteLedger {
     }
 }
 
-/// The whole batch as ONE statement over one JSON parameter: a single statement is
-/// atomic by itself (no BEGIN/COMMIT round trips), its SQL never changes (prepared once,
+/// A large batch as ONE statement over one JSON parameter: a single statement is atomic
+/// by itself (no BEGIN/COMMIT round trips), its SQL never changes (prepared once,
 /// cached), and its one commit is the batch's one fsync.
 const SQLITE_INSERT_JSON: &str = "INSERT INTO ledger \
      (at, account_id, key_id, survey, grp, base, targets, request_id) \
@@ -203,22 +213,32 @@ fn batch_json(batch: &[Pending]) -> Result<String, DbError> {
 async fn write_batch(db: &Database, batch: &[Pending]) -> Result<(), DbError> {
     let mut tx = db.pool().begin().await?;
     for chunk in batch.chunks(ROWS_PER_STATEMENT) {
-        let sql = insert_sql(chunk.len(), db.backend());
-        let mut query = sqlx::query::<Any>(&sql);
-        for (bill, _) in chunk {
-            query = query
-                .bind(bill.at)
-                .bind(bill.account_id)
-                .bind(bill.key_id.clone())
-                .bind(bill.survey.clone())
-                .bind(bill.group.clone())
-                .bind(bill.base.clone())
-                .bind(bill.targets)
-                .bind(bill.request_id.clone());
-        }
-        query.execute(&mut *tx).await?;
+        insert_rows(&mut tx, chunk, db.backend()).await?;
     }
     tx.commit().await?;
+    Ok(())
+}
+
+/// One multi-row INSERT of `chunk` (at most [`ROWS_PER_STATEMENT`] rows).
+async fn insert_rows(
+    conn: &mut sqlx::AnyConnection,
+    chunk: &[Pending],
+    backend: Backend,
+) -> Result<(), DbError> {
+    let sql = insert_sql(chunk.len(), backend);
+    let mut query = sqlx::query::<Any>(&sql);
+    for (bill, _) in chunk {
+        query = query
+            .bind(bill.at)
+            .bind(bill.account_id)
+            .bind(bill.key_id.clone())
+            .bind(bill.survey.clone())
+            .bind(bill.group.clone())
+            .bind(bill.base.clone())
+            .bind(bill.targets)
+            .bind(bill.request_id.clone());
+    }
+    query.execute(&mut *conn).await?;
     Ok(())
 }
 

@@ -1,0 +1,83 @@
+//! The ledger writes every bill it acknowledges, whatever the batch size (small batches
+//! as one multi-row VALUES statement, large ones as one statement over a JSON array).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use crosstab_server::accounts;
+use crosstab_server::db::{self, Database};
+use crosstab_server::grants::GrantSpec;
+use crosstab_server::keys::KeyEnv;
+use crosstab_server::ledger::{self, Bill, Ledger};
+use sqlx::Row;
+
+fn bill(account_id: i64, n: usize) -> Bill {
+    Bill {
+        at: 1_700_000_000_000 + n as i64,
+        account_id,
+        key_id: format!("{n:016x}"),
+        survey: "VEC".to_owned(),
+        group: (n % 3 == 0).then(|| format!("G'\"{n}")),
+        base: "ALL".to_owned(),
+        targets: (n % 2 + 1) as i64,
+        request_id: format!("{n:032x}"),
+    }
+}
+
+#[tokio::test]
+async fn batches_of_every_size_are_written_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::connect(&db::default_url(dir.path()))
+        .await
+        .unwrap();
+    let grant: GrantSpec = "VEC".parse().unwrap();
+    accounts::create_key(&db, "acme", &[grant], KeyEnv::Live, None)
+        .await
+        .unwrap();
+    let account_id: i64 = sqlx::query("SELECT id FROM accounts WHERE name = 'acme'")
+        .fetch_one(db.pool())
+        .await
+        .unwrap()
+        .try_get(0)
+        .unwrap();
+    let (ledger, writer) = Ledger::start(db.clone());
+    let mut expected = Vec::new();
+    let mut next = 0;
+    // One bill, then bursts that reach the writer as batches of up to 64 and beyond.
+    for burst in [1, 5, 64, 65, 300, 1500] {
+        let tasks: Vec<_> = (next..next + burst)
+            .map(|n| {
+                let ledger = ledger.clone();
+                let bill = bill(account_id, n);
+                expected.push(bill.clone());
+                tokio::spawn(async move { ledger.bill(bill).await })
+            })
+            .collect();
+        for task in tasks {
+            task.await.unwrap().unwrap();
+        }
+        next += burst;
+    }
+    drop(ledger);
+    writer.finish().await;
+    assert_eq!(ledger::count(&db).await.unwrap(), next as i64);
+    let rows = sqlx::query(
+        "SELECT at, account_id, key_id, survey, grp, base, targets, request_id \
+         FROM ledger ORDER BY at",
+    )
+    .fetch_all(db.pool())
+    .await
+    .unwrap();
+    let written: Vec<Bill> = rows
+        .iter()
+        .map(|row| Bill {
+            at: row.try_get(0).unwrap(),
+            account_id: row.try_get(1).unwrap(),
+            key_id: row.try_get(2).unwrap(),
+            survey: row.try_get(3).unwrap(),
+            group: row.try_get(4).unwrap(),
+            base: row.try_get(5).unwrap(),
+            targets: row.try_get(6).unwrap(),
+            request_id: row.try_get(7).unwrap(),
+        })
+        .collect();
+    assert_eq!(written, expected);
+}
