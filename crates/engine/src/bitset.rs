@@ -150,8 +150,7 @@ pub fn tally_words(mut words: impl Iterator<Item = u64>, weights: &[f64]) -> Tal
     // Words arrive in small batches so the summing loop is a plain slice loop that can
     // be compiled for the CPU's widest vectors.
     const BATCH: usize = 256;
-    let mut lanes = [0.0f64; LANES];
-    let mut count = 0u64;
+    let mut summer = Summer::default();
     let mut batch = [0u64; BATCH];
     let mut first = 0usize;
     loop {
@@ -163,16 +162,35 @@ pub fn tally_words(mut words: impl Iterator<Item = u64>, weights: &[f64]) -> Tal
         if filled == 0 {
             break;
         }
-        let chunk = weights.get(first * 64..).unwrap_or(&[]);
-        count += add_words(&mut lanes, &batch[..filled], chunk);
+        summer.add(&batch[..filled], weights.get(first * 64..).unwrap_or(&[]));
         first += filled;
         if filled < BATCH {
             break;
         }
     }
-    Tally {
-        count,
-        weight: fold_lanes(&lanes),
+    summer.finish()
+}
+
+/// Sums weights block by block, in the fixed lane order of [`tally_words`]. Blocks must
+/// come in respondent order; a block with no members may be skipped.
+#[derive(Debug, Default)]
+pub(crate) struct Summer {
+    lanes: [f64; LANES],
+    count: u64,
+}
+
+impl Summer {
+    /// Adds the members of `words`, whose first bit is the respondent of `weights[0]`.
+    pub(crate) fn add(&mut self, words: &[u64], weights: &[f64]) {
+        self.count += add_words(&mut self.lanes, words, weights);
+    }
+
+    /// The count and the folded sum.
+    pub(crate) fn finish(self) -> Tally {
+        Tally {
+            count: self.count,
+            weight: fold_lanes(&self.lanes),
+        }
     }
 }
 

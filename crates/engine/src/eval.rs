@@ -30,9 +30,70 @@ impl CodeMatch {
     }
 }
 
-/// An expression compiled against one survey: each node yields the bits of any 64
-/// respondents on demand, so a whole target evaluates in one pass over its columns
-/// without materializing a set per leaf.
+/// Identifies a leaf's respondents: a variable and the codes it matches.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) enum LeafKey {
+    /// Codes `lo..=hi` of variable `index`.
+    Range(usize, u32, u32),
+    /// These codes of variable `index`.
+    Listed(usize, Vec<u32>),
+}
+
+/// Leaf sets computed once and kept while they fit a byte budget: repeated leaves
+/// (`GENDER = 2`, a popular flag) then cost no scan. Survey data never changes, so an
+/// entry never goes stale; past the budget, leaves are simply scanned each time.
+#[derive(Debug)]
+pub(crate) struct LeafCache {
+    budget: usize,
+    inner: std::sync::Mutex<(
+        usize,
+        std::collections::HashMap<LeafKey, std::sync::Arc<Bitset>>,
+    )>,
+}
+
+impl LeafCache {
+    /// A cache that holds at most `budget` bytes of sets.
+    pub(crate) fn new(budget: usize) -> Self {
+        LeafCache {
+            budget,
+            inner: std::sync::Mutex::new((0, std::collections::HashMap::new())),
+        }
+    }
+
+    /// The cached set of `key`, computing it with `make` if it fits; `None` past the budget.
+    fn get_or_insert(
+        &self,
+        key: LeafKey,
+        make: impl FnOnce() -> Bitset,
+    ) -> Option<std::sync::Arc<Bitset>> {
+        {
+            let guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(set) = guard.1.get(&key) {
+                return Some(std::sync::Arc::clone(set));
+            }
+            if guard.0 >= self.budget {
+                return None;
+            }
+        }
+        // Computed outside the lock; two racing requests may both compute it, harmlessly.
+        let set = std::sync::Arc::new(make());
+        let size = set.words().len() * 8;
+        let mut guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        if guard.0 + size <= self.budget {
+            guard.0 += size;
+            guard.1.insert(key, std::sync::Arc::clone(&set));
+        }
+        Some(set)
+    }
+}
+
+/// Words a plan fills at a time (16,384 respondents): long enough for tight, vectorized
+/// loops, short enough that each nesting level's scratch block stays in L1.
+pub(crate) const BLOCK_WORDS: usize = 256;
+
+/// An expression compiled against one survey: each node fills a block of words (64
+/// respondents each) on demand, so a whole target evaluates block by block in one pass
+/// over its columns, without materializing a set per leaf.
 pub(crate) enum Plan<'a> {
     /// Every respondent.
     All,
@@ -40,6 +101,8 @@ pub(crate) enum Plan<'a> {
     Empty,
     /// A set computed earlier (a named code).
     Set(&'a Bitset),
+    /// A leaf's set, cached by the survey.
+    Cached(std::sync::Arc<Bitset>),
     /// Codes in one contiguous range.
     Range { codes: Codes<'a>, lo: u32, hi: u32 },
     /// Codes listed in a table (`!=`, `IN` with gaps).
@@ -53,55 +116,132 @@ pub(crate) enum Plan<'a> {
 }
 
 impl Plan<'_> {
-    /// Bits for respondents `64 * index ..`; bits past the last respondent may be set
-    /// (callers AND with a filter or clear the tail).
-    pub(crate) fn word(&self, index: usize) -> u64 {
+    /// Fills `out` (at most [`BLOCK_WORDS`]) with the bits of the respondents from word
+    /// `first` on; bits past the last respondent may be set (callers AND with a filter or
+    /// clear the tail).
+    pub(crate) fn fill(&self, first: usize, out: &mut [u64]) {
         match self {
-            Plan::All => u64::MAX,
-            Plan::Empty => 0,
-            Plan::Set(set) => set.words().get(index).copied().unwrap_or(0),
+            Plan::All => out.fill(u64::MAX),
+            Plan::Empty => out.fill(0),
+            Plan::Set(set) => copy_words(set, first, out),
+            Plan::Cached(set) => copy_words(set, first, out),
             Plan::Range { codes, lo, hi } => {
                 let span = hi.wrapping_sub(*lo);
                 match codes {
-                    Codes::U8(c) => {
-                        pack_word(chunk(c, index), |x| u32::from(x).wrapping_sub(*lo) <= span)
-                    }
-                    Codes::U16(c) => {
-                        pack_word(chunk(c, index), |x| u32::from(x).wrapping_sub(*lo) <= span)
-                    }
-                    Codes::U32(c) => pack_word(chunk(c, index), |x| x.wrapping_sub(*lo) <= span),
+                    // Compare at the codes' own width: u8 lanes are 4x denser than u32.
+                    Codes::U8(c) => match (u8::try_from(*lo), u8::try_from(span)) {
+                        (Ok(lo), Ok(span)) => {
+                            pack_rows(rows(c, first, out.len()), out, move |x: u8| {
+                                x.wrapping_sub(lo) <= span
+                            })
+                        }
+                        _ => pack_rows(rows(c, first, out.len()), out, |x: u8| {
+                            u32::from(x).wrapping_sub(*lo) <= span
+                        }),
+                    },
+                    Codes::U16(c) => match (u16::try_from(*lo), u16::try_from(span)) {
+                        (Ok(lo), Ok(span)) => {
+                            pack_rows(rows(c, first, out.len()), out, move |x: u16| {
+                                x.wrapping_sub(lo) <= span
+                            })
+                        }
+                        _ => pack_rows(rows(c, first, out.len()), out, |x: u16| {
+                            u32::from(x).wrapping_sub(*lo) <= span
+                        }),
+                    },
+                    Codes::U32(c) => pack_rows(rows(c, first, out.len()), out, |x: u32| {
+                        x.wrapping_sub(*lo) <= span
+                    }),
                 }
             }
             Plan::Table { codes, table } => {
                 let hit = |x: u32| table.get(x as usize).copied().unwrap_or(false);
                 match codes {
-                    Codes::U8(c) => pack_word(chunk(c, index), |x| hit(u32::from(x))),
-                    Codes::U16(c) => pack_word(chunk(c, index), |x| hit(u32::from(x))),
-                    Codes::U32(c) => pack_word(chunk(c, index), hit),
+                    Codes::U8(c) => {
+                        pack_rows(rows(c, first, out.len()), out, |x| hit(u32::from(x)))
+                    }
+                    Codes::U16(c) => {
+                        pack_rows(rows(c, first, out.len()), out, |x| hit(u32::from(x)))
+                    }
+                    Codes::U32(c) => pack_rows(rows(c, first, out.len()), out, hit),
                 }
             }
-            Plan::Not(inner) => !inner.word(index),
-            Plan::And(items) => items.iter().fold(u64::MAX, |word, item| {
-                if word == 0 {
-                    0
-                } else {
-                    word & item.word(index)
-                }
-            }),
-            Plan::Or(items) => items.iter().fold(0, |word, item| {
-                if word == u64::MAX {
-                    word
-                } else {
-                    word | item.word(index)
-                }
-            }),
+            Plan::Not(inner) => {
+                inner.fill(first, out);
+                out.iter_mut().for_each(|word| *word = !*word);
+            }
+            Plan::And(items) => combine(items, first, out, |a, b| a & b, 0),
+            Plan::Or(items) => combine(items, first, out, |a, b| a | b, u64::MAX),
         }
     }
 }
 
-fn chunk<T>(codes: &[T], index: usize) -> &[T] {
-    let start = (index * 64).min(codes.len());
-    &codes[start..(start + 64).min(codes.len())]
+fn copy_words(set: &Bitset, first: usize, out: &mut [u64]) {
+    let words = set.words();
+    let start = first.min(words.len());
+    let have = (words.len() - start).min(out.len());
+    out[..have].copy_from_slice(&words[start..start + have]);
+    out[have..].fill(0);
+}
+
+/// Fills `out` with the first item, then folds in the others; stops early once every
+/// word is `settled` (no later item can change it).
+fn combine(
+    items: &[Plan<'_>],
+    first: usize,
+    out: &mut [u64],
+    op: fn(u64, u64) -> u64,
+    settled: u64,
+) {
+    let Some((head, rest)) = items.split_first() else {
+        out.fill(!settled);
+        return;
+    };
+    head.fill(first, out);
+    let mut scratch = [0u64; BLOCK_WORDS];
+    for item in rest {
+        if out.iter().all(|word| *word == settled) {
+            break;
+        }
+        let scratch = &mut scratch[..out.len()];
+        item.fill(first, scratch);
+        for (word, other) in out.iter_mut().zip(scratch.iter()) {
+            *word = op(*word, *other);
+        }
+    }
+}
+
+/// The codes of the respondents in `words` words from word `first` on.
+fn rows<T>(codes: &[T], first: usize, words: usize) -> &[T] {
+    let start = (first * 64).min(codes.len());
+    &codes[start..(start + words * 64).min(codes.len())]
+}
+
+/// Packs `hit(code)` of each row into `out`, with the CPU's widest vectors when it has
+/// AVX2 (the same code either way, so the same bits).
+fn pack_rows<T: Copy, F: Fn(T) -> bool>(rows: &[T], out: &mut [u64], hit: F) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU supports AVX2, checked just above.
+        #[allow(unsafe_code)]
+        return unsafe { pack_rows_avx2(rows, out, hit) };
+    }
+    pack_block(rows, out, hit);
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn pack_rows_avx2<T: Copy, F: Fn(T) -> bool>(rows: &[T], out: &mut [u64], hit: F) {
+    pack_block(rows, out, hit);
+}
+
+/// Packs `hit(code)` of each row into `out`, 64 rows a word; words past the rows are 0.
+#[inline(always)]
+fn pack_block<T: Copy>(rows: &[T], out: &mut [u64], hit: impl Fn(T) -> bool) {
+    let mut chunks = rows.chunks(64);
+    for word in out.iter_mut() {
+        *word = chunks.next().map_or(0, |chunk| pack_word(chunk, &hit));
+    }
 }
 
 impl Survey {
@@ -131,28 +271,56 @@ impl Survey {
         };
         let Column { dict, codes } = self.column(index);
         let matching = CodeMatch::new(dict, predicate);
-        match matching.single_range() {
-            Some((lo, hi)) => Plan::Range { codes, lo, hi },
-            None if !matching.matches.contains(&true) => Plan::Empty,
-            None => Plan::Table {
-                codes,
-                table: matching.matches,
-            },
+        let (key, plan) = match matching.single_range() {
+            Some((lo, hi)) => (LeafKey::Range(index, lo, hi), Plan::Range { codes, lo, hi }),
+            None if !matching.matches.contains(&true) => return Plan::Empty,
+            None => {
+                let listed = matching
+                    .matches
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, m)| **m)
+                    .map(|(code, _)| code as u32)
+                    .collect();
+                (
+                    LeafKey::Listed(index, listed),
+                    Plan::Table {
+                        codes,
+                        table: matching.matches,
+                    },
+                )
+            }
+        };
+        match self
+            .leaf_sets()
+            .get_or_insert(key, || self.materialize(&plan))
+        {
+            Some(set) => Plan::Cached(set),
+            None => plan,
         }
+    }
+
+    fn materialize(&self, plan: &Plan<'_>) -> Bitset {
+        let n = self.respondents();
+        let mut words = vec![0u64; n.div_ceil(64)];
+        for (index, block) in words.chunks_mut(BLOCK_WORDS).enumerate() {
+            plan.fill(index * BLOCK_WORDS, block);
+        }
+        Bitset::from_words(words, n)
     }
 
     /// Evaluates an expression whose names are all defined to a respondent set.
     pub(crate) fn evaluate_known(&self, expr: &Expr) -> Bitset {
         let n = self.respondents();
-        let plan = self.plan(expr);
-        Bitset::from_words((0..n.div_ceil(64)).map(|i| plan.word(i)).collect(), n)
+        let _ = n;
+        self.materialize(&self.plan(expr))
     }
 }
 
 /// Bits for up to 64 codes: each becomes a 0/1 byte, and eight such bytes pack into
 /// eight bits with one multiply; both steps vectorize, unlike shifting each compare into
 /// the word.
-#[inline]
+#[inline(always)]
 fn pack_word<T: Copy>(codes: &[T], hit: impl Fn(T) -> bool) -> u64 {
     // Multiplying eight 0/1 bytes by this gathers byte k's bit into bit 56 + k.
     const GATHER: u64 = 0x0102_0408_1020_4080;
@@ -178,12 +346,14 @@ fn pack_word<T: Copy>(codes: &[T], hit: impl Fn(T) -> bool) -> u64 {
 
 /// Bits for 16-bit codes in `lo..=hi` (group membership).
 pub(crate) fn scan_range_u16(codes: &[u16], lo: u32, hi: u32) -> Vec<u64> {
-    let plan = Plan::Range {
-        codes: Codes::U16(codes),
-        lo,
-        hi,
-    };
-    (0..codes.len().div_ceil(64))
-        .map(|i| plan.word(i))
-        .collect()
+    let mut words = vec![0u64; codes.len().div_ceil(64)];
+    for (index, block) in words.chunks_mut(BLOCK_WORDS).enumerate() {
+        let span = hi.wrapping_sub(lo);
+        pack_rows(
+            rows(codes, index * BLOCK_WORDS, block.len()),
+            block,
+            |x: u16| u32::from(x).wrapping_sub(lo) <= span,
+        );
+    }
+    words
 }

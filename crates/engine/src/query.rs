@@ -2,8 +2,9 @@
 
 use crosstab_contract::{CrosstabResponse, CrosstabResult, Expr, Stability, ValidRequest};
 
-use crate::bitset::{Bitset, Tally};
+use crate::bitset::{Bitset, Summer, Tally};
 use crate::error::QueryError;
+use crate::eval::BLOCK_WORDS;
 use crate::survey::Survey;
 
 impl Survey {
@@ -55,17 +56,25 @@ impl Survey {
     }
 
     /// Count and weight of the respondents in `filter` matching `target`, in one pass:
-    /// each word of the target is computed, ANDed with the filter and tallied at once.
+    /// block by block, the target's words are computed, ANDed with the filter and summed.
     pub fn tally(&self, target: &Expr, filter: &Bitset) -> Tally {
         let plan = self.plan(target);
-        crate::bitset::tally_words(
-            filter
-                .words()
-                .iter()
-                .enumerate()
-                .map(|(i, f)| if *f == 0 { 0 } else { plan.word(i) & f }),
-            self.weights(),
-        )
+        let weights = self.weights();
+        let mut summer = Summer::default();
+        let mut block = [0u64; BLOCK_WORDS];
+        for (index, filter_block) in filter.words().chunks(BLOCK_WORDS).enumerate() {
+            if filter_block.iter().all(|word| *word == 0) {
+                continue;
+            }
+            let first = index * BLOCK_WORDS;
+            let out = &mut block[..filter_block.len()];
+            plan.fill(first, out);
+            for (word, keep) in out.iter_mut().zip(filter_block) {
+                *word &= keep;
+            }
+            summer.add(out, weights.get(first * 64..).unwrap_or(&[]));
+        }
+        summer.finish()
     }
 
     /// The wire figures for a tally.

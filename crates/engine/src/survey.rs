@@ -73,6 +73,7 @@ pub struct Survey {
     base_sets: Vec<OnceLock<Bitset>>,
     group_sets: Vec<OnceLock<Bitset>>,
     code_sets: Vec<OnceLock<Bitset>>,
+    leaf_sets: crate::eval::LeafCache,
 }
 
 impl std::fmt::Debug for Survey {
@@ -143,6 +144,10 @@ impl Survey {
             base_sets: (0..base_exprs.len()).map(|_| OnceLock::new()).collect(),
             group_sets: (0..header.groups.len()).map(|_| OnceLock::new()).collect(),
             code_sets: (0..code_exprs.len()).map(|_| OnceLock::new()).collect(),
+            // A quarter of the file, within bounds: resident memory stays near the file's.
+            leaf_sets: crate::eval::LeafCache::new(
+                (backing.bytes().len() / 4).clamp(1 << 20, 256 << 20),
+            ),
             backing,
             header,
             variable_index,
@@ -342,6 +347,10 @@ impl Survey {
             dict: self.slice(variable.dict),
             codes,
         }
+    }
+
+    pub(crate) fn leaf_sets(&self) -> &crate::eval::LeafCache {
+        &self.leaf_sets
     }
 
     pub(crate) fn code_set(&self, name: &str) -> Option<&Bitset> {

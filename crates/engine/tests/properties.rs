@@ -107,3 +107,79 @@ proptest! {
         prop_assert_eq!(survey.tally(&reparsed, &everyone), tally);
     }
 }
+
+/// Block boundaries: a survey of several 16,384-respondent blocks answers like the naive
+/// evaluator, for leaves, tables, NOT, AND/OR with early exits, and a group filter.
+#[test]
+fn multi_block_surveys_match_naive_evaluation() {
+    let config = crosstab_engine::demo::DemoConfig {
+        respondents: 40_001,
+        flags: 6,
+        seed: 3,
+    };
+    let survey = Survey::from_bytes(&crosstab_engine::demo::compile(&config).unwrap()).unwrap();
+    let everyone = Bitset::full(survey.respondents());
+    let mut region_one = Bitset::empty(survey.respondents());
+    for row in 0..survey.respondents() {
+        if survey.value("REGION", row) == Some(1.0) {
+            region_one.insert(row);
+        }
+    }
+    let naive_code = |name: &str, row: usize| -> bool {
+        match name {
+            "F2554" => {
+                survey.value("GENDER", row) == Some(2.0)
+                    && survey
+                        .value("AGE", row)
+                        .is_some_and(|a| (25.0..=54.0).contains(&a))
+            }
+            _ => unreachable!(),
+        }
+    };
+    for text in [
+        "AGE >= 60",
+        "INCOME != 3",
+        "HHSIZE IN (1, 3, 7)",
+        "NOT SMOKER = 1",
+        "GENDER = 2 AND AGE BETWEEN 25 AND 54 AND NOT INCOME IN (1, 2)",
+        "AGE > 200 AND GENDER = 1",
+        "GENDER = 1 OR GENDER = 2 OR SMOKER = 1",
+        "F2554 OR (EDUCATION >= 4 AND NOT F2554)",
+        "*",
+    ] {
+        let expr = Expr::parse(text).unwrap();
+        for filter in [&everyone, &region_one] {
+            let tally = survey.tally(&expr, filter);
+            let (mut count, mut weight) = (0u64, 0.0f64);
+            for row in 0..survey.respondents() {
+                let hit = eval_row(&survey, &expr, row, &naive_code);
+                if hit && filter.contains(row) {
+                    count += 1;
+                    weight += survey.weights()[row];
+                }
+            }
+            assert_eq!(tally.count, count, "{text}");
+            assert!(
+                (tally.weight - weight).abs() <= 1e-9 * weight.max(1.0),
+                "{text}"
+            );
+        }
+    }
+}
+
+fn eval_row(survey: &Survey, expr: &Expr, row: usize, code: &dyn Fn(&str, usize) -> bool) -> bool {
+    match expr {
+        Expr::All => true,
+        Expr::Code(name) => code(name, row),
+        Expr::Compare { var, op, value } => {
+            survey.value(var, row).is_some_and(|v| op.holds(v, *value))
+        }
+        Expr::In { var, values } => survey.value(var, row).is_some_and(|v| values.contains(&v)),
+        Expr::Between { var, low, high } => survey
+            .value(var, row)
+            .is_some_and(|v| *low <= v && v <= *high),
+        Expr::Not(inner) => !eval_row(survey, inner, row, code),
+        Expr::And(items) => items.iter().all(|e| eval_row(survey, e, row, code)),
+        Expr::Or(items) => items.iter().any(|e| eval_row(survey, e, row, code)),
+    }
+}
