@@ -37,6 +37,8 @@ pub(crate) enum LeafKey {
     Range(usize, u32, u32),
     /// These codes of variable `index`.
     Listed(usize, Vec<u32>),
+    /// A whole composite target, by its canonical text.
+    Target(String),
 }
 
 /// Leaf sets computed once and kept while they fit a byte budget: repeated leaves
@@ -61,7 +63,7 @@ impl LeafCache {
     }
 
     /// The cached set of `key`, computing it with `make` if it fits; `None` past the budget.
-    fn get_or_insert(
+    pub(crate) fn get_or_insert(
         &self,
         key: LeafKey,
         make: impl FnOnce() -> Bitset,
@@ -300,7 +302,7 @@ impl Survey {
         }
     }
 
-    fn materialize(&self, plan: &Plan<'_>) -> Bitset {
+    pub(crate) fn materialize(&self, plan: &Plan<'_>) -> Bitset {
         let n = self.respondents();
         let mut words = vec![0u64; n.div_ceil(64)];
         for (index, block) in words.chunks_mut(BLOCK_WORDS).enumerate() {

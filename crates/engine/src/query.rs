@@ -4,7 +4,7 @@ use crosstab_contract::{CrosstabResponse, CrosstabResult, Expr, Stability, Valid
 
 use crate::bitset::{Bitset, Summer, Tally};
 use crate::error::QueryError;
-use crate::eval::BLOCK_WORDS;
+use crate::eval::{LeafKey, Plan, BLOCK_WORDS};
 use crate::survey::Survey;
 
 impl Survey {
@@ -58,7 +58,22 @@ impl Survey {
     /// Count and weight of the respondents in `filter` matching `target`, in one pass:
     /// block by block, the target's words are computed, ANDed with the filter and summed.
     pub fn tally(&self, target: &Expr, filter: &Bitset) -> Tally {
-        let plan = self.plan(target);
+        let plan = match target {
+            // Composite targets are kept whole too (within the same budget as leaves):
+            // a repeated expression then costs what a named code does.
+            Expr::Not(_) | Expr::And(_) | Expr::Or(_) => {
+                let plan = self.plan(target);
+                let key = LeafKey::Target(target.to_string());
+                match self
+                    .leaf_sets()
+                    .get_or_insert(key, || self.materialize(&plan))
+                {
+                    Some(set) => Plan::Cached(set),
+                    None => plan,
+                }
+            }
+            _ => self.plan(target),
+        };
         let weights = self.weights();
         let mut summer = Summer::default();
         let mut block = [0u64; BLOCK_WORDS];
