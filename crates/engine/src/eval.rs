@@ -313,8 +313,6 @@ impl Survey {
 
     /// Evaluates an expression whose names are all defined to a respondent set.
     pub(crate) fn evaluate_known(&self, expr: &Expr) -> Bitset {
-        let n = self.respondents();
-        let _ = n;
         self.materialize(&self.plan(expr))
     }
 }
@@ -344,18 +342,4 @@ fn pack_word<T: Copy>(codes: &[T], hit: impl Fn(T) -> bool) -> u64 {
             .enumerate()
             .fold(0u64, |word, (j, code)| word | u64::from(hit(*code)) << j)
     }
-}
-
-/// Bits for 16-bit codes in `lo..=hi` (group membership).
-pub(crate) fn scan_range_u16(codes: &[u16], lo: u32, hi: u32) -> Vec<u64> {
-    let mut words = vec![0u64; codes.len().div_ceil(64)];
-    for (index, block) in words.chunks_mut(BLOCK_WORDS).enumerate() {
-        let span = hi.wrapping_sub(lo);
-        pack_rows(
-            rows(codes, index * BLOCK_WORDS, block.len()),
-            block,
-            |x: u16| u32::from(x).wrapping_sub(lo) <= span,
-        );
-    }
-    words
 }

@@ -383,10 +383,11 @@ impl Survey {
                 .group_codes
                 .map_or(&[][..], |section| self.slice(section));
             let code = u32::try_from(index + 1).unwrap_or(u32::MAX);
-            Bitset::from_words(
-                crate::eval::scan_range_u16(codes, code, code),
-                self.respondents(),
-            )
+            self.materialize(&crate::eval::Plan::Range {
+                codes: Codes::U16(codes),
+                lo: code,
+                hi: code,
+            })
         }))
     }
 }

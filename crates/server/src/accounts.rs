@@ -179,6 +179,19 @@ pub async fn list_keys(db: &Database, account: Option<&str>) -> Result<Vec<KeyIn
         .collect()
 }
 
+/// What account `account_id` may query.
+pub async fn grants_of(db: &Database, account_id: i64) -> Result<Grants, DbError> {
+    let rows = sqlx::query("SELECT survey, grp FROM grants WHERE account_id = $1")
+        .bind(account_id)
+        .fetch_all(db.pool())
+        .await?;
+    let pairs = rows
+        .iter()
+        .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
+        .collect::<Result<Vec<(String, String)>, sqlx::Error>>()?;
+    Ok(Grants::from_rows(pairs))
+}
+
 /// The key `key_id` with its account and grants, if it exists.
 pub async fn load_key(db: &Database, key_id: &str) -> Result<Option<KeyRecord>, DbError> {
     let Some(row) = sqlx::query(
@@ -195,14 +208,7 @@ pub async fn load_key(db: &Database, key_id: &str) -> Result<Option<KeyRecord>, 
     let hash: String = row.try_get(1)?;
     let revoked_at: Option<i64> = row.try_get(3)?;
     let account_id: i64 = row.try_get(4)?;
-    let grant_rows = sqlx::query("SELECT survey, grp FROM grants WHERE account_id = $1")
-        .bind(account_id)
-        .fetch_all(db.pool())
-        .await?;
-    let grants = grant_rows
-        .iter()
-        .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
-        .collect::<Result<Vec<(String, String)>, sqlx::Error>>()?;
+    let grants = grants_of(db, account_id).await?;
     Ok(Some(KeyRecord {
         id: key_id.to_owned(),
         env: KeyEnv::from_name(&env),
@@ -211,7 +217,7 @@ pub async fn load_key(db: &Database, key_id: &str) -> Result<Option<KeyRecord>, 
         revoked: revoked_at.is_some(),
         account_id,
         account: row.try_get(5)?,
-        grants: Grants::from_rows(grants),
+        grants,
     }))
 }
 

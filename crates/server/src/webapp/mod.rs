@@ -221,30 +221,24 @@ fn same_origin(origin: Option<&HeaderValue>, headers: &HeaderMap) -> bool {
         .is_some_and(|(_, rest)| rest.eq_ignore_ascii_case(host))
 }
 
-async fn session_user(app: &WebApp, headers: &HeaderMap) -> AppResult<User> {
-    let token = headers
+/// The session token among the request's cookies.
+fn session_token(headers: &HeaderMap) -> Option<&str> {
+    headers
         .get_all(COOKIE)
         .iter()
         .filter_map(|h| h.to_str().ok())
         .find_map(sessions::token_from_cookies)
-        .ok_or(AppError::NotSignedIn)?;
+}
+
+async fn session_user(app: &WebApp, headers: &HeaderMap) -> AppResult<User> {
+    let token = session_token(headers).ok_or(AppError::NotSignedIn)?;
     sessions::user(&app.core.db, token)
         .await?
         .ok_or(AppError::NotSignedIn)
 }
 
 async fn grants_of(app: &WebApp, user: &User) -> AppResult<Grants> {
-    let rows = sqlx::query("SELECT survey, grp FROM grants WHERE account_id = $1")
-        .bind(user.account_id)
-        .fetch_all(app.core.db.pool())
-        .await
-        .map_err(DbError::from)?;
-    let pairs = rows
-        .iter()
-        .map(|row| Ok((row.try_get(0)?, row.try_get(1)?)))
-        .collect::<Result<Vec<(String, String)>, sqlx::Error>>()
-        .map_err(DbError::from)?;
-    Ok(Grants::from_rows(pairs))
+    Ok(accounts::grants_of(&app.core.db, user.account_id).await?)
 }
 
 fn me_body(user: &User) -> Value {
@@ -283,12 +277,7 @@ async fn login(State(app): State<Arc<WebApp>>, body: Bytes) -> AppResult<Respons
 }
 
 async fn logout(State(app): State<Arc<WebApp>>, headers: HeaderMap) -> AppResult<Response> {
-    if let Some(token) = headers
-        .get_all(COOKIE)
-        .iter()
-        .filter_map(|h| h.to_str().ok())
-        .find_map(sessions::token_from_cookies)
-    {
+    if let Some(token) = session_token(&headers) {
         sessions::end(&app.core.db, token).await?;
     }
     let mut response = StatusCode::NO_CONTENT.into_response();
