@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
-use axum::http::header::{CONTENT_LENGTH, CONTENT_TYPE, ORIGIN};
+use axum::http::header::{CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, ORIGIN};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -74,15 +74,31 @@ async fn crosstab(
         .await
     {
         Ok(principal) => principal,
-        Err(AuthError::Unauthorized) => return error_response(&ApiError::Unauthorized),
+        Err(AuthError::Unauthorized) => {
+            return unread(
+                body,
+                &parts.headers,
+                error_response(&ApiError::Unauthorized),
+            )
+            .await
+        }
         Err(AuthError::Store(error)) => {
             tracing::error!(%error, "key lookup failed");
-            return error_response(&ApiError::Internal);
+            return unread(body, &parts.headers, error_response(&ApiError::Internal)).await;
         }
     };
-    let mut response = match answer(&state, &principal, &parts.headers, body, &request_id).await {
-        Ok(body) => json(StatusCode::OK, body),
-        Err(error) => error_response(&error),
+    // 2. A JSON body of at most 64 KiB (then the contract's validation, in `answer`).
+    let mut response = if !is_json(&parts.headers) {
+        let response = error_response(&ApiError::UnsupportedMediaType);
+        unread(body, &parts.headers, response).await
+    } else {
+        match read_body(body, &parts.headers).await {
+            Some(bytes) => match answer(&state, &principal, bytes, &request_id).await {
+                Ok(body) => json(StatusCode::OK, body),
+                Err(error) => error_response(&error),
+            },
+            None => closing(error_response(&ApiError::PayloadTooLarge)),
+        }
     };
     response
         .extensions_mut()
@@ -90,28 +106,44 @@ async fn crosstab(
     response
 }
 
-/// Steps 2 to 5 of `POST /crosstab` and the bill: the serialized 200 body, or why not.
-async fn answer(
-    state: &AppState,
-    principal: &Principal,
-    headers: &HeaderMap,
-    body: Body,
-    request_id: &RequestId,
-) -> Result<Bytes, ApiError> {
-    // 2. A JSON body of at most 64 KiB that passes the contract's validation.
-    if !is_json(headers) {
-        return Err(ApiError::UnsupportedMediaType);
-    }
+/// The body, unless it is declared or turns out to be over 64 KiB.
+async fn read_body(body: Body, headers: &HeaderMap) -> Option<Bytes> {
     let declared = headers
         .get(CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|len| len > MAX_BODY_BYTES as u64) {
-        return Err(ApiError::PayloadTooLarge);
+        return None;
     }
-    let bytes = axum::body::to_bytes(body, MAX_BODY_BYTES)
-        .await
-        .map_err(|_| ApiError::PayloadTooLarge)?;
+    axum::body::to_bytes(body, MAX_BODY_BYTES).await.ok()
+}
+
+/// `response` to a request whose body was not needed: the body is read and dropped (up to
+/// 64 KiB) so the connection can carry the client's next request; a larger one is left
+/// unread and the connection closed, saying so, so the client does not reuse it.
+async fn unread(body: Body, headers: &HeaderMap, response: Response) -> Response {
+    match read_body(body, headers).await {
+        Some(_) => response,
+        None => closing(response),
+    }
+}
+
+/// `response` with `Connection: close` (the request body was left unread).
+fn closing(mut response: Response) -> Response {
+    response
+        .headers_mut()
+        .insert(CONNECTION, HeaderValue::from_static("close"));
+    response
+}
+
+/// Steps 2 (validation) to 5 of `POST /crosstab` and the bill: the serialized 200 body,
+/// or why not.
+async fn answer(
+    state: &AppState,
+    principal: &Principal,
+    bytes: Bytes,
+    request_id: &RequestId,
+) -> Result<Bytes, ApiError> {
     if let Some(body) = cached_answer(state, principal, &bytes, request_id).await? {
         return Ok(body);
     }

@@ -78,6 +78,7 @@ async fn unauthorized_for_every_unusable_key_and_never_billed() {
         assert_eq!(response.status(), StatusCode::UNAUTHORIZED, "{name}");
         assert_eq!(got, envelope(&ApiError::Unauthorized), "{name}");
         assert!(got["error"].get("field").is_none());
+        assert!(!response.headers().contains_key("connection"), "{name}");
     }
     // A cookie alone never authenticates.
     let cookie = Request::post("/v1/crosstab")
@@ -92,7 +93,10 @@ async fn unauthorized_for_every_unusable_key_and_never_billed() {
         .header("content-type", "text/plain")
         .body(Body::from(vec![b'x'; 100_000]))
         .unwrap();
-    assert_eq!(fx.send(garbage).await.0.status(), StatusCode::UNAUTHORIZED);
+    let (response, _) = fx.send(garbage).await;
+    assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+    // Its body was too large to read and drop: the connection closes, saying so.
+    assert_eq!(response.headers()["connection"], "close");
     assert_eq!(fx.bills().await, 0);
 }
 
@@ -120,6 +124,8 @@ async fn media_type_size_and_validation_in_order() {
             "{ct:?}"
         );
         assert_eq!(body, envelope(&ApiError::UnsupportedMediaType));
+        // The small body was read and dropped: the connection stays usable.
+        assert!(!response.headers().contains_key("connection"));
     }
     for ct in ["application/json; charset=utf-8", "Application/JSON"] {
         let (response, _) = fx.send(with_type(Some(ct), Body::from(good.clone()))).await;
@@ -131,11 +137,15 @@ async fn media_type_size_and_validation_in_order() {
         .send(with_type(Some("text/plain"), Body::from(huge.clone())))
         .await;
     assert_eq!(response.status(), StatusCode::UNSUPPORTED_MEDIA_TYPE);
+    // A body left unread closes the connection, and the response says so, so that no
+    // client sends its next request down a connection the server is closing.
+    assert_eq!(response.headers()["connection"], "close");
     let (response, body) = fx
         .send(with_type(Some("application/json"), Body::from(huge)))
         .await;
     assert_eq!(response.status(), StatusCode::PAYLOAD_TOO_LARGE);
     assert_eq!(body, envelope(&ApiError::PayloadTooLarge));
+    assert_eq!(response.headers()["connection"], "close");
     // Without a Content-Length (streamed), the limit still holds.
     let chunks: Vec<Result<Vec<u8>, std::io::Error>> =
         (0..80).map(|_| Ok(vec![b' '; 1024])).collect();
