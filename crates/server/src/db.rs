@@ -70,20 +70,9 @@ impl Database {
                 Backend::Postgres => 16,
             });
         if backend == Backend::Sqlite {
-            // FULL (the default): a committed bill survives a power cut, not just a crash.
-            // NORMAL (CROSSTAB_SQLITE_SYNCHRONOUS=NORMAL) survives a process crash only.
-            let synchronous = match std::env::var("CROSSTAB_SQLITE_SYNCHRONOUS").as_deref() {
-                Ok("NORMAL" | "normal") => "PRAGMA synchronous = NORMAL",
-                _ => "PRAGMA synchronous = FULL",
-            };
-            options = options.after_connect(move |conn, _| {
+            options = options.after_connect(|conn, _| {
                 Box::pin(async move {
-                    for pragma in [
-                        "PRAGMA journal_mode = WAL",
-                        synchronous,
-                        "PRAGMA busy_timeout = 10000",
-                        "PRAGMA foreign_keys = ON",
-                    ] {
+                    for pragma in sqlite_pragmas() {
                         sqlx::query(pragma).execute(&mut *conn).await?;
                     }
                     Ok(())
@@ -131,6 +120,22 @@ impl Database {
     pub async fn close(&self) {
         self.pool.close().await;
     }
+}
+
+/// The settings of every SQLite connection (the pool's and the ledger's own).
+pub fn sqlite_pragmas() -> [&'static str; 4] {
+    // FULL (the default): a committed bill survives a power cut, not just a crash.
+    // NORMAL (CROSSTAB_SQLITE_SYNCHRONOUS=NORMAL) survives a process crash only.
+    let synchronous = match std::env::var("CROSSTAB_SQLITE_SYNCHRONOUS").as_deref() {
+        Ok("NORMAL" | "normal") => "PRAGMA synchronous = NORMAL",
+        _ => "PRAGMA synchronous = FULL",
+    };
+    [
+        "PRAGMA journal_mode = WAL",
+        synchronous,
+        "PRAGMA busy_timeout = 10000",
+        "PRAGMA foreign_keys = ON",
+    ]
 }
 
 /// Now, in Unix milliseconds: the unit of every time column.

@@ -1,25 +1,31 @@
 //! The billing ledger: one row per `200` from `POST /v1/crosstab`, committed before the
 //! response is sent.
 //!
-//! Group commit: requests hand their bill to one writer task and wait. The writer takes
-//! every bill pending at that moment, inserts them atomically (on SQLite: one INSERT
-//! over a JSON array, on its own connection; on PostgreSQL: one transaction), commits
-//! (one fsync for the lot) and then acknowledges each. Under load the batch grows by itself,
+//! Group commit: requests hand their bill to one writer thread and wait. The writer takes
+//! every bill pending at that moment, inserts them in one transaction, commits (one
+//! fsync for the lot) and then acknowledges each. Under load the batch grows by itself,
 //! so durability costs one commit per batch instead of one per request. If the
 //! transaction fails, every request in it is told so (and answers 500, unbilled).
+//!
+//! With a SQLite file the writer holds its own connection (rusqlite, on the same SQLite
+//! library as sqlx), so a batch is plain function calls on this thread; through sqlx's
+//! async driver each batch crossed two more threads (a writer task, then sqlx's worker)
+//! and copied its binds twice. PostgreSQL (and SQLite in memory, for tests) are written
+//! through the sqlx pool, driven from this thread on the server's runtime.
+
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{self, TryRecvError};
+use std::time::Instant;
 
 use sqlx::Any;
-use tokio::sync::{mpsc, oneshot};
-use tokio::task::JoinHandle;
+use tokio::sync::oneshot;
 
 use crate::db::{Backend, Database, DbError};
 
 /// Most bills in one transaction.
 const MAX_BATCH: usize = 1024;
-/// Rows per INSERT statement (8 parameters each, well under every backend's limit).
+/// Rows per INSERT statement on the pool (8 parameters each, well under every limit).
 const ROWS_PER_STATEMENT: usize = 64;
-/// Bills waiting for the writer before new requests wait for room.
-const QUEUE: usize = 8192;
 
 /// One billed call.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,31 +62,52 @@ pub enum LedgerError {
 type Pending = (Bill, oneshot::Sender<Result<(), String>>);
 
 /// The handle requests bill through. Cheap to clone.
+///
+/// The queue is unbounded on purpose: every requester waits for its own bill's commit,
+/// so it never holds more bills than there are requests in flight.
 #[derive(Debug, Clone)]
 pub struct Ledger {
     queue: mpsc::Sender<Pending>,
 }
 
-/// The writer task; [`LedgerWriter::finish`] waits until every bill handed over is
+/// The writer thread; [`LedgerWriter::finish`] waits until every bill handed over is
 /// committed (after the last [`Ledger`] handle is dropped).
 #[derive(Debug)]
-pub struct LedgerWriter(JoinHandle<()>);
+pub struct LedgerWriter(Option<std::thread::JoinHandle<()>>);
 
 impl LedgerWriter {
     /// Waits for the writer to drain and stop.
     pub async fn finish(self) {
-        if let Err(error) = self.0.await {
-            tracing::error!(%error, "ledger writer failed");
+        let Some(thread) = self.0 else { return };
+        let joined = tokio::task::spawn_blocking(move || thread.join()).await;
+        if !matches!(joined, Ok(Ok(()))) {
+            tracing::error!("ledger writer failed");
         }
     }
 }
 
 impl Ledger {
-    /// Starts the writer on `db`.
+    /// Starts the writer on `db` (call it on the server's runtime: PostgreSQL batches
+    /// are written on it).
     pub fn start(db: Database) -> (Ledger, LedgerWriter) {
-        let (queue, pending) = mpsc::channel(QUEUE);
-        let writer = tokio::spawn(write_loop(db, pending));
-        (Ledger { queue }, LedgerWriter(writer))
+        let (queue, pending) = mpsc::channel();
+        let sink = match db.sqlite_file().map(Path::to_path_buf) {
+            Some(file) => Sink::SqliteFile { file, conn: None },
+            None => Sink::Pool {
+                db,
+                runtime: tokio::runtime::Handle::try_current().ok(),
+            },
+        };
+        let spawned = std::thread::Builder::new()
+            .name("crosstab-ledger".to_owned())
+            .spawn(move || write_loop(sink, pending));
+        let thread = spawned
+            .inspect_err(|error| {
+                // No thread to be had: every bill is answered `Stopped` (500), unbilled.
+                tracing::error!(%error, "ledger writer not started");
+            })
+            .ok();
+        (Ledger { queue }, LedgerWriter(thread))
     }
 
     /// Records `bill` durably; returns once it is committed.
@@ -88,7 +115,6 @@ impl Ledger {
         let (done, committed) = oneshot::channel();
         self.queue
             .send((bill, done))
-            .await
             .map_err(|_| LedgerError::Stopped)?;
         match committed.await {
             Ok(Ok(())) => Ok(()),
@@ -98,16 +124,20 @@ impl Ledger {
     }
 }
 
-async fn write_loop(db: Database, mut pending: mpsc::Receiver<Pending>) {
+fn write_loop(mut sink: Sink, pending: mpsc::Receiver<Pending>) {
     let mut batch: Vec<Pending> = Vec::with_capacity(MAX_BATCH);
-    let mut sqlite = SqliteLedger::new(&db);
-    while pending.recv_many(&mut batch, MAX_BATCH).await > 0 {
-        let started = std::time::Instant::now();
-        let result = match sqlite.as_mut() {
-            Some(ledger) => ledger.insert(&db, &batch).await,
-            None => write_batch(&db, &batch).await,
+    // Blocks for the first bill; stops once every `Ledger` is dropped and all is written.
+    while let Ok(first) = pending.recv() {
+        batch.push(first);
+        // Then every bill already waiting: under load the batch grows by itself.
+        while batch.len() < MAX_BATCH {
+            match pending.try_recv() {
+                Ok(next) => batch.push(next),
+                Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
+            }
         }
-        .map_err(|error| error.to_string());
+        let started = Instant::now();
+        let result = sink.write(&batch).map_err(|error| error.to_string());
         tracing::debug!(
             bills = batch.len(),
             us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
@@ -121,92 +151,95 @@ async fn write_loop(db: Database, mut pending: mpsc::Receiver<Pending>) {
             let _ = done.send(result.clone());
         }
     }
-    if let Some(ledger) = sqlite {
-        ledger.close().await;
-    }
 }
 
-/// The SQLite file ledger: one connection of its own (detached from the pool, which
-/// opens a replacement), so a batch is one round trip to one always-ready connection;
-/// each batch is one statement in autocommit (no BEGIN/COMMIT round trips), committed
-/// with the pool's `synchronous` setting (FULL by default: the WAL is fsynced before
-/// the statement returns, so before any 200).
-struct SqliteLedger {
-    conn: Option<sqlx::AnyConnection>,
+/// Where the writer commits batches.
+enum Sink {
+    /// A SQLite file, through the writer's own connection (opened on first use and after
+    /// a failure).
+    SqliteFile {
+        file: PathBuf,
+        conn: Option<rusqlite::Connection>,
+    },
+    /// The sqlx pool (PostgreSQL; SQLite in memory), on the runtime the ledger started on.
+    Pool {
+        db: Database,
+        runtime: Option<tokio::runtime::Handle>,
+    },
 }
 
-impl SqliteLedger {
-    fn new(db: &Database) -> Option<SqliteLedger> {
-        (db.backend() == Backend::Sqlite && db.sqlite_file().is_some())
-            .then_some(SqliteLedger { conn: None })
-    }
-
-    async fn insert(&mut self, db: &Database, batch: &[Pending]) -> Result<(), DbError> {
-        let mut conn = match self.conn.take() {
-            Some(conn) => conn,
-            None => db.pool().acquire().await?.detach(),
-        };
-        // Up to 64 bills: a multi-row VALUES statement (one prepared statement per row
-        // count, cached on this connection; measured ~6% more requests/s than JSON);
-        // more: one statement over a JSON array. Either way one atomic statement.
-        let done = if batch.len() <= ROWS_PER_STATEMENT {
-            insert_rows(&mut conn, batch, Backend::Sqlite).await
-        } else {
-            let rows = batch_json(batch)?;
-            sqlx::query::<Any>(SQLITE_INSERT_JSON)
-                .bind(rows)
-                .execute(&mut conn)
-                .await
-                .map(|_| ())
-                .map_err(DbError::from)
-        };
-        match done {
-            Ok(_) => {
-                self.conn = Some(conn);
-                Ok(())
+impl Sink {
+    fn write(&mut self, batch: &[Pending]) -> Result<(), String> {
+        match self {
+            Sink::SqliteFile { file, conn } => {
+                let written = write_sqlite(file, conn, batch);
+                if written.is_err() {
+                    // Don't keep a connection in an unknown state: a fresh one next time.
+                    *conn = None;
+                }
+                written.map_err(|error| error.to_string())
             }
-            Err(error) => {
-                // Don't keep a connection in an unknown state: a fresh one next time.
-                let _ = sqlx::Connection::close(conn).await;
-                Err(error)
-            }
-        }
-    }
-
-    /// Closes the connection (the writer is stopping).
-    async fn close(mut self) {
-        if let Some(conn) = self.conn.take() {
-            let _ = sqlx::Connection::close(conn).await;
+            Sink::Pool { db, runtime } => match runtime {
+                Some(runtime) => runtime
+                    .block_on(write_batch(db, batch))
+                    .map_err(|error| error.to_string()),
+                None => Err("the ledger was started outside the server's runtime".to_owned()),
+            },
         }
     }
 }
 
-/// A large batch as ONE statement over one JSON parameter: a single statement is atomic
-/// by itself (no BEGIN/COMMIT round trips), its SQL never changes (prepared once,
-/// cached), and its one commit is the batch's one fsync.
-const SQLITE_INSERT_JSON: &str = "INSERT INTO ledger \
+const SQLITE_INSERT: &str = "INSERT INTO ledger \
      (at, account_id, key_id, survey, grp, base, targets, request_id) \
-     SELECT value ->> 0, value ->> 1, value ->> 2, value ->> 3, value ->> 4, value ->> 5, \
-     value ->> 6, value ->> 7 FROM json_each(?) ORDER BY key";
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)";
 
-/// The batch as a JSON array of rows in column order.
-fn batch_json(batch: &[Pending]) -> Result<String, DbError> {
-    let rows: Vec<_> = batch
-        .iter()
-        .map(|(bill, _)| {
-            (
+/// One `BEGIN IMMEDIATE` ... `COMMIT` over a cached prepared statement, committed with
+/// the database's `synchronous` setting (FULL by default: the WAL is fsynced before
+/// `COMMIT` returns, so before any 200).
+fn write_sqlite(
+    file: &Path,
+    conn: &mut Option<rusqlite::Connection>,
+    batch: &[Pending],
+) -> Result<(), rusqlite::Error> {
+    let conn = match conn {
+        Some(conn) => conn,
+        empty => empty.insert(open_sqlite(file)?),
+    };
+    let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+    {
+        let mut insert = tx.prepare_cached(SQLITE_INSERT)?;
+        for (bill, _) in batch {
+            insert.execute(rusqlite::params![
                 bill.at,
                 bill.account_id,
-                &bill.key_id,
-                &bill.survey,
-                &bill.group,
-                &bill.base,
+                bill.key_id,
+                bill.survey,
+                bill.group,
+                bill.base,
                 bill.targets,
-                &bill.request_id,
-            )
-        })
-        .collect();
-    serde_json::to_string(&rows).map_err(|error| DbError::Sqlx(sqlx::Error::Encode(error.into())))
+                bill.request_id,
+            ])?;
+        }
+    }
+    // On any error above, dropping `tx` rolls the whole batch back.
+    tx.commit()
+}
+
+/// The ledger's own connection to the SQLite file, with the pool's settings.
+fn open_sqlite(file: &Path) -> Result<rusqlite::Connection, rusqlite::Error> {
+    let conn = rusqlite::Connection::open_with_flags(
+        file,
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )?;
+    for pragma in crate::db::sqlite_pragmas() {
+        // `journal_mode` answers with a row; the others with none.
+        conn.query_row(pragma, [], |_| Ok(()))
+            .or_else(|error| match error {
+                rusqlite::Error::QueryReturnedNoRows => Ok(()),
+                error => Err(error),
+            })?;
+    }
+    Ok(conn)
 }
 
 /// The batch in one transaction on the pool (PostgreSQL; SQLite in memory).

@@ -1,5 +1,5 @@
-//! The ledger writes every bill it acknowledges, whatever the batch size (small batches
-//! as one multi-row VALUES statement, large ones as one statement over a JSON array).
+//! The ledger writes every bill it acknowledges, whatever the batch size (on a SQLite
+//! file: the writer thread's own connection, one transaction per batch).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crosstab_server::accounts;
