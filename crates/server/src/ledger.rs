@@ -5,7 +5,9 @@
 //! every bill pending at that moment, inserts them in one transaction, commits (one
 //! fsync for the lot) and then acknowledges each. Under load the batch grows by itself,
 //! so durability costs one commit per batch instead of one per request. If the
-//! transaction fails, every request in it is told so (and answers 500, unbilled).
+//! transaction fails, every request in it is told so (and answers 500, unbilled). A
+//! request whose client went away before its batch was written is left out (it will
+//! send no 200); one that goes away during the commit is billed and logged as such.
 //!
 //! With a SQLite file the writer holds its own connection (rusqlite, on the same SQLite
 //! library as sqlx), so a batch is plain function calls on this thread; through sqlx's
@@ -136,6 +138,19 @@ fn write_loop(mut sink: Sink, pending: mpsc::Receiver<Pending>) {
                 Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
             }
         }
+        // A requester that went away (its client disconnected) before its bill was
+        // written will send no 200, so it is not billed.
+        let before = batch.len();
+        batch.retain(|(_, done)| !done.is_closed());
+        if batch.len() < before {
+            tracing::info!(
+                bills = before - batch.len(),
+                "not billed: the client went away before the bill was written"
+            );
+        }
+        if batch.is_empty() {
+            continue;
+        }
         let started = Instant::now();
         let result = sink.write(&batch).map_err(|error| error.to_string());
         tracing::debug!(
@@ -146,9 +161,15 @@ fn write_loop(mut sink: Sink, pending: mpsc::Receiver<Pending>) {
         if let Err(reason) = &result {
             tracing::error!(bills = batch.len(), %reason, "ledger write failed; requests answered 500");
         }
-        for (_, done) in batch.drain(..) {
-            // A requester that went away was billed all the same: its 200 was owed.
-            let _ = done.send(result.clone());
+        for (bill, done) in batch.drain(..) {
+            if done.send(result.clone()).is_err() && result.is_ok() {
+                // Gone during the commit: billed, yet no 200 will be sent. Logged so the
+                // ledger can be reconciled with the access log.
+                tracing::warn!(
+                    request_id = %bill.request_id,
+                    "billed, but the client went away before its 200 was sent"
+                );
+            }
         }
     }
 }

@@ -81,3 +81,63 @@ async fn batches_of_every_size_are_written_exactly() {
         .collect();
     assert_eq!(written, expected);
 }
+
+/// A request dropped (its client gone) before its bill is written is not billed; the
+/// others in flight are.
+#[tokio::test]
+async fn a_bill_whose_requester_went_away_before_the_write_is_not_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::connect(&db::default_url(dir.path()))
+        .await
+        .unwrap();
+    let grant: GrantSpec = "VEC".parse().unwrap();
+    accounts::create_key(&db, "acme", &[grant], KeyEnv::Live, None)
+        .await
+        .unwrap();
+    let account_id: i64 = sqlx::query("SELECT id FROM accounts WHERE name = 'acme'")
+        .fetch_one(db.pool())
+        .await
+        .unwrap()
+        .try_get(0)
+        .unwrap();
+    let (ledger, writer) = Ledger::start(db.clone());
+
+    // Hold SQLite's write lock so the writer's first batch waits in `BEGIN IMMEDIATE`.
+    let mut blocker = db.pool().acquire().await.unwrap();
+    sqlx::query("BEGIN IMMEDIATE")
+        .execute(&mut *blocker)
+        .await
+        .unwrap();
+    let kept = bill(account_id, 1);
+    let waiting = {
+        let ledger = ledger.clone();
+        let kept = kept.clone();
+        tokio::spawn(async move { ledger.bill(kept).await })
+    };
+    // Let the writer take that bill alone and block on the lock.
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    // The next bill is queued, then its requester goes away (the future is dropped).
+    let gone = tokio::time::timeout(
+        std::time::Duration::from_millis(50),
+        ledger.bill(bill(account_id, 2)),
+    )
+    .await;
+    assert!(
+        gone.is_err(),
+        "the writer is blocked: this bill cannot be done yet"
+    );
+    sqlx::query("COMMIT").execute(&mut *blocker).await.unwrap();
+    drop(blocker);
+
+    waiting.await.unwrap().unwrap();
+    drop(ledger);
+    writer.finish().await;
+    let ids: Vec<String> = sqlx::query("SELECT request_id FROM ledger")
+        .fetch_all(db.pool())
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row.try_get(0).unwrap())
+        .collect();
+    assert_eq!(ids, vec![kept.request_id]);
+}
