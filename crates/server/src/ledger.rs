@@ -7,7 +7,8 @@
 //! so durability costs one commit per batch instead of one per request. If the
 //! transaction fails, every request in it is told so (and answers 500, unbilled). A
 //! request whose client went away before its batch was written is left out (it will
-//! send no 200); one that goes away during the commit is billed and logged as such.
+//! send no 200); one that goes away once it is written stays billed and is logged with
+//! its request id, so the ledger reconciles with the access log.
 //!
 //! With a SQLite file the writer holds its own connection (rusqlite, on the same SQLite
 //! library as sqlx), so a batch is plain function calls on this thread; through sqlx's
@@ -113,17 +114,49 @@ impl Ledger {
     }
 
     /// Records `bill` durably; returns once it is committed.
+    ///
+    /// Dropping the future (the client went away) before the bill is written leaves it
+    /// out; after it is committed, the bill stands and the drop is logged with the
+    /// request id, so bills always reconcile with the 200s in the access log.
     pub async fn bill(&self, bill: Bill) -> Result<(), LedgerError> {
         let (done, committed) = oneshot::channel();
+        let mut awaiting = Awaiting {
+            request_id: bill.request_id.clone(),
+            committed,
+        };
         self.queue
             .send((bill, done))
             .map_err(|_| LedgerError::Stopped)?;
-        match committed.await {
+        match (&mut awaiting.committed).await {
             Ok(Ok(())) => Ok(()),
             Ok(Err(reason)) => Err(LedgerError::Write(reason)),
             Err(_) => Err(LedgerError::Stopped),
         }
     }
+}
+
+/// A request waiting for its bill's commit.
+struct Awaiting {
+    request_id: String,
+    committed: oneshot::Receiver<Result<(), String>>,
+}
+
+impl Drop for Awaiting {
+    fn drop(&mut self) {
+        // Still holding an unread "committed": the request was dropped between the commit
+        // and seeing it. (Dropped before the writer answered, the writer logs it instead.)
+        if let Ok(Ok(())) = self.committed.try_recv() {
+            abandoned(&self.request_id);
+        }
+    }
+}
+
+/// A bill committed for a request that will send no 200 (its client went away).
+fn abandoned(request_id: &str) {
+    tracing::warn!(
+        request_id,
+        "billed, but the client went away before its 200 was sent"
+    );
 }
 
 fn write_loop(mut sink: Sink, pending: mpsc::Receiver<Pending>) {
@@ -163,12 +196,8 @@ fn write_loop(mut sink: Sink, pending: mpsc::Receiver<Pending>) {
         }
         for (bill, done) in batch.drain(..) {
             if done.send(result.clone()).is_err() && result.is_ok() {
-                // Gone during the commit: billed, yet no 200 will be sent. Logged so the
-                // ledger can be reconciled with the access log.
-                tracing::warn!(
-                    request_id = %bill.request_id,
-                    "billed, but the client went away before its 200 was sent"
-                );
+                // Gone during the commit: billed, yet no 200 will be sent.
+                abandoned(&bill.request_id);
             }
         }
     }

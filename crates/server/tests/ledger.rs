@@ -8,6 +8,7 @@ use crosstab_server::grants::GrantSpec;
 use crosstab_server::keys::KeyEnv;
 use crosstab_server::ledger::{self, Bill, Ledger};
 use sqlx::Row;
+use std::future::Future;
 
 fn bill(account_id: i64, n: usize) -> Bill {
     Bill {
@@ -140,4 +141,83 @@ async fn a_bill_whose_requester_went_away_before_the_write_is_not_written() {
         .map(|row| row.try_get(0).unwrap())
         .collect();
     assert_eq!(ids, vec![kept.request_id]);
+}
+
+/// Everything logged in this test binary (one global subscriber: the writer logs from
+/// its own thread).
+fn logs() -> &'static std::sync::Mutex<Vec<u8>> {
+    static LOGS: std::sync::OnceLock<&'static std::sync::Mutex<Vec<u8>>> =
+        std::sync::OnceLock::new();
+    LOGS.get_or_init(|| {
+        let logs: &'static std::sync::Mutex<Vec<u8>> =
+            Box::leak(Box::new(std::sync::Mutex::new(Vec::new())));
+        let subscriber = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_writer(move || Sink(logs))
+            .finish();
+        tracing::subscriber::set_global_default(subscriber).unwrap();
+        logs
+    })
+}
+
+struct Sink(&'static std::sync::Mutex<Vec<u8>>);
+
+impl std::io::Write for Sink {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A request dropped after its bill was committed but before it saw the commit stays
+/// billed, and the server says so with its request id (bills = 200s + these).
+#[tokio::test]
+async fn a_bill_committed_for_a_request_gone_since_is_logged() {
+    let logs = logs();
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::connect(&db::default_url(dir.path()))
+        .await
+        .unwrap();
+    let grant: GrantSpec = "VEC".parse().unwrap();
+    accounts::create_key(&db, "acme", &[grant], KeyEnv::Live, None)
+        .await
+        .unwrap();
+    let account_id: i64 = sqlx::query("SELECT id FROM accounts WHERE name = 'acme'")
+        .fetch_one(db.pool())
+        .await
+        .unwrap()
+        .try_get(0)
+        .unwrap();
+    let (ledger, writer) = Ledger::start(db.clone());
+    let gone = bill(account_id, 7);
+    let mut request = Box::pin(ledger.bill(gone.clone()));
+    // Poll once: the bill is handed over; then never again, as a dropped connection would.
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    assert!(request.as_mut().poll(&mut cx).is_pending());
+    for _ in 0..500 {
+        if ledger::count(&db).await.unwrap() == 1 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert_eq!(
+        ledger::count(&db).await.unwrap(),
+        1,
+        "the bill was committed"
+    );
+    // The writer acknowledges right after the commit.
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    drop(request);
+    drop(ledger);
+    writer.finish().await;
+    let logged = String::from_utf8(logs.lock().unwrap().clone()).unwrap();
+    assert!(
+        logged.lines().any(|line| line
+            .contains("billed, but the client went away before its 200 was sent")
+            && line.contains(&gone.request_id)),
+        "{logged}"
+    );
 }
