@@ -23,8 +23,9 @@ fn bill(account_id: i64, n: usize) -> Bill {
     }
 }
 
-#[tokio::test]
-async fn batches_of_every_size_are_written_exactly() {
+/// A SQLite file in a temp dir with one account to bill (the dir lives as long as the
+/// first value).
+async fn database() -> (tempfile::TempDir, Database, i64) {
     let dir = tempfile::tempdir().unwrap();
     let db = Database::connect(&db::default_url(dir.path()))
         .await
@@ -39,6 +40,12 @@ async fn batches_of_every_size_are_written_exactly() {
         .unwrap()
         .try_get(0)
         .unwrap();
+    (dir, db, account_id)
+}
+
+#[tokio::test]
+async fn batches_of_every_size_are_written_exactly() {
+    let (_dir, db, account_id) = database().await;
     let (ledger, writer) = Ledger::start(db.clone());
     let mut expected = Vec::new();
     let mut next = 0;
@@ -87,20 +94,7 @@ async fn batches_of_every_size_are_written_exactly() {
 /// others in flight are.
 #[tokio::test]
 async fn a_bill_whose_requester_went_away_before_the_write_is_not_written() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = Database::connect(&db::default_url(dir.path()))
-        .await
-        .unwrap();
-    let grant: GrantSpec = "VEC".parse().unwrap();
-    accounts::create_key(&db, "acme", &[grant], KeyEnv::Live, None)
-        .await
-        .unwrap();
-    let account_id: i64 = sqlx::query("SELECT id FROM accounts WHERE name = 'acme'")
-        .fetch_one(db.pool())
-        .await
-        .unwrap()
-        .try_get(0)
-        .unwrap();
+    let (_dir, db, account_id) = database().await;
     let (ledger, writer) = Ledger::start(db.clone());
 
     // Hold SQLite's write lock so the writer's first batch waits in `BEGIN IMMEDIATE`.
@@ -177,20 +171,7 @@ impl std::io::Write for Sink {
 #[tokio::test]
 async fn a_bill_committed_for_a_request_gone_since_is_logged() {
     let logs = logs();
-    let dir = tempfile::tempdir().unwrap();
-    let db = Database::connect(&db::default_url(dir.path()))
-        .await
-        .unwrap();
-    let grant: GrantSpec = "VEC".parse().unwrap();
-    accounts::create_key(&db, "acme", &[grant], KeyEnv::Live, None)
-        .await
-        .unwrap();
-    let account_id: i64 = sqlx::query("SELECT id FROM accounts WHERE name = 'acme'")
-        .fetch_one(db.pool())
-        .await
-        .unwrap()
-        .try_get(0)
-        .unwrap();
+    let (_dir, db, account_id) = database().await;
     let (ledger, writer) = Ledger::start(db.clone());
     let gone = bill(account_id, 7);
     let mut request = Box::pin(ledger.bill(gone.clone()));
