@@ -172,7 +172,7 @@ async fn answer(
         group: group.map(str::to_owned),
         base: request.population_base_code.clone(),
         targets: i64::try_from(request.target_codes.len()).unwrap_or(i64::MAX),
-        request_id: request_id.0.to_string(),
+        request_id: Arc::clone(&request_id.0),
     };
     let cacheable = state.cache.enabled().then(|| Arc::clone(&survey));
     let response = compute(survey, valid).await?;
@@ -228,7 +228,7 @@ async fn cached_answer(
         group: hit.group.clone(),
         base: hit.base.clone(),
         targets: hit.targets,
-        request_id: request_id.0.to_string(),
+        request_id: Arc::clone(&request_id.0),
     };
     record(state, bill).await?;
     Ok(Some(hit.body.clone()))

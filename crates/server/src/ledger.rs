@@ -18,6 +18,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, TryRecvError};
+use std::sync::Arc;
 use std::time::Instant;
 
 use sqlx::Any;
@@ -47,8 +48,8 @@ pub struct Bill {
     pub base: String,
     /// Number of target codes.
     pub targets: i64,
-    /// The request's `X-Request-Id`.
-    pub request_id: String,
+    /// The request's `X-Request-Id` (shared with the request: no copy per bill).
+    pub request_id: Arc<str>,
 }
 
 /// Why a bill could not be recorded.
@@ -121,7 +122,7 @@ impl Ledger {
     pub async fn bill(&self, bill: Bill) -> Result<(), LedgerError> {
         let (done, committed) = oneshot::channel();
         let mut awaiting = Awaiting {
-            request_id: bill.request_id.clone(),
+            request_id: Arc::clone(&bill.request_id),
             committed,
         };
         self.queue
@@ -137,7 +138,7 @@ impl Ledger {
 
 /// A request waiting for its bill's commit.
 struct Awaiting {
-    request_id: String,
+    request_id: Arc<str>,
     committed: oneshot::Receiver<Result<(), String>>,
 }
 
@@ -267,7 +268,7 @@ fn write_sqlite(
                 bill.group,
                 bill.base,
                 bill.targets,
-                bill.request_id,
+                &*bill.request_id,
             ])?;
         }
     }
@@ -319,7 +320,7 @@ async fn insert_rows(
             .bind(bill.group.clone())
             .bind(bill.base.clone())
             .bind(bill.targets)
-            .bind(bill.request_id.clone());
+            .bind(bill.request_id.to_string());
     }
     query.execute(&mut *conn).await?;
     Ok(())

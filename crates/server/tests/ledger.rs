@@ -19,7 +19,7 @@ fn bill(account_id: i64, n: usize) -> Bill {
         group: (n % 3 == 0).then(|| format!("G'\"{n}")),
         base: "ALL".to_owned(),
         targets: (n % 2 + 1) as i64,
-        request_id: format!("{n:032x}"),
+        request_id: format!("{n:032x}").into(),
     }
 }
 
@@ -84,7 +84,7 @@ async fn batches_of_every_size_are_written_exactly() {
             group: row.try_get(4).unwrap(),
             base: row.try_get(5).unwrap(),
             targets: row.try_get(6).unwrap(),
-            request_id: row.try_get(7).unwrap(),
+            request_id: row.try_get::<String, _>(7).unwrap().into(),
         })
         .collect();
     assert_eq!(written, expected);
@@ -134,7 +134,7 @@ async fn a_bill_whose_requester_went_away_before_the_write_is_not_written() {
         .iter()
         .map(|row| row.try_get(0).unwrap())
         .collect();
-    assert_eq!(ids, vec![kept.request_id]);
+    assert_eq!(ids, vec![kept.request_id.to_string()]);
 }
 
 /// Everything logged in this test binary (one global subscriber: the writer logs from
@@ -198,7 +198,7 @@ async fn a_bill_committed_for_a_request_gone_since_is_logged() {
     assert!(
         logged.lines().any(|line| line
             .contains("billed, but the client went away before its 200 was sent")
-            && line.contains(&gone.request_id)),
+            && line.contains(&*gone.request_id)),
         "{logged}"
     );
 }
