@@ -55,21 +55,11 @@ fn arb_expr() -> impl Strategy<Value = Expr> {
 /// The named code every random survey defines.
 const K: &str = "A >= 1 AND NOT B = 0";
 
+/// The row-by-row truth on a random survey, whose one named code is [`K`].
 fn naive(survey: &Survey, expr: &Expr, row: usize) -> bool {
-    match expr {
-        Expr::All => true,
-        Expr::Code(_) => naive(survey, &Expr::parse(K).unwrap(), row),
-        Expr::Compare { var, op, value } => {
-            survey.value(var, row).is_some_and(|v| op.holds(v, *value))
-        }
-        Expr::In { var, values } => survey.value(var, row).is_some_and(|v| values.contains(&v)),
-        Expr::Between { var, low, high } => survey
-            .value(var, row)
-            .is_some_and(|v| *low <= v && v <= *high),
-        Expr::Not(inner) => !naive(survey, inner, row),
-        Expr::And(items) => items.iter().all(|e| naive(survey, e, row)),
-        Expr::Or(items) => items.iter().any(|e| naive(survey, e, row)),
-    }
+    eval_row(survey, expr, row, &|_, row| {
+        naive(survey, &Expr::parse(K).unwrap(), row)
+    })
 }
 
 fn build(rows: &[Row]) -> Survey {
