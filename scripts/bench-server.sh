@@ -8,7 +8,8 @@
 #   - the same with a request mix that defeats the cache (scripts/bench/crosstab-mix.lua:
 #     every request a different target pair), i.e. the engine-bound figure;
 #   - the ratios to docs (target >= 0.60, for the fixed request) and the p99 (< 10 ms);
-# then stops the server with SIGTERM and checks that bills = 200s.
+# then stops the server with SIGTERM and checks that bills = 200s + the requests logged
+# as billed after their client went away.
 #
 # Usage: scripts/bench-server.sh [DURATION_SECONDS (default 10)]
 # Env:   CARGO_TARGET_DIR (where the release build goes), CONNECTIONS (64), THREADS (2),
@@ -102,7 +103,7 @@ mix_total="$(awk '/requests in/ { print $1 }' "$work/mix.txt")"
 kill -TERM "$server_pid"; wait "$server_pid" || true; server_pid=""
 bills="$("$bin" usage --data-dir "$work/data" --format csv | awk -F, 'NR>1 { s+=$4 } END { print s+0 }')"
 warmup_and_run_oks=$(( $(grep -c 'status=200 .*path=/v1/crosstab\|path=/v1/crosstab status=200' "$work/server.log" || true) ))
-# Requests whose client went away during their bill's commit (wrk's cut-off): billed,
+# Requests whose client went away once their bill was written (wrk's cut-off): billed,
 # no 200 sent; the server logs each, so bills = 200s + these, exactly.
 abandoned=$(( $(grep -c 'billed, but the client went away' "$work/server.log" || true) ))
 
@@ -114,7 +115,7 @@ printf 'POST request mix   %10s req/s   p99 %s ms   (%s requests, non-2xx: %s; n
 printf 'ratio POST/docs    %10s         (median of the rounds:%s; target >= 0.60; request mix: %s)\n' "$ratio" "$ratios" "$mix_ratio"
 printf 'p99 POST           %10s ms      (target < 10 ms; request mix: %s ms)\n' "$post_p99" "$mix_p99"
 printf 'load average       %s before, %s after\n' "$load_before" "$load_after"
-printf 'bills in ledger    %10s         (200s logged by the server: %s; client gone during the commit: %s)\n' "$bills" "$warmup_and_run_oks" "$abandoned"
+printf 'bills in ledger    %10s         (200s logged by the server: %s; client gone after the bill was written: %s)\n' "$bills" "$warmup_and_run_oks" "$abandoned"
 if [ "$bills" -ne $(( warmup_and_run_oks + abandoned )) ]; then
     echo "MISMATCH: bills != 200s + abandoned" >&2
     exit 1
