@@ -9,7 +9,6 @@ use clap::{Args, Parser, Subcommand};
 use crosstab_contract::{validate_value, ApiError};
 use crosstab_engine::store::SurveyStore;
 use crosstab_engine::{import, ImportError, LoadError};
-use tracing_subscriber::EnvFilter;
 
 use crate::accounts;
 use crate::db::{self, Database, DbError};
@@ -264,31 +263,21 @@ fn parse_since(text: &str) -> Result<i64, CliError> {
         })
 }
 
-fn init_logging(default: &str) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .try_init();
-}
-
 /// Runs the command line; the process's exit code.
 pub fn run() -> ExitCode {
     let cli = Cli::parse();
     let serving = matches!(cli.command, Command::Serve { .. });
-    init_logging(if serving { "info,sqlx=warn" } else { "warn" });
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
+    let logging = crate::logging::init(if serving { "info,sqlx=warn" } else { "warn" });
+    let result = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
     {
-        Ok(runtime) => runtime,
-        Err(error) => {
-            eprintln!("error: {error}");
-            return ExitCode::FAILURE;
-        }
+        Ok(runtime) => runtime.block_on(execute(cli.command)),
+        Err(error) => Err(CliError::from(error)),
     };
-    match runtime.block_on(execute(cli.command)) {
+    // Every log line is out before the last word.
+    drop(logging);
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("error: {error}");

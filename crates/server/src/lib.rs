@@ -18,6 +18,7 @@ pub mod db;
 pub mod grants;
 pub mod keys;
 pub mod ledger;
+pub mod logging;
 pub mod observe;
 pub mod serve;
 pub mod usage;

@@ -352,3 +352,97 @@ async fn whole_process_statuses_envelopes_headers_and_ledger() {
     let q: Value = serde_json::from_str(q.trim()).unwrap();
     assert_eq!(q["Results"], json!([result(8.0, 2, 0), result(10.0, 2, 0)]));
 }
+
+/// The access log, written by the server's log thread: one line per request with its
+/// request id and status, every line out by the time the process exits (the writer
+/// buffers, and its last line comes just before the exit), more than the 1 MiB after which a log file is flushed to disk, and never a
+/// key or a body.
+#[tokio::test]
+async fn access_log_has_every_request_once_and_never_a_key_or_body() {
+    const CLIENTS: usize = 16;
+    const PER_CLIENT: usize = 400;
+    let temp = tempfile::tempdir().unwrap();
+    let data = temp.path().join("data");
+    let small = write_small_survey(&temp.path().join("small"), "SMALL");
+    cli(&data, &["survey", "import", small.to_str().unwrap()]);
+    let key = create_key(&data, "acme", &["--grant", "SMALL"]);
+    let log = temp.path().join("server.log");
+    let server = Server::start_logging_to(&data, &[], &log);
+
+    let http = reqwest::Client::new();
+    let clients = (0..CLIENTS).map(|client| {
+        let (http, url, key) = (http.clone(), server.url("/v1/crosstab"), key.clone());
+        tokio::spawn(async move {
+            let mut seen = Vec::with_capacity(PER_CLIENT);
+            for i in 0..PER_CLIENT {
+                // Mostly billed calls; every 8th unauthenticated, every 8th invalid.
+                let (key, body) = match (client + i) % 8 {
+                    0 => (
+                        "ctx_live_nope_nope".to_owned(),
+                        req("SMALL", None, "ALL", &["WOMEN"]),
+                    ),
+                    1 => (key.clone(), json!({ "SurveyCode": "SMALL" })),
+                    _ => (key.clone(), req("SMALL", None, "ALL", &["WOMEN"])),
+                };
+                let response = http
+                    .post(&url)
+                    .header(CONTENT_TYPE, "application/json")
+                    .header("Service-Engine-Authorizer", key)
+                    .body(body.to_string())
+                    .send()
+                    .await
+                    .unwrap();
+                let id = response.headers()["x-request-id"]
+                    .to_str()
+                    .unwrap()
+                    .to_owned();
+                seen.push((id, response.status().as_u16()));
+            }
+            seen
+        })
+    });
+    let mut sent = std::collections::HashMap::new();
+    for client in clients.collect::<Vec<_>>() {
+        sent.extend(client.await.unwrap());
+    }
+    assert_eq!(sent.len(), CLIENTS * PER_CLIENT, "request ids are unique");
+    server.stop();
+
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.len() > 1 << 20, "log of {} bytes", text.len());
+    // The last line, logged just before the process exits, is out too.
+    assert!(
+        text.trim_end()
+            .ends_with("stopped; every bill is committed"),
+        "log ends: {}",
+        &text[text.len().saturating_sub(300)..]
+    );
+    let field = |line: &str, name: &str| {
+        line.split_whitespace()
+            .find_map(|token| token.strip_prefix(name))
+            .map(str::to_owned)
+    };
+    let mut logged = std::collections::HashMap::new();
+    for line in text
+        .lines()
+        .filter(|line| line.contains("crosstab::access"))
+    {
+        let id = field(line, "request_id=").expect(line);
+        let status: u16 = field(line, "status=").expect(line).parse().unwrap();
+        assert!(logged.insert(id, status).is_none(), "logged twice: {line}");
+    }
+    assert_eq!(logged, sent, "one access line per request, with its status");
+    let oks = sent.values().filter(|&&status| status == 200).count();
+    let usage: Value = serde_json::from_str(&cli(&data, &["usage", "--format", "json"])).unwrap();
+    assert_eq!(
+        usage[0]["calls"].as_u64(),
+        Some(oks as u64),
+        "bills = logged 200s"
+    );
+    let secret = key.rsplit('_').next().unwrap();
+    assert!(!text.contains(secret), "the log shows a key");
+    assert!(
+        !text.contains("SurveyCode") && !text.contains("WOMEN"),
+        "the log shows a body"
+    );
+}

@@ -53,14 +53,24 @@ pub struct Server {
 
 impl Server {
     pub fn start(data_dir: &Path, extra: &[&str]) -> Server {
+        Server::spawn(data_dir, extra, "warn", Stdio::inherit())
+    }
+
+    /// Like [`Server::start`], logging at the default level (the access log) to `log`.
+    pub fn start_logging_to(data_dir: &Path, extra: &[&str], log: &Path) -> Server {
+        let log = std::fs::File::create(log).unwrap();
+        Server::spawn(data_dir, extra, "info", Stdio::from(log))
+    }
+
+    fn spawn(data_dir: &Path, extra: &[&str], log_level: &str, stderr: Stdio) -> Server {
         let mut child = Command::new(BIN)
             .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
             .arg(data_dir)
             .args(extra)
             .env_remove("CROSSTAB_DATABASE_URL")
-            .env("RUST_LOG", "warn")
+            .env("RUST_LOG", log_level)
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(stderr)
             .spawn()
             .unwrap();
         let stdout = child.stdout.take().unwrap();
