@@ -23,12 +23,21 @@ use crate::observe::{AccountName, RequestId};
 /// Surveys larger than this are queried on the blocking pool, off the async workers.
 const INLINE_QUERY_MAX_RESPONDENTS: usize = 1_000_000;
 
-/// The `/v1` routes (nested under `/v1` by [`crate::app::router`]).
+/// The `/v1` routes (nested under `/v1` by [`crate::app::router`]). Any other `/v1` path
+/// is a 404 of its own, never the app's page that answers unknown paths beside it.
 pub fn routes() -> Router<Arc<AppState>> {
-    Router::new().route("/docs", get(docs)).route(
-        "/crosstab",
-        axum::routing::post(crosstab).options(preflight),
-    )
+    Router::new()
+        .route("/docs", get(docs))
+        .route(
+            "/crosstab",
+            axum::routing::post(crosstab).options(preflight),
+        )
+        .fallback(not_found)
+}
+
+/// An unknown path under an API prefix (`/v1`, `/app`).
+pub async fn not_found() -> StatusCode {
+    StatusCode::NOT_FOUND
 }
 
 /// A JSON response with pre-serialized `body`.

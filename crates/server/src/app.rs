@@ -64,7 +64,10 @@ pub fn router(state: Arc<AppState>) -> Router {
 /// The whole HTTP surface: `/v1`, and the app (its `/app` backend and its files at `/`)
 /// when given.
 pub fn router_with(state: Arc<AppState>, app: Option<Router<Arc<AppState>>>) -> Router {
-    let mut router = Router::new().nest("/v1", api::routes());
+    // `/v1/` is outside the nest's match: without this, the app's page would answer it.
+    let mut router = Router::new()
+        .nest("/v1", api::routes())
+        .route("/v1/", axum::routing::any(api::not_found));
     if let Some(app) = app {
         router = router.merge(app);
     }

@@ -435,3 +435,62 @@ async fn queries_through_this_servers_own_api_are_billed_and_reported_as_usage()
     assert_eq!(usage[0]["calls"], 1);
     assert!(usage[0]["day"].as_str().unwrap().len() == 10);
 }
+
+/// The app's page answers the app's own routes (client-side paths), never a mistyped API
+/// path: those are 404 (405 for a known path with the wrong method), not a 200 page.
+#[tokio::test]
+async fn api_paths_never_fall_back_to_the_app_page() {
+    let fx = Fixture::new().await;
+    let webapp = Arc::new(WebApp::new(Arc::clone(&fx.state), None, false));
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("index.html"),
+        "<!doctype html><title>app</title>",
+    )
+    .unwrap();
+    let router = app::router_with(
+        Arc::clone(&fx.state),
+        Some(webapp::routes(webapp, dir.path())),
+    );
+    let status = |method: &str, path: &str| {
+        let request = Request::builder()
+            .method(method)
+            .uri(path)
+            .body(Body::empty())
+            .unwrap();
+        let router = router.clone();
+        async move {
+            let response = router.oneshot(request).await.unwrap();
+            let html = response
+                .headers()
+                .get("content-type")
+                .is_some_and(|v| v.to_str().unwrap().starts_with("text/html"));
+            (response.status(), html)
+        }
+    };
+    assert_eq!(
+        status("GET", "/queries/recent").await,
+        (StatusCode::OK, true)
+    );
+    assert_eq!(status("GET", "/").await, (StatusCode::OK, true));
+    for path in [
+        "/v1/doc",
+        "/v1/docs/",
+        "/v1",
+        "/v1/",
+        "/app/api/nope",
+        "/app/nope",
+        "/app/",
+    ] {
+        assert_eq!(
+            status("GET", path).await,
+            (StatusCode::NOT_FOUND, false),
+            "{path}"
+        );
+    }
+    assert_eq!(
+        status("GET", "/v1/crosstab").await.0,
+        StatusCode::METHOD_NOT_ALLOWED
+    );
+    assert_eq!(status("GET", "/v1/docs").await.0, StatusCode::OK);
+}

@@ -163,6 +163,7 @@ pub fn routes(webapp: Arc<WebApp>, app_dir: &Path) -> Router<Arc<AppState>> {
         .route("/api/keys", get(list_keys).post(create_key))
         .route("/api/keys/{id}", delete(revoke_key))
         .route("/api/usage", get(usage))
+        .fallback(crate::api::not_found)
         .layer(axum::middleware::from_fn_with_state(
             Arc::clone(&webapp),
             guard,
@@ -170,7 +171,10 @@ pub fn routes(webapp: Arc<WebApp>, app_dir: &Path) -> Router<Arc<AppState>> {
         .with_state(webapp);
     let index = app_dir.join("index.html");
     let files = ServeDir::new(app_dir).fallback(ServeFile::new(index));
-    Router::new().nest("/app", api).fallback_service(files)
+    Router::new()
+        .nest("/app", api)
+        .route("/app/", axum::routing::any(crate::api::not_found))
+        .fallback_service(files)
 }
 
 /// CORS (credentialed, allowed origins only), preflights, and the CSRF origin check.
