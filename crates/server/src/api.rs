@@ -102,11 +102,11 @@ async fn crosstab(
         unread(body, &parts.headers, response).await
     } else {
         match read_body(body, &parts.headers).await {
-            Some(bytes) => match answer(&state, &principal, bytes, &request_id).await {
+            Ok(bytes) => match answer(&state, &principal, bytes, &request_id).await {
                 Ok(body) => json(StatusCode::OK, body),
                 Err(error) => error_response(&error),
             },
-            None => closing(error_response(&ApiError::PayloadTooLarge)),
+            Err(error) => closing(error_response(&error.into())),
         }
     };
     response
@@ -115,25 +115,58 @@ async fn crosstab(
     response
 }
 
-/// The body, unless it is declared or turns out to be over 64 KiB.
-async fn read_body(body: Body, headers: &HeaderMap) -> Option<Bytes> {
+/// Why a request body was not read whole.
+#[derive(Debug)]
+enum BodyError {
+    /// Declared or found to be over 64 KiB.
+    TooLarge,
+    /// The stream broke off or was malformed before its end.
+    Unreadable,
+}
+
+impl From<BodyError> for ApiError {
+    fn from(error: BodyError) -> ApiError {
+        match error {
+            BodyError::TooLarge => ApiError::PayloadTooLarge,
+            BodyError::Unreadable => ApiError::InvalidRequest {
+                field: None,
+                message: "The request body could not be read to its end.".to_owned(),
+                hint: Some("Send the whole JSON body, with a correct Content-Length.".to_owned()),
+            },
+        }
+    }
+}
+
+/// The body, unless it is over 64 KiB (declared or as read) or breaks off.
+async fn read_body(body: Body, headers: &HeaderMap) -> Result<Bytes, BodyError> {
     let declared = headers
         .get(CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|len| len > MAX_BODY_BYTES as u64) {
-        return None;
+        return Err(BodyError::TooLarge);
     }
-    axum::body::to_bytes(body, MAX_BODY_BYTES).await.ok()
+    axum::body::to_bytes(body, MAX_BODY_BYTES)
+        .await
+        .map_err(|error| {
+            let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&error);
+            while let Some(error) = cause {
+                if error.is::<http_body_util::LengthLimitError>() {
+                    return BodyError::TooLarge;
+                }
+                cause = error.source();
+            }
+            BodyError::Unreadable
+        })
 }
 
 /// `response` to a request whose body was not needed: the body is read and dropped (up to
-/// 64 KiB) so the connection can carry the client's next request; a larger one is left
-/// unread and the connection closed, saying so, so the client does not reuse it.
+/// 64 KiB) so the connection can carry the client's next request; a larger or broken one
+/// is left unread and the connection closed, saying so, so the client does not reuse it.
 async fn unread(body: Body, headers: &HeaderMap, response: Response) -> Response {
     match read_body(body, headers).await {
-        Some(_) => response,
-        None => closing(response),
+        Ok(_) => response,
+        Err(_) => closing(response),
     }
 }
 

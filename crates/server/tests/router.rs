@@ -152,6 +152,17 @@ async fn media_type_size_and_validation_in_order() {
     let stream = Body::from_stream(futures_stream(chunks));
     let (response, _) = fx.send(with_type(Some("application/json"), stream)).await;
     assert_eq!(response.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    // A body that breaks off (the client's stream failed) is a 400 that closes the
+    // connection, not a 413: its size was never the problem.
+    let chunks = vec![
+        Ok(b"{\"SurveyCode\":".to_vec()),
+        Err(std::io::Error::other("connection reset")),
+    ];
+    let stream = Body::from_stream(futures_stream(chunks));
+    let (response, body) = fx.send(with_type(Some("application/json"), stream)).await;
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(code(&body), "invalid_request");
+    assert_eq!(response.headers()["connection"], "close");
     // Exactly 64 KiB is read (and here fails validation: padding around a bad body).
     let mut exact = b"[1]".to_vec();
     exact.resize(64 * 1024, b' ');
