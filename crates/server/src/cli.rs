@@ -233,7 +233,12 @@ pub enum CliError {
 /// Parses `30d`, `12h`, `15m`, `45s`.
 fn parse_lifetime(text: &str) -> Result<Duration, String> {
     let error = || format!("invalid lifetime '{text}': use a number and d, h, m or s, e.g. 30d");
-    let split = text.len().checked_sub(1).ok_or_else(error)?;
+    // The unit is the last character (not byte: `5é` is an error, not a panic).
+    let split = text
+        .char_indices()
+        .last()
+        .map(|(at, _)| at)
+        .ok_or_else(error)?;
     let (number, unit) = text.split_at(split);
     let number: u64 = number.parse().map_err(|_| error())?;
     let seconds = match unit {
@@ -531,4 +536,34 @@ fn query(
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lifetimes_parse_or_say_why_never_panic() {
+        assert_eq!(parse_lifetime("30d"), Ok(Duration::from_secs(30 * 86_400)));
+        assert_eq!(parse_lifetime("12h"), Ok(Duration::from_secs(12 * 3_600)));
+        assert_eq!(parse_lifetime("15m"), Ok(Duration::from_secs(900)));
+        assert_eq!(parse_lifetime("0s"), Ok(Duration::ZERO));
+        for bad in [
+            "",
+            "d",
+            "30",
+            "30x",
+            "-1d",
+            "5é",
+            "é",
+            "1.5d",
+            "99999999999999999999d",
+        ] {
+            assert!(parse_lifetime(bad).is_err(), "{bad}");
+        }
+        assert!(
+            parse_lifetime("213503982334602d").is_err(),
+            "overflows seconds"
+        );
+    }
 }
