@@ -71,15 +71,22 @@ impl SurveyStore {
             path: self.dir.display().to_string(),
             source,
         })?;
-        let mut codes: Vec<String> = entries
-            .filter_map(Result::ok)
-            .filter_map(|entry| {
-                let path = entry.path();
-                (path.extension()? == EXTENSION)
-                    .then(|| path.file_stem()?.to_str().map(str::to_owned))
-                    .flatten()
-            })
-            .collect();
+        let mut codes = Vec::new();
+        for entry in entries {
+            // An entry that can't be read fails the listing: skipping it would read as
+            // that survey having been removed.
+            let path = entry
+                .map_err(|source| ImportError::Io {
+                    path: self.dir.display().to_string(),
+                    source,
+                })?
+                .path();
+            if path.extension().is_some_and(|ext| ext == EXTENSION) {
+                if let Some(code) = path.file_stem().and_then(|stem| stem.to_str()) {
+                    codes.push(code.to_owned());
+                }
+            }
+        }
         codes.sort();
         Ok(codes)
     }
@@ -120,6 +127,8 @@ pub struct Refresh {
     pub removed: Vec<String>,
     /// Surveys that failed to load, with why (the old version, if any, stays served).
     pub failed: Vec<(String, String)>,
+    /// Why the store could not be listed, when it could not (then nothing changed).
+    pub unlisted: Option<String>,
 }
 
 /// The loaded surveys of a store. Readers get an `Arc<Survey>`: a replacement swaps the
@@ -167,10 +176,17 @@ impl Catalog {
             .collect()
     }
 
-    /// Loads new and replaced surveys and drops removed ones.
+    /// Loads new and replaced surveys and drops removed ones. A store that can't be
+    /// listed changes nothing (an I/O error is not every survey being removed).
     pub fn refresh(&self) -> Refresh {
         let mut report = Refresh::default();
-        let codes = self.store.codes().unwrap_or_default();
+        let codes = match self.store.codes() {
+            Ok(codes) => codes,
+            Err(error) => {
+                report.unlisted = Some(error.to_string());
+                return report;
+            }
+        };
         let current: BTreeMap<String, Stamp> = {
             let surveys = self
                 .surveys

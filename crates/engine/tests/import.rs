@@ -258,6 +258,20 @@ fn mmap_and_bytes_answer_alike_and_installs_replace_atomically() {
         "unchanged file is not reloaded"
     );
 
+    // A store that can't be listed (here: its directory replaced by a file) changes
+    // nothing: every survey stays served, and the refresh says why.
+    let surveys = dir.path().join("surveys");
+    let aside = dir.path().join("surveys.aside");
+    std::fs::rename(&surveys, &aside).unwrap();
+    std::fs::write(&surveys, b"not a directory").unwrap();
+    let refresh = catalog.refresh();
+    assert!(refresh.unlisted.is_some(), "{refresh:?}");
+    assert!(refresh.removed.is_empty() && refresh.loaded.is_empty());
+    assert_eq!(catalog.get("T").unwrap().weights()[0], 100.0);
+    std::fs::remove_file(&surveys).unwrap();
+    std::fs::rename(&aside, &surveys).unwrap();
+    assert_eq!(catalog.refresh(), Default::default(), "back as it was");
+
     std::fs::remove_file(store.path_of("T")).unwrap();
     assert_eq!(catalog.refresh().removed, vec!["T".to_owned()]);
     assert!(catalog.get("T").is_none());

@@ -114,6 +114,9 @@ fn log_refresh(refresh: &Refresh) {
     for code in &refresh.removed {
         tracing::info!(survey = %code, "survey removed");
     }
+    if let Some(reason) = &refresh.unlisted {
+        tracing::warn!(%reason, "surveys not listed; every loaded survey stays served");
+    }
     for (code, reason) in &refresh.failed {
         tracing::warn!(survey = %code, %reason, "survey failed to load; any older version stays served");
     }
