@@ -84,7 +84,8 @@ fn signal_key_change(db: &Database) {
         chrono::Utc::now().timestamp_nanos_opt().unwrap_or(0)
     );
     if let Err(error) = std::fs::write(&temp, stamp).and_then(|()| std::fs::rename(&temp, &path)) {
-        tracing::warn!(%error, "could not signal a key change; servers notice within a second");
+        // The revision bumped with the change is the backstop (`Authenticator::follow_revision`).
+        tracing::warn!(%error, "could not signal a key change; running servers notice within a second");
     }
 }
 

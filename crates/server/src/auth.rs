@@ -6,7 +6,8 @@
 //! (the CLI) made the change. Every change to keys or grants bumps a revision in the
 //! database; with SQLite it also replaces a signal file beside the database, which is
 //! checked with one `stat` per request; with PostgreSQL the revision is read per request.
-//! Whenever the signal changes, the whole cache is dropped.
+//! Whenever the signal changes, the whole cache is dropped. Should the signal file not
+//! be written, the revision, read every second as well, still drops it within a second.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -65,6 +66,8 @@ pub struct Authenticator {
     db: Database,
     signal_file: Option<PathBuf>,
     seen: Mutex<Option<Signal>>,
+    /// The key revision at the last [`Authenticator::follow_revision`].
+    seen_revision: Mutex<Option<i64>>,
     generation: AtomicU64,
     cache: RwLock<HashMap<String, Arc<Cached>>>,
 }
@@ -76,6 +79,7 @@ impl Authenticator {
             signal_file: db.key_signal_file(),
             db,
             seen: Mutex::new(None),
+            seen_revision: Mutex::new(None),
             generation: AtomicU64::new(0),
             cache: RwLock::new(HashMap::new()),
         }
@@ -99,12 +103,30 @@ impl Authenticator {
         let signal = self.current_signal().await?;
         let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
         if seen.as_ref() != Some(&signal) {
-            let mut cache = self.cache.write().unwrap_or_else(|p| p.into_inner());
-            cache.clear();
-            self.generation.fetch_add(1, Ordering::SeqCst);
+            self.forget_all();
             *seen = Some(signal);
         }
         Ok(())
+    }
+
+    /// The backstop to the signal file, which the server runs every second: drops every
+    /// cached key if the database's key revision moved since the last call (a change
+    /// whose signal file could not be written still bumped the revision).
+    pub async fn follow_revision(&self) -> Result<(), DbError> {
+        let revision = accounts::key_revision(&self.db).await?;
+        let mut seen = self.seen_revision.lock().unwrap_or_else(|p| p.into_inner());
+        if *seen != Some(revision) {
+            // The first call too: a key cached before it may predate a change.
+            self.forget_all();
+            *seen = Some(revision);
+        }
+        Ok(())
+    }
+
+    fn forget_all(&self) {
+        let mut cache = self.cache.write().unwrap_or_else(|p| p.into_inner());
+        cache.clear();
+        self.generation.fetch_add(1, Ordering::SeqCst);
     }
 
     async fn lookup(&self, key_id: &str) -> Result<Option<Arc<Cached>>, DbError> {

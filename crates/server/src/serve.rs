@@ -165,7 +165,10 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
         upstream,
         !address.ip().is_loopback(),
     ));
-    let router = app::router_with(state, Some(webapp::routes(webapp, &options.app_dir)));
+    let router = app::router_with(
+        Arc::clone(&state),
+        Some(webapp::routes(webapp, &options.app_dir)),
+    );
     // Once listening, compare the upstream's contract with ours (it may be this server).
     let contract_check = tokio::spawn(async move {
         let Some(upstream) = checker else { return };
@@ -195,6 +198,9 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
             if let Ok(refresh) = tokio::task::spawn_blocking(move || catalog.refresh()).await {
                 log_refresh(&refresh);
             }
+            if let Err(error) = state.auth.follow_revision().await {
+                tracing::warn!(%error, "key revision not read");
+            }
         }
     });
 
@@ -206,6 +212,8 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
         .with_graceful_shutdown(shutdown_signal())
         .await;
     follower.abort();
+    // Wait until it is dropped: it holds the state, and with it a ledger handle.
+    let _ = follower.await;
     contract_check.abort();
     // The router (and with it every ledger handle) is gone: the writer drains and stops.
     writer.finish().await;

@@ -512,3 +512,36 @@ async fn a_ledger_that_cannot_be_written_answers_500_and_bills_nothing() {
     );
     assert_eq!(fx.bills().await, 2);
 }
+
+/// A key change whose signal file was never written (a writer that failed to replace it)
+/// is still seen: the server's once-a-second look at the key revision drops the cache.
+#[tokio::test]
+async fn a_key_change_without_its_signal_is_seen_through_the_revision() {
+    let fx = Fixture::new().await;
+    let body = request("VEC", None, "ALL", &["A"]);
+    fx.state.auth.follow_revision().await.unwrap();
+    assert_eq!(
+        fx.post(Some(&fx.whole), &body).await.0.status(),
+        StatusCode::OK
+    );
+    // What `accounts::revoke_key` writes, without its signal file.
+    let id = fx.whole.split('_').nth(2).unwrap();
+    sqlx::query("UPDATE api_keys SET revoked_at = 1 WHERE id = $1")
+        .bind(id)
+        .execute(fx.db.pool())
+        .await
+        .unwrap();
+    sqlx::query("UPDATE key_revision SET revision = revision + 1 WHERE id = 1")
+        .execute(fx.db.pool())
+        .await
+        .unwrap();
+    // The per-request check (the signal file) did not see it: the cached key still works.
+    assert_eq!(
+        fx.post(Some(&fx.whole), &body).await.0.status(),
+        StatusCode::OK
+    );
+    fx.state.auth.follow_revision().await.unwrap();
+    let (response, body) = fx.post(Some(&fx.whole), &body).await;
+    assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(code(&body), "unauthorized");
+}
