@@ -60,9 +60,20 @@ pub struct DataDir {
     data_dir: PathBuf,
 }
 
+/// The settings `serve` reads from the environment alone (flags name their own).
+const SERVE_ENVIRONMENT: &str = "\
+Environment:
+  CROSSTAB_APP_KEY                  The app backend's upstream API key (see --app-key-file)
+  CROSSTAB_SQLITE_SYNCHRONOUS       FULL (default): a bill is on disk, surviving a power cut,
+                                    before its 200; NORMAL: it survives a crash of the
+                                    process, not of the machine (faster commits)
+  CROSSTAB_RESPONSE_CACHE_ENTRIES   Whole answers kept per server (default 4096; 0: none)
+  RUST_LOG                          Log filter (default info,sqlx=warn)";
+
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Serve the /v1 API.
+    #[command(after_help = SERVE_ENVIRONMENT)]
     Serve {
         /// Address to listen on (port 0 picks a free port; the address is printed).
         #[arg(long, default_value = "127.0.0.1:8080")]

@@ -446,3 +446,37 @@ async fn access_log_has_every_request_once_and_never_a_key_or_body() {
         "the log shows a body"
     );
 }
+
+/// Every environment variable the server reads is in `crosstab serve --help`.
+#[test]
+fn serve_help_documents_every_environment_setting() {
+    let help = std::process::Command::new(BIN)
+        .args(["serve", "--help"])
+        .output()
+        .unwrap();
+    assert!(help.status.success());
+    let help = String::from_utf8(help.stdout).unwrap();
+    let mut sources = vec![std::path::PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/src"
+    ))];
+    let mut read = std::collections::BTreeSet::new();
+    while let Some(path) = sources.pop() {
+        if path.is_dir() {
+            sources.extend(std::fs::read_dir(&path).unwrap().map(|e| e.unwrap().path()));
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            let text = std::fs::read_to_string(&path).unwrap();
+            for (at, _) in text.match_indices("\"CROSSTAB_") {
+                let name: String = text[at + 1..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_uppercase() || *c == '_')
+                    .collect();
+                read.insert(name);
+            }
+        }
+    }
+    assert!(read.len() >= 6, "{read:?}");
+    for name in read {
+        assert!(help.contains(&name), "serve --help says nothing of {name}");
+    }
+}
