@@ -480,3 +480,77 @@ fn serve_help_documents_every_environment_setting() {
         assert!(help.contains(&name), "serve --help says nothing of {name}");
     }
 }
+
+/// SIGINT under load: requests in flight get their answers, the server exits cleanly, and
+/// the bills on disk are exactly the 200s the clients received.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigint_under_load_finishes_in_flight_requests_and_every_bill_is_on_disk() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    const CLIENTS: usize = 32;
+    let temp = tempfile::tempdir().unwrap();
+    let data = temp.path().join("data");
+    let small = write_small_survey(&temp.path().join("small"), "SMALL");
+    cli(&data, &["survey", "import", small.to_str().unwrap()]);
+    let key = create_key(&data, "acme", &["--grant", "SMALL"]);
+    let server = Server::start(&data, &[]);
+    let oks = Arc::new(AtomicUsize::new(0));
+    let clients: Vec<_> = (0..CLIENTS)
+        .map(|client| {
+            let (url, key, oks) = (server.url("/v1/crosstab"), key.clone(), Arc::clone(&oks));
+            tokio::spawn(async move {
+                let http = reqwest::Client::new();
+                let body = req(
+                    "SMALL",
+                    None,
+                    "ALL",
+                    &[if client % 2 == 0 {
+                        "WOMEN"
+                    } else {
+                        "AGE >= 50"
+                    }],
+                );
+                let mut other = Vec::new();
+                // Until the server is gone: then the connection is refused or closed.
+                while let Ok(response) = http
+                    .post(&url)
+                    .header(CONTENT_TYPE, "application/json")
+                    .header("Service-Engine-Authorizer", &key)
+                    .body(body.to_string())
+                    .send()
+                    .await
+                {
+                    match response.status() {
+                        StatusCode::OK if response.json::<Value>().await.is_ok() => {
+                            oks.fetch_add(1, Ordering::SeqCst);
+                        }
+                        status => other.push(status),
+                    }
+                }
+                other
+            })
+        })
+        .collect();
+    while oks.load(Ordering::SeqCst) < 500 {
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    let at_signal = oks.load(Ordering::SeqCst);
+    tokio::task::spawn_blocking(move || server.stop_with("INT"))
+        .await
+        .unwrap();
+    for client in clients {
+        let other = client.await.unwrap();
+        assert!(
+            other.is_empty(),
+            "only 200s, then a closed server: {other:?}"
+        );
+    }
+    let oks = oks.load(Ordering::SeqCst);
+    assert!(oks >= at_signal);
+    let usage: Value = serde_json::from_str(&cli(&data, &["usage", "--format", "json"])).unwrap();
+    assert_eq!(
+        usage[0]["calls"].as_u64(),
+        Some(oks as u64),
+        "bills = 200s received"
+    );
+}

@@ -94,9 +94,14 @@ impl Server {
     }
 
     /// SIGTERM, then wait for a clean exit.
-    pub fn stop(mut self) {
+    pub fn stop(self) {
+        self.stop_with("TERM");
+    }
+
+    /// `signal` (`TERM`, `INT`), then wait for a clean exit.
+    pub fn stop_with(mut self, signal: &str) {
         let status = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
+            .args([&format!("-{signal}"), &self.child.id().to_string()])
             .status()
             .unwrap();
         assert!(status.success());
@@ -108,7 +113,7 @@ impl Server {
             std::thread::sleep(Duration::from_millis(50));
         }
         let _ = self.child.kill();
-        panic!("server did not stop within 10 s of SIGTERM");
+        panic!("server did not stop within 10 s of SIG{signal}");
     }
 }
 
