@@ -31,7 +31,8 @@ pub struct Store {
     /// Data directory: installed surveys, and the SQLite database unless --database is given.
     #[arg(long, env = "CROSSTAB_DATA_DIR", default_value = "./data")]
     data_dir: PathBuf,
-    /// Database URL (sqlite:PATH or postgres://...); default: SQLite in the data dir.
+    /// Database URL (sqlite:PATH, which must exist unless ?mode=rwc is added, or
+    /// postgres://...); default: SQLite in the data dir, created if missing.
     #[arg(long, env = "CROSSTAB_DATABASE_URL")]
     database: Option<String>,
 }

@@ -353,10 +353,11 @@ async fn whole_process_statuses_envelopes_headers_and_ledger() {
     assert_eq!(q["Results"], json!([result(8.0, 2, 0), result(10.0, 2, 0)]));
 }
 
-/// The access log, written by the server's log thread: one line per request with its
-/// request id and status, every line out by the time the process exits (the writer
-/// buffers, and its last line comes just before the exit), more than the 1 MiB after which a log file is flushed to disk, and never a
-/// key or a body.
+/// The log, written by the server's log thread: the start-up line (address, surveys,
+/// allowed origins); one access line per request with its request id and status; every
+/// line out by the time the process exits (the writer buffers, and its last line comes
+/// just before the exit); more than the 1 MiB after which a log file is flushed to disk;
+/// never a key or a body.
 #[tokio::test]
 async fn access_log_has_every_request_once_and_never_a_key_or_body() {
     const CLIENTS: usize = 16;
@@ -367,7 +368,8 @@ async fn access_log_has_every_request_once_and_never_a_key_or_body() {
     cli(&data, &["survey", "import", small.to_str().unwrap()]);
     let key = create_key(&data, "acme", &["--grant", "SMALL"]);
     let log = temp.path().join("server.log");
-    let server = Server::start_logging_to(&data, &[], &log);
+    let server = Server::start_logging_to(&data, &["--allowed-origin", ORIGIN], &log);
+    let address = server.addr.to_string();
 
     let http = reqwest::Client::new();
     let clients = (0..CLIENTS).map(|client| {
@@ -410,6 +412,13 @@ async fn access_log_has_every_request_once_and_never_a_key_or_body() {
 
     let text = std::fs::read_to_string(&log).unwrap();
     assert!(text.len() > 1 << 20, "log of {} bytes", text.len());
+    let started = text
+        .lines()
+        .find(|line| line.contains("crosstab serving /v1"))
+        .expect("a start-up line");
+    for part in [address.as_str(), "SMALL", ORIGIN] {
+        assert!(started.contains(part), "{part} missing from: {started}");
+    }
     // The last line, logged just before the process exits, is out too.
     assert!(
         text.trim_end()
@@ -553,4 +562,99 @@ async fn sigint_under_load_finishes_in_flight_requests_and_every_bill_is_on_disk
         Some(oks as u64),
         "bills = 200s received"
     );
+}
+
+/// `serve --demo` on a fresh data dir is usable at once (and again on the next start);
+/// `query --group --repeat`; `key list --account`; `--database` and
+/// `CROSSTAB_DATABASE_URL` in place of the data dir's SQLite file.
+#[tokio::test]
+async fn demo_server_and_the_smaller_commands() {
+    let temp = tempfile::tempdir().unwrap();
+    let data = temp.path().join("data");
+    let http = reqwest::Client::new();
+    let demo_body =
+        json!({"SurveyCode": "DEMO", "PopulationBaseCode": "ADULTS", "TargetCodes": ["F2554"]});
+    let mut keys = Vec::new();
+    for _start in 0..2 {
+        let server = Server::start(&data, &["--demo"]);
+        let key = server
+            .banner
+            .iter()
+            .find_map(|line| line.strip_prefix("demo key: "))
+            .expect("a demo key")
+            .to_owned();
+        assert!(server.banner.iter().any(|line| line == "demo user: demo"));
+        let response = http
+            .post(server.url("/v1/crosstab"))
+            .header(CONTENT_TYPE, "application/json")
+            .header("Service-Engine-Authorizer", &key)
+            .body(demo_body.to_string())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(body["ResultCode"], 0);
+        assert!(body["Results"][0]["Resps"].as_u64().unwrap() > 0);
+        server.stop();
+        keys.push(key);
+    }
+    assert_ne!(keys[0], keys[1], "each start shows a new key");
+    let list = cli(&data, &["survey", "list"]);
+    assert_eq!(list.matches("DEMO").count(), 1, "generated once: {list}");
+
+    // query: a group filters, and --repeat reports timings on stderr, the answer once.
+    let small = write_small_survey(&temp.path().join("small"), "SMALL");
+    cli(&data, &["survey", "import", small.to_str().unwrap()]);
+    let args = [
+        "query", "--survey", "SMALL", "--base", "ALL", "--target", "WOMEN",
+    ];
+    let mut with_group = args.to_vec();
+    with_group.extend(["--group", "E", "--repeat", "5"]);
+    let output = cli_output(&data, &with_group);
+    assert!(output.status.success());
+    let answer: Value = serde_json::from_slice(&output.stdout).unwrap();
+    // Group E: r1-r3; women r2 (200) and r3 (300) in units of 100.
+    assert_eq!(answer["Results"], json!([result(5.0, 2, 0)]));
+    let timings = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        timings.contains("min") && timings.contains("median") && timings.contains('5'),
+        "{timings}"
+    );
+    let all: Value = serde_json::from_str(&cli(&data, &args)).unwrap();
+    assert_eq!(all["Results"], json!([result(10.0, 3, 0)]), "r2, r3, r5");
+
+    // key list --account shows that account's keys only.
+    let east = create_key(&data, "east", &["--grant", "SMALL:E"]);
+    let listed = cli(&data, &["key", "list", "--account", "east"]);
+    assert!(listed.contains(key_id(&east)), "{listed}");
+    assert!(!listed.contains(key_id(&keys[0])), "{listed}");
+
+    // Another database, by flag or environment: its keys are its own.
+    let elsewhere = format!(
+        "sqlite:{}?mode=rwc",
+        temp.path().join("elsewhere.db").display()
+    );
+    let other = create_key(
+        &data,
+        "far",
+        &["--grant", "SMALL", "--database", elsewhere.as_str()],
+    );
+    let by_flag = cli(&data, &["key", "list", "--database", elsewhere.as_str()]);
+    assert!(
+        by_flag.contains(key_id(&other)) && !by_flag.contains(key_id(&east)),
+        "{by_flag}"
+    );
+    let by_env = std::process::Command::new(BIN)
+        .args(["key", "list", "--data-dir"])
+        .arg(&data)
+        .env("CROSSTAB_DATABASE_URL", &elsewhere)
+        .output()
+        .unwrap();
+    let by_env = String::from_utf8(by_env.stdout).unwrap();
+    assert!(
+        by_env.contains(key_id(&other)) && !by_env.contains(key_id(&east)),
+        "{by_env}"
+    );
+    assert!(!cli(&data, &["key", "list"]).contains(key_id(&other)));
 }

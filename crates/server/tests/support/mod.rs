@@ -49,6 +49,8 @@ pub fn key_id(key: &str) -> &str {
 pub struct Server {
     child: Child,
     pub addr: SocketAddr,
+    /// What it printed on stdout before it listened (`--demo`'s key and user).
+    pub banner: Vec<String>,
 }
 
 impl Server {
@@ -75,6 +77,7 @@ impl Server {
             .unwrap();
         let stdout = child.stdout.take().unwrap();
         let mut lines = BufReader::new(stdout).lines();
+        let mut banner = Vec::new();
         let addr = loop {
             let line = lines
                 .next()
@@ -83,10 +86,15 @@ impl Server {
             if let Some(rest) = line.strip_prefix("crosstab listening on http://") {
                 break rest.trim().parse().unwrap();
             }
+            banner.push(line);
         };
         // Keep draining stdout so the server never blocks on a full pipe.
         std::thread::spawn(move || for _ in lines {});
-        Server { child, addr }
+        Server {
+            child,
+            addr,
+            banner,
+        }
     }
 
     pub fn url(&self, path: &str) -> String {
