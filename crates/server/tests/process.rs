@@ -131,13 +131,38 @@ async fn whole_process_statuses_envelopes_headers_and_ledger() {
         preflight.headers()["access-control-allow-methods"],
         "POST, OPTIONS"
     );
+    let allowed_headers = preflight.headers()["access-control-allow-headers"]
+        .to_str()
+        .unwrap()
+        .to_ascii_lowercase();
+    assert!(
+        allowed_headers.contains("content-type")
+            && allowed_headers.contains("service-engine-authorizer"),
+        "{allowed_headers}"
+    );
+    assert!(preflight.headers()["access-control-max-age"]
+        .to_str()
+        .unwrap()
+        .parse::<u64>()
+        .is_ok());
+    assert!(preflight.headers()["vary"]
+        .to_str()
+        .unwrap()
+        .to_ascii_lowercase()
+        .contains("origin"));
     let denied = http
         .request(reqwest::Method::OPTIONS, server.url("/v1/crosstab"))
         .header("origin", "http://evil.test")
         .send()
         .await
         .unwrap();
-    assert!(!denied.headers().contains_key("access-control-allow-origin"));
+    for header in [
+        "access-control-allow-origin",
+        "access-control-allow-methods",
+        "access-control-allow-headers",
+    ] {
+        assert!(!denied.headers().contains_key(header), "{header}");
+    }
 
     // 200s with hand-computed figures (units of 100).
     let (s, b) = c
@@ -169,16 +194,20 @@ async fn whole_process_statuses_envelopes_headers_and_ledger() {
         (s, &b["Results"]),
         (StatusCode::OK, &json!([result(5.0, 2, 0)]))
     );
-    let (s, b) = c
-        .query(
+    let (s, h, b) = c
+        .send(
             Some(&east),
-            req("SMALL", Some("E"), "OVER35", &["AGE >= 40 AND GENDER = 2"]),
+            "application/json",
+            req("SMALL", Some("E"), "OVER35", &["AGE >= 40 AND GENDER = 2"])
+                .to_string()
+                .into_bytes(),
         )
         .await;
     assert_eq!(
         (s, &b["Results"]),
         (StatusCode::OK, &json!([result(3.0, 1, 1)]))
     );
+    let east_request_id = h["x-request-id"].to_str().unwrap().to_owned();
     let (s, b) = c
         .query(
             Some(&whole),
@@ -294,6 +323,29 @@ async fn whole_process_statuses_envelopes_headers_and_ledger() {
 
     // Stop, then every 200 is a bill on disk, and nothing else is.
     server.stop();
+    // A bill holds what was billed: the key, the survey, group, base, number of targets
+    // and the request id of the 200 it paid for.
+    let db = crosstab_server::db::Database::connect(&crosstab_server::db::default_url(&data))
+        .await
+        .unwrap();
+    let row = sqlx::query(
+        "SELECT a.name, l.key_id, l.survey, l.grp, l.base, l.targets, l.at \
+         FROM ledger l JOIN accounts a ON a.id = l.account_id WHERE l.request_id = $1",
+    )
+    .bind(&east_request_id)
+    .fetch_one(db.pool())
+    .await
+    .unwrap();
+    use sqlx::Row;
+    assert_eq!(row.get::<String, _>(0), "east");
+    assert_eq!(row.get::<String, _>(1), key_id(&east));
+    assert_eq!(row.get::<String, _>(2), "SMALL");
+    assert_eq!(row.get::<Option<String>, _>(3).as_deref(), Some("E"));
+    assert_eq!(row.get::<String, _>(4), "OVER35");
+    assert_eq!(row.get::<i64, _>(5), 1);
+    let age_ms = crosstab_server::db::now_ms() - row.get::<i64, _>(6);
+    assert!((0..600_000).contains(&age_ms), "billed {age_ms} ms ago");
+    db.close().await;
     let usage: Value = serde_json::from_str(&cli(&data, &["usage", "--format", "json"])).unwrap();
     let calls: i64 = usage
         .as_array()
