@@ -187,7 +187,9 @@ enum KeyCommand {
         /// The account the key belongs to.
         #[arg(long)]
         account: String,
-        /// SURVEY (the whole survey) or SURVEY:GROUP[,GROUP...]; repeatable.
+        /// SURVEY (the whole survey) or SURVEY:GROUP[,GROUP...]; repeatable. Grants belong
+        /// to the account (the contract's entitlement): they add to what it already has,
+        /// for every one of its keys.
         #[arg(long = "grant", value_name = "SURVEY[:GROUPS]")]
         grants: Vec<GrantSpec>,
         /// Lifetime, e.g. 30d, 12h, 15m, 45s (default: no expiry).
