@@ -286,7 +286,12 @@ fn parse_since(text: &str) -> Result<i64, CliError> {
 pub fn run() -> ExitCode {
     let cli = Cli::parse();
     let serving = matches!(cli.command, Command::Serve { .. });
-    let logging = crate::logging::init(if serving { "info,sqlx=warn" } else { "warn" });
+    // sqlx's slow-statement warnings are for operators of a server, not for a long report.
+    let logging = crate::logging::init(if serving {
+        "info,sqlx=warn"
+    } else {
+        "warn,sqlx=error"
+    });
     let result = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -11,6 +11,8 @@ pub struct UsageRow {
     pub account: String,
     /// The key.
     pub key_id: String,
+    /// The key's environment (`live` or `test`): test traffic reads apart from real.
+    pub env: String,
     /// The survey.
     pub survey: String,
     /// Billed calls.
@@ -44,25 +46,36 @@ pub async fn report(
     account: Option<&str>,
     since_ms: i64,
 ) -> Result<Vec<UsageRow>, DbError> {
-    let rows = sqlx::query(
-        "SELECT a.name, l.key_id, l.survey, COUNT(*), MIN(l.at), MAX(l.at) \
-         FROM ledger l JOIN accounts a ON a.id = l.account_id \
-         WHERE ($1 IS NULL OR a.name = $1) AND l.at >= $2 \
-         GROUP BY a.name, l.key_id, l.survey ORDER BY a.name, l.key_id, l.survey",
-    )
-    .bind(account)
-    .bind(since_ms)
-    .fetch_all(db.pool())
-    .await?;
+    // Bills are grouped first and named after (accounts and keys are looked up once per
+    // line, not per bill); a named account is one range of the (account_id, at) index.
+    let bills = match account {
+        Some(_) => "at >= $1 AND account_id = (SELECT id FROM accounts WHERE name = $2)",
+        None => "at >= $1",
+    };
+    let sql = format!(
+        "SELECT a.name, g.key_id, COALESCE(k.env, ''), g.survey, g.calls, g.first_at, g.last_at \
+         FROM (SELECT account_id, key_id, survey, COUNT(*) AS calls, \
+                      MIN(at) AS first_at, MAX(at) AS last_at \
+               FROM ledger WHERE {bills} GROUP BY account_id, key_id, survey) g \
+         JOIN accounts a ON a.id = g.account_id \
+         LEFT JOIN api_keys k ON k.id = g.key_id \
+         ORDER BY a.name, g.key_id, g.survey"
+    );
+    let mut query = sqlx::query(&sql).bind(since_ms);
+    if let Some(account) = account {
+        query = query.bind(account);
+    }
+    let rows = query.fetch_all(db.pool()).await?;
     rows.iter()
         .map(|row| {
             Ok(UsageRow {
                 account: row.try_get(0)?,
                 key_id: row.try_get(1)?,
-                survey: row.try_get(2)?,
-                calls: row.try_get(3)?,
-                first: rfc3339(row.try_get(4)?),
-                last: rfc3339(row.try_get(5)?),
+                env: row.try_get(2)?,
+                survey: row.try_get(3)?,
+                calls: row.try_get(4)?,
+                first: rfc3339(row.try_get(5)?),
+                last: rfc3339(row.try_get(6)?),
             })
         })
         .collect()
@@ -78,11 +91,14 @@ fn csv_field(text: &str) -> String {
 
 /// The report as text in `format`.
 pub fn render(rows: &[UsageRow], format: Format) -> String {
-    const HEADER: [&str; 6] = ["account", "key_id", "survey", "calls", "first", "last"];
+    const HEADER: [&str; 7] = [
+        "account", "key_id", "env", "survey", "calls", "first", "last",
+    ];
     let cells = |r: &UsageRow| {
         [
             r.account.clone(),
             r.key_id.clone(),
+            r.env.clone(),
             r.survey.clone(),
             r.calls.to_string(),
             r.first.clone(),
@@ -106,7 +122,7 @@ pub fn render(rows: &[UsageRow], format: Format) -> String {
             out
         }
         Format::Table => {
-            let body: Vec<[String; 6]> = rows.iter().map(cells).collect();
+            let body: Vec<[String; 7]> = rows.iter().map(cells).collect();
             let mut widths = HEADER.map(str::len);
             for line in &body {
                 for (width, cell) in widths.iter_mut().zip(line) {

@@ -69,6 +69,14 @@ async fn postgres_keys_grants_ledger_and_usage() {
     assert_eq!(ledger::count(&db).await.unwrap(), before + 2);
     let rows = usage::report(&db, Some(&account), 0).await.unwrap();
     assert_eq!(rows.iter().map(|r| r.calls).sum::<i64>(), 2);
+    let envs: Vec<(&str, &str)> = rows
+        .iter()
+        .map(|r| (r.key_id.as_str(), r.env.as_str()))
+        .collect();
+    assert_eq!(envs.len(), 2, "{envs:?}");
+    for (key, env) in [(&whole, "live"), (&north, "test")] {
+        assert!(envs.contains(&(key.split('_').nth(2).unwrap(), env)), "{envs:?}");
+    }
     let keys = accounts::list_keys(&db, Some(&account)).await.unwrap();
     assert_eq!(keys.len(), 2);
 }

@@ -362,6 +362,15 @@ async fn whole_process_statuses_envelopes_headers_and_ledger() {
         .map(|r| r["calls"].as_i64().unwrap())
         .sum();
     assert_eq!(east_calls, 2);
+    // Test keys' traffic reads apart from live keys'.
+    for row in usage.as_array().unwrap() {
+        let env = if row["account"] == "east" {
+            "test"
+        } else {
+            "live"
+        };
+        assert_eq!(row["env"], env, "{row}");
+    }
     let csv = cli(
         &data,
         &[
@@ -379,7 +388,11 @@ async fn whole_process_statuses_envelopes_headers_and_ledger() {
         .lines()
         .nth(1)
         .unwrap()
-        .starts_with(&format!("other,{},OTHER,1,", key_id(&other_only))));
+        .starts_with(&format!("other,{},live,OTHER,1,", key_id(&other_only))));
+    assert!(
+        csv.starts_with("account,key_id,env,survey,calls,first,last\n"),
+        "{csv}"
+    );
     let table = cli(&data, &["usage"]);
     assert!(
         table.contains(&format!("total billed calls: {}", c.oks)),
