@@ -75,7 +75,10 @@ async fn postgres_keys_grants_ledger_and_usage() {
         .collect();
     assert_eq!(envs.len(), 2, "{envs:?}");
     for (key, env) in [(&whole, "live"), (&north, "test")] {
-        assert!(envs.contains(&(key.split('_').nth(2).unwrap(), env)), "{envs:?}");
+        assert!(
+            envs.contains(&(key.split('_').nth(2).unwrap(), env)),
+            "{envs:?}"
+        );
     }
     let keys = accounts::list_keys(&db, Some(&account)).await.unwrap();
     assert_eq!(keys.len(), 2);
