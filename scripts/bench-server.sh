@@ -101,7 +101,8 @@ mix_non2xx="$(awk '/Non-2xx/ { print $NF }' "$work/mix.txt")"
 mix_total="$(awk '/requests in/ { print $1 }' "$work/mix.txt")"
 
 kill -TERM "$server_pid"; wait "$server_pid" || true; server_pid=""
-bills="$("$bin" usage --data-dir "$work/data" --format csv | awk -F, 'NR>1 { s+=$4 } END { print s+0 }')"
+bills="$("$bin" usage --data-dir "$work/data" --format csv \
+    | awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == "calls") c = i; next } { s += $c } END { print s + 0 }')"
 warmup_and_run_oks=$(( $(grep -c 'status=200 .*path=/v1/crosstab\|path=/v1/crosstab status=200' "$work/server.log" || true) ))
 # Requests whose client went away once their bill was written (wrk's cut-off): billed,
 # no 200 sent; the server logs each, so bills = 200s + these, exactly.
