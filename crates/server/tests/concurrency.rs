@@ -41,10 +41,7 @@ fn plan(i: usize, whole: &str, east: &str) -> (Option<String>, Value, StatusCode
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_clients_bills_equal_successes() {
     let temp = tempfile::tempdir().unwrap();
-    let data = temp.path().join("data");
-    let small = write_small_survey(&temp.path().join("small"), "SMALL");
-    cli(&data, &["survey", "import", small.to_str().unwrap()]);
-    let whole = create_key(&data, "acme", &["--grant", "SMALL"]);
+    let (data, whole) = small_data_dir(temp.path());
     let east = create_key(&data, "east", &["--grant", "SMALL:E"]);
     let server = Server::start(&data, &[]);
     let url = server.url("/v1/crosstab");

@@ -428,10 +428,7 @@ async fn access_log_has_every_request_once_and_never_a_key_or_body() {
     const CLIENTS: usize = 16;
     const PER_CLIENT: usize = 400;
     let temp = tempfile::tempdir().unwrap();
-    let data = temp.path().join("data");
-    let small = write_small_survey(&temp.path().join("small"), "SMALL");
-    cli(&data, &["survey", "import", small.to_str().unwrap()]);
-    let key = create_key(&data, "acme", &["--grant", "SMALL"]);
+    let (data, key) = small_data_dir(temp.path());
     let log = temp.path().join("server.log");
     let server = Server::start_logging_to(&data, &["--allowed-origin", ORIGIN], &log);
     let address = server.addr.to_string();
@@ -563,10 +560,7 @@ async fn sigint_under_load_finishes_in_flight_requests_and_every_bill_is_on_disk
     use std::sync::Arc;
     const CLIENTS: usize = 32;
     let temp = tempfile::tempdir().unwrap();
-    let data = temp.path().join("data");
-    let small = write_small_survey(&temp.path().join("small"), "SMALL");
-    cli(&data, &["survey", "import", small.to_str().unwrap()]);
-    let key = create_key(&data, "acme", &["--grant", "SMALL"]);
+    let (data, key) = small_data_dir(temp.path());
     let server = Server::start(&data, &[]);
     let oks = Arc::new(AtomicUsize::new(0));
     let clients: Vec<_> = (0..CLIENTS)

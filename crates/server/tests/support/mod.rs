@@ -132,6 +132,16 @@ impl Drop for Server {
     }
 }
 
+/// A data dir under `temp` with [`write_small_survey`] installed as `SMALL`, and a key for
+/// account `acme` to the whole of it: (the data dir, the key).
+pub fn small_data_dir(temp: &Path) -> (std::path::PathBuf, String) {
+    let data = temp.join("data");
+    let small = write_small_survey(&temp.join("small"), "SMALL");
+    cli(&data, &["survey", "import", small.to_str().unwrap()]);
+    let key = create_key(&data, "acme", &["--grant", "SMALL"]);
+    (data, key)
+}
+
 /// A six-respondent survey whose figures are checked by hand in the tests.
 ///
 /// | id | W   | REGION | GENDER | AGE |
