@@ -130,6 +130,9 @@ impl ResponseCache {
         if !self.enabled() || size > MAX_ENTRY_BYTES || size > self.max_bytes {
             return;
         }
+        // A request body is often a slice of the connection's whole read buffer (up to
+        // ~400 KiB): keep a copy of its own, or each entry would pin that buffer unseen.
+        let key = Bytes::copy_from_slice(&key);
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         let entry = Arc::new(entry);
         match inner.map.get_mut(&key) {
@@ -186,6 +189,23 @@ mod tests {
 
     fn entry(survey: &Arc<Survey>, body: &'static [u8]) -> Entry {
         Entry::new(survey, None, "ADULTS".into(), 1, Bytes::from_static(body))
+    }
+
+    #[test]
+    fn a_key_sliced_from_a_larger_buffer_is_kept_as_a_copy() {
+        let buffer = Bytes::from(vec![b'x'; 256 * 1024]);
+        let body = buffer.slice(1000..1100);
+        let cache = ResponseCache::new(8, 1 << 20);
+        cache.insert(body.clone(), entry(&survey(1), b"answer"));
+        let inner = cache.inner.lock().unwrap();
+        let (key, _) = inner.map.iter().next().unwrap();
+        let start = buffer.as_ptr() as usize;
+        let kept = key.as_ptr() as usize;
+        assert_eq!(key, &body);
+        assert!(
+            !(start..start + buffer.len()).contains(&kept),
+            "the cache key pins the request's read buffer"
+        );
     }
 
     #[test]
