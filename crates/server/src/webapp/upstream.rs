@@ -19,12 +19,22 @@ pub const MAX_RETRIES: u32 = 3;
 pub struct Unreachable(String);
 
 /// The `/v1` service the app forwards to.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Upstream {
     client: reqwest::Client,
     /// Base URL ending in `/v1`.
     base: String,
     key: String,
+}
+
+// By hand: the derived form would print the app's API key.
+impl std::fmt::Debug for Upstream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Upstream")
+            .field("base", &self.base)
+            .field("key", &"<hidden>")
+            .finish_non_exhaustive()
+    }
 }
 
 impl Upstream {
@@ -142,5 +152,15 @@ mod tests {
         changed["info"]["version"] = "2.0.0".into();
         changed["paths"]["/docs"]["get"]["operationId"] = "getDocs".into();
         assert_eq!(contract_differences(&changed).len(), 2);
+    }
+
+    #[test]
+    fn debug_output_never_shows_the_key() {
+        let upstream = Upstream::new("http://127.0.0.1:1/v1", "ctx_live_id_secretpart".into());
+        let shown = format!("{upstream:?}");
+        assert!(
+            shown.contains("127.0.0.1:1") && !shown.contains("secretpart"),
+            "{shown}"
+        );
     }
 }
