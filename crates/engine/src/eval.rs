@@ -256,7 +256,20 @@ impl Survey {
                 let (op, value) = (*op, *value);
                 self.leaf(var, move |v| op.holds(v, value))
             }
-            Expr::In { var, values } => self.leaf(var, |v| values.contains(&v)),
+            Expr::In { var, values } => {
+                // Sorted once, so each dictionary value is a binary search rather than a
+                // scan of the list (a variable may have millions of values). `+ 0.0` makes
+                // -0.0 equal 0.0, as `==` has it; NaN equals nothing, as with `==`.
+                let mut listed: Vec<f64> = values
+                    .iter()
+                    .filter(|v| !v.is_nan())
+                    .map(|v| v + 0.0)
+                    .collect();
+                listed.sort_by(f64::total_cmp);
+                self.leaf(var, move |v| {
+                    listed.binary_search_by(|x| x.total_cmp(&(v + 0.0))).is_ok()
+                })
+            }
             Expr::Between { var, low, high } => {
                 let (low, high) = (*low, *high);
                 self.leaf(var, move |v| low <= v && v <= high)

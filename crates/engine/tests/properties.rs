@@ -22,7 +22,8 @@ fn arb_rows() -> impl Strategy<Value = Vec<Row>> {
 
 fn arb_expr() -> impl Strategy<Value = Expr> {
     let var = proptest::sample::select(&VARS[..]).prop_map(str::to_owned);
-    let number = (-3i32..6).prop_map(f64::from);
+    // -0.0 too: it equals 0.0 in every comparison and list.
+    let number = prop_oneof![9 => (-3i32..6).prop_map(f64::from), 1 => Just(-0.0)];
     let op = prop_oneof![
         Just(CmpOp::Eq),
         Just(CmpOp::Ne),
