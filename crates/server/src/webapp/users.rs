@@ -80,6 +80,19 @@ fn verify_password(password: &str, stored: &str) -> bool {
         .unwrap_or(false)
 }
 
+/// Runs argon2 work on the blocking pool, at most one per core at a time: each one holds
+/// ~19 MiB and a core for tens of ms, so a flood of sign-ins (unknown names cost a decoy
+/// verification too) waits its turn instead of taking the memory and the blocking
+/// threads the rest of the server needs. `None` if the work could not run.
+async fn argon2<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+    static PERMITS: std::sync::OnceLock<tokio::sync::Semaphore> = std::sync::OnceLock::new();
+    let permits = PERMITS.get_or_init(|| {
+        tokio::sync::Semaphore::new(std::thread::available_parallelism().map_or(1, |n| n.get()))
+    });
+    let _permit = permits.acquire().await.ok()?;
+    tokio::task::spawn_blocking(work).await.ok()
+}
+
 /// Creates user `username` in `account` (creating the account if needed), or resets the
 /// password of an existing one. Hashing runs off the async workers.
 pub async fn create_or_reset(
@@ -99,9 +112,9 @@ pub async fn create_or_reset(
         ));
     }
     let owned = password.to_owned();
-    let hash = tokio::task::spawn_blocking(move || hash_password(&owned))
+    let hash = argon2(move || hash_password(&owned))
         .await
-        .map_err(|e| UserError::Hash(e.to_string()))??;
+        .ok_or_else(|| UserError::Hash("the hashing task failed".into()))??;
     let now = now_ms();
     let mut tx = db.pool().begin().await.map_err(DbError::from)?;
     let account_id = accounts::ensure_account(&mut tx, account, now).await?;
@@ -147,7 +160,7 @@ pub async fn sign_in(db: &Database, username: &str, password: &str) -> Result<Si
     let now = now_ms();
     let Some(row) = row else {
         let owned = password.to_owned();
-        let _ = tokio::task::spawn_blocking(move || verify_password(&owned, decoy_hash())).await;
+        let _ = argon2(move || verify_password(&owned, decoy_hash())).await;
         return Ok(SignIn::Rejected { failures: 0 });
     };
     let get = |e: sqlx::Error| UserError::Db(DbError::from(e));
@@ -161,7 +174,7 @@ pub async fn sign_in(db: &Database, username: &str, password: &str) -> Result<Si
         });
     }
     let owned = password.to_owned();
-    let matches = tokio::task::spawn_blocking(move || verify_password(&owned, &stored))
+    let matches = argon2(move || verify_password(&owned, &stored))
         .await
         .unwrap_or(false);
     if matches {
@@ -196,4 +209,36 @@ pub async fn sign_in(db: &Database, username: &str, password: &str) -> Result<Si
         },
         None => SignIn::Rejected { failures },
     })
+}
+
+#[cfg(test)]
+mod argon2_limit_tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn at_most_one_argon2_job_per_core_runs_at_once() {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let (running, most) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let jobs: Vec<_> = (0..cores * 4)
+            .map(|job| {
+                let (running, most) = (Arc::clone(&running), Arc::clone(&most));
+                tokio::spawn(super::argon2(move || {
+                    let now = running.fetch_add(1, Ordering::SeqCst) + 1;
+                    most.fetch_max(now, Ordering::SeqCst);
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                    running.fetch_sub(1, Ordering::SeqCst);
+                    job
+                }))
+            })
+            .collect();
+        for (job, handle) in jobs.into_iter().enumerate() {
+            assert_eq!(handle.await.ok().flatten(), Some(job));
+        }
+        let most = most.load(Ordering::SeqCst);
+        assert!(
+            most >= 1 && most <= cores,
+            "{most} at once on {cores} cores"
+        );
+    }
 }
