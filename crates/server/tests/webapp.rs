@@ -494,3 +494,46 @@ async fn api_paths_never_fall_back_to_the_app_page() {
     );
     assert_eq!(status("GET", "/v1/docs").await.0, StatusCode::OK);
 }
+
+/// The app creates keys up to a limit of usable ones per account (a revoked one frees a
+/// place); past it, 409 `too_many_keys`, and nothing is created.
+#[tokio::test]
+async fn the_app_stops_creating_keys_at_the_usable_limit() {
+    let app = app_with(None).await;
+    let ann = app.session("ann").await;
+    let usable = |listed: &Value| {
+        listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|k| k["revokedAt"].is_null())
+            .count()
+    };
+    let (_, listed) = app.get(&ann, "/app/api/keys").await;
+    let mut last = Value::Null;
+    for _ in usable(&listed)..webapp::MAX_USABLE_KEYS {
+        let (parts, created) = app
+            .post(&ann, "/app/api/keys", &json!({"env": "test"}))
+            .await;
+        assert_eq!(parts.status, StatusCode::OK);
+        last = created;
+    }
+    let (parts, body) = app
+        .post(&ann, "/app/api/keys", &json!({"env": "test"}))
+        .await;
+    assert_eq!(parts.status, StatusCode::CONFLICT);
+    assert_eq!(body["error"]["code"], "too_many_keys");
+    let (_, listed) = app.get(&ann, "/app/api/keys").await;
+    assert_eq!(usable(&listed), webapp::MAX_USABLE_KEYS, "nothing created");
+    let id = last["id"].as_str().unwrap();
+    let revoke = Request::delete(format!("/app/api/keys/{id}"))
+        .header("cookie", &ann)
+        .header("origin", ORIGIN)
+        .body(Body::empty())
+        .unwrap();
+    assert_eq!(app.send(revoke).await.0.status, StatusCode::NO_CONTENT);
+    let (parts, _) = app
+        .post(&ann, "/app/api/keys", &json!({"env": "live"}))
+        .await;
+    assert_eq!(parts.status, StatusCode::OK);
+}

@@ -92,7 +92,15 @@ pub enum AppError {
     /// The upstream could not be reached, even after retries.
     #[error("The query service could not be reached; try again shortly.")]
     Unreachable,
+    /// The account already holds as many usable keys as the app lets it create.
+    #[error("An account holds at most {MAX_USABLE_KEYS} usable keys: revoke one first.")]
+    TooManyKeys,
 }
+
+/// Usable (unrevoked, unexpired) keys an account may hold before the app creates no more:
+/// every new key is a write and drops every server's key cache, so a loop of creations
+/// must stop somewhere. Operators' `crosstab key create` is not limited.
+pub const MAX_USABLE_KEYS: usize = 20;
 
 impl From<DbError> for AppError {
     fn from(error: DbError) -> Self {
@@ -126,6 +134,7 @@ impl IntoResponse for AppError {
             AppError::BadRequest(_) => (StatusCode::BAD_REQUEST, "invalid_request"),
             AppError::NotConfigured => (StatusCode::SERVICE_UNAVAILABLE, "not_configured"),
             AppError::Unreachable => (StatusCode::BAD_GATEWAY, "upstream_unreachable"),
+            AppError::TooManyKeys => (StatusCode::CONFLICT, "too_many_keys"),
         };
         let message = self.to_string();
         let envelope = ErrorEnvelope {
@@ -497,6 +506,15 @@ async fn create_key(
         .expires_in_days
         .filter(|d| *d > 0)
         .map(|d| crate::db::now_ms() + i64::from(d) * 86_400_000);
+    let now = crate::db::now_ms();
+    let usable = accounts::list_keys(&app.core.db, Some(&user.account))
+        .await?
+        .iter()
+        .filter(|k| k.revoked_at.is_none() && k.expires_at.is_none_or(|at| at > now))
+        .count();
+    if usable >= MAX_USABLE_KEYS {
+        return Err(AppError::TooManyKeys);
+    }
     let key = accounts::create_key(&app.core.db, &user.account, &[], env, expires_at).await?;
     Ok(Json(json!({"id": key.id, "key": key.token})))
 }
