@@ -13,6 +13,7 @@ use axum::http::{Request, StatusCode};
 use axum::Router;
 use common::*;
 use crosstab_server::app;
+use crosstab_server::keys::KeyEnv;
 use crosstab_server::webapp::upstream::Upstream;
 use crosstab_server::webapp::{self, users, WebApp};
 use serde_json::{json, Value};
@@ -536,4 +537,49 @@ async fn the_app_stops_creating_keys_at_the_usable_limit() {
         .post(&ann, "/app/api/keys", &json!({"env": "live"}))
         .await;
     assert_eq!(parts.status, StatusCode::OK);
+}
+
+/// The app's own upstream key, when it belongs to a user's account (as with `--demo`),
+/// is not that user's to see or revoke.
+#[tokio::test]
+async fn the_apps_own_key_is_neither_listed_nor_revocable() {
+    let probe = app_with(None).await;
+    let own = key(&probe.fx.db, "acme", &[], KeyEnv::Test, None).await;
+    let own_id = own.split('_').nth(2).unwrap().to_owned();
+    let webapp = Arc::new(WebApp::new(
+        Arc::clone(&probe.fx.state),
+        Some(Upstream::new("http://127.0.0.1:1/v1", own.clone())),
+        false,
+    ));
+    let dir = probe.fx.dir.path().to_path_buf();
+    let app = App {
+        router: app::router_with(
+            Arc::clone(&probe.fx.state),
+            Some(webapp::routes(webapp, &dir)),
+        ),
+        fx: probe.fx,
+    };
+    let ann = app.session("ann").await;
+    let (_, listed) = app.get(&ann, "/app/api/keys").await;
+    let ids: Vec<&str> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k["id"].as_str().unwrap())
+        .collect();
+    assert!(
+        !ids.is_empty() && !ids.contains(&own_id.as_str()),
+        "{ids:?}"
+    );
+    let revoke = Request::delete(format!("/app/api/keys/{own_id}"))
+        .header("cookie", &ann)
+        .header("origin", ORIGIN)
+        .body(Body::empty())
+        .unwrap();
+    assert_eq!(app.send(revoke).await.0.status, StatusCode::NOT_FOUND);
+    let (parts, _) = app
+        .fx
+        .post(Some(&own), &request("VEC", None, "ALL", &["WOMEN"]))
+        .await;
+    assert_eq!(parts.status(), StatusCode::OK, "the app's key still works");
 }

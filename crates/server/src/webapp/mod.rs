@@ -60,6 +60,16 @@ impl WebApp {
             secure_cookies,
         }
     }
+
+    /// The keys of `user`'s account it may see and revoke: all but the app's own upstream
+    /// key (with `--demo` it belongs to the demo account, and revoking it would break
+    /// every query the app makes).
+    async fn user_keys(&self, user: &User) -> Result<Vec<accounts::KeyInfo>, DbError> {
+        let own = self.upstream.as_ref().and_then(upstream::Upstream::key_id);
+        let mut keys = accounts::list_keys(&self.core.db, Some(&user.account)).await?;
+        keys.retain(|key| Some(key.id.as_str()) != own);
+        Ok(keys)
+    }
 }
 
 /// A failed app-backend request, answered in the contract's envelope shape.
@@ -471,7 +481,7 @@ fn rfc3339(ms: Option<i64>) -> Value {
 
 async fn list_keys(State(app): State<Arc<WebApp>>, headers: HeaderMap) -> AppResult<Json<Value>> {
     let user = session_user(&app, &headers).await?;
-    let keys = accounts::list_keys(&app.core.db, Some(&user.account)).await?;
+    let keys = app.user_keys(&user).await?;
     Ok(Json(Value::Array(
         keys.into_iter()
             .map(|k| {
@@ -507,7 +517,8 @@ async fn create_key(
         .filter(|d| *d > 0)
         .map(|d| crate::db::now_ms() + i64::from(d) * 86_400_000);
     let now = crate::db::now_ms();
-    let usable = accounts::list_keys(&app.core.db, Some(&user.account))
+    let usable = app
+        .user_keys(&user)
         .await?
         .iter()
         .filter(|k| k.revoked_at.is_none() && k.expires_at.is_none_or(|at| at > now))
@@ -525,10 +536,7 @@ async fn revoke_key(
     headers: HeaderMap,
 ) -> AppResult<StatusCode> {
     let user = session_user(&app, &headers).await?;
-    let owned = accounts::list_keys(&app.core.db, Some(&user.account))
-        .await?
-        .iter()
-        .any(|k| k.id == id);
+    let owned = app.user_keys(&user).await?.iter().any(|k| k.id == id);
     if !owned {
         return Err(AppError::NotFound);
     }

@@ -51,6 +51,11 @@ impl Upstream {
         }
     }
 
+    /// The id of the app's own key (not the user's to see or revoke).
+    pub fn key_id(&self) -> Option<&str> {
+        crate::keys::parse(&self.key).map(|key| key.id)
+    }
+
     /// The base URL.
     pub fn base(&self) -> &str {
         &self.base
