@@ -41,50 +41,104 @@ pub(crate) enum LeafKey {
     Target(String),
 }
 
-/// Leaf sets computed once and kept while they fit a byte budget: repeated leaves
-/// (`GENDER = 2`, a popular flag) then cost no scan. Survey data never changes, so an
-/// entry never goes stale; past the budget, leaves are simply scanned each time.
+/// Leaf sets computed once and kept within a byte budget: repeated leaves (`GENDER = 2`, a
+/// popular flag) then cost no scan. Survey data never changes, so an entry never goes
+/// stale; when a new set does not fit, the least recently used ones make room, so a burst
+/// of one-off conditions cannot shut the popular ones out for good. The budget counts
+/// keys as well as sets (a listed key can be long).
 #[derive(Debug)]
 pub(crate) struct LeafCache {
     budget: usize,
-    inner: std::sync::Mutex<(
-        usize,
-        std::collections::HashMap<LeafKey, std::sync::Arc<Bitset>>,
-    )>,
+    /// Bytes of one set (every set spans all respondents).
+    set_bytes: usize,
+    inner: std::sync::Mutex<LeafEntries>,
+}
+
+#[derive(Debug, Default)]
+struct LeafEntries {
+    bytes: usize,
+    /// Ticks on every hit and insert: an entry's `used` says how recently.
+    clock: u64,
+    map: std::collections::HashMap<LeafKey, LeafEntry>,
+}
+
+#[derive(Debug)]
+struct LeafEntry {
+    set: std::sync::Arc<Bitset>,
+    bytes: usize,
+    used: u64,
+}
+
+impl LeafKey {
+    /// Bytes this key holds beyond its own size.
+    fn heap_bytes(&self) -> usize {
+        match self {
+            LeafKey::Range(..) => 0,
+            LeafKey::Listed(_, codes) => codes.len() * std::mem::size_of::<u32>(),
+            LeafKey::Target(text) => text.len(),
+        }
+    }
 }
 
 impl LeafCache {
-    /// A cache that holds at most `budget` bytes of sets.
-    pub(crate) fn new(budget: usize) -> Self {
+    /// A cache of sets over `respondents` that holds at most `budget` bytes of keys and
+    /// sets.
+    pub(crate) fn new(budget: usize, respondents: usize) -> Self {
         LeafCache {
             budget,
-            inner: std::sync::Mutex::new((0, std::collections::HashMap::new())),
+            set_bytes: respondents.div_ceil(64) * 8,
+            inner: std::sync::Mutex::new(LeafEntries::default()),
         }
     }
 
-    /// The cached set of `key`, computing it with `make` if it fits; `None` past the budget.
+    /// The cached set of `key`, computing (and keeping) it with `make` when missing; `None`
+    /// for an entry too large to keep without pushing out much else (the caller scans).
     pub(crate) fn get_or_insert(
         &self,
         key: LeafKey,
         make: impl FnOnce() -> Bitset,
     ) -> Option<std::sync::Arc<Bitset>> {
+        let bytes = self.set_bytes + key.heap_bytes() + std::mem::size_of::<LeafKey>();
         {
-            let guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some(set) = guard.1.get(&key) {
-                return Some(std::sync::Arc::clone(set));
+            let mut guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+            let entries = &mut *guard;
+            entries.clock += 1;
+            if let Some(entry) = entries.map.get_mut(&key) {
+                entry.used = entries.clock;
+                return Some(std::sync::Arc::clone(&entry.set));
             }
-            if guard.0 >= self.budget {
-                return None;
-            }
+        }
+        if bytes > self.budget / 4 {
+            return None;
         }
         // Computed outside the lock; two racing requests may both compute it, harmlessly.
         let set = std::sync::Arc::new(make());
-        let size = set.words().len() * 8;
         let mut guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        if guard.0 + size <= self.budget {
-            guard.0 += size;
-            guard.1.insert(key, std::sync::Arc::clone(&set));
+        let entries = &mut *guard;
+        while entries.bytes + bytes > self.budget {
+            let Some(oldest) = entries
+                .map
+                .iter()
+                .min_by_key(|(_, entry)| entry.used)
+                .map(|(key, _)| key.clone())
+            else {
+                break;
+            };
+            if let Some(gone) = entries.map.remove(&oldest) {
+                entries.bytes -= gone.bytes;
+            }
         }
+        entries.clock += 1;
+        let entry = LeafEntry {
+            set: std::sync::Arc::clone(&set),
+            bytes,
+            used: entries.clock,
+        };
+        if let Some(replaced) = entries.map.insert(key, entry) {
+            // A racing request kept the same set first.
+            entries.bytes -= replaced.bytes;
+        }
+        entries.bytes += bytes;
         Some(set)
     }
 }
@@ -354,5 +408,63 @@ fn pack_word<T: Copy>(codes: &[T], hit: impl Fn(T) -> bool) -> u64 {
             .iter()
             .enumerate()
             .fold(0u64, |word, (j, code)| word | u64::from(hit(*code)) << j)
+    }
+}
+
+#[cfg(test)]
+mod leaf_cache_tests {
+    use super::*;
+
+    /// Bytes of one range entry over 512 respondents.
+    const RANGE_ENTRY: usize = 512 / 8 + std::mem::size_of::<LeafKey>();
+
+    /// A cache with room for exactly eight range entries over 512 respondents.
+    fn eight_entry_cache() -> LeafCache {
+        LeafCache::new(8 * RANGE_ENTRY, 512)
+    }
+
+    /// Whether `key` was computed (a miss) rather than found.
+    fn computed(cache: &LeafCache, key: LeafKey) -> bool {
+        let mut made = false;
+        let set = cache.get_or_insert(key, || {
+            made = true;
+            Bitset::empty(512)
+        });
+        assert!(set.is_some());
+        made
+    }
+
+    fn range(n: u32) -> LeafKey {
+        LeafKey::Range(0, n, n)
+    }
+
+    #[test]
+    fn the_least_recently_used_set_makes_room() {
+        let cache = eight_entry_cache();
+        for n in 0..8 {
+            assert!(computed(&cache, range(n)));
+        }
+        assert!(!computed(&cache, range(0)), "kept");
+        // Full: a ninth pushes out the least recently used (1, not 0 which was just used).
+        assert!(computed(&cache, range(8)));
+        assert!(!computed(&cache, range(0)));
+        assert!(!computed(&cache, range(8)));
+        assert!(computed(&cache, range(1)), "1 made room");
+    }
+
+    #[test]
+    fn keys_count_toward_the_budget() {
+        let cache = eight_entry_cache();
+        // A key longer than a quarter of the budget is never kept, nor computed here.
+        let long = LeafKey::Listed(0, (0..200).collect());
+        assert!(cache.get_or_insert(long, || unreachable!()).is_none());
+        // 16 listed codes take 64 bytes more than a range: with seven ranges after it the
+        // budget overflows, and the listed key, least recently used, goes.
+        let listed = LeafKey::Listed(0, (0..16).collect());
+        assert!(computed(&cache, listed.clone()));
+        for n in 0..7 {
+            assert!(computed(&cache, range(n)));
+        }
+        assert!(computed(&cache, listed), "counted at its full size");
     }
 }

@@ -147,6 +147,7 @@ impl Survey {
             // A quarter of the file, within bounds: resident memory stays near the file's.
             leaf_sets: crate::eval::LeafCache::new(
                 (backing.bytes().len() / 4).clamp(1 << 20, 256 << 20),
+                header.respondents as usize,
             ),
             backing,
             header,
