@@ -35,10 +35,7 @@ async fn app_with(upstream: Option<Upstream>) -> App {
     users::create_or_reset(&fx.db, "nora", "north", PASSWORD)
         .await
         .unwrap();
-    let webapp = Arc::new(WebApp::new(Arc::clone(&fx.state), upstream, false));
-    let dir = fx.dir.path().to_path_buf();
-    let router = app::router_with(Arc::clone(&fx.state), Some(webapp::routes(webapp, &dir)));
-    App { fx, router }
+    App::serving(fx, upstream)
 }
 
 /// Serves `router` on a free loopback port; returns its origin.
@@ -50,6 +47,14 @@ async fn listen(router: Router) -> String {
 }
 
 impl App {
+    /// The router over `fx` (its users kept) with the app backend forwarding to `upstream`.
+    fn serving(fx: Fixture, upstream: Option<Upstream>) -> App {
+        let webapp = Arc::new(WebApp::new(Arc::clone(&fx.state), upstream, false));
+        let dir = fx.dir.path().to_path_buf();
+        let router = app::router_with(Arc::clone(&fx.state), Some(webapp::routes(webapp, &dir)));
+        App { fx, router }
+    }
+
     async fn send(&self, request: Request<Body>) -> (axum::http::response::Parts, Value) {
         let response = self.router.clone().oneshot(request).await.unwrap();
         let (parts, body) = response.into_parts();
@@ -408,19 +413,7 @@ async fn queries_through_this_servers_own_api_are_billed_and_reported_as_usage()
     let origin = listen(app::router(Arc::clone(&fx_app.fx.state))).await;
     let upstream = Upstream::new(&format!("{origin}/v1"), fx_app.fx.whole.clone());
     assert!(upstream.check_contract().await.unwrap().is_empty());
-    let webapp = Arc::new(WebApp::new(
-        Arc::clone(&fx_app.fx.state),
-        Some(upstream),
-        false,
-    ));
-    let dir = fx_app.fx.dir.path().to_path_buf();
-    let app = App {
-        router: app::router_with(
-            Arc::clone(&fx_app.fx.state),
-            Some(webapp::routes(webapp, &dir)),
-        ),
-        fx: fx_app.fx,
-    };
+    let app = App::serving(fx_app.fx, Some(upstream));
     let ann = app.session("ann").await;
     let (parts, answer) = app
         .post(
@@ -546,19 +539,8 @@ async fn the_apps_own_key_is_neither_listed_nor_revocable() {
     let probe = app_with(None).await;
     let own = key(&probe.fx.db, "acme", &[], KeyEnv::Test, None).await;
     let own_id = own.split('_').nth(2).unwrap().to_owned();
-    let webapp = Arc::new(WebApp::new(
-        Arc::clone(&probe.fx.state),
-        Some(Upstream::new("http://127.0.0.1:1/v1", own.clone())),
-        false,
-    ));
-    let dir = probe.fx.dir.path().to_path_buf();
-    let app = App {
-        router: app::router_with(
-            Arc::clone(&probe.fx.state),
-            Some(webapp::routes(webapp, &dir)),
-        ),
-        fx: probe.fx,
-    };
+    let upstream = Upstream::new("http://127.0.0.1:1/v1", own.clone());
+    let app = App::serving(probe.fx, Some(upstream));
     let ann = app.session("ann").await;
     let (_, listed) = app.get(&ann, "/app/api/keys").await;
     let ids: Vec<&str> = listed
