@@ -62,6 +62,16 @@ impl App {
         (parts, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
     }
 
+    /// `DELETE /app/api/keys/{id}` as the session `cookie`, from the allowed origin.
+    async fn revoke(&self, cookie: &str, id: &str) -> StatusCode {
+        let request = Request::delete(format!("/app/api/keys/{id}"))
+            .header("cookie", cookie)
+            .header("origin", ORIGIN)
+            .body(Body::empty())
+            .unwrap();
+        self.send(request).await.0.status
+    }
+
     async fn login(&self, user: &str, password: &str) -> (axum::http::response::Parts, Value) {
         let request = Request::post("/app/login")
             .header("content-type", "application/json")
@@ -321,21 +331,8 @@ async fn keys_are_shown_once_and_only_the_owner_revokes_them() {
         .any(|k| k["id"] == id && k["expiresAt"].is_string()));
 
     let nora = app.session("nora").await;
-    let delete = |cookie: &str| {
-        Request::delete(format!("/app/api/keys/{id}"))
-            .header("cookie", cookie)
-            .header("origin", ORIGIN)
-            .body(Body::empty())
-            .unwrap()
-    };
-    assert_eq!(
-        app.send(delete(&nora)).await.0.status,
-        StatusCode::NOT_FOUND
-    );
-    assert_eq!(
-        app.send(delete(&ann)).await.0.status,
-        StatusCode::NO_CONTENT
-    );
+    assert_eq!(app.revoke(&nora, id).await, StatusCode::NOT_FOUND);
+    assert_eq!(app.revoke(&ann, id).await, StatusCode::NO_CONTENT);
     // The revoked key no longer works on /v1.
     let (parts, _) = app
         .fx
@@ -520,12 +517,7 @@ async fn the_app_stops_creating_keys_at_the_usable_limit() {
     let (_, listed) = app.get(&ann, "/app/api/keys").await;
     assert_eq!(usable(&listed), webapp::MAX_USABLE_KEYS, "nothing created");
     let id = last["id"].as_str().unwrap();
-    let revoke = Request::delete(format!("/app/api/keys/{id}"))
-        .header("cookie", &ann)
-        .header("origin", ORIGIN)
-        .body(Body::empty())
-        .unwrap();
-    assert_eq!(app.send(revoke).await.0.status, StatusCode::NO_CONTENT);
+    assert_eq!(app.revoke(&ann, id).await, StatusCode::NO_CONTENT);
     let (parts, _) = app
         .post(&ann, "/app/api/keys", &json!({"env": "live"}))
         .await;
@@ -553,12 +545,7 @@ async fn the_apps_own_key_is_neither_listed_nor_revocable() {
         !ids.is_empty() && !ids.contains(&own_id.as_str()),
         "{ids:?}"
     );
-    let revoke = Request::delete(format!("/app/api/keys/{own_id}"))
-        .header("cookie", &ann)
-        .header("origin", ORIGIN)
-        .body(Body::empty())
-        .unwrap();
-    assert_eq!(app.send(revoke).await.0.status, StatusCode::NOT_FOUND);
+    assert_eq!(app.revoke(&ann, &own_id).await, StatusCode::NOT_FOUND);
     let (parts, _) = app
         .fx
         .post(Some(&own), &request("VEC", None, "ALL", &["WOMEN"]))
