@@ -512,11 +512,11 @@ async fn create_key(
     })?;
     let env = KeyEnv::from_name(&request.env)
         .ok_or_else(|| AppError::BadRequest("env is 'live' or 'test'.".into()))?;
+    let now = crate::db::now_ms();
     let expires_at = request
         .expires_in_days
         .filter(|d| *d > 0)
-        .map(|d| crate::db::now_ms() + i64::from(d) * 86_400_000);
-    let now = crate::db::now_ms();
+        .map(|d| now + i64::from(d) * 86_400_000);
     let usable = app
         .user_keys(&user)
         .await?
