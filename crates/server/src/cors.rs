@@ -14,18 +14,26 @@ const MAX_AGE_SECONDS: &str = "600";
 pub struct Cors {
     any: bool,
     origins: Vec<HeaderValue>,
+    /// Configured values that can never match an `Origin` (for the start-up log).
+    ignored: Vec<String>,
 }
 
 impl Cors {
-    /// From the configured origins. Trailing slashes are ignored: an `Origin` has none.
+    /// From the configured origins. Trailing slashes are ignored (an `Origin` has none),
+    /// and case: browsers send the scheme and host in lower case.
     pub fn new<I: IntoIterator<Item = S>, S: AsRef<str>>(origins: I) -> Cors {
         let mut cors = Cors::default();
         for origin in origins {
             let origin = origin.as_ref().trim().trim_end_matches('/');
             if origin == "*" {
                 cors.any = true;
-            } else if let Ok(value) = HeaderValue::from_str(origin) {
-                cors.origins.push(value);
+                continue;
+            }
+            let lower = origin.to_ascii_lowercase();
+            match HeaderValue::from_str(&lower) {
+                // "null" (sandboxed frames, files) is never an origin worth trusting.
+                Ok(value) if lower != "null" && !lower.is_empty() => cors.origins.push(value),
+                _ => cors.ignored.push(format!("{origin:?}")),
             }
         }
         cors
@@ -39,22 +47,35 @@ impl Cors {
             .filter_map(|o| o.to_str().ok())
             .collect();
         if self.any {
-            list.insert(0, "*");
+            list.insert(0, "* (for /v1; /app only the named ones)");
         }
-        if list.is_empty() {
+        let mut text = if list.is_empty() {
             "none".to_owned()
         } else {
             list.join(", ")
+        };
+        if !self.ignored.is_empty() {
+            text.push_str(&format!(" (ignored: {})", self.ignored.join(", ")));
         }
+        text
     }
 
-    /// `origin`, if it is allowed.
+    /// `origin`, if `/v1` may answer it: a listed origin, or any with `*` (its calls carry
+    /// a key, never a cookie, so `*` exposes nothing a page could not already send).
     pub fn allow<'a>(&self, origin: Option<&'a HeaderValue>) -> Option<&'a HeaderValue> {
         let origin = origin?;
-        // "null" (sandboxed frames, files) is never an origin worth trusting, even with `*`.
-        let allowed =
-            origin.as_bytes() != b"null" && (self.any || self.origins.iter().any(|o| o == origin));
+        let allowed = origin.as_bytes() != b"null" && (self.any || self.lists(origin));
         allowed.then_some(origin)
+    }
+
+    /// `origin`, if it is listed by name: for credentialed routes (`/app`, whose cookie is
+    /// a session), where `*` would let every site act as the signed-in user.
+    pub fn allow_listed<'a>(&self, origin: Option<&'a HeaderValue>) -> Option<&'a HeaderValue> {
+        origin.filter(|origin| self.lists(origin))
+    }
+
+    fn lists(&self, origin: &HeaderValue) -> bool {
+        self.origins.iter().any(|o| o == origin)
     }
 
     /// Adds `Access-Control-Allow-Origin` for an allowed origin, and `Vary: Origin`
@@ -68,36 +89,66 @@ impl Cors {
 
     /// The preflight headers beyond `Allow-Origin`, for an allowed origin, on `/v1`.
     pub fn preflight(&self, origin: Option<&HeaderValue>, headers: &mut HeaderMap) {
-        self.preflight_for(
-            origin,
-            headers,
-            "POST, OPTIONS",
-            "Content-Type, Service-Engine-Authorizer",
-        );
-    }
-
-    /// The preflight headers beyond `Allow-Origin` for an allowed origin: these methods
-    /// and request headers, cacheable for a while.
-    pub fn preflight_for(
-        &self,
-        origin: Option<&HeaderValue>,
-        headers: &mut HeaderMap,
-        methods: &'static str,
-        request_headers: &'static str,
-    ) {
         if self.allow(origin).is_some() {
-            headers.insert(
-                ACCESS_CONTROL_ALLOW_METHODS,
-                HeaderValue::from_static(methods),
-            );
-            headers.insert(
-                ACCESS_CONTROL_ALLOW_HEADERS,
-                HeaderValue::from_static(request_headers),
-            );
-            headers.insert(
-                ACCESS_CONTROL_MAX_AGE,
-                HeaderValue::from_static(MAX_AGE_SECONDS),
+            preflight_headers(
+                headers,
+                "POST, OPTIONS",
+                "Content-Type, Service-Engine-Authorizer",
             );
         }
+    }
+}
+
+/// The preflight headers beyond `Allow-Origin`, for an origin the caller has allowed:
+/// these methods and request headers, cacheable for a while.
+pub fn preflight_headers(
+    headers: &mut HeaderMap,
+    methods: &'static str,
+    request_headers: &'static str,
+) {
+    headers.insert(
+        ACCESS_CONTROL_ALLOW_METHODS,
+        HeaderValue::from_static(methods),
+    );
+    headers.insert(
+        ACCESS_CONTROL_ALLOW_HEADERS,
+        HeaderValue::from_static(request_headers),
+    );
+    headers.insert(
+        ACCESS_CONTROL_MAX_AGE,
+        HeaderValue::from_static(MAX_AGE_SECONDS),
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn header(text: &'static str) -> HeaderValue {
+        HeaderValue::from_static(text)
+    }
+
+    #[test]
+    fn a_wildcard_admits_any_origin_on_v1_but_only_named_ones_with_credentials() {
+        let cors = Cors::new(["*", "https://app.example.com"]);
+        let named = header("https://app.example.com");
+        let other = header("https://evil.example.com");
+        assert_eq!(cors.allow(Some(&other)), Some(&other));
+        assert_eq!(cors.allow_listed(Some(&other)), None);
+        assert_eq!(cors.allow_listed(Some(&named)), Some(&named));
+        assert_eq!(cors.allow(Some(&header("null"))), None);
+        assert_eq!(cors.allow(None), None);
+    }
+
+    #[test]
+    fn configured_origins_match_as_browsers_send_them() {
+        let cors = Cors::new(["HTTPS://App.Example.com/", "null", "bad\nvalue"]);
+        let sent = header("https://app.example.com");
+        assert_eq!(cors.allow_listed(Some(&sent)), Some(&sent));
+        assert_eq!(cors.allow(Some(&header("null"))), None);
+        assert_eq!(
+            cors.describe(),
+            r#"https://app.example.com (ignored: "null", "bad\nvalue")"#
+        );
     }
 }

@@ -28,7 +28,11 @@ struct App {
 
 /// The fixture's state with the app backend, forwarding to `upstream`.
 async fn app_with(upstream: Option<Upstream>) -> App {
-    let fx = Fixture::new().await;
+    app_over(Fixture::new().await, upstream).await
+}
+
+/// `fx` with users `ann` (account acme) and `nora` (north), and the app backend.
+async fn app_over(fx: Fixture, upstream: Option<Upstream>) -> App {
     users::create_or_reset(&fx.db, "ann", "acme", PASSWORD)
         .await
         .unwrap();
@@ -229,6 +233,67 @@ async fn writes_need_this_origin_or_an_allowed_one() {
     let (other, _) = app.send(preflight("https://evil.test")).await;
     assert!(!other.headers.contains_key("access-control-allow-origin"));
     assert!(!other.headers.contains_key("access-control-allow-methods"));
+}
+
+/// `--allowed-origin '*'` opens `/v1` (a key per call) to any page, never the app: with a
+/// session cookie, any site could otherwise mint and read its user's keys.
+#[tokio::test]
+async fn a_wildcard_origin_never_gets_credentialed_access_to_the_app() {
+    let app = app_over(Fixture::with_origins(&["*", ORIGIN]).await, None).await;
+    let cookie = app.session("ann").await;
+    let create_from = |origin: &str| {
+        Request::post("/app/api/keys")
+            .header("cookie", &cookie)
+            .header("host", "crosstab.test")
+            .header("origin", origin)
+            .header("content-type", "application/json")
+            .body(Body::from(json!({"env": "test"}).to_string()))
+            .unwrap()
+    };
+    let (parts, body) = app.send(create_from("https://evil.test")).await;
+    assert_eq!(
+        (parts.status, code(&body)),
+        (StatusCode::FORBIDDEN, "forbidden_origin")
+    );
+    assert!(!parts.headers.contains_key("access-control-allow-origin"));
+    assert!(!parts
+        .headers
+        .contains_key("access-control-allow-credentials"));
+    let listed = |origin: &str| {
+        Request::get("/app/api/keys")
+            .header("cookie", &cookie)
+            .header("origin", origin)
+            .body(Body::empty())
+            .unwrap()
+    };
+    let (parts, _) = app.send(listed("https://evil.test")).await;
+    assert!(
+        !parts.headers.contains_key("access-control-allow-origin"),
+        "a foreign page could read the user's keys"
+    );
+    let preflight = |path: &str, origin: &str| {
+        Request::options(path)
+            .header("origin", origin)
+            .header("access-control-request-method", "POST")
+            .body(Body::empty())
+            .unwrap()
+    };
+    let (parts, _) = app
+        .send(preflight("/app/api/keys", "https://evil.test"))
+        .await;
+    assert!(!parts.headers.contains_key("access-control-allow-origin"));
+    assert!(!parts.headers.contains_key("access-control-allow-methods"));
+    // The origin named beside `*` keeps its access, and `/v1` answers any origin.
+    let (parts, _) = app.send(create_from(ORIGIN)).await;
+    assert_eq!(parts.status, StatusCode::OK);
+    assert_eq!(parts.headers["access-control-allow-credentials"], "true");
+    let (parts, _) = app
+        .send(preflight("/v1/crosstab", "https://evil.test"))
+        .await;
+    assert_eq!(
+        parts.headers["access-control-allow-origin"],
+        "https://evil.test"
+    );
 }
 
 #[tokio::test]

@@ -196,19 +196,21 @@ pub fn routes(webapp: Arc<WebApp>, app_dir: &Path) -> Router<Arc<AppState>> {
         .fallback_service(files)
 }
 
-/// CORS (credentialed, allowed origins only), preflights, and the CSRF origin check.
+/// CORS (credentialed: origins listed by name only, never `*`), preflights, and the CSRF
+/// origin check.
 async fn guard(State(app): State<Arc<WebApp>>, request: Request, next: Next) -> Response {
     let origin = request.headers().get(ORIGIN).cloned();
-    let allowed = app.core.cors.allow(origin.as_ref()).cloned();
+    let allowed = app.core.cors.allow_listed(origin.as_ref()).cloned();
     let method = request.method().clone();
     let mut response = if method == Method::OPTIONS {
         let mut response = StatusCode::NO_CONTENT.into_response();
-        app.core.cors.preflight_for(
-            origin.as_ref(),
-            response.headers_mut(),
-            "GET, POST, DELETE, OPTIONS",
-            "Content-Type",
-        );
+        if allowed.is_some() {
+            crate::cors::preflight_headers(
+                response.headers_mut(),
+                "GET, POST, DELETE, OPTIONS",
+                "Content-Type",
+            );
+        }
         response
     } else if method != Method::GET
         && method != Method::HEAD

@@ -71,6 +71,11 @@ pub fn install_surveys(data_dir: &Path) {
 
 impl Fixture {
     pub async fn new() -> Fixture {
+        Fixture::with_origins(&[ORIGIN]).await
+    }
+
+    /// The fixture with these `--allowed-origin` values.
+    pub async fn with_origins(origins: &[&str]) -> Fixture {
         let dir = tempfile::tempdir().unwrap();
         install_surveys(dir.path());
         let url = db::default_url(dir.path());
@@ -79,7 +84,7 @@ impl Fixture {
         let north = key(&db, "north", &["VEC:N"], KeyEnv::Live, None).await;
         let other = key(&db, "demo-only", &["DEMO"], KeyEnv::Test, None).await;
         let (catalog, _) = Catalog::new(SurveyStore::open(dir.path()).unwrap());
-        let (state, _writer) = AppState::new(db.clone(), Arc::new(catalog), Cors::new([ORIGIN]));
+        let (state, _writer) = AppState::new(db.clone(), Arc::new(catalog), Cors::new(origins));
         let router = app::router(Arc::clone(&state));
         Fixture {
             dir,
