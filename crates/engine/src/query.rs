@@ -11,10 +11,7 @@ impl Survey {
     /// Answers a validated request as a whole-survey grant would see it. The caller has
     /// already picked this survey by `SurveyCode` and checked entitlements.
     pub fn crosstab(&self, request: &ValidRequest) -> Result<CrosstabResponse, QueryError> {
-        let base_code = &request.request.population_base_code;
-        let base = self
-            .base_set(base_code)
-            .ok_or_else(|| QueryError::UnknownPopulationBase(base_code.clone()))?;
+        // The group first: the contract answers 403 for it before 400 for the base.
         let group = match request.request.group_filter() {
             Some(value) => Some(
                 self.group_set(value)
@@ -22,6 +19,10 @@ impl Survey {
             ),
             None => None,
         };
+        let base_code = &request.request.population_base_code;
+        let base = self
+            .base_set(base_code)
+            .ok_or_else(|| QueryError::UnknownPopulationBase(base_code.clone()))?;
         let filter: std::borrow::Cow<'_, Bitset> = match group {
             Some(group) => {
                 let mut both = base.clone();
