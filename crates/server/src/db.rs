@@ -43,23 +43,33 @@ pub struct Database {
     sqlite_file: Option<PathBuf>,
 }
 
-/// The default database: `crosstab.db` in the data dir.
+/// The default database: `crosstab.db` in the data dir (created if missing), as a URL
+/// whose path is percent-encoded, so a dir named with ` `, `%`, `?` or `#` still works.
 pub fn default_url(data_dir: &Path) -> String {
     let dir = std::fs::canonicalize(data_dir).unwrap_or_else(|_| data_dir.to_path_buf());
-    format!("sqlite://{}?mode=rwc", dir.join("crosstab.db").display())
+    let file = dir.join("crosstab.db");
+    let mut url = String::from("sqlite://");
+    // sqlx percent-decodes the path; everything but unreserved characters is escaped
+    // (its own URL builder leaves `%` as is).
+    for &byte in file.as_os_str().as_encoded_bytes() {
+        if byte.is_ascii_alphanumeric() || b"/-._~".contains(&byte) {
+            url.push(char::from(byte));
+        } else {
+            url.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    url.push_str("?mode=rwc");
+    url
 }
 
 impl Database {
     /// Connects to `url` and brings its schema up to date.
     pub async fn connect(url: &str) -> Result<Database, DbError> {
         sqlx::any::install_default_drivers();
-        let (backend, sqlite_file) = if let Some(rest) = url.strip_prefix("sqlite:") {
-            let path = rest.trim_start_matches("//");
-            let path = path.split('?').next().unwrap_or(path);
-            let file = (!path.is_empty() && path != ":memory:").then(|| PathBuf::from(path));
-            (Backend::Sqlite, file)
+        let backend = if url.starts_with("sqlite:") {
+            Backend::Sqlite
         } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-            (Backend::Postgres, None)
+            Backend::Postgres
         } else {
             return Err(DbError::UnsupportedUrl);
         };
@@ -80,10 +90,16 @@ impl Database {
             });
         }
         let pool = options.connect(url).await?;
-        match backend {
-            Backend::Sqlite => SQLITE_MIGRATIONS.run(&pool).await?,
-            Backend::Postgres => POSTGRES_MIGRATIONS.run(&pool).await?,
-        }
+        let sqlite_file = match backend {
+            Backend::Sqlite => {
+                SQLITE_MIGRATIONS.run(&pool).await?;
+                main_file(&pool).await?
+            }
+            Backend::Postgres => {
+                POSTGRES_MIGRATIONS.run(&pool).await?;
+                None
+            }
+        };
         Ok(Database {
             pool,
             backend,
@@ -120,6 +136,17 @@ impl Database {
     pub async fn close(&self) {
         self.pool.close().await;
     }
+}
+
+/// The file SQLite opened for the pool (`None` in memory): asked of SQLite itself, so
+/// the ledger and the key signal file use the very file the pool does, however the URL
+/// spelled it (percent-escapes, `..`, `sqlite:` or `sqlite://`).
+async fn main_file(pool: &AnyPool) -> Result<Option<PathBuf>, DbError> {
+    let file: String =
+        sqlx::query_scalar("SELECT file FROM pragma_database_list WHERE name = 'main'")
+            .fetch_one(pool)
+            .await?;
+    Ok((!file.is_empty()).then(|| PathBuf::from(file)))
 }
 
 /// The settings of every SQLite connection (the pool's and the ledger's own).

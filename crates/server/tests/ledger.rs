@@ -27,9 +27,13 @@ fn bill(account_id: i64, n: usize) -> Bill {
 /// first value).
 async fn database() -> (tempfile::TempDir, Database, i64) {
     let dir = tempfile::tempdir().unwrap();
-    let db = Database::connect(&db::default_url(dir.path()))
-        .await
-        .unwrap();
+    let (db, account_id) = database_at(&db::default_url(dir.path())).await;
+    (dir, db, account_id)
+}
+
+/// The database at `url`, with one account to bill.
+async fn database_at(url: &str) -> (Database, i64) {
+    let db = Database::connect(url).await.unwrap();
     let grant: GrantSpec = "VEC".parse().unwrap();
     accounts::create_key(&db, "acme", &[grant], KeyEnv::Live, None)
         .await
@@ -40,7 +44,46 @@ async fn database() -> (tempfile::TempDir, Database, i64) {
         .unwrap()
         .try_get(0)
         .unwrap();
-    (dir, db, account_id)
+    (db, account_id)
+}
+
+/// The pool, the ledger's own connection (and the key signal file beside them) all use
+/// one file, however the URL has to spell its path.
+#[tokio::test]
+async fn the_ledger_bills_into_the_file_the_url_names_even_when_it_needs_escaping() {
+    let temp = tempfile::tempdir().unwrap();
+    let dir = temp.path().join("survey data %41 #1?x");
+    std::fs::create_dir(&dir).unwrap();
+    let spaced = temp.path().join("with space");
+    std::fs::create_dir(&spaced).unwrap();
+    let escaped = format!(
+        "sqlite://{}/crosstab.db?mode=rwc",
+        spaced
+            .canonicalize()
+            .unwrap()
+            .display()
+            .to_string()
+            .replace(' ', "%20")
+    );
+    for (url, file) in [
+        (db::default_url(&dir), dir.join("crosstab.db")),
+        (escaped, spaced.join("crosstab.db")),
+    ] {
+        let (db, account_id) = database_at(&url).await;
+        let file = file
+            .parent()
+            .unwrap()
+            .canonicalize()
+            .unwrap()
+            .join("crosstab.db");
+        assert_eq!(db.sqlite_file(), Some(file.as_path()), "{url}");
+        let (ledger, writer) = Ledger::start(db.clone());
+        ledger.bill(bill(account_id, 1)).await.unwrap();
+        drop(ledger);
+        writer.finish().await;
+        assert_eq!(ledger::count(&db).await.unwrap(), 1, "{url}");
+        db.close().await;
+    }
 }
 
 #[tokio::test]
