@@ -46,6 +46,9 @@ pub enum ApiError {
     /// The body is not declared as JSON.
     #[error("Content-Type must be application/json.")]
     UnsupportedMediaType,
+    /// The path exists, the method does not (e.g. `GET /v1/crosstab`).
+    #[error("This method is not allowed on this path.")]
+    MethodNotAllowed,
     /// Anything else; never carries internals.
     #[error("Internal server error.")]
     Internal,
@@ -61,6 +64,7 @@ impl ApiError {
             ApiError::Unauthorized => 401,
             ApiError::ForbiddenSurvey => 403,
             ApiError::PayloadTooLarge => 413,
+            ApiError::MethodNotAllowed => 405,
             ApiError::UnsupportedMediaType => 415,
             ApiError::Internal => 500,
         }
@@ -75,6 +79,7 @@ impl ApiError {
             ApiError::Unauthorized => "unauthorized",
             ApiError::ForbiddenSurvey => "forbidden_survey",
             ApiError::PayloadTooLarge => "payload_too_large",
+            ApiError::MethodNotAllowed => "method_not_allowed",
             ApiError::UnsupportedMediaType => "unsupported_media_type",
             ApiError::Internal => "internal_error",
         }
@@ -115,6 +120,9 @@ impl ApiError {
             ApiError::UnsupportedMediaType => {
                 Some("Send the body as JSON with 'Content-Type: application/json'.".to_owned())
             }
+            ApiError::MethodNotAllowed => Some(
+                "Use a method the Allow header lists: POST /v1/crosstab, GET /v1/docs.".to_owned(),
+            ),
             ApiError::Internal => Some("Retry with exponential backoff.".to_owned()),
         }
     }
@@ -190,6 +198,7 @@ mod tests {
             ApiError::ForbiddenSurvey,
             ApiError::PayloadTooLarge,
             ApiError::UnsupportedMediaType,
+            ApiError::MethodNotAllowed,
             ApiError::Internal,
         ];
         for error in all {

@@ -33,6 +33,13 @@ pub fn routes() -> Router<Arc<AppState>> {
             axum::routing::post(crosstab).options(preflight),
         )
         .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+}
+
+/// A `/v1` path with another method than it serves: 405 in the contract's envelope (axum
+/// adds the `Allow` header).
+async fn method_not_allowed() -> Response {
+    error_response(&ApiError::MethodNotAllowed)
 }
 
 /// An unknown path under an API prefix (`/v1`, `/app`).

@@ -415,13 +415,36 @@ async fn cors_preflight_and_origin_on_every_crosstab_response() {
     assert_eq!(fx.bills().await, 1);
 }
 
+/// A known `/v1` path with another method: 405 in the contract's envelope, with `Allow`,
+/// the origin's CORS header and a request id; never billed.
 #[tokio::test]
-async fn wildcard_origin_allows_any_but_null() {
-    let cors = crosstab_server::cors::Cors::new(["*"]);
-    let any = "https://x.test".parse().unwrap();
-    assert!(cors.allow(Some(&any)).is_some());
-    assert!(cors.allow(Some(&"null".parse().unwrap())).is_none());
-    assert!(cors.allow(None).is_none());
+async fn a_wrong_method_is_405_in_the_envelope() {
+    let fx = Fixture::new().await;
+    for (method, path, allow) in [
+        ("GET", "/v1/crosstab", "POST"),
+        ("DELETE", "/v1/crosstab", "POST"),
+        ("POST", "/v1/docs", "GET"),
+    ] {
+        let request = Request::builder()
+            .method(method)
+            .uri(path)
+            .header("origin", ORIGIN)
+            .header("Service-Engine-Authorizer", &fx.whole)
+            .body(Body::empty())
+            .unwrap();
+        let (response, body) = fx.send(request).await;
+        assert_eq!(
+            response.status(),
+            StatusCode::METHOD_NOT_ALLOWED,
+            "{method} {path}"
+        );
+        assert_eq!(body, envelope(&ApiError::MethodNotAllowed));
+        let allowed = response.headers()["allow"].to_str().unwrap();
+        assert!(allowed.contains(allow), "{method} {path}: {allowed}");
+        assert_eq!(response.headers()["access-control-allow-origin"], ORIGIN);
+        assert!(response.headers().contains_key("x-request-id"));
+    }
+    assert_eq!(crosstab_server::ledger::count(&fx.db).await.unwrap(), 0);
 }
 
 #[tokio::test]
