@@ -193,6 +193,17 @@ pub async fn grants_of(db: &Database, account_id: i64) -> Result<Grants, DbError
     Ok(Grants::from_rows(pairs))
 }
 
+/// Whether the account named `account` exists and may query anything.
+pub async fn has_grants(db: &Database, account: &str) -> Result<bool, DbError> {
+    let count: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM grants g JOIN accounts a ON a.id = g.account_id WHERE a.name = $1",
+    )
+    .bind(account)
+    .fetch_one(db.pool())
+    .await?;
+    Ok(count > 0)
+}
+
 /// The key `key_id` with its account and grants, if it exists.
 pub async fn load_key(db: &Database, key_id: &str) -> Result<Option<KeyRecord>, DbError> {
     let Some(row) = sqlx::query(

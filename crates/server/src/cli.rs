@@ -61,20 +61,29 @@ pub struct DataDir {
     data_dir: PathBuf,
 }
 
-/// The settings `serve` reads from the environment alone (flags name their own).
-const SERVE_ENVIRONMENT: &str = "\
+/// `serve`'s log filter unless `RUST_LOG` says otherwise.
+const SERVE_LOG_FILTER: &str = "info,sqlx=warn";
+
+/// The settings `serve` reads from the environment alone (flags name their own); built
+/// from the defaults the code uses, so the help cannot drift from them.
+fn serve_environment() -> String {
+    format!(
+        "\
 Environment:
   CROSSTAB_APP_KEY                  The app backend's upstream API key (see --app-key-file)
   CROSSTAB_SQLITE_SYNCHRONOUS       FULL (default): a bill is on disk, surviving a power cut,
                                     before its 200; NORMAL: it survives a crash of the
                                     process, not of the machine (faster commits)
-  CROSSTAB_RESPONSE_CACHE_ENTRIES   Whole answers kept per server (default 4096; 0: none)
-  RUST_LOG                          Log filter (default info,sqlx=warn)";
+  CROSSTAB_RESPONSE_CACHE_ENTRIES   Whole answers kept per server (default {entries}; 0: none)
+  RUST_LOG                          Log filter (default {SERVE_LOG_FILTER})",
+        entries = crate::cache::DEFAULT_ENTRIES,
+    )
+}
 
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Serve the /v1 API.
-    #[command(after_help = SERVE_ENVIRONMENT)]
+    #[command(after_help = serve_environment())]
     Serve {
         /// Address to listen on (port 0 picks a free port; the address is printed).
         #[arg(long, default_value = "127.0.0.1:8080")]
@@ -189,7 +198,7 @@ enum KeyCommand {
         account: String,
         /// SURVEY (the whole survey) or SURVEY:GROUP[,GROUP...]; repeatable. Grants belong
         /// to the account (the contract's entitlement): they add to what it already has,
-        /// for every one of its keys.
+        /// for every one of its keys. Needed unless the account already has grants.
         #[arg(long = "grant", value_name = "SURVEY[:GROUPS]")]
         grants: Vec<GrantSpec>,
         /// Lifetime, e.g. 30d, 12h, 15m, 45s (default: no expiry).
@@ -263,8 +272,17 @@ fn parse_lifetime(text: &str) -> Result<Duration, String> {
         _ => None,
     }
     .ok_or_else(error)?;
+    // Longer would print as "never" (beyond chrono's dates) yet still expire.
+    if seconds > MAX_LIFETIME_DAYS * 86_400 {
+        return Err(format!(
+            "lifetime '{text}' is over {MAX_LIFETIME_DAYS} days: leave out --expires-in for a key that never expires"
+        ));
+    }
     Ok(Duration::from_secs(seconds))
 }
+
+/// The longest `--expires-in` (100 years).
+const MAX_LIFETIME_DAYS: u64 = 36_525;
 
 /// Parses `--since`: a date (midnight UTC) or an RFC 3339 time, to Unix ms.
 fn parse_since(text: &str) -> Result<i64, CliError> {
@@ -288,7 +306,7 @@ pub fn run() -> ExitCode {
     let serving = matches!(cli.command, Command::Serve { .. });
     // sqlx's slow-statement warnings are for operators of a server, not for a long report.
     let logging = crate::logging::init(if serving {
-        "info,sqlx=warn"
+        SERVE_LOG_FILTER
     } else {
         "warn,sqlx=error"
     });
@@ -449,6 +467,13 @@ async fn key(command: KeyCommand) -> Result<(), CliError> {
                 .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
                 .map(|ms| db::now_ms().saturating_add(ms));
             let db = store.connect().await?;
+            // A key that can query nothing is a mistake, not an account to create.
+            if grants.is_empty() && !accounts::has_grants(&db, &account).await? {
+                db.close().await;
+                return Err(CliError::Usage(format!(
+                    "account '{account}' has no grants yet: give at least one --grant SURVEY[:GROUPS]"
+                )));
+            }
             let key = accounts::create_key(&db, &account, &grants, env, expires_at).await?;
             db.close().await;
             let grants: Vec<String> = grants.iter().map(ToString::to_string).collect();
@@ -584,5 +609,8 @@ mod tests {
             parse_lifetime("213503982334602d").is_err(),
             "overflows seconds"
         );
+        assert!(parse_lifetime("36525d").is_ok());
+        let too_long = parse_lifetime("100000000d").unwrap_err();
+        assert!(too_long.contains("never expires"), "{too_long}");
     }
 }

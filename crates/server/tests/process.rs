@@ -518,7 +518,8 @@ async fn access_log_has_every_request_once_and_never_a_key_or_body() {
     );
 }
 
-/// Every environment variable the server reads is in `crosstab serve --help`.
+/// Every environment variable the server reads is in `crosstab serve --help`, with the
+/// defaults the code uses.
 #[test]
 fn serve_help_documents_every_environment_setting() {
     let help = std::process::Command::new(BIN)
@@ -550,6 +551,11 @@ fn serve_help_documents_every_environment_setting() {
     for name in read {
         assert!(help.contains(&name), "serve --help says nothing of {name}");
     }
+    let cache_default = format!("default {};", crosstab_server::cache::DEFAULT_ENTRIES);
+    assert!(
+        help.contains(&cache_default),
+        "serve --help states another response cache default than the code's"
+    );
 }
 
 /// SIGINT under load: requests in flight get their answers, the server exits cleanly, and
@@ -682,12 +688,31 @@ async fn demo_server_and_the_smaller_commands() {
     );
     let all: Value = serde_json::from_str(&cli(&data, &args)).unwrap();
     assert_eq!(all["Results"], json!([result(10.0, 3, 0)]), "r2, r3, r5");
+    // As the API: an unknown group (403) is found before an unknown base (400).
+    let both_unknown = cli_output(
+        &data,
+        &[
+            "query", "--survey", "SMALL", "--base", "NOPE", "--group", "NOPE", "--target", "WOMEN",
+        ],
+    );
+    assert!(!both_unknown.status.success());
+    let said = String::from_utf8_lossy(&both_unknown.stderr);
+    assert!(said.contains("403"), "{said}");
 
     // key list --account shows that account's keys only.
     let east = create_key(&data, "east", &["--grant", "SMALL:E"]);
     let listed = cli(&data, &["key", "list", "--account", "east"]);
     assert!(listed.contains(key_id(&east)), "{listed}");
     assert!(!listed.contains(key_id(&keys[0])), "{listed}");
+    // Another key for an account with grants needs none; a key that could query nothing
+    // is refused, and neither account nor key is made.
+    let east_again = create_key(&data, "east", &[]);
+    assert!(cli(&data, &["key", "list", "--account", "east"]).contains(key_id(&east_again)));
+    let refused = cli_output(&data, &["key", "create", "--account", "newco"]);
+    assert!(!refused.status.success() && refused.stdout.is_empty());
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(said.contains("--grant"), "{said}");
+    assert!(!cli(&data, &["key", "list"]).contains("newco"));
 
     // Another database, by flag or environment: its keys are its own.
     let elsewhere = format!(
