@@ -13,6 +13,7 @@ use crosstab_server::app::{self, AppState};
 use crosstab_server::cors::Cors;
 use crosstab_server::db::{Backend, Database};
 use crosstab_server::keys::KeyEnv;
+use crosstab_server::webapp::users::{self, SignIn};
 use crosstab_server::{accounts, ledger, usage};
 
 #[tokio::test]
@@ -82,4 +83,34 @@ async fn postgres_keys_grants_ledger_and_usage() {
     }
     let keys = accounts::list_keys(&db, Some(&account)).await.unwrap();
     assert_eq!(keys.len(), 2);
+
+    // Sign-in counts each failure in one statement, and locks at the limit.
+    let user = format!("u-{account}");
+    users::create_or_reset(&db, &user, &account, "right password")
+        .await
+        .unwrap();
+    for failure in 1..users::MAX_FAILED_LOGINS {
+        assert!(matches!(
+            users::sign_in(&db, &user, "wrong").await.unwrap(),
+            SignIn::Rejected { failures } if failures == failure
+        ));
+    }
+    assert!(matches!(
+        users::sign_in(&db, &user, "wrong").await.unwrap(),
+        SignIn::Locked { .. }
+    ));
+    assert!(matches!(
+        users::sign_in(&db, &user, "right password").await.unwrap(),
+        SignIn::Locked { .. }
+    ));
+    // A reset unlocks, and the new password signs in.
+    users::create_or_reset(&db, &user, &account, "another password")
+        .await
+        .unwrap();
+    assert!(matches!(
+        users::sign_in(&db, &user, "another password")
+            .await
+            .unwrap(),
+        SignIn::Accepted(_)
+    ));
 }

@@ -161,6 +161,54 @@ async fn sign_in_sets_a_strict_cookie_and_locks_after_repeated_failures() {
     );
 }
 
+/// Guesses sent in parallel each count: no more than the limit are answered 401 (each
+/// checked), the rest are refused unchecked, and the account ends locked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parallel_wrong_passwords_cannot_share_one_count() {
+    const GUESSES: usize = 20;
+    let app = Arc::new(app_with(None).await);
+    let guesses: Vec<_> = (0..GUESSES)
+        .map(|_| {
+            let app = Arc::clone(&app);
+            tokio::spawn(async move { app.login("ann", "wrong password").await.0.status })
+        })
+        .collect();
+    let mut rejected = 0;
+    for guess in guesses {
+        match guess.await.unwrap() {
+            StatusCode::UNAUTHORIZED => rejected += 1,
+            status => assert_eq!(status, StatusCode::TOO_MANY_REQUESTS),
+        }
+    }
+    assert!(
+        rejected <= users::MAX_FAILED_LOGINS as usize - 1,
+        "{rejected} guesses checked"
+    );
+    assert_eq!(
+        app.login("ann", PASSWORD).await.0.status,
+        StatusCode::TOO_MANY_REQUESTS,
+        "locked"
+    );
+}
+
+/// A new password ends the sessions made with the old one.
+#[tokio::test]
+async fn resetting_a_password_signs_the_user_out_everywhere() {
+    let app = app_with(None).await;
+    let cookie = app.session("ann").await;
+    assert_eq!(
+        app.get(&cookie, "/app/api/me").await.0.status,
+        StatusCode::OK
+    );
+    users::create_or_reset(&app.fx.db, "ann", "acme", "a brand new password")
+        .await
+        .unwrap();
+    assert_eq!(
+        app.get(&cookie, "/app/api/me").await.0.status,
+        StatusCode::UNAUTHORIZED
+    );
+}
+
 #[tokio::test]
 async fn a_session_cookie_never_authenticates_the_api() {
     let app = app_with(None).await;
@@ -425,6 +473,38 @@ async fn scripted_upstream(script: Vec<(u16, Value)>) -> (String, Arc<AtomicUsiz
         }),
     );
     (format!("{}/v1", listen(router).await), calls)
+}
+
+/// An upstream whose 200 breaks off mid-body may already have billed the call: the client
+/// answers 502 and never sends it again.
+#[tokio::test]
+async fn a_200_that_breaks_off_is_not_retried() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}/v1", listener.local_addr().unwrap());
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counter = Arc::clone(&calls);
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            counter.fetch_add(1, Ordering::SeqCst);
+            let mut request = vec![0u8; 64 * 1024];
+            let _ = socket.read(&mut request).await;
+            let _ = socket
+                .write_all(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 500\r\n\r\n{\"ResultCode\": 0")
+                .await;
+            // Dropped: the body ends 480 bytes short.
+        }
+    });
+    let app = app_with(Some(Upstream::new(&base, "ctx_test_upstreamkey".into()))).await;
+    let ann = app.session("ann").await;
+    let body = request("VEC", None, "ALL", &["WOMEN"]);
+    let (parts, _) = app.post(&ann, "/app/api/crosstab", &body).await;
+    assert_eq!(parts.status, StatusCode::BAD_GATEWAY);
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        1,
+        "sent once: it may be billed"
+    );
 }
 
 #[tokio::test]

@@ -73,16 +73,21 @@ impl Upstream {
                 .body(body.clone())
                 .send()
                 .await;
+            // Retried only when the call cannot have been billed: a 5xx, or a connection
+            // that never opened. A timeout, or a 2xx-4xx whose body broke off, may follow a
+            // committed bill, so sending it again could bill the user twice.
             let outcome = match sent {
                 Ok(response) => {
                     let status = response.status().as_u16();
                     match response.bytes().await {
                         Ok(bytes) if status < 500 => return Ok((status, bytes)),
                         Ok(bytes) => Ok((status, bytes)),
+                        Err(error) if status < 500 => return Err(Unreachable(error.to_string())),
                         Err(error) => Err(Unreachable(error.to_string())),
                     }
                 }
-                Err(error) => Err(Unreachable(error.to_string())),
+                Err(error) if error.is_connect() => Err(Unreachable(error.to_string())),
+                Err(error) => return Err(Unreachable(error.to_string())),
             };
             if attempt >= MAX_RETRIES {
                 return outcome;

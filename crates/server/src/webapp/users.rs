@@ -94,7 +94,8 @@ async fn argon2<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) ->
 }
 
 /// Creates user `username` in `account` (creating the account if needed), or resets the
-/// password of an existing one. Hashing runs off the async workers.
+/// password of an existing one (signing it out everywhere). Hashing runs off the async
+/// workers.
 pub async fn create_or_reset(
     db: &Database,
     username: &str,
@@ -129,6 +130,12 @@ pub async fn create_or_reset(
     .execute(&mut *tx)
     .await
     .map_err(DbError::from)?;
+    // A new password ends every session made with the old one.
+    sqlx::query("DELETE FROM sessions WHERE user_id = (SELECT id FROM users WHERE username = $1)")
+        .bind(username)
+        .execute(&mut *tx)
+        .await
+        .map_err(DbError::from)?;
     tx.commit().await.map_err(DbError::from)?;
     Ok(())
 }
@@ -166,13 +173,32 @@ pub async fn sign_in(db: &Database, username: &str, password: &str) -> Result<Si
     let get = |e: sqlx::Error| UserError::Db(DbError::from(e));
     let id: i64 = row.try_get(0).map_err(get)?;
     let stored: String = row.try_get(1).map_err(get)?;
-    let failures: i64 = row.try_get(2).map_err(get)?;
     let locked_until: Option<i64> = row.try_get(3).map_err(get)?;
     if let Some(until) = locked_until.filter(|until| *until > now) {
         return Ok(SignIn::Locked {
             retry_after_s: (until - now + 999) / 1000,
         });
     }
+    // The attempt is counted before the (slow) password check, in one statement: parallel
+    // guesses each take their own place and none past the limit is checked at all.
+    let attempt: Option<i64> = sqlx::query_scalar(
+        "UPDATE users SET failed_logins = failed_logins + 1 \
+         WHERE id = $1 AND failed_logins < $2 AND (locked_until IS NULL OR locked_until <= $3) \
+         RETURNING failed_logins",
+    )
+    .bind(id)
+    .bind(MAX_FAILED_LOGINS)
+    .bind(now)
+    .fetch_optional(db.pool())
+    .await
+    .map_err(DbError::from)?;
+    let Some(attempt) = attempt else {
+        // The limit's attempts are taken (the last may still be checking), or a lock was
+        // just set.
+        return Ok(SignIn::Locked {
+            retry_after_s: LOCK_MS / 1000,
+        });
+    };
     let owned = password.to_owned();
     let matches = argon2(move || verify_password(&owned, &stored))
         .await
@@ -190,24 +216,17 @@ pub async fn sign_in(db: &Database, username: &str, password: &str) -> Result<Si
             account: row.try_get(5).map_err(get)?,
         }));
     }
-    let failures = failures + 1;
-    let (failures_stored, lock) = if failures >= MAX_FAILED_LOGINS {
-        (0, Some(now + LOCK_MS))
-    } else {
-        (failures, None)
-    };
-    sqlx::query("UPDATE users SET failed_logins = $1, locked_until = $2 WHERE id = $3")
-        .bind(failures_stored)
-        .bind(lock)
+    if attempt < MAX_FAILED_LOGINS {
+        return Ok(SignIn::Rejected { failures: attempt });
+    }
+    sqlx::query("UPDATE users SET failed_logins = 0, locked_until = $1 WHERE id = $2")
+        .bind(now + LOCK_MS)
         .bind(id)
         .execute(db.pool())
         .await
         .map_err(DbError::from)?;
-    Ok(match lock {
-        Some(_) => SignIn::Locked {
-            retry_after_s: LOCK_MS / 1000,
-        },
-        None => SignIn::Rejected { failures },
+    Ok(SignIn::Locked {
+        retry_after_s: LOCK_MS / 1000,
     })
 }
 
