@@ -66,17 +66,28 @@ export async function startServer({ allowedOrigins = [] } = {}) {
 const types = { '.html': 'text/html', '.js': 'text/javascript', '.wasm': 'application/wasm', '.css': 'text/css' };
 
 /** A plain static server for the built app, on its own origin. */
+/**
+ * Serves the built app from its own origin. Once `site.backend` is set, the page names
+ * that backend as a deployment would: a `crosstab-backend` meta tag in index.html.
+ */
 export async function startStatic() {
   const port = await freePort();
+  const site = { origin: `http://127.0.0.1:${port}`, backend: null };
   const server = createServer((req, res) => {
     const path = new URL(req.url, 'http://x').pathname;
     const file = join(dist, path === '/' ? 'index.html' : path);
     if (!file.startsWith(dist) || !existsSync(file)) { res.writeHead(404).end(); return; }
     res.writeHead(200, { 'content-type': types[extname(file)] || 'application/octet-stream' });
-    res.end(readFileSync(file));
+    let bytes = readFileSync(file);
+    if (file.endsWith('index.html') && site.backend) {
+      bytes = bytes.toString('utf8')
+        .replace('</head>', `<meta name="crosstab-backend" content="${site.backend}" /></head>`);
+    }
+    res.end(bytes);
   });
   await new Promise((r) => server.listen(port, '127.0.0.1', r));
-  return { origin: `http://127.0.0.1:${port}`, stop: () => new Promise((r) => server.close(r)) };
+  site.stop = () => new Promise((r) => server.close(r));
+  return site;
 }
 
 export async function launch() {

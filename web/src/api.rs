@@ -6,22 +6,21 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-/// Where the backend is: this page's origin, or `?backend=ORIGIN` when the app is served
-/// from another origin (the backend must list this page's origin as allowed).
+/// Where the backend is: this page's origin, unless whoever serves the built app from
+/// another origin names its backend in the page itself:
+/// `<meta name="crosstab-backend" content="https://backend.example">` (that backend must
+/// list this page's origin as allowed). Never from the URL: a link could otherwise send
+/// the sign-in form's password to any site.
 pub fn backend_origin() -> String {
-    let search = web_sys::window()
-        .and_then(|w| w.location().search().ok())
-        .unwrap_or_default();
-    search
-        .trim_start_matches('?')
-        .split('&')
-        .find_map(|pair| pair.strip_prefix("backend="))
-        .map(|value| {
-            js_sys::decode_uri_component(value)
+    web_sys::window()
+        .and_then(|w| w.document())
+        .and_then(|d| {
+            d.query_selector(r#"meta[name="crosstab-backend"]"#)
                 .ok()
-                .and_then(|v| v.as_string())
-                .unwrap_or_default()
+                .flatten()
         })
+        .and_then(|meta| meta.get_attribute("content"))
+        .map(|origin| origin.trim().trim_end_matches('/').to_owned())
         .unwrap_or_default()
 }
 
