@@ -21,8 +21,13 @@ pub struct ValidRequest {
 const IDENTIFIER_HINT: &str = "Use 1 to 64 characters from A-Z, a-z, 0-9, '_', '.' and '-'.";
 const OBJECT_HINT: &str = "Send a JSON object with SurveyCode, PopulationBaseCode, TargetCodes and optionally AuthorizationGroup.";
 
-/// Validates a raw request body: bytes that must be a UTF-8 JSON object.
+/// Validates a raw request body: at most `MAX_BODY_BYTES` bytes (else 413) that must be a
+/// UTF-8 JSON object.
 pub fn validate_body(body: &[u8]) -> Result<ValidRequest, ApiError> {
+    // The server reads no more than this, so a longer body is 413 whatever it holds.
+    if body.len() > crate::limits::MAX_BODY_BYTES {
+        return Err(ApiError::PayloadTooLarge);
+    }
     let value: Value = serde_json::from_slice(body).map_err(|error| ApiError::InvalidRequest {
         field: None,
         message: format!(

@@ -30,14 +30,15 @@ pub struct Expected {
 }
 
 impl Vector {
-    /// Whether the contract's validation alone decides this vector.
+    /// Whether the contract's validation of the body alone decides this vector (its size,
+    /// then its content).
     pub fn is_validation_error(&self) -> bool {
         matches!(
             self.expect
                 .body
                 .pointer("/error/code")
                 .and_then(Value::as_str),
-            Some("invalid_request" | "invalid_target_codes")
+            Some("invalid_request" | "invalid_target_codes" | "payload_too_large")
         )
     }
 }
