@@ -12,10 +12,10 @@ const { toml, csv } = vectorSurveySource();
 const survey = Survey.fromCsv(toml, csv);
 const GOOD = { SurveyCode: "VEC", PopulationBaseCode: "ALL", TargetCodes: ["F2554"] };
 
-function invalid(outcome, field) {
-  assert.equal(outcome.ok, false, JSON.stringify(outcome));
-  assert.equal(outcome.status, 400);
-  assert.equal(outcome.body.ResultCode, 400);
+function invalid(outcome, field, status = 400) {
+  assert.equal(outcome.ok, false, JSON.stringify(outcome).slice(0, 500));
+  assert.equal(outcome.status, status);
+  assert.equal(outcome.body.ResultCode, status);
   assert.equal(outcome.body.error.message, outcome.body.ResultDescription);
   if (field === null) assert.equal(outcome.body.error.field, undefined);
   else if (field) assert.equal(outcome.body.error.field, field);
@@ -72,25 +72,44 @@ test("strings instead of arrays, wrong member types", () => {
   throwsCode(() => survey.crosstab({ ...GOOD, TargetCodes: "F2554" }), "invalid_request");
 });
 
-test("10 MB strings are refused cleanly and quickly", () => {
+test("10 MB strings are refused cleanly and quickly: 413, as the server answers that body", () => {
   const huge = "S".repeat(10 * 1024 * 1024);
-  for (const [request, field, code] of [
-    [{ ...GOOD, SurveyCode: huge }, "SurveyCode", "invalid_request"],
-    [{ ...GOOD, TargetCodes: [huge] }, "TargetCodes", "invalid_target_codes"],
-    [{ ...GOOD, TargetCodes: ["F2554", "(".repeat(1000) + huge] }, "TargetCodes", "invalid_target_codes"],
-    [{ ...GOOD, Junk: huge }, undefined, undefined],
-    [huge, null, "invalid_request"],
+  for (const request of [
+    { ...GOOD, SurveyCode: huge },
+    { ...GOOD, TargetCodes: [huge] },
+    { ...GOOD, TargetCodes: ["F2554", "(".repeat(1000) + huge] },
+    { ...GOOD, Junk: huge },
+    huge,
   ]) {
     const start = performance.now();
     const outcome = pkg.validateRequest(request);
     assert.ok(performance.now() - start < 2000, "took over 2 s");
+    assert.equal(invalid(outcome, null, 413), "payload_too_large");
+  }
+  assert.equal(invalid(pkg.validateJson(huge), null, 413), "payload_too_large");
+  throwsCode(() => survey.crosstab({ ...GOOD, TargetCodes: [huge] }), "payload_too_large");
+  // Just under the limit, each member gets its own answer.
+  const long = "S".repeat(60000);
+  for (const [request, field, code] of [
+    [{ ...GOOD, SurveyCode: long }, "SurveyCode", "invalid_request"],
+    [{ ...GOOD, TargetCodes: [long] }, "TargetCodes", "invalid_target_codes"],
+    [{ ...GOOD, TargetCodes: ["F2554", "(".repeat(1000) + long] }, "TargetCodes", "invalid_target_codes"],
+    [{ ...GOOD, Junk: long }, undefined, undefined],
+    [long, null, "invalid_request"],
+  ]) {
+    const outcome = pkg.validateRequest(request);
     if (code === undefined) assert.equal(outcome.ok, true);
     else assert.equal(invalid(outcome, field), code);
   }
-  assert.equal(invalid(pkg.validateJson(huge), null), "invalid_request");
-  throwsCode(() => survey.crosstab({ ...GOOD, TargetCodes: [huge] }), "invalid_target_codes");
   // Lone surrogates are escaped by JSON.stringify and refused as the server would.
   assert.equal(pkg.validateRequest({ ...GOOD, SurveyCode: "\ud800" }).ok, false);
+});
+
+test("validateJson takes text only: a parsed body or a Buffer throws, never traps", () => {
+  for (const value of [GOOD, Buffer.from(JSON.stringify(GOOD)), new Uint8Array(8), [1, 2], undefined, null, 42]) {
+    throwsCode(() => pkg.validateJson(value), "invalid_argument");
+  }
+  assert.equal(pkg.validateJson(JSON.stringify(GOOD)).ok, true);
 });
 
 test("non-survey bytes for fromCompiled", () => {
@@ -123,9 +142,25 @@ test("bad arguments to the other helpers", () => {
   throwsCode(() => pkg.absoluteAudience({ WgtAud: "x", Resps: 1, Stbl: 0 }, 1000), "invalid_argument");
   throwsCode(() => pkg.absoluteAudience({ WgtAud: 1, Resps: 1, Stbl: 0 }, 0), "invalid_argument");
   throwsCode(() => pkg.formatResult({ WgtAud: 1, Resps: -1, Stbl: 0 }, 1000), "invalid_argument");
+  throwsCode(() => pkg.formatResult({ WgtAud: -1, Resps: 1, Stbl: 0 }, 1000), "invalid_argument");
+  throwsCode(() => pkg.formatResult({ WgtAud: 1, Resps: 1, Stbl: 7 }, 1000), "invalid_argument");
+  for (const decimals of [-1, 7, 256, 1.5, NaN]) {
+    throwsCode(() => pkg.formatNumber(1234.5, decimals), "invalid_argument");
+  }
+  assert.equal(pkg.formatNumber(1234.5, 1), "1,234.5");
+  assert.equal(pkg.formatNumber(1234.6), "1,235");
   throwsCode(() => pkg.parseResponse(NaN, {}), "invalid_argument");
   throwsCode(() => pkg.parseResponse(200.5, {}), "invalid_argument");
   throwsCode(() => pkg.parseResponse(200, {}, { TargetCodes: "F2554" }), "invalid_argument");
+  // TargetCodes is counted by its length, never copied: a throwing iterator or 2^32-1
+  // holes cost nothing.
+  const throwing = ["F2554"];
+  throwing[Symbol.iterator] = () => { throw new Error("iterated"); };
+  const ok = { Results: [{ WgtAud: 1, Resps: 1, Stbl: 0 }], AudienceReportUnits: 1000, ResultCode: 0, ResultDescription: "Success" };
+  assert.equal(pkg.parseResponse(200, ok, { TargetCodes: throwing }).kind, "success");
+  const start = performance.now();
+  assert.equal(pkg.parseResponse(200, ok, { TargetCodes: new Array(2 ** 32 - 1) }).kind, "invalid");
+  assert.ok(performance.now() - start < 100, "walked the holes");
   const cyclic = {};
   cyclic.self = cyclic;
   assert.equal(pkg.parseResponse(200, cyclic).kind, "invalid");

@@ -60,6 +60,8 @@ function describe(answer: ParsedResponse): string {
   }
 }
 console.log(describe(parseResponse(200, "{}", request)));
+// The request is optional, as documented.
+console.log(describe(parseResponse(401, "{}")));
 
 const survey: Survey = Survey.fromCsv("code = 'X'", "ID\n");
 const codebook: Codebook = survey.codebook();

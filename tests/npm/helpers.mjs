@@ -92,7 +92,7 @@ export function loadVectors() {
 
 export function isValidationError(vector) {
   const code = vector.expect?.body?.error?.code;
-  return code === "invalid_request" || code === "invalid_target_codes";
+  return code === "invalid_request" || code === "invalid_target_codes" || code === "payload_too_large";
 }
 
 export function vectorSurveySource() {

@@ -15,7 +15,7 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::Instant;
 
-use crosstab_contract::validate_value;
+use crosstab_contract::{validate_body, validate_value};
 use crosstab_engine::{demo, import, survey_from_csv, Survey};
 use serde_json::{json, Value};
 
@@ -46,8 +46,10 @@ fn write(path: &Path, bytes: &[u8]) -> Result<(), Failure> {
     })
 }
 
+/// The answer to `request` sent as a body (its JSON text, as the server would read it).
 fn answer(survey: &Survey, request: &Value) -> Value {
-    match validate_value(request).and_then(|valid| crosstab_wasm::crosstab(survey, &valid)) {
+    let body = serde_json::to_vec(request).unwrap_or_default();
+    match validate_body(&body).and_then(|valid| crosstab_wasm::crosstab(survey, &valid)) {
         Ok(response) => json!({"status": 200, "body": response}),
         Err(error) => json!({"status": error.status(), "body": error.envelope()}),
     }

@@ -114,11 +114,23 @@ pub fn validate_request(
     to_js(&outcome)
 }
 
-/// Validates a raw request body (JSON text), exactly as the server reads it.
+/// Validates a raw request body (JSON text), exactly as the server reads it. Anything
+/// but a string (an already-parsed object, a Buffer) throws `invalid_argument`.
 #[wasm_bindgen(js_name = validateJson, unchecked_return_type = "Validation")]
-pub fn validate_json(text: &str) -> Result<JsValue, JsValue> {
-    let outcome = Validation::from(validate::validate_text(Some(text)));
+pub fn validate_json(
+    #[wasm_bindgen(unchecked_param_type = "string")] text: JsValue,
+) -> Result<JsValue, JsValue> {
+    let text = string_arg(&text, "text")?;
+    let outcome = Validation::from(validate::validate_text(Some(&text)));
     to_js(&outcome)
+}
+
+/// `value` as a string, or `invalid_argument` naming the parameter (checked here: the
+/// generated glue would read any value's `length` and copy it unchecked).
+fn string_arg(value: &JsValue, name: &str) -> Result<String, JsValue> {
+    value
+        .as_string()
+        .ok_or_else(|| error(INVALID_ARGUMENT, &format!("{name} must be a string.")))
 }
 
 /// Checks a server answer against the contract and classifies it: `success`, `partial`
@@ -130,7 +142,7 @@ pub fn validate_json(text: &str) -> Result<JsValue, JsValue> {
 pub fn parse_response(
     status: f64,
     #[wasm_bindgen(unchecked_param_type = "unknown")] body: JsValue,
-    #[wasm_bindgen(unchecked_param_type = "CrosstabRequest | undefined")] request: JsValue,
+    #[wasm_bindgen(unchecked_optional_param_type = "CrosstabRequest")] request: Option<JsValue>,
 ) -> Result<JsValue, JsValue> {
     if !(status.fract() == 0.0 && (0.0..=999.0).contains(&status)) {
         return Err(error(
@@ -149,19 +161,24 @@ pub fn parse_response(
             _ => serde_json::Value::Null,
         }
     };
-    let target_count = if request.is_undefined() || request.is_null() {
-        None
-    } else {
-        let targets = Reflect::get(&request, &JsValue::from_str("TargetCodes"))
-            .ok()
-            .filter(js_sys::Array::is_array)
-            .map(|targets| js_sys::Array::from(&targets).length() as usize);
-        match targets {
+    let target_count = match request.filter(|r| !r.is_undefined() && !r.is_null()) {
+        None => None,
+        Some(request) => {
+            // `length` read through Reflect (which catches), never by copying the array: a
+            // proxy or a sparse array of 2^32-1 holes costs one property read.
+            let targets = Reflect::get(&request, &JsValue::from_str("TargetCodes"))
+                .ok()
+                .filter(js_sys::Array::is_array)
+                .and_then(|targets| Reflect::get(&targets, &JsValue::from_str("length")).ok())
+                .and_then(|length| length.as_f64())
+                .map(|length| length as usize);
+            match targets {
             Some(count) => Some(count),
             None => return Err(error(
                 INVALID_ARGUMENT,
                 "request must be the CrosstabRequest that was sent (with its TargetCodes array).",
             )),
+        }
         }
     };
     let parsed = response::parse_response(status, &body_value, target_count);
@@ -181,17 +198,26 @@ pub fn retry_delay_ms(attempt: f64) -> f64 {
     crate::retry::retry_delay_ms(attempt, js_sys::Math::random())
 }
 
+/// A `CrosstabResult` as the contract allows it: `Stbl` 0 or 1, `WgtAud` at least 0.
 fn result_from_js(result: JsValue) -> Result<CrosstabResult, JsValue> {
     let text = json_text(&result)
         .ok()
         .flatten()
         .ok_or_else(|| error(INVALID_ARGUMENT, "result must be a CrosstabResult object."))?;
-    serde_json::from_str(&text).map_err(|e| {
+    let result: CrosstabResult = serde_json::from_str(&text).map_err(|e| {
         error(
             INVALID_ARGUMENT,
             &format!("result must be a CrosstabResult {{WgtAud, Resps, Stbl}}: {e}."),
         )
-    })
+    })?;
+    // From JSON text, WgtAud is never NaN (JSON.stringify writes NaN as null).
+    if result.to_contract().is_none() || result.wgt_aud < 0.0 {
+        return Err(error(
+            INVALID_ARGUMENT,
+            "result must be a CrosstabResult: WgtAud at least 0, Stbl 0 or 1.",
+        ));
+    }
+    Ok(result)
 }
 
 fn units_from_js(units: f64) -> Result<u32, JsValue> {
@@ -227,10 +253,21 @@ pub fn format_result(
     to_js(&formatted)
 }
 
-/// `value` with `,` between thousands and `decimals` places (0 to 6).
+/// `value` with `,` between thousands and `decimals` places (an integer from 0 to 6;
+/// anything else throws `invalid_argument`).
 #[wasm_bindgen(js_name = formatNumber)]
-pub fn format_number(value: f64, decimals: Option<u8>) -> String {
-    display::format_number(value, decimals.unwrap_or(0))
+pub fn format_number(value: f64, decimals: Option<f64>) -> Result<String, JsValue> {
+    let decimals = match decimals {
+        None => 0,
+        Some(d) if d.fract() == 0.0 && (0.0..=6.0).contains(&d) => d as u8,
+        Some(_) => {
+            return Err(error(
+                INVALID_ARGUMENT,
+                "decimals must be an integer from 0 to 6.",
+            ))
+        }
+    };
+    Ok(display::format_number(value, decimals))
 }
 
 /// What the unstable marker means, for a footnote.
@@ -259,7 +296,7 @@ mod engine {
     use js_sys::{ArrayBuffer, Uint8Array};
     use wasm_bindgen::prelude::*;
 
-    use super::{api_error, error, to_js, validate_js, INVALID_ARGUMENT};
+    use super::{api_error, error, string_arg, to_js, validate_js, INVALID_ARGUMENT};
     use crate::survey::{Codebook, INVALID_SURVEY, INVALID_SURVEY_SOURCE};
     use crate::types::CrosstabResponse;
 
@@ -268,12 +305,6 @@ mod engine {
     #[derive(Debug)]
     pub struct Survey {
         inner: crosstab_engine::Survey,
-    }
-
-    fn string_arg(value: &JsValue, name: &str) -> Result<String, JsValue> {
-        value
-            .as_string()
-            .ok_or_else(|| error(INVALID_ARGUMENT, &format!("{name} must be a string.")))
     }
 
     #[wasm_bindgen]
