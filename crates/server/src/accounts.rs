@@ -116,21 +116,71 @@ pub async fn create_key(
                 .await?;
         }
     }
+    insert_key(&mut tx, &key, account_id, now, expires_at).await?;
+    tx.commit().await?;
+    signal_key_change(db);
+    Ok(key)
+}
+
+/// Creates a key for the existing account `account` unless it already holds `limit`
+/// usable keys (unrevoked, unexpired), not counting the key `except`: `None` then.
+/// Concurrent calls for one account take its row in turn, so the limit holds.
+pub async fn create_key_within(
+    db: &Database,
+    account: &str,
+    env: KeyEnv,
+    expires_at: Option<i64>,
+    limit: i64,
+    except: Option<&str>,
+) -> Result<Option<NewKey>, DbError> {
+    let now = now_ms();
+    let mut tx = db.pool().begin().await?;
+    // A write first: SQLite's write lock, PostgreSQL's row lock, held to the commit.
+    let account_id: i64 =
+        sqlx::query_scalar("UPDATE accounts SET name = name WHERE name = $1 RETURNING id")
+            .bind(account)
+            .fetch_one(&mut *tx)
+            .await?;
+    let usable: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM api_keys WHERE account_id = $1 AND revoked_at IS NULL \
+         AND (expires_at IS NULL OR expires_at > $2) AND id <> $3",
+    )
+    .bind(account_id)
+    .bind(now)
+    .bind(except.unwrap_or(""))
+    .fetch_one(&mut *tx)
+    .await?;
+    if usable >= limit {
+        // Dropping `tx` rolls back: nothing was written.
+        return Ok(None);
+    }
+    let key = keys::generate(env);
+    insert_key(&mut tx, &key, account_id, now, expires_at).await?;
+    tx.commit().await?;
+    signal_key_change(db);
+    Ok(Some(key))
+}
+
+/// Stores `key` (its hash) for `account_id` and bumps the key revision.
+async fn insert_key(
+    conn: &mut sqlx::AnyConnection,
+    key: &NewKey,
+    account_id: i64,
+    now: i64,
+    expires_at: Option<i64>,
+) -> Result<(), DbError> {
     sqlx::query(
         "INSERT INTO api_keys (id, account_id, env, secret_hash, created_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6)",
     )
     .bind(&key.id)
     .bind(account_id)
-    .bind(env.as_str())
+    .bind(key.env.as_str())
     .bind(&key.secret_hash)
     .bind(now)
     .bind(expires_at)
-    .execute(&mut *tx)
+    .execute(&mut *conn)
     .await?;
-    bump_revision(&mut tx).await?;
-    tx.commit().await?;
-    signal_key_change(db);
-    Ok(key)
+    bump_revision(conn).await
 }
 
 /// Revokes a key; `false` if there is no such key (revoking twice is fine).

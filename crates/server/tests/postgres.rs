@@ -83,6 +83,11 @@ async fn postgres_keys_grants_ledger_and_usage() {
     }
     let keys = accounts::list_keys(&db, Some(&account)).await.unwrap();
     assert_eq!(keys.len(), 2);
+    // The app's limited creation: one usable key left (the other is revoked).
+    let within =
+        |limit| accounts::create_key_within(&db, &account, KeyEnv::Test, None, limit, None);
+    assert!(within(1).await.unwrap().is_none(), "at the limit");
+    assert!(within(2).await.unwrap().is_some());
 
     // Sign-in counts each failure in one statement, and locks at the limit.
     let user = format!("u-{account}");

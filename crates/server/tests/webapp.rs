@@ -633,7 +633,7 @@ async fn api_paths_never_fall_back_to_the_app_page() {
 
 /// The app creates keys up to a limit of usable ones per account (a revoked one frees a
 /// place); past it, 409 `too_many_keys`, and nothing is created.
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_app_stops_creating_keys_at_the_usable_limit() {
     let app = app_with(None).await;
     let ann = app.session("ann").await;
@@ -647,13 +647,34 @@ async fn the_app_stops_creating_keys_at_the_usable_limit() {
     };
     let (_, listed) = app.get(&ann, "/app/api/keys").await;
     let mut last = Value::Null;
-    for _ in usable(&listed)..webapp::MAX_USABLE_KEYS {
+    for _ in usable(&listed)..webapp::MAX_USABLE_KEYS - 1 {
         let (parts, created) = app
             .post(&ann, "/app/api/keys", &json!({"env": "test"}))
             .await;
         assert_eq!(parts.status, StatusCode::OK);
         last = created;
     }
+    // One place left, eight asking at once: exactly one gets it.
+    let app = Arc::new(app);
+    let racers: Vec<_> = (0..8)
+        .map(|_| {
+            let (app, ann) = (Arc::clone(&app), ann.clone());
+            tokio::spawn(async move {
+                app.post(&ann, "/app/api/keys", &json!({"env": "test"}))
+                    .await
+                    .0
+                    .status
+            })
+        })
+        .collect();
+    let mut won = 0;
+    for racer in racers {
+        match racer.await.unwrap() {
+            StatusCode::OK => won += 1,
+            status => assert_eq!(status, StatusCode::CONFLICT),
+        }
+    }
+    assert_eq!(won, 1, "the limit held under concurrent creations");
     let (parts, body) = app
         .post(&ann, "/app/api/keys", &json!({"env": "test"}))
         .await;

@@ -519,16 +519,11 @@ async fn create_key(
         .expires_in_days
         .filter(|d| *d > 0)
         .map(|d| now + i64::from(d) * 86_400_000);
-    let usable = app
-        .user_keys(&user)
+    let own = app.upstream.as_ref().and_then(upstream::Upstream::key_id);
+    let limit = i64::try_from(MAX_USABLE_KEYS).unwrap_or(i64::MAX);
+    let key = accounts::create_key_within(&app.core.db, &user.account, env, expires_at, limit, own)
         .await?
-        .iter()
-        .filter(|k| k.revoked_at.is_none() && k.expires_at.is_none_or(|at| at > now))
-        .count();
-    if usable >= MAX_USABLE_KEYS {
-        return Err(AppError::TooManyKeys);
-    }
-    let key = accounts::create_key(&app.core.db, &user.account, &[], env, expires_at).await?;
+        .ok_or(AppError::TooManyKeys)?;
     Ok(Json(json!({"id": key.id, "key": key.token})))
 }
 
