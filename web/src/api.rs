@@ -60,6 +60,33 @@ impl ApiFailure {
     }
 }
 
+thread_local! {
+    /// What to do when the backend says the session has ended (set by the app).
+    static ON_SESSION_ENDED: std::cell::RefCell<Option<Box<dyn Fn()>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Calls `action` whenever a backend answer says the session has ended (expired, or
+/// signed out elsewhere), so the app can show the sign-in form instead of an error.
+pub fn on_session_ended(action: impl Fn() + 'static) {
+    ON_SESSION_ENDED.with(|slot| *slot.borrow_mut() = Some(Box::new(action)));
+}
+
+/// Whether this answer is the backend's own 401 for a missing or ended session (not an
+/// upstream 401 about the app's key, which is passed through with its own code).
+fn session_ended(status: u16, body: &Value) -> bool {
+    let ended = status == 401
+        && body.pointer("/error/code").and_then(Value::as_str) == Some("not_signed_in");
+    if ended {
+        ON_SESSION_ENDED.with(|slot| {
+            if let Some(action) = slot.borrow().as_ref() {
+                action();
+            }
+        });
+    }
+    ended
+}
+
 fn with_credentials(builder: RequestBuilder) -> RequestBuilder {
     builder.credentials(web_sys::RequestCredentials::Include)
 }
@@ -73,6 +100,7 @@ async fn read<T: DeserializeOwned>(response: Response) -> Result<T, ApiFailure> 
         });
     }
     let body: Value = response.json().await.unwrap_or(Value::Null);
+    session_ended(status, &body);
     let message = body
         .get("ResultDescription")
         .and_then(Value::as_str)
@@ -301,12 +329,23 @@ pub async fn crosstab(request: &Value) -> Result<(u16, Value), ApiFailure> {
         .map_err(ApiFailure::network)?;
     let status = response.status();
     let body = response.json::<Value>().await.unwrap_or(Value::Null);
+    if session_ended(status, &body) {
+        return Err(ApiFailure {
+            status,
+            message: "Your session has ended: sign in again.".to_owned(),
+        });
+    }
     Ok((status, body))
 }
 
-/// The OpenAPI document of `/v1`.
+/// The OpenAPI document of `/v1`: public, so fetched without credentials (`/v1` never
+/// allows them, and a credentialed cross-origin fetch of it would be blocked).
 pub async fn openapi() -> Result<Value, ApiFailure> {
-    get("/v1/docs").await
+    let response = Request::get(&url("/v1/docs"))
+        .send()
+        .await
+        .map_err(ApiFailure::network)?;
+    read(response).await
 }
 
 /// The user's API keys.

@@ -84,6 +84,9 @@ fn App() -> impl IntoView {
     let screen = RwSignal::new(Screen::from_hash(&current_hash()));
     // A query picked from the history, handed to the query screen to load and run.
     let rerun = RwSignal::new(None::<serde_json::Value>);
+    // An ended session (expired, or signed out in another tab) brings back the sign-in
+    // form, whatever screen asked.
+    api::on_session_ended(move || session.set(Session::SignedOut));
     leptos::task::spawn_local(async move {
         session.set(match api::me().await {
             Ok(me) => Session::SignedIn(me),

@@ -129,11 +129,17 @@ pub fn Keys() -> impl IntoView {
     let error = RwSignal::new(None::<String>);
     let env = RwSignal::new("test".to_owned());
     let days = RwSignal::new("90".to_owned());
+    // One creation at a time: a second click would replace a shown-once key unseen.
+    let creating = RwSignal::new(false);
     let reload =
         move || leptos::task::spawn_local(async move { keys.set(Some(api::keys().await)) });
     reload();
     let create = move |ev: leptos::ev::SubmitEvent| {
         ev.prevent_default();
+        if creating.get_untracked() {
+            return;
+        }
+        creating.set(true);
         let days = days
             .get_untracked()
             .trim()
@@ -149,6 +155,7 @@ pub fn Keys() -> impl IntoView {
                 }
                 Err(failure) => error.set(Some(failure.message)),
             }
+            creating.set(false);
             reload();
         });
     };
@@ -171,7 +178,9 @@ pub fn Keys() -> impl IntoView {
                 </select>
                 <label for="key-days">"Expires in (days, empty = never)"</label>
                 <input id="key-days" inputmode="numeric" prop:value=move || days.get() on:input=move |ev| days.set(event_target_value(&ev)) />
-                <button type="submit">"Create key"</button>
+                <button type="submit" disabled=move || creating.get()>
+                    {move || if creating.get() { "Creating…" } else { "Create key" }}
+                </button>
             </form>
             {move || error.get().map(|m| view! { <p class="error" role="alert">{m}</p> })}
             {move || match keys.get() {

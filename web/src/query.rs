@@ -131,14 +131,23 @@ pub fn QueryScreen(rerun: RwSignal<Option<Value>>) -> impl IntoView {
             return;
         }
         codebook.set(None);
+        // Results of another survey stay out of this one's screen.
+        if !matches!(outcome.get_untracked(), Outcome::Idle | Outcome::Loading) {
+            outcome.set(Outcome::Idle);
+        }
         leptos::task::spawn_local(async move {
             let loaded = api::codebook(&code).await;
+            // The survey changed again while this one loaded: its answer is stale.
+            if survey.get_untracked() != code {
+                return;
+            }
             if let Ok(book) = &loaded {
                 let all = surveys
                     .get_untracked()
                     .and_then(Result::ok)
                     .and_then(|list| list.iter().find(|s| s.code == code).map(|s| s.all_groups));
-                let valid_group = group.get_untracked() == "_ALL_" && all == Some(true)
+                // Before the survey list is in, `_ALL_` (say, from history) is kept.
+                let valid_group = group.get_untracked() == "_ALL_" && all != Some(false)
                     || book.groups.iter().any(|g| g.value == group.get_untracked());
                 if !valid_group {
                     group.set(if all == Some(true) {
