@@ -90,22 +90,25 @@ async fn postgres_keys_grants_ledger_and_usage() {
     assert!(within(2).await.unwrap().is_some());
 
     // Sign-in counts each failure in one statement, and locks at the limit.
+    let unknown = users::UnknownNames::default();
     let user = format!("u-{account}");
     users::create_or_reset(&db, &user, &account, "right password")
         .await
         .unwrap();
     for failure in 1..users::MAX_FAILED_LOGINS {
         assert!(matches!(
-            users::sign_in(&db, &user, "wrong").await.unwrap(),
+            users::sign_in(&db, &unknown, &user, "wrong").await.unwrap(),
             SignIn::Rejected { failures } if failures == failure
         ));
     }
     assert!(matches!(
-        users::sign_in(&db, &user, "wrong").await.unwrap(),
+        users::sign_in(&db, &unknown, &user, "wrong").await.unwrap(),
         SignIn::Locked { .. }
     ));
     assert!(matches!(
-        users::sign_in(&db, &user, "right password").await.unwrap(),
+        users::sign_in(&db, &unknown, &user, "right password")
+            .await
+            .unwrap(),
         SignIn::Locked { .. }
     ));
     // A reset unlocks, and the new password signs in.
@@ -113,7 +116,7 @@ async fn postgres_keys_grants_ledger_and_usage() {
         .await
         .unwrap();
     assert!(matches!(
-        users::sign_in(&db, &user, "another password")
+        users::sign_in(&db, &unknown, &user, "another password")
             .await
             .unwrap(),
         SignIn::Accepted(_)

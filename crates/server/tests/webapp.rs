@@ -191,6 +191,32 @@ async fn parallel_wrong_passwords_cannot_share_one_count() {
     );
 }
 
+/// A name without a user is slowed and locked exactly as a real user with a wrong
+/// password: neither the failure count (the delay) nor the lock tells them apart.
+#[tokio::test]
+async fn unknown_names_answer_exactly_as_real_ones() {
+    let app = app_with(None).await;
+    let unknown = users::UnknownNames::default();
+    let mut answers = Vec::new();
+    for name in ["ann", "nobody"] {
+        let mut seen = Vec::new();
+        for _ in 0..users::MAX_FAILED_LOGINS + 1 {
+            let answer = users::sign_in(&app.fx.db, &unknown, name, "wrong password")
+                .await
+                .unwrap();
+            seen.push(match answer {
+                users::SignIn::Rejected { failures } => format!("rejected after {failures}"),
+                users::SignIn::Locked { retry_after_s } => format!("locked for {retry_after_s}"),
+                users::SignIn::Accepted(_) => "accepted".to_owned(),
+            });
+        }
+        answers.push(seen);
+    }
+    assert_eq!(answers[0], answers[1]);
+    assert_eq!(answers[0][0], "rejected after 1");
+    assert!(answers[0][users::MAX_FAILED_LOGINS as usize - 1].starts_with("locked"));
+}
+
 /// A new password ends the sessions made with the old one.
 #[tokio::test]
 async fn resetting_a_password_signs_the_user_out_everywhere() {

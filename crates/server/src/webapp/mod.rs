@@ -43,6 +43,7 @@ pub struct WebApp {
     core: Arc<AppState>,
     upstream: Option<upstream::Upstream>,
     secure_cookies: bool,
+    unknown_names: users::UnknownNames,
 }
 
 impl WebApp {
@@ -58,6 +59,7 @@ impl WebApp {
             core,
             upstream,
             secure_cookies,
+            unknown_names: users::UnknownNames::default(),
         }
     }
 
@@ -280,7 +282,13 @@ async fn login(State(app): State<Arc<WebApp>>, body: Bytes) -> AppResult<Respons
     let credentials: Credentials = serde_json::from_slice(&body).map_err(|_| {
         AppError::BadRequest("Send {\"username\": ..., \"password\": ...} as JSON.".into())
     })?;
-    match users::sign_in(&app.core.db, &credentials.username, &credentials.password).await? {
+    let signing_in = users::sign_in(
+        &app.core.db,
+        &app.unknown_names,
+        &credentials.username,
+        &credentials.password,
+    );
+    match signing_in.await? {
         SignIn::Accepted(user) => {
             let token = sessions::start(&app.core.db, &user).await?;
             let mut response = Json(me_body(&user)).into_response();

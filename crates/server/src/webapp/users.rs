@@ -36,7 +36,7 @@ pub enum SignIn {
     Accepted(User),
     /// Unknown user or wrong password (indistinguishable to the caller).
     Rejected {
-        /// Failures so far, for the slow-down (0 for unknown users).
+        /// Failures so far, for the slow-down (counted alike for unknown names).
         failures: i64,
     },
     /// Locked after too many failures.
@@ -154,8 +154,84 @@ fn decoy_hash() -> &'static str {
     DECOY.get_or_init(|| hash_password("decoy password, never matches").unwrap_or_default())
 }
 
-/// Checks a sign-in, counting failures and locking after too many.
-pub async fn sign_in(db: &Database, username: &str, password: &str) -> Result<SignIn, UserError> {
+/// Names without a user kept at most (past this, the one tried longest ago is forgotten).
+const UNKNOWN_NAMES_KEPT: usize = 10_000;
+
+/// Failed sign-ins for names that have no user, counted in memory so that they are slowed
+/// and then locked exactly as a real user's are: neither the delay nor the lock tells
+/// whether a name exists.
+#[derive(Debug, Default)]
+pub struct UnknownNames {
+    names: std::sync::Mutex<std::collections::HashMap<String, Attempts>>,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct Attempts {
+    failures: i64,
+    locked_until: Option<i64>,
+    last: i64,
+}
+
+impl UnknownNames {
+    fn names(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, Attempts>> {
+        // The map holds counters only: one a panic left half-written is still usable.
+        self.names
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Counts an attempt on `name`, as the users table would: `Err` with the seconds left
+    /// while it is locked or its attempts are all taken, else the attempt's number.
+    fn attempt(&self, name: &str, now: i64) -> Result<i64, i64> {
+        let mut names = self.names();
+        if !names.contains_key(name) && names.len() >= UNKNOWN_NAMES_KEPT {
+            let stalest = names
+                .iter()
+                .min_by_key(|(_, a)| a.last)
+                .map(|(n, _)| n.clone());
+            if let Some(stalest) = stalest {
+                names.remove(&stalest);
+            }
+        }
+        let attempts = names.entry(name.to_owned()).or_default();
+        attempts.last = now;
+        match attempts.locked_until {
+            Some(until) if until > now => return Err((until - now + 999) / 1000),
+            Some(_) => {
+                *attempts = Attempts {
+                    last: now,
+                    ..Attempts::default()
+                }
+            }
+            None => {}
+        }
+        if attempts.failures >= MAX_FAILED_LOGINS {
+            return Err(LOCK_MS / 1000);
+        }
+        attempts.failures += 1;
+        Ok(attempts.failures)
+    }
+
+    /// Locks `name` until `until` (its last allowed attempt failed).
+    fn lock(&self, name: &str, until: i64) {
+        if let Some(attempts) = self.names().get_mut(name) {
+            *attempts = Attempts {
+                failures: 0,
+                locked_until: Some(until),
+                last: attempts.last,
+            };
+        }
+    }
+}
+
+/// Checks a sign-in, counting failures and locking after too many (for names without a
+/// user too, in `unknown`, so that both answer alike).
+pub async fn sign_in(
+    db: &Database,
+    unknown: &UnknownNames,
+    username: &str,
+    password: &str,
+) -> Result<SignIn, UserError> {
     let row = sqlx::query(
         "SELECT u.id, u.password_hash, u.failed_logins, u.locked_until, a.id, a.name \
          FROM users u JOIN accounts a ON a.id = u.account_id WHERE u.username = $1",
@@ -166,9 +242,20 @@ pub async fn sign_in(db: &Database, username: &str, password: &str) -> Result<Si
     .map_err(DbError::from)?;
     let now = now_ms();
     let Some(row) = row else {
+        let attempt = match unknown.attempt(username, now) {
+            Ok(attempt) => attempt,
+            Err(retry_after_s) => return Ok(SignIn::Locked { retry_after_s }),
+        };
+        // The same work as checking a real password, so the time tells nothing either.
         let owned = password.to_owned();
         let _ = argon2(move || verify_password(&owned, decoy_hash())).await;
-        return Ok(SignIn::Rejected { failures: 0 });
+        if attempt < MAX_FAILED_LOGINS {
+            return Ok(SignIn::Rejected { failures: attempt });
+        }
+        unknown.lock(username, now + LOCK_MS);
+        return Ok(SignIn::Locked {
+            retry_after_s: LOCK_MS / 1000,
+        });
     };
     let get = |e: sqlx::Error| UserError::Db(DbError::from(e));
     let id: i64 = row.try_get(0).map_err(get)?;
@@ -228,6 +315,35 @@ pub async fn sign_in(db: &Database, username: &str, password: &str) -> Result<Si
     Ok(SignIn::Locked {
         retry_after_s: LOCK_MS / 1000,
     })
+}
+
+#[cfg(test)]
+mod unknown_names_tests {
+    use super::*;
+
+    #[test]
+    fn the_map_of_unknown_names_stays_bounded_and_forgets_the_stalest() {
+        let unknown = UnknownNames::default();
+        for n in 0..UNKNOWN_NAMES_KEPT {
+            assert_eq!(unknown.attempt(&format!("name{n}"), n as i64), Ok(1));
+        }
+        assert_eq!(unknown.attempt("late", 1_000_000), Ok(1));
+        let names = unknown.names();
+        assert_eq!(names.len(), UNKNOWN_NAMES_KEPT);
+        assert!(!names.contains_key("name0") && names.contains_key("name1"));
+    }
+
+    #[test]
+    fn a_lock_ends_and_the_count_starts_again() {
+        let unknown = UnknownNames::default();
+        for attempt in 1..=MAX_FAILED_LOGINS {
+            assert_eq!(unknown.attempt("x", 0), Ok(attempt));
+        }
+        assert_eq!(unknown.attempt("x", 0), Err(LOCK_MS / 1000), "all taken");
+        unknown.lock("x", LOCK_MS);
+        assert_eq!(unknown.attempt("x", LOCK_MS - 1000), Err(1));
+        assert_eq!(unknown.attempt("x", LOCK_MS), Ok(1));
+    }
 }
 
 #[cfg(test)]
