@@ -306,21 +306,25 @@ pub fn QueryScreen(rerun: RwSignal<Option<Value>>) -> impl IntoView {
                 }}
                 <fieldset class="targets">
                     <legend>"Targets (one or two)"</legend>
-                    {move || targets.get().into_iter().enumerate().map(|(index, value)| {
-                        let id = format!("target-{index}");
-                        view! {
-                            <div class="target-row">
-                                <label for=id.clone() class="sr-only">{format!("Target {}", index + 1)}</label>
-                                <input id=id class="target" placeholder="F2554 or GENDER = 2 AND AGE BETWEEN 25 AND 54"
-                                    prop:value=value
-                                    on:change=move |ev| { let v = event_target_value(&ev); targets.update(|list| if let Some(slot) = list.get_mut(index) { *slot = v; }); } />
-                                <button class="secondary" aria-label=format!("Remove target {}", index + 1)
-                                    on:click=move |_| targets.update(|list| remove_target(list, index))>
-                                    "×"
-                                </button>
-                            </div>
+                    // Rows keyed by position: typing updates the list without rebuilding
+                    // the inputs, so every keystroke is validated and focus stays put.
+                    <For each=move || 0..targets.with(Vec::len) key=|index| *index let(index)>
+                        {
+                            let id = format!("target-{index}");
+                            view! {
+                                <div class="target-row">
+                                    <label for=id.clone() class="sr-only">{format!("Target {}", index + 1)}</label>
+                                    <input id=id class="target" placeholder="F2554 or GENDER = 2 AND AGE BETWEEN 25 AND 54"
+                                        prop:value=move || targets.with(|list| list.get(index).cloned().unwrap_or_default())
+                                        on:input=move |ev| { let v = event_target_value(&ev); targets.update(|list| if let Some(slot) = list.get_mut(index) { *slot = v; }); } />
+                                    <button class="secondary" aria-label=format!("Remove target {}", index + 1)
+                                        on:click=move |_| targets.update(|list| remove_target(list, index))>
+                                        "×"
+                                    </button>
+                                </div>
+                            }
                         }
-                    }).collect_view()}
+                    </For>
                     <button class="secondary" id="add-target" on:click=move |_| targets.update(|list| list.push(String::new()))>"+ Add target"</button>
                     {field_error("TargetCodes")}
                 </fieldset>
