@@ -161,25 +161,41 @@ async fn sign_in_sets_a_strict_cookie_and_locks_after_repeated_failures() {
     );
 }
 
+/// Sends `count` requests at once (each made by `send`): how many answered `counted`;
+/// every other answer must be `otherwise`.
+async fn race<F, R>(count: usize, send: F, counted: StatusCode, otherwise: StatusCode) -> usize
+where
+    F: Fn() -> R,
+    R: std::future::Future<Output = StatusCode> + Send + 'static,
+{
+    let sent: Vec<_> = (0..count).map(|_| tokio::spawn(send())).collect();
+    let mut hits = 0;
+    for answer in sent {
+        match answer.await.unwrap() {
+            status if status == counted => hits += 1,
+            status => assert_eq!(status, otherwise),
+        }
+    }
+    hits
+}
+
 /// Guesses sent in parallel each count: no more than the limit are answered 401 (each
 /// checked), the rest are refused unchecked, and the account ends locked.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn parallel_wrong_passwords_cannot_share_one_count() {
     const GUESSES: usize = 20;
     let app = Arc::new(app_with(None).await);
-    let guesses: Vec<_> = (0..GUESSES)
-        .map(|_| {
-            let app = Arc::clone(&app);
-            tokio::spawn(async move { app.login("ann", "wrong password").await.0.status })
-        })
-        .collect();
-    let mut rejected = 0;
-    for guess in guesses {
-        match guess.await.unwrap() {
-            StatusCode::UNAUTHORIZED => rejected += 1,
-            status => assert_eq!(status, StatusCode::TOO_MANY_REQUESTS),
-        }
-    }
+    let guess = || {
+        let app = Arc::clone(&app);
+        async move { app.login("ann", "wrong password").await.0.status }
+    };
+    let rejected = race(
+        GUESSES,
+        guess,
+        StatusCode::UNAUTHORIZED,
+        StatusCode::TOO_MANY_REQUESTS,
+    )
+    .await;
     assert!(
         rejected < users::MAX_FAILED_LOGINS as usize,
         "{rejected} guesses checked"
@@ -682,24 +698,16 @@ async fn the_app_stops_creating_keys_at_the_usable_limit() {
     }
     // One place left, eight asking at once: exactly one gets it.
     let app = Arc::new(app);
-    let racers: Vec<_> = (0..8)
-        .map(|_| {
-            let (app, ann) = (Arc::clone(&app), ann.clone());
-            tokio::spawn(async move {
-                app.post(&ann, "/app/api/keys", &json!({"env": "test"}))
-                    .await
-                    .0
-                    .status
-            })
-        })
-        .collect();
-    let mut won = 0;
-    for racer in racers {
-        match racer.await.unwrap() {
-            StatusCode::OK => won += 1,
-            status => assert_eq!(status, StatusCode::CONFLICT),
+    let create = || {
+        let (app, ann) = (Arc::clone(&app), ann.clone());
+        async move {
+            app.post(&ann, "/app/api/keys", &json!({"env": "test"}))
+                .await
+                .0
+                .status
         }
-    }
+    };
+    let won = race(8, create, StatusCode::OK, StatusCode::CONFLICT).await;
     assert_eq!(won, 1, "the limit held under concurrent creations");
     let (parts, body) = app
         .post(&ann, "/app/api/keys", &json!({"env": "test"}))
