@@ -16,7 +16,7 @@ use crosstab_server::keys::KeyEnv;
 use crosstab_server::webapp::users::{self, SignIn};
 use crosstab_server::{accounts, ledger, usage};
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_keys_grants_ledger_and_usage() {
     let Ok(url) = std::env::var("CROSSTAB_TEST_POSTGRES_URL") else {
         eprintln!("CROSSTAB_TEST_POSTGRES_URL not set: PostgreSQL test skipped");
@@ -87,7 +87,23 @@ async fn postgres_keys_grants_ledger_and_usage() {
     let within =
         |limit| accounts::create_key_within(&db, &account, KeyEnv::Test, None, limit, None);
     assert!(within(1).await.unwrap().is_none(), "at the limit");
-    assert!(within(2).await.unwrap().is_some());
+    // One place left, eight asking at once: the account's row lock lets exactly one in.
+    let racers: Vec<_> = (0..8)
+        .map(|_| {
+            let (db, account) = (db.clone(), account.clone());
+            tokio::spawn(async move {
+                accounts::create_key_within(&db, &account, KeyEnv::Test, None, 2, None)
+                    .await
+                    .unwrap()
+                    .is_some()
+            })
+        })
+        .collect();
+    let mut won = 0;
+    for racer in racers {
+        won += usize::from(racer.await.unwrap());
+    }
+    assert_eq!(won, 1, "the limit held under concurrent creations");
 
     // Sign-in counts each failure in one statement, and locks at the limit.
     let unknown = users::UnknownNames::default();

@@ -231,6 +231,18 @@ async fn unknown_names_answer_exactly_as_real_ones() {
     assert_eq!(answers[0], answers[1]);
     assert_eq!(answers[0][0], "rejected after 1");
     assert!(answers[0][users::MAX_FAILED_LOGINS as usize - 1].starts_with("locked"));
+    // And through the app's own sign-in (one count per server, kept across requests).
+    for _ in 1..users::MAX_FAILED_LOGINS {
+        assert_eq!(
+            app.login("nobody", "wrong password").await.0.status,
+            StatusCode::UNAUTHORIZED
+        );
+    }
+    let (parts, body) = app.login("nobody", "wrong password").await;
+    assert_eq!(
+        (parts.status, code(&body)),
+        (StatusCode::TOO_MANY_REQUESTS, "too_many_attempts")
+    );
 }
 
 /// A new password ends the sessions made with the old one.

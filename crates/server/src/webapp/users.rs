@@ -157,12 +157,21 @@ fn decoy_hash() -> &'static str {
 /// Names without a user kept at most (past this, the one tried longest ago is forgotten).
 const UNKNOWN_NAMES_KEPT: usize = 10_000;
 
-/// Failed sign-ins for names that have no user, counted in memory so that they are slowed
-/// and then locked exactly as a real user's are: neither the delay nor the lock tells
-/// whether a name exists.
+/// A name as the map keeps it: its SHA-256, so a 2 MB name costs what a short one does.
+type NameKey = [u8; 32];
+
+/// Failed sign-ins for names that have no user, counted in this server's memory so that
+/// they are slowed and then locked as a real user's are: on one server neither the delay
+/// nor the lock tells whether a name exists. (Real users' counts are in the database and
+/// shared by every server; these are per process and start again on a restart.)
 #[derive(Debug, Default)]
 pub struct UnknownNames {
-    names: std::sync::Mutex<std::collections::HashMap<String, Attempts>>,
+    names: std::sync::Mutex<std::collections::HashMap<NameKey, Attempts>>,
+}
+
+fn name_key(name: &str) -> NameKey {
+    use sha2::Digest;
+    sha2::Sha256::digest(name.as_bytes()).into()
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -173,7 +182,7 @@ struct Attempts {
 }
 
 impl UnknownNames {
-    fn names(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, Attempts>> {
+    fn names(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<NameKey, Attempts>> {
         // The map holds counters only: one a panic left half-written is still usable.
         self.names
             .lock()
@@ -183,17 +192,16 @@ impl UnknownNames {
     /// Counts an attempt on `name`, as the users table would: `Err` with the seconds left
     /// while it is locked or its attempts are all taken, else the attempt's number.
     fn attempt(&self, name: &str, now: i64) -> Result<i64, i64> {
+        let key = name_key(name);
         let mut names = self.names();
-        if !names.contains_key(name) && names.len() >= UNKNOWN_NAMES_KEPT {
-            let stalest = names
-                .iter()
-                .min_by_key(|(_, a)| a.last)
-                .map(|(n, _)| n.clone());
+        if !names.contains_key(&key) && names.len() >= UNKNOWN_NAMES_KEPT {
+            // A scan, only when full and for a new name: each attempt also costs an argon2.
+            let stalest = names.iter().min_by_key(|(_, a)| a.last).map(|(k, _)| *k);
             if let Some(stalest) = stalest {
                 names.remove(&stalest);
             }
         }
-        let attempts = names.entry(name.to_owned()).or_default();
+        let attempts = names.entry(key).or_default();
         attempts.last = now;
         match attempts.locked_until {
             Some(until) if until > now => return Err((until - now + 999) / 1000),
@@ -214,7 +222,7 @@ impl UnknownNames {
 
     /// Locks `name` until `until` (its last allowed attempt failed).
     fn lock(&self, name: &str, until: i64) {
-        if let Some(attempts) = self.names().get_mut(name) {
+        if let Some(attempts) = self.names().get_mut(&name_key(name)) {
             *attempts = Attempts {
                 failures: 0,
                 locked_until: Some(until),
@@ -233,7 +241,7 @@ pub async fn sign_in(
     password: &str,
 ) -> Result<SignIn, UserError> {
     let row = sqlx::query(
-        "SELECT u.id, u.password_hash, u.failed_logins, u.locked_until, a.id, a.name \
+        "SELECT u.id, u.password_hash, u.locked_until, a.id, a.name \
          FROM users u JOIN accounts a ON a.id = u.account_id WHERE u.username = $1",
     )
     .bind(username)
@@ -260,7 +268,7 @@ pub async fn sign_in(
     let get = |e: sqlx::Error| UserError::Db(DbError::from(e));
     let id: i64 = row.try_get(0).map_err(get)?;
     let stored: String = row.try_get(1).map_err(get)?;
-    let locked_until: Option<i64> = row.try_get(3).map_err(get)?;
+    let locked_until: Option<i64> = row.try_get(2).map_err(get)?;
     if let Some(until) = locked_until.filter(|until| *until > now) {
         return Ok(SignIn::Locked {
             retry_after_s: (until - now + 999) / 1000,
@@ -299,8 +307,8 @@ pub async fn sign_in(
         return Ok(SignIn::Accepted(User {
             id,
             username: username.to_owned(),
-            account_id: row.try_get(4).map_err(get)?,
-            account: row.try_get(5).map_err(get)?,
+            account_id: row.try_get(3).map_err(get)?,
+            account: row.try_get(4).map_err(get)?,
         }));
     }
     if attempt < MAX_FAILED_LOGINS {
@@ -330,7 +338,7 @@ mod unknown_names_tests {
         assert_eq!(unknown.attempt("late", 1_000_000), Ok(1));
         let names = unknown.names();
         assert_eq!(names.len(), UNKNOWN_NAMES_KEPT);
-        assert!(!names.contains_key("name0") && names.contains_key("name1"));
+        assert!(!names.contains_key(&name_key("name0")) && names.contains_key(&name_key("name1")));
     }
 
     #[test]
