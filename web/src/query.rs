@@ -131,7 +131,8 @@ pub fn QueryScreen(rerun: RwSignal<Option<Value>>) -> impl IntoView {
             return;
         }
         codebook.set(None);
-        // Results of another survey stay out of this one's screen.
+        // Results of another survey stay out of this one's screen (a run still in flight
+        // drops its own answer).
         if !matches!(outcome.get_untracked(), Outcome::Idle | Outcome::Loading) {
             outcome.set(Outcome::Idle);
         }
@@ -194,11 +195,13 @@ pub fn QueryScreen(rerun: RwSignal<Option<Value>>) -> impl IntoView {
         let book = codebook.get_untracked().and_then(Result::ok);
         outcome.set(Outcome::Loading);
         leptos::task::spawn_local(async move {
-            outcome.set(Outcome::from_call(
-                request.clone(),
-                book,
-                api::crosstab(&request).await,
-            ));
+            let call = api::crosstab(&request).await;
+            // The survey changed while this ran: its answer belongs to another screen.
+            if request.get("SurveyCode").and_then(Value::as_str) != Some(&survey.get_untracked()) {
+                outcome.set(Outcome::Idle);
+                return;
+            }
+            outcome.set(Outcome::from_call(request.clone(), book, call));
             if let Some(summary) = outcome.get_untracked().summary() {
                 crate::history::record(&request, summary);
             }
