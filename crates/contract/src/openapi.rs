@@ -24,7 +24,9 @@ weighted projected audience (`WgtAud`, in `AudienceReportUnits`), unweighted res
 | 0 | Success. `ResultDescription` is the empty string. |
 | 1 | Partial: one or more target codes name a variable or code the survey does not define. Each such entry is `{WgtAud: 0, Resps: 0, Stbl: 1}` and `ResultDescription` names every unknown code. |
 
-On 4xx and 5xx, `ResultCode` equals the HTTP status and `error.code` is machine-readable.
+On 4xx and 5xx, `ResultCode` equals the HTTP status and `error.code` is machine-readable. \
+A path of this API called with a method it does not serve (`GET /crosstab`) is 405 \
+`method_not_allowed` in the same envelope, with an `Allow` header.
 
 ## Limits
 | Limit | Value |

@@ -90,7 +90,8 @@ enum Command {
         listen: SocketAddr,
         #[command(flatten)]
         store: Store,
-        /// A browser origin allowed to call the API (repeatable; `*` allows any).
+        /// A browser origin allowed to call the API (repeatable; `*` allows any origin on
+        /// /v1, while /app, which signs users in, admits only origins named here).
         #[arg(long = "allowed-origin", value_name = "ORIGIN")]
         allowed_origins: Vec<String>,
         /// Make the data dir usable at once: demo survey, account `demo`, a key for it and

@@ -1,4 +1,5 @@
-//! CORS for `/v1`: which browser origins may call the API, and the preflight answer.
+//! CORS: which browser origins may call `/v1` (any with `*`) and `/app` (credentialed:
+//! only origins named), and the preflight answer.
 
 use axum::http::header::{
     ACCESS_CONTROL_ALLOW_HEADERS, ACCESS_CONTROL_ALLOW_METHODS, ACCESS_CONTROL_ALLOW_ORIGIN,
@@ -9,7 +10,7 @@ use axum::http::{HeaderMap, HeaderValue};
 /// How long a browser may cache a preflight answer, in seconds.
 const MAX_AGE_SECONDS: &str = "600";
 
-/// The allowed origins (`--allowed-origin`, repeatable; `*` allows any).
+/// The allowed origins (`--allowed-origin`, repeatable; `*` allows any, on `/v1` only).
 #[derive(Debug, Clone, Default)]
 pub struct Cors {
     any: bool,

@@ -363,7 +363,8 @@ mod engine {
 
         /// Answers a request as the server does for a caller granted this whole survey.
         /// Throws a `CrosstabError` with the server's `code`, `status` and `body` when the
-        /// server would refuse it (invalid request, another survey, unknown base or group).
+        /// server would refuse it (invalid or over 64 KiB, another survey, unknown base or
+        /// group).
         #[wasm_bindgen(unchecked_return_type = "CrosstabResponse")]
         pub fn crosstab(
             &self,
