@@ -73,6 +73,26 @@ for dir in node web validator/node validator/web; do
 done
 # Node reads each directory's module format from the nearest package.json.
 for dir in node validator/node; do echo '{"type": "commonjs"}' >"$PKG/$dir/package.json"; done
+# The Node build's ESM face: every export of the CommonJS module, plus `init` and
+# `initSync` as the web build has them (no-ops: in Node the module is ready once loaded),
+# so the same `import init, { ... } from "crosstab-wasm"` runs in browsers, SSR and tests.
+for dir in node validator/node; do
+  cat >"$PKG/$dir/crosstab_wasm.mjs" <<'ESM'
+import * as wasm from "./crosstab_wasm.js";
+export * from "./crosstab_wasm.js";
+/** Ready once imported in Node; kept so browser code runs unchanged. */
+export default async function init() { return wasm; }
+/** Ready once imported in Node; kept so browser code runs unchanged. */
+export function initSync() { return wasm; }
+ESM
+  cat >"$PKG/$dir/crosstab_wasm.d.mts" <<'DTS'
+export * from "./crosstab_wasm.js";
+/** Ready once imported in Node; kept so browser code runs unchanged. */
+export default function init(module_or_path?: unknown): Promise<unknown>;
+/** Ready once imported in Node; kept so browser code runs unchanged. */
+export function initSync(module?: unknown): unknown;
+DTS
+done
 for dir in web validator/web; do echo '{"type": "module"}' >"$PKG/$dir/package.json"; done
 
 # -- 3. wasm-opt (npm binaryen@132 only) -------------------------------------------
@@ -109,7 +129,10 @@ cp "$ROOT/crates/wasm/npm/README.md" "$PKG/README.md"
 VERSION="$VERSION" node - "$PKG/package.json" <<'EOF'
 const fs = require("fs");
 const entry = (dir) => ({
-  node: { types: `./${dir}node/crosstab_wasm.d.ts`, default: `./${dir}node/crosstab_wasm.js` },
+  node: {
+    import: { types: `./${dir}node/crosstab_wasm.d.mts`, default: `./${dir}node/crosstab_wasm.mjs` },
+    require: { types: `./${dir}node/crosstab_wasm.d.ts`, default: `./${dir}node/crosstab_wasm.js` },
+  },
   browser: { types: `./${dir}web/crosstab_wasm.d.ts`, default: `./${dir}web/crosstab_wasm.js` },
   default: { types: `./${dir}web/crosstab_wasm.d.ts`, default: `./${dir}web/crosstab_wasm.js` },
 });
@@ -118,6 +141,7 @@ for (const dir of ["node", "web", "validator/node", "validator/web"]) {
   for (const f of ["crosstab_wasm.js", "crosstab_wasm.d.ts", "crosstab_wasm_bg.wasm", "crosstab_wasm_bg.wasm.d.ts", "package.json"]) {
     files.push(`${dir}/${f}`);
   }
+  if (dir.endsWith("node")) files.push(`${dir}/crosstab_wasm.mjs`, `${dir}/crosstab_wasm.d.mts`);
 }
 const pkg = {
   name: "crosstab-wasm",

@@ -50,6 +50,22 @@ console.log(JSON.stringify({ ok: ok.ok, bad: bad.status, version: contractVersio
   });
 });
 
+test("the README's browser code runs in Node as it is: default init and initSync", () => {
+  const dir = project();
+  const out = run(
+    dir,
+    "init-consumer.mjs",
+    `import init, { initSync, validateRequest } from "crosstab-wasm";
+import initValidator, { initSync as syncValidator, validateRequest as check } from "crosstab-wasm/validator";
+await init();
+initSync();
+await initValidator();
+syncValidator();
+console.log(JSON.stringify({ full: validateRequest(${JSON.stringify(REQUEST)}).ok, validator: check({}).status }));`,
+  );
+  assert.deepEqual(JSON.parse(out), { full: true, validator: 400 });
+});
+
 test("CommonJS require of both entries, with a survey", () => {
   const dir = project();
   const source = path.join(ROOT, "tests/vectors/survey");
@@ -86,6 +102,7 @@ test("the web build initializes from bytes (initSync) and answers the same", asy
 test("a TypeScript consumer type-checks with tsc --noEmit", () => {
   const dir = project();
   fs.copyFileSync(path.join(ROOT, "tests/npm/consumer.ts"), path.join(dir, "consumer.ts"));
+  fs.copyFileSync(path.join(ROOT, "tests/npm/consumer-init.mts"), path.join(dir, "consumer-init.mts"));
   fs.writeFileSync(
     path.join(dir, "tsconfig.json"),
     JSON.stringify({
@@ -98,7 +115,7 @@ test("a TypeScript consumer type-checks with tsc --noEmit", () => {
         skipLibCheck: false,
         types: [],
       },
-      files: ["consumer.ts"],
+      files: ["consumer.ts", "consumer-init.mts"],
     }),
   );
   try {
