@@ -232,6 +232,72 @@ impl UnknownNames {
     }
 }
 
+/// Where a name's failed sign-ins are counted: a user's row, or the in-memory map for
+/// names without a user. Both follow one rule, in [`sign_in`].
+enum Failures<'a> {
+    User {
+        db: &'a Database,
+        id: i64,
+        locked_until: Option<i64>,
+    },
+    Unknown {
+        names: &'a UnknownNames,
+        name: &'a str,
+    },
+}
+
+impl Failures<'_> {
+    /// Takes a place for this attempt before the (slow) password check: `Err` with the
+    /// seconds to wait while locked or with every place taken, else the attempt's number.
+    async fn take(&self, now: i64) -> Result<Result<i64, i64>, DbError> {
+        match self {
+            Failures::User {
+                db,
+                id,
+                locked_until,
+            } => {
+                if let Some(until) = locked_until.filter(|until| *until > now) {
+                    return Ok(Err((until - now + 999) / 1000));
+                }
+                // One statement: parallel guesses each take their own place, and none
+                // past the limit is checked at all (the last may still be checking).
+                let attempt: Option<i64> = sqlx::query_scalar(
+                    "UPDATE users SET failed_logins = failed_logins + 1 \
+                     WHERE id = $1 AND failed_logins < $2 AND (locked_until IS NULL OR locked_until <= $3) \
+                     RETURNING failed_logins",
+                )
+                .bind(id)
+                .bind(MAX_FAILED_LOGINS)
+                .bind(now)
+                .fetch_optional(db.pool())
+                .await?;
+                Ok(attempt.ok_or(LOCK_MS / 1000))
+            }
+            Failures::Unknown { names, name } => Ok(names.attempt(name, now)),
+        }
+    }
+
+    /// Starts the count again, with no lock (`until` `None`, after a right password) or
+    /// with a lock until `until` (the last allowed attempt failed).
+    async fn reset(&self, until: Option<i64>) -> Result<(), DbError> {
+        match self {
+            Failures::User { db, id, .. } => {
+                sqlx::query("UPDATE users SET failed_logins = 0, locked_until = $1 WHERE id = $2")
+                    .bind(until)
+                    .bind(id)
+                    .execute(db.pool())
+                    .await?;
+            }
+            Failures::Unknown { names, name } => {
+                if let Some(until) = until {
+                    names.lock(name, until);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Checks a sign-in, counting failures and locking after too many (for names without a
 /// user too, in `unknown`, so that both answer alike).
 pub async fn sign_in(
@@ -249,77 +315,51 @@ pub async fn sign_in(
     .await
     .map_err(DbError::from)?;
     let now = now_ms();
-    let Some(row) = row else {
-        let attempt = match unknown.attempt(username, now) {
-            Ok(attempt) => attempt,
-            Err(retry_after_s) => return Ok(SignIn::Locked { retry_after_s }),
-        };
-        // The same work as checking a real password, so the time tells nothing either.
-        let owned = password.to_owned();
-        let _ = argon2(move || verify_password(&owned, decoy_hash())).await;
-        if attempt < MAX_FAILED_LOGINS {
-            return Ok(SignIn::Rejected { failures: attempt });
-        }
-        unknown.lock(username, now + LOCK_MS);
-        return Ok(SignIn::Locked {
-            retry_after_s: LOCK_MS / 1000,
-        });
-    };
     let get = |e: sqlx::Error| UserError::Db(DbError::from(e));
-    let id: i64 = row.try_get(0).map_err(get)?;
-    let stored: String = row.try_get(1).map_err(get)?;
-    let locked_until: Option<i64> = row.try_get(2).map_err(get)?;
-    if let Some(until) = locked_until.filter(|until| *until > now) {
-        return Ok(SignIn::Locked {
-            retry_after_s: (until - now + 999) / 1000,
-        });
-    }
-    // The attempt is counted before the (slow) password check, in one statement: parallel
-    // guesses each take their own place and none past the limit is checked at all.
-    let attempt: Option<i64> = sqlx::query_scalar(
-        "UPDATE users SET failed_logins = failed_logins + 1 \
-         WHERE id = $1 AND failed_logins < $2 AND (locked_until IS NULL OR locked_until <= $3) \
-         RETURNING failed_logins",
-    )
-    .bind(id)
-    .bind(MAX_FAILED_LOGINS)
-    .bind(now)
-    .fetch_optional(db.pool())
-    .await
-    .map_err(DbError::from)?;
-    let Some(attempt) = attempt else {
-        // The limit's attempts are taken (the last may still be checking), or a lock was
-        // just set.
-        return Ok(SignIn::Locked {
-            retry_after_s: LOCK_MS / 1000,
-        });
+    // A name without a user is checked against a decoy hash (the same work, so the time
+    // tells nothing) and can never be accepted.
+    let (failures, stored, user) = match &row {
+        None => (
+            Failures::Unknown {
+                names: unknown,
+                name: username,
+            },
+            decoy_hash().to_owned(),
+            None,
+        ),
+        Some(row) => {
+            let id: i64 = row.try_get(0).map_err(get)?;
+            let user = User {
+                id,
+                username: username.to_owned(),
+                account_id: row.try_get(3).map_err(get)?,
+                account: row.try_get(4).map_err(get)?,
+            };
+            let locked_until = row.try_get(2).map_err(get)?;
+            let failures = Failures::User {
+                db,
+                id,
+                locked_until,
+            };
+            (failures, row.try_get(1).map_err(get)?, Some(user))
+        }
+    };
+    let attempt = match failures.take(now).await? {
+        Ok(attempt) => attempt,
+        Err(retry_after_s) => return Ok(SignIn::Locked { retry_after_s }),
     };
     let owned = password.to_owned();
     let matches = argon2(move || verify_password(&owned, &stored))
         .await
         .unwrap_or(false);
-    if matches {
-        sqlx::query("UPDATE users SET failed_logins = 0, locked_until = NULL WHERE id = $1")
-            .bind(id)
-            .execute(db.pool())
-            .await
-            .map_err(DbError::from)?;
-        return Ok(SignIn::Accepted(User {
-            id,
-            username: username.to_owned(),
-            account_id: row.try_get(3).map_err(get)?,
-            account: row.try_get(4).map_err(get)?,
-        }));
+    if let Some(user) = user.filter(|_| matches) {
+        failures.reset(None).await?;
+        return Ok(SignIn::Accepted(user));
     }
     if attempt < MAX_FAILED_LOGINS {
         return Ok(SignIn::Rejected { failures: attempt });
     }
-    sqlx::query("UPDATE users SET failed_logins = 0, locked_until = $1 WHERE id = $2")
-        .bind(now + LOCK_MS)
-        .bind(id)
-        .execute(db.pool())
-        .await
-        .map_err(DbError::from)?;
+    failures.reset(Some(now + LOCK_MS)).await?;
     Ok(SignIn::Locked {
         retry_after_s: LOCK_MS / 1000,
     })
