@@ -110,10 +110,12 @@ async fn read<T: DeserializeOwned>(response: Response) -> Result<T, ApiFailure> 
 }
 
 async fn get<T: DeserializeOwned>(path: &str) -> Result<T, ApiFailure> {
-    let response = with_credentials(Request::get(&url(path)))
-        .send()
-        .await
-        .map_err(ApiFailure::network)?;
+    fetch(with_credentials(Request::get(&url(path)))).await
+}
+
+/// Sends a body-less request and reads its answer.
+async fn fetch<T: DeserializeOwned>(builder: RequestBuilder) -> Result<T, ApiFailure> {
+    let response = builder.send().await.map_err(ApiFailure::network)?;
     read(response).await
 }
 
@@ -341,11 +343,7 @@ pub async fn crosstab(request: &Value) -> Result<(u16, Value), ApiFailure> {
 /// The OpenAPI document of `/v1`: public, so fetched without credentials (`/v1` never
 /// allows them, and a credentialed cross-origin fetch of it would be blocked).
 pub async fn openapi() -> Result<Value, ApiFailure> {
-    let response = Request::get(&url("/v1/docs"))
-        .send()
-        .await
-        .map_err(ApiFailure::network)?;
-    read(response).await
+    fetch(Request::get(&url("/v1/docs"))).await
 }
 
 /// The user's API keys.
