@@ -5,6 +5,7 @@ use sqlx::Row;
 
 use crate::db::{now_ms, Database, DbError};
 use crate::grants::{GrantSpec, Grants, WHOLE_SURVEY};
+use crate::key_signal::KeySignal;
 use crate::keys::{self, KeyEnv, NewKey};
 
 /// A key as `key list` shows it (never the key itself).
@@ -77,15 +78,12 @@ fn signal_key_change(db: &Database) {
     let Some(path) = db.key_signal_file() else {
         return;
     };
-    // Write-then-rename gives the file a new inode each time: a change no stat can miss.
-    let temp = path.with_extension(format!("tmp{}", std::process::id()));
-    let stamp = format!(
-        "{}\n",
-        chrono::Utc::now().timestamp_nanos_opt().unwrap_or(0)
-    );
-    if let Err(error) = std::fs::write(&temp, stamp).and_then(|()| std::fs::rename(&temp, &path)) {
+    match KeySignal::open(&path) {
+        Ok(signal) => signal.bump(),
         // The revision bumped with the change is the backstop (`Authenticator::follow_revision`).
-        tracing::warn!(%error, "could not signal a key change; running servers notice within a second");
+        Err(error) => {
+            tracing::warn!(%error, "could not signal a key change; running servers notice within a second")
+        }
     }
 }
 

@@ -4,22 +4,22 @@
 //! Keys are cached in memory so a request costs no database round trip, yet revocation,
 //! new grants and expiry take effect on the very next request, even when another process
 //! (the CLI) made the change. Every change to keys or grants bumps a revision in the
-//! database; with SQLite it also replaces a signal file beside the database, which is
-//! checked with one `stat` per request; with PostgreSQL the revision is read per request.
+//! database; with SQLite it also bumps the counter of a signal file beside the database
+//! ([`KeySignal`]), which is read, through a shared map, on every request; with
+//! PostgreSQL (or when the signal file can't be mapped) the revision is read per request.
 //! Whenever the signal changes, the whole cache is dropped. Should the signal file not
-//! be written, the revision, read every second as well, still drops it within a second.
+//! be bumped, the revision, read every second as well, still drops it within a second.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::SystemTime;
 
 use axum::http::HeaderValue;
 
 use crate::accounts::{self, KeyRecord};
 use crate::db::{now_ms, Database, DbError};
 use crate::grants::Grants;
+use crate::key_signal::KeySignal;
 use crate::keys;
 
 /// An authenticated caller.
@@ -48,8 +48,8 @@ pub enum AuthError {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Signal {
-    /// Identity of the SQLite signal file (`None`: not there yet).
-    File(Option<(u64, Option<SystemTime>, u64)>),
+    /// The counter of the SQLite signal file.
+    File(u64),
     /// The database's key revision.
     Revision(i64),
 }
@@ -64,7 +64,7 @@ struct Cached {
 #[derive(Debug)]
 pub struct Authenticator {
     db: Database,
-    signal_file: Option<PathBuf>,
+    signal: Option<KeySignal>,
     seen: Mutex<Option<Signal>>,
     /// The key revision at the last [`Authenticator::follow_revision`].
     seen_revision: Mutex<Option<i64>>,
@@ -75,8 +75,15 @@ pub struct Authenticator {
 impl Authenticator {
     /// An authenticator over `db`'s keys.
     pub fn new(db: Database) -> Authenticator {
+        let signal = db.key_signal_file().and_then(|path| {
+            KeySignal::open(&path)
+                .inspect_err(|error| {
+                    tracing::warn!(%error, path = %path.display(), "key signal file not mapped; reading the key revision on every request");
+                })
+                .ok()
+        });
         Authenticator {
-            signal_file: db.key_signal_file(),
+            signal,
             db,
             seen: Mutex::new(None),
             seen_revision: Mutex::new(None),
@@ -86,14 +93,8 @@ impl Authenticator {
     }
 
     async fn current_signal(&self) -> Result<Signal, DbError> {
-        match &self.signal_file {
-            Some(path) => Ok(Signal::File(std::fs::metadata(path).ok().map(|meta| {
-                (
-                    std::os::unix::fs::MetadataExt::ino(&meta),
-                    meta.modified().ok(),
-                    meta.len(),
-                )
-            }))),
+        match &self.signal {
+            Some(signal) => Ok(Signal::File(signal.read())),
             None => Ok(Signal::Revision(accounts::key_revision(&self.db).await?)),
         }
     }
@@ -113,7 +114,7 @@ impl Authenticator {
     /// cached key if the database's key revision moved since the last call (a change
     /// whose signal file could not be written still bumped the revision).
     pub async fn follow_revision(&self) -> Result<(), DbError> {
-        if self.signal_file.is_none() {
+        if self.signal.is_none() {
             // Without a signal file every request reads the revision already.
             return Ok(());
         }

@@ -16,6 +16,7 @@ pub mod cli;
 pub mod cors;
 pub mod db;
 pub mod grants;
+pub mod key_signal;
 pub mod keys;
 pub mod ledger;
 pub mod logging;
