@@ -216,10 +216,10 @@ async fn answer(
     let bill = Bill {
         at: now_ms(),
         account_id: principal.account_id,
-        key_id: principal.key_id.clone(),
-        survey: request.survey_code.clone(),
-        group: group.map(str::to_owned),
-        base: request.population_base_code.clone(),
+        key_id: Arc::clone(&principal.key_id),
+        survey: Arc::from(request.survey_code.as_str()),
+        group: group.map(Arc::from),
+        base: Arc::from(request.population_base_code.as_str()),
         targets: i64::try_from(request.target_codes.len()).unwrap_or(i64::MAX),
         request_id: Arc::clone(&request_id.0),
     };
@@ -272,10 +272,10 @@ async fn cached_answer(
     let bill = Bill {
         at: now_ms(),
         account_id: principal.account_id,
-        key_id: principal.key_id.clone(),
-        survey: hit.survey_code.clone(),
+        key_id: Arc::clone(&principal.key_id),
+        survey: Arc::clone(&hit.survey_code),
         group: hit.group.clone(),
-        base: hit.base.clone(),
+        base: Arc::clone(&hit.base),
         targets: hit.targets,
         request_id: Arc::clone(&request_id.0),
     };

@@ -26,7 +26,7 @@ use crate::keys;
 #[derive(Debug)]
 pub struct Principal {
     /// The key id used.
-    pub key_id: String,
+    pub key_id: Arc<str>,
     /// The account's id.
     pub account_id: i64,
     /// The account's name.
@@ -149,7 +149,7 @@ impl Authenticator {
         };
         let cached = Arc::new(Cached {
             principal: Arc::new(Principal {
-                key_id: record.id.clone(),
+                key_id: Arc::from(record.id.as_str()),
                 account_id: record.account_id,
                 account: Arc::from(record.account.as_str()),
                 grants: record.grants.clone(),

@@ -38,11 +38,11 @@ const MAX_ENTRY_BYTES: usize = 1 << 20;
 pub struct Entry {
     survey: Weak<Survey>,
     /// The survey code of the request.
-    pub survey_code: String,
+    pub survey_code: Arc<str>,
     /// The group filter of the request (`None`: all groups).
-    pub group: Option<String>,
+    pub group: Option<Arc<str>>,
     /// The population base of the request.
-    pub base: String,
+    pub base: Arc<str>,
     /// Number of target codes (for the bill).
     pub targets: i64,
     /// The serialized 200 body.
@@ -53,14 +53,14 @@ impl Entry {
     /// A cacheable answer computed on `survey`.
     pub fn new(
         survey: &Arc<Survey>,
-        group: Option<String>,
-        base: String,
+        group: Option<Arc<str>>,
+        base: Arc<str>,
         targets: i64,
         body: Bytes,
     ) -> Entry {
         Entry {
             survey: Arc::downgrade(survey),
-            survey_code: survey.code().to_owned(),
+            survey_code: Arc::from(survey.code()),
             group,
             base,
             targets,

@@ -14,10 +14,10 @@ fn bill(account_id: i64, n: usize) -> Bill {
     Bill {
         at: 1_700_000_000_000 + n as i64,
         account_id,
-        key_id: format!("{n:016x}"),
-        survey: "VEC".to_owned(),
-        group: (n % 3 == 0).then(|| format!("G'\"{n}")),
-        base: "ALL".to_owned(),
+        key_id: format!("{n:016x}").into(),
+        survey: "VEC".into(),
+        group: (n % 3 == 0).then(|| format!("G'\"{n}").into()),
+        base: "ALL".into(),
         targets: (n % 2 + 1) as i64,
         request_id: format!("{n:032x}").into(),
     }
@@ -122,10 +122,10 @@ async fn batches_of_every_size_are_written_exactly() {
         .map(|row| Bill {
             at: row.try_get(0).unwrap(),
             account_id: row.try_get(1).unwrap(),
-            key_id: row.try_get(2).unwrap(),
-            survey: row.try_get(3).unwrap(),
-            group: row.try_get(4).unwrap(),
-            base: row.try_get(5).unwrap(),
+            key_id: row.try_get::<String, _>(2).unwrap().into(),
+            survey: row.try_get::<String, _>(3).unwrap().into(),
+            group: row.try_get::<Option<String>, _>(4).unwrap().map(Into::into),
+            base: row.try_get::<String, _>(5).unwrap().into(),
             targets: row.try_get(6).unwrap(),
             request_id: row.try_get::<String, _>(7).unwrap().into(),
         })
