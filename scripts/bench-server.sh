@@ -11,9 +11,11 @@
 # then stops the server with SIGTERM and checks that bills = 200s + the requests logged
 # as billed after their client went away.
 #
-# Usage: scripts/bench-server.sh [DURATION_SECONDS (default 10)]
+# Usage: scripts/bench-server.sh [DURATION_SECONDS per run (default 5)]
 # Env:   CARGO_TARGET_DIR (where the release build goes), CONNECTIONS (64), THREADS (2),
-#        ROUNDS (3: docs/POST pairs; the figures are the medians over the rounds).
+#        ROUNDS (7: docs/POST pairs; the figures are the medians over the rounds: the
+#        host's speed drifts by ±10% within a minute, so many short pairs give a steadier
+#        median than a few long ones).
 #
 # Setup: wrk and the server run on the same machine and share its cores (2 here); the
 # server uses tokio's default (one worker per core) and wrk THREADS threads, so every
@@ -21,10 +23,10 @@
 # figures: the load average is printed before and after; run it more than once.
 set -euo pipefail
 
-duration="${1:-10}"
+duration="${1:-5}"
 connections="${CONNECTIONS:-64}"
 threads="${THREADS:-2}"
-rounds="${ROUNDS:-3}"
+rounds="${ROUNDS:-7}"
 root="$(cd "$(dirname "$0")/.." && pwd)"
 target="${CARGO_TARGET_DIR:-$root/target}"
 command -v wrk >/dev/null || { echo "wrk is required (apt-get install wrk)" >&2; exit 1; }
