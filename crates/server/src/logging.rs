@@ -8,8 +8,9 @@
 //! than `GET /v1/docs`.)
 //!
 //! Lossless: the access log is what bills reconcile with. When [`MAX_PENDING`] bytes wait,
-//! logging waits for the writer rather than drop a line; after [`LogGuard`] is dropped,
-//! lines are written directly.
+//! logging waits for the writer rather than drop a line; a stderr that would block is
+//! waited for; after [`LogGuard`] is dropped and the queue written out, lines are written
+//! directly. (Only a stderr that fails outright, e.g. a closed pipe, loses lines.)
 //!
 //! When stderr is a regular file (`crosstab serve 2>>server.log`), the writer also
 //! flushes it to disk every [`SYNC_EVERY`] bytes: at full load the access log grows by
@@ -39,7 +40,7 @@ const SYNC_EVERY: u64 = 1 << 20;
 pub fn init(default: &str) -> LogGuard {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
     let ansi = io::IsTerminal::is_terminal(&io::stderr());
-    let queue = Arc::new(Queue::default());
+    let queue = Arc::new(Queue::new(write_stderr));
     let writer = {
         let queue = Arc::clone(&queue);
         std::thread::Builder::new()
@@ -53,7 +54,7 @@ pub fn init(default: &str) -> LogGuard {
         Ok(thread) => Some(thread),
         Err(_) => {
             // No thread to be had: every line is written as it comes.
-            queue.close();
+            queue.stop();
             None
         }
     };
@@ -82,23 +83,41 @@ impl Drop for LogGuard {
 }
 
 /// Lines waiting for the log thread.
-#[derive(Debug, Default)]
 struct Queue {
     pending: Mutex<Pending>,
     /// The log thread waits here for the first line of a batch (or the close).
     arrived: Condvar,
     /// Loggers wait here while [`MAX_PENDING`] bytes are queued.
     drained: Condvar,
+    /// Where lines go once the log thread has stopped.
+    direct: fn(&[u8]),
+}
+
+impl std::fmt::Debug for Queue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Queue").finish_non_exhaustive()
+    }
 }
 
 #[derive(Debug, Default)]
 struct Pending {
     lines: Vec<u8>,
-    /// The log thread has stopped, or is writing its last batch: write directly.
-    closed: bool,
+    /// The log thread is to write out what is queued, then stop.
+    closing: bool,
+    /// The log thread has written out everything queued and stopped: write directly.
+    stopped: bool,
 }
 
 impl Queue {
+    fn new(direct: fn(&[u8])) -> Queue {
+        Queue {
+            pending: Mutex::default(),
+            arrived: Condvar::new(),
+            drained: Condvar::new(),
+            direct,
+        }
+    }
+
     fn lock(&self) -> MutexGuard<'_, Pending> {
         self.pending.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -106,15 +125,15 @@ impl Queue {
     /// Queues `line` (one whole event: the formatter writes each in one call).
     fn append(&self, line: &[u8]) {
         let mut pending = self.lock();
-        while pending.lines.len() >= MAX_PENDING && !pending.closed {
+        while pending.lines.len() >= MAX_PENDING && !pending.stopped {
             pending = self
                 .drained
                 .wait(pending)
                 .unwrap_or_else(PoisonError::into_inner);
         }
-        if pending.closed {
-            // Written under the lock, so lines keep their order with the last batch.
-            let _ = io::stderr().write_all(line);
+        if pending.stopped {
+            // Everything queued is out already; under the lock, direct lines keep their order.
+            (self.direct)(line);
             return;
         }
         let first = pending.lines.is_empty();
@@ -127,35 +146,43 @@ impl Queue {
 
     /// Stops the log thread once what is queued is written; later lines go out directly.
     fn close(&self) {
-        self.lock().closed = true;
+        self.lock().closing = true;
         self.arrived.notify_all();
-        self.drained.notify_all();
+    }
+
+    /// Without a log thread: every line goes out directly.
+    fn stop(&self) {
+        let mut pending = self.lock();
+        pending.closing = true;
+        pending.stopped = true;
     }
 
     /// The log thread: a batch per [`BATCH_WINDOW`] to `out` while lines come, until
-    /// closed.
+    /// closed and everything queued is written.
     fn write_out(&self, mut out: impl FnMut(&[u8])) {
         let mut batch = Vec::new();
         loop {
             let mut pending = self.lock();
-            while pending.lines.is_empty() && !pending.closed {
+            while pending.lines.is_empty() && !pending.closing {
                 pending = self
                     .arrived
                     .wait(pending)
                     .unwrap_or_else(PoisonError::into_inner);
             }
-            if !pending.closed {
+            if pending.lines.is_empty() {
+                // Closing, and every line queued before is out.
+                pending.stopped = true;
+                drop(pending);
+                self.drained.notify_all();
+                return;
+            }
+            if !pending.closing {
                 // Let the batch fill.
                 drop(pending);
                 std::thread::sleep(BATCH_WINDOW);
                 pending = self.lock();
             }
             std::mem::swap(&mut pending.lines, &mut batch);
-            if pending.closed {
-                // The last batch: written under the lock, before any direct write.
-                out(&batch);
-                return;
-            }
             drop(pending);
             self.drained.notify_all();
             out(&batch);
@@ -187,6 +214,24 @@ impl Write for &Queue {
     }
 }
 
+/// Writes `bytes` to stderr whole: a stderr that would block (a non-blocking pipe that is
+/// full) is waited for; one that fails outright drops them, as there is nowhere left to
+/// say so.
+fn write_stderr(mut bytes: &[u8]) {
+    let mut stderr = io::stderr().lock();
+    while !bytes.is_empty() {
+        match stderr.write(bytes) {
+            Ok(0) => return,
+            Ok(written) => bytes = &bytes[written..],
+            Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+            Err(error) if error.kind() == io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Err(_) => return,
+        }
+    }
+}
+
 /// Stderr, flushed to disk every [`SYNC_EVERY`] bytes when it is a regular file.
 struct Stderr {
     /// Stderr, when it is a regular file.
@@ -205,11 +250,9 @@ impl Stderr {
         Stderr { file, unsynced: 0 }
     }
 
-    /// Writes `batch`; a failure is dropped (there is nowhere left to report it).
+    /// Writes `batch` (see [`write_stderr`]).
     fn write(&mut self, batch: &[u8]) {
-        if io::stderr().write_all(batch).is_err() {
-            return;
-        }
+        write_stderr(batch);
         self.unsynced += batch.len() as u64;
         if let Some(file) = &self.file {
             if self.unsynced >= SYNC_EVERY {
@@ -230,7 +273,7 @@ mod tests {
     fn every_line_comes_out_once_whole_and_in_order() {
         const THREADS: usize = 4;
         const LINES: usize = 20_000;
-        let queue = Arc::new(Queue::default());
+        let queue = Arc::new(Queue::new(write_stderr));
         let out = Arc::new(Mutex::new(Vec::new()));
         let writer = {
             let (queue, out) = (Arc::clone(&queue), Arc::clone(&out));
@@ -271,20 +314,39 @@ mod tests {
         assert_eq!(next, [LINES; THREADS], "every line, once");
     }
 
-    /// Closing writes out what is queued even while the writer waits out a batch window.
+    /// Closing while a logger keeps logging: what was queued is written out first, then
+    /// the logger's later lines go out directly, all in order, none lost.
     #[test]
-    fn closing_writes_out_the_queued_lines() {
-        let queue = Arc::new(Queue::default());
-        let out = Arc::new(Mutex::new(Vec::new()));
+    fn lines_around_the_close_keep_their_order() {
+        static OUT: Mutex<Vec<u8>> = Mutex::new(Vec::new());
+        fn to_out(bytes: &[u8]) {
+            OUT.lock().unwrap().extend_from_slice(bytes);
+        }
+        const LINES: usize = 50_000;
+        let queue = Arc::new(Queue::new(to_out));
         let writer = {
-            let (queue, out) = (Arc::clone(&queue), Arc::clone(&out));
+            let queue = Arc::clone(&queue);
+            std::thread::spawn(move || queue.write_out(to_out))
+        };
+        let logged = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let logger = {
+            let (queue, logged) = (Arc::clone(&queue), Arc::clone(&logged));
             std::thread::spawn(move || {
-                queue.write_out(|b| out.lock().unwrap().extend_from_slice(b))
+                for line in 0..LINES {
+                    (&*queue).write_all(format!("{line}\n").as_bytes()).unwrap();
+                    logged.store(line, std::sync::atomic::Ordering::Relaxed);
+                }
             })
         };
-        (&*queue).write_all(b"last words\n").unwrap();
+        // Close mid-stream, with lines queued and the writer likely in its batch window.
+        while logged.load(std::sync::atomic::Ordering::Relaxed) < LINES / 4 {
+            std::thread::yield_now();
+        }
         queue.close();
         writer.join().unwrap();
-        assert_eq!(out.lock().unwrap().as_slice(), b"last words\n");
+        logger.join().unwrap();
+        let out = String::from_utf8(OUT.lock().unwrap().clone()).unwrap();
+        let numbers: Vec<usize> = out.lines().map(|l| l.parse().unwrap()).collect();
+        assert_eq!(numbers, (0..LINES).collect::<Vec<_>>());
     }
 }
