@@ -78,12 +78,9 @@ fn signal_key_change(db: &Database) {
     let Some(path) = db.key_signal_file() else {
         return;
     };
-    match KeySignal::open(&path) {
-        Ok(signal) => signal.bump(),
+    if let Err(error) = KeySignal::open(&path).and_then(|signal| signal.bump()) {
         // The revision bumped with the change is the backstop (`Authenticator::follow_revision`).
-        Err(error) => {
-            tracing::warn!(%error, "could not signal a key change; running servers notice within a second")
-        }
+        tracing::warn!(%error, "could not signal a key change; running servers notice within a second");
     }
 }
 

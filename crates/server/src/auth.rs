@@ -11,6 +11,7 @@
 //! be bumped, the revision, read every second as well, still drops it within a second.
 
 use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -64,7 +65,10 @@ struct Cached {
 #[derive(Debug)]
 pub struct Authenticator {
     db: Database,
-    signal: Option<KeySignal>,
+    /// The SQLite signal file, and its map when it could be mapped (else the revision is
+    /// read per request, as on PostgreSQL).
+    signal_file: Option<PathBuf>,
+    signal: RwLock<Option<KeySignal>>,
     seen: Mutex<Option<Signal>>,
     /// The key revision at the last [`Authenticator::follow_revision`].
     seen_revision: Mutex<Option<i64>>,
@@ -75,15 +79,17 @@ pub struct Authenticator {
 impl Authenticator {
     /// An authenticator over `db`'s keys.
     pub fn new(db: Database) -> Authenticator {
-        let signal = db.key_signal_file().and_then(|path| {
-            KeySignal::open(&path)
+        let signal_file = db.key_signal_file();
+        let signal = signal_file.as_deref().and_then(|path| {
+            KeySignal::open(path)
                 .inspect_err(|error| {
                     tracing::warn!(%error, path = %path.display(), "key signal file not mapped; reading the key revision on every request");
                 })
                 .ok()
         });
         Authenticator {
-            signal,
+            signal_file,
+            signal: RwLock::new(signal),
             db,
             seen: Mutex::new(None),
             seen_revision: Mutex::new(None),
@@ -93,8 +99,14 @@ impl Authenticator {
     }
 
     async fn current_signal(&self) -> Result<Signal, DbError> {
-        match &self.signal {
-            Some(signal) => Ok(Signal::File(signal.read())),
+        let counter = self
+            .signal
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .map(KeySignal::read);
+        match counter {
+            Some(counter) => Ok(Signal::File(counter)),
             None => Ok(Signal::Revision(accounts::key_revision(&self.db).await?)),
         }
     }
@@ -110,14 +122,16 @@ impl Authenticator {
         Ok(())
     }
 
-    /// The backstop to the SQLite signal file, which the server runs every second: drops every
+    /// The backstop to the SQLite signal file, which the server runs every second: maps
+    /// the signal file again if it was replaced (or could not be mapped), and drops every
     /// cached key if the database's key revision moved since the last call (a change
-    /// whose signal file could not be written still bumped the revision).
+    /// whose signal was not bumped still bumped the revision).
     pub async fn follow_revision(&self) -> Result<(), DbError> {
-        if self.signal.is_none() {
-            // Without a signal file every request reads the revision already.
+        let Some(path) = &self.signal_file else {
+            // PostgreSQL: every request reads the revision already.
             return Ok(());
-        }
+        };
+        self.follow_signal_file(path);
         let revision = accounts::key_revision(&self.db).await?;
         let mut seen = self.seen_revision.lock().unwrap_or_else(|p| p.into_inner());
         if *seen != Some(revision) {
@@ -126,6 +140,36 @@ impl Authenticator {
             *seen = Some(revision);
         }
         Ok(())
+    }
+
+    /// Maps the file at `path` anew unless it is the one mapped: a replaced file would
+    /// otherwise never be seen to change again.
+    fn follow_signal_file(&self, path: &Path) {
+        let (mapped, current) = {
+            let signal = self.signal.read().unwrap_or_else(|p| p.into_inner());
+            (
+                signal.is_some(),
+                signal.as_ref().is_some_and(|s| s.is_file_at(path)),
+            )
+        };
+        if current {
+            return;
+        }
+        let remapped = match KeySignal::open(path) {
+            Ok(signal) => {
+                tracing::info!(path = %path.display(), "key signal file mapped");
+                Some(signal)
+            }
+            // Still unmappable: stay on the per-request revision, quietly.
+            Err(_) if !mapped => return,
+            Err(error) => {
+                tracing::warn!(%error, path = %path.display(), "key signal file replaced and not mapped again; reading the key revision on every request");
+                None
+            }
+        };
+        *self.signal.write().unwrap_or_else(|p| p.into_inner()) = remapped;
+        // Changes made to the new file before it was mapped are not missed.
+        self.forget_all();
     }
 
     fn forget_all(&self) {

@@ -149,7 +149,8 @@ async fn main_file(pool: &AnyPool) -> Result<Option<PathBuf>, DbError> {
     Ok((!file.is_empty()).then(|| PathBuf::from(file)))
 }
 
-/// The settings of every SQLite connection (the pool's and the ledger's own).
+/// The settings of every SQLite connection (the pool's and the ledger's own, which then
+/// turns the foreign-key check off: see `ledger::open_sqlite`).
 pub fn sqlite_pragmas() -> [&'static str; 4] {
     // FULL (the default): a committed bill survives a power cut, not just a crash.
     // NORMAL (CROSSTAB_SQLITE_SYNCHRONOUS=NORMAL) survives a process crash only.

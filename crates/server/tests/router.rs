@@ -566,3 +566,31 @@ async fn a_key_change_without_its_signal_is_seen_through_the_revision() {
     assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
     assert_eq!(code(&body), "unauthorized");
 }
+
+/// A signal file replaced under the server (an older crosstab renamed a new file over it
+/// on every change) is mapped again by the once-a-second look; from then on a change
+/// signalled through the new file takes effect on the very next request again.
+#[tokio::test]
+async fn a_replaced_signal_file_is_followed_again() {
+    let fx = Fixture::new().await;
+    let body = request("VEC", None, "ALL", &["A"]);
+    assert_eq!(
+        fx.post(Some(&fx.whole), &body).await.0.status(),
+        StatusCode::OK
+    );
+    let path = fx.db.key_signal_file().unwrap();
+    let temp = path.with_extension("older-writer");
+    std::fs::write(&temp, "1763700000123456789\n").unwrap();
+    std::fs::rename(&temp, &path).unwrap();
+    fx.state.auth.follow_revision().await.unwrap();
+    assert_eq!(
+        fx.post(Some(&fx.whole), &body).await.0.status(),
+        StatusCode::OK
+    );
+    let id = fx.whole.split('_').nth(2).unwrap();
+    assert!(accounts::revoke_key(&fx.db, id).await.unwrap());
+    // No look at the revision in between: the mapped signal alone drops the cached key.
+    let (response, body) = fx.post(Some(&fx.whole), &body).await;
+    assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(code(&body), "unauthorized");
+}
