@@ -6,6 +6,8 @@
 //! envelope the service can send, and the OpenAPI document generated from these types.
 //! It does no I/O and builds for `wasm32-unknown-unknown`.
 
+#[cfg(feature = "app")]
+pub mod app;
 pub mod error;
 pub mod expr;
 pub mod limits;

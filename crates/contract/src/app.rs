@@ -1,0 +1,630 @@
+//! The `/app` contract: the bodies the researcher app and its backend exchange.
+//!
+//! One definition for both ends: the server (`crosstab serve`, `/app/...`) serialises
+//! these types and the Leptos app (`web/`) deserialises them, so a renamed member breaks
+//! the build instead of the app. Member names are camelCase, as the app's JSON always was.
+//! `POST /app/api/crosstab` carries the `/v1` types ([`crate::CrosstabRequest`] in,
+//! [`crate::CrosstabResponse`] or [`crate::ErrorEnvelope`] out) unchanged, and every
+//! failure is an [`crate::ErrorEnvelope`] whose `error.code` is an [`AppErrorCode`] or a
+//! contract error code.
+//!
+//! Serde only (feature `app`), so it builds for `wasm32-unknown-unknown`.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// The paths of the `/app` routes, as the browser calls them.
+pub mod paths {
+    /// `POST`: sign in with [`super::Credentials`]; answers [`super::Me`] and sets the
+    /// session cookie.
+    pub const LOGIN: &str = "/app/login";
+    /// `POST`: sign out; answers 204 and clears the cookie.
+    pub const LOGOUT: &str = "/app/logout";
+    /// `GET`: the signed-in user, [`super::Me`].
+    pub const ME: &str = "/app/api/me";
+    /// `GET`: the surveys the account may query, `[`[`super::SurveySummary`]`]`.
+    pub const SURVEYS: &str = "/app/api/surveys";
+    /// `GET` (query [`super::CodebookQuery`]): a survey's [`super::Codebook`]; the route
+    /// pattern, see [`codebook`] for a concrete path.
+    pub const CODEBOOK: &str = "/app/api/surveys/{code}/codebook";
+    /// `POST`: a `/v1` crosstab through the backend, which adds the API key.
+    pub const CROSSTAB: &str = "/app/api/crosstab";
+    /// `GET`: `[`[`super::KeyInfo`]`]`; `POST` a [`super::NewKeyRequest`]: [`super::NewKey`].
+    pub const KEYS: &str = "/app/api/keys";
+    /// `DELETE`: revokes one key (204); the route pattern, see [`key`].
+    pub const KEY: &str = "/app/api/keys/{id}";
+    /// `GET`: billed calls, `[`[`super::UsageRow`]`]`.
+    pub const USAGE: &str = "/app/api/usage";
+
+    /// The codebook path of survey `code` (survey codes need no escaping).
+    pub fn codebook(code: &str) -> String {
+        format!("/app/api/surveys/{code}/codebook")
+    }
+
+    /// The path of key `id` (key ids need no escaping).
+    pub fn key(id: &str) -> String {
+        format!("/app/api/keys/{id}")
+    }
+}
+
+/// Body of `POST /app/login`.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Credentials {
+    /// The app user's name.
+    pub username: String,
+    /// The password, checked against its argon2 hash.
+    pub password: String,
+}
+
+impl fmt::Debug for Credentials {
+    /// Never prints the password (logs and panics may carry a `Debug`).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Credentials")
+            .field("username", &self.username)
+            .field("password", &"<redacted>")
+            .finish()
+    }
+}
+
+/// The signed-in user: `GET /app/api/me`, and the 200 of `POST /app/login`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Me {
+    /// The app user's name.
+    pub username: String,
+    /// The account whose grants and keys the user works with.
+    pub account: String,
+}
+
+/// One survey the account may query: an element of `GET /app/api/surveys`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SurveySummary {
+    /// The `SurveyCode`.
+    pub code: String,
+    /// Display name.
+    pub name: String,
+    /// Number of respondents.
+    pub respondents: u64,
+    /// Whether every group is granted (so `_ALL_` may be used).
+    pub all_groups: bool,
+}
+
+/// Query string of `GET /app/api/surveys/{code}/codebook`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CodebookQuery {
+    /// Keeps only the codes and variables whose name, label, expression or a value's label
+    /// contains this text (case-insensitive); absent or blank keeps everything.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub q: Option<String>,
+}
+
+/// What a survey offers to query: variables, values, named codes, bases and groups.
+///
+/// The engine builds it (`Survey::codebook`, also the npm package's `Survey.codebook()`);
+/// `GET /app/api/surveys/{code}/codebook` serves it as the account may see it: granted
+/// groups only, with each base's [`BaseEntry::group_totals`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Codebook {
+    /// The `SurveyCode`.
+    pub code: String,
+    /// Display name.
+    pub name: String,
+    /// Number of respondents.
+    pub respondents: u64,
+    /// Sum of all weights.
+    pub weight_total: f64,
+    /// Unit multiplier for `WgtAud`.
+    pub audience_report_units: u32,
+    /// `Stbl` is 1 when `Resps` is at most this.
+    pub unstable_max_resps: u64,
+    /// Authorization groups.
+    pub groups: Vec<GroupEntry>,
+    /// Population bases with their totals.
+    pub bases: Vec<BaseEntry>,
+    /// Named codes.
+    pub codes: Vec<CodeEntry>,
+    /// Variables and their values.
+    pub variables: Vec<VariableEntry>,
+}
+
+/// One authorization group of a [`Codebook`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupEntry {
+    /// The value requests name in `AuthorizationGroup`.
+    pub value: String,
+    /// Display label.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+}
+
+/// One population base of a [`Codebook`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BaseEntry {
+    /// `PopulationBaseCode`.
+    pub code: String,
+    /// Display label.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+    /// Its expression.
+    pub expr: String,
+    /// Unweighted respondents (within the granted groups, when served by `/app`).
+    pub respondents: u64,
+    /// Weighted total, in absolute terms (within the granted groups, when served by `/app`).
+    pub weighted: f64,
+    /// The base's totals within each granted group, by group value: added by
+    /// `/app`, absent from the engine's codebook (which knows no grants).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group_totals: Option<BTreeMap<String, Totals>>,
+}
+
+/// Unweighted and weighted totals of a set of respondents.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Totals {
+    /// Unweighted respondents.
+    pub respondents: u64,
+    /// Weighted total, in absolute terms.
+    pub weighted: f64,
+}
+
+/// One named code of a [`Codebook`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CodeEntry {
+    /// The target code.
+    pub code: String,
+    /// Display label.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+    /// Its expression.
+    pub expr: String,
+}
+
+/// One variable of a [`Codebook`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VariableEntry {
+    /// Name used in expressions.
+    pub name: String,
+    /// Display label.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+    /// Number of distinct values.
+    pub distinct: usize,
+    /// Smallest value (absent when every answer is missing).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min: Option<f64>,
+    /// Largest value (absent when every answer is missing).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max: Option<f64>,
+    /// The values with their labels (empty past 200 distinct values).
+    pub values: Vec<ValueEntry>,
+}
+
+/// One value of a [`VariableEntry`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ValueEntry {
+    /// The value.
+    pub value: f64,
+    /// Display label.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+}
+
+/// An API key's metadata (never the key itself): an element of `GET /app/api/keys`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KeyInfo {
+    /// The key id.
+    pub id: String,
+    /// `live` or `test`.
+    pub env: String,
+    /// Creation time, RFC 3339 in UTC to the second.
+    pub created_at: String,
+    /// Expiry, RFC 3339; `null` when the key never expires.
+    #[serde(default)]
+    pub expires_at: Option<String>,
+    /// Revocation time, RFC 3339; `null` while the key is not revoked.
+    #[serde(default)]
+    pub revoked_at: Option<String>,
+}
+
+/// Body of `POST /app/api/keys`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NewKeyRequest {
+    /// `live` or `test`.
+    pub env: String,
+    /// Days until the key expires; `null`, absent or 0 for no expiry.
+    #[serde(default)]
+    pub expires_in_days: Option<u32>,
+}
+
+/// The 200 of `POST /app/api/keys`: the only time the key itself is shown.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NewKey {
+    /// The key id.
+    pub id: String,
+    /// The whole key, for the `Service-Engine-Authorizer` header.
+    pub key: String,
+}
+
+impl fmt::Debug for NewKey {
+    /// Never prints the key's secret.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("NewKey")
+            .field("id", &self.id)
+            .field("key", &"<redacted>")
+            .finish()
+    }
+}
+
+/// Billed calls on one day for one survey (and user, where known): an element of
+/// `GET /app/api/usage`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UsageRow {
+    /// The UTC day, `YYYY-MM-DD`.
+    pub day: String,
+    /// The `SurveyCode`.
+    pub survey: String,
+    /// The app user who ran the queries; absent for calls made with an API key directly.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// Billed calls.
+    pub calls: u64,
+}
+
+/// The `error.code` of the app backend's own failures (contract failures keep the
+/// contract's codes). The HTTP status and `ResultCode` are [`AppErrorCode::status`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AppErrorCode {
+    /// 401: no live session (never signed in, expired, or signed out elsewhere).
+    NotSignedIn,
+    /// 401: wrong username or password.
+    InvalidCredentials,
+    /// 429: locked after too many failed sign-ins (with `Retry-After`).
+    TooManyAttempts,
+    /// 403: a non-GET request from an origin that is neither the server nor allowed.
+    ForbiddenOrigin,
+    /// 404: nothing here by that name.
+    NotFound,
+    /// 400: a malformed body for an `/app` route.
+    InvalidRequest,
+    /// 503: the server has no key for its upstream, so it runs no queries.
+    NotConfigured,
+    /// 502: the upstream could not be reached, even after retries.
+    UpstreamUnreachable,
+    /// 409: the account holds as many usable keys as the app creates.
+    TooManyKeys,
+}
+
+impl AppErrorCode {
+    /// The code as it appears in `error.code`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AppErrorCode::NotSignedIn => "not_signed_in",
+            AppErrorCode::InvalidCredentials => "invalid_credentials",
+            AppErrorCode::TooManyAttempts => "too_many_attempts",
+            AppErrorCode::ForbiddenOrigin => "forbidden_origin",
+            AppErrorCode::NotFound => "not_found",
+            AppErrorCode::InvalidRequest => "invalid_request",
+            AppErrorCode::NotConfigured => "not_configured",
+            AppErrorCode::UpstreamUnreachable => "upstream_unreachable",
+            AppErrorCode::TooManyKeys => "too_many_keys",
+        }
+    }
+
+    /// The HTTP status (and `ResultCode`) that goes with the code.
+    pub fn status(self) -> u16 {
+        match self {
+            AppErrorCode::NotSignedIn | AppErrorCode::InvalidCredentials => 401,
+            AppErrorCode::TooManyAttempts => 429,
+            AppErrorCode::ForbiddenOrigin => 403,
+            AppErrorCode::NotFound => 404,
+            AppErrorCode::InvalidRequest => 400,
+            AppErrorCode::NotConfigured => 503,
+            AppErrorCode::UpstreamUnreachable => 502,
+            AppErrorCode::TooManyKeys => 409,
+        }
+    }
+
+    /// Whether `envelope` is the backend's own "sign in first" (not an upstream 401 about
+    /// the app's key, which is passed through with its own code).
+    pub fn is_session_ended(envelope: &crate::ErrorEnvelope) -> bool {
+        envelope.result_code == i64::from(AppErrorCode::NotSignedIn.status())
+            && envelope
+                .error
+                .as_ref()
+                .is_some_and(|detail| detail.code == AppErrorCode::NotSignedIn.as_str())
+    }
+}
+
+impl fmt::Display for AppErrorCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use serde::de::DeserializeOwned;
+    use serde_json::{json, Value};
+
+    /// `value` serialises to exactly `expected`, and `expected` reads back as `value`.
+    fn pinned<T>(value: &T, expected: Value)
+    where
+        T: Serialize + DeserializeOwned + PartialEq + fmt::Debug,
+    {
+        assert_eq!(serde_json::to_value(value).unwrap(), expected);
+        assert_eq!(&serde_json::from_value::<T>(expected).unwrap(), value);
+    }
+
+    fn codebook() -> Codebook {
+        Codebook {
+            code: "DEMO".into(),
+            name: "Demo".into(),
+            respondents: 8,
+            weight_total: 12.5,
+            audience_report_units: 1000,
+            unstable_max_resps: 60,
+            groups: vec![
+                GroupEntry {
+                    value: "N".into(),
+                    label: Some("North".into()),
+                },
+                GroupEntry {
+                    value: "S".into(),
+                    label: None,
+                },
+            ],
+            bases: vec![BaseEntry {
+                code: "ADULTS".into(),
+                label: Some("Adults".into()),
+                expr: "*".into(),
+                respondents: 8,
+                weighted: 12.5,
+                group_totals: None,
+            }],
+            codes: vec![CodeEntry {
+                code: "F2554".into(),
+                label: None,
+                expr: "GENDER = 2".into(),
+            }],
+            variables: vec![
+                VariableEntry {
+                    name: "GENDER".into(),
+                    label: Some("Gender".into()),
+                    distinct: 2,
+                    min: Some(1.0),
+                    max: Some(2.0),
+                    values: vec![
+                        ValueEntry {
+                            value: 1.0,
+                            label: Some("Male".into()),
+                        },
+                        ValueEntry {
+                            value: 2.0,
+                            label: None,
+                        },
+                    ],
+                },
+                VariableEntry {
+                    name: "EMPTY".into(),
+                    label: None,
+                    distinct: 0,
+                    min: None,
+                    max: None,
+                    values: vec![],
+                },
+            ],
+        }
+    }
+
+    #[test]
+    fn codebook_members() {
+        pinned(
+            &codebook(),
+            json!({
+                "code": "DEMO", "name": "Demo", "respondents": 8, "weightTotal": 12.5,
+                "audienceReportUnits": 1000, "unstableMaxResps": 60,
+                "groups": [{"value": "N", "label": "North"}, {"value": "S"}],
+                "bases": [{"code": "ADULTS", "label": "Adults", "expr": "*",
+                           "respondents": 8, "weighted": 12.5}],
+                "codes": [{"code": "F2554", "expr": "GENDER = 2"}],
+                "variables": [
+                    {"name": "GENDER", "label": "Gender", "distinct": 2, "min": 1.0, "max": 2.0,
+                     "values": [{"value": 1.0, "label": "Male"}, {"value": 2.0}]},
+                    {"name": "EMPTY", "distinct": 0, "values": []}
+                ]
+            }),
+        );
+    }
+
+    #[test]
+    fn served_codebook_carries_group_totals() {
+        let mut book = codebook();
+        book.bases[0].group_totals = Some(BTreeMap::from([(
+            "N".to_owned(),
+            Totals {
+                respondents: 3,
+                weighted: 4.25,
+            },
+        )]));
+        let value = serde_json::to_value(&book).unwrap();
+        assert_eq!(
+            value["bases"][0]["groupTotals"],
+            json!({"N": {"respondents": 3, "weighted": 4.25}})
+        );
+        assert_eq!(serde_json::from_value::<Codebook>(value).unwrap(), book);
+        // A served codebook whose survey has no groups carries an empty map, not none.
+        book.bases[0].group_totals = Some(BTreeMap::new());
+        assert_eq!(
+            serde_json::to_value(&book).unwrap()["bases"][0]["groupTotals"],
+            json!({})
+        );
+    }
+
+    #[test]
+    fn session_and_survey_members() {
+        pinned(
+            &Credentials {
+                username: "ana".into(),
+                password: "pw".into(),
+            },
+            json!({"username": "ana", "password": "pw"}),
+        );
+        pinned(
+            &Me {
+                username: "ana".into(),
+                account: "acme".into(),
+            },
+            json!({"username": "ana", "account": "acme"}),
+        );
+        pinned(
+            &SurveySummary {
+                code: "DEMO".into(),
+                name: "Demo".into(),
+                respondents: 8,
+                all_groups: true,
+            },
+            json!({"code": "DEMO", "name": "Demo", "respondents": 8, "allGroups": true}),
+        );
+        pinned(&CodebookQuery::default(), json!({}));
+        pinned(
+            &CodebookQuery {
+                q: Some("gender".into()),
+            },
+            json!({"q": "gender"}),
+        );
+    }
+
+    #[test]
+    fn key_members() {
+        pinned(
+            &KeyInfo {
+                id: "k1".into(),
+                env: "live".into(),
+                created_at: "2026-01-02T03:04:05Z".into(),
+                expires_at: None,
+                revoked_at: Some("2026-02-01T00:00:00Z".into()),
+            },
+            json!({"id": "k1", "env": "live", "createdAt": "2026-01-02T03:04:05Z",
+                   "expiresAt": null, "revokedAt": "2026-02-01T00:00:00Z"}),
+        );
+        pinned(
+            &NewKeyRequest {
+                env: "test".into(),
+                expires_in_days: None,
+            },
+            json!({"env": "test", "expiresInDays": null}),
+        );
+        pinned(
+            &NewKeyRequest {
+                env: "test".into(),
+                expires_in_days: Some(30),
+            },
+            json!({"env": "test", "expiresInDays": 30}),
+        );
+        // The backend accepts a request without `expiresInDays`.
+        assert_eq!(
+            serde_json::from_value::<NewKeyRequest>(json!({"env": "live"})).unwrap(),
+            NewKeyRequest {
+                env: "live".into(),
+                expires_in_days: None,
+            }
+        );
+        pinned(
+            &NewKey {
+                id: "k1".into(),
+                key: "ctx_live_k1_secret".into(),
+            },
+            json!({"id": "k1", "key": "ctx_live_k1_secret"}),
+        );
+    }
+
+    #[test]
+    fn usage_members() {
+        let mut row = UsageRow {
+            day: "2026-01-02".into(),
+            survey: "DEMO".into(),
+            user: None,
+            calls: 7,
+        };
+        pinned(
+            &row,
+            json!({"day": "2026-01-02", "survey": "DEMO", "calls": 7}),
+        );
+        row.user = Some("ana".into());
+        pinned(
+            &row,
+            json!({"day": "2026-01-02", "survey": "DEMO", "user": "ana", "calls": 7}),
+        );
+    }
+
+    #[test]
+    fn secrets_stay_out_of_debug() {
+        let credentials = Credentials {
+            username: "ana".into(),
+            password: "hunter2".into(),
+        };
+        let key = NewKey {
+            id: "k1".into(),
+            key: "ctx_live_k1_secret".into(),
+        };
+        let shown = format!("{credentials:?} {key:?}");
+        assert!(shown.contains("ana") && shown.contains("k1"), "{shown}");
+        assert!(
+            !shown.contains("hunter2") && !shown.contains("secret"),
+            "{shown}"
+        );
+    }
+
+    #[test]
+    fn error_codes_serialise_as_their_names() {
+        for code in [
+            AppErrorCode::NotSignedIn,
+            AppErrorCode::InvalidCredentials,
+            AppErrorCode::TooManyAttempts,
+            AppErrorCode::ForbiddenOrigin,
+            AppErrorCode::NotFound,
+            AppErrorCode::InvalidRequest,
+            AppErrorCode::NotConfigured,
+            AppErrorCode::UpstreamUnreachable,
+            AppErrorCode::TooManyKeys,
+        ] {
+            pinned(&code, Value::String(code.as_str().to_owned()));
+            assert!((400..600).contains(&code.status()), "{code}");
+        }
+    }
+
+    #[test]
+    fn session_ended_is_the_backends_own_401() {
+        let envelope = |status: i64, code: &str| crate::ErrorEnvelope {
+            result_code: status,
+            result_description: "x".into(),
+            error: Some(crate::ErrorDetail {
+                code: code.into(),
+                message: "x".into(),
+                field: None,
+                hint: None,
+            }),
+        };
+        assert!(AppErrorCode::is_session_ended(&envelope(
+            401,
+            "not_signed_in"
+        )));
+        // The upstream's 401 about the app's own key is not the user's session.
+        assert!(!AppErrorCode::is_session_ended(&envelope(
+            401,
+            "unauthorized"
+        )));
+        assert!(!AppErrorCode::is_session_ended(&envelope(
+            403,
+            "not_signed_in"
+        )));
+    }
+}
