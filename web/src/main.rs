@@ -10,7 +10,7 @@ mod results;
 
 use leptos::prelude::*;
 
-use crate::api::Me;
+use crosstab_contract::app::Me;
 
 /// The screens of the app, reflected in the URL hash so they can be bookmarked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

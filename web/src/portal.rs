@@ -1,10 +1,11 @@
 //! The developer portal: the API reference rendered from `/v1/docs` (no CDN assets),
 //! the user's API keys, and billed usage.
 
+use crosstab_contract::app::{KeyInfo, NewKey, UsageRow};
 use leptos::prelude::*;
 use serde_json::Value;
 
-use crate::api::{self, ApiFailure, KeyInfo, NewKey, UsageRow};
+use crate::api::{self, ApiFailure};
 
 fn pretty(value: &Value) -> String {
     serde_json::to_string_pretty(value).unwrap_or_default()
@@ -227,20 +228,33 @@ pub fn Usage() -> impl IntoView {
         view! {
             <section class="card">
                 <h1>"Usage"</h1>
-                <p class="muted">"Billed calls (HTTP 200 from /v1/crosstab) by day and survey. Rejected calls are not billed."</p>
+                <p class="muted">"Billed calls (HTTP 200 from /v1/crosstab) by day and survey, and by user for queries run in this app. Rejected calls are not billed."</p>
                 {match usage.get() {
                     None => view! { <p class="status" role="status">"Loading usage…"</p> }.into_any(),
                     Some(Err(failure)) => view! { <p class="error" role="alert">{failure.message}</p> }.into_any(),
                     Some(Ok(rows)) if rows.is_empty() => view! { <p class="empty">"No billed calls yet."</p> }.into_any(),
                     Some(Ok(rows)) => {
                         let total: u64 = rows.iter().map(|r| r.calls).sum();
+                        // The backend names the user where it knows who ran the queries.
+                        let by_user = rows.iter().any(|r| r.user.is_some());
+                        let label_columns = if by_user { "3" } else { "2" };
                         view! {
                             <table id="usage-table">
-                                <thead><tr><th scope="col">"Day"</th><th scope="col">"Survey"</th><th scope="col">"Billed calls"</th></tr></thead>
+                                <thead><tr>
+                                    <th scope="col">"Day"</th><th scope="col">"Survey"</th>
+                                    {by_user.then(|| view! { <th scope="col">"User"</th> })}
+                                    <th scope="col">"Billed calls"</th>
+                                </tr></thead>
                                 <tbody>
-                                    {rows.into_iter().map(|r| view! { <tr><td>{r.day}</td><td>{r.survey}</td><td class="num">{r.calls}</td></tr> }).collect_view()}
+                                    {rows.into_iter().map(|r| view! {
+                                        <tr>
+                                            <td>{r.day}</td><td>{r.survey}</td>
+                                            {by_user.then(|| view! { <td>{r.user.unwrap_or_else(|| "(API key)".to_owned())}</td> })}
+                                            <td class="num">{r.calls}</td>
+                                        </tr>
+                                    }).collect_view()}
                                 </tbody>
-                                <tfoot><tr><th scope="row" colspan="2">"Total"</th><td class="num">{total}</td></tr></tfoot>
+                                <tfoot><tr><th scope="row" colspan=label_columns>"Total"</th><td class="num">{total}</td></tr></tfoot>
                             </table>
                         }.into_any()
                     }

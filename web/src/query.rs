@@ -1,10 +1,11 @@
 //! The query builder: survey, group, base and up to two targets, validated live by the
 //! same rules the server applies (the WASM crate's validator) before anything is sent.
 
+use crosstab_contract::app::{Codebook, SurveySummary};
 use leptos::prelude::*;
 use serde_json::{json, Value};
 
-use crate::api::{self, Codebook, SurveySummary};
+use crate::api;
 use crate::results::{Outcome, ResultsView};
 
 /// What the validator says about the draft, by request field.

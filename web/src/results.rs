@@ -1,6 +1,8 @@
 //! The results of a query: a table in either orientation the spec allows, a bar chart,
 //! CSV export and the request as a curl command (with a placeholder, never a key).
 
+use crosstab_contract::app::Codebook;
+use crosstab_contract::ALL_GROUPS;
 use crosstab_wasm::display::{format_number, format_result, UNSTABLE_NOTE};
 use crosstab_wasm::response::{parse_response, ParsedResponse, Retry};
 use crosstab_wasm::types::{CrosstabResponse, CrosstabResult};
@@ -8,7 +10,7 @@ use leptos::prelude::*;
 use serde_json::Value;
 use wasm_bindgen::JsCast;
 
-use crate::api::{ApiFailure, Codebook};
+use crate::api::ApiFailure;
 
 /// Where a query run is.
 #[derive(Debug, Clone, PartialEq)]
@@ -98,13 +100,15 @@ fn rows(request: &Value, codebook: Option<&Codebook>, response: &CrosstabRespons
     let group = request
         .get("AuthorizationGroup")
         .and_then(Value::as_str)
-        .unwrap_or("_ALL_");
+        .unwrap_or(ALL_GROUPS);
     let base_total = codebook
         .and_then(|book| book.bases.iter().find(|b| b.code == base_code))
-        .map(|base| match base.group_totals.get(group) {
-            Some(totals) if group != "_ALL_" => totals.weighted,
-            _ => base.weighted,
-        });
+        .map(
+            |base| match base.group_totals.as_ref().and_then(|t| t.get(group)) {
+                Some(totals) if group != ALL_GROUPS => totals.weighted,
+                _ => base.weighted,
+            },
+        );
     let units = response.audience_report_units;
     targets
         .into_iter()
