@@ -1,110 +1,16 @@
 //! What a survey offers to query: variables, values, named codes, bases and groups.
+//!
+//! The types are the `/app` contract's ([`crosstab_contract::app`]), so the server, the
+//! app and the npm package read the one codebook this module builds.
 
-use serde::Serialize;
+pub use crosstab_contract::app::{
+    BaseEntry, CodeEntry, Codebook, GroupEntry, ValueEntry, VariableEntry,
+};
 
 use crate::survey::Survey;
 
 /// Variables with more distinct values than this list a range instead of each value.
 const MAX_LISTED_VALUES: usize = 200;
-
-/// The survey's codebook, for catalogs and query builders.
-#[derive(Debug, Clone, Serialize, PartialEq)]
-#[serde(rename_all = "camelCase")]
-pub struct Codebook {
-    /// The `SurveyCode`.
-    pub code: String,
-    /// Display name.
-    pub name: String,
-    /// Number of respondents.
-    pub respondents: u64,
-    /// Sum of all weights.
-    pub weight_total: f64,
-    /// Unit multiplier for `WgtAud`.
-    pub audience_report_units: u32,
-    /// `Stbl` is 1 when `Resps` is at most this.
-    pub unstable_max_resps: u64,
-    /// Authorization groups.
-    pub groups: Vec<GroupEntry>,
-    /// Population bases with their totals.
-    pub bases: Vec<BaseEntry>,
-    /// Named codes.
-    pub codes: Vec<CodeEntry>,
-    /// Variables and their values.
-    pub variables: Vec<VariableEntry>,
-}
-
-/// One authorization group.
-#[derive(Debug, Clone, Serialize, PartialEq)]
-#[serde(rename_all = "camelCase")]
-pub struct GroupEntry {
-    /// The value requests name.
-    pub value: String,
-    /// Display label.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub label: Option<String>,
-}
-
-/// One population base.
-#[derive(Debug, Clone, Serialize, PartialEq)]
-#[serde(rename_all = "camelCase")]
-pub struct BaseEntry {
-    /// `PopulationBaseCode`.
-    pub code: String,
-    /// Display label.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub label: Option<String>,
-    /// Its expression.
-    pub expr: String,
-    /// Unweighted respondents.
-    pub respondents: u64,
-    /// Weighted total, in absolute terms.
-    pub weighted: f64,
-}
-
-/// One named code.
-#[derive(Debug, Clone, Serialize, PartialEq)]
-#[serde(rename_all = "camelCase")]
-pub struct CodeEntry {
-    /// The target code.
-    pub code: String,
-    /// Display label.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub label: Option<String>,
-    /// Its expression.
-    pub expr: String,
-}
-
-/// One variable.
-#[derive(Debug, Clone, Serialize, PartialEq)]
-#[serde(rename_all = "camelCase")]
-pub struct VariableEntry {
-    /// Name used in expressions.
-    pub name: String,
-    /// Display label.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub label: Option<String>,
-    /// Number of distinct values.
-    pub distinct: usize,
-    /// Smallest value.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub min: Option<f64>,
-    /// Largest value.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub max: Option<f64>,
-    /// The values with their labels (omitted past 200 distinct values).
-    pub values: Vec<ValueEntry>,
-}
-
-/// One value of a variable.
-#[derive(Debug, Clone, Serialize, PartialEq)]
-#[serde(rename_all = "camelCase")]
-pub struct ValueEntry {
-    /// The value.
-    pub value: f64,
-    /// Display label.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub label: Option<String>,
-}
 
 impl Survey {
     /// The survey's codebook, with each base's totals.
@@ -169,6 +75,8 @@ impl Survey {
                         expr: b.expr.clone(),
                         respondents: totals.map_or(0, |t| t.count),
                         weighted: totals.map_or(0.0, |t| t.weight),
+                        // Per-group totals depend on a caller's grant: `/app` adds them.
+                        group_totals: None,
                     }
                 })
                 .collect(),
@@ -183,5 +91,56 @@ impl Survey {
                 .collect(),
             variables,
         }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use crosstab_contract::vectors;
+    use serde_json::json;
+
+    /// The engine's codebook of the test-vector survey, member by member: what the npm
+    /// package's `Survey.codebook()` returns and what `/app` starts from.
+    #[test]
+    fn vector_survey_codebook() {
+        let dir = vectors::dir().join("survey");
+        let toml = std::fs::read_to_string(dir.join("survey.toml")).unwrap();
+        let csv = std::fs::read_to_string(dir.join("respondents.csv")).unwrap();
+        let survey = crate::survey_from_csv(&toml, &csv).unwrap();
+        let book = survey.codebook();
+        assert!(book.bases.iter().all(|b| b.group_totals.is_none()));
+        let value = |v: f64, label: Option<&str>| match label {
+            Some(label) => json!({"value": v, "label": label}),
+            None => json!({"value": v}),
+        };
+        assert_eq!(
+            serde_json::to_value(&book).unwrap(),
+            json!({
+                "code": "VEC", "name": "Test-vector survey", "respondents": 8,
+                "weightTotal": 15500.0, "audienceReportUnits": 1000, "unstableMaxResps": 2,
+                "groups": [{"value": "N", "label": "North"}, {"value": "S", "label": "South"}],
+                "bases": [
+                    {"code": "ALL", "label": "Everyone", "expr": "*",
+                     "respondents": 8, "weighted": 15500.0},
+                    {"code": "A35PLUS", "label": "Aged 35 and over", "expr": "AGE >= 35",
+                     "respondents": 5, "weighted": 9500.0}
+                ],
+                "codes": [
+                    {"code": "WOMEN", "label": "Women", "expr": "GENDER = 2"},
+                    {"code": "F2554", "label": "Women 25-54",
+                     "expr": "GENDER = 2 AND AGE BETWEEN 25 AND 54"}
+                ],
+                "variables": [
+                    {"name": "GENDER", "label": "Gender", "distinct": 2, "min": 1.0, "max": 2.0,
+                     "values": [value(1.0, Some("Male")), value(2.0, Some("Female"))]},
+                    {"name": "AGE", "distinct": 8, "min": 20.0, "max": 60.0,
+                     "values": ([20.0, 25.0, 30.0, 35.0, 40.0, 50.0, 54.0, 60.0]
+                         .map(|v| value(v, None)))},
+                    {"name": "SMOKER", "label": "Smokes", "distinct": 2, "min": 0.0, "max": 1.0,
+                     "values": [value(0.0, Some("No")), value(1.0, Some("Yes"))]}
+                ]
+            })
+        );
     }
 }
