@@ -10,12 +10,14 @@ use crosstab_contract::{validate_value, ApiError};
 use crosstab_engine::store::SurveyStore;
 use crosstab_engine::{import, ImportError, LoadError};
 
-use crate::accounts;
-use crate::db::{self, Database, DbError};
+use crate::clock::now_ms;
 use crate::grants::GrantSpec;
 use crate::keys::KeyEnv;
+use crate::report::{self, Format};
 use crate::serve::{self, ServeError, ServeOptions};
-use crate::usage::{self, Format};
+use crate::service::cache::DEFAULT_ENTRIES;
+use crate::service::users;
+use crate::store::{self, accounts, upstream_keys, usage, Database, DbError, Synchronous};
 
 /// The crosstab survey-audience query service.
 #[derive(Debug, Parser)]
@@ -43,7 +45,7 @@ impl Store {
             Some(url) => Ok(url.clone()),
             None => {
                 std::fs::create_dir_all(&self.data_dir)?;
-                Ok(db::default_url(&self.data_dir))
+                Ok(store::default_url(&self.data_dir))
             }
         }
     }
@@ -64,19 +66,12 @@ pub struct DataDir {
 /// `serve`'s log filter unless `RUST_LOG` says otherwise.
 const SERVE_LOG_FILTER: &str = "info,sqlx=warn";
 
-/// The settings `serve` reads from the environment alone (flags name their own); built
-/// from the defaults the code uses, so the help cannot drift from them.
+/// The settings `serve` reads from the environment alone (flags name their own).
 fn serve_environment() -> String {
     format!(
         "\
 Environment:
-  CROSSTAB_APP_KEY                  The app backend's upstream API key (see --app-key-file)
-  CROSSTAB_SQLITE_SYNCHRONOUS       FULL (default): a bill is on disk, surviving a power cut,
-                                    before its 200; NORMAL: it survives a crash of the
-                                    process, not of the machine (faster commits)
-  CROSSTAB_RESPONSE_CACHE_ENTRIES   Whole answers kept per server (default {entries}; 0: none)
-  RUST_LOG                          Log filter (default {SERVE_LOG_FILTER})",
-        entries = crate::cache::DEFAULT_ENTRIES,
+  RUST_LOG                          Log filter (default {SERVE_LOG_FILTER})"
     )
 }
 
@@ -101,12 +96,30 @@ enum Command {
         /// The built app (Trunk's dist/), served at `/`.
         #[arg(long, env = "CROSSTAB_APP_DIR", default_value = "./dist")]
         app_dir: PathBuf,
-        /// File holding the API key the app backend uses upstream (else CROSSTAB_APP_KEY).
-        #[arg(long, value_name = "PATH")]
-        app_key_file: Option<PathBuf>,
-        /// The /v1 service the app backend forwards to (default: this server).
+        /// Another /v1 service the app sends its users' queries to, each with the key set
+        /// for the user's account by `crosstab app upstream-key` (default: this server
+        /// answers them itself, billed to the user's account).
         #[arg(long, value_name = "URL")]
         upstream: Option<String>,
+        /// When a SQLite commit returns: full (a bill is on disk, surviving a power cut,
+        /// before its 200) or normal (it survives a crash of the process, not of the
+        /// machine; faster commits).
+        #[arg(
+            long,
+            env = "CROSSTAB_SQLITE_SYNCHRONOUS",
+            value_enum,
+            ignore_case = true,
+            default_value = "full"
+        )]
+        sqlite_synchronous: Synchronous,
+        /// Whole answers kept in memory for repeated requests (0: none).
+        #[arg(long, env = "CROSSTAB_RESPONSE_CACHE_ENTRIES", default_value_t = DEFAULT_ENTRIES)]
+        response_cache_entries: usize,
+    },
+    /// Settings of the app backend.
+    App {
+        #[command(subcommand)]
+        command: AppCommand,
     },
     /// Manage the people who sign in to the app.
     User {
@@ -154,6 +167,22 @@ enum Command {
         /// Output format.
         #[arg(long, value_enum, default_value = "table")]
         format: Format,
+        #[command(flatten)]
+        store: Store,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum AppCommand {
+    /// With `serve --upstream URL`: the API key the app presents upstream for the users of
+    /// one account (read from a file, so it never shows in a process list).
+    UpstreamKey {
+        /// The account whose users' queries use this key.
+        #[arg(long)]
+        account: String,
+        /// File holding the key.
+        #[arg(long, value_name = "PATH")]
+        key_file: PathBuf,
         #[command(flatten)]
         store: Store,
     },
@@ -337,28 +366,47 @@ async fn execute(command: Command) -> Result<(), CliError> {
             allowed_origins,
             demo,
             app_dir,
-            app_key_file,
             upstream,
+            sqlite_synchronous,
+            response_cache_entries,
         } => {
             let database = store.url()?;
-            let app_key = match app_key_file {
-                Some(path) => Some(std::fs::read_to_string(&path)?.trim().to_owned()),
-                None => std::env::var("CROSSTAB_APP_KEY")
-                    .ok()
-                    .map(|k| k.trim().to_owned()),
-            }
-            .filter(|key| !key.is_empty());
             serve::serve(ServeOptions {
                 listen,
                 data_dir: store.data_dir,
                 database,
+                synchronous: sqlite_synchronous,
+                response_cache_entries,
                 allowed_origins,
                 demo,
                 app_dir,
-                app_key,
                 upstream,
             })
             .await?;
+            Ok(())
+        }
+        Command::App {
+            command:
+                AppCommand::UpstreamKey {
+                    account,
+                    key_file,
+                    store,
+                },
+        } => {
+            let key = std::fs::read_to_string(&key_file)?.trim().to_owned();
+            if key.is_empty() || key.chars().any(char::is_control) {
+                return Err(CliError::Usage(format!(
+                    "{} holds no key (one line, no control characters)",
+                    key_file.display()
+                )));
+            }
+            let db = store.connect().await?;
+            let set = upstream_keys::set(&db, &account, &key, now_ms()).await?;
+            db.close().await;
+            if !set {
+                return Err(CliError::Usage(format!("no account named '{account}'")));
+            }
+            eprintln!("upstream key set for account '{account}'");
             Ok(())
         }
         Command::User {
@@ -373,7 +421,7 @@ async fn execute(command: Command) -> Result<(), CliError> {
             std::io::stdin().read_line(&mut password)?;
             let password = password.trim_end_matches(['\r', '\n']);
             let db = store.connect().await?;
-            crate::webapp::users::create_or_reset(&db, &username, &account, password)
+            users::create_or_reset(&db, &username, &account, password, now_ms())
                 .await
                 .map_err(|e| CliError::Usage(e.to_string()))?;
             eprintln!("user '{username}' of account '{account}' is ready");
@@ -403,7 +451,9 @@ async fn execute(command: Command) -> Result<(), CliError> {
             let since = since.as_deref().map(parse_since).transpose()?.unwrap_or(0);
             let db = store.connect().await?;
             let rows = usage::report(&db, account.as_deref(), since).await?;
-            print!("{}", usage::render(&rows, format));
+            let text = report::render(&rows, format)
+                .map_err(|error| CliError::Usage(format!("usage not rendered: {error}")))?;
+            print!("{text}");
             db.close().await;
             Ok(())
         }
@@ -466,7 +516,7 @@ async fn key(command: KeyCommand) -> Result<(), CliError> {
             }
             let expires_at = expires_in
                 .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-                .map(|ms| db::now_ms().saturating_add(ms));
+                .map(|ms| now_ms().saturating_add(ms));
             let db = store.connect().await?;
             // A key that can query nothing is a mistake, not an account to create.
             if grants.is_empty() && !accounts::has_grants(&db, &account).await? {
@@ -561,7 +611,9 @@ fn query(
     let survey = store.load(survey)?;
     let answer = |survey| crosstab_engine::respond(Some(survey), &valid);
     let response = answer(&survey).map_err(CliError::Rejected)?;
-    println!("{}", serde_json::to_string(&response).unwrap_or_default());
+    let text = serde_json::to_string(&response)
+        .map_err(|error| CliError::Usage(format!("answer not serialized: {error}")))?;
+    println!("{text}");
     if let Some(runs) = repeat.filter(|&n| n > 0) {
         let mut times: Vec<Duration> = (0..runs)
             .map(|_| {

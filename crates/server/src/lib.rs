@@ -1,26 +1,19 @@
-//! The crosstab companion server: the `/v1` API of the service spec, with API keys,
-//! survey entitlements, a durable billing ledger and CORS, plus the `crosstab` command
-//! line that administers it (surveys, keys, usage) and answers queries offline.
+//! The crosstab server: the `/v1` API of the service spec (API keys, survey entitlements,
+//! a durable billing ledger, CORS), the researcher app's backend, and the `crosstab`
+//! command line that administers it and answers queries offline.
 //!
-//! Request flow: [`observe`] (request id, access log, CORS origin) → [`api`] routes →
-//! [`auth::Authenticator`] (key → account and [`grants::Grants`]) → contract validation
-//! → the engine's [`Catalog`](crosstab_engine::store::Catalog) → [`ledger::Ledger`]
-//! (group-committed bill) → response.
+//! Layers point one way: [`http`] (routes, extractors, status codes) → [`service`]
+//! (authentication, queries, billing, the app backend; no HTTP) → [`store`] (all SQL) and
+//! the engine → the contract. [`keys`], [`grants`] and [`clock`] are plain values every
+//! layer may use.
 
-pub mod accounts;
-pub mod api;
-pub mod app;
-pub mod auth;
-pub mod cache;
 pub mod cli;
-pub mod cors;
-pub mod db;
+pub mod clock;
 pub mod grants;
-pub mod key_signal;
+pub mod http;
 pub mod keys;
-pub mod ledger;
-pub mod logging;
-pub mod observe;
+mod logging;
+mod report;
 pub mod serve;
-pub mod usage;
-pub mod webapp;
+pub mod service;
+pub mod store;

@@ -11,13 +11,17 @@ use crosstab_engine::demo::{self, DemoConfig};
 use crosstab_engine::store::{Catalog, Refresh, SurveyStore};
 use crosstab_engine::ImportError;
 
-use crate::accounts;
-use crate::app::{self, AppState};
-use crate::cors::Cors;
-use crate::db::{Database, DbError};
+use crate::clock::{Clock, SystemClock};
 use crate::grants::GrantSpec;
+use crate::http::cors::Cors;
+use crate::http::{self, HttpState};
 use crate::keys::KeyEnv;
-use crate::webapp::{self, upstream::Upstream, WebApp};
+use crate::service::app::AppService;
+use crate::service::cache::{ResponseCache, DEFAULT_BYTES};
+use crate::service::upstream::{Unreachable, Upstream};
+use crate::service::users::{self, UserError};
+use crate::service::Services;
+use crate::store::{accounts, Database, DbError, Synchronous};
 
 /// How often the catalog looks for re-imported surveys.
 const REFRESH_EVERY: Duration = Duration::from_secs(1);
@@ -31,15 +35,18 @@ pub struct ServeOptions {
     pub data_dir: PathBuf,
     /// The database URL.
     pub database: String,
+    /// When a SQLite commit returns.
+    pub synchronous: Synchronous,
+    /// Whole answers kept (0: none).
+    pub response_cache_entries: usize,
     /// Allowed browser origins.
     pub allowed_origins: Vec<String>,
     /// Set up the demo survey, account, key and app user.
     pub demo: bool,
     /// The built app, served at `/`.
     pub app_dir: PathBuf,
-    /// The key the app backend uses upstream.
-    pub app_key: Option<String>,
-    /// The `/v1` service the app backend forwards to (default: this server).
+    /// Another `/v1` service the app backend sends its users' queries to (default: this
+    /// server answers them in-process).
     pub upstream: Option<String>,
 }
 
@@ -60,7 +67,10 @@ pub enum ServeError {
     Task(#[from] tokio::task::JoinError),
     /// Setting up the demo user.
     #[error(transparent)]
-    User(#[from] crate::webapp::users::UserError),
+    User(#[from] UserError),
+    /// The upstream client could not be made.
+    #[error(transparent)]
+    Upstream(#[from] Unreachable),
 }
 
 /// What `--demo` made: the key and the user's password are shown once, at start.
@@ -70,8 +80,6 @@ pub struct Demo {
     pub key: String,
     /// The password of user `demo` (reset at each start).
     pub password: String,
-    /// A separate key the app backend uses upstream (never printed).
-    pub app_key: String,
 }
 
 /// The demo: the `DEMO` survey (generated once), account `demo` entitled to all of it,
@@ -94,13 +102,12 @@ pub async fn prepare_demo(db: &Database, store: &SurveyStore) -> Result<Demo, Se
         groups: Vec::new(),
     };
     let key = accounts::create_key(db, "demo", &[grant], KeyEnv::Test, None).await?;
-    let app_key = accounts::create_key(db, "demo", &[], KeyEnv::Test, None).await?;
-    let password = crate::webapp::users::random_password();
-    crate::webapp::users::create_or_reset(db, DEMO_USER, "demo", &password).await?;
+    let password = users::random_password();
+    let now = SystemClock.now_ms();
+    users::create_or_reset(db, DEMO_USER, "demo", &password, now).await?;
     Ok(Demo {
         key: key.token,
         password,
-        app_key: app_key.token,
     })
 }
 
@@ -125,15 +132,13 @@ fn log_refresh(refresh: &Refresh) {
 /// Runs the server until SIGINT or SIGTERM.
 pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
     std::fs::create_dir_all(&options.data_dir)?;
-    let db = Database::connect(&options.database).await?;
+    let db = Database::connect_with(&options.database, options.synchronous).await?;
     let store = SurveyStore::open(&options.data_dir)?;
-    let mut app_key = options.app_key.clone();
     if options.demo {
         let demo = prepare_demo(&db, &store).await?;
         println!("demo key: {}", demo.key);
         println!("demo user: {DEMO_USER}");
         println!("demo password: {}", demo.password);
-        app_key.get_or_insert(demo.app_key);
     }
     let (catalog, refresh) = Catalog::new(store);
     log_refresh(&refresh);
@@ -141,51 +146,30 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
     let surveys: Vec<String> = catalog.all().iter().map(|s| s.code().to_owned()).collect();
     let cors = Cors::new(&options.allowed_origins);
     let origins = cors.describe();
-    let (state, writer) = AppState::new(db.clone(), Arc::clone(&catalog), cors);
+    let cache = ResponseCache::new(options.response_cache_entries, DEFAULT_BYTES);
+    let (services, writer) = Services::start(
+        db.clone(),
+        Arc::clone(&catalog),
+        cache,
+        Arc::new(SystemClock),
+    );
 
     let listener = tokio::net::TcpListener::bind(options.listen).await?;
     let address = listener.local_addr()?;
-    let upstream_base = options
-        .upstream
-        .clone()
-        .unwrap_or_else(|| format!("http://{address}/v1"));
-    let upstream = match app_key {
-        Some(key) => Some(Upstream::new(&upstream_base, key)),
-        None => {
-            tracing::warn!("no app key (--app-key-file or CROSSTAB_APP_KEY): the app can sign in but not run queries");
-            None
-        }
-    };
+    let upstream = options.upstream.as_deref().map(Upstream::new).transpose()?;
     if !options.app_dir.join("index.html").exists() {
         tracing::warn!(app_dir = %options.app_dir.display(), "the app is not built there (trunk build --release): / serves nothing");
     }
-    let checker = upstream.clone();
-    let webapp = Arc::new(WebApp::new(
-        Arc::clone(&state),
-        upstream,
+    // Once listening, compare the upstream's contract with ours.
+    let contract_check = tokio::spawn(check_upstream(upstream.clone()));
+    let app = AppService::new(Arc::clone(&services), upstream);
+    let state = HttpState::new(
+        Arc::clone(&services),
+        app,
+        cors,
         !address.ip().is_loopback(),
-    ));
-    let router = app::router_with(
-        Arc::clone(&state),
-        Some(webapp::routes(webapp, &options.app_dir)),
     );
-    // Once listening, compare the upstream's contract with ours (it may be this server).
-    let contract_check = tokio::spawn(async move {
-        let Some(upstream) = checker else { return };
-        match upstream.check_contract().await {
-            Ok(differences) if differences.is_empty() => {
-                tracing::info!(upstream = %upstream.base(), "upstream contract matches");
-            }
-            Ok(differences) => {
-                for difference in differences {
-                    tracing::warn!(upstream = %upstream.base(), %difference, "upstream contract differs");
-                }
-            }
-            Err(error) => {
-                tracing::warn!(upstream = %upstream.base(), %error, "upstream contract not checked")
-            }
-        }
-    });
+    let router = http::router(state, Some(&options.app_dir));
     tracing::info!(%address, surveys = %surveys.join(", "), allowed_origins = %origins, "crosstab serving /v1");
     println!("crosstab listening on http://{address}");
 
@@ -198,7 +182,7 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
             if let Ok(refresh) = tokio::task::spawn_blocking(move || catalog.refresh()).await {
                 log_refresh(&refresh);
             }
-            if let Err(error) = state.auth.follow_revision().await {
+            if let Err(error) = services.auth.follow_revision().await {
                 tracing::warn!(%error, "key revision not read");
             }
         }
@@ -212,7 +196,7 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
         .with_graceful_shutdown(shutdown_signal())
         .await;
     follower.abort();
-    // Wait until it is dropped: it holds the state, and with it a ledger handle.
+    // Wait until it is dropped: it holds the services, and with them a ledger handle.
     let _ = follower.await;
     contract_check.abort();
     // The router (and with it every ledger handle) is gone: the writer drains and stops.
@@ -221,6 +205,24 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
     tracing::info!("stopped; every bill is committed");
     served?;
     Ok(())
+}
+
+/// Logs how the upstream's contract differs from this build's, if there is an upstream.
+async fn check_upstream(upstream: Option<Upstream>) {
+    let Some(upstream) = upstream else { return };
+    match upstream.check_contract().await {
+        Ok(differences) if differences.is_empty() => {
+            tracing::info!(upstream = %upstream.base(), "upstream contract matches");
+        }
+        Ok(differences) => {
+            for difference in differences {
+                tracing::warn!(upstream = %upstream.base(), %difference, "upstream contract differs");
+            }
+        }
+        Err(error) => {
+            tracing::warn!(upstream = %upstream.base(), %error, "upstream contract not checked")
+        }
+    }
 }
 
 async fn shutdown_signal() {

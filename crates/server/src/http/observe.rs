@@ -1,6 +1,6 @@
 //! The outermost layer of every request: a fresh `X-Request-Id`, CORS origin headers on
-//! `/v1`, and one access-log line (method, path, status, latency, account, request id;
-//! never a key or a body).
+//! `/v1`, one access-log line (method, path, status, latency, account, request id;
+//! never a key or a body), and the cause of any 500 (a [`Fault`]).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -11,14 +11,11 @@ use axum::http::HeaderValue;
 use axum::middleware::Next;
 use axum::response::Response;
 
-use crate::app::AppState;
+use super::{Fault, HttpState};
+use crate::service::RequestId;
 
 /// The response header carrying the request id.
 pub const REQUEST_ID_HEADER: &str = "x-request-id";
-
-/// This request's id (a request extension, for handlers and the ledger).
-#[derive(Debug, Clone)]
-pub struct RequestId(pub Arc<str>);
 
 /// The account a request was made for (a response extension, for the access log).
 #[derive(Debug, Clone)]
@@ -26,7 +23,7 @@ pub struct AccountName(pub Arc<str>);
 
 /// The middleware.
 pub async fn observe(
-    State(state): State<Arc<AppState>>,
+    State(state): State<Arc<HttpState>>,
     mut request: Request,
     next: Next,
 ) -> Response {
@@ -42,6 +39,9 @@ pub async fn observe(
     }
     if let Ok(value) = HeaderValue::from_str(&id) {
         response.headers_mut().insert(REQUEST_ID_HEADER, value);
+    }
+    if let Some(Fault(cause)) = response.extensions().get::<Fault>() {
+        tracing::error!(request_id = %id, %cause, "answered 500");
     }
     let account = response
         .extensions()

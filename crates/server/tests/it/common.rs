@@ -13,12 +13,16 @@ use crosstab_contract::vectors;
 use crosstab_engine::demo::{self, DemoConfig};
 use crosstab_engine::import;
 use crosstab_engine::store::{Catalog, SurveyStore};
-use crosstab_server::accounts;
-use crosstab_server::app::{self, AppState};
-use crosstab_server::cors::Cors;
-use crosstab_server::db::{self, Database};
+use crosstab_server::clock::{now_ms, ManualClock};
 use crosstab_server::grants::GrantSpec;
+use crosstab_server::http::cors::Cors;
+use crosstab_server::http::{self, HttpState};
 use crosstab_server::keys::KeyEnv;
+use crosstab_server::service::app::AppService;
+use crosstab_server::service::cache::{ResponseCache, DEFAULT_BYTES, DEFAULT_ENTRIES};
+use crosstab_server::service::upstream::Upstream;
+use crosstab_server::service::Services;
+use crosstab_server::store::{self, accounts, Database};
 use serde_json::Value;
 use tower::ServiceExt;
 
@@ -29,7 +33,11 @@ pub struct Fixture {
     pub dir: tempfile::TempDir,
     pub db: Database,
     pub url: String,
-    pub state: Arc<AppState>,
+    /// The services' clock, at the real time when the fixture was made.
+    pub clock: Arc<ManualClock>,
+    pub services: Arc<Services>,
+    pub origins: Vec<String>,
+    /// `/v1` and `/app` (queries in-process), no app files.
     pub router: Router,
     /// Whole of VEC.
     pub whole: String,
@@ -77,25 +85,50 @@ impl Fixture {
     /// The fixture with these `--allowed-origin` values.
     pub async fn with_origins(origins: &[&str]) -> Fixture {
         let dir = tempfile::tempdir().unwrap();
+        let url = store::default_url(dir.path());
+        Fixture::on(&url, dir, origins).await
+    }
+
+    /// The fixture on the database at `url` (its surveys installed in `dir`).
+    pub async fn on(url: &str, dir: tempfile::TempDir, origins: &[&str]) -> Fixture {
         install_surveys(dir.path());
-        let url = db::default_url(dir.path());
-        let db = Database::connect(&url).await.unwrap();
+        let db = Database::connect(url).await.unwrap();
         let whole = key(&db, "acme", &["VEC"], KeyEnv::Live, None).await;
         let north = key(&db, "north", &["VEC:N"], KeyEnv::Live, None).await;
         let other = key(&db, "demo-only", &["DEMO"], KeyEnv::Test, None).await;
         let (catalog, _) = Catalog::new(SurveyStore::open(dir.path()).unwrap());
-        let (state, _writer) = AppState::new(db.clone(), Arc::new(catalog), Cors::new(origins));
-        let router = app::router(Arc::clone(&state));
-        Fixture {
+        let clock = ManualClock::at(now_ms());
+        let cache = ResponseCache::new(DEFAULT_ENTRIES, DEFAULT_BYTES);
+        let (services, _writer) =
+            Services::start(db.clone(), Arc::new(catalog), cache, clock.clone());
+        let origins: Vec<String> = origins.iter().map(|o| (*o).to_owned()).collect();
+        let mut fixture = Fixture {
             dir,
             db,
-            url,
-            state,
-            router,
+            url: url.to_owned(),
+            clock,
+            services,
+            origins,
+            router: Router::new(),
             whole,
             north,
             other,
-        }
+        };
+        fixture.router = fixture.router_with(None, None);
+        fixture
+    }
+
+    /// The whole router over this fixture's services, with the app backend sending queries
+    /// to `upstream` (none: in-process) and serving the app's files from `app_dir`.
+    pub fn router_with(&self, upstream: Option<Upstream>, app_dir: Option<&Path>) -> Router {
+        let app = AppService::new(Arc::clone(&self.services), upstream);
+        let state = HttpState::new(
+            Arc::clone(&self.services),
+            app,
+            Cors::new(&self.origins),
+            false,
+        );
+        http::router(state, app_dir)
     }
 
     pub async fn send(&self, request: Request<Body>) -> (Response<()>, Value) {
@@ -114,8 +147,16 @@ impl Fixture {
         self.send(post(key, body.to_string())).await
     }
 
+    /// The services' time now.
+    pub fn now(&self) -> i64 {
+        use crosstab_server::clock::Clock;
+        self.clock.now_ms()
+    }
+
     pub async fn bills(&self) -> i64 {
-        crosstab_server::ledger::count(&self.db).await.unwrap()
+        crosstab_server::store::ledger::count(&self.db)
+            .await
+            .unwrap()
     }
 }
 

@@ -1,11 +1,12 @@
 //! Accounts, their grants and their keys in the database: what `crosstab key ...` and
-//! `serve --demo` change, and what [`crate::auth`] reads.
+//! `serve --demo` change, and what the authenticator reads.
 
 use sqlx::Row;
 
-use crate::db::{now_ms, Database, DbError};
+use super::key_signal::KeySignal;
+use super::{Database, DbError};
+use crate::clock::now_ms;
 use crate::grants::{GrantSpec, Grants, WHOLE_SURVEY};
-use crate::key_signal::KeySignal;
 use crate::keys::{self, KeyEnv, NewKey};
 
 /// A key as `key list` shows it (never the key itself).
@@ -118,15 +119,14 @@ pub async fn create_key(
 }
 
 /// Creates a key for the existing account `account` unless it already holds `limit`
-/// usable keys (unrevoked, unexpired), not counting the key `except`: `None` then.
-/// Concurrent calls for one account take its row in turn, so the limit holds.
+/// usable keys (unrevoked, unexpired): `None` then. Concurrent calls for one account
+/// take its row in turn, so the limit holds.
 pub async fn create_key_within(
     db: &Database,
     account: &str,
     env: KeyEnv,
     expires_at: Option<i64>,
     limit: i64,
-    except: Option<&str>,
 ) -> Result<Option<NewKey>, DbError> {
     let now = now_ms();
     let mut tx = db.pool().begin().await?;
@@ -138,11 +138,10 @@ pub async fn create_key_within(
             .await?;
     let usable: i64 = sqlx::query_scalar(
         "SELECT COUNT(*) FROM api_keys WHERE account_id = $1 AND revoked_at IS NULL \
-         AND (expires_at IS NULL OR expires_at > $2) AND id <> $3",
+         AND (expires_at IS NULL OR expires_at > $2)",
     )
     .bind(account_id)
     .bind(now)
-    .bind(except.unwrap_or(""))
     .fetch_one(&mut *tx)
     .await?;
     if usable >= limit {
@@ -284,4 +283,14 @@ pub async fn key_revision(db: &Database) -> Result<i64, DbError> {
         .fetch_one(db.pool())
         .await?;
     Ok(row.try_get(0)?)
+}
+
+/// The id of the account named `name`, if it exists.
+pub async fn account_id(db: &Database, name: &str) -> Result<Option<i64>, DbError> {
+    Ok(
+        sqlx::query_scalar("SELECT id FROM accounts WHERE name = $1")
+            .bind(name)
+            .fetch_optional(db.pool())
+            .await?,
+    )
 }

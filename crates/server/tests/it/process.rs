@@ -2,12 +2,10 @@
 //! every status over real HTTP, SIGTERM, and the ledger on disk afterwards.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
-
+use crate::support::*;
 use reqwest::header::CONTENT_TYPE;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
-use support::*;
 
 const ORIGIN: &str = "http://app.test";
 
@@ -325,7 +323,7 @@ async fn whole_process_statuses_envelopes_headers_and_ledger() {
     server.stop();
     // A bill holds what was billed: the key, the survey, group, base, number of targets
     // and the request id of the 200 it paid for.
-    let db = crosstab_server::db::Database::connect(&crosstab_server::db::default_url(&data))
+    let db = crosstab_server::store::Database::connect(&crosstab_server::store::default_url(&data))
         .await
         .unwrap();
     let row = sqlx::query(
@@ -343,7 +341,7 @@ async fn whole_process_statuses_envelopes_headers_and_ledger() {
     assert_eq!(row.get::<Option<String>, _>(3).as_deref(), Some("E"));
     assert_eq!(row.get::<String, _>(4), "OVER35");
     assert_eq!(row.get::<i64, _>(5), 1);
-    let age_ms = crosstab_server::db::now_ms() - row.get::<i64, _>(6);
+    let age_ms = crosstab_server::clock::now_ms() - row.get::<i64, _>(6);
     assert!((0..600_000).contains(&age_ms), "billed {age_ms} ms ago");
     db.close().await;
     let usage: Value = serde_json::from_str(&cli(&data, &["usage", "--format", "json"])).unwrap();
@@ -388,9 +386,9 @@ async fn whole_process_statuses_envelopes_headers_and_ledger() {
         .lines()
         .nth(1)
         .unwrap()
-        .starts_with(&format!("other,{},live,OTHER,1,", key_id(&other_only))));
+        .starts_with(&format!("other,{},live,,OTHER,1,", key_id(&other_only))));
     assert!(
-        csv.starts_with("account,key_id,env,survey,calls,first,last\n"),
+        csv.starts_with("account,key_id,env,user,survey,calls,first,last\n"),
         "{csv}"
     );
     let table = cli(&data, &["usage"]);
@@ -547,11 +545,14 @@ fn serve_help_documents_every_environment_setting() {
             }
         }
     }
-    assert!(read.len() >= 6, "{read:?}");
+    assert!(read.len() >= 5, "{read:?}");
     for name in read {
         assert!(help.contains(&name), "serve --help says nothing of {name}");
     }
-    let cache_default = format!("default {};", crosstab_server::cache::DEFAULT_ENTRIES);
+    let cache_default = format!(
+        "[default: {}]",
+        crosstab_server::service::cache::DEFAULT_ENTRIES
+    );
     assert!(
         help.contains(&cache_default),
         "serve --help states another response cache default than the code's"

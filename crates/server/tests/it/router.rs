@@ -1,16 +1,13 @@
 //! In-process tests of every rule of the API, through the router (tower `oneshot`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
+use crate::common::*;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
-use common::*;
 use crosstab_contract::limits::MAX_BODY_BYTES;
 use crosstab_contract::{vectors, ApiError, CONTRACT_VERSION, OPERATION_IDS};
-use crosstab_server::accounts;
-use crosstab_server::db::{now_ms, Database};
 use crosstab_server::keys::KeyEnv;
+use crosstab_server::store::{accounts, Database};
 use serde_json::{json, Value};
 
 fn envelope(error: &ApiError) -> Value {
@@ -55,7 +52,7 @@ async fn unauthorized_for_every_unusable_key_and_never_billed() {
     let revoked = key(&fx.db, "acme", &["VEC"], KeyEnv::Live, None).await;
     let revoked_id = revoked.split('_').nth(2).unwrap().to_owned();
     assert!(accounts::revoke_key(&fx.db, &revoked_id).await.unwrap());
-    let expired = key(&fx.db, "acme", &["VEC"], KeyEnv::Live, Some(now_ms() - 1)).await;
+    let expired = key(&fx.db, "acme", &["VEC"], KeyEnv::Live, Some(fx.now() - 1)).await;
     // Same id, another secret; and the right secret under the other environment.
     let forged = format!("{}{}", &fx.whole[..fx.whole.len() - 2], "AA");
     let wrong_env = fx.whole.replacen("ctx_live_", "ctx_test_", 1);
@@ -442,7 +439,10 @@ async fn a_wrong_method_is_405_in_the_envelope() {
         assert_eq!(response.headers()["access-control-allow-origin"], ORIGIN);
         assert!(response.headers().contains_key("x-request-id"));
     }
-    assert_eq!(crosstab_server::ledger::count(&fx.db).await.unwrap(), 0);
+    assert_eq!(
+        crosstab_server::store::ledger::count(&fx.db).await.unwrap(),
+        0
+    );
 }
 
 #[tokio::test]
@@ -494,12 +494,12 @@ async fn key_changes_by_another_process_apply_on_the_next_request() {
         StatusCode::OK
     );
     // Expiry needs no change at all: a key expiring in 300 ms works, then doesn't.
-    let brief = key(&admin, "acme", &["VEC"], KeyEnv::Live, Some(now_ms() + 300)).await;
+    let brief = key(&admin, "acme", &["VEC"], KeyEnv::Live, Some(fx.now() + 300)).await;
     assert_eq!(
         fx.post(Some(&brief), &body).await.0.status(),
         StatusCode::OK
     );
-    tokio::time::sleep(std::time::Duration::from_millis(350)).await;
+    fx.clock.advance(300);
     assert_eq!(
         fx.post(Some(&brief), &body).await.0.status(),
         StatusCode::UNAUTHORIZED
@@ -540,7 +540,7 @@ async fn a_ledger_that_cannot_be_written_answers_500_and_bills_nothing() {
 async fn a_key_change_without_its_signal_is_seen_through_the_revision() {
     let fx = Fixture::new().await;
     let body = request("VEC", None, "ALL", &["A"]);
-    fx.state.auth.follow_revision().await.unwrap();
+    fx.services.auth.follow_revision().await.unwrap();
     assert_eq!(
         fx.post(Some(&fx.whole), &body).await.0.status(),
         StatusCode::OK
@@ -561,7 +561,7 @@ async fn a_key_change_without_its_signal_is_seen_through_the_revision() {
         fx.post(Some(&fx.whole), &body).await.0.status(),
         StatusCode::OK
     );
-    fx.state.auth.follow_revision().await.unwrap();
+    fx.services.auth.follow_revision().await.unwrap();
     let (response, body) = fx.post(Some(&fx.whole), &body).await;
     assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
     assert_eq!(code(&body), "unauthorized");
@@ -582,7 +582,7 @@ async fn a_replaced_signal_file_is_followed_again() {
     let temp = path.with_extension("older-writer");
     std::fs::write(&temp, "1763700000123456789\n").unwrap();
     std::fs::rename(&temp, &path).unwrap();
-    fx.state.auth.follow_revision().await.unwrap();
+    fx.services.auth.follow_revision().await.unwrap();
     assert_eq!(
         fx.post(Some(&fx.whole), &body).await.0.status(),
         StatusCode::OK

@@ -2,19 +2,12 @@
 //! database this test may write to (it adds its own accounts and keys).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
-use std::sync::Arc;
-
 use axum::http::StatusCode;
-use common::*;
-use crosstab_engine::store::{Catalog, SurveyStore};
-use crosstab_server::app::{self, AppState};
-use crosstab_server::cors::Cors;
-use crosstab_server::db::{Backend, Database};
 use crosstab_server::keys::KeyEnv;
-use crosstab_server::webapp::users::{self, SignIn};
-use crosstab_server::{accounts, ledger, usage};
+use crosstab_server::service::users::{self, SignIn};
+use crosstab_server::store::{accounts, ledger, usage, Backend, Database};
+
+use crate::common::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_keys_grants_ledger_and_usage() {
@@ -22,22 +15,12 @@ async fn postgres_keys_grants_ledger_and_usage() {
         eprintln!("CROSSTAB_TEST_POSTGRES_URL not set: PostgreSQL test skipped");
         return;
     };
-    let db = Database::connect(&url).await.unwrap();
+    let fx = Fixture::on(&url, tempfile::tempdir().unwrap(), &[]).await;
+    let db = fx.db.clone();
     assert_eq!(db.backend(), Backend::Postgres);
-    let dir = tempfile::tempdir().unwrap();
-    install_surveys(dir.path());
     let account = format!("pg-{}", uuid::Uuid::new_v4().simple());
     let whole = key(&db, &account, &["VEC"], KeyEnv::Live, None).await;
     let north = key(&db, &account, &["VEC:N"], KeyEnv::Test, None).await;
-    let (catalog, _) = Catalog::new(SurveyStore::open(dir.path()).unwrap());
-    let (state, _writer) = AppState::new(db.clone(), Arc::new(catalog), Cors::default());
-    let router = app::router(state);
-    let fx = Fixture::new().await;
-    let fx = Fixture {
-        router,
-        db: db.clone(),
-        ..fx
-    };
     let before = ledger::count(&db).await.unwrap();
     let body = request("VEC", None, "ALL", &["WOMEN"]);
     assert_eq!(
@@ -72,7 +55,7 @@ async fn postgres_keys_grants_ledger_and_usage() {
     assert_eq!(rows.iter().map(|r| r.calls).sum::<i64>(), 2);
     let envs: Vec<(&str, &str)> = rows
         .iter()
-        .map(|r| (r.key_id.as_str(), r.env.as_str()))
+        .map(|r| (r.key_id.as_deref().unwrap(), r.env.as_deref().unwrap()))
         .collect();
     assert_eq!(envs.len(), 2, "{envs:?}");
     for (key, env) in [(&whole, "live"), (&north, "test")] {
@@ -84,15 +67,14 @@ async fn postgres_keys_grants_ledger_and_usage() {
     let keys = accounts::list_keys(&db, Some(&account)).await.unwrap();
     assert_eq!(keys.len(), 2);
     // The app's limited creation: one usable key left (the other is revoked).
-    let within =
-        |limit| accounts::create_key_within(&db, &account, KeyEnv::Test, None, limit, None);
+    let within = |limit| accounts::create_key_within(&db, &account, KeyEnv::Test, None, limit);
     assert!(within(1).await.unwrap().is_none(), "at the limit");
     // One place left, eight asking at once: the account's row lock lets exactly one in.
     let racers: Vec<_> = (0..8)
         .map(|_| {
             let (db, account) = (db.clone(), account.clone());
             tokio::spawn(async move {
-                accounts::create_key_within(&db, &account, KeyEnv::Test, None, 2, None)
+                accounts::create_key_within(&db, &account, KeyEnv::Test, None, 2)
                     .await
                     .unwrap()
                     .is_some()
@@ -108,31 +90,33 @@ async fn postgres_keys_grants_ledger_and_usage() {
     // Sign-in counts each failure in one statement, and locks at the limit.
     let unknown = users::UnknownNames::default();
     let user = format!("u-{account}");
-    users::create_or_reset(&db, &user, &account, "right password")
+    users::create_or_reset(&db, &user, &account, "right password", fx.now())
         .await
         .unwrap();
     for failure in 1..users::MAX_FAILED_LOGINS {
         assert!(matches!(
-            users::sign_in(&db, &unknown, &user, "wrong").await.unwrap(),
+            users::sign_in(&db, &unknown, &user, "wrong", fx.now()).await.unwrap(),
             SignIn::Rejected { failures } if failures == failure
         ));
     }
     assert!(matches!(
-        users::sign_in(&db, &unknown, &user, "wrong").await.unwrap(),
+        users::sign_in(&db, &unknown, &user, "wrong", fx.now())
+            .await
+            .unwrap(),
         SignIn::Locked { .. }
     ));
     assert!(matches!(
-        users::sign_in(&db, &unknown, &user, "right password")
+        users::sign_in(&db, &unknown, &user, "right password", fx.now())
             .await
             .unwrap(),
         SignIn::Locked { .. }
     ));
     // A reset unlocks, and the new password signs in.
-    users::create_or_reset(&db, &user, &account, "another password")
+    users::create_or_reset(&db, &user, &account, "another password", fx.now())
         .await
         .unwrap();
     assert!(matches!(
-        users::sign_in(&db, &unknown, &user, "another password")
+        users::sign_in(&db, &unknown, &user, "another password", fx.now())
             .await
             .unwrap(),
         SignIn::Accepted(_)

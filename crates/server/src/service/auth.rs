@@ -15,26 +15,12 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
-use axum::http::HeaderValue;
-
-use crate::accounts::{self, KeyRecord};
-use crate::db::{now_ms, Database, DbError};
-use crate::grants::Grants;
-use crate::key_signal::KeySignal;
+use super::principal::{Credential, Principal};
+use crate::clock::Clock;
 use crate::keys;
-
-/// An authenticated caller.
-#[derive(Debug)]
-pub struct Principal {
-    /// The key id used.
-    pub key_id: Arc<str>,
-    /// The account's id.
-    pub account_id: i64,
-    /// The account's name.
-    pub account: Arc<str>,
-    /// What the account may query.
-    pub grants: Grants,
-}
+use crate::store::accounts::{self, KeyRecord};
+use crate::store::key_signal::KeySignal;
+use crate::store::{Database, DbError};
 
 /// Why a key was not accepted.
 #[derive(Debug, thiserror::Error)]
@@ -65,6 +51,7 @@ struct Cached {
 #[derive(Debug)]
 pub struct Authenticator {
     db: Database,
+    clock: Arc<dyn Clock>,
     /// The SQLite signal file, and its map when it could be mapped (else the revision is
     /// read per request, as on PostgreSQL).
     signal_file: Option<PathBuf>,
@@ -77,8 +64,8 @@ pub struct Authenticator {
 }
 
 impl Authenticator {
-    /// An authenticator over `db`'s keys.
-    pub fn new(db: Database) -> Authenticator {
+    /// An authenticator over `db`'s keys, judging expiry by `clock`.
+    pub fn new(db: Database, clock: Arc<dyn Clock>) -> Authenticator {
         let signal_file = db.key_signal_file();
         let signal = signal_file.as_deref().and_then(|path| {
             KeySignal::open(path)
@@ -91,6 +78,7 @@ impl Authenticator {
             signal_file,
             signal: RwLock::new(signal),
             db,
+            clock,
             seen: Mutex::new(None),
             seen_revision: Mutex::new(None),
             generation: AtomicU64::new(0),
@@ -193,10 +181,10 @@ impl Authenticator {
         };
         let cached = Arc::new(Cached {
             principal: Arc::new(Principal {
-                key_id: Arc::from(record.id.as_str()),
                 account_id: record.account_id,
                 account: Arc::from(record.account.as_str()),
                 grants: record.grants.clone(),
+                credential: Credential::Key(Arc::from(record.id.as_str())),
             }),
             record,
         });
@@ -208,14 +196,9 @@ impl Authenticator {
         Ok(Some(cached))
     }
 
-    /// The caller a `Service-Engine-Authorizer` header identifies.
-    pub async fn authenticate(
-        &self,
-        header: Option<&HeaderValue>,
-    ) -> Result<Arc<Principal>, AuthError> {
-        let token = header
-            .and_then(|value| value.to_str().ok())
-            .ok_or(AuthError::Unauthorized)?;
+    /// The caller a `Service-Engine-Authorizer` value identifies.
+    pub async fn authenticate(&self, token: Option<&str>) -> Result<Arc<Principal>, AuthError> {
+        let token = token.ok_or(AuthError::Unauthorized)?;
         let presented = keys::parse(token).ok_or(AuthError::Unauthorized)?;
         self.follow_changes().await?;
         let cached = self
@@ -228,7 +211,7 @@ impl Authenticator {
                 .secret_hash
                 .is_some_and(|hash| keys::verify(presented.secret, &hash))
             && !record.revoked
-            && record.expires_at.is_none_or(|at| now_ms() < at);
+            && record.expires_at.is_none_or(|at| self.clock.now_ms() < at);
         if valid {
             Ok(Arc::clone(&cached.principal))
         } else {

@@ -24,12 +24,37 @@ use std::time::Instant;
 use sqlx::Any;
 use tokio::sync::oneshot;
 
-use crate::db::{Backend, Database, DbError};
+use super::{Backend, Database, DbError};
 
 /// Most bills in one transaction.
 const MAX_BATCH: usize = 1024;
-/// Rows per INSERT statement on the pool (8 parameters each, well under every limit).
+/// Rows per INSERT statement on the pool (9 parameters each, well under every limit).
 const ROWS_PER_STATEMENT: usize = 64;
+
+/// Who made a billed call for its account.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Caller {
+    /// An API key (its id).
+    Key(Arc<str>),
+    /// An app user signed in to the account (its row id).
+    User(i64),
+}
+
+impl Caller {
+    fn key_id(&self) -> Option<&str> {
+        match self {
+            Caller::Key(id) => Some(id),
+            Caller::User(_) => None,
+        }
+    }
+
+    fn user_id(&self) -> Option<i64> {
+        match self {
+            Caller::Key(_) => None,
+            Caller::User(id) => Some(*id),
+        }
+    }
+}
 
 /// One billed call. Its text is shared (`Arc<str>`) with the key, the cached answer and
 /// the request it bills: no copy per bill.
@@ -39,8 +64,8 @@ pub struct Bill {
     pub at: i64,
     /// The account billed.
     pub account_id: i64,
-    /// The key used.
-    pub key_id: Arc<str>,
+    /// The key or user that made the call.
+    pub caller: Caller,
     /// The survey queried.
     pub survey: Arc<str>,
     /// The authorization group, when one was named (`None` for all groups).
@@ -97,7 +122,11 @@ impl Ledger {
     pub fn start(db: Database) -> (Ledger, LedgerWriter) {
         let (queue, pending) = mpsc::channel();
         let sink = match db.sqlite_file().map(Path::to_path_buf) {
-            Some(file) => Sink::SqliteFile { file, conn: None },
+            Some(file) => Sink::SqliteFile {
+                file,
+                pragmas: db.sqlite_pragmas(),
+                conn: None,
+            },
             None => Sink::Pool {
                 db,
                 runtime: tokio::runtime::Handle::try_current().ok(),
@@ -211,6 +240,7 @@ enum Sink {
     /// a failure).
     SqliteFile {
         file: PathBuf,
+        pragmas: [&'static str; 4],
         conn: Option<rusqlite::Connection>,
     },
     /// The sqlx pool (PostgreSQL; SQLite in memory), on the runtime the ledger started on.
@@ -223,8 +253,12 @@ enum Sink {
 impl Sink {
     fn write(&mut self, batch: &[Pending]) -> Result<(), String> {
         match self {
-            Sink::SqliteFile { file, conn } => {
-                let written = write_sqlite(file, conn, batch);
+            Sink::SqliteFile {
+                file,
+                pragmas,
+                conn,
+            } => {
+                let written = write_sqlite(file, *pragmas, conn, batch);
                 if written.is_err() {
                     // Don't keep a connection in an unknown state: a fresh one next time.
                     *conn = None;
@@ -242,20 +276,21 @@ impl Sink {
 }
 
 const SQLITE_INSERT: &str = "INSERT INTO ledger \
-     (at, account_id, key_id, survey, grp, base, targets, request_id) \
-     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)";
+     (at, account_id, key_id, user_id, survey, grp, base, targets, request_id) \
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)";
 
 /// One `BEGIN IMMEDIATE` ... `COMMIT` over a cached prepared statement, committed with
 /// the database's `synchronous` setting (FULL by default: the WAL is fsynced before
 /// `COMMIT` returns, so before any 200).
 fn write_sqlite(
     file: &Path,
+    pragmas: [&'static str; 4],
     conn: &mut Option<rusqlite::Connection>,
     batch: &[Pending],
 ) -> Result<(), rusqlite::Error> {
     let conn = match conn {
         Some(conn) => conn,
-        empty => empty.insert(open_sqlite(file)?),
+        empty => empty.insert(open_sqlite(file, pragmas)?),
     };
     let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
     {
@@ -264,7 +299,8 @@ fn write_sqlite(
             insert.execute(rusqlite::params![
                 bill.at,
                 bill.account_id,
-                &*bill.key_id,
+                bill.caller.key_id(),
+                bill.caller.user_id(),
                 &*bill.survey,
                 bill.group.as_deref(),
                 &*bill.base,
@@ -279,12 +315,15 @@ fn write_sqlite(
 
 /// The ledger's own connection to the SQLite file, with the pool's settings but for the
 /// foreign-key check.
-fn open_sqlite(file: &Path) -> Result<rusqlite::Connection, rusqlite::Error> {
+fn open_sqlite(
+    file: &Path,
+    pragmas: [&'static str; 4],
+) -> Result<rusqlite::Connection, rusqlite::Error> {
     let conn = rusqlite::Connection::open_with_flags(
         file,
         rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
     )?;
-    for pragma in crate::db::sqlite_pragmas() {
+    for pragma in pragmas {
         // `journal_mode` answers with a row; the others with none.
         conn.query_row(pragma, [], |_| Ok(()))
             .or_else(|error| match error {
@@ -321,7 +360,8 @@ async fn insert_rows(
         query = query
             .bind(bill.at)
             .bind(bill.account_id)
-            .bind(bill.key_id.to_string())
+            .bind(bill.caller.key_id().map(str::to_owned))
+            .bind(bill.caller.user_id())
             .bind(bill.survey.to_string())
             .bind(bill.group.as_deref().map(str::to_owned))
             .bind(bill.base.to_string())
@@ -332,9 +372,12 @@ async fn insert_rows(
     Ok(())
 }
 
+/// Columns a bill fills.
+const COLUMNS: usize = 9;
+
 fn insert_sql(rows: usize, backend: Backend) -> String {
     let mut sql = String::from(
-        "INSERT INTO ledger (at, account_id, key_id, survey, grp, base, targets, request_id) VALUES ",
+        "INSERT INTO ledger (at, account_id, key_id, user_id, survey, grp, base, targets, request_id) VALUES ",
     );
     for row in 0..rows {
         if row > 0 {
@@ -343,10 +386,11 @@ fn insert_sql(rows: usize, backend: Backend) -> String {
         match backend {
             // Anonymous `?`: SQLite looks numbered parameters up by name, one linear scan
             // per parameter, which is quadratic over a 512-parameter statement.
-            Backend::Sqlite => sql.push_str("(?, ?, ?, ?, ?, ?, ?, ?)"),
+            Backend::Sqlite => sql.push_str("(?, ?, ?, ?, ?, ?, ?, ?, ?)"),
             Backend::Postgres => {
-                let first = row * 8 + 1;
-                let params: Vec<String> = (first..first + 8).map(|n| format!("${n}")).collect();
+                let first = row * COLUMNS + 1;
+                let params: Vec<String> =
+                    (first..first + COLUMNS).map(|n| format!("${n}")).collect();
                 sql.push('(');
                 sql.push_str(&params.join(", "));
                 sql.push(')');

@@ -4,10 +4,9 @@
 use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
 use argon2::Argon2;
 use rand::RngCore;
-use sqlx::Row;
 
-use crate::accounts;
-use crate::db::{now_ms, Database, DbError};
+pub use crate::store::users::User;
+use crate::store::{users as store, Database, DbError};
 
 /// Consecutive failed sign-ins that lock a user.
 pub const MAX_FAILED_LOGINS: i64 = 5;
@@ -15,19 +14,6 @@ pub const MAX_FAILED_LOGINS: i64 = 5;
 pub const LOCK_MS: i64 = 15 * 60 * 1000;
 /// Extra delay per earlier failure, so guessing gets slower before the lock.
 pub const DELAY_PER_FAILURE_MS: u64 = 300;
-
-/// A signed-in user.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct User {
-    /// Row id.
-    pub id: i64,
-    /// Sign-in name.
-    pub username: String,
-    /// The account's id.
-    pub account_id: i64,
-    /// The account's name.
-    pub account: String,
-}
 
 /// How a sign-in went.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -101,6 +87,7 @@ pub async fn create_or_reset(
     username: &str,
     account: &str,
     password: &str,
+    now: i64,
 ) -> Result<(), UserError> {
     if username.is_empty() || username.len() > 64 || username.chars().any(char::is_control) {
         return Err(UserError::Invalid(
@@ -116,27 +103,7 @@ pub async fn create_or_reset(
     let hash = argon2(move || hash_password(&owned))
         .await
         .ok_or_else(|| UserError::Hash("the hashing task failed".into()))??;
-    let now = now_ms();
-    let mut tx = db.pool().begin().await.map_err(DbError::from)?;
-    let account_id = accounts::ensure_account(&mut tx, account, now).await?;
-    sqlx::query(
-        "INSERT INTO users (username, account_id, password_hash, created_at) VALUES ($1, $2, $3, $4) \
-         ON CONFLICT (username) DO UPDATE SET account_id = $2, password_hash = $3, failed_logins = 0, locked_until = NULL",
-    )
-    .bind(username)
-    .bind(account_id)
-    .bind(&hash)
-    .bind(now)
-    .execute(&mut *tx)
-    .await
-    .map_err(DbError::from)?;
-    // A new password ends every session made with the old one.
-    sqlx::query("DELETE FROM sessions WHERE user_id = (SELECT id FROM users WHERE username = $1)")
-        .bind(username)
-        .execute(&mut *tx)
-        .await
-        .map_err(DbError::from)?;
-    tx.commit().await.map_err(DbError::from)?;
+    store::create_or_reset(db, username, account, &hash, now).await?;
     Ok(())
 }
 
@@ -149,9 +116,14 @@ pub fn random_password() -> String {
 }
 
 /// A hash to verify against when the user does not exist, so both cases cost the same.
-fn decoy_hash() -> &'static str {
-    static DECOY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    DECOY.get_or_init(|| hash_password("decoy password, never matches").unwrap_or_default())
+fn decoy_hash() -> Result<&'static str, UserError> {
+    static DECOY: std::sync::OnceLock<Result<String, String>> = std::sync::OnceLock::new();
+    DECOY
+        .get_or_init(|| {
+            hash_password("decoy password, never matches").map_err(|error| error.to_string())
+        })
+        .as_deref()
+        .map_err(|reason| UserError::Hash(reason.clone()))
 }
 
 /// Names without a user kept at most (past this, the one tried longest ago is forgotten).
@@ -259,18 +231,9 @@ impl Failures<'_> {
                 if let Some(until) = locked_until.filter(|until| *until > now) {
                     return Ok(Err((until - now + 999) / 1000));
                 }
-                // One statement: parallel guesses each take their own place, and none
-                // past the limit is checked at all (the last may still be checking).
-                let attempt: Option<i64> = sqlx::query_scalar(
-                    "UPDATE users SET failed_logins = failed_logins + 1 \
-                     WHERE id = $1 AND failed_logins < $2 AND (locked_until IS NULL OR locked_until <= $3) \
-                     RETURNING failed_logins",
-                )
-                .bind(id)
-                .bind(MAX_FAILED_LOGINS)
-                .bind(now)
-                .fetch_optional(db.pool())
-                .await?;
+                // Parallel guesses each take their own place, and none past the limit is
+                // checked at all (the last may still be checking).
+                let attempt = store::take_attempt(db, *id, MAX_FAILED_LOGINS, now).await?;
                 Ok(attempt.ok_or(LOCK_MS / 1000))
             }
             Failures::Unknown { names, name } => Ok(names.attempt(name, now)),
@@ -281,13 +244,7 @@ impl Failures<'_> {
     /// with a lock until `until` (the last allowed attempt failed).
     async fn reset(&self, until: Option<i64>) -> Result<(), DbError> {
         match self {
-            Failures::User { db, id, .. } => {
-                sqlx::query("UPDATE users SET failed_logins = 0, locked_until = $1 WHERE id = $2")
-                    .bind(until)
-                    .bind(id)
-                    .execute(db.pool())
-                    .await?;
-            }
+            Failures::User { db, id, .. } => store::reset_attempts(db, *id, until).await?,
             Failures::Unknown { names, name } => {
                 if let Some(until) = until {
                     names.lock(name, until);
@@ -305,44 +262,29 @@ pub async fn sign_in(
     unknown: &UnknownNames,
     username: &str,
     password: &str,
+    now: i64,
 ) -> Result<SignIn, UserError> {
-    let row = sqlx::query(
-        "SELECT u.id, u.password_hash, u.locked_until, a.id, a.name \
-         FROM users u JOIN accounts a ON a.id = u.account_id WHERE u.username = $1",
-    )
-    .bind(username)
-    .fetch_optional(db.pool())
-    .await
-    .map_err(DbError::from)?;
-    let now = now_ms();
-    let get = |e: sqlx::Error| UserError::Db(DbError::from(e));
+    let login = store::login(db, username).await?;
     // A name without a user is checked against a decoy hash (the same work, so the time
     // tells nothing) and can never be accepted.
-    let (failures, stored, user) = match &row {
+    let (failures, stored, user) = match login {
         None => (
             Failures::Unknown {
                 names: unknown,
                 name: username,
             },
-            decoy_hash().to_owned(),
+            decoy_hash()?.to_owned(),
             None,
         ),
-        Some(row) => {
-            let id: i64 = row.try_get(0).map_err(get)?;
-            let user = User {
-                id,
-                username: username.to_owned(),
-                account_id: row.try_get(3).map_err(get)?,
-                account: row.try_get(4).map_err(get)?,
-            };
-            let locked_until = row.try_get(2).map_err(get)?;
-            let failures = Failures::User {
+        Some(login) => (
+            Failures::User {
                 db,
-                id,
-                locked_until,
-            };
-            (failures, row.try_get(1).map_err(get)?, Some(user))
-        }
+                id: login.user.id,
+                locked_until: login.locked_until,
+            },
+            login.password_hash,
+            Some(login.user),
+        ),
     };
     let attempt = match failures.take(now).await? {
         Ok(attempt) => attempt,

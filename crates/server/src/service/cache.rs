@@ -18,7 +18,7 @@
 //! the entitlement check for the caller (grants differ per key) and the bill.
 //!
 //! Bounded by entry count and by bytes (key + body), evicting the oldest insertions
-//! first. `CROSSTAB_RESPONSE_CACHE_ENTRIES=0` disables it.
+//! first. `--response-cache-entries 0` disables it.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, Weak};
@@ -98,15 +98,6 @@ impl ResponseCache {
             max_bytes,
             inner: Mutex::new(Inner::default()),
         }
-    }
-
-    /// The default cache, sized by `CROSSTAB_RESPONSE_CACHE_ENTRIES` when set.
-    pub fn from_env() -> ResponseCache {
-        let entries = std::env::var("CROSSTAB_RESPONSE_CACHE_ENTRIES")
-            .ok()
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(DEFAULT_ENTRIES);
-        ResponseCache::new(entries, DEFAULT_BYTES)
     }
 
     /// Whether the cache holds anything at all.

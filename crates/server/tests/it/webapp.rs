@@ -1,9 +1,8 @@
 //! The app backend (`/app`): sign-in and its lock, the session cookie, the CSRF origin
-//! check, credentialed CORS, entitlements in the catalog, keys and usage, and the
-//! upstream client's retry rules against a scripted upstream.
+//! check, credentialed CORS, entitlements in the catalog, keys and usage, queries billed
+//! to each user's own account, and, with `--upstream`, the per-account upstream keys and
+//! the upstream client's retry rules against a scripted upstream.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -11,13 +10,17 @@ use std::sync::Arc;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use axum::Router;
-use common::*;
-use crosstab_server::app;
-use crosstab_server::keys::KeyEnv;
-use crosstab_server::webapp::upstream::Upstream;
-use crosstab_server::webapp::{self, users, WebApp};
+use crosstab_server::service::app::MAX_USABLE_KEYS;
+use crosstab_server::service::upstream::{self, Upstream};
+use crosstab_server::service::users;
+use crosstab_server::store::{upstream_keys, usage};
 use serde_json::{json, Value};
 use tower::ServiceExt;
+
+use crate::common::*;
+
+/// The key the scripted upstreams expect from account acme's users.
+const UPSTREAM_KEY: &str = "ctx_test_upstreamkey";
 
 const PASSWORD: &str = "correct horse battery";
 
@@ -33,12 +36,18 @@ async fn app_with(upstream: Option<Upstream>) -> App {
 
 /// `fx` with users `ann` (account acme) and `nora` (north), and the app backend.
 async fn app_over(fx: Fixture, upstream: Option<Upstream>) -> App {
-    users::create_or_reset(&fx.db, "ann", "acme", PASSWORD)
+    users::create_or_reset(&fx.db, "ann", "acme", PASSWORD, fx.now())
         .await
         .unwrap();
-    users::create_or_reset(&fx.db, "nora", "north", PASSWORD)
+    users::create_or_reset(&fx.db, "nora", "north", PASSWORD, fx.now())
         .await
         .unwrap();
+    if upstream.is_some() {
+        // Only acme's users have a key for the upstream; north's have none.
+        assert!(upstream_keys::set(&fx.db, "acme", UPSTREAM_KEY, fx.now())
+            .await
+            .unwrap());
+    }
     App::serving(fx, upstream)
 }
 
@@ -53,9 +62,8 @@ async fn listen(router: Router) -> String {
 impl App {
     /// The router over `fx` (its users kept) with the app backend forwarding to `upstream`.
     fn serving(fx: Fixture, upstream: Option<Upstream>) -> App {
-        let webapp = Arc::new(WebApp::new(Arc::clone(&fx.state), upstream, false));
         let dir = fx.dir.path().to_path_buf();
-        let router = app::router_with(Arc::clone(&fx.state), Some(webapp::routes(webapp, &dir)));
+        let router = fx.router_with(upstream, Some(&dir));
         App { fx, router }
     }
 
@@ -217,7 +225,7 @@ async fn unknown_names_answer_exactly_as_real_ones() {
     for name in ["ann", "nobody"] {
         let mut seen = Vec::new();
         for _ in 0..users::MAX_FAILED_LOGINS + 1 {
-            let answer = users::sign_in(&app.fx.db, &unknown, name, "wrong password")
+            let answer = users::sign_in(&app.fx.db, &unknown, name, "wrong password", app.fx.now())
                 .await
                 .unwrap();
             seen.push(match answer {
@@ -254,9 +262,15 @@ async fn resetting_a_password_signs_the_user_out_everywhere() {
         app.get(&cookie, "/app/api/me").await.0.status,
         StatusCode::OK
     );
-    users::create_or_reset(&app.fx.db, "ann", "acme", "a brand new password")
-        .await
-        .unwrap();
+    users::create_or_reset(
+        &app.fx.db,
+        "ann",
+        "acme",
+        "a brand new password",
+        app.fx.now(),
+    )
+    .await
+    .unwrap();
     assert_eq!(
         app.get(&cookie, "/app/api/me").await.0.status,
         StatusCode::UNAUTHORIZED
@@ -460,6 +474,7 @@ async fn the_catalog_shows_only_what_the_account_may_query() {
         (parts.status, code(&body)),
         (StatusCode::BAD_REQUEST, "invalid_target_codes")
     );
+    assert_eq!(app.fx.bills().await, 0, "nothing refused is billed");
     let (parts, body) = app
         .post(
             &nora,
@@ -467,10 +482,8 @@ async fn the_catalog_shows_only_what_the_account_may_query() {
             &request("VEC", Some("N"), "ALL", &["WOMEN"]),
         )
         .await;
-    assert_eq!(
-        (parts.status, code(&body)),
-        (StatusCode::SERVICE_UNAVAILABLE, "not_configured")
-    );
+    assert_eq!(parts.status, StatusCode::OK, "{body}");
+    assert_eq!(app.fx.bills().await, 1);
 }
 
 #[tokio::test]
@@ -519,7 +532,7 @@ async fn scripted_upstream(script: Vec<(u16, Value)>) -> (String, Arc<AtomicUsiz
             let counter = Arc::clone(&counter);
             let script = Arc::clone(&script);
             async move {
-                assert_eq!(headers["service-engine-authorizer"], "ctx_test_upstreamkey");
+                assert_eq!(headers["service-engine-authorizer"], UPSTREAM_KEY);
                 let n = counter.fetch_add(1, Ordering::SeqCst);
                 let (status, body) = script.get(n).cloned().unwrap_or((200, json!({"ok": n})));
                 (StatusCode::from_u16(status).unwrap(), axum::Json(body))
@@ -549,7 +562,7 @@ async fn a_200_that_breaks_off_is_not_retried() {
             // Dropped: the body ends 480 bytes short.
         }
     });
-    let app = app_with(Some(Upstream::new(&base, "ctx_test_upstreamkey".into()))).await;
+    let app = app_with(Some(Upstream::new(&base).unwrap())).await;
     let ann = app.session("ann").await;
     let body = request("VEC", None, "ALL", &["WOMEN"]);
     let (parts, _) = app.post(&ann, "/app/api/crosstab", &body).await;
@@ -568,7 +581,7 @@ async fn the_upstream_client_retries_5xx_never_4xx_and_passes_answers_through() 
         (500, json!({"ResultCode": 500})),
     ])
     .await;
-    let app = app_with(Some(Upstream::new(&base, "ctx_test_upstreamkey".into()))).await;
+    let app = app_with(Some(Upstream::new(&base).unwrap())).await;
     let ann = app.session("ann").await;
     let body = request("VEC", None, "ALL", &["WOMEN"]);
     let (parts, answer) = app.post(&ann, "/app/api/crosstab", &body).await;
@@ -577,7 +590,7 @@ async fn the_upstream_client_retries_5xx_never_4xx_and_passes_answers_through() 
 
     let envelope = json!({"ResultCode": 403, "ResultDescription": "no", "error": {"code": "forbidden_survey", "message": "no"}});
     let (base, calls) = scripted_upstream(vec![(403, envelope.clone())]).await;
-    let app = app_with(Some(Upstream::new(&base, "ctx_test_upstreamkey".into()))).await;
+    let app = app_with(Some(Upstream::new(&base).unwrap())).await;
     let ann = app.session("ann").await;
     let (parts, answer) = app.post(&ann, "/app/api/crosstab", &body).await;
     assert_eq!(
@@ -589,7 +602,7 @@ async fn the_upstream_client_retries_5xx_never_4xx_and_passes_answers_through() 
 
     let failing = vec![(502, json!({})); 10];
     let (base, calls) = scripted_upstream(failing).await;
-    let app = app_with(Some(Upstream::new(&base, "ctx_test_upstreamkey".into()))).await;
+    let app = app_with(Some(Upstream::new(&base).unwrap())).await;
     let ann = app.session("ann").await;
     let (parts, _) = app.post(&ann, "/app/api/crosstab", &body).await;
     assert_eq!(
@@ -599,18 +612,44 @@ async fn the_upstream_client_retries_5xx_never_4xx_and_passes_answers_through() 
     );
     assert_eq!(
         calls.load(Ordering::SeqCst),
-        1 + webapp::upstream::MAX_RETRIES as usize
+        1 + upstream::MAX_RETRIES as usize
+    );
+
+    // An account without an upstream key runs no queries there, and nothing is sent.
+    let nora = app.session("nora").await;
+    let (parts, answer) = app
+        .post(
+            &nora,
+            "/app/api/crosstab",
+            &request("VEC", Some("N"), "ALL", &["WOMEN"]),
+        )
+        .await;
+    assert_eq!(
+        (parts.status, code(&answer)),
+        (StatusCode::SERVICE_UNAVAILABLE, "not_configured")
+    );
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        1 + upstream::MAX_RETRIES as usize
+    );
+    assert_eq!(
+        app.fx.bills().await,
+        0,
+        "the upstream bills, not this server"
     );
 }
 
+/// Two accounts, each with its own user and grants: each user's queries run in this
+/// process and are billed to that user's own account (and say which user ran them), in
+/// the ledger, in `usage`, and on each user's usage page, never to the other account.
 #[tokio::test]
-async fn queries_through_this_servers_own_api_are_billed_and_reported_as_usage() {
-    let fx_app = app_with(None).await;
-    let origin = listen(app::router(Arc::clone(&fx_app.fx.state))).await;
-    let upstream = Upstream::new(&format!("{origin}/v1"), fx_app.fx.whole.clone());
-    assert!(upstream.check_contract().await.unwrap().is_empty());
-    let app = App::serving(fx_app.fx, Some(upstream));
-    let ann = app.session("ann").await;
+async fn each_users_queries_are_billed_to_their_own_account() {
+    let app = app_with(None).await;
+    let origin = listen(app.fx.router.clone()).await;
+    // Its own /v1 is a compliant upstream too (what `--upstream` checks at start).
+    let own = Upstream::new(&format!("{origin}/v1")).unwrap();
+    assert!(own.check_contract().await.unwrap().is_empty());
+    let (ann, nora) = (app.session("ann").await, app.session("nora").await);
     let (parts, answer) = app
         .post(
             &ann,
@@ -620,10 +659,62 @@ async fn queries_through_this_servers_own_api_are_billed_and_reported_as_usage()
         .await;
     assert_eq!(parts.status, StatusCode::OK);
     assert_eq!(answer["Results"][0]["WgtAud"], 13.0);
-    let (_, usage) = app.get(&ann, "/app/api/usage").await;
-    assert_eq!(usage[0]["survey"], "VEC");
-    assert_eq!(usage[0]["calls"], 1);
-    assert!(usage[0]["day"].as_str().unwrap().len() == 10);
+    for _ in 0..2 {
+        let (parts, _) = app
+            .post(
+                &nora,
+                "/app/api/crosstab",
+                &request("VEC", Some("N"), "ALL", &["WOMEN"]),
+            )
+            .await;
+        assert_eq!(parts.status, StatusCode::OK);
+    }
+    // The same body from a key of acme is billed to acme, by that key.
+    let (parts, _) = app
+        .fx
+        .post(
+            Some(&app.fx.whole),
+            &request("VEC", None, "ALL", &["WOMEN", "F2554"]),
+        )
+        .await;
+    assert_eq!(parts.status(), StatusCode::OK);
+
+    let report = usage::report(&app.fx.db, None, 0).await.unwrap();
+    let by = |account: &str, user: Option<&str>| -> i64 {
+        report
+            .iter()
+            .filter(|r| r.account == account && r.user.as_deref() == user)
+            .map(|r| r.calls)
+            .sum()
+    };
+    assert_eq!(by("acme", Some("ann")), 1, "{report:?}");
+    assert_eq!(by("north", Some("nora")), 2, "{report:?}");
+    assert_eq!(by("acme", None), 1, "the key's call: {report:?}");
+    assert_eq!(report.iter().map(|r| r.calls).sum::<i64>(), 4, "{report:?}");
+    for row in &report {
+        assert!(
+            row.user.is_some() != row.key_id.is_some(),
+            "a key or a user: {row:?}"
+        );
+    }
+
+    let (_, ann_usage) = app.get(&ann, "/app/api/usage").await;
+    let (_, nora_usage) = app.get(&nora, "/app/api/usage").await;
+    let calls = |rows: &Value, user: Option<&str>| -> u64 {
+        rows.as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["user"].as_str() == user)
+            .map(|r| r["calls"].as_u64().unwrap())
+            .sum()
+    };
+    assert_eq!(calls(&ann_usage, Some("ann")), 1, "{ann_usage}");
+    assert_eq!(calls(&ann_usage, None), 1, "acme's key call: {ann_usage}");
+    assert_eq!(calls(&ann_usage, Some("nora")), 0, "{ann_usage}");
+    assert_eq!(calls(&nora_usage, Some("nora")), 2, "{nora_usage}");
+    assert_eq!(nora_usage.as_array().unwrap().len(), 1, "{nora_usage}");
+    assert_eq!(nora_usage[0]["survey"], "VEC");
+    assert_eq!(nora_usage[0]["day"].as_str().unwrap().len(), 10);
 }
 
 /// The app's page answers the app's own routes (client-side paths), never a mistyped API
@@ -631,17 +722,13 @@ async fn queries_through_this_servers_own_api_are_billed_and_reported_as_usage()
 #[tokio::test]
 async fn api_paths_never_fall_back_to_the_app_page() {
     let fx = Fixture::new().await;
-    let webapp = Arc::new(WebApp::new(Arc::clone(&fx.state), None, false));
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
         dir.path().join("index.html"),
         "<!doctype html><title>app</title>",
     )
     .unwrap();
-    let router = app::router_with(
-        Arc::clone(&fx.state),
-        Some(webapp::routes(webapp, dir.path())),
-    );
+    let router = fx.router_with(None, Some(dir.path()));
     let status = |method: &str, path: &str| {
         let request = Request::builder()
             .method(method)
@@ -701,7 +788,7 @@ async fn the_app_stops_creating_keys_at_the_usable_limit() {
     };
     let (_, listed) = app.get(&ann, "/app/api/keys").await;
     let mut last = Value::Null;
-    for _ in usable(&listed)..webapp::MAX_USABLE_KEYS - 1 {
+    for _ in usable(&listed)..MAX_USABLE_KEYS - 1 {
         let (parts, created) = app
             .post(&ann, "/app/api/keys", &json!({"env": "test"}))
             .await;
@@ -727,40 +814,11 @@ async fn the_app_stops_creating_keys_at_the_usable_limit() {
     assert_eq!(parts.status, StatusCode::CONFLICT);
     assert_eq!(body["error"]["code"], "too_many_keys");
     let (_, listed) = app.get(&ann, "/app/api/keys").await;
-    assert_eq!(usable(&listed), webapp::MAX_USABLE_KEYS, "nothing created");
+    assert_eq!(usable(&listed), MAX_USABLE_KEYS, "nothing created");
     let id = last["id"].as_str().unwrap();
     assert_eq!(app.revoke(&ann, id).await, StatusCode::NO_CONTENT);
     let (parts, _) = app
         .post(&ann, "/app/api/keys", &json!({"env": "live"}))
         .await;
     assert_eq!(parts.status, StatusCode::OK);
-}
-
-/// The app's own upstream key, when it belongs to a user's account (as with `--demo`),
-/// is not that user's to see or revoke.
-#[tokio::test]
-async fn the_apps_own_key_is_neither_listed_nor_revocable() {
-    let probe = app_with(None).await;
-    let own = key(&probe.fx.db, "acme", &[], KeyEnv::Test, None).await;
-    let own_id = own.split('_').nth(2).unwrap().to_owned();
-    let upstream = Upstream::new("http://127.0.0.1:1/v1", own.clone());
-    let app = App::serving(probe.fx, Some(upstream));
-    let ann = app.session("ann").await;
-    let (_, listed) = app.get(&ann, "/app/api/keys").await;
-    let ids: Vec<&str> = listed
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|k| k["id"].as_str().unwrap())
-        .collect();
-    assert!(
-        !ids.is_empty() && !ids.contains(&own_id.as_str()),
-        "{ids:?}"
-    );
-    assert_eq!(app.revoke(&ann, &own_id).await, StatusCode::NOT_FOUND);
-    let (parts, _) = app
-        .fx
-        .post(Some(&own), &request("VEC", None, "ALL", &["WOMEN"]))
-        .await;
-    assert_eq!(parts.status(), StatusCode::OK, "the app's key still works");
 }

@@ -2,11 +2,10 @@
 //! file: the writer thread's own connection, one transaction per batch).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use crosstab_server::accounts;
-use crosstab_server::db::{self, Database};
 use crosstab_server::grants::GrantSpec;
 use crosstab_server::keys::KeyEnv;
-use crosstab_server::ledger::{self, Bill, Ledger};
+use crosstab_server::store::ledger::{self, Bill, Caller, Ledger};
+use crosstab_server::store::{self as db, accounts, Database};
 use sqlx::Row;
 use std::future::Future;
 
@@ -14,7 +13,7 @@ fn bill(account_id: i64, n: usize) -> Bill {
     Bill {
         at: 1_700_000_000_000 + n as i64,
         account_id,
-        key_id: format!("{n:016x}").into(),
+        caller: Caller::Key(format!("{n:016x}").into()),
         survey: "VEC".into(),
         group: (n % 3 == 0).then(|| format!("G'\"{n}").into()),
         base: "ALL".into(),
@@ -122,7 +121,7 @@ async fn batches_of_every_size_are_written_exactly() {
         .map(|row| Bill {
             at: row.try_get(0).unwrap(),
             account_id: row.try_get(1).unwrap(),
-            key_id: row.try_get::<String, _>(2).unwrap().into(),
+            caller: Caller::Key(row.try_get::<String, _>(2).unwrap().into()),
             survey: row.try_get::<String, _>(3).unwrap().into(),
             group: row.try_get::<Option<String>, _>(4).unwrap().map(Into::into),
             base: row.try_get::<String, _>(5).unwrap().into(),

@@ -7,7 +7,7 @@
 //! crosstab only ever changes the file through the map. Should it be replaced anyway (by
 //! an older crosstab, which wrote a new file each time, or by hand), a server notices
 //! within a second, maps the new file and drops its cache; meanwhile the key revision in
-//! the database, read every second too, catches every change (see [`crate::auth`]). Like
+//! the database, read every second too, catches every change (see the authenticator). Like
 //! the survey files, it must not be truncated under a running server. A user who may
 //! only read the file (the server and the CLI run as different users) reads it, and
 //! their changes are noticed through the revision instead.

@@ -1,6 +1,16 @@
-//! The database: SQLite (the default, a file in the data dir, WAL) or PostgreSQL, both
-//! through sqlx's `Any` driver with embedded migrations. Queries use `$N` placeholders,
-//! which both backends accept.
+//! The store: every SQL statement of the server lives under this module (accounts, keys,
+//! grants, users, sessions, the ledger, usage), on SQLite (the default, a file in the
+//! data dir, WAL) or PostgreSQL, both through sqlx's `Any` driver with embedded
+//! migrations. Queries use `$N` placeholders, which both backends accept; the few
+//! dialect differences are decided here, never by callers.
+
+pub mod accounts;
+pub mod key_signal;
+pub mod ledger;
+pub mod sessions;
+pub mod upstream_keys;
+pub mod usage;
+pub mod users;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -33,6 +43,9 @@ pub enum DbError {
     /// Migrating the schema failed.
     #[error("database migration failed: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
+    /// A stored value breaks a rule the server keeps when writing it.
+    #[error("corrupt database: {0}")]
+    Corrupt(&'static str),
 }
 
 /// A connected, migrated database.
@@ -41,6 +54,17 @@ pub struct Database {
     pool: AnyPool,
     backend: Backend,
     sqlite_file: Option<PathBuf>,
+    synchronous: Synchronous,
+}
+
+/// When a SQLite commit returns (PostgreSQL decides this in its own configuration).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Synchronous {
+    /// The WAL is fsynced before `COMMIT` returns: a committed bill survives a power cut.
+    #[default]
+    Full,
+    /// A committed bill survives a crash of the process, not of the machine (faster).
+    Normal,
 }
 
 /// The default database: `crosstab.db` in the data dir (created if missing), as a URL
@@ -63,8 +87,13 @@ pub fn default_url(data_dir: &Path) -> String {
 }
 
 impl Database {
-    /// Connects to `url` and brings its schema up to date.
+    /// Connects to `url` and brings its schema up to date (SQLite: `synchronous = FULL`).
     pub async fn connect(url: &str) -> Result<Database, DbError> {
+        Database::connect_with(url, Synchronous::Full).await
+    }
+
+    /// Connects to `url` with SQLite commits made durable as `synchronous` says.
+    pub async fn connect_with(url: &str, synchronous: Synchronous) -> Result<Database, DbError> {
         sqlx::any::install_default_drivers();
         let backend = if url.starts_with("sqlite:") {
             Backend::Sqlite
@@ -80,9 +109,9 @@ impl Database {
                 Backend::Postgres => 16,
             });
         if backend == Backend::Sqlite {
-            options = options.after_connect(|conn, _| {
+            options = options.after_connect(move |conn, _| {
                 Box::pin(async move {
-                    for pragma in sqlite_pragmas() {
+                    for pragma in sqlite_pragmas(synchronous) {
                         sqlx::query(pragma).execute(&mut *conn).await?;
                     }
                     Ok(())
@@ -104,6 +133,7 @@ impl Database {
             pool,
             backend,
             sqlite_file,
+            synchronous,
         })
     }
 
@@ -117,8 +147,8 @@ impl Database {
         self.backend
     }
 
-    /// For a SQLite file database: the file that changes whenever keys or grants change
-    /// (see [`crate::auth`]), so servers notice without querying on every request.
+    /// For a SQLite file database: the file that changes whenever keys or grants change,
+    /// so servers notice without querying on every request.
     pub fn key_signal_file(&self) -> Option<PathBuf> {
         self.sqlite_file.as_ref().map(|file| {
             let mut name = file.as_os_str().to_owned();
@@ -130,6 +160,11 @@ impl Database {
     /// The SQLite database file, when this is one.
     pub fn sqlite_file(&self) -> Option<&Path> {
         self.sqlite_file.as_deref()
+    }
+
+    /// The pragmas every SQLite connection of this database runs.
+    pub fn sqlite_pragmas(&self) -> [&'static str; 4] {
+        sqlite_pragmas(self.synchronous)
     }
 
     /// Closes every connection (after the last write, so SQLite checkpoints its WAL).
@@ -151,12 +186,10 @@ async fn main_file(pool: &AnyPool) -> Result<Option<PathBuf>, DbError> {
 
 /// The settings of every SQLite connection (the pool's and the ledger's own, which then
 /// turns the foreign-key check off: see `ledger::open_sqlite`).
-pub fn sqlite_pragmas() -> [&'static str; 4] {
-    // FULL (the default): a committed bill survives a power cut, not just a crash.
-    // NORMAL (CROSSTAB_SQLITE_SYNCHRONOUS=NORMAL) survives a process crash only.
-    let synchronous = match std::env::var("CROSSTAB_SQLITE_SYNCHRONOUS").as_deref() {
-        Ok("NORMAL" | "normal") => "PRAGMA synchronous = NORMAL",
-        _ => "PRAGMA synchronous = FULL",
+fn sqlite_pragmas(synchronous: Synchronous) -> [&'static str; 4] {
+    let synchronous = match synchronous {
+        Synchronous::Full => "PRAGMA synchronous = FULL",
+        Synchronous::Normal => "PRAGMA synchronous = NORMAL",
     };
     [
         "PRAGMA journal_mode = WAL",
@@ -164,9 +197,4 @@ pub fn sqlite_pragmas() -> [&'static str; 4] {
         "PRAGMA busy_timeout = 10000",
         "PRAGMA foreign_keys = ON",
     ]
-}
-
-/// Now, in Unix milliseconds: the unit of every time column.
-pub fn now_ms() -> i64 {
-    chrono::Utc::now().timestamp_millis()
 }

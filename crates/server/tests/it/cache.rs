@@ -2,10 +2,8 @@
 //! computed on, never skip the caller's entitlement check, and are billed every time.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
+use crate::common::*;
 use axum::http::StatusCode;
-use common::*;
 use crosstab_contract::validate_body;
 use crosstab_engine::demo::{self, DemoConfig};
 use crosstab_engine::store::SurveyStore;
@@ -14,7 +12,7 @@ use serde_json::Value;
 /// What the engine answers now, on the catalog's current version, for `body`.
 fn direct(fx: &Fixture, body: &Value) -> Value {
     let valid = validate_body(body.to_string().as_bytes()).unwrap();
-    let survey = fx.state.catalog.get(&valid.request.survey_code).unwrap();
+    let survey = fx.services.catalog.get(&valid.request.survey_code).unwrap();
     // Through the same text as the HTTP body, so both parse to the same numbers.
     let text = serde_json::to_vec(&survey.crosstab(&valid).unwrap()).unwrap();
     serde_json::from_slice(&text).unwrap()
@@ -31,7 +29,7 @@ async fn a_reimport_is_never_answered_from_the_old_version() {
     let (again, cached) = fx.post(Some(&fx.other), &body).await;
     assert_eq!(again.status(), StatusCode::OK);
     assert_eq!(cached, old);
-    assert_eq!(fx.state.cache.len(), 1);
+    assert_eq!(fx.services.crosstab.cache().len(), 1);
 
     // Re-import DEMO with other data; the catalog picks it up.
     let store = SurveyStore::open(fx.dir.path()).unwrap();
@@ -43,7 +41,7 @@ async fn a_reimport_is_never_answered_from_the_old_version() {
     store
         .install(&demo::compile(&replacement).unwrap())
         .unwrap();
-    let refresh = fx.state.catalog.refresh();
+    let refresh = fx.services.catalog.refresh();
     assert_eq!(refresh.loaded, vec!["DEMO".to_owned()]);
 
     let (after, new) = fx.post(Some(&fx.other), &body).await;
@@ -53,7 +51,7 @@ async fn a_reimport_is_never_answered_from_the_old_version() {
     // And the new answer is what is cached from now on.
     let (_, cached_new) = fx.post(Some(&fx.other), &body).await;
     assert_eq!(cached_new, new);
-    assert_eq!(fx.state.cache.len(), 1);
+    assert_eq!(fx.services.crosstab.cache().len(), 1);
     assert_eq!(fx.bills().await, 4);
 }
 
@@ -70,7 +68,7 @@ async fn a_cached_answer_still_checks_the_callers_grants() {
         fx.post(Some(&fx.whole), &north).await.0.status(),
         StatusCode::OK
     );
-    assert_eq!(fx.state.cache.len(), 2);
+    assert_eq!(fx.services.crosstab.cache().len(), 2);
     // Both bodies are cached now; other callers still get what their grants allow.
     for (key, body, status) in [
         (&fx.north, &whole_survey, StatusCode::FORBIDDEN),
@@ -102,6 +100,6 @@ async fn every_cached_answer_is_billed_and_identical() {
     }
     assert!(answers.windows(2).all(|pair| pair[0] == pair[1]));
     assert_eq!(answers[0], direct(&fx, &body));
-    assert_eq!(fx.state.cache.len(), 1);
+    assert_eq!(fx.services.crosstab.cache().len(), 1);
     assert_eq!(fx.bills().await, 5);
 }

@@ -2,13 +2,11 @@
 //! server: every status is the expected one, and bills = 200s exactly.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
-
 use std::collections::BTreeMap;
 
+use crate::support::*;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
-use support::*;
 
 const CLIENTS: usize = 64;
 const REQUESTS_PER_CLIENT: usize = 1_000;

@@ -1,0 +1,29 @@
+-- A bill is made by a key or by an app user signed in to the account (exactly one), so
+-- usage can say who ran a query. SQLite cannot drop NOT NULL in place: the table is
+-- rebuilt with its rows.
+CREATE TABLE ledger_new (
+    id         INTEGER PRIMARY KEY,
+    at         BIGINT NOT NULL,
+    account_id INTEGER NOT NULL REFERENCES accounts (id),
+    key_id     TEXT,
+    user_id    INTEGER REFERENCES users (id),
+    survey     TEXT NOT NULL,
+    grp        TEXT,
+    base       TEXT NOT NULL,
+    targets    INTEGER NOT NULL,
+    request_id TEXT NOT NULL,
+    CHECK ((key_id IS NULL) <> (user_id IS NULL))
+);
+INSERT INTO ledger_new (id, at, account_id, key_id, survey, grp, base, targets, request_id)
+    SELECT id, at, account_id, key_id, survey, grp, base, targets, request_id FROM ledger;
+DROP TABLE ledger;
+ALTER TABLE ledger_new RENAME TO ledger;
+CREATE INDEX ledger_account_at ON ledger (account_id, at);
+
+-- With `serve --upstream URL`, the key the app backend presents upstream for each
+-- account's users (a credential for another service, so it is kept as given).
+CREATE TABLE upstream_keys (
+    account_id INTEGER PRIMARY KEY REFERENCES accounts (id),
+    api_key    TEXT NOT NULL,
+    updated_at BIGINT NOT NULL
+);

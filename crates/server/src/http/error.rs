@@ -1,0 +1,40 @@
+//! The one place the service layer's outcomes become status codes and bodies.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use crosstab_contract::ApiError;
+
+use crate::service::ServiceError;
+
+/// The cause of a 500, kept out of the body and logged by [`super::observe`].
+#[derive(Debug, Clone)]
+pub struct Fault(pub String);
+
+/// The contract's envelope for `error`, with the status it names.
+pub fn api_error_response(error: &ApiError) -> Response {
+    match StatusCode::from_u16(error.status()) {
+        Ok(status) => (status, Json(error.envelope())).into_response(),
+        Err(_) => fault(format!("{error:?} names no HTTP status")),
+    }
+}
+
+/// A 500 in the contract's envelope; `cause` goes to the log only.
+pub fn fault(cause: String) -> Response {
+    let mut response = (
+        StatusCode::INTERNAL_SERVER_ERROR,
+        Json(ApiError::Internal.envelope()),
+    )
+        .into_response();
+    response.extensions_mut().insert(Fault(cause));
+    response
+}
+
+impl IntoResponse for ServiceError {
+    fn into_response(self) -> Response {
+        match self {
+            ServiceError::Rejected(error) => api_error_response(&error),
+            fault_of_ours => fault(fault_of_ours.to_string()),
+        }
+    }
+}

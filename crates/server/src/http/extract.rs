@@ -1,0 +1,88 @@
+//! Who is calling, as extractors: [`Authenticated`] for `/v1` (the
+//! `Service-Engine-Authorizer` credential; a cookie is never looked at) and
+//! [`SessionUser`] for `/app` (the session cookie).
+
+use std::sync::Arc;
+
+use axum::extract::FromRequestParts;
+use axum::http::header::COOKIE;
+use axum::http::request::Parts;
+use axum::http::HeaderMap;
+use crosstab_contract::{ApiError, AUTH_HEADER};
+
+use super::app::AppFailure;
+use super::HttpState;
+use crate::service::auth::AuthError;
+use crate::service::principal::Principal;
+use crate::service::users::User;
+use crate::service::ServiceError;
+
+/// The session cookie's name.
+pub const SESSION_COOKIE: &str = "crosstab_session";
+
+/// The caller of a `/v1` operation that needs one.
+#[derive(Debug, Clone)]
+pub struct Authenticated(pub Arc<Principal>);
+
+impl FromRequestParts<Arc<HttpState>> for Authenticated {
+    type Rejection = ServiceError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &Arc<HttpState>,
+    ) -> Result<Self, Self::Rejection> {
+        let token = parts
+            .headers
+            .get(AUTH_HEADER)
+            .and_then(|value| value.to_str().ok());
+        match state.services.auth.authenticate(token).await {
+            Ok(principal) => Ok(Authenticated(principal)),
+            Err(AuthError::Unauthorized) => Err(ApiError::Unauthorized.into()),
+            Err(AuthError::Store(error)) => Err(error.into()),
+        }
+    }
+}
+
+/// The signed-in user of an `/app` request.
+#[derive(Debug, Clone)]
+pub struct SessionUser(pub User);
+
+impl FromRequestParts<Arc<HttpState>> for SessionUser {
+    type Rejection = AppFailure;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &Arc<HttpState>,
+    ) -> Result<Self, Self::Rejection> {
+        let token = session_token(&parts.headers);
+        Ok(SessionUser(state.app.session_user(token).await?))
+    }
+}
+
+/// The session token among the request's cookies.
+pub fn session_token(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get_all(COOKIE)
+        .iter()
+        .filter_map(|h| h.to_str().ok())
+        .find_map(token_from_cookies)
+}
+
+/// The session token in a `Cookie` header, if any.
+fn token_from_cookies(header: &str) -> Option<&str> {
+    header
+        .split(';')
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(name, _)| *name == SESSION_COOKIE)
+        .map(|(_, value)| value)
+        .filter(|value| !value.is_empty())
+}
+
+/// The `Set-Cookie` value for `token` lasting `max_age_s` (empty token: clear the cookie).
+pub fn set_cookie(token: &str, max_age_s: i64, secure: bool) -> String {
+    let max_age = if token.is_empty() { 0 } else { max_age_s };
+    let secure = if secure { "; Secure" } else { "" };
+    format!(
+        "{SESSION_COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict; Max-Age={max_age}{secure}"
+    )
+}

@@ -1,0 +1,90 @@
+//! The HTTP layer: routes, extractors, and the one place outcomes become status codes and
+//! bodies. `/v1` is the public API ([`v1`]); beside it, the app's backend under `/app`
+//! and the app's files at `/` ([`app`]). Every request first passes [`observe`].
+
+pub mod app;
+mod body;
+pub mod cors;
+mod error;
+mod extract;
+pub mod observe;
+pub mod v1;
+
+use std::any::Any;
+use std::path::Path;
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::response::{IntoResponse, Response};
+use axum::Router;
+use crosstab_contract::ApiError;
+use tower_http::catch_panic::CatchPanicLayer;
+
+use crate::service::app::AppService;
+use crate::service::Services;
+use cors::Cors;
+
+pub use error::{api_error_response, Fault};
+
+/// What every handler shares.
+#[derive(Debug)]
+pub struct HttpState {
+    /// The service layer.
+    pub services: Arc<Services>,
+    /// The app backend.
+    pub app: AppService,
+    /// Allowed browser origins.
+    pub cors: Cors,
+    /// The OpenAPI document, serialized once.
+    pub docs: Bytes,
+    /// Whether the session cookie carries `Secure`.
+    pub secure_cookies: bool,
+}
+
+impl HttpState {
+    /// The state over `services`, with `app` as the app backend.
+    pub fn new(
+        services: Arc<Services>,
+        app: AppService,
+        cors: Cors,
+        secure_cookies: bool,
+    ) -> Arc<HttpState> {
+        Arc::new(HttpState {
+            services,
+            app,
+            cors,
+            docs: Bytes::from(crosstab_contract::openapi::document_json()),
+            secure_cookies,
+        })
+    }
+}
+
+/// The whole HTTP surface: `/v1`, `/app`, and, given `app_dir`, the app's files at `/`.
+pub fn router(state: Arc<HttpState>, app_dir: Option<&Path>) -> Router {
+    // `/v1/` is outside the nest's match: without this, the app's page would answer it.
+    let router = Router::new()
+        .nest("/v1", v1::routes())
+        .route("/v1/", axum::routing::any(not_found))
+        .merge(app::routes(Arc::clone(&state), app_dir));
+    router
+        .layer(CatchPanicLayer::custom(panic_response))
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&state),
+            observe::observe,
+        ))
+        .with_state(state)
+}
+
+/// An unknown path under an API prefix (`/v1`, `/app`).
+async fn not_found() -> Response {
+    axum::http::StatusCode::NOT_FOUND.into_response()
+}
+
+/// A panic in a handler answers 500 in the contract's envelope, with no internals.
+fn panic_response(_: Box<dyn Any + Send + 'static>) -> Response {
+    let mut response = api_error_response(&ApiError::Internal);
+    response
+        .extensions_mut()
+        .insert(Fault("request handler panicked".into()));
+    response
+}

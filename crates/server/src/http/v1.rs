@@ -1,0 +1,95 @@
+//! The `/v1` routes: `GET /docs`, `OPTIONS /crosstab` and `POST /crosstab`. Handlers
+//! extract, call the service and map; the rules live in [`crate::service::crosstab`].
+
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::http::header::{CONTENT_TYPE, ORIGIN};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Extension, Router};
+use crosstab_contract::ApiError;
+
+use super::body;
+use super::error::api_error_response;
+use super::extract::Authenticated;
+use super::observe::AccountName;
+use super::HttpState;
+use crate::service::{RequestId, ServiceError};
+
+/// The `/v1` routes. Any other `/v1` path is a 404 of its own, never the app's page that
+/// answers unknown paths beside it.
+pub fn routes() -> Router<Arc<HttpState>> {
+    Router::new()
+        .route("/docs", get(docs))
+        .route(
+            "/crosstab",
+            axum::routing::post(crosstab).options(preflight),
+        )
+        .fallback(super::not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+}
+
+/// A `/v1` path with another method than it serves: 405 in the contract's envelope (axum
+/// adds the `Allow` header).
+async fn method_not_allowed() -> Response {
+    api_error_response(&ApiError::MethodNotAllowed)
+}
+
+/// A 200 with a serialized JSON body.
+fn json_ok(body: impl Into<axum::body::Body>) -> Response {
+    let mut response = (StatusCode::OK, body.into()).into_response();
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
+}
+
+async fn docs(State(state): State<Arc<HttpState>>) -> Response {
+    json_ok(state.docs.clone())
+}
+
+async fn preflight(State(state): State<Arc<HttpState>>, headers: HeaderMap) -> Response {
+    let mut response = StatusCode::OK.into_response();
+    state
+        .cors
+        .preflight(headers.get(ORIGIN), response.headers_mut());
+    response
+}
+
+async fn crosstab(
+    State(state): State<Arc<HttpState>>,
+    Extension(request_id): Extension<RequestId>,
+    caller: Result<Authenticated, ServiceError>,
+    request: Request,
+) -> Response {
+    let (parts, request_body) = request.into_parts();
+    let Authenticated(principal) = match caller {
+        Ok(caller) => caller,
+        Err(error) => {
+            return body::unread(request_body, &parts.headers, error.into_response()).await
+        }
+    };
+    let mut response = if !body::is_json(&parts.headers) {
+        let response = api_error_response(&ApiError::UnsupportedMediaType);
+        body::unread(request_body, &parts.headers, response).await
+    } else {
+        match body::read(request_body, &parts.headers).await {
+            Ok(bytes) => match state
+                .services
+                .crosstab
+                .answer(&principal, bytes, &request_id)
+                .await
+            {
+                Ok(answer) => json_ok(answer),
+                Err(error) => error.into_response(),
+            },
+            Err(error) => body::closing(api_error_response(&error.into())),
+        }
+    };
+    response
+        .extensions_mut()
+        .insert(AccountName(Arc::clone(&principal.account)));
+    response
+}

@@ -1,0 +1,355 @@
+//! The researcher app's backend, without HTTP: sign-in and sessions, the surveys and
+//! codebooks an account may see, its keys and usage, and its queries, which run through
+//! the same [`Crosstab`](super::crosstab::Crosstab) as `/v1`, billed to the signed-in
+//! user's own account (or, with `serve --upstream`, sent to another `/v1` service with
+//! the key held here for that account).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use base64::Engine as _;
+use crosstab_contract::app::{Codebook, SurveySummary, Totals};
+use crosstab_contract::{validate_body, ApiError};
+use crosstab_engine::Survey;
+use rand::RngCore;
+
+use super::principal::{Credential, Principal};
+use super::upstream::Upstream;
+use super::users::{self, SignIn, UnknownNames, User, UserError};
+use super::{RequestId, ServiceError, Services};
+use crate::grants::{Grants, SurveyGrant};
+use crate::keys::{KeyEnv, NewKey};
+use crate::store::accounts::{self, KeyInfo};
+use crate::store::usage::{self, DailyUsage};
+use crate::store::{sessions, upstream_keys, DbError};
+
+/// How long a session lasts.
+pub const SESSION_LIFETIME_MS: i64 = 12 * 60 * 60 * 1000;
+
+/// Usable (unrevoked, unexpired) keys an account may hold before the app creates no more:
+/// every new key is a write and drops every server's key cache, so a loop of creations
+/// must stop somewhere. Operators' `crosstab key create` is not limited.
+pub const MAX_USABLE_KEYS: usize = 20;
+
+/// Why an app call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum AppError {
+    /// A rule of the contract, or a fault of ours.
+    #[error(transparent)]
+    Service(#[from] ServiceError),
+    /// No live session.
+    #[error("Sign in first.")]
+    NotSignedIn,
+    /// Wrong username or password.
+    #[error("The username or password is not right.")]
+    InvalidCredentials,
+    /// Locked after too many failed sign-ins, for this many more seconds.
+    #[error("Too many failed sign-ins: try again in {0} seconds.")]
+    Locked(i64),
+    /// Nothing here by that name.
+    #[error("Not found.")]
+    NotFound,
+    /// A bad request to the app backend itself.
+    #[error("{0}")]
+    BadRequest(String),
+    /// `--upstream` is set but this account has no upstream key.
+    #[error("Queries are not configured for this account on this server (no upstream key).")]
+    NotConfigured,
+    /// The upstream could not be reached, even after retries.
+    #[error("The query service could not be reached; try again shortly.")]
+    Unreachable(String),
+    /// The account already holds as many usable keys as the app lets it create.
+    #[error("An account holds at most {MAX_USABLE_KEYS} usable keys: revoke one first.")]
+    TooManyKeys,
+}
+
+impl From<DbError> for AppError {
+    fn from(error: DbError) -> Self {
+        AppError::Service(error.into())
+    }
+}
+
+impl From<ApiError> for AppError {
+    fn from(error: ApiError) -> Self {
+        AppError::Service(error.into())
+    }
+}
+
+impl From<UserError> for AppError {
+    fn from(error: UserError) -> Self {
+        match error {
+            UserError::Invalid(reason) => AppError::BadRequest(reason),
+            UserError::Db(error) => error.into(),
+            UserError::Hash(reason) => AppError::Service(ServiceError::Internal(reason)),
+        }
+    }
+}
+
+/// A session just started.
+#[derive(Debug)]
+pub struct Session {
+    /// Who signed in.
+    pub user: User,
+    /// The token the browser keeps (only its hash is stored).
+    pub token: String,
+}
+
+/// A crosstab asked in the app.
+#[derive(Debug)]
+pub enum AppAnswer {
+    /// Answered here and billed to the user's account: the 200 body.
+    Answered(Bytes),
+    /// Answered by the upstream: its status and body, unchanged.
+    Forwarded {
+        /// HTTP status the upstream sent.
+        status: u16,
+        /// Its body.
+        body: Bytes,
+    },
+}
+
+/// The app backend.
+#[derive(Debug)]
+pub struct AppService {
+    services: Arc<Services>,
+    upstream: Option<Upstream>,
+    unknown_names: UnknownNames,
+}
+
+impl AppService {
+    /// The backend over `services`; queries run here unless an `upstream` is given.
+    pub fn new(services: Arc<Services>, upstream: Option<Upstream>) -> AppService {
+        AppService {
+            services,
+            upstream,
+            unknown_names: UnknownNames::default(),
+        }
+    }
+
+    /// Checks a sign-in and starts a session; a failure is answered more slowly the
+    /// more failures came before it, then the name is locked for a while.
+    pub async fn sign_in(&self, username: &str, password: &str) -> Result<Session, AppError> {
+        let db = &self.services.db;
+        let now = self.services.clock.now_ms();
+        match users::sign_in(db, &self.unknown_names, username, password, now).await? {
+            SignIn::Accepted(user) => {
+                let token = new_token();
+                sessions::start(db, &user, &token, now, now + SESSION_LIFETIME_MS).await?;
+                Ok(Session { user, token })
+            }
+            SignIn::Rejected { failures } => {
+                let delay = users::DELAY_PER_FAILURE_MS * u64::try_from(failures).unwrap_or(0);
+                tokio::time::sleep(std::time::Duration::from_millis(delay)).await;
+                Err(AppError::InvalidCredentials)
+            }
+            SignIn::Locked { retry_after_s } => Err(AppError::Locked(retry_after_s)),
+        }
+    }
+
+    /// Ends the session `token`.
+    pub async fn sign_out(&self, token: &str) -> Result<(), AppError> {
+        Ok(sessions::end(&self.services.db, token).await?)
+    }
+
+    /// The user of the live session `token`.
+    pub async fn session_user(&self, token: Option<&str>) -> Result<User, AppError> {
+        let token = token.ok_or(AppError::NotSignedIn)?;
+        let now = self.services.clock.now_ms();
+        sessions::user(&self.services.db, token, now)
+            .await?
+            .ok_or(AppError::NotSignedIn)
+    }
+
+    /// What `user`'s account may query now.
+    pub async fn grants(&self, user: &User) -> Result<Grants, AppError> {
+        Ok(accounts::grants_of(&self.services.db, user.account_id).await?)
+    }
+
+    /// The services underneath (catalog, clock).
+    pub fn services(&self) -> &Services {
+        &self.services
+    }
+
+    /// Answers a crosstab body for `user`: here, billed to the user's account, or with
+    /// `--upstream`, there, with the account's upstream key.
+    pub async fn crosstab(
+        &self,
+        user: &User,
+        body: Bytes,
+        request_id: &RequestId,
+    ) -> Result<AppAnswer, AppError> {
+        let grants = self.grants(user).await?;
+        let Some(upstream) = &self.upstream else {
+            let principal = Principal {
+                account_id: user.account_id,
+                account: Arc::from(user.account.as_str()),
+                grants,
+                credential: Credential::User {
+                    id: user.id,
+                    username: Arc::from(user.username.as_str()),
+                },
+            };
+            let answer = self
+                .services
+                .crosstab
+                .answer(&principal, body, request_id)
+                .await?;
+            return Ok(AppAnswer::Answered(answer));
+        };
+        // The contract's own checks first: a bad request never costs an upstream call.
+        let valid = validate_body(&body)?;
+        if !grants.permits(&valid.request.survey_code, valid.request.group_filter()) {
+            return Err(ApiError::ForbiddenSurvey.into());
+        }
+        let key = upstream_keys::get(&self.services.db, user.account_id)
+            .await?
+            .ok_or(AppError::NotConfigured)?;
+        let (status, body) = upstream
+            .crosstab(&key, body)
+            .await
+            .map_err(|error| AppError::Unreachable(error.to_string()))?;
+        Ok(AppAnswer::Forwarded { status, body })
+    }
+
+    /// The keys of `user`'s account.
+    pub async fn keys(&self, user: &User) -> Result<Vec<KeyInfo>, AppError> {
+        Ok(accounts::list_keys(&self.services.db, Some(&user.account)).await?)
+    }
+
+    /// Creates a key for `user`'s account, within [`MAX_USABLE_KEYS`].
+    pub async fn create_key(
+        &self,
+        user: &User,
+        env: &str,
+        expires_in_days: Option<u32>,
+    ) -> Result<NewKey, AppError> {
+        let env = KeyEnv::from_name(env)
+            .ok_or_else(|| AppError::BadRequest("env is 'live' or 'test'.".into()))?;
+        let now = self.services.clock.now_ms();
+        let expires_at = expires_in_days
+            .filter(|d| *d > 0)
+            .map(|d| now + i64::from(d) * 86_400_000);
+        let limit = i64::try_from(MAX_USABLE_KEYS).unwrap_or(i64::MAX);
+        accounts::create_key_within(&self.services.db, &user.account, env, expires_at, limit)
+            .await?
+            .ok_or(AppError::TooManyKeys)
+    }
+
+    /// Revokes key `id` if it is one of `user`'s account's.
+    pub async fn revoke_key(&self, user: &User, id: &str) -> Result<(), AppError> {
+        if !self.keys(user).await?.iter().any(|k| k.id == id) {
+            return Err(AppError::NotFound);
+        }
+        accounts::revoke_key(&self.services.db, id).await?;
+        Ok(())
+    }
+
+    /// `user`'s account's billed calls per day, survey and user.
+    pub async fn usage(&self, user: &User) -> Result<Vec<DailyUsage>, AppError> {
+        Ok(usage::daily(&self.services.db, user.account_id).await?)
+    }
+}
+
+/// A fresh session token: 32 random bytes, base64url.
+fn new_token() -> String {
+    let mut bytes = [0u8; 32];
+    rand::rngs::OsRng.fill_bytes(&mut bytes);
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+}
+
+impl AppService {
+    /// The surveys `user`'s account may query.
+    pub async fn surveys(&self, user: &User) -> Result<Vec<SurveySummary>, AppError> {
+        let grants = self.grants(user).await?;
+        Ok(self
+            .services
+            .catalog
+            .all()
+            .iter()
+            .filter_map(|survey| {
+                let grant = grants.survey(survey.code())?;
+                Some(SurveySummary {
+                    code: survey.code().to_owned(),
+                    name: survey.name().to_owned(),
+                    respondents: survey.respondents() as u64,
+                    all_groups: matches!(grant, SurveyGrant::Whole),
+                })
+            })
+            .collect())
+    }
+
+    /// Survey `code`'s codebook as `user`'s account may see it (granted groups only, each
+    /// base's totals within each of them), with only the entries matching `search`.
+    pub async fn codebook(
+        &self,
+        user: &User,
+        code: &str,
+        search: Option<String>,
+    ) -> Result<Codebook, AppError> {
+        let grants = self.grants(user).await?;
+        let (Some(grant), Some(survey)) = (
+            grants.survey(code).cloned(),
+            self.services.catalog.get(code),
+        ) else {
+            return Err(ApiError::ForbiddenSurvey.into());
+        };
+        tokio::task::spawn_blocking(move || codebook_for(&survey, &grant, search.as_deref()))
+            .await
+            .map_err(|error| ServiceError::Internal(format!("codebook task failed: {error}")))?
+    }
+}
+
+/// The codebook as an account with `grant` may see it: granted groups only, each base's
+/// totals within each of them (and, for a partial grant, the base's totals are the sum of
+/// those, since whole-survey totals would reveal the groups not granted), and, with a
+/// search, only the codes and variables that match.
+fn codebook_for(
+    survey: &Survey,
+    grant: &SurveyGrant,
+    search: Option<&str>,
+) -> Result<Codebook, AppError> {
+    let mut book = survey.codebook();
+    let visible = |value: &str| match grant {
+        SurveyGrant::Whole => true,
+        SurveyGrant::Groups(groups) => groups.contains(value),
+    };
+    book.groups.retain(|g| visible(&g.value));
+    for base in &mut book.bases {
+        let base_set = survey.base_set(&base.code).ok_or_else(|| {
+            ServiceError::Internal(format!("base {} of the codebook has no set", base.code))
+        })?;
+        let mut totals = BTreeMap::new();
+        for group in &book.groups {
+            let group_set = survey.group_set(&group.value).ok_or_else(|| {
+                ServiceError::Internal(format!("group {} of the codebook has no set", group.value))
+            })?;
+            let tally = base_set.tally(Some(group_set), survey.weights());
+            totals.insert(
+                group.value.clone(),
+                Totals {
+                    respondents: tally.count,
+                    weighted: tally.weight,
+                },
+            );
+        }
+        if !matches!(grant, SurveyGrant::Whole) {
+            base.respondents = totals.values().map(|t| t.respondents).sum();
+            base.weighted = totals.values().map(|t| t.weighted).sum();
+        }
+        base.group_totals = Some(totals);
+    }
+    if let Some(needle) = search
+        .map(str::to_lowercase)
+        .filter(|s| !s.trim().is_empty())
+    {
+        let hit = |text: &str| text.to_lowercase().contains(&needle);
+        let label_hit = |label: &Option<String>| label.as_deref().is_some_and(hit);
+        book.codes
+            .retain(|c| hit(&c.code) || label_hit(&c.label) || hit(&c.expr));
+        book.variables.retain(|v| {
+            hit(&v.name) || label_hit(&v.label) || v.values.iter().any(|x| label_hit(&x.label))
+        });
+    }
+    Ok(book)
+}

@@ -1,0 +1,118 @@
+//! Billed calls read back from the ledger: per account, caller (key or app user) and
+//! survey for `crosstab usage`, and per day for an app user's account.
+
+use sqlx::Row;
+
+use super::{Backend, Database, DbError};
+
+/// One line of the report.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct UsageRow {
+    /// The account.
+    pub account: String,
+    /// The key, for calls made with one.
+    pub key_id: Option<String>,
+    /// The key's environment (`live` or `test`): test traffic reads apart from real.
+    pub env: Option<String>,
+    /// The app user, for calls made in the app.
+    pub user: Option<String>,
+    /// The survey.
+    pub survey: String,
+    /// Billed calls.
+    pub calls: i64,
+    /// First billed call, RFC 3339.
+    pub first: String,
+    /// Last billed call, RFC 3339.
+    pub last: String,
+}
+
+/// A stored time as RFC 3339 (every stored time is one chrono can show).
+fn rfc3339(ms: i64) -> Result<String, DbError> {
+    chrono::DateTime::from_timestamp_millis(ms)
+        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
+        .ok_or(DbError::Corrupt("a bill's time is out of range"))
+}
+
+/// The report, for one account or all, from `since_ms` on.
+pub async fn report(
+    db: &Database,
+    account: Option<&str>,
+    since_ms: i64,
+) -> Result<Vec<UsageRow>, DbError> {
+    // Bills are grouped first and named after (accounts and keys are looked up once per
+    // line, not per bill); a named account is one range of the (account_id, at) index.
+    let bills = match account {
+        Some(_) => "at >= $1 AND account_id = (SELECT id FROM accounts WHERE name = $2)",
+        None => "at >= $1",
+    };
+    let sql = format!(
+        "SELECT a.name, g.key_id, k.env, u.username, g.survey, g.calls, g.first_at, g.last_at \
+         FROM (SELECT account_id, key_id, user_id, survey, COUNT(*) AS calls, \
+                      MIN(at) AS first_at, MAX(at) AS last_at \
+               FROM ledger WHERE {bills} GROUP BY account_id, key_id, user_id, survey) g \
+         JOIN accounts a ON a.id = g.account_id \
+         LEFT JOIN api_keys k ON k.id = g.key_id \
+         LEFT JOIN users u ON u.id = g.user_id \
+         ORDER BY a.name, g.key_id, u.username, g.survey"
+    );
+    let mut query = sqlx::query(&sql).bind(since_ms);
+    if let Some(account) = account {
+        query = query.bind(account);
+    }
+    let rows = query.fetch_all(db.pool()).await?;
+    rows.iter()
+        .map(|row| {
+            Ok(UsageRow {
+                account: row.try_get(0)?,
+                key_id: row.try_get(1)?,
+                env: row.try_get(2)?,
+                user: row.try_get(3)?,
+                survey: row.try_get(4)?,
+                calls: row.try_get(5)?,
+                first: rfc3339(row.try_get(6)?)?,
+                last: rfc3339(row.try_get(7)?)?,
+            })
+        })
+        .collect()
+}
+
+/// Billed calls of one account on one UTC day, on one survey, by one caller.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DailyUsage {
+    /// `YYYY-MM-DD`, UTC.
+    pub day: String,
+    /// The survey.
+    pub survey: String,
+    /// The app user who made them, or `None` for calls made with keys.
+    pub user: Option<String>,
+    /// Billed calls.
+    pub calls: i64,
+}
+
+/// Account `account_id`'s billed calls per day, survey and app user, newest day first.
+pub async fn daily(db: &Database, account_id: i64) -> Result<Vec<DailyUsage>, DbError> {
+    let day = match db.backend() {
+        Backend::Sqlite => "strftime('%Y-%m-%d', l.at / 1000, 'unixepoch')",
+        Backend::Postgres => {
+            "to_char(to_timestamp(l.at / 1000.0) AT TIME ZONE 'UTC', 'YYYY-MM-DD')"
+        }
+    };
+    let rows = sqlx::query(&format!(
+        "SELECT {day} AS day, l.survey, u.username, COUNT(*) FROM ledger l \
+         LEFT JOIN users u ON u.id = l.user_id WHERE l.account_id = $1 \
+         GROUP BY day, l.survey, u.username ORDER BY day DESC, l.survey, u.username"
+    ))
+    .bind(account_id)
+    .fetch_all(db.pool())
+    .await?;
+    rows.iter()
+        .map(|row| {
+            Ok(DailyUsage {
+                day: row.try_get(0)?,
+                survey: row.try_get(1)?,
+                user: row.try_get(2)?,
+                calls: row.try_get(3)?,
+            })
+        })
+        .collect()
+}

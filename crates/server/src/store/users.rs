@@ -1,0 +1,113 @@
+//! App users (argon2 password hashes, failed sign-in counts and locks) in the database.
+
+use sqlx::Row;
+
+use super::accounts::ensure_account;
+use super::{Database, DbError};
+
+/// A user, with the account it works in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct User {
+    /// Row id.
+    pub id: i64,
+    /// Sign-in name.
+    pub username: String,
+    /// The account's id.
+    pub account_id: i64,
+    /// The account's name.
+    pub account: String,
+}
+
+/// What a sign-in checks a user against.
+#[derive(Debug, Clone)]
+pub struct Login {
+    /// The user.
+    pub user: User,
+    /// Its argon2 hash (PHC string).
+    pub password_hash: String,
+    /// Locked until then, Unix ms.
+    pub locked_until: Option<i64>,
+}
+
+/// Creates user `username` in `account` (creating the account if needed) with
+/// `password_hash`, or sets the hash of an existing one, ending all its sessions.
+pub async fn create_or_reset(
+    db: &Database,
+    username: &str,
+    account: &str,
+    password_hash: &str,
+    now: i64,
+) -> Result<(), DbError> {
+    let mut tx = db.pool().begin().await?;
+    let account_id = ensure_account(&mut tx, account, now).await?;
+    sqlx::query(
+        "INSERT INTO users (username, account_id, password_hash, created_at) VALUES ($1, $2, $3, $4) \
+         ON CONFLICT (username) DO UPDATE SET account_id = $2, password_hash = $3, failed_logins = 0, locked_until = NULL",
+    )
+    .bind(username)
+    .bind(account_id)
+    .bind(password_hash)
+    .bind(now)
+    .execute(&mut *tx)
+    .await?;
+    // A new password ends every session made with the old one.
+    sqlx::query("DELETE FROM sessions WHERE user_id = (SELECT id FROM users WHERE username = $1)")
+        .bind(username)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+/// The user named `username`, with what a sign-in checks.
+pub async fn login(db: &Database, username: &str) -> Result<Option<Login>, DbError> {
+    let row = sqlx::query(
+        "SELECT u.id, u.password_hash, u.locked_until, a.id, a.name \
+         FROM users u JOIN accounts a ON a.id = u.account_id WHERE u.username = $1",
+    )
+    .bind(username)
+    .fetch_optional(db.pool())
+    .await?;
+    let Some(row) = row else { return Ok(None) };
+    Ok(Some(Login {
+        user: User {
+            id: row.try_get(0)?,
+            username: username.to_owned(),
+            account_id: row.try_get(3)?,
+            account: row.try_get(4)?,
+        },
+        password_hash: row.try_get(1)?,
+        locked_until: row.try_get(2)?,
+    }))
+}
+
+/// Takes the next place in user `id`'s failure count, in one statement so parallel
+/// guesses each take their own: its number, or `None` when all `max` are taken or the
+/// user is locked at `now`.
+pub async fn take_attempt(
+    db: &Database,
+    id: i64,
+    max: i64,
+    now: i64,
+) -> Result<Option<i64>, DbError> {
+    Ok(sqlx::query_scalar(
+        "UPDATE users SET failed_logins = failed_logins + 1 \
+         WHERE id = $1 AND failed_logins < $2 AND (locked_until IS NULL OR locked_until <= $3) \
+         RETURNING failed_logins",
+    )
+    .bind(id)
+    .bind(max)
+    .bind(now)
+    .fetch_optional(db.pool())
+    .await?)
+}
+
+/// Starts user `id`'s failure count again, locked until `until` if given.
+pub async fn reset_attempts(db: &Database, id: i64, until: Option<i64>) -> Result<(), DbError> {
+    sqlx::query("UPDATE users SET failed_logins = 0, locked_until = $1 WHERE id = $2")
+        .bind(until)
+        .bind(id)
+        .execute(db.pool())
+        .await?;
+    Ok(())
+}
