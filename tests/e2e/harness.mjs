@@ -1,11 +1,10 @@
 // Starts the real `crosstab` server (and static servers for cross-origin tests) on free
 // loopback ports, and launches Debian's Chromium through playwright-core.
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { createServer } from 'node:http';
 import { mkdtempSync, readFileSync, existsSync, mkdirSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, extname, resolve } from 'node:path';
-import net from 'node:net';
 import { chromium } from 'playwright-core';
 
 export const repo = resolve(import.meta.dirname, '../..');
@@ -16,24 +15,22 @@ const targetDir = process.env.CARGO_TARGET_DIR || join(process.env.HOME, '.cache
 export const bin = process.env.CROSSTAB_BIN || join(targetDir, 'release/crosstab');
 export const dist = process.env.CROSSTAB_DIST || join(repo, 'dist');
 
-export async function freePort() {
-  return new Promise((ok, fail) => {
-    const server = net.createServer();
-    server.once('error', fail);
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address();
-      server.close(() => ok(port));
-    });
-  });
+/** Runs `crosstab ARGS --data-dir DIR` (with `input` on stdin); returns stdout, or throws. */
+export function cli(dataDir, args, input = '') {
+  const run = spawnSync(bin, [...args, '--data-dir', dataDir], { input, encoding: 'utf8' });
+  if (run.status !== 0) throw new Error(`crosstab ${args.join(' ')} failed: ${run.stderr}`);
+  return run.stdout;
 }
 
-/** Starts `crosstab serve --demo`; resolves once it listens, with the demo credentials. */
+/**
+ * Starts `crosstab serve --demo` on a port the system picks (port 0); resolves once it
+ * prints the address it listens on, with the demo credentials.
+ */
 export async function startServer({ allowedOrigins = [] } = {}) {
   if (!existsSync(bin)) throw new Error(`no crosstab binary at ${bin}: build it first`);
   if (!existsSync(join(dist, 'index.html'))) throw new Error(`no app in ${dist}: run trunk build first`);
-  const port = await freePort();
   const dataDir = mkdtempSync(join(tmpdir(), 'crosstab-e2e-'));
-  const args = ['serve', '--demo', '--data-dir', dataDir, '--listen', `127.0.0.1:${port}`, '--app-dir', dist];
+  const args = ['serve', '--demo', '--data-dir', dataDir, '--listen', '127.0.0.1:0', '--app-dir', dist];
   for (const origin of allowedOrigins) args.push('--allowed-origin', origin);
   const child = spawn(bin, args, { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, RUST_LOG: 'info' } });
   let out = '';
@@ -47,9 +44,10 @@ export async function startServer({ allowedOrigins = [] } = {}) {
     await new Promise((r) => setTimeout(r, 100));
   }
   const grab = (label) => (out.match(new RegExp(`${label}: (\\S+)`)) || [])[1];
+  const origin = out.match(/crosstab listening on (http:\/\/\S+)/)[1];
   return {
-    origin: `http://127.0.0.1:${port}`,
-    port,
+    origin,
+    port: Number(new URL(origin).port),
     dataDir,
     key: grab('demo key'),
     username: grab('demo user'),
@@ -71,8 +69,7 @@ const types = { '.html': 'text/html', '.js': 'text/javascript', '.wasm': 'applic
  * that backend as a deployment would: a `crosstab-backend` meta tag in index.html.
  */
 export async function startStatic() {
-  const port = await freePort();
-  const site = { origin: `http://127.0.0.1:${port}`, backend: null };
+  const site = { origin: null, backend: null };
   const server = createServer((req, res) => {
     const path = new URL(req.url, 'http://x').pathname;
     const file = join(dist, path === '/' ? 'index.html' : path);
@@ -85,7 +82,8 @@ export async function startStatic() {
     }
     res.end(bytes);
   });
-  await new Promise((r) => server.listen(port, '127.0.0.1', r));
+  await new Promise((r) => server.listen(0, '127.0.0.1', r));
+  site.origin = `http://127.0.0.1:${server.address().port}`;
   site.stop = () => new Promise((r) => server.close(r));
   return site;
 }
@@ -108,9 +106,9 @@ export async function apiCrosstab(server, request) {
   return { status: response.status, body: await response.json() };
 }
 
-export async function signIn(page, server) {
-  await page.getByLabel('Username').fill(server.username);
-  await page.getByLabel('Password').fill(server.password);
+export async function signIn(page, server, { username = server.username, password = server.password } = {}) {
+  await page.getByLabel('Username').fill(username);
+  await page.getByLabel('Password').fill(password);
   await page.getByRole('button', { name: 'Sign in' }).click();
   await page.getByRole('heading', { name: 'Build a query' }).waitFor();
 }

@@ -1,0 +1,67 @@
+// Two accounts in one server, each with its own app user and grants: each user's queries
+// in the browser are billed to that user's own account, as `crosstab usage` and each
+// user's Usage page show, and never to the other account.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { startServer, launch, signIn, cli } from './harness.mjs';
+
+let server;
+let browser;
+const NORA = { username: 'nora', password: 'north password 1' };
+
+before(async () => {
+  server = await startServer();
+  // Account `north`: region 1 of the demo survey only, with its own app user.
+  cli(server.dataDir, ['key', 'create', '--account', 'north', '--grant', 'DEMO:1']);
+  cli(server.dataDir, ['user', 'create', '--username', NORA.username, '--account', 'north'], `${NORA.password}\n`);
+  browser = await launch();
+});
+after(async () => {
+  await browser?.close();
+  await server?.stop();
+});
+
+/** Signs `user` in, runs one query in the app with `group`, returns the page on Usage. */
+async function queryAs(user, group, target) {
+  const context = await browser.newContext();
+  const page = await context.newPage();
+  await page.goto(server.origin);
+  await signIn(page, server, user);
+  await page.locator('#group').selectOption(group);
+  await page.locator('#target-0').fill(target);
+  await page.locator('#target-0').press('Tab');
+  await page.locator('#run').click();
+  await page.locator('#results-table').waitFor();
+  await page.getByRole('link', { name: 'Usage' }).click();
+  await page.locator('#usage-table').waitFor();
+  return { page, context };
+}
+
+/** The Usage page's rows as {survey, user, calls}. */
+async function usageRows(page) {
+  const rows = await page.locator('#usage-table tbody tr').evaluateAll((trs) =>
+    trs.map((tr) => [...tr.querySelectorAll('td')].map((td) => td.textContent.trim())));
+  return rows.map((cells) => ({ survey: cells[1], user: cells[2], calls: Number(cells.at(-1)) }));
+}
+
+test("each user's app queries are billed to their own account, none to the other", async () => {
+  const demo = { username: server.username, password: server.password };
+  const asDemo = await queryAs(demo, '_ALL_', 'F2554');
+  const asNora = await queryAs(NORA, '1', 'GENDER = 2');
+
+  const report = JSON.parse(cli(server.dataDir, ['usage', '--format', 'json']));
+  const calls = (account, user) => report
+    .filter((row) => row.account === account && row.user === user)
+    .reduce((sum, row) => sum + row.calls, 0);
+  assert.equal(calls('demo', 'demo'), 1, JSON.stringify(report));
+  assert.equal(calls('north', 'nora'), 1, JSON.stringify(report));
+  assert.equal(report.reduce((sum, row) => sum + row.calls, 0), 2, JSON.stringify(report));
+  for (const row of report) assert.equal(row.key_id, null, `an app query is billed to its user: ${JSON.stringify(row)}`);
+
+  const demoRows = await usageRows(asDemo.page);
+  const noraRows = await usageRows(asNora.page);
+  assert.deepEqual(demoRows, [{ survey: 'DEMO', user: 'demo', calls: 1 }]);
+  assert.deepEqual(noraRows, [{ survey: 'DEMO', user: 'nora', calls: 1 }]);
+  await asDemo.context.close();
+  await asNora.context.close();
+});
