@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 
 use crate::format::{
-    ExprHeader, GroupHeader, Header, VariableHeader, Width, Writer, FORMAT_VERSION,
+    ExprHeader, GroupHeader, Header, PlanesHeader, VariableHeader, Width, Writer, FORMAT_VERSION,
 };
 
 /// Survey-level settings of a survey being built.
@@ -59,6 +59,8 @@ pub struct SurveyBuilder {
     meta: SurveyMeta,
     ids: Vec<String>,
     weights: Vec<f64>,
+    /// The weights as exact integers in bit planes, when they are short decimals.
+    weight_planes: Option<crate::weights::Planes>,
     groups: Vec<(String, Option<String>)>,
     group_codes: Option<Vec<u16>>,
     variables: Vec<EncodedVariable>,
@@ -72,6 +74,7 @@ impl SurveyBuilder {
         SurveyBuilder {
             meta,
             ids,
+            weight_planes: crate::weights::planes(&weights),
             weights,
             groups: Vec::new(),
             group_codes: None,
@@ -116,6 +119,11 @@ impl SurveyBuilder {
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut writer = Writer::new();
         let weights = writer.section(bytemuck::cast_slice(&self.weights));
+        let weight_planes = self.weight_planes.as_ref().map(|planes| PlanesHeader {
+            decimals: planes.decimals,
+            bits: planes.bits,
+            section: writer.section(bytemuck::cast_slice(&planes.words)),
+        });
         let mut offsets = Vec::with_capacity(self.ids.len() + 1);
         let mut id_bytes = Vec::new();
         offsets.push(0u32);
@@ -173,6 +181,7 @@ impl SurveyBuilder {
             weight_column: self.meta.weight_column.clone(),
             group_column: self.meta.group_column.clone(),
             weights,
+            weight_planes,
             id_offsets,
             id_bytes,
             groups: self

@@ -1,155 +1,103 @@
-//! Evaluating target expressions to respondent sets.
+//! Evaluating target expressions to respondent sets, block by block.
+//!
+//! An expression is compiled to a [`Plan`] against the survey's columns (through
+//! [`Source`]); the plan fills blocks of [`BLOCK_WORDS`] words, so a whole target is one
+//! pass over its columns with every intermediate block in L1, and no set per leaf.
+
+use std::sync::Arc;
 
 use crosstab_contract::Expr;
 
 use crate::bitset::Bitset;
-use crate::survey::{Codes, Column, Survey};
+use crate::cache::{SetCache, SetKey};
 
-/// Which codes of a column satisfy a predicate, as a lookup over code values.
-struct CodeMatch {
-    /// `matches[k]` for code k; code 0 (missing) never matches.
-    matches: Vec<bool>,
+/// One variable's column: sorted distinct values and a code per respondent.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Column<'a> {
+    pub dict: &'a [f64],
+    pub codes: Codes<'a>,
 }
 
-impl CodeMatch {
-    fn new(dict: &[f64], predicate: impl Fn(f64) -> bool) -> Self {
-        let mut matches = Vec::with_capacity(dict.len() + 1);
-        matches.push(false);
-        matches.extend(dict.iter().map(|v| predicate(*v)));
-        CodeMatch { matches }
-    }
-
-    /// The matching codes as one inclusive range, when they are contiguous.
-    fn single_range(&self) -> Option<(u32, u32)> {
-        let first = self.matches.iter().position(|m| *m)?;
-        let last = self.matches.iter().rposition(|m| *m)?;
-        self.matches[first..=last]
-            .iter()
-            .all(|m| *m)
-            .then_some((first as u32, last as u32))
-    }
+/// Respondent codes at their stored width (0 = missing, k = `dict[k - 1]`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Codes<'a> {
+    U8(&'a [u8]),
+    U16(&'a [u16]),
+    U32(&'a [u32]),
 }
 
-/// Identifies a leaf's respondents: a variable and the codes it matches.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub(crate) enum LeafKey {
-    /// Codes `lo..=hi` of variable `index`.
-    Range(usize, u32, u32),
-    /// These codes of variable `index`.
-    Listed(usize, Vec<u32>),
-    /// A whole composite target, by its canonical text.
-    Target(String),
-}
-
-/// Leaf sets computed once and kept within a byte budget: repeated leaves (`GENDER = 2`, a
-/// popular flag) then cost no scan. Survey data never changes, so an entry never goes
-/// stale; when a new set does not fit, the least recently used ones make room, so a burst
-/// of one-off conditions cannot shut the popular ones out for good. The budget counts
-/// keys as well as sets (a listed key can be long).
-#[derive(Debug)]
-pub(crate) struct LeafCache {
-    budget: usize,
-    /// Bytes of one set (every set spans all respondents).
-    set_bytes: usize,
-    inner: std::sync::Mutex<LeafEntries>,
-}
-
-#[derive(Debug, Default)]
-struct LeafEntries {
-    bytes: usize,
-    /// Ticks on every hit and insert: an entry's `used` says how recently.
-    clock: u64,
-    map: std::collections::HashMap<LeafKey, LeafEntry>,
-}
-
-#[derive(Debug)]
-struct LeafEntry {
-    set: std::sync::Arc<Bitset>,
-    bytes: usize,
-    used: u64,
-}
-
-impl LeafKey {
-    /// Bytes this key holds beyond its own size.
-    fn heap_bytes(&self) -> usize {
+impl Codes<'_> {
+    pub(crate) fn get(&self, row: usize) -> u32 {
         match self {
-            LeafKey::Range(..) => 0,
-            LeafKey::Listed(_, codes) => codes.len() * std::mem::size_of::<u32>(),
-            LeafKey::Target(text) => text.len(),
+            Codes::U8(codes) => codes.get(row).map_or(0, |c| u32::from(*c)),
+            Codes::U16(codes) => codes.get(row).map_or(0, |c| u32::from(*c)),
+            Codes::U32(codes) => codes.get(row).copied().unwrap_or(0),
         }
     }
 }
 
-impl LeafCache {
-    /// A cache of sets over `respondents` that holds at most `budget` bytes of keys and
-    /// sets.
-    pub(crate) fn new(budget: usize, respondents: usize) -> Self {
-        LeafCache {
-            budget,
-            set_bytes: respondents.div_ceil(64) * 8,
-            inner: std::sync::Mutex::new(LeafEntries::default()),
-        }
-    }
-
-    /// The cached set of `key`, computing (and keeping) it with `make` when missing; `None`
-    /// for an entry too large to keep without pushing out much else (the caller scans).
-    pub(crate) fn get_or_insert(
-        &self,
-        key: LeafKey,
-        make: impl FnOnce() -> Bitset,
-    ) -> Option<std::sync::Arc<Bitset>> {
-        let bytes = self.set_bytes + key.heap_bytes() + std::mem::size_of::<LeafKey>();
-        {
-            let mut guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-            let entries = &mut *guard;
-            entries.clock += 1;
-            if let Some(entry) = entries.map.get_mut(&key) {
-                entry.used = entries.clock;
-                return Some(std::sync::Arc::clone(&entry.set));
-            }
-        }
-        if bytes > self.budget / 4 {
-            return None;
-        }
-        // Computed outside the lock; two racing requests may both compute it, harmlessly.
-        let set = std::sync::Arc::new(make());
-        let mut guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        let entries = &mut *guard;
-        while entries.bytes + bytes > self.budget {
-            let Some(oldest) = entries
-                .map
-                .iter()
-                .min_by_key(|(_, entry)| entry.used)
-                .map(|(key, _)| key.clone())
-            else {
-                break;
-            };
-            if let Some(gone) = entries.map.remove(&oldest) {
-                entries.bytes -= gone.bytes;
-            }
-        }
-        entries.clock += 1;
-        let entry = LeafEntry {
-            set: std::sync::Arc::clone(&set),
-            bytes,
-            used: entries.clock,
-        };
-        if let Some(replaced) = entries.map.insert(key, entry) {
-            // A racing request kept the same set first.
-            entries.bytes -= replaced.bytes;
-        }
-        entries.bytes += bytes;
-        Some(set)
-    }
+/// What a plan needs from a survey.
+pub(crate) trait Source {
+    /// Position and column of a variable.
+    fn column_named(&self, name: &str) -> Option<(usize, Column<'_>)>;
+    /// The set of a named code.
+    fn named_set(&self, name: &str) -> Option<&Bitset>;
+    /// Where leaf sets are kept between queries.
+    fn set_cache(&self) -> &SetCache;
+    /// Number of respondents.
+    fn universe(&self) -> usize;
 }
 
 /// Words a plan fills at a time (16,384 respondents): long enough for tight, vectorized
 /// loops, short enough that each nesting level's scratch block stays in L1.
 pub(crate) const BLOCK_WORDS: usize = 256;
 
+/// Most code ranges a leaf is compared against directly; more go through a table.
+const MAX_RANGES: usize = 4;
+
+/// The codes a leaf matches as up to [`MAX_RANGES`] inclusive ranges `(lo, hi)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Ranges {
+    ranges: [(u32, u32); MAX_RANGES],
+    len: usize,
+}
+
+impl Ranges {
+    /// One range.
+    pub(crate) fn one(lo: u32, hi: u32) -> Self {
+        let mut ranges = [(0, 0); MAX_RANGES];
+        ranges[0] = (lo, hi);
+        Ranges { ranges, len: 1 }
+    }
+
+    fn as_slice(&self) -> &[(u32, u32)] {
+        &self.ranges[..self.len]
+    }
+
+    #[inline(always)]
+    fn holds(&self, code: u32) -> bool {
+        self.as_slice()
+            .iter()
+            .any(|(lo, hi)| code.wrapping_sub(*lo) <= hi - lo)
+    }
+
+    /// The ranges as `(lo, hi - lo)` bytes, when every bound fits one.
+    #[cfg(any(
+        target_arch = "x86_64",
+        all(target_arch = "wasm32", target_feature = "simd128")
+    ))]
+    fn narrow_u8(&self) -> Option<[(u8, u8); MAX_RANGES]> {
+        let mut out = [(0u8, 0u8); MAX_RANGES];
+        for (slot, (lo, hi)) in out.iter_mut().zip(self.as_slice()) {
+            u8::try_from(*hi).ok()?;
+            *slot = (u8::try_from(*lo).ok()?, u8::try_from(hi - lo).ok()?);
+        }
+        Some(out)
+    }
+}
+
 /// An expression compiled against one survey: each node fills a block of words (64
-/// respondents each) on demand, so a whole target evaluates block by block in one pass
-/// over its columns, without materializing a set per leaf.
+/// respondents each) on demand.
 pub(crate) enum Plan<'a> {
     /// Every respondent.
     All,
@@ -157,11 +105,11 @@ pub(crate) enum Plan<'a> {
     Empty,
     /// A set computed earlier (a named code).
     Set(&'a Bitset),
-    /// A leaf's set, cached by the survey.
-    Cached(std::sync::Arc<Bitset>),
-    /// Codes in one contiguous range.
-    Range { codes: Codes<'a>, lo: u32, hi: u32 },
-    /// Codes listed in a table (`!=`, `IN` with gaps).
+    /// A leaf's or a target's set, cached by the survey.
+    Cached(Arc<Bitset>),
+    /// Codes in a few contiguous ranges, compared directly.
+    Ranges { codes: Codes<'a>, ranges: Ranges },
+    /// Codes listed in a table (many gaps).
     Table { codes: Codes<'a>, table: Vec<bool> },
     /// Complement within all respondents.
     Not(Box<Plan<'a>>),
@@ -181,35 +129,13 @@ impl Plan<'_> {
             Plan::Empty => out.fill(0),
             Plan::Set(set) => copy_words(set, first, out),
             Plan::Cached(set) => copy_words(set, first, out),
-            Plan::Range { codes, lo, hi } => {
-                let span = hi.wrapping_sub(*lo);
-                match codes {
-                    // Compare at the codes' own width: u8 lanes are 4x denser than u32.
-                    Codes::U8(c) => match (u8::try_from(*lo), u8::try_from(span)) {
-                        (Ok(lo), Ok(span)) => {
-                            pack_rows(rows(c, first, out.len()), out, move |x: u8| {
-                                x.wrapping_sub(lo) <= span
-                            })
-                        }
-                        _ => pack_rows(rows(c, first, out.len()), out, |x: u8| {
-                            u32::from(x).wrapping_sub(*lo) <= span
-                        }),
-                    },
-                    Codes::U16(c) => match (u16::try_from(*lo), u16::try_from(span)) {
-                        (Ok(lo), Ok(span)) => {
-                            pack_rows(rows(c, first, out.len()), out, move |x: u16| {
-                                x.wrapping_sub(lo) <= span
-                            })
-                        }
-                        _ => pack_rows(rows(c, first, out.len()), out, |x: u16| {
-                            u32::from(x).wrapping_sub(*lo) <= span
-                        }),
-                    },
-                    Codes::U32(c) => pack_rows(rows(c, first, out.len()), out, |x: u32| {
-                        x.wrapping_sub(*lo) <= span
-                    }),
-                }
-            }
+            Plan::Ranges { codes, ranges } => match codes {
+                Codes::U8(c) => fill_ranges_u8(rows(c, first, out.len()), ranges, out),
+                Codes::U16(c) => pack_rows(rows(c, first, out.len()), out, |x| {
+                    ranges.holds(u32::from(x))
+                }),
+                Codes::U32(c) => pack_rows(rows(c, first, out.len()), out, |x| ranges.holds(x)),
+            },
             Plan::Table { codes, table } => {
                 let hit = |x: u32| table.get(x as usize).copied().unwrap_or(false);
                 match codes {
@@ -230,6 +156,113 @@ impl Plan<'_> {
             Plan::Or(items) => combine(items, first, out, |a, b| a | b, u64::MAX),
         }
     }
+
+    /// The whole set over `universe` respondents.
+    pub(crate) fn materialize(&self, universe: usize) -> Bitset {
+        let mut words = vec![0u64; universe.div_ceil(64)];
+        for (index, block) in words.chunks_mut(BLOCK_WORDS).enumerate() {
+            self.fill(index * BLOCK_WORDS, block);
+        }
+        Bitset::from_words(words, universe)
+    }
+}
+
+/// Compiles an expression whose names are all defined (unknown names match nobody).
+pub(crate) fn plan<'a, S: Source>(source: &'a S, expr: &Expr) -> Plan<'a> {
+    match expr {
+        Expr::All => Plan::All,
+        Expr::Code(name) => source.named_set(name).map_or(Plan::Empty, Plan::Set),
+        Expr::Compare { var, op, value } => {
+            let (op, value) = (*op, *value);
+            leaf(source, var, move |v| op.holds(v, value))
+        }
+        Expr::In { var, values } => {
+            // Sorted once, so each dictionary value is a binary search rather than a scan
+            // of the list (a variable may have millions of values). `+ 0.0` makes -0.0
+            // equal 0.0, as `==` has it; NaN equals nothing, as with `==`.
+            let mut listed: Vec<f64> = values
+                .iter()
+                .filter(|v| !v.is_nan())
+                .map(|v| v + 0.0)
+                .collect();
+            listed.sort_by(f64::total_cmp);
+            leaf(source, var, move |v| {
+                listed.binary_search_by(|x| x.total_cmp(&(v + 0.0))).is_ok()
+            })
+        }
+        Expr::Between { var, low, high } => {
+            let (low, high) = (*low, *high);
+            leaf(source, var, move |v| low <= v && v <= high)
+        }
+        Expr::Not(inner) => Plan::Not(Box::new(plan(source, inner))),
+        Expr::And(items) => Plan::And(items.iter().map(|item| plan(source, item)).collect()),
+        Expr::Or(items) => Plan::Or(items.iter().map(|item| plan(source, item)).collect()),
+    }
+}
+
+/// A comparison: the dictionary values it matches become code ranges (or a table), and
+/// the leaf's set comes from the cache when the same codes were asked for before.
+fn leaf<'a, S: Source>(source: &'a S, var: &str, predicate: impl Fn(f64) -> bool) -> Plan<'a> {
+    let Some((index, Column { dict, codes })) = source.column_named(var) else {
+        return Plan::Empty;
+    };
+    // Code k is dict[k - 1]; code 0 (missing) never matches. Dictionaries are sorted, so
+    // an order comparison or BETWEEN is one run of codes, `!=` two.
+    let mut runs: Vec<(u32, u32)> = Vec::new();
+    for (position, value) in dict.iter().enumerate() {
+        if predicate(*value) {
+            let code = position as u32 + 1;
+            match runs.last_mut() {
+                Some((_, hi)) if *hi + 1 == code => *hi = code,
+                _ => runs.push((code, code)),
+            }
+        }
+    }
+    let (key, plan) = match runs.as_slice() {
+        [] => return Plan::Empty,
+        [(lo, hi)] => (
+            SetKey::Range(index, *lo, *hi),
+            Plan::Ranges {
+                codes,
+                ranges: Ranges::one(*lo, *hi),
+            },
+        ),
+        few if few.len() <= MAX_RANGES => {
+            let mut ranges = Ranges::one(few[0].0, few[0].1);
+            for (slot, run) in ranges.ranges.iter_mut().zip(few) {
+                *slot = *run;
+            }
+            ranges.len = few.len();
+            (
+                SetKey::Listed(index, listed_codes(few)),
+                Plan::Ranges { codes, ranges },
+            )
+        }
+        many => {
+            let mut table = vec![false; dict.len() + 1];
+            for (lo, hi) in many {
+                for code in *lo..=*hi {
+                    table[code as usize] = true;
+                }
+            }
+            (
+                SetKey::Listed(index, listed_codes(many)),
+                Plan::Table { codes, table },
+            )
+        }
+    };
+    let universe = source.universe();
+    match source
+        .set_cache()
+        .get_or_admit(key, || plan.materialize(universe))
+    {
+        Some(set) => Plan::Cached(set),
+        None => plan,
+    }
+}
+
+fn listed_codes(runs: &[(u32, u32)]) -> Vec<u32> {
+    runs.iter().flat_map(|(lo, hi)| *lo..=*hi).collect()
 }
 
 fn copy_words(set: &Bitset, first: usize, out: &mut [u64]) {
@@ -273,6 +306,122 @@ fn rows<T>(codes: &[T], first: usize, words: usize) -> &[T] {
     &codes[start..(start + words * 64).min(codes.len())]
 }
 
+/// Byte codes against up to four ranges: with AVX2 (or WebAssembly SIMD) each 32 (16)
+/// codes are compared at once and their mask bits taken straight into the word.
+fn fill_ranges_u8(rows: &[u8], ranges: &Ranges, out: &mut [u64]) {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(narrow) = ranges.narrow_u8() {
+        if std::arch::is_x86_feature_detected!("avx2") {
+            let narrow = &narrow[..ranges.len];
+            // SAFETY: the CPU supports AVX2, checked just above.
+            #[allow(unsafe_code)]
+            return unsafe { x86::ranges_u8_avx2(rows, narrow, out) };
+        }
+    }
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+    if let Some(narrow) = ranges.narrow_u8() {
+        return wasm::ranges_u8_simd128(rows, &narrow[..ranges.len], out);
+    }
+    pack_rows(rows, out, |x| ranges.holds(u32::from(x)));
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::{
+        __m256i, _mm256_cmpeq_epi8, _mm256_loadu_si256, _mm256_min_epu8, _mm256_movemask_epi8,
+        _mm256_or_si256, _mm256_set1_epi8, _mm256_setzero_si256, _mm256_sub_epi8,
+    };
+
+    /// Whether each of 32 codes lies in one of `bounds` (`lo`, `span` vectors): `code -
+    /// lo` wraps below `lo`, so one unsigned `<= span` (as `min(d, span) == d`) checks
+    /// both ends.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn hits(codes: __m256i, bounds: &[(__m256i, __m256i)]) -> u32 {
+        let mut hit = _mm256_setzero_si256();
+        for (lo, span) in bounds {
+            let d = _mm256_sub_epi8(codes, *lo);
+            hit = _mm256_or_si256(hit, _mm256_cmpeq_epi8(_mm256_min_epu8(d, *span), d));
+        }
+        _mm256_movemask_epi8(hit) as u32
+    }
+
+    #[target_feature(enable = "avx2")]
+    pub(super) fn ranges_u8_avx2(rows: &[u8], ranges: &[(u8, u8)], out: &mut [u64]) {
+        let mut bounds = [(_mm256_setzero_si256(), _mm256_setzero_si256()); super::MAX_RANGES];
+        for (slot, (lo, span)) in bounds.iter_mut().zip(ranges) {
+            *slot = (_mm256_set1_epi8(*lo as i8), _mm256_set1_epi8(*span as i8));
+        }
+        let bounds = &bounds[..ranges.len()];
+        let chunks = rows.chunks_exact(64);
+        let tail = chunks.remainder();
+        let mut words = out.iter_mut();
+        for (chunk, word) in chunks.zip(&mut words) {
+            // SAFETY: `chunk` holds 64 bytes: both 32-byte unaligned loads are inside it.
+            #[allow(unsafe_code)]
+            let (low, high) = unsafe {
+                (
+                    _mm256_loadu_si256(chunk.as_ptr().cast()),
+                    _mm256_loadu_si256(chunk.as_ptr().add(32).cast()),
+                )
+            };
+            *word = u64::from(hits(low, bounds)) | u64::from(hits(high, bounds)) << 32;
+        }
+        if let Some(word) = words.next() {
+            *word = super::pack_word(tail, |x: u8| {
+                ranges.iter().any(|(lo, span)| x.wrapping_sub(*lo) <= *span)
+            });
+        }
+        words.for_each(|word| *word = 0);
+    }
+}
+
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+mod wasm {
+    use std::arch::wasm32::{
+        i64x2, u8x16_bitmask, u8x16_le, u8x16_splat, u8x16_sub, v128, v128_or,
+    };
+
+    #[inline(always)]
+    fn hits(codes: v128, bounds: &[(v128, v128)]) -> u64 {
+        let mut hit = u8x16_splat(0);
+        for (lo, span) in bounds {
+            hit = v128_or(hit, u8x16_le(u8x16_sub(codes, *lo), *span));
+        }
+        u64::from(u8x16_bitmask(hit))
+    }
+
+    pub(super) fn ranges_u8_simd128(rows: &[u8], ranges: &[(u8, u8)], out: &mut [u64]) {
+        let zero = u8x16_splat(0);
+        let mut bounds = [(zero, zero); super::MAX_RANGES];
+        for (slot, (lo, span)) in bounds.iter_mut().zip(ranges) {
+            *slot = (u8x16_splat(*lo), u8x16_splat(*span));
+        }
+        let bounds = &bounds[..ranges.len()];
+        let chunks = rows.chunks_exact(64);
+        let tail = chunks.remainder();
+        let mut words = out.iter_mut();
+        for (chunk, word) in chunks.zip(&mut words) {
+            let mut bits = 0u64;
+            for (quarter, sixteen) in chunk.chunks_exact(16).enumerate() {
+                let (mut low, mut high) = ([0u8; 8], [0u8; 8]);
+                low.copy_from_slice(&sixteen[..8]);
+                high.copy_from_slice(&sixteen[8..]);
+                // Lane 0 holds the first eight bytes, as a little-endian load would.
+                let codes = i64x2(i64::from_le_bytes(low), i64::from_le_bytes(high));
+                bits |= hits(codes, bounds) << (quarter * 16);
+            }
+            *word = bits;
+        }
+        if let Some(word) = words.next() {
+            *word = super::pack_word(tail, |x: u8| {
+                ranges.iter().any(|(lo, span)| x.wrapping_sub(*lo) <= *span)
+            });
+        }
+        words.for_each(|word| *word = 0);
+    }
+}
+
 /// Packs `hit(code)` of each row into `out`, with the CPU's widest vectors when it has
 /// AVX2 (the same code either way, so the same bits).
 fn pack_rows<T: Copy, F: Fn(T) -> bool>(rows: &[T], out: &mut [u64], hit: F) {
@@ -297,90 +446,6 @@ fn pack_block<T: Copy>(rows: &[T], out: &mut [u64], hit: impl Fn(T) -> bool) {
     let mut chunks = rows.chunks(64);
     for word in out.iter_mut() {
         *word = chunks.next().map_or(0, |chunk| pack_word(chunk, &hit));
-    }
-}
-
-impl Survey {
-    /// Compiles an expression whose names are all defined (unknown names match nobody).
-    pub(crate) fn plan(&self, expr: &Expr) -> Plan<'_> {
-        match expr {
-            Expr::All => Plan::All,
-            Expr::Code(name) => self.code_set(name).map_or(Plan::Empty, Plan::Set),
-            Expr::Compare { var, op, value } => {
-                let (op, value) = (*op, *value);
-                self.leaf(var, move |v| op.holds(v, value))
-            }
-            Expr::In { var, values } => {
-                // Sorted once, so each dictionary value is a binary search rather than a
-                // scan of the list (a variable may have millions of values). `+ 0.0` makes
-                // -0.0 equal 0.0, as `==` has it; NaN equals nothing, as with `==`.
-                let mut listed: Vec<f64> = values
-                    .iter()
-                    .filter(|v| !v.is_nan())
-                    .map(|v| v + 0.0)
-                    .collect();
-                listed.sort_by(f64::total_cmp);
-                self.leaf(var, move |v| {
-                    listed.binary_search_by(|x| x.total_cmp(&(v + 0.0))).is_ok()
-                })
-            }
-            Expr::Between { var, low, high } => {
-                let (low, high) = (*low, *high);
-                self.leaf(var, move |v| low <= v && v <= high)
-            }
-            Expr::Not(inner) => Plan::Not(Box::new(self.plan(inner))),
-            Expr::And(items) => Plan::And(items.iter().map(|item| self.plan(item)).collect()),
-            Expr::Or(items) => Plan::Or(items.iter().map(|item| self.plan(item)).collect()),
-        }
-    }
-
-    fn leaf(&self, var: &str, predicate: impl Fn(f64) -> bool) -> Plan<'_> {
-        let Some(index) = self.variable_position(var) else {
-            return Plan::Empty;
-        };
-        let Column { dict, codes } = self.column(index);
-        let matching = CodeMatch::new(dict, predicate);
-        let (key, plan) = match matching.single_range() {
-            Some((lo, hi)) => (LeafKey::Range(index, lo, hi), Plan::Range { codes, lo, hi }),
-            None if !matching.matches.contains(&true) => return Plan::Empty,
-            None => {
-                let listed = matching
-                    .matches
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, m)| **m)
-                    .map(|(code, _)| code as u32)
-                    .collect();
-                (
-                    LeafKey::Listed(index, listed),
-                    Plan::Table {
-                        codes,
-                        table: matching.matches,
-                    },
-                )
-            }
-        };
-        match self
-            .leaf_sets()
-            .get_or_insert(key, || self.materialize(&plan))
-        {
-            Some(set) => Plan::Cached(set),
-            None => plan,
-        }
-    }
-
-    pub(crate) fn materialize(&self, plan: &Plan<'_>) -> Bitset {
-        let n = self.respondents();
-        let mut words = vec![0u64; n.div_ceil(64)];
-        for (index, block) in words.chunks_mut(BLOCK_WORDS).enumerate() {
-            plan.fill(index * BLOCK_WORDS, block);
-        }
-        Bitset::from_words(words, n)
-    }
-
-    /// Evaluates an expression whose names are all defined to a respondent set.
-    pub(crate) fn evaluate_known(&self, expr: &Expr) -> Bitset {
-        self.materialize(&self.plan(expr))
     }
 }
 
@@ -412,59 +477,47 @@ fn pack_word<T: Copy>(codes: &[T], hit: impl Fn(T) -> bool) -> u64 {
 }
 
 #[cfg(test)]
-mod leaf_cache_tests {
+mod tests {
     use super::*;
 
-    /// Bytes of one range entry over 512 respondents.
-    const RANGE_ENTRY: usize = 512 / 8 + std::mem::size_of::<LeafKey>();
-
-    /// A cache with room for exactly eight range entries over 512 respondents.
-    fn eight_entry_cache() -> LeafCache {
-        LeafCache::new(8 * RANGE_ENTRY, 512)
-    }
-
-    /// Whether `key` was computed (a miss) rather than found.
-    fn computed(cache: &LeafCache, key: LeafKey) -> bool {
-        let mut made = false;
-        let set = cache.get_or_insert(key, || {
-            made = true;
-            Bitset::empty(512)
-        });
-        assert!(set.is_some());
-        made
-    }
-
-    fn range(n: u32) -> LeafKey {
-        LeafKey::Range(0, n, n)
+    fn portable(rows: &[u8], ranges: &Ranges) -> Vec<u64> {
+        let mut out = vec![0u64; BLOCK_WORDS];
+        pack_block(rows, &mut out, |x| ranges.holds(u32::from(x)));
+        out
     }
 
     #[test]
-    fn the_least_recently_used_set_makes_room() {
-        let cache = eight_entry_cache();
-        for n in 0..8 {
-            assert!(computed(&cache, range(n)));
+    fn byte_ranges_match_the_portable_packing() {
+        let rows: Vec<u8> = (0..BLOCK_WORDS * 64 - 37)
+            .map(|i| (i * 7919 % 251) as u8)
+            .collect();
+        let cases: [&[(u32, u32)]; 5] = [
+            &[(0, 0)],
+            &[(3, 3)],
+            &[(1, 100), (102, 250)],
+            &[(5, 9), (20, 20), (200, 255)],
+            &[(0, 255)],
+        ];
+        for case in cases {
+            let mut ranges = Ranges::one(case[0].0, case[0].1);
+            for (slot, run) in ranges.ranges.iter_mut().zip(case) {
+                *slot = *run;
+            }
+            ranges.len = case.len();
+            let mut out = vec![u64::MAX; BLOCK_WORDS];
+            fill_ranges_u8(&rows, &ranges, &mut out);
+            assert_eq!(out, portable(&rows, &ranges), "{case:?}");
         }
-        assert!(!computed(&cache, range(0)), "kept");
-        // Full: a ninth pushes out the least recently used (1, not 0 which was just used).
-        assert!(computed(&cache, range(8)));
-        assert!(!computed(&cache, range(0)));
-        assert!(!computed(&cache, range(8)));
-        assert!(computed(&cache, range(1)), "1 made room");
     }
 
     #[test]
-    fn keys_count_toward_the_budget() {
-        let cache = eight_entry_cache();
-        // A key longer than a quarter of the budget is never kept, nor computed here.
-        let long = LeafKey::Listed(0, (0..200).collect());
-        assert!(cache.get_or_insert(long, || unreachable!()).is_none());
-        // 16 listed codes take 64 bytes more than a range: with seven ranges after it the
-        // budget overflows, and the listed key, least recently used, goes.
-        let listed = LeafKey::Listed(0, (0..16).collect());
-        assert!(computed(&cache, listed.clone()));
-        for n in 0..7 {
-            assert!(computed(&cache, range(n)));
-        }
-        assert!(computed(&cache, listed), "counted at its full size");
+    fn ranges_past_a_byte_are_compared_at_full_width() {
+        let ranges = Ranges::one(200, 300);
+        assert!(ranges.narrow_u8().is_none());
+        let rows: Vec<u8> = (0..=255).collect();
+        let mut out = vec![0u64; 4];
+        fill_ranges_u8(&rows, &ranges, &mut out);
+        assert_eq!(out, portable(&rows, &ranges)[..4]);
+        assert_eq!(out.iter().map(|w| w.count_ones()).sum::<u32>(), 56);
     }
 }

@@ -64,6 +64,10 @@ pub(crate) struct Header {
     pub group_column: Option<String>,
     /// f64 per respondent.
     pub weights: Section,
+    /// The weights again as exact integers in bit planes, when they are short decimals
+    /// (absent in older files and for other weights).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight_planes: Option<PlanesHeader>,
     /// u32 offsets (respondents + 1) into `id_bytes`.
     pub id_offsets: Section,
     pub id_bytes: Section,
@@ -73,6 +77,17 @@ pub(crate) struct Header {
     pub variables: Vec<VariableHeader>,
     pub codes: Vec<ExprHeader>,
     pub bases: Vec<ExprHeader>,
+}
+
+/// Where the weight planes are and what they hold (see `weights.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct PlanesHeader {
+    /// Each weight is its integer over `10^decimals`.
+    pub decimals: u32,
+    /// Number of planes (bits of the largest integer).
+    pub bits: u32,
+    /// u64 words, [`crate::weights::plane_words`] of them.
+    pub section: Section,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -140,12 +155,15 @@ impl Writer {
 }
 
 fn section_count(header: &Header) -> u64 {
-    4 + 2 * header.variables.len() as u64
+    5 + 2 * header.variables.len() as u64
 }
 
 fn rebase(header: &mut Header, by: u64) {
     let shift = |section: &mut Section| section.offset += by;
     shift(&mut header.weights);
+    if let Some(planes) = header.weight_planes.as_mut() {
+        shift(&mut planes.section);
+    }
     shift(&mut header.id_offsets);
     shift(&mut header.id_bytes);
     if let Some(section) = header.group_codes.as_mut() {
@@ -207,6 +225,17 @@ fn check_sections(header: &Header, file_len: u64) -> Result<(), LoadError> {
         }
     };
     check("weights", header.weights, 8, Some(n))?;
+    if let Some(planes) = header.weight_planes {
+        let valid =
+            planes.decimals <= crate::weights::MAX_DECIMALS && (1..=53).contains(&planes.bits);
+        let words = valid
+            .then(|| crate::weights::plane_words(n, planes.bits))
+            .flatten();
+        if words.is_none() {
+            return Err(LoadError::Corrupt("weight planes".into()));
+        }
+        check("weight planes", planes.section, 8, words)?;
+    }
     check("id offsets", header.id_offsets, 4, Some(n + 1))?;
     check("id bytes", header.id_bytes, 1, None)?;
     if let Some(section) = header.group_codes {

@@ -8,6 +8,7 @@
 
 pub mod bitset;
 mod builder;
+mod cache;
 pub mod codebook;
 pub mod definition;
 pub mod demo;
@@ -19,6 +20,7 @@ mod query;
 #[cfg(feature = "fs")]
 pub mod store;
 mod survey;
+mod weights;
 
 pub use bitset::{Bitset, Tally};
 pub use codebook::Codebook;

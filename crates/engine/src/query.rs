@@ -2,9 +2,10 @@
 
 use crosstab_contract::{CrosstabResponse, CrosstabResult, Expr, Stability, ValidRequest};
 
-use crate::bitset::{Bitset, Summer, Tally};
+use crate::bitset::{Bitset, Tally};
+use crate::cache::SetKey;
 use crate::error::QueryError;
-use crate::eval::{LeafKey, Plan, BLOCK_WORDS};
+use crate::eval::{plan, Plan, BLOCK_WORDS};
 use crate::survey::Survey;
 
 impl Survey {
@@ -23,14 +24,6 @@ impl Survey {
         let base = self
             .base_set(base_code)
             .ok_or_else(|| QueryError::UnknownPopulationBase(base_code.clone()))?;
-        let filter: std::borrow::Cow<'_, Bitset> = match group {
-            Some(group) => {
-                let mut both = base.clone();
-                both.and_with(group);
-                std::borrow::Cow::Owned(both)
-            }
-            None => std::borrow::Cow::Borrowed(base),
-        };
         let mut unknown_names: Vec<String> = Vec::new();
         let results = request
             .targets
@@ -38,7 +31,7 @@ impl Survey {
             .map(|target| {
                 let unknown = self.unknown_names(target);
                 if unknown.is_empty() {
-                    self.result(self.tally(target, &filter))
+                    self.result(self.tally_within(target, base, group))
                 } else {
                     for name in unknown {
                         if !unknown_names.contains(&name) {
@@ -56,41 +49,58 @@ impl Survey {
         ))
     }
 
-    /// Count and weight of the respondents in `filter` matching `target`, in one pass:
-    /// block by block, the target's words are computed, ANDed with the filter and summed.
+    /// Count and weight of the respondents in `filter` matching `target`.
     pub fn tally(&self, target: &Expr, filter: &Bitset) -> Tally {
+        self.tally_within(target, filter, None)
+    }
+
+    /// Count and weight of the respondents in `base` (and `group`) matching `target`, in
+    /// one pass: block by block, the filter's words are ANDed first (a block nobody is
+    /// left in is skipped), then the target's words are computed, ANDed in and summed.
+    fn tally_within(&self, target: &Expr, base: &Bitset, group: Option<&Bitset>) -> Tally {
         let plan = match target {
-            // Composite targets are kept whole too (within the same budget as leaves):
-            // a repeated expression then costs what a named code does.
+            // Composite targets are kept whole too, on their second sight (within the
+            // same budget as leaves): a repeated expression then costs what a named code
+            // does, while a one-off one costs no set.
             Expr::Not(_) | Expr::And(_) | Expr::Or(_) => {
-                let plan = self.plan(target);
-                let key = LeafKey::Target(target.to_string());
+                let plan = plan(self, target);
+                let key = SetKey::Target(target.to_string());
                 match self
-                    .leaf_sets()
-                    .get_or_insert(key, || self.materialize(&plan))
+                    .set_cache()
+                    .get_or_admit(key, || plan.materialize(self.respondents()))
                 {
                     Some(set) => Plan::Cached(set),
                     None => plan,
                 }
             }
-            _ => self.plan(target),
+            _ => plan(self, target),
         };
-        let weights = self.weights();
-        let mut summer = Summer::default();
+        let mut sum = self.weight_source().summer();
+        let mut filter = [0u64; BLOCK_WORDS];
         let mut block = [0u64; BLOCK_WORDS];
-        for (index, filter_block) in filter.words().chunks(BLOCK_WORDS).enumerate() {
-            if filter_block.iter().all(|word| *word == 0) {
+        let groups = group.map(|g| g.words().chunks(BLOCK_WORDS));
+        let mut groups = groups.into_iter().flatten();
+        for (index, base_block) in base.words().chunks(BLOCK_WORDS).enumerate() {
+            let filter = &mut filter[..base_block.len()];
+            filter.copy_from_slice(base_block);
+            if let Some(group_block) = groups.next() {
+                for (word, keep) in filter.iter_mut().zip(group_block) {
+                    *word &= keep;
+                }
+            } else if group.is_some() {
+                filter.fill(0);
+            }
+            if filter.iter().all(|word| *word == 0) {
                 continue;
             }
-            let first = index * BLOCK_WORDS;
-            let out = &mut block[..filter_block.len()];
-            plan.fill(first, out);
-            for (word, keep) in out.iter_mut().zip(filter_block) {
+            let out = &mut block[..filter.len()];
+            plan.fill(index * BLOCK_WORDS, out);
+            for (word, keep) in out.iter_mut().zip(filter.iter()) {
                 *word &= keep;
             }
-            summer.add(out, weights.get(first * 64..).unwrap_or(&[]));
+            sum.add(index, out);
         }
-        summer.finish()
+        sum.finish()
     }
 
     /// The wire figures for a tally.
@@ -108,7 +118,6 @@ impl Survey {
 
     /// Weighted and unweighted totals of a population base.
     pub fn base_totals(&self, code: &str) -> Option<Tally> {
-        self.base_set(code)
-            .map(|set| set.tally(None, self.weights()))
+        self.base_set(code).map(|set| self.tally(&Expr::All, set))
     }
 }

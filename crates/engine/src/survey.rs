@@ -7,8 +7,11 @@ use crosstab_contract::expr::NameKind;
 use crosstab_contract::Expr;
 
 use crate::bitset::Bitset;
+use crate::cache::SetCache;
 use crate::error::LoadError;
+use crate::eval::{plan, Codes, Column, Plan, Ranges, Source};
 use crate::format::{read_header, Header, Section, Width};
+use crate::weights::Weights;
 
 /// Longest chain of named codes referring to named codes.
 pub(crate) const MAX_CODE_NESTING: usize = 16;
@@ -35,31 +38,6 @@ impl Backing {
     }
 }
 
-/// One variable's column: sorted distinct values and a code per respondent.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Column<'a> {
-    pub dict: &'a [f64],
-    pub codes: Codes<'a>,
-}
-
-/// Respondent codes at their stored width (0 = missing, k = `dict[k - 1]`).
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Codes<'a> {
-    U8(&'a [u8]),
-    U16(&'a [u16]),
-    U32(&'a [u32]),
-}
-
-impl Codes<'_> {
-    fn get(&self, row: usize) -> u32 {
-        match self {
-            Codes::U8(codes) => codes.get(row).map_or(0, |c| u32::from(*c)),
-            Codes::U16(codes) => codes.get(row).map_or(0, |c| u32::from(*c)),
-            Codes::U32(codes) => codes.get(row).copied().unwrap_or(0),
-        }
-    }
-}
-
 /// A survey ready to answer queries.
 pub struct Survey {
     backing: Backing,
@@ -73,7 +51,7 @@ pub struct Survey {
     base_sets: Vec<OnceLock<Bitset>>,
     group_sets: Vec<OnceLock<Bitset>>,
     code_sets: Vec<OnceLock<Bitset>>,
-    leaf_sets: crate::eval::LeafCache,
+    set_cache: SetCache,
 }
 
 impl std::fmt::Debug for Survey {
@@ -145,7 +123,7 @@ impl Survey {
             group_sets: (0..header.groups.len()).map(|_| OnceLock::new()).collect(),
             code_sets: (0..code_exprs.len()).map(|_| OnceLock::new()).collect(),
             // A quarter of the file, within bounds: resident memory stays near the file's.
-            leaf_sets: crate::eval::LeafCache::new(
+            set_cache: SetCache::new(
                 (backing.bytes().len() / 4).clamp(1 << 20, 256 << 20),
                 header.respondents as usize,
             ),
@@ -350,8 +328,25 @@ impl Survey {
         }
     }
 
-    pub(crate) fn leaf_sets(&self) -> &crate::eval::LeafCache {
-        &self.leaf_sets
+    pub(crate) fn set_cache(&self) -> &SetCache {
+        &self.set_cache
+    }
+
+    /// Where weighted sums come from: the exact bit planes when the file has them.
+    pub(crate) fn weight_source(&self) -> Weights<'_> {
+        match self.header.weight_planes {
+            Some(planes) => Weights::Planes {
+                decimals: planes.decimals,
+                bits: planes.bits,
+                words: self.slice(planes.section),
+            },
+            None => Weights::Floats(self.weights()),
+        }
+    }
+
+    /// Evaluates an expression whose names are all defined to a respondent set.
+    pub(crate) fn evaluate_known(&self, expr: &Expr) -> Bitset {
+        plan(self, expr).materialize(self.respondents())
     }
 
     pub(crate) fn code_set(&self, name: &str) -> Option<&Bitset> {
@@ -384,11 +379,30 @@ impl Survey {
                 .group_codes
                 .map_or(&[][..], |section| self.slice(section));
             let code = u32::try_from(index + 1).unwrap_or(u32::MAX);
-            self.materialize(&crate::eval::Plan::Range {
+            Plan::Ranges {
                 codes: Codes::U16(codes),
-                lo: code,
-                hi: code,
-            })
+                ranges: Ranges::one(code, code),
+            }
+            .materialize(self.respondents())
         }))
+    }
+}
+
+impl Source for Survey {
+    fn column_named(&self, name: &str) -> Option<(usize, Column<'_>)> {
+        let index = self.variable_position(name)?;
+        Some((index, self.column(index)))
+    }
+
+    fn named_set(&self, name: &str) -> Option<&Bitset> {
+        self.code_set(name)
+    }
+
+    fn set_cache(&self) -> &SetCache {
+        &self.set_cache
+    }
+
+    fn universe(&self) -> usize {
+        self.respondents()
     }
 }

@@ -1,0 +1,540 @@
+//! Cold queries against DuckDB and Polars: the data, the queries and crosstab's figures.
+//!
+//! `scripts/bench-engine-peers` runs this, then `scripts/bench_engine_peers.py` times the
+//! same queries in DuckDB and Polars on the same data and checks every figure. Alone:
+//! `cargo bench -p crosstab-engine --bench peers -- [--sizes 50000,5000000]
+//! [--instances 12] [--out DIR]`.
+//!
+//! Each size gets a deterministic survey (10 integer variables, 10 flags, lognormal
+//! weights with two decimals), compiled once and cached with its raw columns under
+//! `$CARGO_TARGET_DIR/crosstab-bench/peers/` for the Python side. Every query is a target
+//! none of whose comparisons an earlier query of the run used (its matching values
+//! differ), so the survey's caches never hold its sets: the cold case. Warm figures repeat
+//! one query until its sets are cached, and are labelled so.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::HashSet;
+use std::fmt::Write as _;
+use std::hint::black_box;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use crosstab_contract::{validate_value, CmpOp, Expr, ValidRequest};
+use crosstab_engine::bitset::sum_all;
+use crosstab_engine::{import, Survey};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde_json::{json, Value};
+
+/// An integer variable: name, smallest and largest value, share of missing answers.
+struct Var {
+    name: &'static str,
+    lo: i32,
+    hi: i32,
+    missing: f64,
+}
+
+const VARS: [Var; 10] = [
+    var("AGE", 18, 90, 0.0),
+    var("INCOME", 1, 12, 0.05),
+    var("HHSIZE", 1, 8, 0.0),
+    var("EDUC", 1, 7, 0.01),
+    var("MARITAL", 1, 6, 0.02),
+    var("GENDER", 1, 2, 0.0),
+    var("REGION", 1, 9, 0.0),
+    var("KIDS", 0, 5, 0.0),
+    var("EMPLOY", 1, 8, 0.03),
+    var("SCORE", 0, 200, 0.03),
+];
+const FLAGS: usize = 10;
+
+const fn var(name: &'static str, lo: i32, hi: i32, missing: f64) -> Var {
+    Var {
+        name,
+        lo,
+        hi,
+        missing,
+    }
+}
+
+fn find(name: &str) -> &'static Var {
+    VARS.iter().find(|v| v.name == name).unwrap()
+}
+
+/// Every column of the survey: `None` = missing.
+struct Data {
+    weights: Vec<f64>,
+    columns: Vec<(String, Vec<Option<i16>>)>,
+}
+
+fn generate(n: usize) -> Data {
+    let mut rng = ChaCha8Rng::seed_from_u64(0x5EED_0000 + n as u64);
+    // Lognormal with two decimals, as survey weights usually are: mean about 60.
+    let weights = (0..n)
+        .map(|_| {
+            let normal: f64 = (0..12).map(|_| rng.gen::<f64>()).sum::<f64>() - 6.0;
+            ((50.0 * (0.6 * normal).exp() * 100.0).round() / 100.0).max(0.01)
+        })
+        .collect();
+    let mut columns = Vec::new();
+    for var in &VARS {
+        let values = (0..n)
+            .map(|_| {
+                if rng.gen::<f64>() < var.missing {
+                    None
+                } else {
+                    Some(rng.gen_range(var.lo..=var.hi) as i16)
+                }
+            })
+            .collect();
+        columns.push((var.name.to_owned(), values));
+    }
+    for flag in 1..=FLAGS {
+        let share = 0.05 + 0.09 * flag as f64;
+        let values = (0..n)
+            .map(|_| {
+                if rng.gen::<f64>() < 0.02 {
+                    None
+                } else {
+                    Some(i16::from(rng.gen::<f64>() < share))
+                }
+            })
+            .collect();
+        columns.push((format!("F{flag:02}"), values));
+    }
+    Data { weights, columns }
+}
+
+const DEFINITION: &str = r#"code = "PEERS"
+name = "Cold-query benchmark survey"
+respondents = "respondents.csv"
+id_column = "ID"
+weight_column = "W"
+audience_report_units = 1
+
+[[population_bases]]
+code = "ADULTS"
+expr = "*"
+
+[[population_bases]]
+code = "WOMEN"
+expr = "GENDER = 2"
+"#;
+
+/// The compiled survey and the raw columns for the Python side, made once per size.
+fn prepare(dir: &Path, n: usize) -> PathBuf {
+    let survey_path = dir.join(format!("peers-{n}.ctxs"));
+    let data_dir = dir.join(format!("data-{n}"));
+    if survey_path.exists() && data_dir.join("done").exists() {
+        return survey_path;
+    }
+    eprintln!("generating the {n}-respondent survey (once)...");
+    let data = generate(n);
+    let mut csv = String::with_capacity(n * 64);
+    csv.push_str("ID,W");
+    for (name, _) in &data.columns {
+        csv.push(',');
+        csv.push_str(name);
+    }
+    csv.push('\n');
+    for row in 0..n {
+        let _ = write!(csv, "r{row},{}", data.weights[row]);
+        for (_, values) in &data.columns {
+            match values[row] {
+                Some(v) => {
+                    let _ = write!(csv, ",{v}");
+                }
+                None => csv.push(','),
+            }
+        }
+        csv.push('\n');
+    }
+    let bytes = import::compile(DEFINITION, "survey.toml", csv.as_bytes(), "r.csv").unwrap();
+    drop(csv);
+    std::fs::create_dir_all(&data_dir).unwrap();
+    let raw: Vec<u8> = data.weights.iter().flat_map(|w| w.to_le_bytes()).collect();
+    std::fs::write(data_dir.join("W.f64"), raw).unwrap();
+    let mut names = Vec::new();
+    for (name, values) in &data.columns {
+        // -1 marks a missing answer (every value is >= 0).
+        let raw: Vec<u8> = values
+            .iter()
+            .flat_map(|v| v.unwrap_or(-1).to_le_bytes())
+            .collect();
+        std::fs::write(data_dir.join(format!("{name}.i16")), raw).unwrap();
+        names.push(name.clone());
+    }
+    std::fs::write(
+        data_dir.join("columns.json"),
+        serde_json::to_vec(&json!({"respondents": n, "columns": names})).unwrap(),
+    )
+    .unwrap();
+    let temp = survey_path.with_extension("tmp");
+    std::fs::write(&temp, bytes).unwrap();
+    std::fs::rename(&temp, &survey_path).unwrap();
+    std::fs::write(data_dir.join("done"), b"").unwrap();
+    survey_path
+}
+
+/// Makes leaves whose matching values no earlier leaf of the run had.
+struct Leaves {
+    rng: ChaCha8Rng,
+    seen: HashSet<(String, Vec<i32>)>,
+}
+
+#[derive(Clone, Copy)]
+enum Kind {
+    Ge,
+    Cmp,
+    Eq,
+    Ne,
+    In,
+    Between,
+    Any,
+}
+
+impl Leaves {
+    fn leaf(&mut self, name: &str, kind: Kind) -> String {
+        let var = find(name);
+        for attempt in 0..10_000 {
+            // A small domain runs out of fresh leaves of one kind: then any kind will do.
+            let kind = if attempt >= 2_000 { Kind::Any } else { kind };
+            let kind = match kind {
+                Kind::Any => [Kind::Cmp, Kind::Eq, Kind::Ne, Kind::In, Kind::Between]
+                    [self.rng.gen_range(0..5)],
+                other => other,
+            };
+            let mut pick = || self.rng.gen_range(var.lo..=var.hi);
+            let (text, holds): (String, Box<dyn Fn(i32) -> bool>) = match kind {
+                Kind::Ge => {
+                    let c = pick();
+                    (format!("{} >= {c}", var.name), Box::new(move |v| v >= c))
+                }
+                Kind::Cmp => {
+                    let ops = [
+                        (CmpOp::Lt, "<"),
+                        (CmpOp::Le, "<="),
+                        (CmpOp::Gt, ">"),
+                        (CmpOp::Ge, ">="),
+                    ];
+                    let (op, sym) = ops[pick().unsigned_abs() as usize % 4];
+                    let c = pick();
+                    (
+                        format!("{} {sym} {c}", var.name),
+                        Box::new(move |v| op.holds(f64::from(v), f64::from(c))),
+                    )
+                }
+                Kind::Eq => {
+                    let c = pick();
+                    (format!("{} = {c}", var.name), Box::new(move |v| v == c))
+                }
+                Kind::Ne => {
+                    let c = pick();
+                    (format!("{} != {c}", var.name), Box::new(move |v| v != c))
+                }
+                Kind::In => {
+                    let mut list: Vec<i32> =
+                        (0..2 + pick().unsigned_abs() % 2).map(|_| pick()).collect();
+                    list.sort_unstable();
+                    list.dedup();
+                    let text = list
+                        .iter()
+                        .map(i32::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", ");
+                    (
+                        format!("{} IN ({text})", var.name),
+                        Box::new(move |v| list.contains(&v)),
+                    )
+                }
+                Kind::Between => {
+                    let (a, b) = (pick(), pick());
+                    let (a, b) = (a.min(b), a.max(b));
+                    (
+                        format!("{} BETWEEN {a} AND {b}", var.name),
+                        Box::new(move |v| a <= v && v <= b),
+                    )
+                }
+                Kind::Any => unreachable!(),
+            };
+            let matching: Vec<i32> = (var.lo..=var.hi).filter(|v| holds(*v)).collect();
+            let size = matching.len();
+            if size == 0 || size == (var.hi - var.lo + 1) as usize {
+                continue;
+            }
+            if self.seen.insert((var.name.to_owned(), matching)) {
+                return text;
+            }
+        }
+        panic!("no fresh leaf left for {name}");
+    }
+}
+
+/// A query shape: label, base, and how to make a fresh target of it.
+struct Shape {
+    label: &'static str,
+    base: &'static str,
+    make: fn(&mut Leaves) -> String,
+}
+
+const SHAPES: [Shape; 8] = [
+    Shape {
+        label: "AGE >= a",
+        base: "ADULTS",
+        make: |l| l.leaf("AGE", Kind::Ge),
+    },
+    Shape {
+        label: "AGE BETWEEN a AND b",
+        base: "ADULTS",
+        make: |l| l.leaf("AGE", Kind::Between),
+    },
+    Shape {
+        label: "AGE <= a AND INCOME != b",
+        base: "ADULTS",
+        make: |l| {
+            format!(
+                "{} AND {}",
+                l.leaf("AGE", Kind::Cmp),
+                l.leaf("INCOME", Kind::Ne)
+            )
+        },
+    },
+    Shape {
+        label: "HHSIZE IN (a, b) OR EDUC > c",
+        base: "ADULTS",
+        make: |l| {
+            format!(
+                "{} OR {}",
+                l.leaf("HHSIZE", Kind::Any),
+                l.leaf("EDUC", Kind::Cmp)
+            )
+        },
+    },
+    Shape {
+        label: "base women, NOT AGE < a AND MARITAL != b",
+        base: "WOMEN",
+        make: |l| {
+            format!(
+                "NOT {} AND {}",
+                l.leaf("AGE", Kind::Cmp),
+                l.leaf("MARITAL", Kind::Any)
+            )
+        },
+    },
+    Shape {
+        label: "4 clauses, IN, NOT",
+        base: "ADULTS",
+        make: |l| {
+            format!(
+                "({} AND {}) OR ({} AND NOT {})",
+                l.leaf("AGE", Kind::Between),
+                l.leaf("SCORE", Kind::Cmp),
+                l.leaf("INCOME", Kind::In),
+                l.leaf("KIDS", Kind::Any)
+            )
+        },
+    },
+    Shape {
+        label: "6 clauses, IN, NOT",
+        base: "ADULTS",
+        make: |l| {
+            format!(
+                "({} AND {}) OR ({} AND {} AND NOT {}) OR {}",
+                l.leaf("AGE", Kind::Cmp),
+                l.leaf("SCORE", Kind::Cmp),
+                l.leaf("EDUC", Kind::Any),
+                l.leaf("INCOME", Kind::Any),
+                l.leaf("REGION", Kind::Any),
+                l.leaf("SCORE", Kind::Between)
+            )
+        },
+    },
+    Shape {
+        label: "8 clauses, IN, NOT",
+        base: "WOMEN",
+        make: |l| {
+            format!(
+                "({} OR {}) AND NOT ({} OR {}) AND ({} OR {}) AND {} AND {}",
+                l.leaf("AGE", Kind::Between),
+                l.leaf("SCORE", Kind::Cmp),
+                l.leaf("INCOME", Kind::In),
+                l.leaf("KIDS", Kind::Any),
+                l.leaf("HHSIZE", Kind::Any),
+                l.leaf("EDUC", Kind::Any),
+                l.leaf("MARITAL", Kind::Any),
+                l.leaf("REGION", Kind::Any)
+            )
+        },
+    },
+];
+
+/// The expression as a tree the Python side turns into SQL and Polars expressions.
+fn ast(expr: &Expr) -> Value {
+    let op = |op: &CmpOp| match op {
+        CmpOp::Eq => "=",
+        CmpOp::Ne => "!=",
+        CmpOp::Lt => "<",
+        CmpOp::Le => "<=",
+        CmpOp::Gt => ">",
+        CmpOp::Ge => ">=",
+    };
+    match expr {
+        Expr::All => json!({"all": true}),
+        Expr::Code(name) => panic!("no named codes in this bench: {name}"),
+        Expr::Compare { var, op: o, value } => json!({"cmp": [var, op(o), value]}),
+        Expr::In { var, values } => json!({"in": [var, values]}),
+        Expr::Between { var, low, high } => json!({"between": [var, low, high]}),
+        Expr::Not(inner) => json!({"not": ast(inner)}),
+        Expr::And(items) => json!({"and": items.iter().map(ast).collect::<Vec<_>>()}),
+        Expr::Or(items) => json!({"or": items.iter().map(ast).collect::<Vec<_>>()}),
+    }
+}
+
+fn request(base: &str, targets: &[String]) -> ValidRequest {
+    validate_value(
+        &json!({"SurveyCode": "PEERS", "PopulationBaseCode": base, "TargetCodes": targets}),
+    )
+    .unwrap()
+}
+
+/// Median of `f` over enough runs to fill about `budget` (at least 5).
+fn median(budget: Duration, mut f: impl FnMut()) -> Duration {
+    f();
+    let mut times = Vec::new();
+    let start = Instant::now();
+    while times.len() < 5 || (start.elapsed() < budget && times.len() < 100_000) {
+        let t = Instant::now();
+        f();
+        times.push(t.elapsed());
+    }
+    times.sort();
+    times[times.len() / 2]
+}
+
+fn median_of(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+fn run_size(dir: &Path, n: usize, instances: usize) -> Value {
+    let path = prepare(dir, n);
+    let survey = Survey::open(&path).unwrap();
+    let weights = survey.weights();
+    let read_us = median(Duration::from_secs(1), || {
+        black_box(sum_all(black_box(weights)));
+    })
+    .as_secs_f64()
+        * 1e6;
+    // Bases and their pages are warm (a server keeps them); the targets are not.
+    for base in ["ADULTS", "WOMEN"] {
+        black_box(survey.base_totals(base));
+    }
+    for column in survey
+        .variable_names()
+        .map(str::to_owned)
+        .collect::<Vec<_>>()
+    {
+        black_box(survey.value(&column, n - 1));
+    }
+    let mut leaves = Leaves {
+        rng: ChaCha8Rng::seed_from_u64(42),
+        seen: HashSet::new(),
+    };
+    // Touch every column once through the engine, with leaves no query uses afterwards.
+    for var in &VARS {
+        let warmup = request("ADULTS", &[leaves.leaf(var.name, Kind::Any)]);
+        black_box(survey.crosstab(&warmup).unwrap());
+    }
+    let mut shapes = Vec::new();
+    println!("\n{n} respondents; one read of the weight column: {read_us:.1} µs");
+    for shape in &SHAPES {
+        let mut queries = Vec::new();
+        let mut cold = Vec::new();
+        for _ in 0..instances {
+            let target = (shape.make)(&mut leaves);
+            let req = request(shape.base, std::slice::from_ref(&target));
+            let start = Instant::now();
+            let response = black_box(survey.crosstab(&req).unwrap());
+            let us = start.elapsed().as_secs_f64() * 1e6;
+            cold.push(us);
+            let expr = Expr::parse(&target).unwrap();
+            let tally = survey.tally(&expr, survey.base_set(shape.base).unwrap());
+            assert_eq!(response.results[0].resps, tally.count);
+            queries.push(json!({
+                "target": target, "ast": ast(&expr), "cold_us": us,
+                "count": tally.count, "weight": tally.weight,
+            }));
+        }
+        // Warm: one query repeated until its sets are cached.
+        let warm_target = queries[0]["target"].as_str().unwrap().to_owned();
+        let warm_req = request(shape.base, &[warm_target]);
+        let warm_us = median(Duration::from_millis(300), || {
+            black_box(survey.crosstab(&warm_req).unwrap());
+        })
+        .as_secs_f64()
+            * 1e6;
+        let cold_us = median_of(cold);
+        println!(
+            "  {:<44} cold {:>9.1} µs ({:.2}x the weight read)   warm {:>9.1} µs",
+            shape.label,
+            cold_us,
+            cold_us / read_us,
+            warm_us
+        );
+        shapes.push(json!({
+            "label": shape.label, "base": shape.base, "queries": queries,
+            "cold_us": cold_us, "warm_us": warm_us,
+        }));
+    }
+    // Two fresh targets in one request.
+    let mut two = Vec::new();
+    for _ in 0..instances {
+        let targets = [(SHAPES[2].make)(&mut leaves), (SHAPES[3].make)(&mut leaves)];
+        let req = request("ADULTS", &targets);
+        let start = Instant::now();
+        black_box(survey.crosstab(&req).unwrap());
+        two.push(start.elapsed().as_secs_f64() * 1e6);
+    }
+    let two_us = median_of(two);
+    println!("  two fresh targets in one request (shapes 3 and 4): cold {two_us:.1} µs");
+    json!({
+        "respondents": n,
+        "data_dir": dir.join(format!("data-{n}")),
+        "weight_read_us": read_us,
+        "two_targets_cold_us": two_us,
+        "shapes": shapes,
+    })
+}
+
+fn main() {
+    let mut sizes = vec![50_000usize, 5_000_000];
+    let mut instances = 12usize;
+    let target =
+        std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| PathBuf::from("target"), PathBuf::from);
+    let mut out = target.join("crosstab-bench").join("peers");
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--sizes" => {
+                sizes = args
+                    .next()
+                    .unwrap()
+                    .split(',')
+                    .map(|s| s.parse().unwrap())
+                    .collect()
+            }
+            "--instances" => instances = args.next().unwrap().parse().unwrap(),
+            "--out" => out = PathBuf::from(args.next().unwrap()),
+            _ => {} // `--bench` and criterion's flags
+        }
+    }
+    std::fs::create_dir_all(&out).unwrap();
+    println!("== crosstab cold queries (medians over {instances} never-seen targets per shape) ==");
+    let results: Vec<Value> = sizes
+        .iter()
+        .map(|n| run_size(&out, *n, instances))
+        .collect();
+    let file = out.join("crosstab-results.json");
+    std::fs::write(&file, serde_json::to_vec_pretty(&results).unwrap()).unwrap();
+    println!("\nfigures for the peers' check: {}", file.display());
+}

@@ -1,0 +1,290 @@
+//! Weighted sums of respondent sets.
+//!
+//! Survey weights are usually decimals of bounded precision (`1234.56`). Such weights are
+//! also stored as exact integers (`weight × 10^decimals`) in bit planes: plane `b` holds
+//! bit `b` of every respondent's integer, one bit per respondent in the set layout. The
+//! sum over a set is then `Σ_b 2^b · popcount(set ∧ plane_b)`: integer arithmetic,
+//! exact, the same on every CPU, and it reads `bits / 64` of the weight column (about a
+//! quarter for two-decimal weights) with no per-respondent work. The one rounding is the
+//! final division by `10^decimals`, so the sum is the true sum of the decimals rounded
+//! once to f64. Weights that are not such decimals are summed as f64 ([`Summer`]).
+
+use crate::bitset::{Summer, Tally};
+use crate::eval::BLOCK_WORDS;
+
+/// Most decimals tried; weights with more are summed as f64.
+pub(crate) const MAX_DECIMALS: u32 = 9;
+
+/// Integer sums up to this are exact in f64 (and cannot overflow a u64 accumulator).
+const EXACT_LIMIT: u64 = 1 << 53;
+
+/// `10^d` for every `d` up to [`MAX_DECIMALS`], each exact in f64.
+const POWERS: [f64; MAX_DECIMALS as usize + 1] = [
+    1.0,
+    10.0,
+    100.0,
+    1_000.0,
+    10_000.0,
+    100_000.0,
+    1_000_000.0,
+    10_000_000.0,
+    100_000_000.0,
+    1_000_000_000.0,
+];
+
+/// Weights as bit planes, laid out block by block: block `k`'s plane `b` is the
+/// [`BLOCK_WORDS`] words from `(k × bits + b) × BLOCK_WORDS`; words past the last
+/// respondent are zero.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Planes {
+    pub decimals: u32,
+    pub bits: u32,
+    pub words: Vec<u64>,
+}
+
+/// Number of words the planes of `respondents` take at `bits` bits.
+pub(crate) fn plane_words(respondents: u64, bits: u32) -> Option<u64> {
+    respondents
+        .div_ceil(64 * BLOCK_WORDS as u64)
+        .checked_mul(u64::from(bits))?
+        .checked_mul(BLOCK_WORDS as u64)
+}
+
+/// The integer `weight × 10^decimals` when the weight is that decimal rounded to f64.
+fn scaled(weight: f64, decimals: u32) -> Option<u64> {
+    let power = POWERS[decimals as usize];
+    let integer = (weight * power).round();
+    // The division is correctly rounded, so equality says `weight` is the f64 nearest
+    // to `integer / 10^decimals`: the decimal the source wrote.
+    (integer >= 0.0 && integer < EXACT_LIMIT as f64 && integer / power == weight)
+        .then_some(integer as u64)
+}
+
+/// Bit planes of `weights` when every weight is a non-negative decimal of at most
+/// [`MAX_DECIMALS`] places and their scaled sum stays exact; `None` otherwise.
+pub(crate) fn planes(weights: &[f64]) -> Option<Planes> {
+    let mut decimals = 0;
+    for weight in weights {
+        while scaled(*weight, decimals).is_none() {
+            decimals += 1;
+            if decimals > MAX_DECIMALS {
+                return None;
+            }
+        }
+    }
+    let mut integers = Vec::with_capacity(weights.len());
+    let mut total = 0u64;
+    for weight in weights {
+        let integer = scaled(*weight, decimals)?;
+        total = total.checked_add(integer).filter(|t| *t <= EXACT_LIMIT)?;
+        integers.push(integer);
+    }
+    let largest = integers.iter().copied().max().unwrap_or(0);
+    let bits = (u64::BITS - largest.leading_zeros()).max(1);
+    let len = usize::try_from(plane_words(weights.len() as u64, bits)?).ok()?;
+    let mut words = vec![0u64; len];
+    let block_rows = 64 * BLOCK_WORDS;
+    for (row, integer) in integers.iter().enumerate() {
+        let (block, within) = (row / block_rows, row % block_rows);
+        let (word, bit) = (within / 64, within % 64);
+        let mut rest = *integer;
+        while rest != 0 {
+            let plane = rest.trailing_zeros() as usize;
+            let at = (block * bits as usize + plane) * BLOCK_WORDS + word;
+            words[at] |= 1 << bit;
+            rest &= rest - 1;
+        }
+    }
+    Some(Planes {
+        decimals,
+        bits,
+        words,
+    })
+}
+
+/// Where a survey's weights are summed from.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Weights<'a> {
+    /// Exact integers in bit planes.
+    Planes {
+        decimals: u32,
+        bits: u32,
+        words: &'a [u64],
+    },
+    /// f64 per respondent.
+    Floats(&'a [f64]),
+}
+
+/// Sums the members of blocks, in respondent order; a block with no members may be
+/// skipped.
+#[derive(Debug)]
+pub(crate) enum BlockSum<'a> {
+    Planes {
+        decimals: u32,
+        bits: usize,
+        words: &'a [u64],
+        count: u64,
+        sum: u64,
+    },
+    Floats {
+        weights: &'a [f64],
+        summer: Summer,
+    },
+}
+
+impl<'a> Weights<'a> {
+    pub(crate) fn summer(self) -> BlockSum<'a> {
+        match self {
+            Weights::Planes {
+                decimals,
+                bits,
+                words,
+            } => BlockSum::Planes {
+                decimals,
+                bits: bits as usize,
+                words,
+                count: 0,
+                sum: 0,
+            },
+            Weights::Floats(weights) => BlockSum::Floats {
+                weights,
+                summer: Summer::default(),
+            },
+        }
+    }
+}
+
+impl BlockSum<'_> {
+    /// Adds the members of block `block` (at most [`BLOCK_WORDS`] words).
+    pub(crate) fn add(&mut self, block: usize, members: &[u64]) {
+        match self {
+            BlockSum::Planes {
+                bits,
+                words,
+                count,
+                sum,
+                ..
+            } => {
+                let start = block * *bits * BLOCK_WORDS;
+                let planes = words.get(start..start + *bits * BLOCK_WORDS).unwrap_or(&[]);
+                let (c, s) = plane_sums(members, planes);
+                *count += c;
+                *sum += s;
+            }
+            BlockSum::Floats { weights, summer } => {
+                let first = block * BLOCK_WORDS * 64;
+                summer.add(members, weights.get(first..).unwrap_or(&[]));
+            }
+        }
+    }
+
+    pub(crate) fn finish(self) -> Tally {
+        match self {
+            BlockSum::Planes {
+                decimals,
+                count,
+                sum,
+                ..
+            } => Tally {
+                count,
+                // Exact integer (below 2^53) over an exact power of ten: one rounding.
+                weight: sum as f64 / POWERS[decimals as usize],
+            },
+            BlockSum::Floats { summer, .. } => summer.finish(),
+        }
+    }
+}
+
+/// Count and scaled weight sum of `members` over one block's planes.
+fn plane_sums(members: &[u64], planes: &[u64]) -> (u64, u64) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("popcnt")
+    {
+        // SAFETY: the CPU supports AVX2 and POPCNT, checked just above.
+        #[allow(unsafe_code)]
+        return unsafe { plane_sums_avx2(members, planes) };
+    }
+    plane_sums_portable(members, planes)
+}
+
+/// [`plane_sums_portable`] compiled for AVX2: the compiler counts bits in vectors.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,popcnt")]
+fn plane_sums_avx2(members: &[u64], planes: &[u64]) -> (u64, u64) {
+    plane_sums_portable(members, planes)
+}
+
+#[inline(always)]
+fn plane_sums_portable(members: &[u64], planes: &[u64]) -> (u64, u64) {
+    let count: u64 = members.iter().map(|w| u64::from(w.count_ones())).sum();
+    if count == 0 {
+        return (0, 0);
+    }
+    let mut sum = 0u64;
+    for (bit, plane) in planes.chunks_exact(BLOCK_WORDS).enumerate() {
+        let ones: u64 = members
+            .iter()
+            .zip(plane)
+            .map(|(m, p)| u64::from((m & p).count_ones()))
+            .sum();
+        sum += ones << bit;
+    }
+    (count, sum)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn weights(n: usize) -> Vec<f64> {
+        (0..n)
+            .map(|i| (((i * 7919 % 100_003) as f64 * 1.37).round() + 1.0) / 100.0)
+            .collect()
+    }
+
+    #[test]
+    fn decimals_become_exact_integers() {
+        let made = planes(&[1.5, 2.25, 0.0, 1000.0]).unwrap();
+        assert_eq!(made.decimals, 2);
+        assert_eq!(made.bits, 17); // 100000 < 2^17
+        assert!(planes(&[0.1 + 0.2]).is_none(), "not a short decimal");
+        assert!(planes(&[f64::MAX]).is_none(), "too large to be exact");
+        assert_eq!(planes(&[3.0, 4.0]).unwrap().decimals, 0);
+    }
+
+    #[test]
+    fn plane_sums_are_the_exact_decimal_sums_on_every_path() {
+        let weights = weights(3 * 64 * BLOCK_WORDS + 100);
+        let made = planes(&weights).unwrap();
+        let n = weights.len();
+        let mut members = vec![0u64; n.div_ceil(64)];
+        let mut exact = 0u64;
+        let mut count = 0;
+        for row in (0..n).filter(|r| r % 3 == 0 || r % 7 == 1) {
+            members[row / 64] |= 1 << (row % 64);
+            exact += (weights[row] * 100.0).round() as u64;
+            count += 1;
+        }
+        let source = Weights::Planes {
+            decimals: made.decimals,
+            bits: made.bits,
+            words: &made.words,
+        };
+        let mut sum = source.summer();
+        for (block, words) in members.chunks(BLOCK_WORDS).enumerate() {
+            sum.add(block, words);
+        }
+        let tally = sum.finish();
+        assert_eq!(tally.count, count);
+        assert_eq!(tally.weight, exact as f64 / 100.0);
+        let bits = made.bits as usize;
+        for (block, words) in members.chunks(BLOCK_WORDS).enumerate() {
+            let slice = &made.words[block * bits * BLOCK_WORDS..][..bits * BLOCK_WORDS];
+            assert_eq!(
+                plane_sums(words, slice),
+                plane_sums_portable(words, slice),
+                "block {block}"
+            );
+        }
+    }
+}
