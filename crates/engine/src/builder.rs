@@ -23,6 +23,8 @@ pub struct SurveyMeta {
     pub weight_column: String,
     /// Name of the group column in the source.
     pub group_column: Option<String>,
+    /// The respondent file's format ("csv", "sav", "zsav").
+    pub source_format: Option<String>,
 }
 
 /// A named code or population base: code, label and expression text.
@@ -38,7 +40,7 @@ pub struct NamedExpr {
 
 /// One column's codes at the narrowest width that holds them.
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum CodeVec {
+pub(crate) enum CodeVec {
     U8(Vec<u8>),
     U16(Vec<u16>),
     U32(Vec<u32>),
@@ -91,15 +93,17 @@ impl SurveyBuilder {
         self.group_codes = Some(membership);
     }
 
-    /// Adds a variable; `values` has one entry per respondent, NaN where missing.
-    pub fn variable(
+    /// Adds a variable dictionary-encoded as [`encode_column`] does (sorted
+    /// distinct values; per respondent the 1-based code of its value, 0 = missing), as
+    /// streaming imports build them.
+    pub(crate) fn encoded_variable(
         &mut self,
         name: String,
         label: Option<String>,
         value_labels: Vec<(f64, String)>,
-        values: &[f64],
+        dict: Vec<f64>,
+        codes: CodeVec,
     ) {
-        let (dict, codes) = encode_column(values);
         self.variables.push(EncodedVariable {
             name,
             label,
@@ -117,13 +121,21 @@ impl SurveyBuilder {
 
     /// Writes the compiled survey.
     pub fn to_bytes(&self) -> Vec<u8> {
-        let mut writer = Writer::new();
-        let weights = writer.section(bytemuck::cast_slice(&self.weights));
-        let weight_planes = self.weight_planes.as_ref().map(|planes| PlanesHeader {
-            decimals: planes.decimals,
-            bits: planes.bits,
-            section: writer.section(bytemuck::cast_slice(&planes.words)),
-        });
+        let (offsets, id_bytes) = self.id_sections();
+        let (writer, header) = self.layout(&offsets, &id_bytes);
+        writer.finish(header)
+    }
+
+    /// Writes the compiled survey to `out` without assembling it in memory first.
+    #[cfg(feature = "fs")]
+    pub(crate) fn write_to(&self, out: &mut impl std::io::Write) -> std::io::Result<()> {
+        let (offsets, id_bytes) = self.id_sections();
+        let (writer, header) = self.layout(&offsets, &id_bytes);
+        writer.write_to(header, out)
+    }
+
+    /// The ids as offsets into one byte string.
+    fn id_sections(&self) -> (Vec<u32>, Vec<u8>) {
         let mut offsets = Vec::with_capacity(self.ids.len() + 1);
         let mut id_bytes = Vec::new();
         offsets.push(0u32);
@@ -131,8 +143,19 @@ impl SurveyBuilder {
             id_bytes.extend_from_slice(id.as_bytes());
             offsets.push(u32::try_from(id_bytes.len()).unwrap_or(u32::MAX));
         }
-        let id_offsets = writer.section(bytemuck::cast_slice(&offsets));
-        let id_bytes = writer.section(&id_bytes);
+        (offsets, id_bytes)
+    }
+
+    fn layout<'a>(&'a self, offsets: &'a [u32], id_bytes: &'a [u8]) -> (Writer<'a>, Header) {
+        let mut writer = Writer::new();
+        let weights = writer.section(bytemuck::cast_slice(&self.weights));
+        let weight_planes = self.weight_planes.as_ref().map(|planes| PlanesHeader {
+            decimals: planes.decimals,
+            bits: planes.bits,
+            section: writer.section(bytemuck::cast_slice(&planes.words)),
+        });
+        let id_offsets = writer.section(bytemuck::cast_slice(offsets));
+        let id_bytes = writer.section(id_bytes);
         let group_codes = self
             .group_codes
             .as_ref()
@@ -180,6 +203,7 @@ impl SurveyBuilder {
             id_column: self.meta.id_column.clone(),
             weight_column: self.meta.weight_column.clone(),
             group_column: self.meta.group_column.clone(),
+            source_format: self.meta.source_format.clone(),
             weights,
             weight_planes,
             id_offsets,
@@ -197,14 +221,14 @@ impl SurveyBuilder {
             codes: exprs(&self.codes),
             bases: exprs(&self.bases),
         };
-        writer.finish(header)
+        (writer, header)
     }
 }
 
 /// Dictionary-encodes a column: sorted distinct values, and per respondent the 1-based
 /// position of its value (0 = missing). Few distinct values are found by a linear scan,
 /// which beats hashing for the flags and scales that most survey columns are.
-fn encode_column(values: &[f64]) -> (Vec<f64>, CodeVec) {
+pub(crate) fn encode_column(values: &[f64]) -> (Vec<f64>, CodeVec) {
     const LINEAR: usize = 16;
     let key = |v: f64| {
         if v == 0.0 {

@@ -1,4 +1,5 @@
-//! The public survey definition format: a TOML file beside a respondent-level CSV.
+//! The public survey definition format: a TOML file beside a respondent-level file (CSV,
+//! or with the `fs` feature SPSS `.sav`/`.zsav`).
 
 use std::collections::BTreeMap;
 
@@ -15,8 +16,11 @@ pub struct SurveyDefinition {
     pub code: String,
     /// Display name.
     pub name: String,
-    /// Path of the respondent CSV, relative to the definition file.
+    /// Path of the respondent file, relative to the definition file.
     pub respondents: String,
+    /// The respondent file's format; by default chosen by its extension.
+    #[serde(default)]
+    pub format: Option<SourceFormat>,
     /// Column holding each respondent's id (any string, unique).
     pub id_column: String,
     /// Column holding each respondent's projection weight.
@@ -42,6 +46,55 @@ pub struct SurveyDefinition {
     /// Population bases (at least one).
     #[serde(default)]
     pub population_bases: Vec<ExprDefinition>,
+}
+
+/// The format of a respondent file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SourceFormat {
+    /// Comma-separated values with a header row.
+    Csv,
+    /// SPSS system file (uncompressed or bytecode-compressed).
+    Sav,
+    /// SPSS system file with zlib-compressed data.
+    Zsav,
+}
+
+impl SourceFormat {
+    /// The format a file name implies (case-insensitive extension), if any.
+    pub fn from_extension(path: &str) -> Option<SourceFormat> {
+        let (_, extension) = path.rsplit_once('.')?;
+        match extension.to_ascii_lowercase().as_str() {
+            "csv" | "txt" => Some(SourceFormat::Csv),
+            "sav" => Some(SourceFormat::Sav),
+            "zsav" => Some(SourceFormat::Zsav),
+            _ => None,
+        }
+    }
+
+    /// Its name as the definition and `survey list` write it.
+    pub fn name(self) -> &'static str {
+        match self {
+            SourceFormat::Csv => "csv",
+            SourceFormat::Sav => "sav",
+            SourceFormat::Zsav => "zsav",
+        }
+    }
+
+    /// Whether it is an SPSS system file (both are read by one reader).
+    pub fn is_spss(self) -> bool {
+        matches!(self, SourceFormat::Sav | SourceFormat::Zsav)
+    }
+}
+
+impl SurveyDefinition {
+    /// The respondent file's format: `format` when given, else the file's extension,
+    /// else CSV (as before formats existed).
+    pub fn source_format(&self) -> SourceFormat {
+        self.format
+            .or_else(|| SourceFormat::from_extension(&self.respondents))
+            .unwrap_or(SourceFormat::Csv)
+    }
 }
 
 fn default_units() -> u32 {

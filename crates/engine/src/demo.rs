@@ -7,8 +7,10 @@ use std::fmt::Write as _;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
+use crate::definition::SourceFormat;
 use crate::error::ImportError;
 use crate::import::{assemble, parse_definition, Respondents};
+use crate::source::EncodedColumn;
 
 /// Target population the weights sum to: about 260 million adults.
 pub const POPULATION: f64 = 260_000_000.0;
@@ -367,7 +369,13 @@ pub(crate) fn respondents(config: &DemoConfig) -> Respondents {
         ids: (1..=n).map(|i| format!("R{i:08}")).collect(),
         weights,
         group_values: region.iter().map(|r| Some(format!("{r}"))).collect(),
-        columns,
+        columns: columns
+            .into_iter()
+            .map(|(name, values)| (name, EncodedColumn::from_values(&values)))
+            .collect(),
+        labels: Vec::new(),
+        codes: Vec::new(),
+        format: SourceFormat::Csv,
     }
 }
 
@@ -375,13 +383,14 @@ pub(crate) fn respondents(config: &DemoConfig) -> Respondents {
 pub fn compile(config: &DemoConfig) -> Result<Vec<u8>, ImportError> {
     let text = definition(config);
     let definition = parse_definition(&text, "demo/survey.toml")?;
-    assemble(
+    Ok(assemble(
         &definition,
         &text,
         "demo/survey.toml",
         respondents(config),
         "demo/respondents.csv",
-    )
+    )?
+    .to_bytes())
 }
 
 /// The demo's respondent CSV.
@@ -396,8 +405,8 @@ pub fn csv(config: &DemoConfig) -> String {
     out.push('\n');
     for row in 0..data.ids.len() {
         let _ = write!(out, "{},{}", data.ids[row], data.weights[row]);
-        for (_, values) in &data.columns {
-            let value = values[row];
+        for (_, column) in &data.columns {
+            let value = column.value(row);
             if value.is_nan() {
                 out.push(',');
             } else {

@@ -50,6 +50,29 @@ pub enum ImportError {
         /// Why.
         reason: String,
     },
+    /// A case (row) of an SPSS respondent file is wrong.
+    #[error("{file}: case {case}: variable {variable}: {reason}")]
+    Case {
+        /// The respondent file.
+        file: String,
+        /// 1-based case number.
+        case: u64,
+        /// The variable's name.
+        variable: String,
+        /// Why.
+        reason: String,
+    },
+    /// A respondent file that can't be read as its format: unreadable, truncated,
+    /// data that does not decompress, or a variable it needs that it lacks.
+    #[error("{file}: {}{reason}", variable.as_ref().map(|v| format!("variable {v}: ")).unwrap_or_default())]
+    Source {
+        /// The respondent file.
+        file: String,
+        /// The variable at fault, when one is.
+        variable: Option<String>,
+        /// Why.
+        reason: String,
+    },
     /// A file can't be read or written.
     #[error("{path}: {source}")]
     Io {

@@ -62,6 +62,9 @@ pub(crate) struct Header {
     pub id_column: String,
     pub weight_column: String,
     pub group_column: Option<String>,
+    /// Where the respondents came from: "csv", "sav", "zsav" (absent in older files).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_format: Option<String>,
     /// f64 per respondent.
     pub weights: Section,
     /// The weights again as exact integers in bit planes, when they are short decimals
@@ -115,43 +118,77 @@ pub(crate) struct ExprHeader {
     pub expr: String,
 }
 
-/// Writes sections after the header, remembering where each went.
-pub(crate) struct Writer {
-    body: Vec<u8>,
+/// Lays out sections after the header, remembering where each goes. Sections are
+/// borrowed, not copied, so a large survey is written out without a second copy in memory.
+pub(crate) struct Writer<'a> {
+    parts: Vec<(u64, &'a [u8])>,
+    len: u64,
 }
 
-impl Writer {
+impl<'a> Writer<'a> {
     pub fn new() -> Self {
-        Writer { body: Vec::new() }
+        Writer {
+            parts: Vec::new(),
+            len: 0,
+        }
     }
 
-    /// Appends `bytes` at the next 8-aligned offset (relative to the body start).
-    pub fn section(&mut self, bytes: &[u8]) -> Section {
-        pad8(&mut self.body);
-        let offset = self.body.len() as u64;
-        self.body.extend_from_slice(bytes);
+    /// Places `bytes` at the next 8-aligned offset (relative to the body start).
+    pub fn section(&mut self, bytes: &'a [u8]) -> Section {
+        let offset = align8(self.len);
+        self.parts.push((offset, bytes));
+        self.len = offset + bytes.len() as u64;
         Section {
             offset,
             len: bytes.len() as u64,
         }
     }
 
-    /// Lays out the file: header first, then the body, with section offsets rebased.
-    pub fn finish(self, mut header: Header) -> Vec<u8> {
+    /// Lays out the file in memory: header first, then the body.
+    pub fn finish(self, header: Header) -> Vec<u8> {
+        let mut out = Vec::with_capacity(usize::try_from(self.len).unwrap_or(0) + 4096);
+        // Writing into a Vec cannot fail.
+        let _ = self.write_to(header, &mut out);
+        out
+    }
+
+    /// Writes the file: header first, then the body, with section offsets rebased.
+    pub fn write_to(
+        self,
+        mut header: Header,
+        out: &mut impl std::io::Write,
+    ) -> std::io::Result<()> {
         // The header's length depends on the offsets it holds, so fix the body's start
         // first with a generous bound, then rebase every section by it.
         let provisional = serde_json::to_vec(&header).unwrap_or_default().len() as u64;
         let body_start = align8(16 + provisional + 64 + 20 * section_count(&header));
         rebase(&mut header, body_start);
         let json = serde_json::to_vec(&header).unwrap_or_default();
-        let mut out = Vec::with_capacity(body_start as usize + self.body.len());
-        out.extend_from_slice(MAGIC);
-        out.extend_from_slice(&(json.len() as u64).to_le_bytes());
-        out.extend_from_slice(&json);
-        out.resize(body_start as usize, 0);
-        out.extend_from_slice(&self.body);
-        out
+        out.write_all(MAGIC)?;
+        out.write_all(&(json.len() as u64).to_le_bytes())?;
+        out.write_all(&json)?;
+        let mut at = 16 + json.len() as u64;
+        for (offset, bytes) in std::iter::once((body_start, &[][..])).chain(
+            self.parts
+                .into_iter()
+                .map(|(offset, bytes)| (body_start + offset, bytes)),
+        ) {
+            write_zeros(out, offset - at)?;
+            out.write_all(bytes)?;
+            at = offset + bytes.len() as u64;
+        }
+        Ok(())
     }
+}
+
+fn write_zeros(out: &mut impl std::io::Write, mut count: u64) -> std::io::Result<()> {
+    const ZEROS: [u8; 64] = [0; 64];
+    while count > 0 {
+        let n = count.min(ZEROS.len() as u64) as usize;
+        out.write_all(&ZEROS[..n])?;
+        count -= n as u64;
+    }
+    Ok(())
 }
 
 fn section_count(header: &Header) -> u64 {
@@ -177,11 +214,6 @@ fn rebase(header: &mut Header, by: u64) {
 
 fn align8(n: u64) -> u64 {
     n.div_ceil(8) * 8
-}
-
-fn pad8(bytes: &mut Vec<u8>) {
-    let target = align8(bytes.len() as u64) as usize;
-    bytes.resize(target, 0);
 }
 
 /// Reads and checks the header of a compiled file.

@@ -1,4 +1,5 @@
-//! Importing a survey: a TOML definition and a respondent CSV, checked and compiled.
+//! Importing a survey: a TOML definition and a respondent file (CSV, or with the `fs`
+//! feature SPSS `.sav`/`.zsav`), checked and compiled.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::Read;
@@ -8,8 +9,9 @@ use crosstab_contract::limits::MAX_IDENTIFIER_CHARS;
 use crosstab_contract::{Expr, ALL_GROUPS};
 
 use crate::builder::{NamedExpr, SurveyBuilder, SurveyMeta};
-use crate::definition::{line_of, ExprDefinition, SurveyDefinition};
+use crate::definition::{line_of, ExprDefinition, SourceFormat, SurveyDefinition};
 use crate::error::ImportError;
+use crate::source::{ColumnEncoder, EncodedColumn, SourceCode, SourceLabels};
 use crate::survey::MAX_CODE_NESTING;
 
 /// Whether `text` is a valid survey, base or group code.
@@ -51,13 +53,14 @@ pub fn compile(
     let definition = parse_definition(definition_text, definition_file)?;
     check_definition(&definition, definition_text, definition_file)?;
     let data = read_respondents(&definition, csv, csv_file)?;
-    assemble(
+    Ok(assemble(
         &definition,
         definition_text,
         definition_file,
         data,
         csv_file,
-    )
+    )?
+    .to_bytes())
 }
 
 fn definition_error(file: &str, line: usize, reason: String) -> ImportError {
@@ -109,14 +112,14 @@ fn check_definition(
 /// A variable's label and its value labels.
 type VariableLabels = (Option<String>, Vec<(f64, String)>);
 
-/// Checks the definition against the data and compiles both.
+/// Checks the definition against the data and compiles both into a builder.
 pub(crate) fn assemble(
     definition: &SurveyDefinition,
     definition_text: &str,
     definition_file: &str,
     data: Respondents,
     csv_file: &str,
-) -> Result<Vec<u8>, ImportError> {
+) -> Result<SurveyBuilder, ImportError> {
     let def_error = |line: usize, reason: String| definition_error(definition_file, line, reason);
     let line_of_key = |key: &str| line_of_key(definition_text, key);
     let mut builder = SurveyBuilder::new(
@@ -128,13 +131,20 @@ pub(crate) fn assemble(
             id_column: definition.id_column.clone(),
             weight_column: definition.weight_column.clone(),
             group_column: definition.group_column.clone(),
+            source_format: Some(data.format.name().to_owned()),
         },
         data.ids,
         data.weights,
     );
 
-    // Variable labels: each must name a variable column; value keys must be numbers.
-    let mut labels: HashMap<&str, VariableLabels> = HashMap::new();
+    // Variable labels: the source's, then each [[variables]] entry replaces the label
+    // and (when it gives any) the value labels. Each must name a variable column; value
+    // keys must be numbers.
+    let mut labels: HashMap<&str, VariableLabels> = data
+        .labels
+        .iter()
+        .map(|(name, labels)| (name.as_str(), (labels.label.clone(), labels.values.clone())))
+        .collect();
     for variable in &definition.variables {
         let line = line_of(definition_text, variable.name.span().start);
         let name = variable.name.get_ref();
@@ -159,7 +169,9 @@ pub(crate) fn assemble(
                 })?;
             values.push((value, label.clone()));
         }
-        labels.insert(name.as_str(), (variable.label.clone(), values));
+        let source = labels.remove(name.as_str()).unwrap_or_default();
+        let values = if values.is_empty() { source.1 } else { values };
+        labels.insert(name.as_str(), (variable.label.clone().or(source.0), values));
     }
 
     // Groups: every value seen in the data plus every labelled one, sorted by value.
@@ -176,8 +188,25 @@ pub(crate) fn assemble(
             }
             groups.insert(value.clone(), Some(label.clone()));
         }
+        // The source's value labels of the group variable label the groups the
+        // definition leaves unlabelled.
+        let source_labels = definition.group_column.as_ref().and_then(|column| {
+            data.labels
+                .iter()
+                .find(|(name, _)| name == column)
+                .map(|(_, labels)| &labels.values)
+        });
         for value in data.group_values.iter().flatten() {
-            groups.entry(value.clone()).or_insert(None);
+            let label = groups.entry(value.clone()).or_insert(None);
+            if label.is_none() {
+                *label = source_labels.and_then(|labels| {
+                    let number = value.parse::<f64>().ok()?;
+                    labels
+                        .iter()
+                        .find(|(v, _)| *v == number)
+                        .map(|(_, l)| l.clone())
+                });
+            }
         }
         let position: HashMap<&str, u16> = groups
             .keys()
@@ -199,15 +228,41 @@ pub(crate) fn assemble(
         builder.groups(groups.into_iter().collect(), membership);
     }
 
-    let variable_names: HashSet<&str> =
-        data.columns.iter().map(|(name, _)| name.as_str()).collect();
-    for (name, values) in &data.columns {
+    let variable_names: HashSet<String> =
+        data.columns.iter().map(|(name, _)| name.clone()).collect();
+    let variable_names: HashSet<&str> = variable_names.iter().map(String::as_str).collect();
+    let mut labels: HashMap<String, VariableLabels> = labels
+        .into_iter()
+        .map(|(name, labels)| (name.to_owned(), labels))
+        .collect();
+    for (name, column) in data.columns {
         let (label, value_labels) = labels.remove(name.as_str()).unwrap_or((None, Vec::new()));
-        builder.variable(name.clone(), label, value_labels, values);
+        builder.encoded_variable(name, label, value_labels, column.dict, column.codes);
     }
 
+    // Codes the source defines come first, so the definition's codes may use them; a
+    // definition code of the same name replaces the source's.
+    let source_codes: Vec<ExprDefinition> = data
+        .codes
+        .iter()
+        .filter(|code| {
+            !definition
+                .codes
+                .iter()
+                .any(|c| c.code.get_ref() == &code.code)
+        })
+        .map(|code| ExprDefinition {
+            code: toml::Spanned::new(0..0, code.code.clone()),
+            label: code.label.clone(),
+            expr: toml::Spanned::new(0..0, code.expr.clone()),
+        })
+        .collect();
+    let all_codes: Vec<ExprDefinition> = source_codes
+        .into_iter()
+        .chain(definition.codes.iter().cloned())
+        .collect();
     let codes = check_expressions(
-        &definition.codes,
+        &all_codes,
         "code",
         definition_text,
         definition_file,
@@ -234,7 +289,7 @@ pub(crate) fn assemble(
         }
     }
     builder.expressions(codes, bases);
-    Ok(builder.to_bytes())
+    Ok(builder)
 }
 
 /// Checks named codes or bases: unique codes, expressions that parse and name only known
@@ -318,13 +373,19 @@ fn check_expressions(
     Ok(out)
 }
 
-/// Respondent data as read from a CSV (or generated), before compilation.
+/// Respondent data as read from a source file (or generated), before compilation.
 pub(crate) struct Respondents {
     pub ids: Vec<String>,
     pub weights: Vec<f64>,
     pub group_values: Vec<Option<String>>,
-    /// Variable columns in file order, NaN where missing.
-    pub columns: Vec<(String, Vec<f64>)>,
+    /// Variable columns in file order.
+    pub columns: Vec<(String, EncodedColumn)>,
+    /// Labels the source carries, by variable.
+    pub labels: Vec<(String, SourceLabels)>,
+    /// Named codes the source defines.
+    pub codes: Vec<SourceCode>,
+    /// The source's format.
+    pub format: SourceFormat,
 }
 
 fn read_respondents(
@@ -385,8 +446,11 @@ fn read_respondents(
     let mut seen_ids: HashMap<String, u64> = HashMap::new();
     let mut weights = Vec::new();
     let mut group_values = Vec::new();
-    let mut group_numbers: Option<Vec<f64>> = group_at.map(|_| Vec::new());
-    let mut columns: Vec<Vec<f64>> = vec![Vec::new(); variable_columns.len()];
+    let mut group_numbers: Option<ColumnEncoder> =
+        group_at.map(|_| ColumnEncoder::with_capacity(0));
+    let mut columns: Vec<ColumnEncoder> = (0..variable_columns.len())
+        .map(|_| ColumnEncoder::with_capacity(0))
+        .collect();
     let mut record = csv::StringRecord::new();
     loop {
         let line = reader.position().line();
@@ -482,14 +546,14 @@ fn read_respondents(
     if ids.is_empty() {
         return Err(data_error(2, "-", "the file has no respondents".into()));
     }
-    let mut named: Vec<(String, Vec<f64>)> = variable_columns
+    let mut named: Vec<(String, EncodedColumn)> = variable_columns
         .iter()
         .map(|at| headers[*at].to_owned())
-        .zip(columns)
+        .zip(columns.into_iter().map(ColumnEncoder::finish))
         .collect();
     if let (Some(at), Some(numbers)) = (group_at, group_numbers) {
         if is_expr_name(&headers[at]) {
-            named.insert(0, (headers[at].to_owned(), numbers));
+            named.insert(0, (headers[at].to_owned(), numbers.finish()));
         }
     }
     Ok(Respondents {
@@ -497,6 +561,9 @@ fn read_respondents(
         weights,
         group_values,
         columns: named,
+        labels: Vec::new(),
+        codes: Vec::new(),
+        format: SourceFormat::Csv,
     })
 }
 
@@ -508,9 +575,35 @@ fn shorten(text: &str) -> String {
     }
 }
 
-/// Compiles the survey defined by the TOML file at `path` (its CSV beside it).
+/// A survey compiled from files, ready to write or install.
 #[cfg(feature = "fs")]
-pub fn compile_file(path: &std::path::Path) -> Result<Vec<u8>, ImportError> {
+#[derive(Debug)]
+pub struct Prepared {
+    builder: SurveyBuilder,
+    code: String,
+    /// What the import skipped or could not use, one line each, naming the file.
+    pub warnings: Vec<String>,
+    /// The respondent file's format.
+    pub format: SourceFormat,
+}
+
+#[cfg(feature = "fs")]
+impl Prepared {
+    /// The compiled survey's bytes.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        self.builder.to_bytes()
+    }
+
+    /// Writes the compiled survey to `out`, without a second copy of it in memory.
+    pub fn write_to(&self, out: &mut impl std::io::Write) -> std::io::Result<()> {
+        self.builder.write_to(out)
+    }
+}
+
+/// Checks and compiles the survey defined by the TOML file at `path`, reading its
+/// respondent file (CSV, `.sav` or `.zsav`, by `format` or extension) beside it.
+#[cfg(feature = "fs")]
+pub fn prepare_file(path: &std::path::Path) -> Result<Prepared, ImportError> {
     let io = |p: &std::path::Path| {
         let p = p.display().to_string();
         move |source| ImportError::Io { path: p, source }
@@ -518,15 +611,81 @@ pub fn compile_file(path: &std::path::Path) -> Result<Vec<u8>, ImportError> {
     let text = std::fs::read_to_string(path).map_err(io(path))?;
     let file = path.display().to_string();
     let definition = parse_definition(&text, &file)?;
-    let csv_path = path
+    check_definition(&definition, &text, &file)?;
+    let data_path = path
         .parent()
         .unwrap_or_else(|| std::path::Path::new("."))
         .join(&definition.respondents);
-    let csv = std::fs::File::open(&csv_path).map_err(io(&csv_path))?;
-    compile(
-        &text,
-        &file,
-        std::io::BufReader::new(csv),
-        &csv_path.display().to_string(),
-    )
+    let data_file = data_path.display().to_string();
+    let format = definition.source_format();
+    let (data, warnings) = if format.is_spss() {
+        crate::source::sav::read(&definition, &data_path)?
+    } else {
+        let csv = std::fs::File::open(&data_path).map_err(io(&data_path))?;
+        let data = read_respondents(&definition, std::io::BufReader::new(csv), &data_file)?;
+        (data, Vec::new())
+    };
+    let format = data.format;
+    let builder = assemble(&definition, &text, &file, data, &data_file)?;
+    Ok(Prepared {
+        builder,
+        code: definition.code,
+        warnings,
+        format,
+    })
 }
+
+/// Compiles the survey defined by the TOML file at `path` (its respondent file beside it).
+#[cfg(feature = "fs")]
+pub fn compile_file(path: &std::path::Path) -> Result<Vec<u8>, ImportError> {
+    Ok(prepare_file(path)?.to_bytes())
+}
+
+/// Compiles the survey defined by the TOML file at `path` and installs it in `store`
+/// atomically, writing the compiled file straight to disk (never whole in memory). On
+/// any error nothing is left behind.
+#[cfg(feature = "fs")]
+pub fn install_file(
+    path: &std::path::Path,
+    store: &crate::store::SurveyStore,
+) -> Result<(crate::Survey, Prepared), ImportError> {
+    use std::io::Write;
+
+    let prepared = prepare_file(path)?;
+    let target = store.path_of(&prepared.code);
+    let dir = target
+        .parent()
+        .unwrap_or_else(|| std::path::Path::new("."))
+        .to_path_buf();
+    let io = |source| ImportError::Io {
+        path: target.display().to_string(),
+        source,
+    };
+    // Same protocol as `SurveyStore::install`: a temporary file beside the target,
+    // checked by loading it, then renamed over it; dropping it on error removes it.
+    let mut temp = tempfile::Builder::new()
+        .prefix(".installing-")
+        .suffix(".tmp")
+        .tempfile_in(&dir)
+        .map_err(io)?;
+    {
+        let mut out = std::io::BufWriter::with_capacity(1 << 20, temp.as_file_mut());
+        prepared.write_to(&mut out).map_err(io)?;
+        out.flush().map_err(io)?;
+    }
+    temp.as_file().sync_all().map_err(io)?;
+    let survey = crate::Survey::open(temp.path()).map_err(|e| ImportError::Definition {
+        file: "(compiled survey)".into(),
+        line: 1,
+        reason: e.to_string(),
+    })?;
+    temp.persist(&target).map_err(|e| io(e.error))?;
+    if let Ok(dir) = std::fs::File::open(&dir) {
+        let _ = dir.sync_all();
+    }
+    Ok((survey, prepared))
+}
+
+/// A starting definition for the SPSS file at `data` (see `crosstab survey init`).
+#[cfg(feature = "fs")]
+pub use crate::source::sav::init_definition;

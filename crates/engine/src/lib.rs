@@ -17,6 +17,7 @@ mod eval;
 mod format;
 pub mod import;
 mod query;
+pub mod source;
 #[cfg(feature = "fs")]
 pub mod store;
 mod survey;
@@ -24,6 +25,7 @@ mod weights;
 
 pub use bitset::{Bitset, Tally};
 pub use codebook::Codebook;
+pub use definition::SourceFormat;
 pub use error::{ImportError, LoadError, QueryError};
 pub use survey::Survey;
 

@@ -1,0 +1,810 @@
+//! SPSS system files (`.sav`, bytecode-compressed or not, and zlib-compressed `.zsav`),
+//! read by the pure-Rust `ambers` reader in batches of cases.
+//!
+//! - Numeric variables become variables; their variable and value labels become the
+//!   codebook's labels.
+//! - System-missing values and user-missing values (discrete values and ranges) become
+//!   missing answers.
+//! - Dates are days since 1970-01-01; date-times are seconds since 1970-01-01 00:00;
+//!   times and durations are seconds.
+//! - String variables are not variables: the id and the group may be strings, any other
+//!   is skipped with a warning. The weight must be numeric.
+//! - Multiple-response sets become named codes (see [`set_codes`]).
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{BufReader, Read, Seek};
+use std::path::Path;
+
+use ambers::{MissingSpec, MrType, SpssMetadata, Value};
+use arrow::array::{
+    Array, ArrayRef, Date32Array, DurationMicrosecondArray, Float64Array, StringViewArray,
+    TimestampMicrosecondArray,
+};
+use arrow::datatypes::{DataType, TimeUnit};
+use crosstab_contract::ALL_GROUPS;
+
+use crate::definition::{SourceFormat, SurveyDefinition};
+use crate::error::ImportError;
+use crate::import::{is_expr_name, is_identifier, Respondents};
+use crate::source::{ColumnEncoder, EncodedColumn, SourceCode, SourceLabels};
+
+/// Cases per batch: small enough that a batch of 1,000 variables stays near 32 MB.
+const BATCH_CASES: usize = 4096;
+
+/// SPSS counts time in seconds from 1582-10-14; this many lie before 1970-01-01.
+const SPSS_EPOCH_TO_UNIX: f64 = 12_219_379_200.0;
+
+/// How a variable's stored numbers become the survey's numbers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Number,
+    /// Days since 1970-01-01.
+    Date,
+    /// Seconds since 1970-01-01 00:00.
+    DateTime,
+    /// Seconds.
+    Duration,
+    Text,
+}
+
+impl Kind {
+    fn of(data_type: &DataType) -> Kind {
+        match data_type {
+            DataType::Date32 => Kind::Date,
+            DataType::Timestamp(TimeUnit::Microsecond, _) => Kind::DateTime,
+            DataType::Duration(TimeUnit::Microsecond) => Kind::Duration,
+            DataType::Utf8View | DataType::Utf8 | DataType::LargeUtf8 => Kind::Text,
+            _ => Kind::Number,
+        }
+    }
+
+    /// A value as SPSS stores it (seconds since 1582 for dates) in this kind's unit,
+    /// for user-missing values and value labels, which the file gives in SPSS's unit.
+    fn convert_spss(self, value: f64) -> f64 {
+        match self {
+            Kind::Date => ((value - SPSS_EPOCH_TO_UNIX) / 86_400.0).floor(),
+            Kind::DateTime => value - SPSS_EPOCH_TO_UNIX,
+            Kind::Number | Kind::Duration | Kind::Text => value,
+        }
+    }
+}
+
+/// User-missing values of one variable, in its unit.
+#[derive(Debug, Clone, Default)]
+struct Missing {
+    values: Vec<f64>,
+    ranges: Vec<(f64, f64)>,
+}
+
+impl Missing {
+    fn of(meta: &SpssMetadata, name: &str, kind: Kind) -> Missing {
+        let mut missing = Missing::default();
+        for spec in meta.variable_missing_values.get(name).into_iter().flatten() {
+            match spec {
+                MissingSpec::Value(v) => missing.values.push(kind.convert_spss(*v)),
+                MissingSpec::Range { lo, hi } => missing
+                    .ranges
+                    .push((kind.convert_spss(*lo), kind.convert_spss(*hi))),
+                MissingSpec::StringValue(_) => {}
+            }
+        }
+        missing
+    }
+
+    fn is_empty(&self) -> bool {
+        self.values.is_empty() && self.ranges.is_empty()
+    }
+
+    #[inline]
+    fn contains(&self, value: f64) -> bool {
+        self.values.contains(&value)
+            || self
+                .ranges
+                .iter()
+                .any(|(lo, hi)| *lo <= value && value <= *hi)
+    }
+}
+
+/// One variable of the file the import keeps.
+struct Input {
+    name: String,
+    /// Its column in the file's record batches.
+    at: usize,
+    kind: Kind,
+    missing: Missing,
+}
+
+/// What the scanner reports for a file it can't read.
+fn source_error(file: &str, variable: Option<&str>, reason: String) -> ImportError {
+    ImportError::Source {
+        file: file.to_owned(),
+        variable: variable.map(str::to_owned),
+        reason,
+    }
+}
+
+/// Opens `path` for reading; the reader's errors become [`ImportError::Source`].
+fn open(path: &Path) -> Result<ambers::Scanner<BufReader<File>>, ImportError> {
+    let file = File::open(path).map_err(|source| ImportError::Io {
+        path: path.display().to_string(),
+        source,
+    })?;
+    scan(
+        BufReader::with_capacity(1 << 20, file),
+        &path.display().to_string(),
+    )
+}
+
+fn scan<R: Read + Seek>(reader: R, file: &str) -> Result<ambers::Scanner<R>, ImportError> {
+    ambers::scan_sav_from_reader(reader, BATCH_CASES)
+        .map_err(|e| source_error(file, None, format!("not a readable SPSS system file: {e}")))
+}
+
+/// A value as it reads in a definition and in expressions: integers without a
+/// fraction, others in the shortest form that reads back the same.
+pub(crate) fn number_text(value: f64) -> String {
+    if value.fract() == 0.0 && value.abs() < 1e15 {
+        format!("{}", value as i64)
+    } else {
+        format!("{value}")
+    }
+}
+
+/// A variable's label and value labels as the file gives them, in its unit.
+fn labels_of(meta: &SpssMetadata, name: &str, kind: Kind) -> SourceLabels {
+    let label = meta
+        .variable_labels
+        .get(name)
+        .filter(|l| !l.trim().is_empty())
+        .cloned();
+    let values = meta
+        .variable_value_labels
+        .get(name)
+        .into_iter()
+        .flatten()
+        .filter_map(|(value, label)| match value {
+            Value::Numeric(v) if v.is_finite() => Some((kind.convert_spss(*v), label.clone())),
+            _ => None,
+        })
+        .collect();
+    SourceLabels { label, values }
+}
+
+/// Named codes for the file's multiple-response sets, over the variables kept, and a
+/// warning for each set that can't be one. A set `$S` becomes code `S`:
+/// - a multiple-dichotomy set: `S` is any member equal to the counted value;
+/// - a multiple-category set: `S_v` is any member equal to category `v` (each value
+///   labelled on a member), and `S` is any member in any of those categories.
+fn set_codes(
+    meta: &SpssMetadata,
+    kinds: &HashMap<&str, Kind>,
+    warnings: &mut Vec<String>,
+) -> Vec<SourceCode> {
+    let mut codes = Vec::new();
+    for (key, set) in &meta.mr_sets {
+        let raw = if set.name.is_empty() { key } else { &set.name };
+        let code = raw.trim_start_matches('$').to_owned();
+        let label = Some(set.label.trim().to_owned()).filter(|l| !l.is_empty());
+        if !is_expr_name(&code) {
+            warnings.push(format!(
+                "multiple-response set '{raw}' skipped: '{code}' can't name a code"
+            ));
+            continue;
+        }
+        if let Some(member) = set
+            .variables
+            .iter()
+            .find(|m| !matches!(kinds.get(m.as_str()), Some(k) if *k != Kind::Text))
+        {
+            warnings.push(format!(
+                "multiple-response set '{raw}' skipped: its member '{member}' is not a numeric variable"
+            ));
+            continue;
+        }
+        if set.variables.is_empty() {
+            warnings.push(format!(
+                "multiple-response set '{raw}' skipped: it has no members"
+            ));
+            continue;
+        }
+        let any_equal = |value: f64| {
+            set.variables
+                .iter()
+                .map(|m| format!("{m} = {}", number_text(value)))
+                .collect::<Vec<_>>()
+                .join(" OR ")
+        };
+        match set.mr_type {
+            MrType::MultipleDichotomy => {
+                let counted = set.counted_value.as_deref().unwrap_or("1").trim();
+                match counted.parse::<f64>() {
+                    Ok(value) if value.is_finite() => codes.push(SourceCode {
+                        code,
+                        label,
+                        expr: any_equal(value),
+                    }),
+                    _ => warnings.push(format!(
+                        "multiple-response set '{raw}' skipped: counted value '{counted}' is not a number"
+                    )),
+                }
+            }
+            MrType::MultipleCategory => {
+                let mut categories: Vec<(f64, String)> = Vec::new();
+                for member in &set.variables {
+                    let kind = kinds.get(member.as_str()).copied().unwrap_or(Kind::Number);
+                    for (value, value_label) in labels_of(meta, member, kind).values {
+                        if !categories.iter().any(|(v, _)| *v == value) {
+                            categories.push((value, value_label));
+                        }
+                    }
+                }
+                categories.sort_by(|a, b| a.0.total_cmp(&b.0));
+                if categories.is_empty() {
+                    warnings.push(format!(
+                        "multiple-response set '{raw}' skipped: its members have no labelled categories"
+                    ));
+                    continue;
+                }
+                let listed = categories
+                    .iter()
+                    .map(|(v, _)| number_text(*v))
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                codes.push(SourceCode {
+                    code: code.clone(),
+                    label: label.clone(),
+                    expr: set
+                        .variables
+                        .iter()
+                        .map(|m| format!("{m} IN ({listed})"))
+                        .collect::<Vec<_>>()
+                        .join(" OR "),
+                });
+                for (value, value_label) in &categories {
+                    let name = format!("{code}_{}", number_text(*value).replace('.', "_"));
+                    if !is_expr_name(&name) {
+                        warnings.push(format!(
+                            "multiple-response set '{raw}': category {} has no code ('{name}' can't name one)",
+                            number_text(*value)
+                        ));
+                        continue;
+                    }
+                    codes.push(SourceCode {
+                        code: name,
+                        label: Some(match &label {
+                            Some(set_label) => format!("{set_label}: {value_label}"),
+                            None => value_label.clone(),
+                        }),
+                        expr: any_equal(*value),
+                    });
+                }
+            }
+        }
+    }
+    codes
+}
+
+/// Where the definition's id, weight and group are, and the variables kept.
+struct Layout {
+    id: (usize, Kind),
+    weight: (usize, Kind),
+    weight_missing: Missing,
+    group: Option<(usize, Kind)>,
+    inputs: Vec<Input>,
+    kinds: HashMap<String, Kind>,
+    skipped_strings: Vec<String>,
+}
+
+fn layout(
+    definition: &SurveyDefinition,
+    meta: &SpssMetadata,
+    fields: &[(String, DataType)],
+    file: &str,
+) -> Result<Layout, ImportError> {
+    let find = |name: &str, role: &str| {
+        fields
+            .iter()
+            .position(|(field, _)| field == name)
+            .ok_or_else(|| {
+                source_error(
+                    file,
+                    Some(name),
+                    format!("the {role} variable '{name}' is not in the file"),
+                )
+            })
+    };
+    let id = find(&definition.id_column, "id")?;
+    let weight = find(&definition.weight_column, "weight")?;
+    let group = definition
+        .group_column
+        .as_deref()
+        .map(|name| find(name, "group"))
+        .transpose()?;
+    let kind_at = |at: usize| Kind::of(&fields[at].1);
+    if kind_at(weight) == Kind::Text {
+        return Err(source_error(
+            file,
+            Some(&definition.weight_column),
+            "the weight variable must be numeric, not a string".into(),
+        ));
+    }
+    // A numeric group that can name a variable is one too (first, as for CSV).
+    let group_is_variable =
+        group.is_some_and(|at| kind_at(at) != Kind::Text && is_expr_name(&fields[at].0));
+    let mut inputs = Vec::new();
+    let mut skipped_strings = Vec::new();
+    let mut kinds = HashMap::new();
+    for (at, (name, data_type)) in fields.iter().enumerate() {
+        let kind = Kind::of(data_type);
+        if at == id || at == weight || (Some(at) == group && !group_is_variable) {
+            continue;
+        }
+        if kind == Kind::Text {
+            skipped_strings.push(name.clone());
+            continue;
+        }
+        if !is_expr_name(name) {
+            return Err(source_error(
+                file,
+                Some(name),
+                "a variable's name must start with a letter or '_' and use only letters, digits, '_' and '.' (and not be AND, OR, NOT, IN or BETWEEN): rename it in the file".into(),
+            ));
+        }
+        kinds.insert(name.clone(), kind);
+        let input = Input {
+            name: name.clone(),
+            at,
+            kind,
+            missing: Missing::of(meta, name, kind),
+        };
+        if Some(at) == group {
+            inputs.insert(0, input);
+        } else {
+            inputs.push(input);
+        }
+    }
+    Ok(Layout {
+        id: (id, kind_at(id)),
+        weight: (weight, kind_at(weight)),
+        weight_missing: Missing::of(meta, &definition.weight_column, kind_at(weight)),
+        group: group.map(|at| (at, kind_at(at))),
+        inputs,
+        kinds,
+        skipped_strings,
+    })
+}
+
+/// The batch's column `at` as numbers in the variable's unit (NaN = system-missing).
+fn numbers(array: &ArrayRef, kind: Kind, out: &mut Vec<f64>) -> Result<(), String> {
+    out.clear();
+    let nulls = array.nulls();
+    macro_rules! convert {
+        ($type:ty, $map:expr) => {{
+            let typed = array
+                .as_any()
+                .downcast_ref::<$type>()
+                .ok_or_else(|| format!("unexpected column type {}", array.data_type()))?;
+            out.extend(typed.values().iter().enumerate().map(|(i, v)| {
+                if nulls.is_some_and(|n| n.is_null(i)) {
+                    f64::NAN
+                } else {
+                    $map(*v)
+                }
+            }));
+        }};
+    }
+    match kind {
+        Kind::Number => convert!(Float64Array, |v: f64| v),
+        Kind::Date => convert!(Date32Array, |v: i32| f64::from(v)),
+        Kind::DateTime => convert!(TimestampMicrosecondArray, |v: i64| v as f64 / 1e6),
+        Kind::Duration => convert!(DurationMicrosecondArray, |v: i64| v as f64 / 1e6),
+        Kind::Text => return Err("a string variable read as a number".into()),
+    }
+    Ok(())
+}
+
+/// A batch's column as text: strings trimmed, numbers written as in a definition; `None`
+/// where empty or missing.
+fn texts(
+    array: &ArrayRef,
+    kind: Kind,
+    scratch: &mut Vec<f64>,
+    out: &mut Vec<Option<String>>,
+) -> Result<(), String> {
+    out.clear();
+    if kind == Kind::Text {
+        let strings = array
+            .as_any()
+            .downcast_ref::<StringViewArray>()
+            .ok_or_else(|| format!("unexpected column type {}", array.data_type()))?;
+        out.extend(strings.iter().map(|s| {
+            s.map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned)
+        }));
+    } else {
+        numbers(array, kind, scratch)?;
+        out.extend(
+            scratch
+                .iter()
+                .map(|v| Some(*v).filter(|v| v.is_finite()).map(number_text)),
+        );
+    }
+    Ok(())
+}
+
+/// Reads an SPSS file's respondents for `definition`, streaming its cases into column
+/// encoders. Returns them and the warnings (variables skipped, sets not made codes).
+pub(crate) fn read(
+    definition: &SurveyDefinition,
+    path: &Path,
+) -> Result<(Respondents, Vec<String>), ImportError> {
+    let file = path.display().to_string();
+    let file_len = std::fs::metadata(path)
+        .map_err(|source| ImportError::Io {
+            path: file.clone(),
+            source,
+        })?
+        .len();
+    let mut scanner = open(path)?;
+    read_scanner(definition, &mut scanner, &file, file_len)
+}
+
+fn read_scanner<R: Read + Seek>(
+    definition: &SurveyDefinition,
+    scanner: &mut ambers::Scanner<R>,
+    file: &str,
+    file_len: u64,
+) -> Result<(Respondents, Vec<String>), ImportError> {
+    let meta = scanner.metadata().clone();
+    let fields: Vec<(String, DataType)> = scanner
+        .schema()
+        .fields()
+        .iter()
+        .map(|f| (f.name().clone(), f.data_type().clone()))
+        .collect();
+    let layout = layout(definition, &meta, &fields, file)?;
+    let kinds: HashMap<&str, Kind> = layout
+        .kinds
+        .iter()
+        .map(|(name, kind)| (name.as_str(), *kind))
+        .collect();
+    let mut warnings = Vec::new();
+    if !layout.skipped_strings.is_empty() {
+        warnings.push(format!(
+            "string variables are not survey variables; skipped: {}",
+            layout.skipped_strings.join(", ")
+        ));
+    }
+    let codes = set_codes(&meta, &kinds, &mut warnings);
+    let warnings = warnings
+        .into_iter()
+        .map(|warning| format!("{file}: {warning}"))
+        .collect();
+
+    // Room for the declared cases, but never more than the file could hold: each case
+    // takes at least one byte of a compressed file's data (one control byte per eight
+    // values), and zlib expands at most about 1032-fold.
+    let declared = meta.number_rows.and_then(|n| u64::try_from(n).ok());
+    let expansion = if meta.compression == ambers::Compression::Zlib {
+        1032
+    } else {
+        8
+    };
+    let bound = file_len.saturating_mul(expansion) / (fields.len().max(1) as u64);
+    let reserve = usize::try_from(declared.unwrap_or(0).min(bound)).unwrap_or(0);
+
+    let mut ids: Vec<String> = Vec::with_capacity(reserve);
+    let mut seen_ids: HashMap<String, u64> = HashMap::with_capacity(reserve);
+    let mut weights: Vec<f64> = Vec::with_capacity(reserve);
+    let mut group_values: Vec<Option<String>> = Vec::new();
+    let mut encoders: Vec<ColumnEncoder> = layout
+        .inputs
+        .iter()
+        .map(|_| ColumnEncoder::with_capacity(reserve))
+        .collect();
+    let mut scratch: Vec<f64> = Vec::with_capacity(BATCH_CASES);
+    let mut text: Vec<Option<String>> = Vec::with_capacity(BATCH_CASES);
+    let mut cases: u64 = 0;
+    let case_error = |case: u64, variable: &str, reason: String| ImportError::Case {
+        file: file.to_owned(),
+        case,
+        variable: variable.to_owned(),
+        reason,
+    };
+    loop {
+        let batch = match scanner.next_batch() {
+            Ok(Some(batch)) => batch,
+            Ok(None) => break,
+            Err(e) => {
+                return Err(source_error(
+                    file,
+                    None,
+                    format!("unreadable data after case {cases}: {e}"),
+                ))
+            }
+        };
+        let rows = batch.num_rows();
+        let column = |at: usize| batch.column(at);
+
+        let (id_at, id_kind) = layout.id;
+        texts(column(id_at), id_kind, &mut scratch, &mut text)
+            .map_err(|reason| source_error(file, Some(&definition.id_column), reason))?;
+        for (row, id) in text.drain(..).enumerate() {
+            let case = cases + row as u64 + 1;
+            let id = id.ok_or_else(|| {
+                case_error(case, &definition.id_column, "missing respondent id".into())
+            })?;
+            if let Some(first) = seen_ids.insert(id.clone(), case) {
+                return Err(case_error(
+                    case,
+                    &definition.id_column,
+                    format!(
+                        "duplicate respondent id '{}' (first in case {first})",
+                        shorten(&id)
+                    ),
+                ));
+            }
+            ids.push(id);
+        }
+
+        numbers(column(layout.weight.0), layout.weight.1, &mut scratch)
+            .map_err(|reason| source_error(file, Some(&definition.weight_column), reason))?;
+        for (row, weight) in scratch.iter().enumerate() {
+            let case = cases + row as u64 + 1;
+            let reason = if weight.is_nan() || layout.weight_missing.contains(*weight) {
+                Some("missing weight".to_owned())
+            } else if !weight.is_finite() {
+                Some(format!("weight {weight} is not finite"))
+            } else if *weight < 0.0 {
+                Some(format!("weight {weight} is negative"))
+            } else {
+                None
+            };
+            if let Some(reason) = reason {
+                return Err(case_error(case, &definition.weight_column, reason));
+            }
+            weights.push(*weight);
+        }
+
+        if let (Some((at, kind)), Some(name)) = (layout.group, &definition.group_column) {
+            texts(column(at), kind, &mut scratch, &mut text)
+                .map_err(|reason| source_error(file, Some(name), reason))?;
+            for (row, value) in text.drain(..).enumerate() {
+                if let Some(value) = &value {
+                    if !is_identifier(value) || value == ALL_GROUPS {
+                        return Err(case_error(
+                            cases + row as u64 + 1,
+                            name,
+                            format!(
+                                "group '{}' must be 1 to 64 of A-Z a-z 0-9 _ . - and not {ALL_GROUPS}",
+                                shorten(value)
+                            ),
+                        ));
+                    }
+                }
+                group_values.push(value);
+            }
+        }
+
+        for (input, encoder) in layout.inputs.iter().zip(encoders.iter_mut()) {
+            numbers(column(input.at), input.kind, &mut scratch)
+                .map_err(|reason| source_error(file, Some(&input.name), reason))?;
+            if input.missing.is_empty() {
+                for value in &scratch {
+                    encoder.push(*value);
+                }
+            } else {
+                for value in &scratch {
+                    encoder.push(if input.missing.contains(*value) {
+                        f64::NAN
+                    } else {
+                        *value
+                    });
+                }
+            }
+        }
+        cases += rows as u64;
+    }
+
+    if let Some(declared) = declared {
+        if declared != cases {
+            return Err(source_error(
+                file,
+                None,
+                format!(
+                    "truncated or damaged: the header declares {declared} cases but {cases} were read"
+                ),
+            ));
+        }
+    }
+    if cases == 0 {
+        return Err(source_error(
+            file,
+            None,
+            "the file has no respondents".into(),
+        ));
+    }
+
+    let labels = layout
+        .inputs
+        .iter()
+        .map(|input| {
+            (
+                input.name.clone(),
+                labels_of(&meta, &input.name, input.kind),
+            )
+        })
+        .filter(|(_, labels)| labels.label.is_some() || !labels.values.is_empty())
+        .collect();
+    let columns: Vec<(String, EncodedColumn)> = layout
+        .inputs
+        .iter()
+        .map(|input| input.name.clone())
+        .zip(encoders.into_iter().map(ColumnEncoder::finish))
+        .collect();
+    let format = if meta.compression == ambers::Compression::Zlib {
+        SourceFormat::Zsav
+    } else {
+        SourceFormat::Sav
+    };
+    Ok((
+        Respondents {
+            ids,
+            weights,
+            group_values,
+            columns,
+            labels,
+            codes,
+            format,
+        },
+        warnings,
+    ))
+}
+
+fn shorten(text: &str) -> String {
+    if text.chars().count() <= 40 {
+        text.to_owned()
+    } else {
+        format!("{}…", text.chars().take(40).collect::<String>())
+    }
+}
+
+/// A TOML string literal.
+fn quoted(text: &str) -> String {
+    toml::Value::String(text.to_owned()).to_string()
+}
+
+/// A starting definition for the SPSS file at `path` (written into the definition as
+/// given): every numeric variable's label and value labels, the group's value labels,
+/// the multiple-response sets as codes, and the base `ALL = "*"`.
+pub fn init_definition(
+    path: &Path,
+    code: &str,
+    id: &str,
+    weight: &str,
+    group: Option<&str>,
+) -> Result<String, ImportError> {
+    let file = path.display().to_string();
+    if !is_identifier(code) {
+        return Err(source_error(
+            &file,
+            None,
+            format!("survey code '{code}' must be 1 to 64 of A-Z a-z 0-9 _ . -"),
+        ));
+    }
+    let scanner = open(path)?;
+    let meta = scanner.metadata();
+    let fields: Vec<(String, DataType)> = scanner
+        .schema()
+        .fields()
+        .iter()
+        .map(|f| (f.name().clone(), f.data_type().clone()))
+        .collect();
+    let definition = SurveyDefinition {
+        code: code.to_owned(),
+        name: String::new(),
+        respondents: file.clone(),
+        format: None,
+        id_column: id.to_owned(),
+        weight_column: weight.to_owned(),
+        group_column: group.map(str::to_owned),
+        audience_report_units: crosstab_contract::limits::DEFAULT_AUDIENCE_REPORT_UNITS,
+        unstable_max_resps: crosstab_contract::limits::DEFAULT_UNSTABLE_MAX_RESPS,
+        groups: Default::default(),
+        variables: Vec::new(),
+        codes: Vec::new(),
+        population_bases: Vec::new(),
+    };
+    let layout = layout(&definition, meta, &fields, &file)?;
+    let kinds: HashMap<&str, Kind> = layout
+        .kinds
+        .iter()
+        .map(|(name, kind)| (name.as_str(), *kind))
+        .collect();
+    let mut warnings = Vec::new();
+    let codes = set_codes(meta, &kinds, &mut warnings);
+
+    let name = Some(meta.file_label.trim())
+        .filter(|l| !l.is_empty())
+        .unwrap_or(code);
+    let mut out = String::new();
+    let mut line = |text: String| {
+        out.push_str(&text);
+        out.push('\n');
+    };
+    line(format!(
+        "# A starting definition written by `crosstab survey init` from {file}: edit it."
+    ));
+    for warning in &warnings {
+        line(format!("# {warning}"));
+    }
+    if !layout.skipped_strings.is_empty() {
+        line(format!(
+            "# string variables, not imported: {}",
+            layout.skipped_strings.join(", ")
+        ));
+    }
+    line(format!("code = {}", quoted(code)));
+    line(format!("name = {}", quoted(name)));
+    line(format!("respondents = {}", quoted(&file)));
+    line(format!("id_column = {}", quoted(id)));
+    line(format!("weight_column = {}", quoted(weight)));
+    if let Some(group) = group {
+        line(format!("group_column = {}", quoted(group)));
+        let kind = layout.group.map_or(Kind::Number, |(_, kind)| kind);
+        let group_labels = labels_of(meta, group, kind).values;
+        if !group_labels.is_empty() {
+            line(String::new());
+            line("[groups]".into());
+            for (value, label) in group_labels {
+                let value = number_text(value);
+                if is_identifier(&value) && value != ALL_GROUPS {
+                    line(format!("{} = {}", quoted(&value), quoted(&label)));
+                }
+            }
+        }
+    }
+    for input in &layout.inputs {
+        let labels = labels_of(meta, &input.name, input.kind);
+        line(String::new());
+        line("[[variables]]".into());
+        line(format!("name = {}", quoted(&input.name)));
+        if let Some(label) = &labels.label {
+            line(format!("label = {}", quoted(label)));
+        }
+        match input.kind {
+            Kind::Date => line("# a date: days since 1970-01-01".into()),
+            Kind::DateTime => line("# a date and time: seconds since 1970-01-01 00:00".into()),
+            Kind::Duration => line("# a time: seconds".into()),
+            Kind::Number | Kind::Text => {}
+        }
+        if !labels.values.is_empty() {
+            let values = labels
+                .values
+                .iter()
+                .map(|(value, label)| {
+                    format!("{} = {}", quoted(&number_text(*value)), quoted(label))
+                })
+                .collect::<Vec<_>>()
+                .join(", ");
+            line(format!("values = {{ {values} }}"));
+        }
+    }
+    for code in &codes {
+        line(String::new());
+        line("[[codes]]".into());
+        line(format!("code = {}", quoted(&code.code)));
+        if let Some(label) = &code.label {
+            line(format!("label = {}", quoted(label)));
+        }
+        line(format!("expr = {}", quoted(&code.expr)));
+    }
+    line(String::new());
+    line("[[population_bases]]".into());
+    line("code = \"ALL\"".into());
+    line("label = \"All respondents\"".into());
+    line("expr = \"*\"".into());
+    Ok(out)
+}
