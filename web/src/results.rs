@@ -2,10 +2,9 @@
 //! CSV export and the request as a curl command (with a placeholder, never a key).
 
 use crosstab_contract::app::Codebook;
-use crosstab_contract::ALL_GROUPS;
+use crosstab_contract::{CrosstabResponse, CrosstabResult, ALL_GROUPS};
 use crosstab_wasm::display::{format_number, format_result, UNSTABLE_NOTE};
 use crosstab_wasm::response::{parse_response, ParsedResponse, Retry};
-use crosstab_wasm::types::{CrosstabResponse, CrosstabResult};
 use leptos::prelude::*;
 use serde_json::Value;
 use wasm_bindgen::JsCast;
@@ -161,7 +160,7 @@ fn to_csv(rows: &[Row], units: u32) -> String {
             row.absolute.round(),
             row.result.resps,
             row.share.map_or(String::new(), |s| format!("{s:.2}")),
-            row.result.stbl
+            row.result.stbl as u8
         ));
     }
     out

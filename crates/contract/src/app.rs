@@ -8,7 +8,9 @@
 //! failure is an [`crate::ErrorEnvelope`] whose `error.code` is an [`AppErrorCode`] or a
 //! contract error code.
 //!
-//! Serde only (feature `app`), so it builds for `wasm32-unknown-unknown`.
+//! Serde only (feature `app`), so it builds for `wasm32-unknown-unknown`; with feature
+//! `ts` the codebook types also derive their TypeScript declarations (the npm package's
+//! `Survey.codebook()` returns a [`Codebook`]).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -102,9 +104,10 @@ pub struct CodebookQuery {
 
 /// What a survey offers to query: variables, values, named codes, bases and groups.
 ///
-/// The engine builds it (`Survey::codebook`, also the npm package's `Survey.codebook()`);
+/// The engine builds it (also the npm package's `Survey.codebook()`);
 /// `GET /app/api/surveys/{code}/codebook` serves it as the account may see it: granted
-/// groups only, with each base's [`BaseEntry::group_totals`].
+/// groups only, with each base's `groupTotals`.
+#[cfg_attr(feature = "ts", derive(tsify::Tsify))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Codebook {
@@ -130,7 +133,8 @@ pub struct Codebook {
     pub variables: Vec<VariableEntry>,
 }
 
-/// One authorization group of a [`Codebook`].
+/// One authorization group of a `Codebook`.
+#[cfg_attr(feature = "ts", derive(tsify::Tsify))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GroupEntry {
     /// The value requests name in `AuthorizationGroup`.
@@ -140,7 +144,8 @@ pub struct GroupEntry {
     pub label: Option<String>,
 }
 
-/// One population base of a [`Codebook`].
+/// One population base of a `Codebook`.
+#[cfg_attr(feature = "ts", derive(tsify::Tsify))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct BaseEntry {
@@ -158,10 +163,12 @@ pub struct BaseEntry {
     /// The base's totals within each granted group, by group value: added by
     /// `/app`, absent from the engine's codebook (which knows no grants).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "ts", tsify(type = "Record<string, Totals>"))]
     pub group_totals: Option<BTreeMap<String, Totals>>,
 }
 
 /// Unweighted and weighted totals of a set of respondents.
+#[cfg_attr(feature = "ts", derive(tsify::Tsify))]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct Totals {
     /// Unweighted respondents.
@@ -170,7 +177,8 @@ pub struct Totals {
     pub weighted: f64,
 }
 
-/// One named code of a [`Codebook`].
+/// One named code of a `Codebook`.
+#[cfg_attr(feature = "ts", derive(tsify::Tsify))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CodeEntry {
     /// The target code.
@@ -182,7 +190,8 @@ pub struct CodeEntry {
     pub expr: String,
 }
 
-/// One variable of a [`Codebook`].
+/// One variable of a `Codebook`.
+#[cfg_attr(feature = "ts", derive(tsify::Tsify))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct VariableEntry {
     /// Name used in expressions.
@@ -202,7 +211,8 @@ pub struct VariableEntry {
     pub values: Vec<ValueEntry>,
 }
 
-/// One value of a [`VariableEntry`].
+/// One value of a variable (`VariableEntry`).
+#[cfg_attr(feature = "ts", derive(tsify::Tsify))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ValueEntry {
     /// The value.

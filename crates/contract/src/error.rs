@@ -153,6 +153,7 @@ impl ApiError {
 }
 
 /// Body of every failure response.
+#[cfg_attr(feature = "ts", derive(tsify::Tsify))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct ErrorEnvelope {
     /// Numeric status; equals the HTTP status for 4xx and 5xx.
@@ -167,6 +168,7 @@ pub struct ErrorEnvelope {
 }
 
 /// Machine-readable part of the error envelope.
+#[cfg_attr(feature = "ts", derive(tsify::Tsify))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct ErrorDetail {
     /// Machine-readable code; clients branch on this.

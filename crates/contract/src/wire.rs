@@ -8,6 +8,7 @@ use utoipa::ToSchema;
 pub const ALL_GROUPS: &str = "_ALL_";
 
 /// Body of `POST /crosstab`. Unknown members are ignored.
+#[cfg_attr(feature = "ts", derive(tsify::Tsify))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[schema(example = json!({
     "SurveyCode": "DEMO",
@@ -58,6 +59,7 @@ pub enum Stability {
 }
 
 /// One target's figures.
+#[cfg_attr(feature = "ts", derive(tsify::Tsify))]
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct CrosstabResult {
     /// Weighted projected audience, in `AudienceReportUnits`.
@@ -68,6 +70,7 @@ pub struct CrosstabResult {
     pub resps: u64,
     /// Stability flag: 0 stable, 1 unstable.
     #[serde(rename = "Stbl")]
+    #[cfg_attr(feature = "ts", tsify(type = "0 | 1"))]
     pub stbl: Stability,
 }
 
@@ -98,6 +101,7 @@ impl ResultCode {
 }
 
 /// Body of a 200 response from `POST /crosstab`.
+#[cfg_attr(feature = "ts", derive(tsify::Tsify))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[schema(example = json!({
     "ResultCode": 0,

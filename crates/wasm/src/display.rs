@@ -4,7 +4,7 @@
 use serde::Serialize;
 use tsify::Tsify;
 
-use crate::types::CrosstabResult;
+use crosstab_contract::{CrosstabResult, Stability};
 
 /// Appended to figures of an unstable result (`Stbl` = 1).
 pub const UNSTABLE_MARKER: &str = "*";
@@ -70,7 +70,7 @@ pub struct FormattedResult {
 
 /// Formats one result for display.
 pub fn format_result(result: &CrosstabResult, units: u32) -> FormattedResult {
-    let unstable = result.stbl != 0;
+    let unstable = result.stbl == Stability::Unstable;
     let marker = if unstable { UNSTABLE_MARKER } else { "" };
     let absolute = format_number(absolute_audience(result, units), 0);
     FormattedResult {
@@ -105,7 +105,7 @@ mod tests {
         let stable = CrosstabResult {
             wgt_aud: 28411.372,
             resps: 5321,
-            stbl: 0,
+            stbl: Stability::Stable,
         };
         let shown = format_result(&stable, 1000);
         assert_eq!(shown.absolute, "28,411,372");
@@ -116,7 +116,7 @@ mod tests {
         let unstable = CrosstabResult {
             wgt_aud: 1.2,
             resps: 14,
-            stbl: 1,
+            stbl: Stability::Unstable,
         };
         let shown = format_result(&unstable, 1000);
         assert_eq!(shown.display, "1,200*");

@@ -6,11 +6,10 @@ use js_sys::{Reflect, JSON};
 use serde::Serialize;
 use wasm_bindgen::prelude::*;
 
-use crosstab_contract::{ApiError, ValidRequest};
+use crosstab_contract::{ApiError, CrosstabResult, ValidRequest};
 
 use crate::display;
 use crate::response;
-use crate::types::CrosstabResult;
 use crate::validate::{self, Validation};
 
 /// Error code for a JS argument of the wrong type (not a contract code: the caller's bug).
@@ -66,7 +65,7 @@ pub(crate) fn api_error(api: &ApiError) -> JsValue {
         &JsValue::from_str("status"),
         &JsValue::from(api.status()),
     );
-    if let Ok(body) = to_js(&crate::types::ErrorEnvelope::from(api.envelope())) {
+    if let Ok(body) = to_js(&api.envelope()) {
         let _ = Reflect::set(&js, &JsValue::from_str("body"), &body);
     }
     js
@@ -204,17 +203,18 @@ fn result_from_js(result: JsValue) -> Result<CrosstabResult, JsValue> {
         .ok()
         .flatten()
         .ok_or_else(|| error(INVALID_ARGUMENT, "result must be a CrosstabResult object."))?;
+    // Deserializing checks that Stbl is 0 or 1.
     let result: CrosstabResult = serde_json::from_str(&text).map_err(|e| {
         error(
             INVALID_ARGUMENT,
-            &format!("result must be a CrosstabResult {{WgtAud, Resps, Stbl}}: {e}."),
+            &format!("result must be a CrosstabResult {{WgtAud, Resps, Stbl 0 or 1}}: {e}."),
         )
     })?;
     // From JSON text, WgtAud is never NaN (JSON.stringify writes NaN as null).
-    if result.to_contract().is_none() || result.wgt_aud < 0.0 {
+    if result.wgt_aud < 0.0 {
         return Err(error(
             INVALID_ARGUMENT,
-            "result must be a CrosstabResult: WgtAud at least 0, Stbl 0 or 1.",
+            "result must be a CrosstabResult: WgtAud at least 0.",
         ));
     }
     Ok(result)
@@ -297,8 +297,7 @@ mod engine {
     use wasm_bindgen::prelude::*;
 
     use super::{api_error, error, string_arg, to_js, validate_js, INVALID_ARGUMENT};
-    use crate::survey::{Codebook, INVALID_SURVEY, INVALID_SURVEY_SOURCE};
-    use crate::types::CrosstabResponse;
+    use crate::survey::{INVALID_SURVEY, INVALID_SURVEY_SOURCE};
 
     /// A survey loaded in memory, answering requests with the server's engine.
     #[wasm_bindgen]
@@ -358,7 +357,7 @@ mod engine {
         /// Variables, values, named codes, bases (with totals) and groups, with labels.
         #[wasm_bindgen(unchecked_return_type = "Codebook")]
         pub fn codebook(&self) -> Result<JsValue, JsValue> {
-            to_js(&Codebook::from(self.inner.codebook()))
+            to_js(&self.inner.codebook())
         }
 
         /// Answers a request as the server does for a caller granted this whole survey.
@@ -373,7 +372,7 @@ mod engine {
             let answer =
                 validate_js(&request).and_then(|valid| crate::crosstab(&self.inner, &valid));
             match answer {
-                Ok(response) => to_js(&CrosstabResponse::from(response)),
+                Ok(response) => to_js(&response),
                 Err(api) => Err(api_error(&api)),
             }
         }

@@ -17,7 +17,6 @@ pub mod response;
 pub mod retry;
 #[cfg(feature = "engine")]
 pub mod survey;
-pub mod types;
 pub mod validate;
 
 pub use crosstab_contract::{ApiError, ValidRequest, CONTRACT_VERSION};

@@ -7,9 +7,9 @@ use tsify::Tsify;
 
 use crosstab_contract::limits::{MAX_TARGET_CODES, MIN_TARGET_CODES};
 use crosstab_contract::validate::kind_of;
-use crosstab_contract::ResultCode;
-
-use crate::types::{CrosstabResponse, CrosstabResult, ErrorDetail, ErrorEnvelope};
+use crosstab_contract::{
+    CrosstabResponse, CrosstabResult, ErrorDetail, ErrorEnvelope, ResultCode, Stability,
+};
 
 /// What a client should do about an answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Tsify)]
@@ -228,7 +228,12 @@ fn parse_result(index: usize, value: &Value, problems: &mut Vec<String>) -> Opti
     Some(CrosstabResult {
         wgt_aud: wgt_aud?,
         resps: u64::try_from(resps?).ok()?,
-        stbl: u8::try_from(stbl?).ok()?,
+        // `integer` kept Stbl within 0..=1.
+        stbl: if stbl? == 0 {
+            Stability::Stable
+        } else {
+            Stability::Unstable
+        },
     })
 }
 

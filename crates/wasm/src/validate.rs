@@ -4,9 +4,7 @@
 use serde::Serialize;
 use tsify::Tsify;
 
-use crosstab_contract::{validate_body, ApiError, ValidRequest};
-
-use crate::types::{CrosstabRequest, ErrorEnvelope};
+use crosstab_contract::{validate_body, ApiError, CrosstabRequest, ErrorEnvelope, ValidRequest};
 
 /// The outcome of validating a request body.
 #[derive(Debug, Clone, PartialEq, Serialize, Tsify)]
@@ -44,7 +42,7 @@ impl From<Result<ValidRequest, ApiError>> for Validation {
         match outcome {
             Ok(valid) => Validation::Valid {
                 ok: true,
-                request: valid.request.into(),
+                request: valid.request,
             },
             Err(error) => Validation::from(&error),
         }
@@ -56,7 +54,7 @@ impl From<&ApiError> for Validation {
         Validation::Invalid {
             ok: false,
             status: error.status(),
-            body: error.envelope().into(),
+            body: error.envelope(),
         }
     }
 }
