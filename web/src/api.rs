@@ -5,7 +5,7 @@ use crosstab_contract::app::{
     paths, AppErrorCode, Codebook, Credentials, KeyInfo, Me, NewKey, NewKeyRequest, SurveySummary,
     UsageRow,
 };
-use crosstab_contract::ErrorEnvelope;
+use crosstab_contract::{CrosstabRequest, ErrorEnvelope};
 use gloo_net::http::{Request, RequestBuilder, Response};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -31,20 +31,6 @@ pub fn backend_origin() -> String {
 
 fn url(path: &str) -> String {
     format!("{}{path}", backend_origin())
-}
-
-/// The `TargetCodes` of a request, as strings (non-strings skipped).
-pub fn target_codes(request: &Value) -> Vec<String> {
-    request
-        .get("TargetCodes")
-        .and_then(Value::as_array)
-        .map(|items| {
-            items
-                .iter()
-                .filter_map(|t| t.as_str().map(str::to_owned))
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 /// A failed backend call, ready to show.
@@ -170,7 +156,7 @@ pub async fn codebook(code: &str) -> Result<Codebook, ApiFailure> {
 
 /// Runs a crosstab through the backend, which adds the key. The upstream's status and
 /// body come back unchanged.
-pub async fn crosstab(request: &Value) -> Result<(u16, Value), ApiFailure> {
+pub async fn crosstab(request: &CrosstabRequest) -> Result<(u16, Value), ApiFailure> {
     let response = with_credentials(Request::post(&url(paths::CROSSTAB)))
         .json(request)
         .map_err(ApiFailure::network)?

@@ -1,9 +1,11 @@
 //! Query history in local storage: the last queries run, re-run with a click.
 
+use crosstab_contract::{CrosstabRequest, ALL_GROUPS};
 use gloo_storage::{LocalStorage, Storage};
 use leptos::prelude::*;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+
+use crate::choices::{Choice, ChoiceList};
 
 const KEY: &str = "crosstab.history";
 const MAX_ENTRIES: usize = 50;
@@ -14,7 +16,7 @@ pub struct Entry {
     /// When it ran (ISO 8601, from the browser clock).
     pub at: String,
     /// The request as sent.
-    pub request: Value,
+    pub request: CrosstabRequest,
     /// A one-line summary of the answer.
     pub summary: String,
 }
@@ -25,7 +27,7 @@ pub fn entries() -> Vec<Entry> {
 }
 
 /// Stores a query run, newest first, replacing an identical earlier request.
-pub fn record(request: &Value, summary: String) {
+pub fn record(request: &CrosstabRequest, summary: String) {
     let mut all = entries();
     all.retain(|entry| &entry.request != request);
     all.insert(
@@ -40,30 +42,18 @@ pub fn record(request: &Value, summary: String) {
     let _ = LocalStorage::set(KEY, &all);
 }
 
-fn describe(request: &Value) -> String {
-    let text = |key: &str| {
-        request
-            .get(key)
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_owned()
-    };
-    let targets = crate::api::target_codes(request).join(" | ");
-    let group = request
-        .get("AuthorizationGroup")
-        .and_then(Value::as_str)
-        .unwrap_or("_ALL_");
+fn describe(request: &CrosstabRequest) -> String {
     format!(
         "{} · base {} · group {} · {}",
-        text("SurveyCode"),
-        text("PopulationBaseCode"),
-        group,
-        targets
+        request.survey_code,
+        request.population_base_code,
+        request.authorization_group.as_deref().unwrap_or(ALL_GROUPS),
+        request.target_codes.join(" | ")
     )
 }
 
 #[component]
-pub fn HistoryScreen(on_pick: Callback<Value>) -> impl IntoView {
+pub fn HistoryScreen(on_pick: Callback<CrosstabRequest>) -> impl IntoView {
     let items = RwSignal::new(entries());
     let clear = move |_| {
         LocalStorage::delete(KEY);
@@ -80,20 +70,13 @@ pub fn HistoryScreen(on_pick: Callback<Value>) -> impl IntoView {
                 if list.is_empty() {
                     view! { <p class="empty">"No queries yet. Run one from the Query screen and it appears here."</p> }.into_any()
                 } else {
+                    let choices = list.into_iter().map(|entry| Choice {
+                        primary: view! { <span class="history-query">{describe(&entry.request)}</span> }.into_any(),
+                        secondary: view! { <span class="muted">{format!("{} — {}", entry.at, entry.summary)}</span> }.into_any(),
+                        value: entry.request,
+                    }).collect();
                     view! {
-                        <ul class="history">
-                            {list.into_iter().map(|entry| {
-                                let request = entry.request.clone();
-                                view! {
-                                    <li>
-                                        <button class="history-item" on:click=move |_| on_pick.run(request.clone())>
-                                            <span class="history-query">{describe(&entry.request)}</span>
-                                            <span class="muted">{format!("{} — {}", entry.at, entry.summary)}</span>
-                                        </button>
-                                    </li>
-                                }
-                            }).collect_view()}
-                        </ul>
+                        <ChoiceList list_class="history" button_class="history-item" choices on_pick />
                     }.into_any()
                 }
             }}

@@ -3,6 +3,7 @@
 //! backend (`/app/...`); the API key never reaches the browser.
 
 mod api;
+mod choices;
 mod history;
 mod portal;
 mod query;
@@ -11,6 +12,7 @@ mod results;
 use leptos::prelude::*;
 
 use crosstab_contract::app::Me;
+use crosstab_contract::CrosstabRequest;
 
 /// The screens of the app, reflected in the URL hash so they can be bookmarked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,7 +85,7 @@ fn App() -> impl IntoView {
     let session = RwSignal::new(Session::Checking);
     let screen = RwSignal::new(Screen::from_hash(&current_hash()));
     // A query picked from the history, handed to the query screen to load and run.
-    let rerun = RwSignal::new(None::<serde_json::Value>);
+    let rerun = RwSignal::new(None::<CrosstabRequest>);
     // An ended session (expired, or signed out in another tab) brings back the sign-in
     // form, whatever screen asked.
     api::on_session_ended(move || session.set(Session::SignedOut));

@@ -2,10 +2,11 @@
 //! same rules the server applies (the WASM crate's validator) before anything is sent.
 
 use crosstab_contract::app::{Codebook, SurveySummary};
+use crosstab_contract::CrosstabRequest;
 use leptos::prelude::*;
-use serde_json::{json, Value};
 
 use crate::api;
+use crate::choices::{Choice, ChoiceList};
 use crate::results::{Outcome, ResultsView};
 
 /// What the validator says about the draft, by request field.
@@ -16,9 +17,12 @@ struct Problems {
 }
 
 impl Problems {
-    fn of(draft: &Value) -> Problems {
-        let text = draft.to_string();
-        match crosstab_wasm::validate::validate_text(Some(&text)) {
+    fn of(draft: &CrosstabRequest) -> Problems {
+        // Validated as the JSON text the backend receives, by the server's own rules.
+        let checked = serde_json::to_string(draft)
+            .map_err(|e| crosstab_wasm::validate::unserializable(&e.to_string()))
+            .and_then(|text| crosstab_wasm::validate::validate_text(Some(&text)));
+        match checked {
             Ok(_) => Problems::default(),
             Err(error) => {
                 let envelope = error.envelope();
@@ -101,7 +105,7 @@ fn remove_target(list: &mut Vec<String>, index: usize) {
 }
 
 #[component]
-pub fn QueryScreen(rerun: RwSignal<Option<Value>>) -> impl IntoView {
+pub fn QueryScreen(rerun: RwSignal<Option<CrosstabRequest>>) -> impl IntoView {
     let surveys = RwSignal::new(None::<Result<Vec<SurveySummary>, api::ApiFailure>>);
     let survey = RwSignal::new(String::new());
     let codebook = RwSignal::new(None::<Result<Codebook, api::ApiFailure>>);
@@ -175,16 +179,13 @@ pub fn QueryScreen(rerun: RwSignal<Option<Value>>) -> impl IntoView {
     });
 
     let draft = Memo::new(move |_| {
-        let mut request = json!({
-            "SurveyCode": survey.get(),
-            "PopulationBaseCode": base.get(),
-            "TargetCodes": targets.get(),
-        });
         let group = group.get();
-        if !group.is_empty() {
-            request["AuthorizationGroup"] = Value::String(group);
+        CrosstabRequest {
+            survey_code: survey.get(),
+            authorization_group: (!group.is_empty()).then_some(group),
+            population_base_code: base.get(),
+            target_codes: targets.get(),
         }
-        request
     });
     let problems = Memo::new(move |_| Problems::of(&draft.get()));
 
@@ -198,7 +199,7 @@ pub fn QueryScreen(rerun: RwSignal<Option<Value>>) -> impl IntoView {
         leptos::task::spawn_local(async move {
             let call = api::crosstab(&request).await;
             // The survey changed while this ran: its answer belongs to another screen.
-            if request.get("SurveyCode").and_then(Value::as_str) != Some(&survey.get_untracked()) {
+            if request.survey_code != survey.get_untracked() {
                 outcome.set(Outcome::Idle);
                 return;
             }
@@ -212,17 +213,10 @@ pub fn QueryScreen(rerun: RwSignal<Option<Value>>) -> impl IntoView {
     // History hands over a request: load it into the form, then run it.
     Effect::new(move |_| {
         if let Some(request) = rerun.get() {
-            let text = |key: &str| {
-                request
-                    .get(key)
-                    .and_then(Value::as_str)
-                    .unwrap_or("")
-                    .to_owned()
-            };
-            survey.set(text("SurveyCode"));
-            group.set(text("AuthorizationGroup"));
-            base.set(text("PopulationBaseCode"));
-            targets.set(api::target_codes(&request));
+            survey.set(request.survey_code);
+            group.set(request.authorization_group.unwrap_or_default());
+            base.set(request.population_base_code);
+            targets.set(request.target_codes);
             rerun.set(None);
             pending_run.set(true);
         }
@@ -354,17 +348,13 @@ pub fn QueryScreen(rerun: RwSignal<Option<Value>>) -> impl IntoView {
                     } else if found.is_empty() {
                         view! { <p class="empty">"Nothing matches."</p> }.into_any()
                     } else {
+                        let choices = found.into_iter().map(|pick| Choice {
+                            primary: view! { <code>{pick.target.clone()}</code> }.into_any(),
+                            secondary: view! { <span>{pick.label}</span> }.into_any(),
+                            value: pick.target,
+                        }).collect();
                         view! {
-                            <ul class="picks">
-                                {found.into_iter().map(|pick| {
-                                    let target = pick.target.clone();
-                                    view! {
-                                        <li><button class="pick" on:click=move |_| add_target(target.clone())>
-                                            <code>{pick.target}</code><span>{pick.label}</span>
-                                        </button></li>
-                                    }
-                                }).collect_view()}
-                            </ul>
+                            <ChoiceList list_class="picks" button_class="pick" choices on_pick=Callback::new(add_target) />
                         }.into_any()
                     }
                 }}

@@ -2,7 +2,7 @@
 //! CSV export and the request as a curl command (with a placeholder, never a key).
 
 use crosstab_contract::app::Codebook;
-use crosstab_contract::{CrosstabResponse, CrosstabResult, ALL_GROUPS};
+use crosstab_contract::{CrosstabRequest, CrosstabResponse, CrosstabResult};
 use crosstab_wasm::display::{format_number, format_result, UNSTABLE_NOTE};
 use crosstab_wasm::response::{parse_response, ParsedResponse, Retry};
 use leptos::prelude::*;
@@ -23,7 +23,7 @@ pub enum Outcome {
     /// An answer, classified by the contract's rules.
     Answered {
         /// The request as sent.
-        request: Value,
+        request: CrosstabRequest,
         /// The codebook it was built from (labels and base totals).
         codebook: Option<Codebook>,
         /// The classified answer (boxed: it is much larger than the other states).
@@ -34,19 +34,16 @@ pub enum Outcome {
 impl Outcome {
     /// Classifies a backend answer.
     pub fn from_call(
-        request: Value,
+        request: CrosstabRequest,
         codebook: Option<Codebook>,
         call: Result<(u16, Value), ApiFailure>,
     ) -> Outcome {
         match call {
             Err(failure) => Outcome::Failed(failure.message),
             Ok((status, body)) => {
-                let count = request
-                    .get("TargetCodes")
-                    .and_then(Value::as_array)
-                    .map(Vec::len);
+                let count = request.target_codes.len();
                 Outcome::Answered {
-                    parsed: Box::new(parse_response(status, &body, count)),
+                    parsed: Box::new(parse_response(status, &body, Some(count))),
                     request,
                     codebook,
                 }
@@ -90,27 +87,31 @@ struct Row {
     unstable: bool,
 }
 
-fn rows(request: &Value, codebook: Option<&Codebook>, response: &CrosstabResponse) -> Vec<Row> {
-    let targets = crate::api::target_codes(request);
-    let base_code = request
-        .get("PopulationBaseCode")
-        .and_then(Value::as_str)
-        .unwrap_or("");
-    let group = request
-        .get("AuthorizationGroup")
-        .and_then(Value::as_str)
-        .unwrap_or(ALL_GROUPS);
+fn rows(
+    request: &CrosstabRequest,
+    codebook: Option<&Codebook>,
+    response: &CrosstabResponse,
+) -> Vec<Row> {
     let base_total = codebook
-        .and_then(|book| book.bases.iter().find(|b| b.code == base_code))
-        .map(
-            |base| match base.group_totals.as_ref().and_then(|t| t.get(group)) {
-                Some(totals) if group != ALL_GROUPS => totals.weighted,
-                _ => base.weighted,
-            },
-        );
+        .and_then(|book| {
+            book.bases
+                .iter()
+                .find(|b| b.code == request.population_base_code)
+        })
+        .map(|base| {
+            // Within a named group, the share is of the base within that group.
+            let in_group = request.group_filter().and_then(|group| {
+                base.group_totals
+                    .as_ref()
+                    .and_then(|totals| totals.get(group))
+            });
+            in_group.map_or(base.weighted, |totals| totals.weighted)
+        });
     let units = response.audience_report_units;
-    targets
-        .into_iter()
+    request
+        .target_codes
+        .iter()
+        .cloned()
         .zip(response.results.iter())
         .map(|(target, result)| {
             let formatted = format_result(result, units);
@@ -183,14 +184,17 @@ fn download(name: &str, mime: &str, content: &str) {
 }
 
 /// The request as a curl command for the `/v1` API, with a placeholder for the key.
-fn curl(request: &Value) -> String {
+fn curl(request: &CrosstabRequest) -> String {
     let origin = match crate::api::backend_origin() {
         origin if !origin.is_empty() => origin,
         _ => web_sys::window()
             .and_then(|w| w.location().origin().ok())
             .unwrap_or_default(),
     };
-    let body = request.to_string().replace('\'', "'\\''");
+    // A request always serializes; an empty body would only make the command fail.
+    let body = serde_json::to_string(request)
+        .unwrap_or_default()
+        .replace('\'', "'\\''");
     format!(
         "curl -X POST '{origin}/v1/crosstab' \\\n  -H 'Content-Type: application/json' \\\n  -H \"Service-Engine-Authorizer: $CROSSTAB_API_KEY\" \\\n  -d '{body}'"
     )
