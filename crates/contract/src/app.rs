@@ -61,13 +61,23 @@ pub struct Credentials {
 }
 
 impl fmt::Debug for Credentials {
-    /// Never prints the password (logs and panics may carry a `Debug`).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Credentials")
-            .field("username", &self.username)
-            .field("password", &"<redacted>")
-            .finish()
+        debug_with_secret(f, "Credentials", ("username", &self.username), "password")
     }
+}
+
+/// `name { field: value, secret: "<redacted>" }`: the `Debug` of a body that carries a
+/// secret, which logs and panic messages must never show.
+fn debug_with_secret(
+    f: &mut fmt::Formatter<'_>,
+    name: &str,
+    (field, value): (&str, &str),
+    secret: &str,
+) -> fmt::Result {
+    f.debug_struct(name)
+        .field(field, &value)
+        .field(secret, &"<redacted>")
+        .finish()
 }
 
 /// The signed-in user: `GET /app/api/me`, and the 200 of `POST /app/login`.
@@ -261,12 +271,8 @@ pub struct NewKey {
 }
 
 impl fmt::Debug for NewKey {
-    /// Never prints the key's secret.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("NewKey")
-            .field("id", &self.id)
-            .field("key", &"<redacted>")
-            .finish()
+        debug_with_secret(f, "NewKey", ("id", &self.id), "key")
     }
 }
 
