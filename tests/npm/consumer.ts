@@ -17,6 +17,7 @@ import {
   type CrosstabResult,
   type ErrorEnvelope,
   type ParsedResponse,
+  type Totals,
   type Validation,
 } from "crosstab-wasm";
 import { validateRequest as validateOnly, type Validation as ValidatorValidation } from "crosstab-wasm/validator";
@@ -66,6 +67,11 @@ console.log(describe(parseResponse(401, "{}")));
 const survey: Survey = Survey.fromCsv("code = 'X'", "ID\n");
 const codebook: Codebook = survey.codebook();
 const bases: string[] = codebook.bases.map((b) => b.code);
+// The codebook's declarations are the contract's own types (derived with tsify).
+const weighted: number = codebook.bases[0].weighted;
+const perGroup: Record<string, Totals> | undefined = codebook.bases[0].groupTotals;
+const labels: (string | undefined)[] = codebook.variables.flatMap((v) => v.values.map((x) => x.label));
+void [weighted, perGroup, labels];
 const response: CrosstabResponse = survey.crosstab(request);
 const stbl: 0 | 1 = response.Results[0].Stbl;
 const absolute: number = absoluteAudience(response.Results[0], response.AudienceReportUnits);
