@@ -5,6 +5,10 @@
 //! server and the WASM validator share, the target-expression language, every error
 //! envelope the service can send, and the OpenAPI document generated from these types.
 //! It does no I/O and builds for `wasm32-unknown-unknown`.
+//!
+//! Features: `app` adds the `app` module, the bodies of the researcher app's backend
+//! (`/app`), shared by the server and the app; `ts` derives TypeScript declarations
+//! (tsify) on the wire types and, with `app`, the codebook, for the npm package's `.d.ts`.
 
 #[cfg(feature = "app")]
 pub mod app;
