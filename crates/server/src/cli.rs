@@ -12,11 +12,15 @@ use crosstab_engine::{import, ImportError, LoadError};
 
 use crate::clock::now_ms;
 use crate::grants::GrantSpec;
+use crate::http::listener::Limits;
 use crate::keys::KeyEnv;
 use crate::report::{self, Format};
 use crate::serve::{self, ServeError, ServeOptions};
-use crate::service::cache::DEFAULT_ENTRIES;
+use crate::service::cache::{ResponseCache, DEFAULT_BYTES, DEFAULT_ENTRIES};
+use crate::service::limits::AddressLimits;
 use crate::service::users;
+use crate::service::Settings;
+use crate::store::accounts::AccountLimits;
 use crate::store::{self, accounts, upstream_keys, usage, Database, DbError, Synchronous};
 
 /// The crosstab survey-audience query service.
@@ -115,6 +119,31 @@ enum Command {
         /// Whole answers kept in memory for repeated requests (0: none).
         #[arg(long, env = "CROSSTAB_RESPONSE_CACHE_ENTRIES", default_value_t = DEFAULT_ENTRIES)]
         response_cache_entries: usize,
+        /// The address clients reach this service at, e.g. https://crosstab.example.com
+        /// (https: the session cookie is Secure and HSTS is sent); default: the listen
+        /// address over http.
+        #[arg(long, env = "CROSSTAB_PUBLIC_URL", value_name = "URL")]
+        public_url: Option<String>,
+        #[command(flatten)]
+        limits: LimitArgs,
+        /// Behind a load balancer: the header it puts the client's address in (e.g.
+        /// X-Forwarded-For; the last address in it counts). Only with a proxy that sets it.
+        #[arg(long, value_name = "HEADER")]
+        trusted_proxy_header: Option<axum::http::HeaderName>,
+        /// Seconds a query may compute; past it, 503 `deadline_exceeded`, not billed.
+        #[arg(long, value_name = "SECONDS", default_value_t = 10)]
+        query_deadline: u64,
+        /// Failed authentications per client address and minute; past it, 429.
+        #[arg(long, value_name = "N", default_value_t = 60)]
+        failed_auth_per_minute: u32,
+        /// Sign-in attempts to the app per client address and minute; past it, 429.
+        #[arg(long, value_name = "N", default_value_t = 20)]
+        sign_in_per_minute: u32,
+    },
+    /// Settings of accounts.
+    Account {
+        #[command(subcommand)]
+        command: AccountCommand,
     },
     /// Settings of the app backend.
     App {
@@ -172,6 +201,59 @@ enum Command {
     },
 }
 
+/// The deadlines and caps of connections (`serve`).
+#[derive(Debug, Clone, Args)]
+struct LimitArgs {
+    /// Seconds a client has to send a request's head (also between requests on a
+    /// keep-alive connection).
+    #[arg(long, value_name = "SECONDS", default_value_t = 10)]
+    header_read_timeout: u64,
+    /// Seconds a client has to send a request's whole body, from its head.
+    #[arg(long, value_name = "SECONDS", default_value_t = 30)]
+    body_timeout: u64,
+    /// Seconds a connection may move no byte before it is closed.
+    #[arg(long, value_name = "SECONDS", default_value_t = 60)]
+    idle_timeout: u64,
+    /// Connections open at once; past it, new ones are closed as soon as accepted.
+    #[arg(long, value_name = "N", default_value_t = 10_000)]
+    max_connections: usize,
+    /// Seconds requests in flight get to finish after SIGINT/SIGTERM before their
+    /// connections are closed (bills already committed stay).
+    #[arg(long, value_name = "SECONDS", default_value_t = 10)]
+    shutdown_grace: u64,
+}
+
+impl LimitArgs {
+    fn limits(&self) -> Limits {
+        Limits {
+            header_read_timeout: Duration::from_secs(self.header_read_timeout),
+            body_timeout: Duration::from_secs(self.body_timeout),
+            idle_timeout: Duration::from_secs(self.idle_timeout),
+            max_connections: self.max_connections,
+            shutdown_grace: Duration::from_secs(self.shutdown_grace),
+        }
+    }
+}
+
+#[derive(Debug, Subcommand)]
+enum AccountCommand {
+    /// Set an account's request rate and daily quota over all its keys and users (each
+    /// left out: not limited). Running servers apply it on the next request.
+    Limits {
+        /// The account.
+        #[arg(long)]
+        account: String,
+        /// Requests per second.
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+        per_second: Option<u32>,
+        /// Billed calls per UTC day.
+        #[arg(long, value_name = "N")]
+        daily_quota: Option<u64>,
+        #[command(flatten)]
+        store: Store,
+    },
+}
+
 #[derive(Debug, Subcommand)]
 enum AppCommand {
     /// With `serve --upstream URL`: the API key the app presents upstream for the users of
@@ -207,15 +289,33 @@ enum UserCommand {
 enum SurveyCommand {
     /// Validate, compile and install a survey from its definition (replaces the same code atomically).
     Import {
-        /// The survey definition, e.g. path/survey.toml (its CSV beside it).
+        /// The survey definition, e.g. path/survey.toml (its CSV, .sav or .zsav beside it).
         path: PathBuf,
         #[command(flatten)]
         data: DataDir,
     },
-    /// List the installed surveys.
+    /// List the installed surveys (code, name, respondents, source format).
     List {
         #[command(flatten)]
         data: DataDir,
+    },
+    /// Print a starting definition for an SPSS file: every variable's labels and values,
+    /// the multiple-response sets as codes and a base ALL = "*" (e.g. `> survey.toml`).
+    Init {
+        /// The SPSS file (.sav or .zsav), written into the definition as given.
+        file: PathBuf,
+        /// The survey code.
+        #[arg(long)]
+        code: String,
+        /// The respondent id variable.
+        #[arg(long)]
+        id: String,
+        /// The projection weight variable (numeric).
+        #[arg(long)]
+        weight: String,
+        /// The authorization group variable.
+        #[arg(long)]
+        group: Option<String>,
     },
 }
 
@@ -369,6 +469,12 @@ async fn execute(command: Command) -> Result<(), CliError> {
             upstream,
             sqlite_synchronous,
             response_cache_entries,
+            public_url,
+            limits,
+            trusted_proxy_header,
+            query_deadline,
+            failed_auth_per_minute,
+            sign_in_per_minute,
         } => {
             let database = store.url()?;
             serve::serve(ServeOptions {
@@ -376,13 +482,50 @@ async fn execute(command: Command) -> Result<(), CliError> {
                 data_dir: store.data_dir,
                 database,
                 synchronous: sqlite_synchronous,
-                response_cache_entries,
                 allowed_origins,
                 demo,
                 app_dir,
                 upstream,
+                limits: limits.limits(),
+                public_url,
+                trusted_proxy_header,
+                settings: Settings {
+                    cache: ResponseCache::new(response_cache_entries, DEFAULT_BYTES),
+                    query_deadline: Duration::from_secs(query_deadline),
+                    addresses: AddressLimits {
+                        failed_auth_per_minute,
+                        sign_in_per_minute,
+                    },
+                },
             })
             .await?;
+            Ok(())
+        }
+        Command::Account {
+            command:
+                AccountCommand::Limits {
+                    account,
+                    per_second,
+                    daily_quota,
+                    store,
+                },
+        } => {
+            let db = store.connect().await?;
+            let limits = AccountLimits {
+                per_second,
+                daily_quota,
+            };
+            let set = accounts::set_limits(&db, &account, limits).await?;
+            db.close().await;
+            if !set {
+                return Err(CliError::Usage(format!("no account named '{account}'")));
+            }
+            let show = |value: Option<String>| value.unwrap_or_else(|| "unlimited".to_owned());
+            eprintln!(
+                "account '{account}': {} requests per second, {} billed calls per day",
+                show(per_second.map(|n| n.to_string())),
+                show(daily_quota.map(|n| n.to_string()))
+            );
             Ok(())
         }
         Command::App {
@@ -433,6 +576,22 @@ async fn execute(command: Command) -> Result<(), CliError> {
         Command::Survey {
             command: SurveyCommand::List { data },
         } => list_surveys(&data.data_dir),
+        Command::Survey {
+            command:
+                SurveyCommand::Init {
+                    file,
+                    code,
+                    id,
+                    weight,
+                    group,
+                },
+        } => {
+            print!(
+                "{}",
+                import::init_definition(&file, &code, &id, &weight, group.as_deref())?
+            );
+            Ok(())
+        }
         Command::Key { command } => key(command).await,
         Command::Query {
             survey,
@@ -461,9 +620,11 @@ async fn execute(command: Command) -> Result<(), CliError> {
 }
 
 fn import_survey(path: &Path, data_dir: &Path) -> Result<(), CliError> {
-    let bytes = import::compile_file(path)?;
     let store = SurveyStore::open(data_dir)?;
-    let survey = store.install(&bytes)?;
+    let (survey, prepared) = import::install_file(path, &store)?;
+    for warning in &prepared.warnings {
+        eprintln!("warning: {warning}");
+    }
     let weight_total: f64 = survey.weights().iter().sum();
     println!(
         "installed {} ({}) at {}",
@@ -471,6 +632,7 @@ fn import_survey(path: &Path, data_dir: &Path) -> Result<(), CliError> {
         survey.name(),
         store.path_of(survey.code()).display()
     );
+    println!("  source:       {}", prepared.format.name());
     println!("  respondents:  {}", survey.respondents());
     println!("  variables:    {}", survey.variable_names().count());
     println!("  named codes:  {}", survey.code_names().count());
@@ -491,10 +653,11 @@ fn list_surveys(data_dir: &Path) -> Result<(), CliError> {
     for code in store.codes()? {
         match store.load(&code) {
             Ok(survey) => println!(
-                "{}\t{}\t{} respondents",
+                "{}\t{}\t{} respondents\t{}",
                 survey.code(),
                 survey.name(),
-                survey.respondents()
+                survey.respondents(),
+                survey.source_format().unwrap_or("-")
             ),
             Err(error) => println!("{code}\t(unreadable: {error})"),
         }

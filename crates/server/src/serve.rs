@@ -6,7 +6,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::serve::ListenerExt;
 use crosstab_engine::demo::{self, DemoConfig};
 use crosstab_engine::store::{Catalog, Refresh, SurveyStore};
 use crosstab_engine::ImportError;
@@ -14,10 +13,10 @@ use crosstab_engine::ImportError;
 use crate::clock::{Clock, SystemClock};
 use crate::grants::GrantSpec;
 use crate::http::cors::Cors;
-use crate::http::{self, HttpState};
+use crate::http::listener::{self, Limits};
+use crate::http::{self, HttpOptions, HttpState};
 use crate::keys::KeyEnv;
 use crate::service::app::AppService;
-use crate::service::cache::{ResponseCache, DEFAULT_BYTES};
 use crate::service::upstream::{Unreachable, Upstream};
 use crate::service::users::{self, UserError};
 use crate::service::Services;
@@ -27,7 +26,7 @@ use crate::store::{accounts, Database, DbError, Synchronous};
 const REFRESH_EVERY: Duration = Duration::from_secs(1);
 
 /// What `serve` needs.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct ServeOptions {
     /// Address to listen on (port 0: any free port, printed at start).
     pub listen: SocketAddr,
@@ -37,8 +36,6 @@ pub struct ServeOptions {
     pub database: String,
     /// When a SQLite commit returns.
     pub synchronous: Synchronous,
-    /// Whole answers kept (0: none).
-    pub response_cache_entries: usize,
     /// Allowed browser origins.
     pub allowed_origins: Vec<String>,
     /// Set up the demo survey, account, key and app user.
@@ -48,6 +45,15 @@ pub struct ServeOptions {
     /// Another `/v1` service the app backend sends its users' queries to (default: this
     /// server answers them in-process).
     pub upstream: Option<String>,
+    /// The deadlines and caps of connections.
+    pub limits: Limits,
+    /// The address clients reach this service at (`https://...` makes cookies `Secure`
+    /// and sends HSTS); `None`: the listen address, as `http://`.
+    pub public_url: Option<String>,
+    /// The header a trusted proxy puts the client's address in.
+    pub trusted_proxy_header: Option<axum::http::HeaderName>,
+    /// How the services behave.
+    pub settings: crate::service::Settings,
 }
 
 /// Why the server could not run.
@@ -71,6 +77,9 @@ pub enum ServeError {
     /// The upstream client could not be made.
     #[error(transparent)]
     Upstream(#[from] Unreachable),
+    /// The built app could not be read.
+    #[error("the app: {0}")]
+    App(String),
 }
 
 /// What `--demo` made: the key and the user's password are shown once, at start.
@@ -146,11 +155,10 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
     let surveys: Vec<String> = catalog.all().iter().map(|s| s.code().to_owned()).collect();
     let cors = Cors::new(&options.allowed_origins);
     let origins = cors.describe();
-    let cache = ResponseCache::new(options.response_cache_entries, DEFAULT_BYTES);
     let (services, writer) = Services::start(
         db.clone(),
         Arc::clone(&catalog),
-        cache,
+        options.settings,
         Arc::new(SystemClock),
     );
 
@@ -163,12 +171,18 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
     // Once listening, compare the upstream's contract with ours.
     let contract_check = tokio::spawn(check_upstream(upstream.clone()));
     let app = AppService::new(Arc::clone(&services), upstream);
-    let state = HttpState::new(
-        Arc::clone(&services),
-        app,
+    let public_url = options
+        .public_url
+        .clone()
+        .unwrap_or_else(|| format!("http://{address}"));
+    let options_http = HttpOptions {
         cors,
-        !address.ip().is_loopback(),
-    );
+        app_dir: Some(&options.app_dir),
+        https: public_url.starts_with("https://"),
+        trusted_proxy_header: options.trusted_proxy_header.clone(),
+    };
+    let state =
+        HttpState::new(Arc::clone(&services), app, options_http).map_err(ServeError::App)?;
     let router = http::router(state, Some(&options.app_dir));
     tracing::info!(%address, surveys = %surveys.join(", "), allowed_origins = %origins, "crosstab serving /v1");
     println!("crosstab listening on http://{address}");
@@ -185,16 +199,11 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
             if let Err(error) = services.auth.follow_revision().await {
                 tracing::warn!(%error, "key revision not read");
             }
+            services.limits.forget_idle();
         }
     });
 
-    // Small responses on keep-alive connections: don't let Nagle hold them back.
-    let listener = listener.tap_io(|tcp| {
-        let _ = tcp.set_nodelay(true);
-    });
-    let served = axum::serve(listener, router)
-        .with_graceful_shutdown(shutdown_signal())
-        .await;
+    listener::serve(listener, router, options.limits, shutdown_signal()).await;
     follower.abort();
     // Wait until it is dropped: it holds the services, and with them a ledger handle.
     let _ = follower.await;
@@ -203,7 +212,6 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
     writer.finish().await;
     db.close().await;
     tracing::info!("stopped; every bill is committed");
-    served?;
     Ok(())
 }
 

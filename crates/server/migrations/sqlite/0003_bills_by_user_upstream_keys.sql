@@ -27,3 +27,11 @@ CREATE TABLE upstream_keys (
     api_key    TEXT NOT NULL,
     updated_at BIGINT NOT NULL
 );
+
+-- An account's request rate (per second, over all its keys, users and tokens) and daily
+-- quota of billed calls; NULL: not limited.
+CREATE TABLE account_limits (
+    account_id  INTEGER PRIMARY KEY REFERENCES accounts (id),
+    per_second  INTEGER,
+    daily_quota BIGINT
+);

@@ -28,7 +28,7 @@ use serde::de::DeserializeOwned;
 use tower_http::services::{ServeDir, ServeFile};
 
 use super::error::fault;
-use super::extract::{session_token, set_cookie, SessionUser};
+use super::extract::{session_token, set_cookie, ClientAddress, SessionUser};
 use super::HttpState;
 use crate::service::app::{AppAnswer, AppError, SESSION_LIFETIME_MS};
 use crate::service::users::User;
@@ -210,7 +210,7 @@ fn me_of(user: &User) -> Me {
 
 /// `Set-Cookie` for the session `token` (empty: clear it).
 fn with_cookie(mut response: Response, state: &HttpState, token: &str) -> AppResult<Response> {
-    let cookie = set_cookie(token, SESSION_LIFETIME_MS / 1000, state.secure_cookies);
+    let cookie = set_cookie(token, SESSION_LIFETIME_MS / 1000, state.https);
     let value = HeaderValue::from_str(&cookie).map_err(|error| {
         ServiceError::Internal(format!("session cookie not a header value: {error}"))
     })?;
@@ -218,7 +218,15 @@ fn with_cookie(mut response: Response, state: &HttpState, token: &str) -> AppRes
     Ok(response)
 }
 
-async fn login(State(state): State<Arc<HttpState>>, body: Bytes) -> AppResult<Response> {
+async fn login(
+    State(state): State<Arc<HttpState>>,
+    ClientAddress(address): ClientAddress,
+    body: Bytes,
+) -> AppResult<Response> {
+    // An address that tries too many sign-ins, whatever the names, waits.
+    if let Some(seconds) = state.services.limits.sign_in_attempt(address) {
+        return Err(AppError::Locked(i64::try_from(seconds).unwrap_or(i64::MAX)).into());
+    }
     let credentials: Credentials = parse(&body, r#"{"username": ..., "password": ...}"#)?;
     let session = state
         .app

@@ -8,11 +8,15 @@ use axum::response::Response;
 use crosstab_contract::limits::MAX_BODY_BYTES;
 use crosstab_contract::ApiError;
 
+use super::listener::BodyDeadline;
+
 /// Why a request body was not read whole.
 #[derive(Debug)]
 pub enum BodyError {
     /// Declared or found to be over 64 KiB.
     TooLarge,
+    /// It did not arrive whole within its deadline.
+    TimedOut,
     /// The stream broke off or was malformed before its end.
     Unreadable,
 }
@@ -21,6 +25,7 @@ impl From<BodyError> for ApiError {
     fn from(error: BodyError) -> ApiError {
         match error {
             BodyError::TooLarge => ApiError::PayloadTooLarge,
+            BodyError::TimedOut => ApiError::RequestTimeout,
             BodyError::Unreadable => ApiError::InvalidRequest {
                 field: None,
                 message: "The request body could not be read to its end.".to_owned(),
@@ -46,6 +51,9 @@ pub async fn read(body: Body, headers: &HeaderMap) -> Result<Bytes, BodyError> {
             while let Some(error) = cause {
                 if error.is::<http_body_util::LengthLimitError>() {
                     return BodyError::TooLarge;
+                }
+                if error.is::<BodyDeadline>() {
+                    return BodyError::TimedOut;
                 }
                 cause = error.source();
             }

@@ -1,6 +1,7 @@
 //! The one place the service layer's outcomes become status codes and bodies.
 
-use axum::http::StatusCode;
+use axum::http::header::RETRY_AFTER;
+use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use crosstab_contract::ApiError;
@@ -11,12 +12,19 @@ use crate::service::ServiceError;
 #[derive(Debug, Clone)]
 pub struct Fault(pub String);
 
-/// The contract's envelope for `error`, with the status it names.
+/// The contract's envelope for `error`, with the status it names (and `Retry-After`
+/// where the error says when to retry).
 pub fn api_error_response(error: &ApiError) -> Response {
-    match StatusCode::from_u16(error.status()) {
-        Ok(status) => (status, Json(error.envelope())).into_response(),
-        Err(_) => fault(format!("{error:?} names no HTTP status")),
+    let Ok(status) = StatusCode::from_u16(error.status()) else {
+        return fault(format!("{error:?} names no HTTP status"));
+    };
+    let mut response = (status, Json(error.envelope())).into_response();
+    if let Some(seconds) = error.retry_after_s() {
+        response
+            .headers_mut()
+            .insert(RETRY_AFTER, HeaderValue::from(seconds));
     }
+    response
 }
 
 /// A 500 in the contract's envelope; `cause` goes to the log only.

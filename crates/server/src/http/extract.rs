@@ -2,6 +2,7 @@
 //! `Service-Engine-Authorizer` credential; a cookie is never looked at) and
 //! [`SessionUser`] for `/app` (the session cookie).
 
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use axum::extract::FromRequestParts;
@@ -31,13 +32,21 @@ impl FromRequestParts<Arc<HttpState>> for Authenticated {
         parts: &mut Parts,
         state: &Arc<HttpState>,
     ) -> Result<Self, Self::Rejection> {
+        let limits = &state.services.limits;
+        let address = client_address(parts, state);
         let token = parts
             .headers
             .get(AUTH_HEADER)
             .and_then(|value| value.to_str().ok());
         match state.services.auth.authenticate(token).await {
             Ok(principal) => Ok(Authenticated(principal)),
-            Err(AuthError::Unauthorized) => Err(ApiError::Unauthorized.into()),
+            // Past its pace of failures an address gets 429 for each further failure (and
+            // good credentials from it still work: one guesser behind a shared address
+            // must not lock out everyone else there).
+            Err(AuthError::Unauthorized) => match limits.auth_failed(address) {
+                Some(retry_after_s) => Err(ApiError::RateLimited { retry_after_s }.into()),
+                None => Err(ApiError::Unauthorized.into()),
+            },
             Err(AuthError::Store(error)) => Err(error.into()),
         }
     }
@@ -56,6 +65,38 @@ impl FromRequestParts<Arc<HttpState>> for SessionUser {
     ) -> Result<Self, Self::Rejection> {
         let token = session_token(&parts.headers);
         Ok(SessionUser(state.app.session_user(token).await?))
+    }
+}
+
+/// The client's address: the connection's peer, or with `--trust-proxy-header`, the
+/// address the proxy in front of this server appended last to that header.
+pub fn client_address(parts: &Parts, state: &HttpState) -> Option<IpAddr> {
+    if let Some(header) = &state.trusted_proxy_header {
+        return parts
+            .headers
+            .get_all(header)
+            .iter()
+            .filter_map(|value| value.to_str().ok())
+            .flat_map(|value| value.split(','))
+            .next_back()
+            .and_then(|address| address.trim().parse().ok());
+    }
+    super::listener::peer(&parts.extensions).map(|address| address.ip())
+}
+
+/// The client's address (see [`client_address`]); `None` for a request that came through
+/// no listener (in-process tests).
+#[derive(Debug, Clone, Copy)]
+pub struct ClientAddress(pub Option<IpAddr>);
+
+impl FromRequestParts<Arc<HttpState>> for ClientAddress {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &Arc<HttpState>,
+    ) -> Result<Self, Self::Rejection> {
+        Ok(ClientAddress(client_address(parts, state)))
     }
 }
 

@@ -7,6 +7,8 @@ mod body;
 pub mod cors;
 mod error;
 mod extract;
+mod headers;
+pub mod listener;
 pub mod observe;
 pub mod v1;
 
@@ -37,8 +39,12 @@ pub struct HttpState {
     pub cors: Cors,
     /// The OpenAPI document, serialized once.
     pub docs: Bytes,
-    /// Whether the session cookie carries `Secure`.
-    pub secure_cookies: bool,
+    /// Whether clients reach the service over `https` (the session cookie is `Secure`).
+    pub https: bool,
+    /// The app's security headers.
+    pub security: headers::SecurityHeaders,
+    /// The header a trusted proxy puts the client's address in.
+    pub trusted_proxy_header: Option<axum::http::HeaderName>,
 }
 
 impl HttpState {
@@ -46,17 +52,31 @@ impl HttpState {
     pub fn new(
         services: Arc<Services>,
         app: AppService,
-        cors: Cors,
-        secure_cookies: bool,
-    ) -> Arc<HttpState> {
-        Arc::new(HttpState {
+        options: HttpOptions<'_>,
+    ) -> Result<Arc<HttpState>, String> {
+        Ok(Arc::new(HttpState {
             services,
             app,
-            cors,
+            cors: options.cors,
             docs: Bytes::from(crosstab_contract::openapi::document_json()),
-            secure_cookies,
-        })
+            https: options.https,
+            security: headers::SecurityHeaders::new(options.app_dir, options.https)?,
+            trusted_proxy_header: options.trusted_proxy_header,
+        }))
     }
+}
+
+/// How the HTTP surface is set up.
+#[derive(Debug)]
+pub struct HttpOptions<'a> {
+    /// Allowed browser origins.
+    pub cors: Cors,
+    /// The built app, if served.
+    pub app_dir: Option<&'a Path>,
+    /// Whether clients reach the service over `https`.
+    pub https: bool,
+    /// The header a trusted proxy puts the client's address in.
+    pub trusted_proxy_header: Option<axum::http::HeaderName>,
 }
 
 /// The whole HTTP surface: `/v1`, `/app`, and, given `app_dir`, the app's files at `/`.
@@ -68,6 +88,10 @@ pub fn router(state: Arc<HttpState>, app_dir: Option<&Path>) -> Router {
         .merge(app::routes(Arc::clone(&state), app_dir));
     router
         .layer(CatchPanicLayer::custom(panic_response))
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&state),
+            headers::secure,
+        ))
         .layer(axum::middleware::from_fn_with_state(
             Arc::clone(&state),
             observe::observe,

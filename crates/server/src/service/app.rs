@@ -185,6 +185,7 @@ impl AppService {
                 account_id: user.account_id,
                 account: Arc::from(user.account.as_str()),
                 grants,
+                limits: accounts::limits_of(&self.services.db, user.account_id).await?,
                 credential: Credential::User {
                     id: user.id,
                     username: Arc::from(user.username.as_str()),

@@ -9,8 +9,11 @@
 //! PostgreSQL (or when the signal file can't be mapped) the revision is read per request.
 //! Whenever the signal changes, the whole cache is dropped. Should the signal file not
 //! be bumped, the revision, read every second as well, still drops it within a second.
+//!
+//! The set of every key id is kept too (reloaded after a change), so a key whose id does
+//! not exist, as in a flood of random keys, costs no database query.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -61,6 +64,10 @@ pub struct Authenticator {
     seen_revision: Mutex<Option<i64>>,
     generation: AtomicU64,
     cache: RwLock<HashMap<String, Arc<Cached>>>,
+    /// Every key id, loaded on first need after each change.
+    known: RwLock<Option<Arc<HashSet<String>>>>,
+    /// Database reads of one key (for the tests that a flood makes none).
+    key_reads: AtomicU64,
 }
 
 impl Authenticator {
@@ -83,6 +90,8 @@ impl Authenticator {
             seen_revision: Mutex::new(None),
             generation: AtomicU64::new(0),
             cache: RwLock::new(HashMap::new()),
+            known: RwLock::new(None),
+            key_reads: AtomicU64::new(0),
         }
     }
 
@@ -163,7 +172,33 @@ impl Authenticator {
     fn forget_all(&self) {
         let mut cache = self.cache.write().unwrap_or_else(|p| p.into_inner());
         cache.clear();
+        *self.known.write().unwrap_or_else(|p| p.into_inner()) = None;
         self.generation.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// How many times one key was read from the database.
+    pub fn key_reads(&self) -> u64 {
+        self.key_reads.load(Ordering::Relaxed)
+    }
+
+    /// Whether `key_id` exists, from the set of every id (loaded once per change).
+    async fn exists(&self, key_id: &str) -> Result<bool, DbError> {
+        let known = self.known.read().unwrap_or_else(|p| p.into_inner()).clone();
+        let known = match known {
+            Some(known) => known,
+            None => {
+                let generation = self.generation.load(Ordering::SeqCst);
+                let ids: HashSet<String> = accounts::key_ids(&self.db).await?.into_iter().collect();
+                let ids = Arc::new(ids);
+                let mut slot = self.known.write().unwrap_or_else(|p| p.into_inner());
+                // A change noticed while loading: use the set once, keep it not.
+                if self.generation.load(Ordering::SeqCst) == generation {
+                    *slot = Some(Arc::clone(&ids));
+                }
+                ids
+            }
+        };
+        Ok(known.contains(key_id))
     }
 
     async fn lookup(&self, key_id: &str) -> Result<Option<Arc<Cached>>, DbError> {
@@ -176,6 +211,10 @@ impl Authenticator {
         {
             return Ok(Some(Arc::clone(hit)));
         }
+        if !self.exists(key_id).await? {
+            return Ok(None);
+        }
+        self.key_reads.fetch_add(1, Ordering::Relaxed);
         let Some(record) = accounts::load_key(&self.db, key_id).await? else {
             return Ok(None);
         };
@@ -184,6 +223,7 @@ impl Authenticator {
                 account_id: record.account_id,
                 account: Arc::from(record.account.as_str()),
                 grants: record.grants.clone(),
+                limits: record.limits,
                 credential: Credential::Key(Arc::from(record.id.as_str())),
             }),
             record,

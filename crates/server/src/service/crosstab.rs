@@ -3,6 +3,7 @@
 //! through [`Crosstab::answer`], so a query is checked and billed one way whoever asks.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
 use crosstab_contract::{validate_body, ApiError, CrosstabResponse, ValidRequest};
@@ -10,6 +11,7 @@ use crosstab_engine::store::Catalog;
 use crosstab_engine::Survey;
 
 use super::cache::{Entry, ResponseCache};
+use super::limits::RateLimits;
 use super::principal::Principal;
 use super::{RequestId, ServiceError};
 use crate::clock::Clock;
@@ -24,6 +26,8 @@ pub struct Crosstab {
     catalog: Arc<Catalog>,
     cache: ResponseCache,
     ledger: Ledger,
+    limits: Arc<RateLimits>,
+    deadline: Duration,
     clock: Arc<dyn Clock>,
 }
 
@@ -37,16 +41,21 @@ struct Billable {
 
 impl Crosstab {
     /// Answers over `catalog`, reusing answers in `cache`, billing to `ledger`.
+    /// Queries not answered within `deadline` are refused, unbilled.
     pub fn new(
         catalog: Arc<Catalog>,
         cache: ResponseCache,
         ledger: Ledger,
+        limits: Arc<RateLimits>,
+        deadline: Duration,
         clock: Arc<dyn Clock>,
     ) -> Crosstab {
         Crosstab {
             catalog,
             cache,
             ledger,
+            limits,
+            deadline,
             clock,
         }
     }
@@ -64,9 +73,24 @@ impl Crosstab {
         body: Bytes,
         request_id: &RequestId,
     ) -> Result<Bytes, ServiceError> {
-        if let Some(answer) = self.cached_answer(principal, &body, request_id).await? {
-            return Ok(answer);
-        }
+        // Within the account's rate and quota first: nothing over them is even computed.
+        let admission = self.limits.admit(principal).await?;
+        let answer = match self.cached_answer(principal, &body, request_id).await? {
+            Some(answer) => answer,
+            None => self.computed_answer(principal, body, request_id).await?,
+        };
+        admission.billed();
+        Ok(answer)
+    }
+
+    /// Validates, checks entitlement, computes within the deadline, caches and bills.
+    async fn computed_answer(
+        &self,
+        principal: &Principal,
+        body: Bytes,
+        request_id: &RequestId,
+    ) -> Result<Bytes, ServiceError> {
+        let started = Instant::now();
         let valid = validate_body(&body)?;
         let request = &valid.request;
         let group = request.group_filter();
@@ -91,7 +115,12 @@ impl Crosstab {
                 .map_err(|_| ServiceError::Internal("target count out of range".into()))?,
         };
         let cacheable = self.cache.enabled().then(|| Arc::clone(&survey));
-        let response = compute(survey, valid).await?;
+        let response = compute(survey, valid, self.deadline).await?;
+        // An answer computed past the deadline is not sent: the client was told the
+        // deadline, and an unbilled 503 is what it asked for then.
+        if started.elapsed() > self.deadline {
+            return Err(ApiError::DeadlineExceeded.into());
+        }
         let answer = Bytes::from(serde_json::to_vec(&response).map_err(|error| {
             ServiceError::Internal(format!("response serialization failed: {error}"))
         })?);
@@ -165,15 +194,20 @@ impl Crosstab {
     }
 }
 
+/// The engine's answer, on the blocking pool for large surveys; past `deadline` there,
+/// refused without waiting for it (the computation finishes on its own, unused).
 async fn compute(
     survey: Arc<Survey>,
     valid: ValidRequest,
+    deadline: Duration,
 ) -> Result<CrosstabResponse, ServiceError> {
     if survey.respondents() <= INLINE_QUERY_MAX_RESPONDENTS {
         return Ok(survey.crosstab(&valid).map_err(ApiError::from)?);
     }
-    tokio::task::spawn_blocking(move || survey.crosstab(&valid).map_err(ApiError::from))
+    let task = tokio::task::spawn_blocking(move || survey.crosstab(&valid).map_err(ApiError::from));
+    tokio::time::timeout(deadline, task)
         .await
+        .map_err(|_| ApiError::DeadlineExceeded)?
         .map_err(|error| ServiceError::Internal(format!("query task failed: {error}")))?
         .map_err(ServiceError::from)
 }

@@ -6,6 +6,7 @@ pub mod app;
 pub mod auth;
 pub mod cache;
 pub mod crosstab;
+pub mod limits;
 pub mod principal;
 pub mod upstream;
 pub mod users;
@@ -21,6 +22,7 @@ use crate::store::{Database, DbError};
 use auth::Authenticator;
 use cache::ResponseCache;
 use crosstab::Crosstab;
+use limits::{AddressLimits, RateLimits};
 
 /// A request's id, as sent back in `X-Request-Id` and recorded with its bill.
 #[derive(Debug, Clone)]
@@ -44,6 +46,30 @@ pub enum ServiceError {
     Internal(String),
 }
 
+/// How the services behave (from `serve`'s flags).
+#[derive(Debug)]
+pub struct Settings {
+    /// Whole answers kept.
+    pub cache: ResponseCache,
+    /// A query not answered within this is refused (503, not billed).
+    pub query_deadline: std::time::Duration,
+    /// Per-address paces.
+    pub addresses: AddressLimits,
+}
+
+impl Default for Settings {
+    fn default() -> Settings {
+        Settings {
+            cache: ResponseCache::new(cache::DEFAULT_ENTRIES, cache::DEFAULT_BYTES),
+            query_deadline: std::time::Duration::from_secs(10),
+            addresses: AddressLimits {
+                failed_auth_per_minute: 60,
+                sign_in_per_minute: 20,
+            },
+        }
+    }
+}
+
 /// Everything the server's surfaces share.
 #[derive(Debug)]
 pub struct Services {
@@ -55,6 +81,8 @@ pub struct Services {
     pub auth: Authenticator,
     /// Queries and their bills.
     pub crosstab: Crosstab,
+    /// Rates and quotas.
+    pub limits: Arc<RateLimits>,
     /// Time.
     pub clock: Arc<dyn Clock>,
 }
@@ -65,13 +93,27 @@ impl Services {
     pub fn start(
         db: Database,
         catalog: Arc<Catalog>,
-        cache: ResponseCache,
+        settings: Settings,
         clock: Arc<dyn Clock>,
     ) -> (Arc<Services>, LedgerWriter) {
         let (ledger, writer) = Ledger::start(db.clone());
+        let limits = Arc::new(RateLimits::new(
+            db.clone(),
+            Arc::clone(&clock),
+            settings.addresses,
+        ));
+        let crosstab = Crosstab::new(
+            Arc::clone(&catalog),
+            settings.cache,
+            ledger,
+            Arc::clone(&limits),
+            settings.query_deadline,
+            Arc::clone(&clock),
+        );
         let services = Services {
             auth: Authenticator::new(db.clone(), Arc::clone(&clock)),
-            crosstab: Crosstab::new(Arc::clone(&catalog), cache, ledger, Arc::clone(&clock)),
+            crosstab,
+            limits,
             db,
             catalog,
             clock,

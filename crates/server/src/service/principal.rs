@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use crate::grants::Grants;
+use crate::store::accounts::AccountLimits;
 use crate::store::ledger::Caller;
 
 /// How a principal proved who it is.
@@ -29,6 +30,8 @@ pub struct Principal {
     pub account: Arc<str>,
     /// What the account may query.
     pub grants: Grants,
+    /// The account's request rate and daily quota.
+    pub limits: AccountLimits,
     /// The key or user behind the call.
     pub credential: Credential,
 }

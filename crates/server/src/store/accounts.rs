@@ -45,6 +45,17 @@ pub struct KeyRecord {
     pub account: String,
     /// The account's grants.
     pub grants: Grants,
+    /// The account's request limits.
+    pub limits: AccountLimits,
+}
+
+/// An account's request rate and daily quota (`None`: not limited).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AccountLimits {
+    /// Requests per second, over all the account's callers.
+    pub per_second: Option<u32>,
+    /// Billed calls per UTC day.
+    pub daily_quota: Option<u64>,
 }
 
 /// Creates `name` if needed; returns its id.
@@ -265,6 +276,7 @@ pub async fn load_key(db: &Database, key_id: &str) -> Result<Option<KeyRecord>, 
     let revoked_at: Option<i64> = row.try_get(3)?;
     let account_id: i64 = row.try_get(4)?;
     let grants = grants_of(db, account_id).await?;
+    let limits = limits_of(db, account_id).await?;
     Ok(Some(KeyRecord {
         id: key_id.to_owned(),
         env: KeyEnv::from_name(&env),
@@ -274,7 +286,71 @@ pub async fn load_key(db: &Database, key_id: &str) -> Result<Option<KeyRecord>, 
         account_id,
         account: row.try_get(5)?,
         grants,
+        limits,
     }))
+}
+
+/// Account `account_id`'s request limits.
+pub async fn limits_of(db: &Database, account_id: i64) -> Result<AccountLimits, DbError> {
+    let row =
+        sqlx::query("SELECT per_second, daily_quota FROM account_limits WHERE account_id = $1")
+            .bind(account_id)
+            .fetch_optional(db.pool())
+            .await?;
+    let Some(row) = row else {
+        return Ok(AccountLimits::default());
+    };
+    let per_second: Option<i64> = row.try_get(0)?;
+    let daily_quota: Option<i64> = row.try_get(1)?;
+    let corrupt = |_| DbError::Corrupt("an account limit is out of range");
+    Ok(AccountLimits {
+        per_second: per_second.map(u32::try_from).transpose().map_err(corrupt)?,
+        daily_quota: daily_quota
+            .map(u64::try_from)
+            .transpose()
+            .map_err(corrupt)?,
+    })
+}
+
+/// Sets account `account`'s limits (and tells running servers, as for keys); `false` if
+/// there is no such account.
+pub async fn set_limits(
+    db: &Database,
+    account: &str,
+    limits: AccountLimits,
+) -> Result<bool, DbError> {
+    let mut tx = db.pool().begin().await?;
+    let id: Option<i64> = sqlx::query_scalar("SELECT id FROM accounts WHERE name = $1")
+        .bind(account)
+        .fetch_optional(&mut *tx)
+        .await?;
+    let Some(id) = id else { return Ok(false) };
+    sqlx::query(
+        "INSERT INTO account_limits (account_id, per_second, daily_quota) VALUES ($1, $2, $3) \
+         ON CONFLICT (account_id) DO UPDATE SET per_second = $2, daily_quota = $3",
+    )
+    .bind(id)
+    .bind(limits.per_second.map(i64::from))
+    .bind(
+        limits
+            .daily_quota
+            .map(i64::try_from)
+            .transpose()
+            .map_err(|_| DbError::Corrupt("a daily quota is out of range"))?,
+    )
+    .execute(&mut *tx)
+    .await?;
+    bump_revision(&mut tx).await?;
+    tx.commit().await?;
+    signal_key_change(db);
+    Ok(true)
+}
+
+/// Every key id (for telling an unknown key from a known one without a query per key).
+pub async fn key_ids(db: &Database) -> Result<Vec<String>, DbError> {
+    Ok(sqlx::query_scalar("SELECT id FROM api_keys")
+        .fetch_all(db.pool())
+        .await?)
 }
 
 /// The current key revision (bumped by every key or grant change).

@@ -16,12 +16,11 @@ use crosstab_engine::store::{Catalog, SurveyStore};
 use crosstab_server::clock::{now_ms, ManualClock};
 use crosstab_server::grants::GrantSpec;
 use crosstab_server::http::cors::Cors;
-use crosstab_server::http::{self, HttpState};
+use crosstab_server::http::{self, HttpOptions, HttpState};
 use crosstab_server::keys::KeyEnv;
 use crosstab_server::service::app::AppService;
-use crosstab_server::service::cache::{ResponseCache, DEFAULT_BYTES, DEFAULT_ENTRIES};
 use crosstab_server::service::upstream::Upstream;
-use crosstab_server::service::Services;
+use crosstab_server::service::{Services, Settings};
 use crosstab_server::store::{self, accounts, Database};
 use serde_json::Value;
 use tower::ServiceExt;
@@ -98,9 +97,12 @@ impl Fixture {
         let other = key(&db, "demo-only", &["DEMO"], KeyEnv::Test, None).await;
         let (catalog, _) = Catalog::new(SurveyStore::open(dir.path()).unwrap());
         let clock = ManualClock::at(now_ms());
-        let cache = ResponseCache::new(DEFAULT_ENTRIES, DEFAULT_BYTES);
-        let (services, _writer) =
-            Services::start(db.clone(), Arc::new(catalog), cache, clock.clone());
+        let (services, _writer) = Services::start(
+            db.clone(),
+            Arc::new(catalog),
+            Settings::default(),
+            clock.clone(),
+        );
         let origins: Vec<String> = origins.iter().map(|o| (*o).to_owned()).collect();
         let mut fixture = Fixture {
             dir,
@@ -122,12 +124,13 @@ impl Fixture {
     /// to `upstream` (none: in-process) and serving the app's files from `app_dir`.
     pub fn router_with(&self, upstream: Option<Upstream>, app_dir: Option<&Path>) -> Router {
         let app = AppService::new(Arc::clone(&self.services), upstream);
-        let state = HttpState::new(
-            Arc::clone(&self.services),
-            app,
-            Cors::new(&self.origins),
-            false,
-        );
+        let options = HttpOptions {
+            cors: Cors::new(&self.origins),
+            app_dir,
+            https: false,
+            trusted_proxy_header: None,
+        };
+        let state = HttpState::new(Arc::clone(&self.services), app, options).unwrap();
         http::router(state, app_dir)
     }
 

@@ -9,6 +9,7 @@ mod support;
 
 mod cache;
 mod concurrency;
+mod hostile;
 mod ledger;
 mod postgres;
 mod process;

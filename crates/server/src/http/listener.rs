@@ -1,0 +1,279 @@
+//! Connections: accepting them within a cap, the deadlines a client must meet (request
+//! head, whole body, idle keep-alive), and a graceful shutdown that waits for requests in
+//! flight only up to a deadline. A client that misbehaves costs one socket for at most
+//! these times, never the server's ability to serve paying callers.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use axum::body::{Body, Bytes, HttpBody};
+use axum::extract::ConnectInfo;
+use axum::http::Request;
+use axum::Router;
+use hyper::body::{Frame, Incoming, SizeHint};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{watch, Semaphore};
+use tokio::task::JoinSet;
+use tower::ServiceExt;
+
+/// The limits every connection lives within.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// A request's head must arrive whole within this (hyper also runs it while a
+    /// keep-alive connection waits for its next request).
+    pub header_read_timeout: Duration,
+    /// A request's whole body must arrive within this of its head.
+    pub body_timeout: Duration,
+    /// A connection with no bytes either way for this long is closed (after any request
+    /// in flight).
+    pub idle_timeout: Duration,
+    /// Connections open at once; past it, new ones are closed as soon as accepted.
+    pub max_connections: usize,
+    /// After a shutdown signal, requests in flight get this long; then their connections
+    /// are closed.
+    pub shutdown_grace: Duration,
+}
+
+/// The error a request body gives once its deadline has passed.
+#[derive(Debug, thiserror::Error)]
+#[error("the request body did not arrive within its deadline")]
+pub struct BodyDeadline;
+
+/// Serves `router` on `listener` within `limits` until `shutdown` completes; then lets
+/// requests in flight finish for up to `limits.shutdown_grace` and closes the rest.
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    limits: Limits,
+    shutdown: impl Future<Output = ()>,
+) {
+    let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let (stop, stopping) = watch::channel(false);
+    let mut connections = JoinSet::new();
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout);
+    tokio::pin!(shutdown);
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            () = &mut shutdown => break,
+            // Reap finished connections as we go, so the set holds only live ones.
+            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
+        };
+        let (tcp, peer) = match accepted {
+            Ok(accepted) => accepted,
+            Err(error) => {
+                // Out of file descriptors, most likely: back off instead of spinning.
+                tracing::warn!(%error, "accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
+            tracing::warn!(%peer, limit = limits.max_connections, "connection refused: at the connection limit");
+            continue;
+        };
+        // Small responses on keep-alive connections: don't let Nagle hold them back.
+        let _ = tcp.set_nodelay(true);
+        let activity = Arc::new(Activity::new());
+        let io = TokioIo::new(Watched {
+            inner: tcp,
+            activity: Arc::clone(&activity),
+        });
+        let router = router.clone();
+        let body_timeout = limits.body_timeout;
+        let service =
+            TowerToHyperService::new(router.map_request(move |request: Request<Incoming>| {
+                let mut request = request.map(|body| Body::new(Deadline::new(body, body_timeout)));
+                request.extensions_mut().insert(ConnectInfo(peer));
+                request
+            }));
+        let connection = http.serve_connection(io, service);
+        let mut stopping = stopping.clone();
+        let idle_timeout = limits.idle_timeout;
+        connections.spawn(async move {
+            let _slot = slot;
+            tokio::pin!(connection);
+            let mut closing = false;
+            loop {
+                let idle_left = activity.idle_left(idle_timeout);
+                tokio::select! {
+                    _ = connection.as_mut() => break,
+                    changed = stopping.changed(), if !closing => {
+                        // A closed channel means the server is gone: close as well.
+                        if changed.is_err() || *stopping.borrow() {
+                            connection.as_mut().graceful_shutdown();
+                            closing = true;
+                        }
+                    }
+                    () = tokio::time::sleep(idle_left), if !closing => {
+                        if activity.idle_left(idle_timeout).is_zero() {
+                            connection.as_mut().graceful_shutdown();
+                            closing = true;
+                        }
+                    }
+                }
+            }
+        });
+    }
+    drop(listener);
+    let _ = stop.send(true);
+    let open = connections.len();
+    let drained = tokio::time::timeout(limits.shutdown_grace, async {
+        while connections.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        tracing::warn!(
+            open = connections.len(),
+            of = open,
+            "connections still open at the shutdown deadline: closed"
+        );
+        connections.shutdown().await;
+    }
+}
+
+/// When a connection last moved a byte.
+#[derive(Debug)]
+struct Activity {
+    started: Instant,
+    last_ms: AtomicU64,
+}
+
+impl Activity {
+    fn new() -> Activity {
+        Activity {
+            started: Instant::now(),
+            last_ms: AtomicU64::new(0),
+        }
+    }
+
+    fn touch(&self) {
+        let now = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.last_ms.store(now, Ordering::Relaxed);
+    }
+
+    /// How long until the connection has been idle for `timeout`.
+    fn idle_left(&self, timeout: Duration) -> Duration {
+        let last = Duration::from_millis(self.last_ms.load(Ordering::Relaxed));
+        (last + timeout).saturating_sub(self.started.elapsed())
+    }
+}
+
+/// A socket that records its activity.
+struct Watched {
+    inner: TcpStream,
+    activity: Arc<Activity>,
+}
+
+impl AsyncRead for Watched {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            self.activity.touch();
+        }
+        polled
+    }
+}
+
+impl AsyncWrite for Watched {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let polled = Pin::new(&mut self.inner).poll_write(cx, data);
+        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
+            self.activity.touch();
+        }
+        polled
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        let polled = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
+            self.activity.touch();
+        }
+        polled
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+}
+
+/// A request body that fails once its deadline has passed, however steadily it trickles.
+struct Deadline {
+    inner: Incoming,
+    deadline: Pin<Box<tokio::time::Sleep>>,
+}
+
+impl Deadline {
+    fn new(inner: Incoming, within: Duration) -> Deadline {
+        Deadline {
+            inner,
+            deadline: Box::pin(tokio::time::sleep(within)),
+        }
+    }
+}
+
+impl HttpBody for Deadline {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
+        if self.inner.is_end_stream() {
+            return Poll::Ready(None);
+        }
+        if self.deadline.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(Some(Err(axum::Error::new(BodyDeadline))));
+        }
+        Pin::new(&mut self.inner)
+            .poll_frame(cx)
+            .map_err(axum::Error::new)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// The address a request came from, as the connection saw it.
+pub fn peer(request_extensions: &axum::http::Extensions) -> Option<SocketAddr> {
+    request_extensions
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|ConnectInfo(address)| *address)
+}

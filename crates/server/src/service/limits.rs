@@ -1,0 +1,278 @@
+//! Rate limits and quotas: each account's request rate and daily quota of billed calls
+//! (set per account with `crosstab account limits`), and per client address, the pace of
+//! failed authentications and of sign-ins. Over a limit a caller gets `rate_limited`
+//! (429) with the seconds to wait; nothing over a limit is computed or billed.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::num::NonZeroU32;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use crosstab_contract::ApiError;
+use governor::clock::{Clock as _, DefaultClock};
+use governor::{DefaultDirectRateLimiter, DefaultKeyedRateLimiter, Quota, RateLimiter};
+
+use super::principal::Principal;
+use super::ServiceError;
+use crate::clock::Clock;
+use crate::store::accounts::AccountLimits;
+use crate::store::{usage, Database};
+
+const DAY_MS: i64 = 86_400_000;
+
+/// Addresses remembered as blocked at most (past this, the soonest to end are dropped).
+const MAX_BLOCKED: usize = 100_000;
+
+/// Per-address paces (attempts per minute).
+#[derive(Debug, Clone, Copy)]
+pub struct AddressLimits {
+    /// Failed authentications per client address and minute before its calls get 429.
+    pub failed_auth_per_minute: u32,
+    /// Sign-in attempts per client address and minute.
+    pub sign_in_per_minute: u32,
+}
+
+/// One account's state: its rate limiter, and its billed calls today.
+#[derive(Debug)]
+struct Account {
+    per_second: Option<(u32, Arc<DefaultDirectRateLimiter>)>,
+    day: i64,
+    /// Calls billed today plus those admitted and not yet settled.
+    used: u64,
+}
+
+/// An admitted call: settle it with [`Admission::billed`] once billed, else dropping it
+/// gives its place in the daily quota back.
+#[derive(Debug)]
+pub struct Admission<'a> {
+    limits: &'a RateLimits,
+    reserved: Option<(i64, i64)>,
+}
+
+impl Admission<'_> {
+    /// The call was billed: its place in the quota stays taken.
+    pub fn billed(mut self) {
+        self.reserved = None;
+    }
+}
+
+impl Drop for Admission<'_> {
+    fn drop(&mut self) {
+        if let Some((account_id, day)) = self.reserved.take() {
+            let mut accounts = self.limits.accounts();
+            if let Some(account) = accounts.get_mut(&account_id).filter(|a| a.day == day) {
+                account.used = account.used.saturating_sub(1);
+            }
+        }
+    }
+}
+
+/// A per-address limiter and the addresses it currently refuses.
+#[derive(Debug)]
+struct AddressPace {
+    limiter: DefaultKeyedRateLimiter<IpAddr>,
+    blocked: Mutex<HashMap<IpAddr, Instant>>,
+}
+
+impl AddressPace {
+    fn new(per_minute: u32) -> AddressPace {
+        let quota = Quota::per_minute(NonZeroU32::new(per_minute).unwrap_or(NonZeroU32::MIN));
+        AddressPace {
+            limiter: RateLimiter::keyed(quota),
+            blocked: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn blocked(&self) -> MutexGuard<'_, HashMap<IpAddr, Instant>> {
+        // Deadlines only: a map a panic left half-written is still usable.
+        self.blocked.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Seconds `address` must still wait, without counting an attempt.
+    fn waiting(&self, address: IpAddr) -> Option<u64> {
+        let now = Instant::now();
+        let mut blocked = self.blocked();
+        match blocked.get(&address) {
+            Some(until) if *until > now => Some(seconds_until(*until - now)),
+            Some(_) => {
+                blocked.remove(&address);
+                None
+            }
+            None => None,
+        }
+    }
+
+    /// Counts an attempt by `address`: the seconds to wait if it is one too many.
+    fn attempt(&self, address: IpAddr) -> Option<u64> {
+        let not_until = self.limiter.check_key(&address).err()?;
+        let wait = not_until.wait_time_from(DefaultClock::default().now());
+        let mut blocked = self.blocked();
+        if blocked.len() >= MAX_BLOCKED {
+            let now = Instant::now();
+            blocked.retain(|_, until| *until > now);
+        }
+        if blocked.len() < MAX_BLOCKED {
+            blocked.insert(address, Instant::now() + wait);
+        }
+        Some(seconds_until(wait))
+    }
+
+    fn forget_idle(&self) {
+        self.limiter.retain_recent();
+        let now = Instant::now();
+        self.blocked().retain(|_, until| *until > now);
+    }
+}
+
+/// Whole seconds to wait, at least 1 (what `Retry-After` says).
+fn seconds_until(wait: Duration) -> u64 {
+    wait.as_secs() + u64::from(wait.subsec_nanos() > 0).max(u64::from(wait.is_zero()))
+}
+
+/// The service's limits.
+#[derive(Debug)]
+pub struct RateLimits {
+    db: Database,
+    clock: Arc<dyn Clock>,
+    accounts: Mutex<HashMap<i64, Account>>,
+    failed_auth: AddressPace,
+    sign_in: AddressPace,
+}
+
+impl RateLimits {
+    /// Limits over `db`'s ledger (for today's calls) with the addresses' paces.
+    pub fn new(db: Database, clock: Arc<dyn Clock>, addresses: AddressLimits) -> RateLimits {
+        RateLimits {
+            db,
+            clock,
+            accounts: Mutex::new(HashMap::new()),
+            failed_auth: AddressPace::new(addresses.failed_auth_per_minute),
+            sign_in: AddressPace::new(addresses.sign_in_per_minute),
+        }
+    }
+
+    fn accounts(&self) -> MutexGuard<'_, HashMap<i64, Account>> {
+        // Counters only: a map a panic left half-written is still usable.
+        self.accounts.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Admits a call by `principal` within its account's rate and daily quota.
+    pub async fn admit(&self, principal: &Principal) -> Result<Admission<'_>, ServiceError> {
+        let limits = principal.limits;
+        let account_id = principal.account_id;
+        if limits == AccountLimits::default() {
+            return Ok(Admission {
+                limits: self,
+                reserved: None,
+            });
+        }
+        let now = self.clock.now_ms();
+        let day = now.div_euclid(DAY_MS);
+        let seeded = self
+            .accounts()
+            .get(&account_id)
+            .is_some_and(|account| account.day == day);
+        // Today's billed calls, once a day per account (not under the lock: it's a query).
+        let billed_today = match (seeded, limits.daily_quota) {
+            (false, Some(_)) => Some(usage::calls_since(&self.db, account_id, day * DAY_MS).await?),
+            _ => None,
+        };
+        let mut accounts = self.accounts();
+        let account = accounts.entry(account_id).or_insert_with(|| Account {
+            per_second: None,
+            day,
+            used: 0,
+        });
+        if account.day != day || billed_today.is_some() {
+            account.day = day;
+            account.used = billed_today.unwrap_or(0);
+        }
+        if let Some(rate) = limits.per_second {
+            let current = account.per_second.as_ref().map(|(r, _)| *r);
+            if current != Some(rate) {
+                let quota = Quota::per_second(NonZeroU32::new(rate).unwrap_or(NonZeroU32::MIN));
+                account.per_second = Some((rate, Arc::new(RateLimiter::direct(quota))));
+            }
+            if let Some((_, limiter)) = &account.per_second {
+                if let Err(not_until) = limiter.check() {
+                    let wait = not_until.wait_time_from(DefaultClock::default().now());
+                    return Err(ApiError::RateLimited {
+                        retry_after_s: seconds_until(wait),
+                    }
+                    .into());
+                }
+            }
+        } else {
+            account.per_second = None;
+        }
+        let Some(quota) = limits.daily_quota else {
+            return Ok(Admission {
+                limits: self,
+                reserved: None,
+            });
+        };
+        if account.used >= quota {
+            let tomorrow_ms = (day + 1) * DAY_MS - now;
+            let wait = Duration::from_millis(u64::try_from(tomorrow_ms).unwrap_or(0));
+            return Err(ApiError::RateLimited {
+                retry_after_s: seconds_until(wait),
+            }
+            .into());
+        }
+        account.used += 1;
+        Ok(Admission {
+            limits: self,
+            reserved: Some((account_id, day)),
+        })
+    }
+
+    /// Counts a failed authentication by `address`: the seconds to wait if one too many.
+    pub fn auth_failed(&self, address: Option<IpAddr>) -> Option<u64> {
+        self.failed_auth.attempt(address?)
+    }
+
+    /// Counts a sign-in attempt by `address`: the seconds to wait if one too many.
+    pub fn sign_in_attempt(&self, address: Option<IpAddr>) -> Option<u64> {
+        match address {
+            Some(address) => self
+                .sign_in
+                .waiting(address)
+                .or_else(|| self.sign_in.attempt(address)),
+            None => None,
+        }
+    }
+
+    /// Drops the state of addresses and limits not seen lately (run now and then).
+    pub fn forget_idle(&self) {
+        self.failed_auth.forget_idle();
+        self.sign_in.forget_idle();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_is_whole_seconds_and_at_least_one() {
+        assert_eq!(seconds_until(Duration::ZERO), 1);
+        assert_eq!(seconds_until(Duration::from_millis(1)), 1);
+        assert_eq!(seconds_until(Duration::from_millis(1000)), 1);
+        assert_eq!(seconds_until(Duration::from_millis(1001)), 2);
+    }
+
+    #[test]
+    fn an_address_over_its_pace_waits_and_others_do_not() {
+        let pace = AddressPace::new(3);
+        let (a, b): (IpAddr, IpAddr) = ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
+        for _ in 0..3 {
+            assert_eq!(pace.attempt(a), None);
+        }
+        let wait = pace.attempt(a).unwrap();
+        assert!((1..=20).contains(&wait), "{wait}");
+        assert!(pace.waiting(a).is_some());
+        assert_eq!(pace.waiting(b), None);
+        assert_eq!(pace.attempt(b), None);
+    }
+}

@@ -1,0 +1,383 @@
+//! Clients that misbehave: slow heads and bodies, idle and surplus connections, floods of
+//! random keys, callers over their rate or quota, and a shutdown with stuck connections.
+//! None of them stops a paying client or costs a wrong bill.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use crosstab_server::keys::{self, KeyEnv};
+use crosstab_server::store::accounts::{self, AccountLimits};
+use serde_json::json;
+
+use crate::common::{self, Fixture};
+use crate::support::*;
+
+/// Reads until the server closes the connection (or `within` passes: `None`); returns
+/// what it sent and when it closed.
+fn until_closed(stream: &mut TcpStream, within: Duration) -> Option<(String, Duration)> {
+    let started = Instant::now();
+    stream.set_read_timeout(Some(within)).unwrap();
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) => {
+                return Some((
+                    String::from_utf8_lossy(&seen).into_owned(),
+                    started.elapsed(),
+                ))
+            }
+            Ok(n) => seen.extend_from_slice(&buf[..n]),
+            Err(error) if error.kind() == std::io::ErrorKind::ConnectionReset => {
+                return Some((
+                    String::from_utf8_lossy(&seen).into_owned(),
+                    started.elapsed(),
+                ))
+            }
+            Err(_) => return None,
+        }
+    }
+}
+
+fn billed_post(server: &Server, key: &str) -> reqwest::blocking::Response {
+    reqwest::blocking::Client::new()
+        .post(server.url("/v1/crosstab"))
+        .header("Service-Engine-Authorizer", key)
+        .json(
+            &json!({"SurveyCode": "SMALL", "PopulationBaseCode": "ALL", "TargetCodes": ["WOMEN"]}),
+        )
+        .send()
+        .unwrap()
+}
+
+fn bills(data: &std::path::Path) -> i64 {
+    let usage: serde_json::Value =
+        serde_json::from_str(&cli(data, &["usage", "--format", "json"])).unwrap();
+    usage
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|row| row["calls"].as_i64().unwrap())
+        .sum()
+}
+
+#[test]
+fn slow_heads_and_slow_bodies_are_closed_at_their_deadlines() {
+    let temp = tempfile::tempdir().unwrap();
+    let (data, key) = small_data_dir(temp.path());
+    let server = Server::start(
+        &data,
+        &["--header-read-timeout", "1", "--body-timeout", "1"],
+    );
+    // Half a head, then nothing.
+    let mut head = TcpStream::connect(server.addr).unwrap();
+    head.write_all(b"POST /v1/crosstab HTTP/1.1\r\nHost: x\r\n")
+        .unwrap();
+    // A whole head, then a trickle of a body that would take far longer than its deadline.
+    let mut body = TcpStream::connect(server.addr).unwrap();
+    write!(
+        body,
+        "POST /v1/crosstab HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+         Service-Engine-Authorizer: {key}\r\nContent-Length: 200\r\n\r\n{{\"Survey"
+    )
+    .unwrap();
+    let trickle = {
+        let mut body = body.try_clone().unwrap();
+        std::thread::spawn(move || {
+            for _ in 0..20 {
+                std::thread::sleep(Duration::from_millis(200));
+                if body.write_all(b" ").is_err() {
+                    return;
+                }
+            }
+        })
+    };
+    let (sent, after) =
+        until_closed(&mut head, Duration::from_secs(5)).expect("slow head kept open");
+    assert!(
+        sent.is_empty() || sent.starts_with("HTTP/1.1 408"),
+        "{sent}"
+    );
+    assert!(
+        after >= Duration::from_millis(800),
+        "closed after {after:?}"
+    );
+    let (sent, after) =
+        until_closed(&mut body, Duration::from_secs(5)).expect("slow body kept open");
+    assert!(sent.starts_with("HTTP/1.1 408"), "{sent}");
+    assert!(sent.contains("request_timeout"), "{sent}");
+    assert!(after < Duration::from_secs(3), "closed after {after:?}");
+    trickle.join().unwrap();
+    // Meanwhile and after, a paying client is served, and only it is billed.
+    assert_eq!(billed_post(&server, &key).status(), reqwest::StatusCode::OK);
+    server.stop();
+    assert_eq!(bills(&data), 1);
+}
+
+#[test]
+fn idle_connections_do_not_stop_a_paying_client_and_surplus_ones_are_closed() {
+    let temp = tempfile::tempdir().unwrap();
+    let (data, key) = small_data_dir(temp.path());
+    let server = Server::start(&data, &["--max-connections", "1000"]);
+    let idle: Vec<TcpStream> = (0..999)
+        .map(|_| TcpStream::connect(server.addr).unwrap())
+        .collect();
+    // The last slot serves a paying client on one keep-alive connection.
+    let client = reqwest::blocking::Client::builder()
+        .pool_max_idle_per_host(1)
+        .build()
+        .unwrap();
+    let request = || {
+        client
+            .post(server.url("/v1/crosstab"))
+            .header("Service-Engine-Authorizer", &key)
+            .json(&json!({"SurveyCode": "SMALL", "PopulationBaseCode": "ALL", "TargetCodes": ["WOMEN"]}))
+            .send()
+            .unwrap()
+            .status()
+    };
+    for _ in 0..50 {
+        assert_eq!(request(), reqwest::StatusCode::OK);
+    }
+    // Every slot is taken: one more connection is closed as soon as it is accepted.
+    let mut surplus = TcpStream::connect(server.addr).unwrap();
+    surplus
+        .write_all(b"GET /v1/docs HTTP/1.1\r\nHost: x\r\n\r\n")
+        .ok();
+    let (sent, _) = until_closed(&mut surplus, Duration::from_secs(5)).expect("surplus kept open");
+    assert!(sent.is_empty(), "{sent}");
+    drop(idle);
+    server.stop();
+    assert_eq!(bills(&data), 50);
+}
+
+/// SIGTERM while connections hang mid-body: the server waits for them only as long as
+/// its shutdown grace, exits cleanly, and every 200 a client got is billed.
+#[test]
+fn sigterm_with_stuck_connections_exits_within_the_grace_with_every_bill_committed() {
+    let temp = tempfile::tempdir().unwrap();
+    let (data, key) = small_data_dir(temp.path());
+    let server = Server::start(&data, &["--shutdown-grace", "1", "--body-timeout", "60"]);
+    let stuck: Vec<TcpStream> = (0..20)
+        .map(|_| {
+            let mut stream = TcpStream::connect(server.addr).unwrap();
+            write!(
+                stream,
+                "POST /v1/crosstab HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+                 Service-Engine-Authorizer: {key}\r\nContent-Length: 100\r\n\r\n{{"
+            )
+            .unwrap();
+            stream
+        })
+        .collect();
+    let oks = (0..20)
+        .filter(|_| billed_post(&server, &key).status() == reqwest::StatusCode::OK)
+        .count();
+    let started = Instant::now();
+    server.stop();
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "stopped after {:?}",
+        started.elapsed()
+    );
+    drop(stuck);
+    assert_eq!(bills(&data), i64::try_from(oks).unwrap());
+}
+
+#[test]
+fn an_address_that_fails_authentication_too_often_gets_429_for_each_further_failure() {
+    let temp = tempfile::tempdir().unwrap();
+    let (data, key) = small_data_dir(temp.path());
+    let server = Server::start(&data, &["--failed-auth-per-minute", "5"]);
+    for _ in 0..5 {
+        let forged = keys::generate(KeyEnv::Live).token;
+        assert_eq!(
+            billed_post(&server, &forged).status(),
+            reqwest::StatusCode::UNAUTHORIZED
+        );
+    }
+    let over = billed_post(&server, &keys::generate(KeyEnv::Live).token);
+    assert_eq!(over.status(), reqwest::StatusCode::TOO_MANY_REQUESTS);
+    let wait: u64 = over.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((1..=60).contains(&wait), "{wait}");
+    let body: serde_json::Value = over.json().unwrap();
+    assert_eq!(body["error"]["code"], "rate_limited");
+    // Good credentials from that address still work (a shared address is not locked out).
+    assert_eq!(billed_post(&server, &key).status(), reqwest::StatusCode::OK);
+    server.stop();
+    assert_eq!(bills(&data), 1);
+}
+
+#[test]
+fn an_address_that_tries_too_many_sign_ins_waits() {
+    let temp = tempfile::tempdir().unwrap();
+    let (data, _) = small_data_dir(temp.path());
+    let server = Server::start(&data, &["--sign-in-per-minute", "3"]);
+    let login = |name: &str| {
+        reqwest::blocking::Client::new()
+            .post(server.url("/app/login"))
+            .header("Origin", server.url(""))
+            .json(&json!({"username": name, "password": "wrong password"}))
+            .send()
+            .unwrap()
+    };
+    for n in 0..3 {
+        assert_eq!(
+            login(&format!("name{n}")).status(),
+            reqwest::StatusCode::UNAUTHORIZED
+        );
+    }
+    let over = login("another");
+    assert_eq!(over.status(), reqwest::StatusCode::TOO_MANY_REQUESTS);
+    assert!(over.headers().contains_key("retry-after"));
+    let body: serde_json::Value = over.json().unwrap();
+    assert_eq!(body["error"]["code"], "too_many_attempts");
+    server.stop();
+}
+
+#[tokio::test]
+async fn over_its_rate_or_daily_quota_an_account_gets_429_and_nothing_is_billed() {
+    let fx = Fixture::new().await;
+    let body = common::request("VEC", None, "ALL", &["WOMEN"]);
+    let limits = |per_second, daily_quota| AccountLimits {
+        per_second,
+        daily_quota,
+    };
+    assert!(accounts::set_limits(&fx.db, "acme", limits(Some(2), None))
+        .await
+        .unwrap());
+    let mut statuses = Vec::new();
+    for _ in 0..5 {
+        let (response, got) = fx.post(Some(&fx.whole), &body).await;
+        if response.status() == StatusCode::TOO_MANY_REQUESTS {
+            let wait: u64 = response.headers()["retry-after"]
+                .to_str()
+                .unwrap()
+                .parse()
+                .unwrap();
+            assert_eq!(wait, 1);
+            assert_eq!(common::code(&got), "rate_limited");
+        }
+        statuses.push(response.status());
+    }
+    let oks = statuses.iter().filter(|s| **s == StatusCode::OK).count();
+    assert_eq!(oks, 2, "{statuses:?}");
+    assert_eq!(fx.bills().await, 2);
+
+    // A daily quota counts the calls already billed today, and rejected calls use none.
+    assert!(accounts::set_limits(&fx.db, "north", limits(None, Some(3)))
+        .await
+        .unwrap());
+    let north = common::request("VEC", Some("N"), "ALL", &["WOMEN"]);
+    let refused = common::request("VEC", Some("S"), "ALL", &["WOMEN"]);
+    assert_eq!(
+        fx.post(Some(&fx.north), &refused).await.0.status(),
+        StatusCode::FORBIDDEN
+    );
+    for _ in 0..3 {
+        assert_eq!(
+            fx.post(Some(&fx.north), &north).await.0.status(),
+            StatusCode::OK
+        );
+    }
+    let (response, _) = fx.post(Some(&fx.north), &north).await;
+    assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+    let wait: u64 = response.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((1..=86_400).contains(&wait), "{wait}");
+    assert_eq!(fx.bills().await, 5);
+    // The next UTC day, the quota starts again.
+    fx.clock.advance(86_400_000);
+    assert_eq!(
+        fx.post(Some(&fx.north), &north).await.0.status(),
+        StatusCode::OK
+    );
+}
+
+#[tokio::test]
+async fn a_flood_of_random_keys_reads_no_key_from_the_database() {
+    let fx = Fixture::new().await;
+    let body = common::request("VEC", None, "ALL", &["WOMEN"]);
+    assert_eq!(
+        fx.post(Some(&fx.whole), &body).await.0.status(),
+        StatusCode::OK
+    );
+    let reads = fx.services.auth.key_reads();
+    for _ in 0..500 {
+        let forged = keys::generate(KeyEnv::Live).token;
+        assert_eq!(
+            fx.post(Some(&forged), &body).await.0.status(),
+            StatusCode::UNAUTHORIZED
+        );
+    }
+    assert_eq!(
+        fx.services.auth.key_reads(),
+        reads,
+        "no read per unknown key"
+    );
+    assert_eq!(
+        fx.post(Some(&fx.whole), &body).await.0.status(),
+        StatusCode::OK
+    );
+    // A key created after the flood is known at once (the set follows key changes).
+    let fresh = common::key(&fx.db, "acme", &[], KeyEnv::Live, None).await;
+    assert_eq!(
+        fx.post(Some(&fresh), &body).await.0.status(),
+        StatusCode::OK
+    );
+}
+
+#[tokio::test]
+async fn the_app_gets_security_headers_and_the_api_does_not_need_them() {
+    let fx = Fixture::new().await;
+    let dir = tempfile::tempdir().unwrap();
+    let loader = "import init from '/app.js'; await init();";
+    std::fs::write(
+        dir.path().join("index.html"),
+        format!("<!doctype html><script type=\"module\">{loader}</script>"),
+    )
+    .unwrap();
+    let router = fx.router_with(None, Some(dir.path()));
+    let get = |path: &'static str| {
+        let router = router.clone();
+        async move {
+            use tower::ServiceExt;
+            let request = Request::get(path).body(Body::empty()).unwrap();
+            router.oneshot(request).await.unwrap()
+        }
+    };
+    let page = get("/").await;
+    let csp = page.headers()["content-security-policy"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    use base64::Engine as _;
+    use sha2::Digest as _;
+    let hash = base64::engine::general_purpose::STANDARD.encode(sha2::Sha256::digest(loader));
+    assert!(csp.contains(&format!("'sha256-{hash}'")), "{csp}");
+    assert!(
+        !csp.contains("'unsafe-inline' 'self'")
+            && csp.contains("script-src 'self' 'wasm-unsafe-eval'"),
+        "{csp}"
+    );
+    assert!(csp.contains("frame-ancestors 'none'"), "{csp}");
+    assert_eq!(page.headers()["x-frame-options"], "DENY");
+    assert_eq!(page.headers()["referrer-policy"], "no-referrer");
+    assert!(
+        !page.headers().contains_key("strict-transport-security"),
+        "http: no HSTS"
+    );
+    let docs = get("/v1/docs").await;
+    assert!(!docs.headers().contains_key("content-security-policy"));
+    assert_eq!(docs.headers()["x-content-type-options"], "nosniff");
+}
