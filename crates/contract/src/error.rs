@@ -49,6 +49,23 @@ pub enum ApiError {
     /// The path exists, the method does not (e.g. `GET /v1/crosstab`).
     #[error("This method is not allowed on this path.")]
     MethodNotAllowed,
+    /// The request body did not arrive whole within the server's deadline.
+    #[error("The request body did not arrive in time.")]
+    RequestTimeout,
+    /// Over the caller's request rate or daily quota; retry after `retry_after_s`.
+    #[error("Too many requests: retry in {retry_after_s} seconds.")]
+    RateLimited {
+        /// Seconds until a retry can succeed (the `Retry-After` header).
+        retry_after_s: u64,
+    },
+    /// An `Idempotency-Key` the account already used with another request body.
+    #[error("This Idempotency-Key was already used with another request body.")]
+    IdempotencyKeyReused,
+    /// The query did not finish within the server's compute deadline (not billed).
+    #[error(
+        "The query took longer than the server allows; retry later or ask a simpler question."
+    )]
+    DeadlineExceeded,
     /// Anything else; never carries internals.
     #[error("Internal server error.")]
     Internal,
@@ -65,8 +82,12 @@ impl ApiError {
             ApiError::ForbiddenSurvey => 403,
             ApiError::PayloadTooLarge => 413,
             ApiError::MethodNotAllowed => 405,
+            ApiError::RequestTimeout => 408,
             ApiError::UnsupportedMediaType => 415,
+            ApiError::IdempotencyKeyReused => 422,
+            ApiError::RateLimited { .. } => 429,
             ApiError::Internal => 500,
+            ApiError::DeadlineExceeded => 503,
         }
     }
 
@@ -81,13 +102,26 @@ impl ApiError {
             ApiError::PayloadTooLarge => "payload_too_large",
             ApiError::MethodNotAllowed => "method_not_allowed",
             ApiError::UnsupportedMediaType => "unsupported_media_type",
+            ApiError::RequestTimeout => "request_timeout",
+            ApiError::IdempotencyKeyReused => "idempotency_key_reused",
+            ApiError::RateLimited { .. } => "rate_limited",
+            ApiError::DeadlineExceeded => "deadline_exceeded",
             ApiError::Internal => "internal_error",
         }
     }
 
-    /// Whether the spec tells clients to retry this (with exponential backoff).
+    /// Whether the spec tells clients to retry this (5xx with exponential backoff; 429
+    /// after its `Retry-After`).
     pub fn retryable(&self) -> bool {
-        self.status() >= 500
+        self.status() >= 500 || matches!(self, ApiError::RateLimited { .. })
+    }
+
+    /// Seconds a client must wait before retrying (the `Retry-After` header), if any.
+    pub fn retry_after_s(&self) -> Option<u64> {
+        match self {
+            ApiError::RateLimited { retry_after_s } => Some(*retry_after_s),
+            _ => None,
+        }
     }
 
     fn field(&self) -> Option<String> {
@@ -123,7 +157,20 @@ impl ApiError {
             ApiError::MethodNotAllowed => Some(
                 "Use a method the Allow header lists: POST /v1/crosstab, GET /v1/docs.".to_owned(),
             ),
-            ApiError::Internal => Some("Retry with exponential backoff.".to_owned()),
+            ApiError::RequestTimeout => {
+                Some("Send the whole body promptly after the request's head.".to_owned())
+            }
+            ApiError::IdempotencyKeyReused => Some(
+                "Send a new Idempotency-Key for a new request; reuse one only to retry the very same body."
+                    .to_owned(),
+            ),
+            ApiError::RateLimited { .. } => Some(
+                "Wait the Retry-After header's seconds, then retry; ask for a higher limit if this persists."
+                    .to_owned(),
+            ),
+            ApiError::DeadlineExceeded | ApiError::Internal => {
+                Some("Retry with exponential backoff.".to_owned())
+            }
         }
     }
 
