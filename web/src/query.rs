@@ -1,7 +1,7 @@
 //! The query builder: survey, group, base and up to two targets, validated live by the
 //! same rules the server applies (the WASM crate's validator) before anything is sent.
 
-use crosstab_contract::app::{Codebook, SurveySummary};
+use crosstab_contract::app::{Codebook, CodebookSearch, SurveySummary};
 use crosstab_contract::CrosstabRequest;
 use leptos::prelude::*;
 
@@ -53,29 +53,26 @@ struct Pick {
 }
 
 fn picks(codebook: &Codebook, query: &str) -> Vec<Pick> {
-    let needle = query.trim().to_lowercase();
-    if needle.is_empty() {
+    let Some(search) = CodebookSearch::new(query) else {
         return Vec::new();
-    }
-    let matches = |text: &str| text.to_lowercase().contains(&needle);
+    };
     let mut out: Vec<Pick> = codebook
         .codes
         .iter()
-        .filter(|c| matches(&c.code) || c.label.as_deref().is_some_and(matches))
+        .filter(|c| search.matches_code(c))
         .map(|c| Pick {
             target: c.code.clone(),
             label: format!("{} — {}", c.label.clone().unwrap_or_default(), c.expr),
         })
         .collect();
     for variable in &codebook.variables {
-        let variable_matches =
-            matches(&variable.name) || variable.label.as_deref().is_some_and(matches);
+        let variable_matches = search.matches_variable(variable);
         for value in &variable.values {
             let value_label = value
                 .label
                 .clone()
                 .unwrap_or_else(|| value.value.to_string());
-            if variable_matches || matches(&value_label) {
+            if variable_matches || search.finds(&value_label) {
                 out.push(Pick {
                     target: format!("{} = {}", variable.name, value.value),
                     label: format!(

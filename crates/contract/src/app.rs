@@ -143,6 +143,61 @@ pub struct Codebook {
     pub variables: Vec<VariableEntry>,
 }
 
+impl CodebookQuery {
+    /// The search to apply, if `q` has any text.
+    pub fn search(&self) -> Option<CodebookSearch> {
+        self.q.as_deref().and_then(CodebookSearch::new)
+    }
+}
+
+/// Text to find in a codebook: trimmed, compared without regard to case. One rule for
+/// the backend's `?q=` and the app's search box.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CodebookSearch {
+    needle: String,
+}
+
+impl CodebookSearch {
+    /// The search for `text`; `None` when it is blank (a blank search finds everything).
+    pub fn new(text: &str) -> Option<CodebookSearch> {
+        let needle = text.trim().to_lowercase();
+        (!needle.is_empty()).then_some(CodebookSearch { needle })
+    }
+
+    /// Whether `text` contains the search.
+    pub fn finds(&self, text: &str) -> bool {
+        text.to_lowercase().contains(&self.needle)
+    }
+
+    /// Whether a label, if any, contains the search.
+    pub fn finds_label(&self, label: Option<&str>) -> bool {
+        label.is_some_and(|label| self.finds(label))
+    }
+
+    /// Whether a named code matches: its code, label or expression.
+    pub fn matches_code(&self, code: &CodeEntry) -> bool {
+        self.finds(&code.code) || self.finds_label(code.label.as_deref()) || self.finds(&code.expr)
+    }
+
+    /// Whether a variable itself matches: its name or label (not its values').
+    pub fn matches_variable(&self, variable: &VariableEntry) -> bool {
+        self.finds(&variable.name) || self.finds_label(variable.label.as_deref())
+    }
+
+    /// Keeps only the codes that match and the variables that match or have a value whose
+    /// label does (what `GET /app/api/surveys/{code}/codebook?q=` serves).
+    pub fn retain_in(&self, book: &mut Codebook) {
+        book.codes.retain(|code| self.matches_code(code));
+        book.variables.retain(|variable| {
+            self.matches_variable(variable)
+                || variable
+                    .values
+                    .iter()
+                    .any(|value| self.finds_label(value.label.as_deref()))
+        });
+    }
+}
+
 /// One authorization group of a `Codebook`.
 #[cfg_attr(feature = "ts", derive(tsify::Tsify))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -482,6 +537,34 @@ mod tests {
             serde_json::to_value(&book).unwrap()["bases"][0]["groupTotals"],
             json!({})
         );
+    }
+
+    #[test]
+    fn search_is_trimmed_and_case_blind() {
+        assert_eq!(CodebookSearch::new("  "), None);
+        assert_eq!(CodebookQuery::default().search(), None);
+        let search = CodebookQuery {
+            q: Some(" gEnDeR ".into()),
+        }
+        .search()
+        .unwrap();
+        assert!(search.finds("GENDER = 2"));
+        assert!(!search.finds("AGE"));
+        assert!(!search.finds_label(None));
+        let mut book = codebook();
+        search.retain_in(&mut book);
+        // The code whose expression names GENDER stays; so does the GENDER variable.
+        assert_eq!(book.codes.len(), 1);
+        let names: Vec<&str> = book.variables.iter().map(|v| v.name.as_str()).collect();
+        assert_eq!(names, ["GENDER"]);
+        // A value's label keeps its variable, though the variable itself does not match.
+        let mut book = codebook();
+        CodebookSearch::new("male").unwrap().retain_in(&mut book);
+        assert!(book.codes.is_empty());
+        assert_eq!(book.variables.len(), 1);
+        assert!(!CodebookSearch::new("male")
+            .unwrap()
+            .matches_variable(&book.variables[0]));
     }
 
     #[test]
