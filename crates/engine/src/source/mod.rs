@@ -11,6 +11,8 @@ use crate::definition::SourceFormat;
 use crate::survey::Survey;
 
 #[cfg(feature = "fs")]
+mod bytecode;
+#[cfg(feature = "fs")]
 pub(crate) mod sav;
 
 /// Distinct values up to this many are found by a linear scan, which beats hashing for

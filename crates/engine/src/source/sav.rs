@@ -13,7 +13,7 @@
 
 use std::collections::HashMap;
 use std::fs::File;
-use std::io::{BufReader, Read, Seek};
+use std::io::{Read, Seek};
 use std::path::Path;
 
 use ambers::{MissingSpec, MrType, SpssMetadata, Value};
@@ -27,6 +27,7 @@ use crosstab_contract::ALL_GROUPS;
 use crate::definition::{SourceFormat, SurveyDefinition};
 use crate::error::ImportError;
 use crate::import::{is_expr_name, is_identifier, Respondents};
+use crate::source::bytecode::Input as SavInput;
 use crate::source::{ColumnEncoder, EncodedColumn, SourceCode, SourceLabels};
 
 /// Cases per batch: small enough that a batch of 1,000 variables stays near 32 MB.
@@ -125,13 +126,14 @@ fn source_error(file: &str, variable: Option<&str>, reason: String) -> ImportErr
 }
 
 /// Opens `path` for reading; the reader's errors become [`ImportError::Source`].
-fn open(path: &Path) -> Result<ambers::Scanner<BufReader<File>>, ImportError> {
-    let file = File::open(path).map_err(|source| ImportError::Io {
+fn open(path: &Path) -> Result<ambers::Scanner<SavInput<File>>, ImportError> {
+    let io = |source| ImportError::Io {
         path: path.display().to_string(),
         source,
-    })?;
+    };
+    let file = File::open(path).map_err(io)?;
     scan(
-        BufReader::with_capacity(1 << 20, file),
+        SavInput::open(file).map_err(io)?,
         &path.display().to_string(),
     )
 }

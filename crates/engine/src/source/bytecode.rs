@@ -1,0 +1,414 @@
+//! Bytecode-compressed `.sav` files, presented to the reader as uncompressed ones.
+//!
+//! `ambers` reads a bytecode-compressed file's whole data section into memory before
+//! decoding it, which alone is about the size of the compiled survey. [`Inflated`]
+//! instead shows the reader the same file with its header's compression field set to
+//! "none" and decodes the bytecode as the reader asks for cases, so an import holds
+//! a few megabytes of the file at a time. Only what the reader needs for that is parsed
+//! here: the record layout up to the end of the dictionary (to know where the data
+//! starts) and the bytecode itself; anything unexpected leaves the file to the reader's
+//! own path.
+
+use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom};
+
+/// Offset of the header's compression field (after magic, product, layout, case size).
+const COMPRESSION_AT: usize = 72;
+const HEADER_LEN: usize = 176;
+/// Bytecode compression in the header's compression field.
+const BYTECODE: i32 = 1;
+
+/// What the dictionary walk found.
+#[derive(Debug, Clone, Copy)]
+struct Layout {
+    big_endian: bool,
+    /// Offset of the first byte of case data.
+    data_at: u64,
+    /// 8-byte slots per case.
+    slots: u64,
+    /// Declared cases.
+    cases: u64,
+    bias: f64,
+}
+
+fn i32_at(bytes: &[u8], big_endian: bool) -> i32 {
+    let mut word = [0u8; 4];
+    word.copy_from_slice(&bytes[..4]);
+    if big_endian {
+        i32::from_be_bytes(word)
+    } else {
+        i32::from_le_bytes(word)
+    }
+}
+
+/// Reads a count or size that must be non-negative.
+fn read_count(reader: &mut impl Read, big_endian: bool) -> io::Result<u64> {
+    let mut word = [0u8; 4];
+    reader.read_exact(&mut word)?;
+    u64::try_from(i32_at(&word, big_endian))
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "negative count"))
+}
+
+fn skip(reader: &mut BufReader<impl Read + Seek>, bytes: u64) -> io::Result<()> {
+    let bytes =
+        i64::try_from(bytes).map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "size"))?;
+    reader.seek_relative(bytes)
+}
+
+/// Walks the dictionary of a bytecode-compressed file with a declared case count;
+/// `None` for any other file (left to the reader as it is).
+fn layout<R: Read + Seek>(reader: &mut BufReader<R>, file_len: u64) -> io::Result<Option<Layout>> {
+    let mut header = [0u8; HEADER_LEN];
+    reader.read_exact(&mut header)?;
+    if &header[..4] != b"$FL2" {
+        return Ok(None);
+    }
+    let big_endian = match (i32_at(&header[64..], false), i32_at(&header[64..], true)) {
+        (2 | 3, _) => false,
+        (_, 2 | 3) => true,
+        _ => return Ok(None),
+    };
+    let Ok(cases) = u64::try_from(i32_at(&header[80..], big_endian)) else {
+        return Ok(None);
+    };
+    if i32_at(&header[COMPRESSION_AT..], big_endian) != BYTECODE {
+        return Ok(None);
+    }
+    let mut bias = [0u8; 8];
+    bias.copy_from_slice(&header[84..92]);
+    let bias = if big_endian {
+        f64::from_be_bytes(bias)
+    } else {
+        f64::from_le_bytes(bias)
+    };
+    let mut slots = 0u64;
+    loop {
+        match read_count(reader, big_endian)? {
+            // A variable (or a long string's continuation slot).
+            2 => {
+                let mut fixed = [0u8; 28];
+                reader.read_exact(&mut fixed)?;
+                slots += 1;
+                let has_label = i32_at(&fixed[4..], big_endian) == 1;
+                let missing = u64::from(i32_at(&fixed[8..], big_endian).unsigned_abs());
+                if has_label {
+                    let len = read_count(reader, big_endian)?;
+                    skip(reader, len.div_ceil(4) * 4)?;
+                }
+                skip(reader, missing * 8)?;
+            }
+            // Value labels: value, length byte, label padded to 8.
+            3 => {
+                let count = read_count(reader, big_endian)?;
+                for _ in 0..count {
+                    let mut entry = [0u8; 9];
+                    reader.read_exact(&mut entry)?;
+                    skip(reader, (u64::from(entry[8]) + 1).div_ceil(8) * 8 - 1)?;
+                }
+            }
+            // The variables value labels apply to.
+            4 => {
+                let count = read_count(reader, big_endian)?;
+                skip(reader, count.saturating_mul(4))?;
+            }
+            // Documents: 80-byte lines.
+            6 => {
+                let lines = read_count(reader, big_endian)?;
+                skip(reader, lines.saturating_mul(80))?;
+            }
+            // Extension records: subtype, element size, element count.
+            7 => {
+                let _subtype = read_count(reader, big_endian)?;
+                let size = read_count(reader, big_endian)?;
+                let count = read_count(reader, big_endian)?;
+                skip(reader, size.saturating_mul(count))?;
+            }
+            999 => {
+                skip(reader, 4)?;
+                let data_at = reader.stream_position()?;
+                if data_at > file_len || slots == 0 {
+                    return Ok(None);
+                }
+                return Ok(Some(Layout {
+                    big_endian,
+                    data_at,
+                    slots,
+                    cases,
+                    bias,
+                }));
+            }
+            _ => return Ok(None),
+        }
+    }
+}
+
+/// A bytecode-compressed file read as the uncompressed file it encodes (see the module).
+pub(crate) struct Inflated<R: Read + Seek> {
+    inner: BufReader<R>,
+    /// The header and dictionary, compression field set to none.
+    head: Vec<u8>,
+    layout: Layout,
+    /// Length of the uncompressed file: head plus declared cases.
+    len: u64,
+    pos: u64,
+    control: [u8; 8],
+    /// Next instruction in `control` (8 = read the next block).
+    next: usize,
+    /// Decoded bytes of the current slot not yet returned.
+    slot: [u8; 8],
+    slot_used: usize,
+    /// Decoding has begun: the data can only be read forward from here.
+    started: bool,
+    ended: bool,
+}
+
+impl<R: Read + Seek> std::fmt::Debug for Inflated<R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Inflated")
+            .field("len", &self.len)
+            .field("pos", &self.pos)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<R: Read + Seek> Inflated<R> {
+    /// The file as uncompressed when it is bytecode-compressed with a declared case
+    /// count and a dictionary this walk understands; otherwise the reader, rewound.
+    pub fn open(reader: R) -> io::Result<Result<Inflated<R>, BufReader<R>>> {
+        let mut inner = BufReader::with_capacity(1 << 20, reader);
+        let file_len = inner.seek(SeekFrom::End(0))?;
+        inner.seek(SeekFrom::Start(0))?;
+        let layout = match layout(&mut inner, file_len) {
+            Ok(Some(layout)) => layout,
+            // Anything unexpected is the reader's to report.
+            Ok(None) | Err(_) => {
+                inner.seek(SeekFrom::Start(0))?;
+                return Ok(Err(inner));
+            }
+        };
+        let head_len = usize::try_from(layout.data_at)
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "dictionary size"))?;
+        let mut head = vec![0u8; head_len];
+        inner.seek(SeekFrom::Start(0))?;
+        inner.read_exact(&mut head)?;
+        let none = if layout.big_endian {
+            0i32.to_be_bytes()
+        } else {
+            0i32.to_le_bytes()
+        };
+        head[COMPRESSION_AT..COMPRESSION_AT + 4].copy_from_slice(&none);
+        let len = layout
+            .data_at
+            .saturating_add(layout.cases.saturating_mul(layout.slots).saturating_mul(8));
+        Ok(Ok(Inflated {
+            inner,
+            head,
+            layout,
+            len,
+            pos: 0,
+            control: [0; 8],
+            next: 8,
+            slot: [0; 8],
+            slot_used: 8,
+            started: false,
+            ended: false,
+        }))
+    }
+
+    fn f64_bytes(&self, value: f64) -> [u8; 8] {
+        if self.layout.big_endian {
+            value.to_be_bytes()
+        } else {
+            value.to_le_bytes()
+        }
+    }
+
+    /// Decodes the next slot into `self.slot`; false at the end of the data.
+    fn next_slot(&mut self) -> io::Result<bool> {
+        loop {
+            if self.ended {
+                return Ok(false);
+            }
+            if self.next == 8 {
+                match self.inner.fill_buf()? {
+                    [] => {
+                        self.ended = true;
+                        continue;
+                    }
+                    _ => {
+                        if let Err(error) = self.inner.read_exact(&mut self.control) {
+                            // A block cut short is the end of what the file holds.
+                            if error.kind() == io::ErrorKind::UnexpectedEof {
+                                self.ended = true;
+                                continue;
+                            }
+                            return Err(error);
+                        }
+                        self.next = 0;
+                    }
+                }
+            }
+            let code = self.control[self.next];
+            self.next += 1;
+            match code {
+                0 => continue,
+                1..=251 => self.slot = self.f64_bytes(f64::from(code) - self.layout.bias),
+                252 => {
+                    self.ended = true;
+                    continue;
+                }
+                253 => {
+                    let mut raw = [0u8; 8];
+                    if let Err(error) = self.inner.read_exact(&mut raw) {
+                        if error.kind() == io::ErrorKind::UnexpectedEof {
+                            self.ended = true;
+                            continue;
+                        }
+                        return Err(error);
+                    }
+                    self.slot = raw;
+                }
+                254 => self.slot = [b' '; 8],
+                _ => self.slot = self.f64_bytes(-f64::MAX),
+            }
+            self.slot_used = 0;
+            return Ok(true);
+        }
+    }
+}
+
+impl<R: Read + Seek> Read for Inflated<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if self.pos < self.layout.data_at {
+            let at = self.pos as usize;
+            let n = buf.len().min(self.head.len() - at);
+            buf[..n].copy_from_slice(&self.head[at..at + n]);
+            self.pos += n as u64;
+            return Ok(n);
+        }
+        if !self.started {
+            if self.pos != self.layout.data_at {
+                return Err(io::Error::new(
+                    io::ErrorKind::Unsupported,
+                    "read from inside bytecode-compressed data",
+                ));
+            }
+            self.inner.seek(SeekFrom::Start(self.layout.data_at))?;
+            self.started = true;
+        }
+        let mut written = 0;
+        while written < buf.len() && self.pos < self.len {
+            if self.slot_used == 8 && !self.next_slot()? {
+                break;
+            }
+            let n = (8 - self.slot_used).min(buf.len() - written);
+            buf[written..written + n]
+                .copy_from_slice(&self.slot[self.slot_used..self.slot_used + n]);
+            self.slot_used += n;
+            written += n;
+            self.pos += n as u64;
+        }
+        Ok(written)
+    }
+}
+
+impl<R: Read + Seek> Seek for Inflated<R> {
+    fn seek(&mut self, to: SeekFrom) -> io::Result<u64> {
+        let target = match to {
+            SeekFrom::Start(at) => Some(at),
+            SeekFrom::End(delta) => self.len.checked_add_signed(delta),
+            SeekFrom::Current(delta) => self.pos.checked_add_signed(delta),
+        }
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "seek out of range"))?;
+        // The decoded data can only be read forward; the reader seeks only to learn the
+        // length, back to the start, and to its own position, all before it decodes.
+        if self.started && target != self.pos {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "seek in bytecode-compressed data",
+            ));
+        }
+        self.pos = target;
+        Ok(target)
+    }
+}
+
+/// An SPSS file as the reader gets it: decoded on the fly when bytecode-compressed,
+/// else as it is.
+#[derive(Debug)]
+pub(crate) enum Input<R: Read + Seek> {
+    Inflated(Inflated<R>),
+    Plain(BufReader<R>),
+}
+
+impl<R: Read + Seek> Input<R> {
+    pub fn open(reader: R) -> io::Result<Input<R>> {
+        Ok(match Inflated::open(reader)? {
+            Ok(inflated) => Input::Inflated(inflated),
+            Err(plain) => Input::Plain(plain),
+        })
+    }
+}
+
+impl<R: Read + Seek> Read for Input<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Input::Inflated(inner) => inner.read(buf),
+            Input::Plain(inner) => inner.read(buf),
+        }
+    }
+}
+
+impl<R: Read + Seek> Seek for Input<R> {
+    fn seek(&mut self, to: SeekFrom) -> io::Result<u64> {
+        match self {
+            Input::Inflated(inner) => inner.seek(to),
+            Input::Plain(inner) => inner.seek(to),
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use std::io::Cursor;
+
+    fn fixture() -> Vec<u8> {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/sav/labelled-rows.sav");
+        std::fs::read(path).unwrap()
+    }
+
+    #[test]
+    fn decoded_file_reads_as_the_compressed_one() {
+        let bytes = fixture();
+        let (expected, expected_meta) = ambers::read_sav_from_reader(Cursor::new(&bytes)).unwrap();
+        assert_eq!(expected_meta.compression, ambers::Compression::Bytecode);
+        let input = Input::open(Cursor::new(&bytes)).unwrap();
+        assert!(matches!(input, Input::Inflated(_)));
+        let (got, meta) = ambers::read_sav_from_reader(input).unwrap();
+        assert_eq!(meta.compression, ambers::Compression::None);
+        assert_eq!(got, expected);
+        assert_eq!(
+            meta.variable_value_labels,
+            expected_meta.variable_value_labels
+        );
+    }
+
+    #[test]
+    fn a_cut_file_reads_fewer_cases_and_other_files_pass_through() {
+        let bytes = fixture();
+        let cut = &bytes[..bytes.len() - 700];
+        let input = Input::open(Cursor::new(cut)).unwrap();
+        assert!(matches!(input, Input::Inflated(_)));
+        let (got, _) = ambers::read_sav_from_reader(input).unwrap();
+        assert!(got.num_rows() < 300, "{}", got.num_rows());
+
+        let plain = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/sav/labelled.zsav");
+        let input = Input::open(std::fs::File::open(plain).unwrap()).unwrap();
+        assert!(matches!(input, Input::Plain(_)));
+        let input = Input::open(Cursor::new(b"not an SPSS file".to_vec())).unwrap();
+        assert!(matches!(input, Input::Plain(_)));
+    }
+}
