@@ -411,6 +411,16 @@ fn median(budget: Duration, mut f: impl FnMut()) -> Duration {
     times[times.len() / 2]
 }
 
+/// How long each warm figure is measured: `CROSSTAB_BENCH_WARM_MS`, default 300 (0 for
+/// profiling the cold queries alone).
+fn warm_budget() -> Duration {
+    let ms = std::env::var("CROSSTAB_BENCH_WARM_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(300);
+    Duration::from_millis(ms)
+}
+
 fn median_of(mut values: Vec<f64>) -> f64 {
     values.sort_by(f64::total_cmp);
     values[values.len() / 2]
@@ -468,7 +478,7 @@ fn run_size(dir: &Path, n: usize, instances: usize) -> Value {
         // Warm: one query repeated until its sets are cached.
         let warm_target = queries[0]["target"].as_str().unwrap().to_owned();
         let warm_req = request(shape.base, &[warm_target]);
-        let warm_us = median(Duration::from_millis(300), || {
+        let warm_us = median(warm_budget(), || {
             black_box(survey.crosstab(&warm_req).unwrap());
         })
         .as_secs_f64()

@@ -198,13 +198,72 @@ impl BlockSum<'_> {
 /// Count and scaled weight sum of `members` over one block's planes.
 fn plane_sums(members: &[u64], planes: &[u64]) -> (u64, u64) {
     #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx512f")
+        && std::arch::is_x86_feature_detected!("avx512vpopcntdq")
+    {
+        // SAFETY: the CPU supports AVX-512F and VPOPCNTDQ, checked just above.
+        #[allow(unsafe_code)]
+        return unsafe { plane_sums_avx512(members, planes) };
+    }
+    #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("popcnt")
     {
         // SAFETY: the CPU supports AVX2 and POPCNT, checked just above.
         #[allow(unsafe_code)]
         return unsafe { plane_sums_avx2(members, planes) };
     }
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+    return plane_sums_simd128(members, planes);
+    #[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
     plane_sums_portable(members, planes)
+}
+
+/// [`plane_sums_portable`] with WebAssembly SIMD: two words at a time, bits counted per
+/// byte (`i8x16.popcnt`) and widened before they could overflow.
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+fn plane_sums_simd128(members: &[u64], planes: &[u64]) -> (u64, u64) {
+    use std::arch::wasm32::{
+        u16x8_add, u16x8_extadd_pairwise_u8x16, u16x8_splat, u32x4_extadd_pairwise_u16x8,
+        u32x4_extract_lane, u8x16_add, u8x16_popcnt, u8x16_splat, v128, v128_and, v128_load,
+    };
+    let count: u64 = members.iter().map(|w| u64::from(w.count_ones())).sum();
+    if count == 0 {
+        return (0, 0);
+    }
+    let load = |pair: &[u64]| -> v128 {
+        debug_assert_eq!(pair.len(), 2);
+        // SAFETY: `pair` is two u64s, 16 readable bytes; v128.load takes any alignment.
+        #[allow(unsafe_code)]
+        unsafe {
+            v128_load(pair.as_ptr().cast())
+        }
+    };
+    let mut sum = 0u64;
+    for (bit, plane) in planes.chunks_exact(BLOCK_WORDS).enumerate() {
+        let plane = &plane[..members.len().min(BLOCK_WORDS)];
+        let mut wide = u16x8_splat(0);
+        let mut odd = 0u64;
+        // 32 words a round: each byte lane gains at most 16 × 8 = 128, within a u8.
+        for (m32, p32) in members.chunks(32).zip(plane.chunks(32)) {
+            let mut narrow = u8x16_splat(0);
+            let (mut m2, mut p2) = (m32.chunks_exact(2), p32.chunks_exact(2));
+            for (m, p) in (&mut m2).zip(&mut p2) {
+                narrow = u8x16_add(narrow, u8x16_popcnt(v128_and(load(m), load(p))));
+            }
+            for (m, p) in m2.remainder().iter().zip(p2.remainder()) {
+                odd += u64::from((m & p).count_ones());
+            }
+            wide = u16x8_add(wide, u16x8_extadd_pairwise_u8x16(narrow));
+        }
+        let lanes = u32x4_extadd_pairwise_u16x8(wide);
+        let ones = u64::from(u32x4_extract_lane::<0>(lanes))
+            + u64::from(u32x4_extract_lane::<1>(lanes))
+            + u64::from(u32x4_extract_lane::<2>(lanes))
+            + u64::from(u32x4_extract_lane::<3>(lanes))
+            + odd;
+        sum += ones << bit;
+    }
+    (count, sum)
 }
 
 /// [`plane_sums_portable`] compiled for AVX2: the compiler counts bits in vectors.
@@ -214,6 +273,18 @@ fn plane_sums_avx2(members: &[u64], planes: &[u64]) -> (u64, u64) {
     plane_sums_portable(members, planes)
 }
 
+/// [`plane_sums_portable`] compiled for AVX-512: eight words counted per instruction.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512vpopcntdq,popcnt")]
+fn plane_sums_avx512(members: &[u64], planes: &[u64]) -> (u64, u64) {
+    plane_sums_portable(members, planes)
+}
+
+// WebAssembly with SIMD always takes `plane_sums_simd128`.
+#[cfg_attr(
+    all(target_arch = "wasm32", target_feature = "simd128"),
+    allow(dead_code)
+)]
 #[inline(always)]
 fn plane_sums_portable(members: &[u64], planes: &[u64]) -> (u64, u64) {
     let count: u64 = members.iter().map(|w| u64::from(w.count_ones())).sum();
