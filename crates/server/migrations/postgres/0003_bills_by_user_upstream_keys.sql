@@ -19,3 +19,17 @@ CREATE TABLE account_limits (
     per_second  INTEGER,
     daily_quota BIGINT
 );
+
+-- Idempotency-Key: a key an account sent with a crosstab, the SHA-256 of that body, and
+-- once billed, the 200 it got (written in the bill's own transaction). A row without a
+-- status is a request still being answered.
+CREATE TABLE idempotency_keys (
+    account_id   BIGINT NOT NULL REFERENCES accounts (id),
+    key          TEXT NOT NULL,
+    body_sha256  TEXT NOT NULL,
+    created_at   BIGINT NOT NULL,
+    status       INTEGER,
+    response     BYTEA,
+    PRIMARY KEY (account_id, key)
+);
+CREATE INDEX idempotency_keys_created ON idempotency_keys (created_at);

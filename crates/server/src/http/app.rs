@@ -267,10 +267,12 @@ async fn crosstab(
     State(state): State<Arc<HttpState>>,
     Extension(request_id): Extension<RequestId>,
     SessionUser(user): SessionUser,
+    headers: HeaderMap,
     body: Bytes,
 ) -> AppResult<Response> {
-    let (status, body) = match state.app.crosstab(&user, body, &request_id).await? {
-        AppAnswer::Answered(body) => (StatusCode::OK, body),
+    let key = super::v1::idempotency_key(&headers).map_err(ServiceError::from)?;
+    let (status, body) = match state.app.crosstab(&user, body, &request_id, key).await? {
+        AppAnswer::Answered(answer) => return Ok(super::v1::answer_response(answer)),
         AppAnswer::Forwarded { status, body } => {
             let status = StatusCode::from_u16(status).map_err(|_| {
                 AppError::Unreachable(format!("the upstream answered status {status}"))

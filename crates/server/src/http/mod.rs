@@ -83,6 +83,7 @@ pub struct HttpOptions<'a> {
 pub fn router(state: Arc<HttpState>, app_dir: Option<&Path>) -> Router {
     // `/v1/` is outside the nest's match: without this, the app's page would answer it.
     let router = Router::new()
+        .route("/ready", axum::routing::get(ready))
         .nest("/v1", v1::routes())
         .route("/v1/", axum::routing::any(not_found))
         .merge(app::routes(Arc::clone(&state), app_dir));
@@ -97,6 +98,20 @@ pub fn router(state: Arc<HttpState>, app_dir: Option<&Path>) -> Router {
             observe::observe,
         ))
         .with_state(state)
+}
+
+/// The readiness probe (outside `/v1`: no key, not billed): 200 when the database
+/// answers and the ledger writer runs, else 503 saying which. `/v1/docs` stays the
+/// contract's liveness probe.
+async fn ready(axum::extract::State(state): axum::extract::State<Arc<HttpState>>) -> Response {
+    match state.services.ready().await {
+        Ok(()) => axum::Json(serde_json::json!({"ready": true})).into_response(),
+        Err(reason) => (
+            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+            axum::Json(serde_json::json!({"ready": false, "reason": reason.to_string()})),
+        )
+            .into_response(),
+    }
 }
 
 /// An unknown path under an API prefix (`/v1`, `/app`).

@@ -16,6 +16,7 @@ use super::error::api_error_response;
 use super::extract::Authenticated;
 use super::observe::AccountName;
 use super::HttpState;
+use crate::service::crosstab::Answer;
 use crate::service::{RequestId, ServiceError};
 
 /// The `/v1` routes. Any other `/v1` path is a 404 of its own, never the app's page that
@@ -45,6 +46,36 @@ fn json_ok(body: impl Into<axum::body::Body>) -> Response {
         .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     response
 }
+
+/// The request's `Idempotency-Key`, if it sent one (a value that is not text is refused).
+pub fn idempotency_key(headers: &HeaderMap) -> Result<Option<&str>, ApiError> {
+    headers
+        .get(IDEMPOTENCY_KEY)
+        .map(|value| {
+            value.to_str().map_err(|_| ApiError::InvalidRequest {
+                field: Some("Idempotency-Key".to_owned()),
+                message: "Idempotency-Key must be 1 to 255 printable ASCII characters.".to_owned(),
+                hint: None,
+            })
+        })
+        .transpose()
+}
+
+/// The 200 for `answer`, saying so when it is the one an earlier request got.
+pub fn answer_response(answer: Answer) -> Response {
+    let mut response = json_ok(answer.body);
+    if answer.replayed {
+        response
+            .headers_mut()
+            .insert(IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
+    }
+    response
+}
+
+/// The request header naming a logical request, so its retries are billed once.
+pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
+/// The response header on an answer given before.
+pub const IDEMPOTENT_REPLAYED: &str = "idempotent-replayed";
 
 async fn docs(State(state): State<Arc<HttpState>>) -> Response {
     json_ok(state.docs.clone())
@@ -76,15 +107,21 @@ async fn crosstab(
         body::unread(request_body, &parts.headers, response).await
     } else {
         match body::read(request_body, &parts.headers).await {
-            Ok(bytes) => match state
-                .services
-                .crosstab
-                .answer(&principal, bytes, &request_id)
-                .await
-            {
-                Ok(answer) => json_ok(answer),
-                Err(error) => error.into_response(),
-            },
+            Ok(bytes) => {
+                let key = match idempotency_key(&parts.headers) {
+                    Ok(key) => key,
+                    Err(error) => return api_error_response(&error),
+                };
+                let answered = state
+                    .services
+                    .crosstab
+                    .answer(&principal, bytes, &request_id, key)
+                    .await;
+                match answered {
+                    Ok(answer) => answer_response(answer),
+                    Err(error) => error.into_response(),
+                }
+            }
             Err(error) => body::closing(api_error_response(&error.into())),
         }
     };

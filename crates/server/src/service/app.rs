@@ -14,6 +14,7 @@ use crosstab_contract::{validate_body, ApiError};
 use crosstab_engine::Survey;
 use rand::RngCore;
 
+use super::crosstab::Answer;
 use super::principal::{Credential, Principal};
 use super::upstream::Upstream;
 use super::users::{self, SignIn, UnknownNames, User, UserError};
@@ -98,8 +99,8 @@ pub struct Session {
 /// A crosstab asked in the app.
 #[derive(Debug)]
 pub enum AppAnswer {
-    /// Answered here and billed to the user's account: the 200 body.
-    Answered(Bytes),
+    /// Answered here and billed to the user's account (or given again, unbilled).
+    Answered(Answer),
     /// Answered by the upstream: its status and body, unchanged.
     Forwarded {
         /// HTTP status the upstream sent.
@@ -178,6 +179,7 @@ impl AppService {
         user: &User,
         body: Bytes,
         request_id: &RequestId,
+        idempotency_key: Option<&str>,
     ) -> Result<AppAnswer, AppError> {
         let grants = self.grants(user).await?;
         let Some(upstream) = &self.upstream else {
@@ -194,7 +196,7 @@ impl AppService {
             let answer = self
                 .services
                 .crosstab
-                .answer(&principal, body, request_id)
+                .answer(&principal, body, request_id, idempotency_key)
                 .await?;
             return Ok(AppAnswer::Answered(answer));
         };
@@ -207,7 +209,7 @@ impl AppService {
             .await?
             .ok_or(AppError::NotConfigured)?;
         let (status, body) = upstream
-            .crosstab(&key, body)
+            .crosstab(&key, body, idempotency_key)
             .await
             .map_err(|error| AppError::Unreachable(error.to_string()))?;
         Ok(AppAnswer::Forwarded { status, body })

@@ -9,20 +9,95 @@ use axum::body::Bytes;
 use crosstab_contract::{validate_body, ApiError, CrosstabResponse, ValidRequest};
 use crosstab_engine::store::Catalog;
 use crosstab_engine::Survey;
+use sha2::{Digest, Sha256};
 
 use super::cache::{Entry, ResponseCache};
 use super::limits::RateLimits;
 use super::principal::Principal;
 use super::{RequestId, ServiceError};
 use crate::clock::Clock;
-use crate::store::ledger::{Bill, Ledger};
+use crate::store::idempotency::{self, Reservation};
+use crate::store::ledger::{Bill, KeptAnswer, Ledger};
+use crate::store::Database;
 
 /// Surveys larger than this are queried on the blocking pool, off the async workers.
 const INLINE_QUERY_MAX_RESPONDENTS: usize = 1_000_000;
 
+/// How long an `Idempotency-Key` and its answer are kept.
+pub const IDEMPOTENCY_KEPT_MS: i64 = 24 * 60 * 60 * 1000;
+
+/// How often a request looks again at a key another request is answering.
+const IN_PROGRESS_POLL: Duration = Duration::from_millis(20);
+
+/// A 200 body, and whether it is the stored answer to an earlier request with the same
+/// `Idempotency-Key` (then not billed again).
+#[derive(Debug, Clone)]
+pub struct Answer {
+    /// The serialized `CrosstabResponse`.
+    pub body: Bytes,
+    /// Whether it was answered before.
+    pub replayed: bool,
+}
+
+/// What an `Idempotency-Key` gave this request.
+enum Held {
+    /// The key is this request's.
+    Ours(Reserved),
+    /// The answer it got before.
+    Answered(Bytes),
+}
+
+/// A reserved key: given back when its request ends unbilled (however it ends: dropped
+/// with its client too), so a retry is answered anew.
+struct Reserved {
+    db: Database,
+    account_id: i64,
+    key: Arc<str>,
+    billed: bool,
+}
+
+impl Reserved {
+    /// The bill's transaction stored the answer with the key: it stays.
+    fn billed(mut self) {
+        self.billed = true;
+    }
+}
+
+impl Drop for Reserved {
+    fn drop(&mut self) {
+        if self.billed {
+            return;
+        }
+        let (db, account_id, key) = (self.db.clone(), self.account_id, Arc::clone(&self.key));
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                if let Err(error) = idempotency::release(&db, account_id, &key).await {
+                    // Held until it counts as abandoned (twice the query deadline).
+                    tracing::warn!(%error, "an unbilled idempotency key was not given back");
+                }
+            });
+        }
+    }
+}
+
+/// An `Idempotency-Key` header's value: 1 to 255 printable ASCII characters.
+fn idempotency_key_of(value: &str) -> Result<Arc<str>, ApiError> {
+    let printable = value.bytes().all(|b| (0x20..=0x7e).contains(&b));
+    if (1..=255).contains(&value.len()) && printable {
+        Ok(Arc::from(value))
+    } else {
+        Err(ApiError::InvalidRequest {
+            field: Some("Idempotency-Key".to_owned()),
+            message: "Idempotency-Key must be 1 to 255 printable ASCII characters.".to_owned(),
+            hint: Some("Send a fresh random value, e.g. a UUID, per logical query.".to_owned()),
+        })
+    }
+}
+
 /// Answers crosstab queries and bills them.
 #[derive(Debug)]
 pub struct Crosstab {
+    db: Database,
     catalog: Arc<Catalog>,
     cache: ResponseCache,
     ledger: Ledger,
@@ -43,6 +118,7 @@ impl Crosstab {
     /// Answers over `catalog`, reusing answers in `cache`, billing to `ledger`.
     /// Queries not answered within `deadline` are refused, unbilled.
     pub fn new(
+        db: Database,
         catalog: Arc<Catalog>,
         cache: ResponseCache,
         ledger: Ledger,
@@ -51,6 +127,7 @@ impl Crosstab {
         clock: Arc<dyn Clock>,
     ) -> Crosstab {
         Crosstab {
+            db,
             catalog,
             cache,
             ledger,
@@ -60,27 +137,111 @@ impl Crosstab {
         }
     }
 
+    /// Whether bills can be committed (the ledger writer runs).
+    pub fn can_bill(&self) -> bool {
+        self.ledger.is_alive()
+    }
+
     /// The answers cached so far.
     pub fn cache(&self) -> &ResponseCache {
         &self.cache
     }
 
     /// The serialized 200 body for `body` asked by `principal`, billed to its account
-    /// before it is returned; or why not (and then nothing is billed).
+    /// before it is returned; or why not (and then nothing is billed). With an
+    /// `Idempotency-Key`, a retry of the same body is given the first answer, unbilled.
     pub async fn answer(
         &self,
         principal: &Principal,
         body: Bytes,
         request_id: &RequestId,
-    ) -> Result<Bytes, ServiceError> {
+        idempotency_key: Option<&str>,
+    ) -> Result<Answer, ServiceError> {
+        let reservation = match idempotency_key {
+            Some(key) => {
+                let key = idempotency_key_of(key)?;
+                match self.reserve(principal, &key, &body).await? {
+                    Held::Answered(body) => {
+                        return Ok(Answer {
+                            body,
+                            replayed: true,
+                        })
+                    }
+                    Held::Ours(reservation) => Some(reservation),
+                }
+            }
+            None => None,
+        };
+        let key = reservation.as_ref().map(|r| &r.key);
         // Within the account's rate and quota first: nothing over them is even computed.
         let admission = self.limits.admit(principal).await?;
-        let answer = match self.cached_answer(principal, &body, request_id).await? {
+        let answer = match self
+            .cached_answer(principal, &body, request_id, key)
+            .await?
+        {
             Some(answer) => answer,
-            None => self.computed_answer(principal, body, request_id).await?,
+            None => {
+                self.computed_answer(principal, body, request_id, key)
+                    .await?
+            }
         };
         admission.billed();
-        Ok(answer)
+        if let Some(reservation) = reservation {
+            reservation.billed();
+        }
+        Ok(Answer {
+            body: answer,
+            replayed: false,
+        })
+    }
+
+    /// Takes `key` for this request, or finds the answer it was given (waiting, within
+    /// the deadline, for a request with the same key that is being answered now).
+    async fn reserve(
+        &self,
+        principal: &Principal,
+        key: &Arc<str>,
+        body: &[u8],
+    ) -> Result<Held, ServiceError> {
+        let hash = crate::keys::to_hex(&Sha256::digest(body));
+        let started = Instant::now();
+        loop {
+            let now = self.clock.now_ms();
+            let abandoned = i64::try_from(self.deadline.as_millis()).unwrap_or(i64::MAX) * 2;
+            let reservation = idempotency::reserve(
+                &self.db,
+                principal.account_id,
+                key,
+                &hash,
+                now,
+                now - IDEMPOTENCY_KEPT_MS,
+                now.saturating_sub(abandoned),
+            )
+            .await?;
+            match reservation {
+                Reservation::Reserved => {
+                    return Ok(Held::Ours(Reserved {
+                        db: self.db.clone(),
+                        account_id: principal.account_id,
+                        key: Arc::clone(key),
+                        billed: false,
+                    }))
+                }
+                Reservation::Answered { status: 200, body } => {
+                    return Ok(Held::Answered(Bytes::from(body)))
+                }
+                Reservation::Answered { status, .. } => {
+                    return Err(ServiceError::Internal(format!(
+                        "an idempotency key holds a {status}: only 200s are kept"
+                    )))
+                }
+                Reservation::OtherBody => return Err(ApiError::IdempotencyKeyReused.into()),
+                Reservation::InProgress if started.elapsed() > self.deadline => {
+                    return Err(ApiError::DeadlineExceeded.into())
+                }
+                Reservation::InProgress => tokio::time::sleep(IN_PROGRESS_POLL).await,
+            }
+        }
     }
 
     /// Validates, checks entitlement, computes within the deadline, caches and bills.
@@ -89,6 +250,7 @@ impl Crosstab {
         principal: &Principal,
         body: Bytes,
         request_id: &RequestId,
+        key: Option<&Arc<str>>,
     ) -> Result<Bytes, ServiceError> {
         let started = Instant::now();
         let valid = validate_body(&body)?;
@@ -134,7 +296,8 @@ impl Crosstab {
             );
             self.cache.insert(body, entry);
         }
-        self.bill(principal, billable, request_id).await?;
+        self.bill(principal, billable, request_id, kept(key, &answer))
+            .await?;
         Ok(answer)
     }
 
@@ -146,6 +309,7 @@ impl Crosstab {
         principal: &Principal,
         body: &Bytes,
         request_id: &RequestId,
+        key: Option<&Arc<str>>,
     ) -> Result<Option<Bytes>, ServiceError> {
         let Some(hit) = self.cache.get(body) else {
             return Ok(None);
@@ -169,7 +333,8 @@ impl Crosstab {
             base: Arc::clone(&hit.base),
             targets: hit.targets,
         };
-        self.bill(principal, billable, request_id).await?;
+        self.bill(principal, billable, request_id, kept(key, &hit.body))
+            .await?;
         Ok(Some(hit.body.clone()))
     }
 
@@ -179,6 +344,7 @@ impl Crosstab {
         principal: &Principal,
         billable: Billable,
         request_id: &RequestId,
+        idempotent: Option<KeptAnswer>,
     ) -> Result<(), ServiceError> {
         let bill = Bill {
             at: self.clock.now_ms(),
@@ -189,9 +355,18 @@ impl Crosstab {
             base: billable.base,
             targets: billable.targets,
             request_id: Arc::clone(&request_id.0),
+            idempotent,
         };
         Ok(self.ledger.bill(bill).await?)
     }
+}
+
+/// The answer to keep with the request's `Idempotency-Key`, if it sent one.
+fn kept(key: Option<&Arc<str>>, body: &Bytes) -> Option<KeptAnswer> {
+    key.map(|key| KeptAnswer {
+        key: Arc::clone(key),
+        body: body.clone(),
+    })
 }
 
 /// The engine's answer, on the blocking pool for large surveys; past `deadline` there,

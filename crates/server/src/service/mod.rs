@@ -87,7 +87,40 @@ pub struct Services {
     pub clock: Arc<dyn Clock>,
 }
 
+/// Why the service is not ready to take billed calls.
+#[derive(Debug, thiserror::Error)]
+pub enum NotReady {
+    /// The database did not answer (in time).
+    #[error("the database does not answer: {0}")]
+    Database(String),
+    /// The ledger writer has stopped.
+    #[error("the ledger writer has stopped")]
+    Ledger,
+}
+
+/// How long a readiness probe waits for the database.
+const READY_PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
 impl Services {
+    /// Whether this replica can answer and bill now: the database answers within 2 s
+    /// and the ledger writer runs.
+    pub async fn ready(&self) -> Result<(), NotReady> {
+        if !self.crosstab.can_bill() {
+            return Err(NotReady::Ledger);
+        }
+        match tokio::time::timeout(READY_PROBE_TIMEOUT, self.db.ping()).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(error)) => Err(NotReady::Database(error.to_string())),
+            Err(_) => Err(NotReady::Database("no answer within 2 s".to_owned())),
+        }
+    }
+
+    /// Forgets what is kept only for a while (idempotency keys past their day).
+    pub async fn purge_expired(&self) -> Result<u64, DbError> {
+        let before = self.clock.now_ms() - crosstab::IDEMPOTENCY_KEPT_MS;
+        crate::store::idempotency::purge(&self.db, before).await
+    }
+
     /// The services over `db` and `catalog`, with the ledger writer started (finish the
     /// writer after the last request, once the services are dropped, to flush every bill).
     pub fn start(
@@ -103,6 +136,7 @@ impl Services {
             settings.addresses,
         ));
         let crosstab = Crosstab::new(
+            db.clone(),
             Arc::clone(&catalog),
             settings.cache,
             ledger,

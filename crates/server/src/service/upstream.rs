@@ -45,18 +45,27 @@ impl Upstream {
         &self.base
     }
 
-    /// Forwards a crosstab body with `key`; returns the upstream's status and body.
-    pub async fn crosstab(&self, key: &str, body: Bytes) -> Result<(u16, Bytes), Unreachable> {
+    /// Forwards a crosstab body with `key` (and the request's `Idempotency-Key`, so the
+    /// upstream bills it once however often it is sent); returns the upstream's status
+    /// and body.
+    pub async fn crosstab(
+        &self,
+        key: &str,
+        body: Bytes,
+        idempotency_key: Option<&str>,
+    ) -> Result<(u16, Bytes), Unreachable> {
         let mut attempt = 0;
         loop {
-            let sent = self
+            let mut request = self
                 .client
                 .post(format!("{}/crosstab", self.base))
                 .header(reqwest::header::CONTENT_TYPE, "application/json")
                 .header(AUTH_HEADER, key)
-                .body(body.clone())
-                .send()
-                .await;
+                .body(body.clone());
+            if let Some(idempotency_key) = idempotency_key {
+                request = request.header("Idempotency-Key", idempotency_key);
+            }
+            let sent = request.send().await;
             // Retried only when the call cannot have been billed: a 5xx, or a connection
             // that never opened. A timeout, or a 2xx-4xx whose body broke off, may follow a
             // committed bill, so sending it again could bill the user twice.

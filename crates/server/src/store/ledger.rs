@@ -17,6 +17,7 @@
 //! through the sqlx pool, driven from this thread on the server's runtime.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, TryRecvError};
 use std::sync::Arc;
 use std::time::Instant;
@@ -76,6 +77,18 @@ pub struct Bill {
     pub targets: i64,
     /// The request's `X-Request-Id`.
     pub request_id: Arc<str>,
+    /// With an `Idempotency-Key`: the key, and the answer to keep with it.
+    pub idempotent: Option<KeptAnswer>,
+}
+
+/// The answer a billed request with an `Idempotency-Key` got, kept in the bill's
+/// transaction so a retry can be given it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeptAnswer {
+    /// The key (reserved by [`super::idempotency::reserve`]).
+    pub key: Arc<str>,
+    /// The 200 body.
+    pub body: axum::body::Bytes,
 }
 
 /// Why a bill could not be recorded.
@@ -98,6 +111,33 @@ type Pending = (Bill, oneshot::Sender<Result<(), String>>);
 #[derive(Debug, Clone)]
 pub struct Ledger {
     queue: mpsc::Sender<Pending>,
+    alive: Arc<AtomicBool>,
+}
+
+/// Marks the writer stopped when its thread ends, however it ends.
+struct Running(Arc<AtomicBool>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::SeqCst);
+    }
+}
+
+/// Runs the write loop, starting it again (with a fresh connection) should it panic: the
+/// bills of the batch it was writing are answered 500, unbilled, and later ones go on.
+fn supervise(mut sink: Sink, pending: &mpsc::Receiver<Pending>) {
+    loop {
+        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            write_loop(&mut sink, pending)
+        }));
+        match run {
+            Ok(()) => return,
+            Err(_) => {
+                tracing::error!("ledger writer panicked; restarted with a fresh connection");
+                sink.reset();
+            }
+        }
+    }
 }
 
 /// The writer thread; [`LedgerWriter::finish`] waits until every bill handed over is
@@ -132,16 +172,29 @@ impl Ledger {
                 runtime: tokio::runtime::Handle::try_current().ok(),
             },
         };
+        let alive = Arc::new(AtomicBool::new(true));
+        let running = Arc::clone(&alive);
         let spawned = std::thread::Builder::new()
             .name("crosstab-ledger".to_owned())
-            .spawn(move || write_loop(sink, pending));
+            .spawn(move || {
+                let _running = Running(running);
+                supervise(sink, &pending);
+            });
         let thread = spawned
             .inspect_err(|error| {
                 // No thread to be had: every bill is answered `Stopped` (500), unbilled.
                 tracing::error!(%error, "ledger writer not started");
             })
             .ok();
-        (Ledger { queue }, LedgerWriter(thread))
+        if thread.is_none() {
+            alive.store(false, Ordering::SeqCst);
+        }
+        (Ledger { queue, alive }, LedgerWriter(thread))
+    }
+
+    /// Whether the writer thread is running (and so bills can be committed).
+    pub fn is_alive(&self) -> bool {
+        self.alive.load(Ordering::SeqCst)
     }
 
     /// Records `bill` durably; returns once it is committed.
@@ -190,7 +243,7 @@ fn abandoned(request_id: &str) {
     );
 }
 
-fn write_loop(mut sink: Sink, pending: mpsc::Receiver<Pending>) {
+fn write_loop(sink: &mut Sink, pending: &mpsc::Receiver<Pending>) {
     let mut batch: Vec<Pending> = Vec::with_capacity(MAX_BATCH);
     // Blocks for the first bill; stops once every `Ledger` is dropped and all is written.
     while let Ok(first) = pending.recv() {
@@ -251,6 +304,13 @@ enum Sink {
 }
 
 impl Sink {
+    /// Drops the SQLite connection, so the next batch opens a fresh one.
+    fn reset(&mut self) {
+        if let Sink::SqliteFile { conn, .. } = self {
+            *conn = None;
+        }
+    }
+
     fn write(&mut self, batch: &[Pending]) -> Result<(), String> {
         match self {
             Sink::SqliteFile {
@@ -274,6 +334,9 @@ impl Sink {
         }
     }
 }
+
+const SQLITE_KEEP: &str = "UPDATE idempotency_keys SET status = 200, response = ?3 \
+     WHERE account_id = ?1 AND key = ?2";
 
 const SQLITE_INSERT: &str = "INSERT INTO ledger \
      (at, account_id, key_id, user_id, survey, grp, base, targets, request_id) \
@@ -307,6 +370,16 @@ fn write_sqlite(
                 bill.targets,
                 &*bill.request_id,
             ])?;
+        }
+        let mut keep = tx.prepare_cached(SQLITE_KEEP)?;
+        for (bill, _) in batch {
+            if let Some(kept) = &bill.idempotent {
+                keep.execute(rusqlite::params![
+                    bill.account_id,
+                    &*kept.key,
+                    &kept.body[..]
+                ])?;
+            }
         }
     }
     // On any error above, dropping `tx` rolls the whole batch back.
@@ -343,6 +416,19 @@ async fn write_batch(db: &Database, batch: &[Pending]) -> Result<(), DbError> {
     let mut tx = db.pool().begin().await?;
     for chunk in batch.chunks(ROWS_PER_STATEMENT) {
         insert_rows(&mut tx, chunk, db.backend()).await?;
+    }
+    for (bill, _) in batch {
+        if let Some(kept) = &bill.idempotent {
+            sqlx::query(
+                "UPDATE idempotency_keys SET status = 200, response = $3 \
+                 WHERE account_id = $1 AND key = $2",
+            )
+            .bind(bill.account_id)
+            .bind(kept.key.to_string())
+            .bind(kept.body.to_vec())
+            .execute(&mut *tx)
+            .await?;
+        }
     }
     tx.commit().await?;
     Ok(())

@@ -5,6 +5,7 @@
 //! dialect differences are decided here, never by callers.
 
 pub mod accounts;
+pub mod idempotency;
 pub mod key_signal;
 pub mod ledger;
 pub mod sessions;
@@ -21,6 +22,10 @@ use sqlx::AnyPool;
 
 static SQLITE_MIGRATIONS: Migrator = sqlx::migrate!("./migrations/sqlite");
 static POSTGRES_MIGRATIONS: Migrator = sqlx::migrate!("./migrations/postgres");
+
+/// Every PostgreSQL statement's time limit (SQLite waits at most `busy_timeout` for its
+/// lock, and runs in this process).
+const POSTGRES_STATEMENT_TIMEOUT: &str = "SET statement_timeout = 10000";
 
 /// Which database engine a URL names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -108,16 +113,25 @@ impl Database {
                 Backend::Sqlite => 4,
                 Backend::Postgres => 16,
             });
-        if backend == Backend::Sqlite {
-            options = options.after_connect(move |conn, _| {
-                Box::pin(async move {
-                    for pragma in sqlite_pragmas(synchronous) {
-                        sqlx::query(pragma).execute(&mut *conn).await?;
+        options = options.after_connect(move |conn, _| {
+            Box::pin(async move {
+                match backend {
+                    Backend::Sqlite => {
+                        for pragma in sqlite_pragmas(synchronous) {
+                            sqlx::query(pragma).execute(&mut *conn).await?;
+                        }
                     }
-                    Ok(())
-                })
-            });
-        }
+                    // No statement may hold a connection (and a request) for long: a
+                    // stuck database answers errors instead of piling requests up.
+                    Backend::Postgres => {
+                        sqlx::query(POSTGRES_STATEMENT_TIMEOUT)
+                            .execute(&mut *conn)
+                            .await?;
+                    }
+                }
+                Ok(())
+            })
+        });
         let pool = options.connect(url).await?;
         let sqlite_file = match backend {
             Backend::Sqlite => {
@@ -165,6 +179,12 @@ impl Database {
     /// The pragmas every SQLite connection of this database runs.
     pub fn sqlite_pragmas(&self) -> [&'static str; 4] {
         sqlite_pragmas(self.synchronous)
+    }
+
+    /// Whether the database answers a trivial query.
+    pub async fn ping(&self) -> Result<(), DbError> {
+        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        Ok(())
     }
 
     /// Closes every connection (after the last write, so SQLite checkpoints its WAL).

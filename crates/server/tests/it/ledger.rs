@@ -19,6 +19,7 @@ fn bill(account_id: i64, n: usize) -> Bill {
         base: "ALL".into(),
         targets: (n % 2 + 1) as i64,
         request_id: format!("{n:032x}").into(),
+        idempotent: None,
     }
 }
 
@@ -127,6 +128,7 @@ async fn batches_of_every_size_are_written_exactly() {
             base: row.try_get::<String, _>(5).unwrap().into(),
             targets: row.try_get(6).unwrap(),
             request_id: row.try_get::<String, _>(7).unwrap().into(),
+            idempotent: None,
         })
         .collect();
     assert_eq!(written, expected);

@@ -10,6 +10,7 @@ mod support;
 mod cache;
 mod concurrency;
 mod hostile;
+mod idempotency;
 mod ledger;
 mod postgres;
 mod process;

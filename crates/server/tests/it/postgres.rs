@@ -51,8 +51,23 @@ async fn postgres_keys_grants_ledger_and_usage() {
         StatusCode::UNAUTHORIZED
     );
     assert_eq!(ledger::count(&db).await.unwrap(), before + 2);
+    // An Idempotency-Key retry is answered again and billed once, here too.
+    let keyed = || {
+        axum::http::Request::post("/v1/crosstab")
+            .header("content-type", "application/json")
+            .header("Service-Engine-Authorizer", &north)
+            .header("Idempotency-Key", format!("pg-retry-{account}"))
+            .body(axum::body::Body::from(body.to_string()))
+            .unwrap()
+    };
+    let (first, answer) = fx.send(keyed()).await;
+    let (again, same) = fx.send(keyed()).await;
+    assert_eq!((first.status(), again.status()), (StatusCode::OK, StatusCode::OK));
+    assert_eq!(answer, same);
+    assert_eq!(again.headers()["idempotent-replayed"], "true");
+    assert_eq!(ledger::count(&db).await.unwrap(), before + 3);
     let rows = usage::report(&db, Some(&account), 0).await.unwrap();
-    assert_eq!(rows.iter().map(|r| r.calls).sum::<i64>(), 2);
+    assert_eq!(rows.iter().map(|r| r.calls).sum::<i64>(), 3);
     let envs: Vec<(&str, &str)> = rows
         .iter()
         .map(|r| (r.key_id.as_deref().unwrap(), r.env.as_deref().unwrap()))

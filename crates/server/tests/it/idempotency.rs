@@ -1,0 +1,140 @@
+//! `Idempotency-Key`: a retry of the same body by the same account is answered from the
+//! first answer and billed once; the key with another body is 422; an unbilled answer
+//! gives the key back; keys expire after a day.
+
+use axum::body::Body;
+use axum::http::{Request, Response, StatusCode};
+use serde_json::Value;
+
+use crate::common::{self, Fixture};
+
+fn keyed(key: &str, idempotency_key: &str, body: &Value) -> Request<Body> {
+    Request::post("/v1/crosstab")
+        .header("content-type", "application/json")
+        .header("Service-Engine-Authorizer", key)
+        .header("Idempotency-Key", idempotency_key)
+        .body(Body::from(body.to_string()))
+        .unwrap()
+}
+
+fn replayed(response: &Response<()>) -> bool {
+    response
+        .headers()
+        .get("idempotent-replayed")
+        .is_some_and(|v| v == "true")
+}
+
+#[tokio::test]
+async fn a_retry_with_the_same_key_and_body_is_answered_again_and_billed_once() {
+    let fx = Fixture::new().await;
+    let body = common::request("VEC", None, "ALL", &["WOMEN", "A"]);
+    let (first, answer) = fx.send(keyed(&fx.whole, "query-1", &body)).await;
+    assert_eq!(first.status(), StatusCode::OK);
+    assert!(!replayed(&first));
+    let (again, same) = fx.send(keyed(&fx.whole, "query-1", &body)).await;
+    assert_eq!(again.status(), StatusCode::OK);
+    assert!(replayed(&again));
+    assert_eq!(same, answer);
+    assert_eq!(fx.bills().await, 1);
+
+    // The same key with another body: refused, nothing billed.
+    let other = common::request("VEC", None, "ALL", &["WOMEN"]);
+    let (reused, envelope) = fx.send(keyed(&fx.whole, "query-1", &other)).await;
+    assert_eq!(reused.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(common::code(&envelope), "idempotency_key_reused");
+    // Another account's key space is its own.
+    let (north, _) = fx
+        .send(keyed(
+            &fx.north,
+            "query-1",
+            &common::request("VEC", Some("N"), "ALL", &["WOMEN"]),
+        ))
+        .await;
+    assert_eq!(north.status(), StatusCode::OK);
+    assert!(!replayed(&north));
+    assert_eq!(fx.bills().await, 2);
+
+    // A day later the key is forgotten: the same body is answered and billed anew.
+    fx.clock.advance(24 * 60 * 60 * 1000 + 1);
+    let (later, _) = fx.send(keyed(&fx.whole, "query-1", &body)).await;
+    assert_eq!(later.status(), StatusCode::OK);
+    assert!(!replayed(&later));
+    assert_eq!(fx.bills().await, 3);
+}
+
+#[tokio::test]
+async fn an_unbilled_answer_gives_the_key_back() {
+    let fx = Fixture::new().await;
+    let forbidden = common::request("DEMO", None, "ADULTS", &["GENDER = 1"]);
+    let (refused, _) = fx.send(keyed(&fx.whole, "k", &forbidden)).await;
+    assert_eq!(refused.status(), StatusCode::FORBIDDEN);
+    // Released as the refusal was answered: the key is free for another body at once.
+    let mut status = StatusCode::UNPROCESSABLE_ENTITY;
+    for _ in 0..50 {
+        let body = common::request("VEC", None, "ALL", &["WOMEN"]);
+        status = fx.send(keyed(&fx.whole, "k", &body)).await.0.status();
+        if status == StatusCode::OK {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(fx.bills().await, 1);
+}
+
+#[tokio::test]
+async fn a_malformed_key_is_refused_and_nothing_is_billed() {
+    let fx = Fixture::new().await;
+    let body = common::request("VEC", None, "ALL", &["WOMEN"]);
+    for bad in ["x".repeat(256), "caf\u{e9}".to_owned(), String::new()] {
+        let request = Request::post("/v1/crosstab")
+            .header("content-type", "application/json")
+            .header("Service-Engine-Authorizer", &fx.whole)
+            .header("Idempotency-Key", bad.as_bytes())
+            .body(Body::from(body.to_string()))
+            .unwrap();
+        let (response, envelope) = fx.send(request).await;
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST, "{bad:?}");
+        assert_eq!(envelope["error"]["field"], "Idempotency-Key");
+    }
+    assert_eq!(fx.bills().await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_key_sent_at_once_many_times_is_billed_once() {
+    let fx = std::sync::Arc::new(Fixture::new().await);
+    let body = common::request("VEC", None, "ALL", &["WOMEN", "B"]);
+    let racers: Vec<_> = (0..8)
+        .map(|_| {
+            let (fx, body) = (std::sync::Arc::clone(&fx), body.clone());
+            tokio::spawn(async move { fx.send(keyed(&fx.whole, "once", &body)).await })
+        })
+        .collect();
+    let mut answers = Vec::new();
+    for racer in racers {
+        let (response, answer) = racer.await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        answers.push(answer);
+    }
+    assert!(answers.windows(2).all(|w| w[0] == w[1]));
+    assert_eq!(fx.bills().await, 1);
+}
+
+/// `/ready` answers 200 while the database answers and the ledger writer runs, and 503
+/// (unbilled, no key) once the database is gone.
+#[tokio::test]
+async fn ready_follows_the_database() {
+    let fx = Fixture::new().await;
+    let probe = || Request::get("/ready").body(Body::empty()).unwrap();
+    let (ok, body) = fx.send(probe()).await;
+    assert_eq!(ok.status(), StatusCode::OK);
+    assert_eq!(body["ready"], true);
+    fx.db.close().await;
+    let (down, body) = fx.send(probe()).await;
+    assert_eq!(down.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(body["ready"], false);
+    assert!(
+        body["reason"].as_str().unwrap().contains("database"),
+        "{body}"
+    );
+}
