@@ -83,3 +83,24 @@ pub fn HistoryScreen(on_pick: Callback<CrosstabRequest>) -> impl IntoView {
         </section>
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn describes_a_request_on_one_line() {
+        let mut request = CrosstabRequest {
+            survey_code: "DEMO".into(),
+            authorization_group: None,
+            population_base_code: "ADULTS".into(),
+            target_codes: vec!["F2554".into(), "GENDER = 1".into()],
+        };
+        assert_eq!(
+            describe(&request),
+            "DEMO · base ADULTS · group _ALL_ · F2554 | GENDER = 1"
+        );
+        request.authorization_group = Some("N".into());
+        assert!(describe(&request).contains("group N"));
+    }
+}

@@ -8,6 +8,8 @@ mod history;
 mod portal;
 mod query;
 mod results;
+#[cfg(test)]
+mod testing;
 
 use leptos::prelude::*;
 

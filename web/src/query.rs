@@ -360,3 +360,34 @@ pub fn QueryScreen(rerun: RwSignal<Option<CrosstabRequest>>) -> impl IntoView {
         <ResultsView outcome=outcome />
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::testing::codebook;
+
+    fn targets(book: &Codebook, query: &str) -> Vec<String> {
+        picks(book, query).into_iter().map(|p| p.target).collect()
+    }
+
+    #[test]
+    fn picks_follow_the_codebook_search() {
+        let book = codebook();
+        assert!(picks(&book, "  ").is_empty());
+        assert_eq!(targets(&book, " WOMEN "), ["F2554"]);
+        // A variable's name finds each of its values, and the codes defined on it.
+        assert_eq!(
+            targets(&book, "gender"),
+            ["F2554", "GENDER = 1", "GENDER = 2"]
+        );
+        // A value's label finds that value alone.
+        assert_eq!(targets(&book, "drinks"), ["P_COFFEE_01 = 1"]);
+        assert_eq!(targets(&book, "female"), ["GENDER = 2"]);
+        let gender = picks(&book, "female").remove(0);
+        assert_eq!(gender.label, "Gender: Female");
+        // An unlabelled value shows as its number under the variable's name.
+        let coffee = picks(&book, "p_coffee");
+        assert_eq!(coffee[0].label, "P_COFFEE_01: 0");
+    }
+}

@@ -3,7 +3,7 @@
 
 use crosstab_contract::app::Codebook;
 use crosstab_contract::{CrosstabRequest, CrosstabResponse, CrosstabResult};
-use crosstab_wasm::display::{format_number, format_result, UNSTABLE_NOTE};
+use crosstab_wasm::display::{absolute_audience, format_number, format_result, UNSTABLE_NOTE};
 use crosstab_wasm::response::{parse_response, ParsedResponse, Retry};
 use leptos::prelude::*;
 use serde_json::Value;
@@ -20,15 +20,20 @@ pub enum Outcome {
     Loading,
     /// The backend could not be reached or answered outside the contract.
     Failed(String),
-    /// An answer, classified by the contract's rules.
-    Answered {
-        /// The request as sent.
-        request: CrosstabRequest,
-        /// The codebook it was built from (labels and base totals).
-        codebook: Option<Codebook>,
-        /// The classified answer (boxed: it is much larger than the other states).
-        parsed: Box<ParsedResponse>,
-    },
+    /// An answer, classified by the contract's rules (boxed: it is much larger than the
+    /// other states).
+    Answered(Box<Answer>),
+}
+
+/// A query's answer with what it was asked from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Answer {
+    /// The request as sent.
+    request: CrosstabRequest,
+    /// The codebook it was built from (labels and base totals).
+    codebook: Option<Codebook>,
+    /// The classified answer.
+    parsed: ParsedResponse,
 }
 
 impl Outcome {
@@ -42,21 +47,21 @@ impl Outcome {
             Err(failure) => Outcome::Failed(failure.message),
             Ok((status, body)) => {
                 let count = request.target_codes.len();
-                Outcome::Answered {
-                    parsed: Box::new(parse_response(status, &body, Some(count))),
+                Outcome::Answered(Box::new(Answer {
+                    parsed: parse_response(status, &body, Some(count)),
                     request,
                     codebook,
-                }
+                }))
             }
         }
     }
 
     /// One line for the history, for answers worth re-running.
     pub fn summary(&self) -> Option<String> {
-        let Outcome::Answered { parsed, .. } = self else {
+        let Outcome::Answered(answer) = self else {
             return None;
         };
-        let response = match parsed.as_ref() {
+        let response = match &answer.parsed {
             ParsedResponse::Success { response, .. } | ParsedResponse::Partial { response, .. } => {
                 response
             }
@@ -115,7 +120,7 @@ fn rows(
         .zip(response.results.iter())
         .map(|(target, result)| {
             let formatted = format_result(result, units);
-            let absolute = result.wgt_aud * f64::from(units);
+            let absolute = absolute_audience(result, units);
             let label = codebook
                 .and_then(|book| book.codes.iter().find(|c| c.code == target))
                 .and_then(|c| c.label.clone())
@@ -241,7 +246,9 @@ pub fn ResultsView(outcome: RwSignal<Outcome>) -> impl IntoView {
         Outcome::Failed(message) => view! {
             <section class="card results"><p class="error" role="alert">{message}</p></section>
         }.into_any(),
-        Outcome::Answered { request, codebook, parsed } => match *parsed {
+        Outcome::Answered(answer) => {
+            let Answer { request, codebook, parsed } = *answer;
+            match parsed {
             ParsedResponse::Success { response, .. } | ParsedResponse::Partial { response, .. } => {
                 let partial = (response.result_code > 0).then(|| response.result_description.clone());
                 let units = response.audience_report_units;
@@ -357,7 +364,76 @@ pub fn ResultsView(outcome: RwSignal<Outcome>) -> impl IntoView {
                     <p class="error" role="alert">{format!("The server's answer ({status}) does not follow the contract: {}", problems.join("; "))}</p>
                 </section>
             }.into_any(),
-        },
+            }
+        }
     }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::testing::codebook;
+    use crosstab_contract::{Stability, ALL_GROUPS};
+
+    fn request(group: Option<&str>) -> CrosstabRequest {
+        CrosstabRequest {
+            survey_code: "DEMO".into(),
+            authorization_group: group.map(str::to_owned),
+            population_base_code: "ADULTS".into(),
+            target_codes: vec!["F2554".into(), "GENDER = 1".into()],
+        }
+    }
+
+    fn response() -> CrosstabResponse {
+        let result = |wgt_aud, resps, stbl| CrosstabResult {
+            wgt_aud,
+            resps,
+            stbl,
+        };
+        CrosstabResponse::new(
+            vec![
+                result(0.125, 5, Stability::Stable),
+                result(0.0625, 2, Stability::Unstable),
+            ],
+            1000,
+            &[],
+        )
+    }
+
+    #[test]
+    fn shares_are_of_the_base_within_the_requested_group() {
+        let book = codebook();
+        for group in [None, Some(ALL_GROUPS)] {
+            let shares: Vec<_> = rows(&request(group), Some(&book), &response())
+                .iter()
+                .map(|row| row.share)
+                .collect();
+            assert_eq!(shares, [Some(12.5), Some(6.25)], "{group:?}");
+        }
+        let in_group: Vec<_> = rows(&request(Some("N")), Some(&book), &response())
+            .iter()
+            .map(|row| row.share)
+            .collect();
+        assert_eq!(in_group, [Some(50.0), Some(25.0)]);
+        assert!(rows(&request(None), None, &response())
+            .iter()
+            .all(|row| row.share.is_none()));
+    }
+
+    #[test]
+    fn rows_carry_labels_and_the_csv_the_figures() {
+        let table = rows(&request(None), Some(&codebook()), &response());
+        let labels: Vec<&str> = table.iter().map(|row| row.label.as_str()).collect();
+        assert_eq!(labels, ["Women, 25-54", ""]);
+        assert_eq!(table[0].absolute, 125.0);
+        assert!(table[1].unstable);
+        assert_eq!(
+            to_csv(&table, 1000),
+            "Target,Label,WgtAud (x1000),Audience,Respondents,% of base,Stbl\n\
+             F2554,\"Women, 25-54\",0.125,125,5,12.50,0\n\
+             GENDER = 1,,0.0625,63,2,6.25,1\n"
+        );
     }
 }
