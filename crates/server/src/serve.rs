@@ -187,6 +187,7 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
     tracing::info!(%address, surveys = %surveys.join(", "), allowed_origins = %origins, "crosstab serving /v1");
     println!("crosstab listening on http://{address}");
 
+    let pushed = services.follow_changes();
     let follower = tokio::spawn(async move {
         let mut tick = tokio::time::interval(REFRESH_EVERY);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -208,6 +209,10 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
 
     listener::serve(listener, router, options.limits, shutdown_signal()).await;
     follower.abort();
+    if let Some(pushed) = pushed {
+        pushed.abort();
+        let _ = pushed.await;
+    }
     // Wait until it is dropped: it holds the services, and with them a ledger handle.
     let _ = follower.await;
     contract_check.abort();

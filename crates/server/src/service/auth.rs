@@ -5,8 +5,10 @@
 //! new grants and expiry take effect on the very next request, even when another process
 //! (the CLI) made the change. Every change to keys or grants bumps a revision in the
 //! database; with SQLite it also bumps the counter of a signal file beside the database
-//! ([`KeySignal`]), which is read, through a shared map, on every request; with
-//! PostgreSQL (or when the signal file can't be mapped) the revision is read per request.
+//! ([`KeySignal`]), which is read, through a shared map, on every request; PostgreSQL
+//! pushes each change to every server (`NOTIFY`, see [`crate::store::changes`]), which
+//! calls [`Authenticator::changed`]; only when a SQLite signal file can't be mapped is
+//! the revision read per request.
 //! Whenever the signal changes, the whole cache is dropped. Should the signal file not
 //! be bumped, the revision, read every second as well, still drops it within a second.
 //!
@@ -38,6 +40,8 @@ pub enum AuthError {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Signal {
+    /// Changes are pushed (PostgreSQL): nothing to read per request.
+    Pushed,
     /// The counter of the SQLite signal file.
     File(u64),
     /// The database's key revision.
@@ -59,6 +63,8 @@ pub struct Authenticator {
     /// read per request, as on PostgreSQL).
     signal_file: Option<PathBuf>,
     signal: RwLock<Option<KeySignal>>,
+    /// Whether the database pushes its changes (PostgreSQL).
+    pushed: bool,
     seen: Mutex<Option<Signal>>,
     /// The key revision at the last [`Authenticator::follow_revision`].
     seen_revision: Mutex<Option<i64>>,
@@ -82,6 +88,7 @@ impl Authenticator {
                 .ok()
         });
         Authenticator {
+            pushed: db.backend() == crate::store::Backend::Postgres,
             signal_file,
             signal: RwLock::new(signal),
             db,
@@ -104,6 +111,7 @@ impl Authenticator {
             .map(KeySignal::read);
         match counter {
             Some(counter) => Ok(Signal::File(counter)),
+            None if self.pushed => Ok(Signal::Pushed),
             None => Ok(Signal::Revision(accounts::key_revision(&self.db).await?)),
         }
     }
@@ -124,11 +132,9 @@ impl Authenticator {
     /// cached key if the database's key revision moved since the last call (a change
     /// whose signal was not bumped still bumped the revision).
     pub async fn follow_revision(&self) -> Result<(), DbError> {
-        let Some(path) = &self.signal_file else {
-            // PostgreSQL: every request reads the revision already.
-            return Ok(());
-        };
-        self.follow_signal_file(path);
+        if let Some(path) = &self.signal_file {
+            self.follow_signal_file(path);
+        }
         let revision = accounts::key_revision(&self.db).await?;
         let mut seen = self.seen_revision.lock().unwrap_or_else(|p| p.into_inner());
         if *seen != Some(revision) {
@@ -166,6 +172,12 @@ impl Authenticator {
         };
         *self.signal.write().unwrap_or_else(|p| p.into_inner()) = remapped;
         // Changes made to the new file before it was mapped are not missed.
+        self.forget_all();
+    }
+
+    /// Keys, grants or limits changed (a pushed notification, or a reconnection after
+    /// which any may have): drops everything cached.
+    pub fn changed(&self) {
         self.forget_all();
     }
 

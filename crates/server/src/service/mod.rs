@@ -115,6 +115,20 @@ impl Services {
         }
     }
 
+    /// On a database that pushes its changes (PostgreSQL): a task that applies them as
+    /// they come (and drops every cache on a reconnection, as some may have been missed).
+    pub fn follow_changes(self: &Arc<Self>) -> Option<tokio::task::JoinHandle<()>> {
+        let mut feed = crate::store::changes::ChangeFeed::of(&self.db)?;
+        let services = Arc::clone(self);
+        Some(tokio::spawn(async move {
+            loop {
+                let change = feed.next().await;
+                tracing::debug!(?change, "database change");
+                services.auth.changed();
+            }
+        }))
+    }
+
     /// Forgets what is kept only for a while (idempotency keys past their day).
     pub async fn purge_expired(&self) -> Result<u64, DbError> {
         let before = self.clock.now_ms() - crosstab::IDEMPOTENCY_KEPT_MS;

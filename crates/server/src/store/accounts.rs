@@ -78,10 +78,18 @@ pub(crate) async fn ensure_account(
     Ok(row.try_get("id")?)
 }
 
+/// Bumps the key revision and, on PostgreSQL, announces the change to every server when
+/// the transaction commits.
 async fn bump_revision(conn: &mut sqlx::AnyConnection) -> Result<(), DbError> {
     sqlx::query("UPDATE key_revision SET revision = revision + 1 WHERE id = 1")
         .execute(&mut *conn)
         .await?;
+    if conn.backend_name() == "PostgreSQL" {
+        sqlx::query("SELECT pg_notify($1, '')")
+            .bind(super::changes::KEYS_CHANNEL)
+            .execute(&mut *conn)
+            .await?;
+    }
     Ok(())
 }
 

@@ -5,6 +5,7 @@
 //! dialect differences are decided here, never by callers.
 
 pub mod accounts;
+pub mod changes;
 pub mod idempotency;
 pub mod key_signal;
 pub mod ledger;
@@ -56,10 +57,21 @@ pub enum DbError {
 /// A connected, migrated database.
 #[derive(Debug, Clone)]
 pub struct Database {
+    url: Url,
     pool: AnyPool,
     backend: Backend,
     sqlite_file: Option<PathBuf>,
     synchronous: Synchronous,
+}
+
+/// A database URL, never shown (it may hold a password).
+#[derive(Clone)]
+struct Url(String);
+
+impl std::fmt::Debug for Url {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<database url>")
+    }
 }
 
 /// When a SQLite commit returns (PostgreSQL decides this in its own configuration).
@@ -144,11 +156,17 @@ impl Database {
             }
         };
         Ok(Database {
+            url: Url(url.to_owned()),
             pool,
             backend,
             sqlite_file,
             synchronous,
         })
+    }
+
+    /// The URL it was opened with.
+    pub fn url(&self) -> &str {
+        &self.url.0
     }
 
     /// The connection pool.
