@@ -18,8 +18,8 @@ use crate::report::{self, Format};
 use crate::serve::{self, ServeError, ServeOptions};
 use crate::service::cache::{ResponseCache, DEFAULT_BYTES, DEFAULT_ENTRIES};
 use crate::service::limits::AddressLimits;
-use crate::service::users;
 use crate::service::Settings;
+use crate::service::{replicas, users};
 use crate::store::accounts::AccountLimits;
 use crate::store::{self, accounts, upstream_keys, usage, Database, DbError, Synchronous};
 
@@ -293,6 +293,10 @@ enum SurveyCommand {
         path: PathBuf,
         #[command(flatten)]
         data: DataDir,
+        /// A PostgreSQL database (postgres://...) to publish the survey to as well: every
+        /// server on it copies the new version within a second.
+        #[arg(long, env = "CROSSTAB_DATABASE_URL", value_name = "URL")]
+        database: Option<String>,
     },
     /// List the installed surveys (code, name, respondents, source format).
     List {
@@ -571,8 +575,26 @@ async fn execute(command: Command) -> Result<(), CliError> {
             Ok(())
         }
         Command::Survey {
-            command: SurveyCommand::Import { path, data },
-        } => import_survey(&path, &data.data_dir),
+            command:
+                SurveyCommand::Import {
+                    path,
+                    data,
+                    database,
+                },
+        } => {
+            let code = import_survey(&path, &data.data_dir)?;
+            let Some(url) = database.filter(|url| !url.starts_with("sqlite:")) else {
+                return Ok(());
+            };
+            let db = Database::connect(&url).await?;
+            let store = SurveyStore::open(&data.data_dir)?;
+            let published = replicas::publish(&db, &store, &code, now_ms())
+                .await
+                .map_err(|error| CliError::Usage(format!("not published: {error}")));
+            db.close().await;
+            println!("  published:    {code} ({}) for every server", published?);
+            Ok(())
+        }
         Command::Survey {
             command: SurveyCommand::List { data },
         } => list_surveys(&data.data_dir),
@@ -619,7 +641,8 @@ async fn execute(command: Command) -> Result<(), CliError> {
     }
 }
 
-fn import_survey(path: &Path, data_dir: &Path) -> Result<(), CliError> {
+/// Imports and installs a survey; its code.
+fn import_survey(path: &Path, data_dir: &Path) -> Result<String, CliError> {
     let store = SurveyStore::open(data_dir)?;
     let (survey, prepared) = import::install_file(path, &store)?;
     for warning in &prepared.warnings {
@@ -645,7 +668,7 @@ fn import_survey(path: &Path, data_dir: &Path) -> Result<(), CliError> {
         survey.group_names().collect::<Vec<_>>().join(", ")
     );
     println!("  weight total: {weight_total}");
-    Ok(())
+    Ok(survey.code().to_owned())
 }
 
 fn list_surveys(data_dir: &Path) -> Result<(), CliError> {

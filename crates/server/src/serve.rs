@@ -17,10 +17,11 @@ use crate::http::listener::{self, Limits};
 use crate::http::{self, HttpOptions, HttpState};
 use crate::keys::KeyEnv;
 use crate::service::app::AppService;
+use crate::service::replicas::SurveyCopies;
 use crate::service::upstream::{Unreachable, Upstream};
 use crate::service::users::{self, UserError};
 use crate::service::Services;
-use crate::store::{accounts, Database, DbError, Synchronous};
+use crate::store::{accounts, Backend, Database, DbError, Synchronous};
 
 /// How often the catalog looks for re-imported surveys.
 const REFRESH_EVERY: Duration = Duration::from_secs(1);
@@ -80,6 +81,9 @@ pub enum ServeError {
     /// The built app could not be read.
     #[error("the app: {0}")]
     App(String),
+    /// The surveys published in the database could not be copied.
+    #[error("surveys not copied from the database: {0}")]
+    Copies(crate::service::ServiceError),
 }
 
 /// What `--demo` made: the key and the user's password are shown once, at start.
@@ -149,9 +153,16 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
         println!("demo user: {DEMO_USER}");
         println!("demo password: {}", demo.password);
     }
-    let (catalog, refresh) = Catalog::new(store);
+    let (catalog, refresh) = Catalog::new(store.clone());
     log_refresh(&refresh);
     let catalog = Arc::new(catalog);
+    // On PostgreSQL the surveys published there are copied in before serving.
+    let copies = (db.backend() == Backend::Postgres)
+        .then(|| Arc::new(SurveyCopies::new(db.clone(), store, Arc::clone(&catalog))));
+    if let Some(copies) = &copies {
+        let copied = copies.sync().await.map_err(ServeError::Copies)?;
+        tracing::info!(surveys = %copied.join(", "), "surveys copied from the database");
+    }
     let surveys: Vec<String> = catalog.all().iter().map(|s| s.code().to_owned()).collect();
     let cors = Cors::new(&options.allowed_origins);
     let origins = cors.describe();
@@ -187,12 +198,18 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
     tracing::info!(%address, surveys = %surveys.join(", "), allowed_origins = %origins, "crosstab serving /v1");
     println!("crosstab listening on http://{address}");
 
-    let pushed = services.follow_changes();
+    let pushed = services.follow_changes(copies.clone());
     let follower = tokio::spawn(async move {
         let mut tick = tokio::time::interval(REFRESH_EVERY);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
+        for round in 0u64.. {
             tick.tick().await;
+            // A backstop to the announcements, every 10 s.
+            if let Some(copies) = copies.as_ref().filter(|_| round % 10 == 9) {
+                if let Err(error) = copies.sync().await {
+                    tracing::warn!(%error, "published surveys not copied");
+                }
+            }
             let catalog = Arc::clone(&catalog);
             if let Ok(refresh) = tokio::task::spawn_blocking(move || catalog.refresh()).await {
                 log_refresh(&refresh);

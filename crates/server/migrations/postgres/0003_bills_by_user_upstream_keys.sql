@@ -33,3 +33,19 @@ CREATE TABLE idempotency_keys (
     PRIMARY KEY (account_id, key)
 );
 CREATE INDEX idempotency_keys_created ON idempotency_keys (created_at);
+
+-- Compiled surveys shared by every server: content-addressed blobs in 8 MiB chunks, and
+-- which blob each survey code serves now. Servers copy a blob into their local data dir
+-- (checked against its SHA-256) and map their own copy.
+CREATE TABLE survey_blobs (
+    sha256 TEXT NOT NULL,
+    seq    INTEGER NOT NULL,
+    chunk  BYTEA NOT NULL,
+    PRIMARY KEY (sha256, seq)
+);
+CREATE TABLE surveys (
+    code         TEXT PRIMARY KEY,
+    sha256       TEXT NOT NULL,
+    bytes        BIGINT NOT NULL,
+    published_at BIGINT NOT NULL
+);

@@ -8,6 +8,7 @@ pub mod cache;
 pub mod crosstab;
 pub mod limits;
 pub mod principal;
+pub mod replicas;
 pub mod upstream;
 pub mod users;
 
@@ -116,15 +117,27 @@ impl Services {
     }
 
     /// On a database that pushes its changes (PostgreSQL): a task that applies them as
-    /// they come (and drops every cache on a reconnection, as some may have been missed).
-    pub fn follow_changes(self: &Arc<Self>) -> Option<tokio::task::JoinHandle<()>> {
-        let mut feed = crate::store::changes::ChangeFeed::of(&self.db)?;
+    /// they come (and, on a reconnection, everything, as some may have been missed):
+    /// key changes drop the key cache, published surveys are copied into `copies`.
+    pub fn follow_changes(
+        self: &Arc<Self>,
+        copies: Option<Arc<replicas::SurveyCopies>>,
+    ) -> Option<tokio::task::JoinHandle<()>> {
+        use crate::store::changes::{Change, ChangeFeed};
+        let mut feed = ChangeFeed::of(&self.db)?;
         let services = Arc::clone(self);
         Some(tokio::spawn(async move {
             loop {
                 let change = feed.next().await;
                 tracing::debug!(?change, "database change");
-                services.auth.changed();
+                if matches!(change, Change::Keys | Change::Resync) {
+                    services.auth.changed();
+                }
+                if let (Change::Surveys | Change::Resync, Some(copies)) = (change, &copies) {
+                    if let Err(error) = copies.sync().await {
+                        tracing::warn!(%error, "published surveys not copied");
+                    }
+                }
             }
         }))
     }

@@ -10,12 +10,16 @@ use super::{Backend, Database};
 
 /// The channel key, grant and limit changes are announced on.
 pub const KEYS_CHANNEL: &str = "crosstab_keys";
+/// The channel a newly published survey is announced on (its code as the payload).
+pub const SURVEYS_CHANNEL: &str = "crosstab_surveys";
 
 /// What the feed says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Change {
     /// Keys, grants or limits changed.
     Keys,
+    /// A survey was published.
+    Surveys,
     /// The feed (re)connected: anything may have changed meanwhile.
     Resync,
 }
@@ -57,6 +61,9 @@ impl ChangeFeed {
                 Ok(Some(notification)) if notification.channel() == KEYS_CHANNEL => {
                     return Change::Keys
                 }
+                Ok(Some(notification)) if notification.channel() == SURVEYS_CHANNEL => {
+                    return Change::Surveys
+                }
                 Ok(Some(_)) => {}
                 // Lost; `try_recv` reconnects on its next call.
                 Ok(None) => return Change::Resync,
@@ -72,6 +79,6 @@ impl ChangeFeed {
 
 async fn connect(url: &str) -> Result<PgListener, sqlx::Error> {
     let mut listener = PgListener::connect(url).await?;
-    listener.listen(KEYS_CHANNEL).await?;
+    listener.listen_all([KEYS_CHANNEL, SURVEYS_CHANNEL]).await?;
     Ok(listener)
 }

@@ -10,6 +10,7 @@ pub mod idempotency;
 pub mod key_signal;
 pub mod ledger;
 pub mod sessions;
+pub mod surveys;
 pub mod upstream_keys;
 pub mod usage;
 pub mod users;

@@ -20,7 +20,7 @@ async fn postgres_keys_grants_ledger_and_usage() {
     assert_eq!(db.backend(), Backend::Postgres);
     let _listening = fx
         .services
-        .follow_changes()
+        .follow_changes(None)
         .expect("PostgreSQL pushes its changes");
     let account = format!("pg-{}", uuid::Uuid::new_v4().simple());
     let whole = key(&db, &account, &["VEC"], KeyEnv::Live, None).await;
@@ -155,4 +155,75 @@ async fn postgres_keys_grants_ledger_and_usage() {
             .unwrap(),
         SignIn::Accepted(_)
     ));
+}
+
+/// A survey published to PostgreSQL is copied by every server into its own data dir
+/// (checked by hash) and served; a new version published later reaches a listening
+/// server within 2 s, whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_published_surveys_reach_every_server() {
+    use std::sync::Arc;
+
+    use crosstab_engine::demo::{self, DemoConfig};
+    use crosstab_engine::store::{Catalog, SurveyStore};
+    use crosstab_server::clock::now_ms;
+    use crosstab_server::service::replicas::{self, SurveyCopies};
+
+    let Ok(url) = std::env::var("CROSSTAB_TEST_POSTGRES_URL") else {
+        eprintln!("CROSSTAB_TEST_POSTGRES_URL not set: PostgreSQL test skipped");
+        return;
+    };
+    let db = Database::connect(&url).await.unwrap();
+    // A compiled demo survey (code DEMO) of `respondents`, installed where it is
+    // published from.
+    let version = |respondents: usize| {
+        let bytes = demo::compile(&DemoConfig {
+            respondents,
+            flags: 4,
+            seed: 3,
+        })
+        .unwrap();
+        let publisher = tempfile::tempdir().unwrap();
+        let store = SurveyStore::open(publisher.path()).unwrap();
+        assert_eq!(store.install(&bytes).unwrap().code(), "DEMO");
+        (publisher, store)
+    };
+    let (_first_dir, first) = version(300);
+    replicas::publish(&db, &first, "DEMO", now_ms())
+        .await
+        .unwrap();
+
+    let replica = tempfile::tempdir().unwrap();
+    let store = SurveyStore::open(replica.path()).unwrap();
+    let (catalog, _) = Catalog::new(store.clone());
+    let catalog = Arc::new(catalog);
+    let copies = Arc::new(SurveyCopies::new(db.clone(), store, Arc::clone(&catalog)));
+    let copied = copies.sync().await.unwrap();
+    assert!(copied.contains(&"DEMO".to_owned()), "{copied:?}");
+    assert_eq!(catalog.get("DEMO").unwrap().respondents(), 300);
+    assert!(
+        copies.sync().await.unwrap().is_empty(),
+        "nothing new: nothing copied"
+    );
+
+    // A server listening for announcements picks a new version up within 2 s.
+    let fx = Fixture::on(&url, tempfile::tempdir().unwrap(), &[]).await;
+    let listening = fx
+        .services
+        .follow_changes(Some(Arc::clone(&copies)))
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let (_second_dir, second) = version(350);
+    replicas::publish(&db, &second, "DEMO", now_ms())
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    while catalog.get("DEMO").unwrap().respondents() != 350 {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(2),
+            "not seen within 2 s"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    listening.abort();
 }

@@ -1,0 +1,105 @@
+//! Compiled surveys kept in PostgreSQL for every server to copy: content-addressed blobs
+//! in chunks, and the blob each survey code serves now. Publishing announces itself on
+//! [`super::changes::SURVEYS_CHANNEL`] when it commits.
+
+use sqlx::Row;
+
+use super::{Database, DbError};
+
+/// Bytes per stored chunk.
+const CHUNK_BYTES: usize = 8 << 20;
+
+/// A survey code and the blob it serves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Published {
+    /// The `SurveyCode`.
+    pub code: String,
+    /// The SHA-256 of its compiled file, hex.
+    pub sha256: String,
+    /// Its size.
+    pub bytes: u64,
+}
+
+/// Makes `bytes` (hashing to `sha256`) the compiled file of survey `code` for every
+/// server, in one transaction (a blob already stored is not stored again).
+pub async fn publish(
+    db: &Database,
+    code: &str,
+    sha256: &str,
+    bytes: &[u8],
+    now: i64,
+) -> Result<(), DbError> {
+    let size = i64::try_from(bytes.len()).map_err(|_| DbError::Corrupt("a survey too large"))?;
+    let mut tx = db.pool().begin().await?;
+    let stored: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM survey_blobs WHERE sha256 = $1")
+        .bind(sha256)
+        .fetch_one(&mut *tx)
+        .await?;
+    if stored == 0 {
+        for (seq, chunk) in bytes.chunks(CHUNK_BYTES).enumerate() {
+            let seq = i32::try_from(seq).map_err(|_| DbError::Corrupt("too many chunks"))?;
+            sqlx::query("INSERT INTO survey_blobs (sha256, seq, chunk) VALUES ($1, $2, $3)")
+                .bind(sha256)
+                .bind(seq)
+                .bind(chunk.to_vec())
+                .execute(&mut *tx)
+                .await?;
+        }
+    }
+    sqlx::query(
+        "INSERT INTO surveys (code, sha256, bytes, published_at) VALUES ($1, $2, $3, $4) \
+         ON CONFLICT (code) DO UPDATE SET sha256 = $2, bytes = $3, published_at = $4",
+    )
+    .bind(code)
+    .bind(sha256)
+    .bind(size)
+    .bind(now)
+    .execute(&mut *tx)
+    .await?;
+    // Blobs no survey serves any more go (a server copying one has it whole or fails and
+    // copies the current one next time).
+    sqlx::query("DELETE FROM survey_blobs WHERE sha256 NOT IN (SELECT sha256 FROM surveys)")
+        .execute(&mut *tx)
+        .await?;
+    sqlx::query("SELECT pg_notify($1, $2)")
+        .bind(super::changes::SURVEYS_CHANNEL)
+        .bind(code)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+/// Every published survey.
+pub async fn list(db: &Database) -> Result<Vec<Published>, DbError> {
+    let rows = sqlx::query("SELECT code, sha256, bytes FROM surveys ORDER BY code")
+        .fetch_all(db.pool())
+        .await?;
+    rows.iter()
+        .map(|row| {
+            let bytes: i64 = row.try_get(2)?;
+            Ok(Published {
+                code: row.try_get(0)?,
+                sha256: row.try_get(1)?,
+                bytes: u64::try_from(bytes).map_err(|_| DbError::Corrupt("a negative size"))?,
+            })
+        })
+        .collect()
+}
+
+/// The blob `sha256`, whole (`None` if it is no longer stored).
+pub async fn fetch(db: &Database, sha256: &str) -> Result<Option<Vec<u8>>, DbError> {
+    let rows = sqlx::query("SELECT chunk FROM survey_blobs WHERE sha256 = $1 ORDER BY seq")
+        .bind(sha256)
+        .fetch_all(db.pool())
+        .await?;
+    if rows.is_empty() {
+        return Ok(None);
+    }
+    let mut blob = Vec::new();
+    for row in &rows {
+        let chunk: Vec<u8> = row.try_get(0)?;
+        blob.extend_from_slice(&chunk);
+    }
+    Ok(Some(blob))
+}
