@@ -1,0 +1,6 @@
+//! `cargo +nightly fuzz run sav_reader`: see `crosstab_fuzz::check_sav_reader`.
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+    crosstab_fuzz::check_sav_reader(data);
+});
