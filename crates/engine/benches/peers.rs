@@ -123,7 +123,8 @@ expr = "GENDER = 2"
 
 /// The compiled survey and the raw columns for the Python side, made once per size.
 fn prepare(dir: &Path, n: usize) -> PathBuf {
-    let survey_path = dir.join(format!("peers-{n}.ctxs"));
+    // Named for the file layout with weight planes, so a file compiled before is not reused.
+    let survey_path = dir.join(format!("peers-{n}-planes.ctxs"));
     let data_dir = dir.join(format!("data-{n}"));
     if survey_path.exists() && data_dir.join("done").exists() {
         return survey_path;
@@ -516,15 +517,63 @@ fn run_size(dir: &Path, n: usize, instances: usize) -> Value {
     })
 }
 
+/// `--cold-requests FILE --compiled PATH`: the native side of `scripts/bench-npm-cold.mjs`.
+/// Loads the compiled survey from bytes (as the npm package does), rehearses the list on
+/// another survey, answers the warm-up requests, then each request once (never-seen
+/// targets: cold), and prints one JSON line:
+/// median µs of validation plus crosstab and of crosstab alone, and every response.
+fn cold_requests(requests: &Path, compiled: &Path) {
+    let bytes = std::fs::read(compiled).unwrap();
+    let input: Value = serde_json::from_slice(&std::fs::read(requests).unwrap()).unwrap();
+    let warmup = input["warmup"].as_array().unwrap();
+    let list = input["requests"].as_array().unwrap();
+    // As in Node: the whole list once on a survey of its own, then a fresh one.
+    let rehearsal = Survey::from_bytes(&bytes).unwrap();
+    for request in warmup.iter().chain(list) {
+        black_box(
+            rehearsal
+                .crosstab(&validate_value(request).unwrap())
+                .unwrap(),
+        );
+    }
+    drop(rehearsal);
+    let survey = Survey::from_bytes(&bytes).unwrap();
+    for request in warmup {
+        black_box(survey.crosstab(&validate_value(request).unwrap()).unwrap());
+    }
+    let (mut whole, mut engine, mut responses) = (Vec::new(), Vec::new(), Vec::new());
+    for request in list {
+        let start = Instant::now();
+        let valid = validate_value(black_box(request)).unwrap();
+        let validated = start.elapsed();
+        let response = black_box(survey.crosstab(&valid).unwrap());
+        let total = start.elapsed();
+        whole.push(total.as_secs_f64() * 1e6);
+        engine.push((total - validated).as_secs_f64() * 1e6);
+        responses.push(serde_json::to_value(&response).unwrap());
+    }
+    println!(
+        "{}",
+        json!({
+            "validateAndEngineUs": median_of(whole),
+            "engineUs": median_of(engine),
+            "responses": responses,
+        })
+    );
+}
+
 fn main() {
     let mut sizes = vec![50_000usize, 5_000_000];
     let mut instances = 12usize;
     let target =
         std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| PathBuf::from("target"), PathBuf::from);
     let mut out = target.join("crosstab-bench").join("peers");
+    let (mut requests, mut compiled) = (None, None);
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
+            "--cold-requests" => requests = args.next().map(PathBuf::from),
+            "--compiled" => compiled = args.next().map(PathBuf::from),
             "--sizes" => {
                 sizes = args
                     .next()
@@ -537,6 +586,9 @@ fn main() {
             "--out" => out = PathBuf::from(args.next().unwrap()),
             _ => {} // `--bench` and criterion's flags
         }
+    }
+    if let (Some(requests), Some(compiled)) = (requests, compiled) {
+        return cold_requests(&requests, &compiled);
     }
     std::fs::create_dir_all(&out).unwrap();
     println!("== crosstab cold queries (medians over {instances} never-seen targets per shape) ==");

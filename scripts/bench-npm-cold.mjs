@@ -1,0 +1,91 @@
+// Cold queries in the npm engine against the native one, same survey, same requests:
+//   Survey.crosstab in Node on never-seen targets (each request answered once, so no
+//   set the survey caches helps), and the native engine on the same list in a fresh
+//   process (`cargo bench -p crosstab-engine --bench peers -- --cold-requests ...`).
+// Run by scripts/bench-npm.sh after scripts/build-npm.sh. Target: Node within 2x native.
+// Usage: node scripts/bench-npm-cold.mjs [--json]
+
+import { execFileSync } from "node:child_process";
+import fs from "node:fs";
+import { createRequire } from "node:module";
+import os from "node:os";
+import path from "node:path";
+
+import { OUT, jsonMatches, native } from "../tests/npm/helpers.mjs";
+
+const ROOT = path.resolve(path.dirname(new URL(import.meta.url).pathname), "..");
+const require = createRequire(import.meta.url);
+const pkg = require(path.join(OUT, "package/node/crosstab_wasm.js"));
+
+const dir = fs.mkdtempSync(path.join(os.tmpdir(), "crosstab-bench-cold-"));
+native(["demo", dir, "50000"]);
+const compiled = path.join(dir, "survey.ctsv");
+const toml = fs.readFileSync(path.join(dir, "survey.toml"), "utf8");
+const flags = [...toml.matchAll(/name = "(P_[A-Z0-9_]+)"/g)].map((m) => m[1]);
+
+// Every leaf appears once in the whole list: an AGE range no other target uses and a
+// flag no other target uses, so each request is cold in a fresh survey.
+const request = (targets) => ({ SurveyCode: "DEMO", PopulationBaseCode: "ADULTS", TargetCodes: targets });
+const ages = [];
+for (let low = 18; low < 90; low++) for (let high = low + 5; high < 90; high += 7) ages.push([low, high]);
+const target = (i) => {
+  const [low, high] = ages[(i * 7919) % ages.length];
+  return `AGE BETWEEN ${low} AND ${high} AND ${flags[i]} = ${i % 2}`;
+};
+const count = Math.min(flags.length - 1, 240);
+const requests = [];
+for (let i = 0; i + 1 < count; i += 2) requests.push(request([target(i), target(i + 1)]));
+const warmup = [request(["GENDER = 2", "EDUCATION >= 3"]), request(["INCOME BETWEEN 2 AND 5"])];
+const file = path.join(dir, "requests.json");
+fs.writeFileSync(file, JSON.stringify({ warmup, requests }));
+
+const bytes = fs.readFileSync(compiled);
+// The whole list once on a survey of its own, so V8 has compiled the hot WebAssembly with
+// its optimizing tier; then a fresh survey, whose caches have seen none of it.
+const rehearsal = pkg.Survey.fromCompiled(bytes);
+for (const r of [...warmup, ...requests]) rehearsal.crosstab(r);
+rehearsal.free();
+const survey = pkg.Survey.fromCompiled(bytes);
+for (const r of warmup) survey.crosstab(r);
+const times = [];
+const responses = [];
+for (const r of requests) {
+  const start = process.hrtime.bigint();
+  const response = survey.crosstab(r);
+  times.push(Number(process.hrtime.bigint() - start) / 1000);
+  responses.push(response);
+}
+survey.free();
+const median = (values) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)];
+const nodeUs = median(times);
+
+const cargo = execFileSync(
+  "cargo",
+  ["bench", "--quiet", "-p", "crosstab-engine", "--bench", "peers", "--", "--cold-requests", file, "--compiled", compiled],
+  { cwd: ROOT, encoding: "utf8", maxBuffer: 64 * 1024 * 1024, stdio: ["ignore", "pipe", "inherit"] },
+);
+const nat = JSON.parse(cargo.trim().split("\n").pop());
+const same = responses.every((r, i) => jsonMatches(nat.responses[i], r));
+fs.rmSync(dir, { recursive: true, force: true });
+
+const result = {
+  node: process.version,
+  requests: requests.length,
+  nodeUs,
+  nativeValidateAndEngineUs: nat.validateAndEngineUs,
+  nativeEngineUs: nat.engineUs,
+  ratio: nodeUs / nat.validateAndEngineUs,
+  same,
+};
+if (process.argv.includes("--json")) {
+  console.log(JSON.stringify(result, null, 2));
+} else {
+  const f = (x) => x.toFixed(2).padStart(8);
+  console.log(
+    `Survey.crosstab, cold (2 never-seen targets of 2 clauses each, 50,000-respondent demo, median of ${requests.length}):`,
+  );
+  console.log(
+    `  Node ${f(nodeUs)} µs | native validate+crosstab ${f(nat.validateAndEngineUs)} µs (crosstab alone ${f(nat.engineUs)} µs) | ratio ${result.ratio.toFixed(2)}x (target <= 2) | same figures: ${same}`,
+  );
+}
+if (!same) process.exit(1);
