@@ -17,7 +17,7 @@ use crate::http::listener::{self, Limits};
 use crate::http::{self, HttpOptions, HttpState};
 use crate::keys::KeyEnv;
 use crate::service::app::AppService;
-use crate::service::replicas::SurveyCopies;
+use crate::service::replicas::{self, SurveyCopies};
 use crate::service::upstream::{Unreachable, Upstream};
 use crate::service::users::{self, UserError};
 use crate::service::Services;
@@ -81,8 +81,8 @@ pub enum ServeError {
     /// The built app could not be read.
     #[error("the app: {0}")]
     App(String),
-    /// The surveys published in the database could not be copied.
-    #[error("surveys not copied from the database: {0}")]
+    /// Surveys could not be published to or copied from the database.
+    #[error("surveys not shared through the database: {0}")]
     Copies(crate::service::ServiceError),
 }
 
@@ -114,6 +114,12 @@ pub async fn prepare_demo(db: &Database, store: &SurveyStore) -> Result<Demo, Se
         survey: "DEMO".to_owned(),
         groups: Vec::new(),
     };
+    if db.backend() == Backend::Postgres {
+        // For every server on this database, not only this one.
+        replicas::publish(db, store, "DEMO", SystemClock.now_ms())
+            .await
+            .map_err(ServeError::Copies)?;
+    }
     let key = accounts::create_key(db, "demo", &[grant], KeyEnv::Test, None).await?;
     let password = users::random_password();
     let now = SystemClock.now_ms();

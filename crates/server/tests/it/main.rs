@@ -8,6 +8,7 @@ mod common;
 mod support;
 
 mod cache;
+mod cluster;
 mod concurrency;
 mod hostile;
 mod idempotency;

@@ -55,18 +55,35 @@ pub struct Server {
 
 impl Server {
     pub fn start(data_dir: &Path, extra: &[&str]) -> Server {
-        Server::spawn(data_dir, extra, "warn", Stdio::inherit())
+        Server::spawn(data_dir, "127.0.0.1:0", extra, "warn", Stdio::inherit())
+    }
+
+    /// Like [`Server::start`], listening on `listen` (to restart it on the same port).
+    pub fn start_at(data_dir: &Path, listen: &str, extra: &[&str]) -> Server {
+        Server::spawn(data_dir, listen, extra, "warn", Stdio::inherit())
+    }
+
+    /// SIGKILL: no shutdown at all.
+    pub fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 
     /// Like [`Server::start`], logging at the default level (the access log) to `log`.
     pub fn start_logging_to(data_dir: &Path, extra: &[&str], log: &Path) -> Server {
         let log = std::fs::File::create(log).unwrap();
-        Server::spawn(data_dir, extra, "info", Stdio::from(log))
+        Server::spawn(data_dir, "127.0.0.1:0", extra, "info", Stdio::from(log))
     }
 
-    fn spawn(data_dir: &Path, extra: &[&str], log_level: &str, stderr: Stdio) -> Server {
+    fn spawn(
+        data_dir: &Path,
+        listen: &str,
+        extra: &[&str],
+        log_level: &str,
+        stderr: Stdio,
+    ) -> Server {
         let mut child = Command::new(BIN)
-            .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+            .args(["serve", "--listen", listen, "--data-dir"])
             .arg(data_dir)
             .args(extra)
             .env_remove("CROSSTAB_DATABASE_URL")
@@ -190,4 +207,178 @@ expr = "AGE >= 35"
     let path = dir.join("survey.toml");
     std::fs::write(&path, toml).unwrap();
     path
+}
+
+/// A free loopback port (bound and released: free again for the caller to bind).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A throwaway PostgreSQL cluster of Debian's packages on a free loopback port, that
+/// can be stopped and started again (as root, it runs as `nobody`, as initdb wants).
+pub struct Postgres {
+    bin: std::path::PathBuf,
+    dir: std::path::PathBuf,
+    port: u16,
+}
+
+impl Postgres {
+    /// Debian's PostgreSQL binaries, newest version, if installed.
+    pub fn binaries() -> Option<std::path::PathBuf> {
+        let mut found: Vec<std::path::PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+            .ok()?
+            .filter_map(|entry| entry.ok().map(|e| e.path().join("bin")))
+            .filter(|bin| bin.join("initdb").exists())
+            .collect();
+        found.sort_by_key(|path| {
+            path.parent()
+                .and_then(|p| p.file_name())
+                .and_then(|n| n.to_str())
+                .and_then(|n| n.parse::<u32>().ok())
+                .unwrap_or(0)
+        });
+        found.pop()
+    }
+
+    fn as_postgres(&self, tool: &str) -> Command {
+        let root = std::env::var("USER").is_ok_and(|u| u == "root")
+            || Command::new("id")
+                .arg("-u")
+                .output()
+                .is_ok_and(|o| o.stdout.starts_with(b"0"));
+        let mut command = if root {
+            let mut c = Command::new("runuser");
+            c.args(["-u", "nobody", "--"]).arg(self.bin.join(tool));
+            c
+        } else {
+            Command::new(self.bin.join(tool))
+        };
+        command.stdout(Stdio::null());
+        command
+    }
+
+    /// Creates and starts a cluster under `dir`.
+    pub fn start(bin: std::path::PathBuf, dir: &Path) -> Postgres {
+        std::fs::create_dir_all(dir).unwrap();
+        let _ = Command::new("chown").args(["nobody"]).arg(dir).status();
+        let postgres = Postgres {
+            bin,
+            dir: dir.to_path_buf(),
+            port: free_port(),
+        };
+        let status = postgres
+            .as_postgres("initdb")
+            .args(["-U", "crosstab", "--auth=trust", "-D"])
+            .arg(dir.join("data"))
+            .status()
+            .unwrap();
+        assert!(status.success(), "initdb failed");
+        postgres.start_again();
+        postgres
+    }
+
+    /// Starts the stopped cluster again, on the same port.
+    pub fn start_again(&self) {
+        let options = format!(
+            "-p {} -k {} -c listen_addresses=127.0.0.1",
+            self.port,
+            self.dir.display()
+        );
+        let status = self
+            .as_postgres("pg_ctl")
+            .arg("-D")
+            .arg(self.dir.join("data"))
+            .arg("-l")
+            .arg(self.dir.join("server.log"))
+            .args(["-w", "-o", &options, "start"])
+            .status()
+            .unwrap();
+        assert!(status.success(), "pg_ctl start failed");
+    }
+
+    /// Stops it (fast: open connections are ended).
+    pub fn stop(&self) {
+        let _ = self
+            .as_postgres("pg_ctl")
+            .arg("-D")
+            .arg(self.dir.join("data"))
+            .args(["-m", "fast", "-w", "stop"])
+            .status();
+    }
+
+    pub fn url(&self) -> String {
+        format!("postgres://crosstab@127.0.0.1:{}/postgres", self.port)
+    }
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// nginx (Debian's) in front of `replicas`, from `deploy/nginx.conf`, on `listen`.
+pub struct Nginx {
+    child: Child,
+}
+
+impl Nginx {
+    pub fn binary() -> Option<std::path::PathBuf> {
+        ["/usr/sbin/nginx", "/usr/bin/nginx"]
+            .iter()
+            .map(std::path::PathBuf::from)
+            .find(|path| path.exists())
+    }
+
+    pub fn start(bin: &Path, dir: &Path, listen: &str, replicas: &[String]) -> Nginx {
+        std::fs::create_dir_all(dir).unwrap();
+        let template = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../deploy/nginx.conf"
+        ))
+        .unwrap();
+        let upstreams: String = replicas
+            .iter()
+            .map(|r| format!("server {r} max_fails=1 fail_timeout=2s;\n        "))
+            .collect();
+        let conf = template
+            .replace("@LISTEN@", listen)
+            .replace("@UPSTREAMS@", upstreams.trim_end())
+            .replace("@PREFIX@", dir.to_str().unwrap());
+        let path = dir.join("nginx.conf");
+        std::fs::write(&path, conf).unwrap();
+        let child = Command::new(bin)
+            .arg("-p")
+            .arg(dir)
+            .arg("-c")
+            .arg(&path)
+            .args(["-g", "daemon off;"])
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut nginx = Nginx { child };
+        for _ in 0..100 {
+            if std::net::TcpStream::connect(listen).is_ok() {
+                return nginx;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = nginx.child.kill();
+        let _ = nginx.child.wait();
+        panic!(
+            "nginx did not listen on {listen}: {}",
+            std::fs::read_to_string(dir.join("error.log")).unwrap_or_default()
+        );
+    }
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
