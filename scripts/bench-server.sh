@@ -12,7 +12,10 @@
 # as billed after their client went away.
 #
 # Usage: scripts/bench-server.sh [DURATION_SECONDS per run (default 5)]
-# Env:   CARGO_TARGET_DIR (where the release build goes), CONNECTIONS (64), THREADS (2),
+# Env:   STORE (sqlite | postgres: a throwaway PostgreSQL cluster for the server),
+#        BIN (a crosstab binary to measure instead of this tree's release build),
+#        BASELINE_BIN (also measure that binary first, and print both summaries),
+#        CARGO_TARGET_DIR (where the release build goes), CONNECTIONS (64), THREADS (2),
 #        ROUNDS (7: docs/POST pairs; the figures are the medians over the rounds: the
 #        host's speed drifts by ±10% within a minute, so many short pairs give a steadier
 #        median than a few long ones).
@@ -31,18 +34,46 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 target="${CARGO_TARGET_DIR:-$root/target}"
 command -v wrk >/dev/null || { echo "wrk is required (apt-get install wrk)" >&2; exit 1; }
 
-cargo build --release -p crosstab-server --manifest-path "$root/Cargo.toml" >&2
-bin="$target/release/crosstab"
+if [ -n "${BASELINE_BIN:-}" ]; then
+    # The baseline first, then this build, each the whole procedure; both summaries last.
+    baseline="$(BIN="$BASELINE_BIN" BASELINE_BIN= "$0" "$@" | tail -9)"
+    current="$(BASELINE_BIN= "$0" "$@" | tail -9)"
+    echo "=== baseline ($BASELINE_BIN) ==="; echo "$baseline"
+    echo "=== this build ==="; echo "$current"
+    exit 0
+fi
+
+if [ -z "${BIN:-}" ]; then
+    cargo build --release -p crosstab-server --manifest-path "$root/Cargo.toml" >&2
+fi
+bin="${BIN:-$target/release/crosstab}"
+store="${STORE:-sqlite}"
 
 work="$(mktemp -d)"
 server_pid=""
+pg_bin=""
+as_pg=()
 cleanup() {
     if [ -n "$server_pid" ] && kill -0 "$server_pid" 2>/dev/null; then kill -TERM "$server_pid" 2>/dev/null || true; wait "$server_pid" 2>/dev/null || true; fi
+    if [ -n "$pg_bin" ]; then "${as_pg[@]}" "$pg_bin/pg_ctl" -D "$work/pg" -m fast stop >/dev/null 2>&1 || true; fi
     rm -rf "$work"
 }
 trap cleanup EXIT
 
-"$bin" serve --demo --listen 127.0.0.1:0 --data-dir "$work/data" >"$work/stdout" 2>"$work/server.log" &
+database=()
+if [ "$store" = postgres ]; then
+    initdb="$(compgen -G '/usr/lib/postgresql/*/bin/initdb' | sort -V | tail -1 || true)"
+    [ -x "$initdb" ] || { echo "PostgreSQL not found (scripts/setup installs it)" >&2; exit 1; }
+    pg_bin="$(dirname "$initdb")"
+    if [ "$(id -u)" = 0 ]; then chown nobody "$work"; as_pg=(runuser -u nobody --); fi
+    pg_port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+    "${as_pg[@]}" "$pg_bin/initdb" -D "$work/pg" -U crosstab --auth=trust >/dev/null
+    "${as_pg[@]}" "$pg_bin/pg_ctl" -D "$work/pg" -l "$work/pg.log" -w \
+        -o "-p $pg_port -k $work -c listen_addresses=127.0.0.1" start >/dev/null
+    database=(--database "postgres://crosstab@127.0.0.1:$pg_port/postgres")
+fi
+
+"$bin" serve --demo --listen 127.0.0.1:0 --data-dir "$work/data" "${database[@]}" >"$work/stdout" 2>"$work/server.log" &
 server_pid=$!
 for _ in $(seq 1 600); do
     grep -q '^crosstab listening on ' "$work/stdout" 2>/dev/null && break
@@ -103,7 +134,7 @@ mix_non2xx="$(awk '/Non-2xx/ { print $NF }' "$work/mix.txt")"
 mix_total="$(awk '/requests in/ { print $1 }' "$work/mix.txt")"
 
 kill -TERM "$server_pid"; wait "$server_pid" || true; server_pid=""
-bills="$("$bin" usage --data-dir "$work/data" --format csv \
+bills="$("$bin" usage --data-dir "$work/data" "${database[@]}" --format csv \
     | awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == "calls") c = i; next } { s += $c } END { print s + 0 }')"
 warmup_and_run_oks=$(( $(grep -c 'status=200 .*path=/v1/crosstab\|path=/v1/crosstab status=200' "$work/server.log" || true) ))
 # Requests whose client went away once their bill was written (wrk's cut-off): billed,
@@ -111,7 +142,7 @@ warmup_and_run_oks=$(( $(grep -c 'status=200 .*path=/v1/crosstab\|path=/v1/cross
 abandoned=$(( $(grep -c 'billed, but the client went away' "$work/server.log" || true) ))
 
 mix_ratio="$(awk -v p="$mix_rps" -v d="$docs_rps" 'BEGIN { printf "%.2f", p/d }')"
-echo "=== crosstab server benchmark (${connections} connections, ${threads} wrk threads, ${rounds} rounds of ${duration}s each, $(nproc) cores; medians over the rounds) ==="
+echo "=== crosstab server benchmark on ${store} (${connections} connections, ${threads} wrk threads, ${rounds} rounds of ${duration}s each, $(nproc) cores; medians over the rounds) ==="
 printf 'GET  /v1/docs      %10s req/s   p99 %s ms\n' "$docs_rps" "$docs_p99"
 printf 'POST /v1/crosstab  %10s req/s   p99 %s ms, worst round %s ms   (%s requests, non-2xx: %s)\n' "$post_rps" "$post_p99" "$post_p99_max" "$post_total" "$post_non2xx"
 printf 'POST request mix   %10s req/s   p99 %s ms   (%s requests, non-2xx: %s; no cache hits)\n' "$mix_rps" "$mix_p99" "$mix_total" "${mix_non2xx:-0}"
