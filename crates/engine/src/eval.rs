@@ -379,7 +379,7 @@ mod x86 {
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
 mod wasm {
     use std::arch::wasm32::{
-        i64x2, u8x16_bitmask, u8x16_le, u8x16_splat, u8x16_sub, v128, v128_or,
+        u8x16_bitmask, u8x16_le, u8x16_splat, u8x16_sub, v128, v128_load, v128_or,
     };
 
     #[inline(always)]
@@ -404,11 +404,9 @@ mod wasm {
         for (chunk, word) in chunks.zip(&mut words) {
             let mut bits = 0u64;
             for (quarter, sixteen) in chunk.chunks_exact(16).enumerate() {
-                let (mut low, mut high) = ([0u8; 8], [0u8; 8]);
-                low.copy_from_slice(&sixteen[..8]);
-                high.copy_from_slice(&sixteen[8..]);
-                // Lane 0 holds the first eight bytes, as a little-endian load would.
-                let codes = i64x2(i64::from_le_bytes(low), i64::from_le_bytes(high));
+                // SAFETY: `sixteen` is 16 readable bytes; v128.load takes any alignment.
+                #[allow(unsafe_code)]
+                let codes = unsafe { v128_load(sixteen.as_ptr().cast()) };
                 bits |= hits(codes, bounds) << (quarter * 16);
             }
             *word = bits;
