@@ -7,6 +7,7 @@ use crate::cache::SetKey;
 use crate::error::QueryError;
 use crate::eval::{plan, Plan, BLOCK_WORDS};
 use crate::survey::Survey;
+use crate::weights::{add_blocks, BlockSum};
 
 impl Survey {
     /// Answers a validated request as a whole-survey grant would see it. The caller has
@@ -25,21 +26,31 @@ impl Survey {
             .base_set(base_code)
             .ok_or_else(|| QueryError::UnknownPopulationBase(base_code.clone()))?;
         let mut unknown_names: Vec<String> = Vec::new();
-        let results = request
+        let mut known = Vec::with_capacity(request.targets.len());
+        for target in &request.targets {
+            let unknown = self.unknown_names(target);
+            known.push(unknown.is_empty());
+            for name in unknown {
+                if !unknown_names.contains(&name) {
+                    unknown_names.push(name);
+                }
+            }
+        }
+        let plans: Vec<Plan<'_>> = request
             .targets
             .iter()
-            .map(|target| {
-                let unknown = self.unknown_names(target);
-                if unknown.is_empty() {
-                    self.result(self.tally_within(target, base, group))
-                } else {
-                    for name in unknown {
-                        if !unknown_names.contains(&name) {
-                            unknown_names.push(name);
-                        }
-                    }
-                    CrosstabResult::UNKNOWN
-                }
+            .zip(&known)
+            .filter(|(_, known)| **known)
+            .map(|(target, _)| self.target_plan(target))
+            .collect();
+        // Every known target in the same pass: each block of the filter and of the
+        // weights is read once for all of them.
+        let mut tallies = self.tally_plans(&plans, base, group).into_iter();
+        let results = known
+            .iter()
+            .map(|known| match known.then(|| tallies.next()).flatten() {
+                Some(tally) => self.result(tally),
+                None => CrosstabResult::UNKNOWN,
             })
             .collect();
         Ok(CrosstabResponse::new(
@@ -51,17 +62,19 @@ impl Survey {
 
     /// Count and weight of the respondents in `filter` matching `target`.
     pub fn tally(&self, target: &Expr, filter: &Bitset) -> Tally {
-        self.tally_within(target, filter, None)
+        let plans = [self.target_plan(target)];
+        let mut tallies = self.tally_plans(&plans, filter, None);
+        tallies.pop().unwrap_or(Tally {
+            count: 0,
+            weight: 0.0,
+        })
     }
 
-    /// Count and weight of the respondents in `base` (and `group`) matching `target`, in
-    /// one pass: block by block, the filter's words are ANDed first (a block nobody is
-    /// left in is skipped), then the target's words are computed, ANDed in and summed.
-    fn tally_within(&self, target: &Expr, base: &Bitset, group: Option<&Bitset>) -> Tally {
-        let plan = match target {
-            // Composite targets are kept whole too, on their second sight (within the
-            // same budget as leaves): a repeated expression then costs what a named code
-            // does, while a one-off one costs no set.
+    /// A target's plan. Composite targets are kept whole too, on their second sight
+    /// (within the same budget as leaves): a repeated expression then costs what a named
+    /// code does, while a one-off one costs no set.
+    fn target_plan(&self, target: &Expr) -> Plan<'_> {
+        match target {
             Expr::Not(_) | Expr::And(_) | Expr::Or(_) => {
                 let plan = plan(self, target);
                 let key = SetKey::Target(target.to_string());
@@ -74,10 +87,18 @@ impl Survey {
                 }
             }
             _ => plan(self, target),
-        };
-        let mut sum = self.weight_source().summer();
+        }
+    }
+
+    /// Count and weight of the respondents in `base` (and `group`) matching each plan, in
+    /// one pass: block by block, the filter's words are ANDed first (a block nobody is
+    /// left in is skipped), then each target's words are computed and ANDed in, and all
+    /// are summed together.
+    fn tally_plans(&self, plans: &[Plan<'_>], base: &Bitset, group: Option<&Bitset>) -> Vec<Tally> {
+        let source = self.weight_source();
+        let mut sums: Vec<BlockSum<'_>> = plans.iter().map(|_| source.summer()).collect();
+        let mut blocks = vec![[0u64; BLOCK_WORDS]; plans.len()];
         let mut filter = [0u64; BLOCK_WORDS];
-        let mut block = [0u64; BLOCK_WORDS];
         let groups = group.map(|g| g.words().chunks(BLOCK_WORDS));
         let mut groups = groups.into_iter().flatten();
         for (index, base_block) in base.words().chunks(BLOCK_WORDS).enumerate() {
@@ -93,14 +114,16 @@ impl Survey {
             if filter.iter().all(|word| *word == 0) {
                 continue;
             }
-            let out = &mut block[..filter.len()];
-            plan.fill(index * BLOCK_WORDS, out);
-            for (word, keep) in out.iter_mut().zip(filter.iter()) {
-                *word &= keep;
+            for (plan, block) in plans.iter().zip(blocks.iter_mut()) {
+                let out = &mut block[..filter.len()];
+                plan.fill(index * BLOCK_WORDS, out);
+                for (word, keep) in out.iter_mut().zip(filter.iter()) {
+                    *word &= keep;
+                }
             }
-            sum.add(index, out);
+            add_blocks(&mut sums, index, &blocks, filter.len());
         }
-        sum.finish()
+        sums.into_iter().map(BlockSum::finish).collect()
     }
 
     /// The wire figures for a tally.

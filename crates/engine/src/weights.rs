@@ -195,6 +195,90 @@ impl BlockSum<'_> {
     }
 }
 
+/// Adds block `block` of each target (the first `len` words of each of `members`) to its
+/// sum. Two targets over planes share one read of the planes.
+pub(crate) fn add_blocks(
+    sums: &mut [BlockSum<'_>],
+    block: usize,
+    members: &[[u64; BLOCK_WORDS]],
+    len: usize,
+) {
+    if let (
+        [BlockSum::Planes {
+            bits,
+            words,
+            count: c0,
+            sum: s0,
+            ..
+        }, BlockSum::Planes {
+            count: c1, sum: s1, ..
+        }],
+        [m0, m1],
+    ) = (&mut *sums, members)
+    {
+        let start = block * *bits * BLOCK_WORDS;
+        let planes = words.get(start..start + *bits * BLOCK_WORDS).unwrap_or(&[]);
+        let [(a, b), (c, d)] = plane_sums_pair(&m0[..len], &m1[..len], planes);
+        (*c0, *s0, *c1, *s1) = (*c0 + a, *s0 + b, *c1 + c, *s1 + d);
+        return;
+    }
+    for (sum, words) in sums.iter_mut().zip(members) {
+        sum.add(block, &words[..len]);
+    }
+}
+
+/// [`plane_sums`] of two targets' blocks at once, reading each plane word once.
+fn plane_sums_pair(first: &[u64], second: &[u64], planes: &[u64]) -> [(u64, u64); 2] {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx512f")
+        && std::arch::is_x86_feature_detected!("avx512vpopcntdq")
+    {
+        // SAFETY: the CPU supports AVX-512F and VPOPCNTDQ, checked just above.
+        #[allow(unsafe_code)]
+        return unsafe { plane_sums_pair_avx512(first, second, planes) };
+    }
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("popcnt")
+    {
+        // SAFETY: the CPU supports AVX2 and POPCNT, checked just above.
+        #[allow(unsafe_code)]
+        return unsafe { plane_sums_pair_avx2(first, second, planes) };
+    }
+    #[cfg(target_arch = "wasm32")]
+    return [plane_sums(first, planes), plane_sums(second, planes)];
+    #[cfg(not(target_arch = "wasm32"))]
+    plane_sums_pair_portable(first, second, planes)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512vpopcntdq,popcnt")]
+fn plane_sums_pair_avx512(first: &[u64], second: &[u64], planes: &[u64]) -> [(u64, u64); 2] {
+    plane_sums_pair_portable(first, second, planes)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,popcnt")]
+fn plane_sums_pair_avx2(first: &[u64], second: &[u64], planes: &[u64]) -> [(u64, u64); 2] {
+    plane_sums_pair_portable(first, second, planes)
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+#[inline(always)]
+fn plane_sums_pair_portable(first: &[u64], second: &[u64], planes: &[u64]) -> [(u64, u64); 2] {
+    let count = |words: &[u64]| -> u64 { words.iter().map(|w| u64::from(w.count_ones())).sum() };
+    let (mut s0, mut s1) = (0u64, 0u64);
+    for (bit, plane) in planes.chunks_exact(BLOCK_WORDS).enumerate() {
+        let (mut o0, mut o1) = (0u64, 0u64);
+        for ((a, b), p) in first.iter().zip(second).zip(plane) {
+            o0 += u64::from((a & p).count_ones());
+            o1 += u64::from((b & p).count_ones());
+        }
+        s0 += o0 << bit;
+        s1 += o1 << bit;
+    }
+    [(count(first), s0), (count(second), s1)]
+}
+
 /// Count and scaled weight sum of `members` over one block's planes.
 fn plane_sums(members: &[u64], planes: &[u64]) -> (u64, u64) {
     #[cfg(target_arch = "x86_64")]
