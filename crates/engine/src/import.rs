@@ -600,6 +600,16 @@ impl Prepared {
     }
 }
 
+/// What an install reports besides the survey.
+#[cfg(feature = "fs")]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImportReport {
+    /// What the import skipped or could not use, one line each, naming the file.
+    pub warnings: Vec<String>,
+    /// The respondent file's format.
+    pub format: SourceFormat,
+}
+
 /// Checks and compiles the survey defined by the TOML file at `path`, reading its
 /// respondent file (CSV, `.sav` or `.zsav`, by `format` or extension) beside it.
 #[cfg(feature = "fs")]
@@ -648,7 +658,7 @@ pub fn compile_file(path: &std::path::Path) -> Result<Vec<u8>, ImportError> {
 pub fn install_file(
     path: &std::path::Path,
     store: &crate::store::SurveyStore,
-) -> Result<(crate::Survey, Prepared), ImportError> {
+) -> Result<(crate::Survey, ImportReport), ImportError> {
     use std::io::Write;
 
     let prepared = prepare_file(path)?;
@@ -674,6 +684,14 @@ pub fn install_file(
         out.flush().map_err(io)?;
     }
     temp.as_file().sync_all().map_err(io)?;
+    // The columns go before the written file is checked, so the two never add up.
+    let Prepared {
+        builder,
+        warnings,
+        format,
+        ..
+    } = prepared;
+    drop(builder);
     let survey = crate::Survey::open(temp.path()).map_err(|e| ImportError::Definition {
         file: "(compiled survey)".into(),
         line: 1,
@@ -683,7 +701,7 @@ pub fn install_file(
     if let Ok(dir) = std::fs::File::open(&dir) {
         let _ = dir.sync_all();
     }
-    Ok((survey, prepared))
+    Ok((survey, ImportReport { warnings, format }))
 }
 
 /// A starting definition for the SPSS file at `data` (see `crosstab survey init`).

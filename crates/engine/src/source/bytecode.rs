@@ -156,6 +156,8 @@ pub(crate) struct Inflated<R: Read + Seek> {
     /// Decoded bytes of the current slot not yet returned.
     slot: [u8; 8],
     slot_used: usize,
+    /// The 8 bytes each one-byte code stands for (codes 1-251, 254 and 255).
+    decoded: Box<[[u8; 8]; 256]>,
     /// Decoding has begun: the data can only be read forward from here.
     started: bool,
     ended: bool,
@@ -196,6 +198,20 @@ impl<R: Read + Seek> Inflated<R> {
             0i32.to_le_bytes()
         };
         head[COMPRESSION_AT..COMPRESSION_AT + 4].copy_from_slice(&none);
+        let bytes = |value: f64| {
+            if layout.big_endian {
+                value.to_be_bytes()
+            } else {
+                value.to_le_bytes()
+            }
+        };
+        let mut decoded = Box::new([[0u8; 8]; 256]);
+        for code in 1..=251u8 {
+            decoded[usize::from(code)] = bytes(f64::from(code) - layout.bias);
+        }
+        decoded[254] = [b' '; 8];
+        // System-missing.
+        decoded[255] = bytes(-f64::MAX);
         let len = layout
             .data_at
             .saturating_add(layout.cases.saturating_mul(layout.slots).saturating_mul(8));
@@ -209,20 +225,14 @@ impl<R: Read + Seek> Inflated<R> {
             next: 8,
             slot: [0; 8],
             slot_used: 8,
+            decoded,
             started: false,
             ended: false,
         }))
     }
 
-    fn f64_bytes(&self, value: f64) -> [u8; 8] {
-        if self.layout.big_endian {
-            value.to_be_bytes()
-        } else {
-            value.to_le_bytes()
-        }
-    }
-
     /// Decodes the next slot into `self.slot`; false at the end of the data.
+    #[inline]
     fn next_slot(&mut self) -> io::Result<bool> {
         loop {
             if self.ended {
@@ -251,7 +261,6 @@ impl<R: Read + Seek> Inflated<R> {
             self.next += 1;
             match code {
                 0 => continue,
-                1..=251 => self.slot = self.f64_bytes(f64::from(code) - self.layout.bias),
                 252 => {
                     self.ended = true;
                     continue;
@@ -267,8 +276,7 @@ impl<R: Read + Seek> Inflated<R> {
                     }
                     self.slot = raw;
                 }
-                254 => self.slot = [b' '; 8],
-                _ => self.slot = self.f64_bytes(-f64::MAX),
+                _ => self.slot = self.decoded[usize::from(code)],
             }
             self.slot_used = 0;
             return Ok(true);
@@ -297,8 +305,18 @@ impl<R: Read + Seek> Read for Inflated<R> {
         }
         let mut written = 0;
         while written < buf.len() && self.pos < self.len {
-            if self.slot_used == 8 && !self.next_slot()? {
-                break;
+            if self.slot_used == 8 {
+                if !self.next_slot()? {
+                    break;
+                }
+                // Whole slots go straight out.
+                if buf.len() - written >= 8 && self.len - self.pos >= 8 {
+                    buf[written..written + 8].copy_from_slice(&self.slot);
+                    written += 8;
+                    self.pos += 8;
+                    self.slot_used = 8;
+                    continue;
+                }
             }
             let n = (8 - self.slot_used).min(buf.len() - written);
             buf[written..written + n]

@@ -19,6 +19,9 @@ pub(crate) mod sav;
 /// the flags and scales that most survey columns are.
 const LINEAR: usize = 16;
 
+/// Whole numbers below this have a code slot of their own in [`ColumnEncoder`].
+const SMALL: usize = 256;
+
 /// The bits a value is keyed by: -0.0 and 0.0 are one value.
 fn key(value: f64) -> u64 {
     if value == 0.0 {
@@ -66,6 +69,9 @@ pub(crate) struct ColumnEncoder {
     values: Vec<f64>,
     /// Value key to code, once there are more than [`LINEAR`] distinct values.
     lookup: Option<HashMap<u64, u32>>,
+    /// Code of each whole number 0 to 255 seen (0 = not yet): most survey answers are
+    /// such codes, and this finds them without a search.
+    small: Box<[u32; SMALL]>,
     codes: CodeVec,
 }
 
@@ -75,6 +81,7 @@ impl ColumnEncoder {
         ColumnEncoder {
             values: Vec::new(),
             lookup: None,
+            small: Box::new([0; SMALL]),
             codes: CodeVec::U8(Vec::with_capacity(respondents)),
         }
     }
@@ -82,7 +89,18 @@ impl ColumnEncoder {
     /// Appends one respondent's value (NaN = missing).
     #[inline]
     pub fn push(&mut self, value: f64) {
-        let code = if value.is_nan() {
+        // `as` saturates, and NaN becomes 0 (which then fails the round trip check).
+        let whole = value as usize;
+        let code = if whole < SMALL && whole as f64 == value {
+            match self.small[whole] {
+                0 => {
+                    let code = self.code_of(value);
+                    self.small[whole] = code;
+                    code
+                }
+                code => code,
+            }
+        } else if value.is_nan() {
             0
         } else {
             self.code_of(value)
