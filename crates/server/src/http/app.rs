@@ -260,7 +260,7 @@ async fn codebook(
     UrlPath(code): UrlPath<String>,
     Query(search): Query<CodebookQuery>,
 ) -> AppResult<Response> {
-    Ok(Json(state.app.codebook(&user, &code, search.q).await?).into_response())
+    Ok(Json(state.app.codebook(&user, &code, search.search()).await?).into_response())
 }
 
 async fn crosstab(

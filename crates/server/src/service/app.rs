@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use axum::body::Bytes;
 use base64::Engine as _;
-use crosstab_contract::app::{Codebook, SurveySummary, Totals};
+use crosstab_contract::app::{Codebook, CodebookSearch, SurveySummary, Totals};
 use crosstab_contract::{validate_body, ApiError};
 use crosstab_engine::Survey;
 use rand::RngCore;
@@ -272,10 +272,19 @@ impl AppService {
             .iter()
             .filter_map(|survey| {
                 let grant = grants.survey(survey.code())?;
+                // A partial grant sees the count of its own groups, not the survey's.
+                let respondents = match grant {
+                    SurveyGrant::Whole => survey.respondents() as u64,
+                    SurveyGrant::Groups(groups) => groups
+                        .iter()
+                        .filter_map(|group| survey.group_set(group))
+                        .map(|set| set.count())
+                        .sum(),
+                };
                 Some(SurveySummary {
                     code: survey.code().to_owned(),
                     name: survey.name().to_owned(),
-                    respondents: survey.respondents() as u64,
+                    respondents,
                     all_groups: matches!(grant, SurveyGrant::Whole),
                 })
             })
@@ -288,7 +297,7 @@ impl AppService {
         &self,
         user: &User,
         code: &str,
-        search: Option<String>,
+        search: Option<CodebookSearch>,
     ) -> Result<Codebook, AppError> {
         let grants = self.grants(user).await?;
         let (Some(grant), Some(survey)) = (
@@ -297,7 +306,7 @@ impl AppService {
         ) else {
             return Err(ApiError::ForbiddenSurvey.into());
         };
-        tokio::task::spawn_blocking(move || codebook_for(&survey, &grant, search.as_deref()))
+        tokio::task::spawn_blocking(move || codebook_for(&survey, &grant, search.as_ref()))
             .await
             .map_err(|error| ServiceError::Internal(format!("codebook task failed: {error}")))?
     }
@@ -310,7 +319,7 @@ impl AppService {
 fn codebook_for(
     survey: &Survey,
     grant: &SurveyGrant,
-    search: Option<&str>,
+    search: Option<&CodebookSearch>,
 ) -> Result<Codebook, AppError> {
     let mut book = survey.codebook();
     let visible = |value: &str| match grant {
@@ -342,17 +351,22 @@ fn codebook_for(
         }
         base.group_totals = Some(totals);
     }
-    if let Some(needle) = search
-        .map(str::to_lowercase)
-        .filter(|s| !s.trim().is_empty())
-    {
-        let hit = |text: &str| text.to_lowercase().contains(&needle);
-        let label_hit = |label: &Option<String>| label.as_deref().is_some_and(hit);
-        book.codes
-            .retain(|c| hit(&c.code) || label_hit(&c.label) || hit(&c.expr));
-        book.variables.retain(|v| {
-            hit(&v.name) || label_hit(&v.label) || v.values.iter().any(|x| label_hit(&x.label))
-        });
+    if !matches!(grant, SurveyGrant::Whole) {
+        // The survey's own totals, like its bases', only within the granted groups.
+        let mut respondents = 0;
+        let mut weighted = 0.0;
+        for group in &book.groups {
+            if let Some(set) = survey.group_set(&group.value) {
+                let tally = set.tally(None, survey.weights());
+                respondents += tally.count;
+                weighted += tally.weight;
+            }
+        }
+        book.respondents = respondents;
+        book.weight_total = weighted;
+    }
+    if let Some(search) = search {
+        search.retain_in(&mut book);
     }
     Ok(book)
 }

@@ -436,8 +436,14 @@ async fn the_catalog_shows_only_what_the_account_may_query() {
     let nora = app.session("nora").await;
     let (_, surveys) = app.get(&nora, "/app/api/surveys").await;
     assert_eq!(surveys[0]["allGroups"], false);
+    // Nor do the survey's own counts: group N's only.
+    assert_eq!(surveys[0]["respondents"], 4);
     let (_, book) = app.get(&nora, "/app/api/surveys/VEC/codebook").await;
     assert_eq!(book["groups"], json!([{"value": "N", "label": "North"}]));
+    assert_eq!(
+        (book["respondents"].as_u64(), book["weightTotal"].as_f64()),
+        (Some(4), Some(9500.0))
+    );
     let all = &book["bases"][0];
     assert_eq!(all["groupTotals"].as_object().unwrap().len(), 1);
     // Only group N's totals: the whole survey's would tell about the other groups.
