@@ -498,7 +498,8 @@ fn read_scanner<R: Read + Seek>(
     let reserve = usize::try_from(declared.unwrap_or(0).min(bound)).unwrap_or(0);
 
     let mut ids: Vec<String> = Vec::with_capacity(reserve);
-    let mut seen_ids: HashMap<String, u64> = HashMap::with_capacity(reserve);
+    // The id map grows as ids arrive: a header's word takes no more than a little room.
+    let mut seen_ids: HashMap<String, u64> = HashMap::with_capacity(reserve.min(1 << 16));
     let mut weights: Vec<f64> = Vec::with_capacity(reserve);
     let mut group_values: Vec<Option<String>> = Vec::new();
     let mut encoders: Vec<ColumnEncoder> = layout
