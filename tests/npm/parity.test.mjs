@@ -47,7 +47,10 @@ function tmp(name) {
 test("vector survey: every vector request, Node vs native", () => {
   const { Survey } = requirePackage();
   const { toml, csv, tomlPath, csvPath } = vectorSurveySource();
-  const requests = loadVectors().map((v) => v.request);
+  // Raw-text vectors (a member named twice) have no JS value to send.
+  const requests = loadVectors()
+    .filter((v) => v.body === undefined)
+    .map((v) => v.request);
   const dir = tmp("vectors");
   fs.writeFileSync(path.join(dir, "requests.json"), JSON.stringify(requests));
   const nat = native(["crosstab", tomlPath, csvPath, path.join(dir, "requests.json")]);

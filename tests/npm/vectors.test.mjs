@@ -20,6 +20,7 @@ const vectors = loadVectors();
 
 test("there are vectors of both kinds", () => {
   assert.ok(vectors.length >= 40, `only ${vectors.length} vectors`);
+  assert.ok(vectors.some((v) => typeof v.body === "string"), "no raw-text vector");
   assert.ok(vectors.some(isValidationError));
   assert.ok(vectors.some((v) => !isValidationError(v)));
 });
@@ -29,10 +30,16 @@ for (const entry of ["crosstab-wasm", "crosstab-wasm/validator"]) {
     const pkg = await importPackage(entry);
     const failures = [];
     for (const vector of vectors) {
-      const outcome = pkg.validateRequest(vector.request);
-      // The raw-text path must agree with the value path.
-      const fromText = pkg.validateJson(JSON.stringify(vector.request));
-      if (!jsonMatches(outcome, fromText)) failures.push(`${vector.name}: validateJson differs`);
+      let outcome;
+      if (typeof vector.body === "string") {
+        // A raw body no JS value can hold (a member named twice): only the text path.
+        outcome = pkg.validateJson(vector.body);
+      } else {
+        outcome = pkg.validateRequest(vector.request);
+        // The raw-text path must agree with the value path.
+        const fromText = pkg.validateJson(JSON.stringify(vector.request));
+        if (!jsonMatches(outcome, fromText)) failures.push(`${vector.name}: validateJson differs`);
+      }
       if (isValidationError(vector)) {
         if (outcome.ok !== false || outcome.status !== vector.expect.status || !jsonMatches(vector.expect.body, outcome.body)) {
           failures.push(`${vector.name}: got ${JSON.stringify(outcome)}`);
@@ -54,7 +61,8 @@ test("Survey.fromCsv(vector survey).crosstab on every non-validation vector", ()
   assert.equal(survey.code, "VEC");
   const failures = [];
   let answered = 0;
-  for (const vector of vectors) {
+  // Raw-text vectors are the validator's: a JS value can't repeat a member.
+  for (const vector of vectors.filter((v) => v.body === undefined)) {
     const got = answer(survey, vector.request);
     if (isValidationError(vector)) {
       // The survey refuses invalid requests with the same envelope.

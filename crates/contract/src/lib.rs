@@ -14,6 +14,7 @@
 pub mod app;
 pub mod error;
 pub mod expr;
+pub mod json;
 pub mod limits;
 pub mod openapi;
 pub mod retry;

@@ -4,6 +4,7 @@ use serde_json::{Map, Value};
 
 use crate::error::ApiError;
 use crate::expr::Expr;
+use crate::json::{from_slice_strict, StrictJsonError};
 use crate::limits::{
     MAX_IDENTIFIER_CHARS, MAX_TARGET_CODES, MAX_TARGET_CODE_CHARS, MIN_TARGET_CODES,
 };
@@ -22,20 +23,34 @@ const IDENTIFIER_HINT: &str = "Use 1 to 64 characters from A-Z, a-z, 0-9, '_', '
 const OBJECT_HINT: &str = "Send a JSON object with SurveyCode, PopulationBaseCode, TargetCodes and optionally AuthorizationGroup.";
 
 /// Validates a raw request body: at most `MAX_BODY_BYTES` bytes (else 413) that must be a
-/// UTF-8 JSON object.
+/// UTF-8 JSON object naming no member twice at any depth.
 pub fn validate_body(body: &[u8]) -> Result<ValidRequest, ApiError> {
     // The server reads no more than this, so a longer body is 413 whatever it holds.
     if body.len() > crate::limits::MAX_BODY_BYTES {
         return Err(ApiError::PayloadTooLarge);
     }
-    let value: Value = serde_json::from_slice(body).map_err(|error| ApiError::InvalidRequest {
-        field: None,
-        message: format!(
-            "The request body is not valid JSON (line {}, column {}).",
-            error.line(),
-            error.column()
-        ),
-        hint: Some(OBJECT_HINT.to_owned()),
+    let value = from_slice_strict(body).map_err(|error| match error {
+        StrictJsonError::Syntax(error) => ApiError::InvalidRequest {
+            field: None,
+            message: format!(
+                "The request body is not valid JSON (line {}, column {}).",
+                error.line(),
+                error.column()
+            ),
+            hint: Some(OBJECT_HINT.to_owned()),
+        },
+        StrictJsonError::DuplicateMember {
+            name,
+            top_level,
+            line,
+            column,
+        } => ApiError::InvalidRequest {
+            message: format!(
+                "The request body names the member '{name}' more than once (line {line}, column {column})."
+            ),
+            field: top_level.then_some(name),
+            hint: Some("Send each member of a JSON object once.".to_owned()),
+        },
     })?;
     validate_value(&value)
 }
@@ -218,4 +233,30 @@ fn target_codes(object: &Map<String, Value>) -> Result<(Vec<String>, Vec<Expr>),
         targets.push(expr);
     }
     Ok((codes.into_iter().cloned().collect(), targets))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_repeated_member_is_invalid_request_naming_it() {
+        let body = br#"{"SurveyCode":"VEC","PopulationBaseCode":"ALL","TargetCodes":["WOMEN"],"SurveyCode":"OTHER"}"#;
+        let error = validate_body(body).unwrap_err();
+        assert_eq!(error.code(), "invalid_request");
+        assert_eq!(error.status(), 400);
+        let detail = error.envelope().error.unwrap();
+        assert_eq!(detail.field.as_deref(), Some("SurveyCode"));
+        assert!(
+            detail.message.contains("'SurveyCode' more than once"),
+            "{}",
+            detail.message
+        );
+        // In an unknown nested member too: what a proxy reads must be what we read.
+        let nested = br#"{"SurveyCode":"VEC","PopulationBaseCode":"ALL","TargetCodes":["WOMEN"],"Extra":{"a":1,"a":2}}"#;
+        let detail = validate_body(nested).unwrap_err().envelope().error.unwrap();
+        assert_eq!(detail.field, None);
+        assert!(detail.message.contains("'a'"), "{}", detail.message);
+    }
 }

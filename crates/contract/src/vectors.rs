@@ -14,8 +14,13 @@ pub struct Vector {
     /// Why it exists, for people.
     #[serde(default)]
     pub note: Option<String>,
-    /// The request body, any JSON.
+    /// The request body, any JSON (absent when `body` gives it as text).
+    #[serde(default)]
     pub request: Value,
+    /// The request body as raw text, for bodies a JSON value can't hold (a member named
+    /// twice); sent instead of `request` when present.
+    #[serde(default)]
+    pub body: Option<String>,
     /// The expected answer.
     pub expect: Expected,
 }
@@ -30,6 +35,13 @@ pub struct Expected {
 }
 
 impl Vector {
+    /// The request body exactly as a client sends it: `body`, else `request`'s JSON text.
+    pub fn body_text(&self) -> String {
+        self.body
+            .clone()
+            .unwrap_or_else(|| self.request.to_string())
+    }
+
     /// Whether the contract's validation of the body alone decides this vector (its size,
     /// then its content).
     pub fn is_validation_error(&self) -> bool {

@@ -23,7 +23,7 @@ mod tests {
     fn every_vector_through_crate_crosstab() {
         let survey = vector_survey();
         for (_, vector) in vectors::load() {
-            let text = serde_json::to_vec(&vector.request).unwrap();
+            let text = vector.body_text().into_bytes();
             let (status, body) =
                 match validate_body(&text).and_then(|valid| crate::crosstab(&survey, &valid)) {
                     Ok(response) => (200, serde_json::to_value(response).unwrap()),
