@@ -1,11 +1,13 @@
 //! The OpenAPI 3 document, generated from the wire types. `GET /docs` serves it and the
 //! WASM package exports it, so the two can't disagree.
 
+use utoipa::openapi::schema::{ArrayItems, Schema};
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, SecurityScheme};
 use utoipa::openapi::{example::Example, OpenApi as Document, RefOr};
 use utoipa::{Modify, OpenApi};
 
 use crate::error::{ApiError, ErrorDetail, ErrorEnvelope};
+use crate::limits::MAX_TARGET_CODE_CHARS;
 use crate::wire::{CrosstabRequest, CrosstabResponse, CrosstabResult, Stability};
 use crate::CONTRACT_VERSION;
 
@@ -66,18 +68,28 @@ fn docs() {}
     tag = "crosstab",
     summary = "Run a crosstab query",
     description = "Answers one survey, one population base, an optional authorization group and one or two target codes with each target's weighted audience, respondents and stability. Billed only on HTTP 200.",
-    request_body(content = CrosstabRequest, content_type = "application/json", description = "The query"),
+    request_body(content = CrosstabRequest, content_type = "application/json", description = "The query: a JSON object of at most 65536 bytes that names no member twice (at any depth). Members the contract does not define are ignored."),
+    params(
+        ("Idempotency-Key" = Option<String>, Header, min_length = 1, max_length = 255, pattern = r"^[\x21-\x7E]([\x20-\x7E]{0,253}[\x21-\x7E])?$",
+            description = "Optional: one fresh value (e.g. a UUID) per logical query, sent again unchanged on its retries. A retry of the same body within 24 h gets the first 200 again, marked `Idempotent-Replayed: true`, and is not billed again; the same key with another body is 422. 1 to 255 printable ASCII characters (HTTP drops spaces around a header value, so it neither starts nor ends with one)."),
+    ),
     security(("ServiceEngineAuthorizer" = [])),
     responses(
-        (status = 200, description = "Success (ResultCode 0) or partial result (ResultCode 1). Billed.", body = CrosstabResponse,
+        (status = 200, description = "Success (ResultCode 0) or partial result (ResultCode 1). Billed, once per Idempotency-Key.", body = CrosstabResponse,
             headers(("Access-Control-Allow-Origin" = String, description = "The caller's origin when it is allowed"),
-                    ("X-Request-Id" = String, description = "Identifier of this request"))),
-        (status = 400, description = "invalid_request, invalid_target_codes or invalid_population_base. Not retryable, not billed.", body = ErrorEnvelope),
+                    ("X-Request-Id" = String, description = "Identifier of this request"),
+                    ("Idempotent-Replayed" = String, description = "`true` when this is the stored answer to an earlier request with the same Idempotency-Key and body (not billed again); absent otherwise"))),
+        (status = 400, description = "invalid_request (including a body naming a member twice, or a malformed Idempotency-Key), invalid_target_codes or invalid_population_base. Not retryable, not billed.", body = ErrorEnvelope),
         (status = 401, description = "unauthorized: the Service-Engine-Authorizer header is missing, malformed, invalid or expired. Fetch a fresh key before retrying. Not billed.", body = ErrorEnvelope),
         (status = 403, description = "forbidden_survey: the key is not entitled to the survey or authorization group. Not retryable, not billed.", body = ErrorEnvelope),
+        (status = 408, description = "request_timeout: the body did not arrive whole within the server's deadline; the connection is closed. Not billed.", body = ErrorEnvelope),
         (status = 413, description = "payload_too_large: the body exceeds 65536 bytes. Not billed.", body = ErrorEnvelope),
         (status = 415, description = "unsupported_media_type: Content-Type is not application/json. Not billed.", body = ErrorEnvelope),
+        (status = 422, description = "idempotency_key_reused: the account already used this Idempotency-Key with another body. Send a new key for a new query. Not billed.", body = ErrorEnvelope),
+        (status = 429, description = "rate_limited: over the account's request rate or daily quota, or too many failed authentications from this address. Retry after the Retry-After header's seconds. Not billed.", body = ErrorEnvelope,
+            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
         (status = 500, description = "internal_error. Retry with exponential backoff. Not billed.", body = ErrorEnvelope),
+        (status = 503, description = "deadline_exceeded: the query took longer than the server allows. Retry with exponential backoff (with the same Idempotency-Key). Not billed.", body = ErrorEnvelope),
     )
 )]
 fn crosstab() {}
@@ -127,6 +139,7 @@ struct ContractDetails;
 impl Modify for ContractDetails {
     fn modify(&self, openapi: &mut Document) {
         openapi.info.version = CONTRACT_VERSION.to_owned();
+        constrain_target_codes(openapi);
         if let Some(components) = openapi.components.as_mut() {
             components.add_security_scheme(
                 SECURITY_SCHEME,
@@ -193,6 +206,27 @@ impl Modify for ContractDetails {
     }
 }
 
+/// States on `TargetCodes`' items the length the validator enforces (an attribute on a
+/// `Vec<String>` constrains only the array).
+fn constrain_target_codes(openapi: &mut Document) {
+    let Some(RefOr::T(Schema::Object(request))) = openapi
+        .components
+        .as_mut()
+        .and_then(|components| components.schemas.get_mut("CrosstabRequest"))
+    else {
+        return;
+    };
+    let Some(RefOr::T(Schema::Array(targets))) = request.properties.get_mut("TargetCodes") else {
+        return;
+    };
+    if let ArrayItems::RefOrSchema(items) = &mut targets.items {
+        if let RefOr::T(Schema::Object(item)) = items.as_mut() {
+            item.min_length = Some(1);
+            item.max_length = Some(MAX_TARGET_CODE_CHARS);
+        }
+    }
+}
+
 fn error_examples() -> Vec<(&'static str, Vec<(&'static str, ApiError)>)> {
     vec![
         (
@@ -223,9 +257,19 @@ fn error_examples() -> Vec<(&'static str, Vec<(&'static str, ApiError)>)> {
         ),
         ("401", vec![("unauthorized", ApiError::Unauthorized)]),
         ("403", vec![("forbidden_survey", ApiError::ForbiddenSurvey)]),
+        ("408", vec![("request_timeout", ApiError::RequestTimeout)]),
         ("413", vec![("payload_too_large", ApiError::PayloadTooLarge)]),
         ("415", vec![("unsupported_media_type", ApiError::UnsupportedMediaType)]),
+        (
+            "422",
+            vec![("idempotency_key_reused", ApiError::IdempotencyKeyReused)],
+        ),
+        (
+            "429",
+            vec![("rate_limited", ApiError::RateLimited { retry_after_s: 1 })],
+        ),
         ("500", vec![("internal_error", ApiError::Internal)]),
+        ("503", vec![("deadline_exceeded", ApiError::DeadlineExceeded)]),
     ]
 }
 
@@ -284,10 +328,54 @@ mod tests {
     }
 
     #[test]
+    fn the_schema_states_every_limit_the_validator_enforces() {
+        use crate::limits::{MAX_IDENTIFIER_CHARS, MAX_TARGET_CODES, MIN_TARGET_CODES};
+        let doc = doc();
+        let request = &doc["components"]["schemas"]["CrosstabRequest"];
+        let targets = &request["properties"]["TargetCodes"];
+        assert_eq!(targets["minItems"], MIN_TARGET_CODES);
+        assert_eq!(targets["maxItems"], MAX_TARGET_CODES);
+        assert_eq!(targets["items"]["minLength"], 1);
+        assert_eq!(targets["items"]["maxLength"], MAX_TARGET_CODE_CHARS);
+        for field in ["SurveyCode", "PopulationBaseCode", "AuthorizationGroup"] {
+            let schema = &request["properties"][field];
+            assert_eq!(schema["minLength"], 1, "{field}");
+            assert_eq!(schema["maxLength"], MAX_IDENTIFIER_CHARS, "{field}");
+            assert_eq!(schema["pattern"], "^[A-Za-z0-9_.-]+$", "{field}");
+        }
+        let required = request["required"].as_array().unwrap();
+        for field in ["SurveyCode", "PopulationBaseCode", "TargetCodes"] {
+            assert!(required.iter().any(|r| r == field), "{field}");
+        }
+        let post = &doc["paths"]["/crosstab"]["post"];
+        let body = post["requestBody"]["description"].as_str().unwrap();
+        assert!(
+            body.contains(&crate::limits::MAX_BODY_BYTES.to_string()),
+            "{body}"
+        );
+        let key = post["parameters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == "Idempotency-Key")
+            .unwrap();
+        assert_eq!(key["in"], "header");
+        assert_eq!(key["required"], false);
+        assert_eq!(key["schema"]["maxLength"], 255);
+        assert_eq!(
+            post["responses"]["429"]["headers"]["Retry-After"]["schema"]["type"],
+            "integer"
+        );
+        assert!(post["responses"]["200"]["headers"]["Idempotent-Replayed"].is_object());
+    }
+
+    #[test]
     fn every_crosstab_status_has_schema_and_example() {
         let doc = doc();
         let responses = &doc["paths"]["/crosstab"]["post"]["responses"];
-        for status in ["200", "400", "401", "403", "413", "415", "500"] {
+        for status in [
+            "200", "400", "401", "403", "408", "413", "415", "422", "429", "500", "503",
+        ] {
             let content = &responses[status]["content"]["application/json"];
             assert!(content["schema"].is_object(), "{status}");
             let examples = content["examples"].as_object().unwrap();
