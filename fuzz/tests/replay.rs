@@ -41,15 +41,44 @@ fn every_target_has_seeds_and_its_survey_seeds_are_accepted() {
     }
 }
 
+/// Regression inputs that still fail, each with why: replayed only by the ignored test
+/// below until the owning crate is fixed; then the entry goes and the input stays.
+const OPEN: [(&str, &str); 1] = [(
+    "sav_reader/ambers-info-record-mul-overflow",
+    "ambers 0.4.6 multiplies a negative info-record size unchecked (overflow panic in \
+     debug builds); see crates/engine/tests/fuzz_regressions.rs",
+)];
+
+fn is_open(target: &str, path: &Path) -> bool {
+    let name = format!("{target}/{}", path.file_name().unwrap().to_string_lossy());
+    OPEN.iter().any(|(open, _)| *open == name)
+}
+
 #[test]
-#[ignore = "open: fuzz/regressions/sav_reader/ambers-info-record-mul-overflow panics in \
-            ambers 0.4.6 (see crates/engine/tests/fuzz_regressions.rs)"]
-fn every_regression_input_passes_its_check() {
-    let regressions = inputs("regressions");
-    assert!(!regressions.is_empty());
-    for (target, path) in regressions {
-        let data = std::fs::read(&path).unwrap();
-        assert!(crosstab_fuzz::run(target, &data).is_some(), "{}", path.display());
+fn every_fixed_regression_passes_its_check() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("regressions");
+    for (open, why) in OPEN {
+        assert!(
+            root.join(open).is_file(),
+            "OPEN names a missing input {open} ({why})"
+        );
+    }
+    for (target, path) in inputs("regressions") {
+        if !is_open(target, &path) {
+            let data = std::fs::read(&path).unwrap();
+            assert!(crosstab_fuzz::run(target, &data).is_some());
+        }
+    }
+}
+
+#[test]
+#[ignore = "open findings: see OPEN"]
+fn open_regressions_pass_their_checks() {
+    for (target, path) in inputs("regressions") {
+        if is_open(target, &path) {
+            let data = std::fs::read(&path).unwrap();
+            assert!(crosstab_fuzz::run(target, &data).is_some());
+        }
     }
 }
 
