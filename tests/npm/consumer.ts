@@ -54,6 +54,8 @@ function describe(answer: ParsedResponse): string {
     case "badRequest":
     case "forbidden":
       return answer.code ?? String(answer.status);
+    case "rateLimited":
+      return `retry in ${answer.retryAfterMs ?? retryDelayMs(1)} ms`;
     case "serverError":
       return `retry in ${retryDelayMs(1)} ms`;
     case "invalid":
@@ -63,6 +65,9 @@ function describe(answer: ParsedResponse): string {
 console.log(describe(parseResponse(200, "{}", request)));
 // The request is optional, as documented.
 console.log(describe(parseResponse(401, "{}")));
+// The Retry-After header as fetch gives it (a string or null).
+const retryAfter: string | null = "2";
+console.log(describe(parseResponse(429, "{}", request, retryAfter)));
 
 const survey: Survey = Survey.fromCsv("code = 'X'", "ID\n");
 const codebook: Codebook = survey.codebook();

@@ -30,11 +30,11 @@ test("every vector's expected answer classifies as the spec says, with no proble
   }
 });
 
-test("retry advice: 401 fetch a fresh key, 5xx back off, other 4xx never", () => {
+test("retry advice: 401 fetch a fresh key, 429 after Retry-After, 5xx back off, other 4xx never", () => {
   const envelope = (status, code) => ({ ResultCode: status, ResultDescription: "x", error: { code, message: "x" } });
   assert.equal(pkg.parseResponse(401, envelope(401, "unauthorized")).retry, "afterFreshKey");
   assert.equal(pkg.parseResponse(401, envelope(401, "unauthorized")).kind, "unauthorized");
-  for (const status of [400, 403, 404, 413, 415, 429]) {
+  for (const status of [400, 403, 404, 408, 413, 415, 422]) {
     assert.equal(pkg.parseResponse(status, envelope(status, "x")).retry, "never", String(status));
   }
   for (const status of [500, 502, 503, 504]) {
@@ -139,4 +139,43 @@ test("contractVersion and openapi: the /v1/docs document", () => {
   assert.equal(doc.paths["/crosstab"].options.operationId, "crosstabOptions");
   const validator = requirePackage("crosstab-wasm/validator");
   assert.deepEqual(validator.openapi(), doc);
+});
+
+test("429: retry after the Retry-After header's seconds, as a string or a number", () => {
+  const limited = {
+    ResultCode: 429,
+    ResultDescription: "Too many requests: retry in 3 seconds.",
+    error: { code: "rate_limited", message: "Too many requests: retry in 3 seconds.", hint: "Wait." },
+  };
+  for (const header of ["3", 3]) {
+    const parsed = pkg.parseResponse(429, limited, REQUEST, header);
+    assert.equal(parsed.kind, "rateLimited");
+    assert.equal(parsed.retry, "afterDelay");
+    assert.equal(parsed.retryAfterMs, 3000);
+    assert.equal(parsed.code, "rate_limited");
+    assert.deepEqual(parsed.problems, []);
+  }
+  // No usable header: back off as for a 5xx, and say the answer broke the contract.
+  for (const header of [undefined, null, "later", "Wed, 21 Oct 2015 07:28:00 GMT"]) {
+    const parsed = pkg.parseResponse(429, limited, REQUEST, header);
+    assert.equal(parsed.kind, "rateLimited", String(header));
+    assert.equal(parsed.retry, "backoff", String(header));
+    assert.equal(parsed.retryAfterMs, undefined);
+    assert.equal(parsed.problems.length, 1);
+  }
+  assert.throws(() => pkg.parseResponse(429, limited, REQUEST, {}), (e) => e.code === "invalid_argument");
+  // The header means nothing on other statuses.
+  assert.equal(pkg.parseResponse(503, limited, REQUEST, "3").retryAfterMs, undefined);
+});
+
+test("new error codes classify by status: 408 and 422 never, 503 back off", () => {
+  const envelope = (status, code) => ({ ResultCode: status, ResultDescription: code, error: { code, message: code } });
+  assert.equal(pkg.parseResponse(408, envelope(408, "request_timeout")).kind, "badRequest");
+  const reused = pkg.parseResponse(422, envelope(422, "idempotency_key_reused"));
+  assert.equal(reused.kind, "badRequest");
+  assert.equal(reused.code, "idempotency_key_reused");
+  assert.equal(reused.retry, "never");
+  const deadline = pkg.parseResponse(503, envelope(503, "deadline_exceeded"));
+  assert.equal(deadline.kind, "serverError");
+  assert.equal(deadline.retry, "backoff");
 });

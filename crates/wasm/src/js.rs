@@ -134,14 +134,20 @@ fn string_arg(value: &JsValue, name: &str) -> Result<String, JsValue> {
 
 /// Checks a server answer against the contract and classifies it: `success`, `partial`
 /// (with `description`), `badRequest`, `unauthorized` (fetch a fresh key before trying
-/// again), `forbidden`, `serverError` (retry with backoff: `retryDelayMs`), or `invalid`
-/// (not an answer the contract allows). `body` is the parsed JSON body (or its raw text);
-/// pass the `request` to check that `Results` has one entry per `TargetCodes` entry.
+/// again), `forbidden`, `rateLimited` (retry after `retryAfterMs`), `serverError` (retry
+/// with backoff: `retryDelayMs`), or `invalid` (not an answer the contract allows).
+/// `body` is the parsed JSON body (or its raw text); pass the `request` to check that
+/// `Results` has one entry per `TargetCodes` entry, and the `Retry-After` header
+/// (`res.headers.get("Retry-After")`) so a 429 says when to retry.
 #[wasm_bindgen(js_name = parseResponse, unchecked_return_type = "ParsedResponse")]
 pub fn parse_response(
     status: f64,
     #[wasm_bindgen(unchecked_param_type = "unknown")] body: JsValue,
-    #[wasm_bindgen(unchecked_optional_param_type = "CrosstabRequest")] request: Option<JsValue>,
+    #[wasm_bindgen(unchecked_optional_param_type = "CrosstabRequest | null")] request: Option<
+        JsValue,
+    >,
+    #[wasm_bindgen(js_name = retryAfter, unchecked_optional_param_type = "string | number | null")]
+    retry_after: Option<JsValue>,
 ) -> Result<JsValue, JsValue> {
     if !(status.fract() == 0.0 && (0.0..=999.0).contains(&status)) {
         return Err(error(
@@ -180,7 +186,19 @@ pub fn parse_response(
         }
         }
     };
-    let parsed = response::parse_response(status, &body_value, target_count);
+    let retry_after = match retry_after.filter(|v| !v.is_undefined() && !v.is_null()) {
+        None => None,
+        Some(value) => match (value.as_string(), value.as_f64()) {
+            (Some(text), _) => Some(text),
+            (None, Some(seconds)) if seconds.is_finite() => Some(format!("{seconds}")),
+            _ => return Err(error(
+                INVALID_ARGUMENT,
+                "retryAfter must be the Retry-After header: a string, a number of seconds or null.",
+            )),
+        },
+    };
+    let parsed =
+        response::parse_response(status, &body_value, target_count, retry_after.as_deref());
     to_js(&parsed)
 }
 

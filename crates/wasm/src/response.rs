@@ -19,8 +19,11 @@ pub enum Retry {
     Never,
     /// 401: don't retry with the same key; fetch a fresh key from the portal first.
     AfterFreshKey,
-    /// 5xx: retry with exponential backoff and jitter (see `retryDelayMs`).
+    /// 5xx, or a 429 without a usable `Retry-After`: retry with exponential backoff and
+    /// jitter (see `retryDelayMs`).
     Backoff,
+    /// 429: retry once `retryAfterMs` (the `Retry-After` header) have passed.
+    AfterDelay,
 }
 
 /// A server answer, classified. Every class carries the HTTP `status`, the `retry`
@@ -59,6 +62,8 @@ pub enum ParsedResponse {
     Unauthorized(ErrorAnswer),
     /// 403: valid key, no entitlement to the survey or group; never retry.
     Forbidden(ErrorAnswer),
+    /// 429: over a rate or quota; retry after `retryAfterMs`.
+    RateLimited(ErrorAnswer),
     /// 5xx: retry with exponential backoff.
     ServerError(ErrorAnswer),
     /// An answer the contract doesn't allow (unexpected status, or a 200 body that is not
@@ -88,6 +93,10 @@ pub struct ErrorAnswer {
     pub code: Option<String>,
     /// What to do about it.
     pub retry: Retry,
+    /// For a 429: milliseconds to wait before retrying, from its `Retry-After` header.
+    #[serde(rename = "retryAfterMs", skip_serializing_if = "Option::is_none")]
+    #[tsify(optional)]
+    pub retry_after_ms: Option<f64>,
     /// Departures from the contract.
     pub problems: Vec<String>,
 }
@@ -102,6 +111,7 @@ impl ParsedResponse {
             ParsedResponse::BadRequest(answer)
             | ParsedResponse::Unauthorized(answer)
             | ParsedResponse::Forbidden(answer)
+            | ParsedResponse::RateLimited(answer)
             | ParsedResponse::ServerError(answer) => answer.retry,
         }
     }
@@ -114,17 +124,49 @@ impl ParsedResponse {
             ParsedResponse::BadRequest(_) => "badRequest",
             ParsedResponse::Unauthorized(_) => "unauthorized",
             ParsedResponse::Forbidden(_) => "forbidden",
+            ParsedResponse::RateLimited(_) => "rateLimited",
             ParsedResponse::ServerError(_) => "serverError",
             ParsedResponse::Invalid { .. } => "invalid",
+        }
+    }
+
+    /// Milliseconds to wait before retry number `attempt` (1 for the first), given a
+    /// uniform `random` in `[0, 1)`: a 429's `Retry-After`, else the contract's backoff;
+    /// `None` when the answer is not to be retried as it is.
+    pub fn retry_delay_ms(&self, attempt: u32, random: f64) -> Option<f64> {
+        match (self, self.retry()) {
+            (ParsedResponse::RateLimited(answer), Retry::AfterDelay) => answer.retry_after_ms,
+            (_, Retry::Backoff) => Some(crosstab_contract::retry::retry_delay_ms(attempt, random)),
+            _ => None,
         }
     }
 }
 
 /// Classifies an answer and checks its body. `target_count` is the request's number of
 /// `TargetCodes`, when known: `Results` must have exactly that many entries.
-pub fn parse_response(status: u16, body: &Value, target_count: Option<usize>) -> ParsedResponse {
+/// `retry_after` is the answer's `Retry-After` header, if any (a 429 says when to retry).
+pub fn parse_response(
+    status: u16,
+    body: &Value,
+    target_count: Option<usize>,
+    retry_after: Option<&str>,
+) -> ParsedResponse {
     match status {
         200 => parse_success(body, target_count),
+        429 => {
+            let mut answer = parse_error(status, body, Retry::AfterDelay);
+            match retry_after.and_then(parse_retry_after) {
+                Some(seconds) => answer.retry_after_ms = Some(seconds as f64 * 1000.0),
+                None => {
+                    answer.retry = Retry::Backoff;
+                    answer.problems.push(
+                        "A 429 should carry a Retry-After header of whole seconds; back off instead."
+                            .to_owned(),
+                    );
+                }
+            }
+            ParsedResponse::RateLimited(answer)
+        }
         400..=499 => {
             let retry = if status == 401 {
                 Retry::AfterFreshKey
@@ -343,8 +385,21 @@ fn parse_error(status: u16, body: &Value, retry: Retry) -> ErrorAnswer {
         envelope,
         code,
         retry,
+        retry_after_ms: None,
         problems,
     }
+}
+
+/// A `Retry-After` header's delay in seconds (its delay-seconds form: the service sends
+/// no other), capped at a day so a broken header can't park a client for ever.
+pub fn parse_retry_after(value: &str) -> Option<u64> {
+    const DAY_S: u64 = 24 * 60 * 60;
+    let value = value.trim();
+    if value.is_empty() || !value.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    // All digits: only overflow fails, and that is past the cap anyway.
+    Some(value.parse::<u64>().map_or(DAY_S, |s| s.min(DAY_S)))
 }
 
 fn optional_string(
@@ -430,18 +485,18 @@ mod tests {
     #[test]
     fn classifies_every_status_class() {
         let ok = json!({"ResultCode": 0, "ResultDescription": "", "Results": [{"WgtAud": 1.5, "Resps": 3, "Stbl": 1}], "AudienceReportUnits": 1000});
-        let parsed = parse_response(200, &ok, Some(1));
+        let parsed = parse_response(200, &ok, Some(1), None);
         assert_eq!(parsed.kind(), "success");
         assert_eq!(parsed.retry(), Retry::Never);
-        assert_eq!(parse_response(200, &ok, Some(2)).kind(), "invalid");
+        assert_eq!(parse_response(200, &ok, Some(2), None).kind(), "invalid");
         let partial = json!({"ResultCode": 1, "ResultDescription": "Partial", "Results": [{"WgtAud": 0, "Resps": 0, "Stbl": 1}], "AudienceReportUnits": 1000});
-        let ParsedResponse::Partial { description, .. } = parse_response(200, &partial, None)
+        let ParsedResponse::Partial { description, .. } = parse_response(200, &partial, None, None)
         else {
             panic!("not partial");
         };
         assert_eq!(description, "Partial");
         let bad_stbl = json!({"ResultCode": 0, "ResultDescription": "", "Results": [{"WgtAud": 1, "Resps": 3, "Stbl": 2}], "AudienceReportUnits": 1000});
-        assert_eq!(parse_response(200, &bad_stbl, None).kind(), "invalid");
+        assert_eq!(parse_response(200, &bad_stbl, None, None).kind(), "invalid");
         for (error, kind, retry) in [
             (
                 ApiError::InvalidPopulationBase { base: "X".into() },
@@ -454,19 +509,53 @@ mod tests {
             (ApiError::Internal, "serverError", Retry::Backoff),
         ] {
             let body = serde_json::to_value(error.envelope()).unwrap();
-            let parsed = parse_response(error.status(), &body, None);
+            let parsed = parse_response(error.status(), &body, None, None);
             assert_eq!(parsed.kind(), kind);
             assert_eq!(parsed.retry(), retry);
             let json = serde_json::to_value(&parsed).unwrap();
             assert_eq!(json["code"], error.code());
             assert_eq!(json["problems"], json!([]), "{json}");
         }
-        let garbage = parse_response(502, &json!("Bad gateway"), None);
+        let garbage = parse_response(502, &json!("Bad gateway"), None, None);
         assert_eq!(garbage.kind(), "serverError");
         assert_eq!(garbage.retry(), Retry::Backoff);
-        assert_eq!(parse_response(302, &Value::Null, None).kind(), "invalid");
+        assert_eq!(
+            parse_response(302, &Value::Null, None, None).kind(),
+            "invalid"
+        );
+        let limited =
+            serde_json::to_value(ApiError::RateLimited { retry_after_s: 7 }.envelope()).unwrap();
+        let parsed = parse_response(429, &limited, None, Some(" 7 "));
+        assert_eq!(parsed.kind(), "rateLimited");
+        assert_eq!(parsed.retry(), Retry::AfterDelay);
+        assert_eq!(parsed.retry_delay_ms(1, 0.5), Some(7000.0));
+        let json = serde_json::to_value(&parsed).unwrap();
+        assert_eq!(json["retryAfterMs"], 7000.0);
+        assert_eq!(json["code"], "rate_limited");
+        assert_eq!(json["problems"], json!([]));
+        // Without a usable Retry-After, back off, and say the answer broke the contract.
+        for header in [
+            None,
+            Some(""),
+            Some("soon"),
+            Some("-1"),
+            Some("Wed, 21 Oct 2015 07:28:00 GMT"),
+        ] {
+            let parsed = parse_response(429, &limited, None, header);
+            assert_eq!(parsed.retry(), Retry::Backoff, "{header:?}");
+            assert_eq!(parsed.retry_delay_ms(1, 0.0), Some(125.0));
+            let json = serde_json::to_value(&parsed).unwrap();
+            assert_eq!(json["problems"].as_array().unwrap().len(), 1, "{json}");
+        }
+        assert_eq!(parse_retry_after("99999999999999999999999"), Some(86_400));
+        assert_eq!(parse_retry_after("0"), Some(0));
+        let forbidden = serde_json::to_value(ApiError::ForbiddenSurvey.envelope()).unwrap();
+        assert_eq!(
+            parse_response(403, &forbidden, None, Some("5")).retry_delay_ms(1, 0.5),
+            None
+        );
         let null_field = json!({"ResultCode": 403, "ResultDescription": "x", "error": {"code": "forbidden_survey", "message": "x", "field": null}});
-        let json = serde_json::to_value(parse_response(403, &null_field, None)).unwrap();
+        let json = serde_json::to_value(parse_response(403, &null_field, None, None)).unwrap();
         assert_eq!(json["problems"].as_array().unwrap().len(), 1, "{json}");
     }
 }
