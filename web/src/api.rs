@@ -5,7 +5,9 @@ use crosstab_contract::app::{
     paths, AppErrorCode, Codebook, Credentials, KeyInfo, Me, NewKey, NewKeyRequest, SurveySummary,
     UsageRow,
 };
+use crosstab_contract::retry::retry_delay_ms;
 use crosstab_contract::{CrosstabRequest, ErrorEnvelope};
+use crosstab_wasm::response::parse_response;
 use gloo_net::http::{Request, RequestBuilder, Response};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -154,16 +156,112 @@ pub async fn codebook(code: &str) -> Result<Codebook, ApiFailure> {
     get(&paths::codebook(code)).await
 }
 
+/// The backend's answer to a crosstab query, as it came.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CrosstabAnswer {
+    /// HTTP status.
+    pub status: u16,
+    /// The body (`null` when it was not JSON).
+    pub body: Value,
+    /// The `Retry-After` header, if any.
+    pub retry_after: Option<String>,
+}
+
+/// Attempts of one query at most (the first and two retries).
+const CROSSTAB_ATTEMPTS: u32 = 3;
+/// Longest wait before a retry; a longer `Retry-After` (a spent daily quota) is shown
+/// to the researcher instead of waited out.
+const LONGEST_RETRY_WAIT_MS: f64 = 10_000.0;
+
+/// The request header that makes a query's retries safe: the backend bills and answers a
+/// key once.
+const IDEMPOTENCY_KEY: &str = "Idempotency-Key";
+
+/// 128 bits as 32 lowercase hex digits: an `Idempotency-Key`.
+fn key_text(bytes: [u8; 16]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A fresh `Idempotency-Key` from the browser's CSPRNG (`crypto.getRandomValues`, which,
+/// unlike `randomUUID`, also works on a page served over plain http). `None` only
+/// without Web Crypto: the query is then sent without one, as a client without retries.
+fn fresh_idempotency_key() -> Option<String> {
+    let crypto = web_sys::window()?.crypto().ok()?;
+    let mut bytes = [0u8; 16];
+    crypto.get_random_values_with_u8_array(&mut bytes).ok()?;
+    Some(key_text(bytes))
+}
+
+/// Waits `ms` milliseconds (a `setTimeout` promise).
+async fn sleep(ms: f64) {
+    let promise = js_sys::Promise::new(&mut |resolve, _| {
+        if let Some(window) = web_sys::window() {
+            // Whole milliseconds within i32: the waits are at most LONGEST_RETRY_WAIT_MS.
+            let _ =
+                window.set_timeout_with_callback_and_timeout_and_arguments_0(&resolve, ms as i32);
+        }
+    });
+    let _ = wasm_bindgen_futures::JsFuture::from(promise).await;
+}
+
+/// How long to wait before retry `attempt` of a query that got `call`, if it is retried:
+/// a network failure or a 5xx after the contract's backoff, a 429 after its
+/// `Retry-After` (when short enough to wait out), nothing else.
+fn retry_wait_ms(
+    call: &Result<CrosstabAnswer, ApiFailure>,
+    attempt: u32,
+    random: f64,
+) -> Option<f64> {
+    let wait = match call {
+        Err(failure) if failure.status == 0 => Some(retry_delay_ms(attempt, random)),
+        Err(_) => None,
+        Ok(answer) => parse_response(
+            answer.status,
+            &answer.body,
+            None,
+            answer.retry_after.as_deref(),
+        )
+        .retry_delay_ms(attempt, random),
+    };
+    wait.filter(|ms| *ms <= LONGEST_RETRY_WAIT_MS)
+}
+
 /// Runs a crosstab through the backend, which adds the key. The upstream's status and
-/// body come back unchanged.
-pub async fn crosstab(request: &CrosstabRequest) -> Result<(u16, Value), ApiFailure> {
-    let response = with_credentials(Request::post(&url(paths::CROSSTAB)))
+/// body come back unchanged. One `Idempotency-Key` per call, the same on its retries
+/// (network failures, 5xx, a short 429), so a retry of a query whose answer was lost is
+/// answered again without a second bill.
+pub async fn crosstab(request: &CrosstabRequest) -> Result<CrosstabAnswer, ApiFailure> {
+    let key = fresh_idempotency_key();
+    let mut attempt = 1;
+    loop {
+        let call = crosstab_once(request, key.as_deref()).await;
+        match retry_wait_ms(&call, attempt, js_sys::Math::random()) {
+            Some(wait) if attempt < CROSSTAB_ATTEMPTS => {
+                sleep(wait).await;
+                attempt += 1;
+            }
+            _ => return call,
+        }
+    }
+}
+
+/// One attempt of [`crosstab`].
+async fn crosstab_once(
+    request: &CrosstabRequest,
+    idempotency_key: Option<&str>,
+) -> Result<CrosstabAnswer, ApiFailure> {
+    let mut builder = with_credentials(Request::post(&url(paths::CROSSTAB)));
+    if let Some(key) = idempotency_key {
+        builder = builder.header(IDEMPOTENCY_KEY, key);
+    }
+    let response = builder
         .json(request)
         .map_err(ApiFailure::network)?
         .send()
         .await
         .map_err(ApiFailure::network)?;
     let status = response.status();
+    let retry_after = response.headers().get("Retry-After");
     let body = response.json::<Value>().await.unwrap_or(Value::Null);
     let envelope = (!(200..300).contains(&status))
         .then(|| serde_json::from_value::<ErrorEnvelope>(body.clone()).ok())
@@ -174,7 +272,11 @@ pub async fn crosstab(request: &CrosstabRequest) -> Result<(u16, Value), ApiFail
             message: "Your session has ended: sign in again.".to_owned(),
         });
     }
-    Ok((status, body))
+    Ok(CrosstabAnswer {
+        status,
+        body,
+        retry_after,
+    })
 }
 
 /// The OpenAPI document of `/v1`: public, so fetched without credentials (`/v1` never
@@ -213,4 +315,56 @@ pub async fn revoke_key(id: &str) -> Result<(), ApiFailure> {
 /// Billed calls by day and survey.
 pub async fn usage() -> Result<Vec<UsageRow>, ApiFailure> {
     get(paths::USAGE).await
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn answer(status: u16, retry_after: Option<&str>) -> Result<CrosstabAnswer, ApiFailure> {
+        let body = if status == 200 {
+            json!({"ResultCode": 0, "ResultDescription": "", "AudienceReportUnits": 1000,
+                   "Results": [{"WgtAud": 1.0, "Resps": 70, "Stbl": 0}]})
+        } else {
+            json!({"ResultCode": status, "ResultDescription": "x",
+                   "error": {"code": "x", "message": "x"}})
+        };
+        Ok(CrosstabAnswer {
+            status,
+            body,
+            retry_after: retry_after.map(str::to_owned),
+        })
+    }
+
+    #[test]
+    fn keys_are_128_bits_of_hex() {
+        let key = key_text([0xab; 16]);
+        assert_eq!(key.len(), 32);
+        assert_eq!(key, "ab".repeat(16));
+        assert_ne!(key_text([0; 16]), key_text([1; 16]));
+    }
+
+    #[test]
+    fn retries_what_a_key_makes_safe_and_nothing_else() {
+        let lost = Err(ApiFailure::network("offline"));
+        assert_eq!(retry_wait_ms(&lost, 1, 0.0), Some(125.0));
+        assert_eq!(retry_wait_ms(&answer(503, None), 2, 1.0), Some(500.0));
+        assert_eq!(retry_wait_ms(&answer(429, Some("2")), 1, 0.5), Some(2000.0));
+        // A spent daily quota is shown, not waited out.
+        assert_eq!(retry_wait_ms(&answer(429, Some("3600")), 1, 0.5), None);
+        for status in [200, 400, 401, 403, 408, 413, 422] {
+            assert_eq!(
+                retry_wait_ms(&answer(status, None), 1, 0.5),
+                None,
+                "{status}"
+            );
+        }
+        let ended = Err(ApiFailure {
+            status: 401,
+            message: "Your session has ended: sign in again.".into(),
+        });
+        assert_eq!(retry_wait_ms(&ended, 1, 0.5), None);
+    }
 }

@@ -6,10 +6,9 @@ use crosstab_contract::{CrosstabRequest, CrosstabResponse, CrosstabResult};
 use crosstab_wasm::display::{absolute_audience, format_number, format_result, UNSTABLE_NOTE};
 use crosstab_wasm::response::{parse_response, ParsedResponse, Retry};
 use leptos::prelude::*;
-use serde_json::Value;
 use wasm_bindgen::JsCast;
 
-use crate::api::ApiFailure;
+use crate::api::{ApiFailure, CrosstabAnswer};
 
 /// Where a query run is.
 #[derive(Debug, Clone, PartialEq)]
@@ -41,14 +40,19 @@ impl Outcome {
     pub fn from_call(
         request: CrosstabRequest,
         codebook: Option<Codebook>,
-        call: Result<(u16, Value), ApiFailure>,
+        call: Result<CrosstabAnswer, ApiFailure>,
     ) -> Outcome {
         match call {
             Err(failure) => Outcome::Failed(failure.message),
-            Ok((status, body)) => {
+            Ok(answer) => {
                 let count = request.target_codes.len();
                 Outcome::Answered(Box::new(Answer {
-                    parsed: parse_response(status, &body, Some(count)),
+                    parsed: parse_response(
+                        answer.status,
+                        &answer.body,
+                        Some(count),
+                        answer.retry_after.as_deref(),
+                    ),
                     request,
                     codebook,
                 }))
@@ -146,11 +150,19 @@ fn share_text(share: Option<f64>) -> String {
     share.map_or_else(|| "–".to_owned(), |s| format!("{}%", format_number(s, 1)))
 }
 
+/// One CSV cell. Text a spreadsheet would run as a formula (`=`, `+`, `-`, `@`, or a tab
+/// or CR before one of them) gets a leading `'`, so an exported label from a survey file
+/// can never execute on the researcher's machine.
 fn csv_field(text: &str) -> String {
-    if text.contains([',', '"', '\n']) {
-        format!("\"{}\"", text.replace('"', "\"\""))
+    let text = if text.starts_with(['=', '+', '-', '@', '\t', '\r']) {
+        format!("'{text}")
     } else {
         text.to_owned()
+    };
+    if text.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", text.replace('"', "\"\""))
+    } else {
+        text
     }
 }
 
@@ -228,6 +240,7 @@ fn advice(retry: Retry) -> &'static str {
         Retry::Never => "Change the request before trying again: sending it unchanged fails the same way.",
         Retry::AfterFreshKey => "The server's API key was refused. Ask an administrator to replace the app's key; retrying with the same key fails.",
         Retry::Backoff => "A server error: the app already retried with backoff. Try again in a moment.",
+        Retry::AfterDelay => "Too many queries for your account just now: the app already waited and retried. Try again after the time the message gives.",
     }
 }
 
@@ -349,7 +362,8 @@ pub fn ResultsView(outcome: RwSignal<Outcome>) -> impl IntoView {
                 }.into_any()
             }
             ParsedResponse::BadRequest(answer) | ParsedResponse::Unauthorized(answer)
-            | ParsedResponse::Forbidden(answer) | ParsedResponse::ServerError(answer) => {
+            | ParsedResponse::Forbidden(answer) | ParsedResponse::RateLimited(answer)
+            | ParsedResponse::ServerError(answer) => {
                 let message = answer.envelope.as_ref().map(|e| e.result_description.clone())
                     .unwrap_or_else(|| format!("The server answered {}.", answer.status));
                 view! {
@@ -420,6 +434,26 @@ mod tests {
         assert!(rows(&request(None), None, &response())
             .iter()
             .all(|row| row.share.is_none()));
+    }
+
+    #[test]
+    fn csv_cells_never_start_a_formula() {
+        for (text, cell) in [
+            (
+                "=HYPERLINK(\"http://x\")",
+                "\"'=HYPERLINK(\"\"http://x\"\")\"",
+            ),
+            ("+1", "'+1"),
+            ("-2+3", "'-2+3"),
+            ("@SUM(A1)", "'@SUM(A1)"),
+            ("\t=1", "'\t=1"),
+            ("\r=1", "\"'\r=1\""),
+            ("GENDER = 1", "GENDER = 1"),
+            ("a, b", "\"a, b\""),
+            ("", ""),
+        ] {
+            assert_eq!(csv_field(text), cell, "{text:?}");
+        }
     }
 
     #[test]

@@ -157,7 +157,7 @@ async fn guard(State(state): State<Arc<HttpState>>, request: Request, next: Next
             super::cors::preflight_headers(
                 response.headers_mut(),
                 "GET, POST, DELETE, OPTIONS",
-                "Content-Type",
+                "Content-Type, Idempotency-Key",
             );
         }
         response
