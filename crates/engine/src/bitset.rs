@@ -185,15 +185,6 @@ impl Summer {
         self.count += add_words(&mut self.lanes, words, weights);
     }
 
-    /// Adds the members' weights times `scale`, each rounded to an integer: when those
-    /// integers and their total stay below 2^53 every partial sum is exact, so the lanes
-    /// hold the exact integer sum in any order (the same figure as the weight planes).
-    pub(crate) fn add_scaled(&mut self, words: &[u64], weights: &[f64], scale: f64) {
-        self.count += add_words_portable(&mut self.lanes, words, weights, |weight| {
-            (weight * scale).round_ties_even()
-        });
-    }
-
     /// The count and the folded sum.
     pub(crate) fn finish(self) -> Tally {
         Tally {
@@ -211,23 +202,18 @@ fn add_words(lanes: &mut [f64; LANES], words: &[u64], weights: &[f64]) -> u64 {
         #[allow(unsafe_code)]
         return unsafe { add_words_avx2(lanes, words, weights) };
     }
-    add_words_portable(lanes, words, weights, |weight| weight)
+    add_words_portable(lanes, words, weights)
 }
 
 /// [`add_words_portable`] compiled for AVX2: the same code, so the same sums.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 fn add_words_avx2(lanes: &mut [f64; LANES], words: &[u64], weights: &[f64]) -> u64 {
-    add_words_portable(lanes, words, weights, |weight| weight)
+    add_words_portable(lanes, words, weights)
 }
 
 #[inline(always)]
-fn add_words_portable(
-    lanes: &mut [f64; LANES],
-    words: &[u64],
-    weights: &[f64],
-    value: impl Fn(f64) -> f64,
-) -> u64 {
+fn add_words_portable(lanes: &mut [f64; LANES], words: &[u64], weights: &[f64]) -> u64 {
     let mut count = 0u64;
     for (index, &word) in words.iter().enumerate() {
         if word == 0 {
@@ -243,7 +229,7 @@ fn add_words_portable(
             for group in 0..8 {
                 let masks = &BYTE_MASKS[((word >> (group * 8)) & 0xff) as usize];
                 for k in 0..LANES {
-                    lanes[k] += value(f64::from_bits(full[group * LANES + k].to_bits() & masks[k]));
+                    lanes[k] += f64::from_bits(full[group * LANES + k].to_bits() & masks[k]);
                 }
             }
         } else {
@@ -251,7 +237,7 @@ fn add_words_portable(
             while bits != 0 {
                 let j = bits.trailing_zeros() as usize;
                 if let Some(weight) = chunk.get(j) {
-                    lanes[j % LANES] += value(*weight);
+                    lanes[j % LANES] += weight;
                 }
                 bits &= bits - 1;
             }

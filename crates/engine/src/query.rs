@@ -96,10 +96,7 @@ impl Survey {
     /// are summed together.
     fn tally_plans(&self, plans: &[Plan<'_>], base: &Bitset, group: Option<&Bitset>) -> Vec<Tally> {
         let source = self.weight_source();
-        let mut sums: Vec<BlockSum<'_>> = plans
-            .iter()
-            .map(|_| source.summer(self.weights()))
-            .collect();
+        let mut sums: Vec<BlockSum<'_>> = plans.iter().map(|_| source.summer()).collect();
         let mut blocks = vec![[0u64; BLOCK_WORDS]; plans.len()];
         let mut filter = [0u64; BLOCK_WORDS];
         let groups = group.map(|g| g.words().chunks(BLOCK_WORDS));

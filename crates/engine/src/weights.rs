@@ -130,26 +130,11 @@ pub(crate) enum BlockSum<'a> {
         weights: &'a [f64],
         summer: Summer,
     },
-    /// The planes' exact integers, taken from the f64 weights instead: in WebAssembly,
-    /// whose byte-wise bit counts make the planes slower than masked f64 adds.
-    Scaled {
-        decimals: u32,
-        weights: &'a [f64],
-        summer: Summer,
-    },
 }
 
 impl<'a> Weights<'a> {
-    /// A summer over these weights; `floats` are the same weights as f64.
-    pub(crate) fn summer(self, floats: &'a [f64]) -> BlockSum<'a> {
+    pub(crate) fn summer(self) -> BlockSum<'a> {
         match self {
-            // WebAssembly counts bits a byte at a time: there masked f64 adds of the same
-            // exact integers beat the planes.
-            Weights::Planes { decimals, .. } if cfg!(target_arch = "wasm32") => BlockSum::Scaled {
-                decimals,
-                weights: floats,
-                summer: Summer::default(),
-            },
             Weights::Planes {
                 decimals,
                 bits,
@@ -190,15 +175,6 @@ impl BlockSum<'_> {
                 let first = block * BLOCK_WORDS * 64;
                 summer.add(members, weights.get(first..).unwrap_or(&[]));
             }
-            BlockSum::Scaled {
-                decimals,
-                weights,
-                summer,
-            } => {
-                let first = block * BLOCK_WORDS * 64;
-                let scale = POWERS[*decimals as usize];
-                summer.add_scaled(members, weights.get(first..).unwrap_or(&[]), scale);
-            }
         }
     }
 
@@ -215,16 +191,6 @@ impl BlockSum<'_> {
                 weight: sum as f64 / POWERS[decimals as usize],
             },
             BlockSum::Floats { summer, .. } => summer.finish(),
-            BlockSum::Scaled {
-                decimals, summer, ..
-            } => {
-                let tally = summer.finish();
-                Tally {
-                    count: tally.count,
-                    // The exact integer sum, as the planes give it.
-                    weight: tally.weight / POWERS[decimals as usize],
-                }
-            }
         }
     }
 }
@@ -459,25 +425,13 @@ mod tests {
             bits: made.bits,
             words: &made.words,
         };
-        let mut sum = source.summer(&weights);
+        let mut sum = source.summer();
         for (block, words) in members.chunks(BLOCK_WORDS).enumerate() {
             sum.add(block, words);
         }
         let tally = sum.finish();
         assert_eq!(tally.count, count);
         assert_eq!(tally.weight, exact as f64 / 100.0);
-        // The WebAssembly path: the same integers from the f64 weights, summed as f64.
-        let mut scaled = BlockSum::Scaled {
-            decimals: made.decimals,
-            weights: &weights,
-            summer: Summer::default(),
-        };
-        for (block, words) in members.chunks(BLOCK_WORDS).enumerate() {
-            scaled.add(block, words);
-        }
-        let scaled = scaled.finish();
-        assert_eq!(scaled.count, tally.count);
-        assert_eq!(scaled.weight.to_bits(), tally.weight.to_bits());
         let bits = made.bits as usize;
         for (block, words) in members.chunks(BLOCK_WORDS).enumerate() {
             let slice = &made.words[block * bits * BLOCK_WORDS..][..bits * BLOCK_WORDS];
