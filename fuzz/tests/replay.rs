@@ -43,11 +43,18 @@ fn every_target_has_seeds_and_its_survey_seeds_are_accepted() {
 
 /// Regression inputs that still fail, each with why: replayed only by the ignored test
 /// below until the owning crate is fixed; then the entry goes and the input stays.
-const OPEN: [(&str, &str); 1] = [(
-    "sav_reader/ambers-info-record-mul-overflow",
-    "ambers 0.4.6 multiplies a negative info-record size unchecked (overflow panic in \
-     debug builds); see crates/engine/tests/fuzz_regressions.rs",
-)];
+const OPEN: [(&str, &str); 2] = [
+    (
+        "sav_reader/ambers-info-record-mul-overflow",
+        "ambers 0.4.6 multiplies a negative info-record size unchecked (overflow panic in \
+         debug builds); see crates/engine/tests/fuzz_regressions.rs",
+    ),
+    (
+        "sav_reader/ambers-variable-label-negative-length",
+        "ambers 0.4.6 slices a variable label with a negative length (panic in every \
+         build); see crates/engine/tests/fuzz_regressions.rs",
+    ),
+];
 
 fn is_open(target: &str, path: &Path) -> bool {
     let name = format!("{target}/{}", path.file_name().unwrap().to_string_lossy());

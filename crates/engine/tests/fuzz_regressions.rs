@@ -47,14 +47,20 @@ code = "WOMEN"
 expr = "GENDER = 2"
 "#;
 
-/// `ambers-info-record-mul-overflow`: an info record (type 7) whose element size and
-/// count are negative; ambers 0.4.6 multiplies them as `usize` in
-/// `InfoRecordHeader::data_len`, which panics with overflow checks on (debug builds, the
-/// tests) and wraps in release builds. The import must refuse the file instead.
+/// Both open, both in ambers 0.4.6, reached through `import::prepare_file`:
+/// - `ambers-info-record-mul-overflow`: an info record (type 7) whose element size and
+///   count are negative; `InfoRecordHeader::data_len` multiplies them as `usize`, which
+///   panics with overflow checks on (debug builds, the tests) and wraps in release builds
+///   (where the file-length check then refuses it).
+/// - `ambers-variable-label-negative-length`: a variable record whose label length is
+///   negative; `variable.rs:110` slices `label_bytes[..label_len]` with `usize::MAX`, a
+///   panic in every build, release included.
+///
+/// The import must refuse such files with an error instead.
 #[test]
-#[ignore = "open: ambers 0.4.6 panics (multiply overflow in info_records::data_len) on \
-            fuzz/regressions/sav_reader/ambers-info-record-mul-overflow; the engine must \
-            guard the reader (see the fuzzing report) before this passes"]
+#[ignore = "open: ambers 0.4.6 panics on fuzz/regressions/sav_reader/* (a multiply \
+            overflow in info_records::data_len; a slice out of range in variable.rs:110, \
+            release builds too); the engine must guard the reader before this passes"]
 fn hostile_sav_files_are_refused_or_imported_without_a_panic() {
     let inputs = regressions("sav_reader");
     assert!(!inputs.is_empty());
