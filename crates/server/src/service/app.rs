@@ -10,7 +10,7 @@ use std::sync::Arc;
 use axum::body::Bytes;
 use base64::Engine as _;
 use crosstab_contract::app::{Codebook, CodebookSearch, SurveySummary, Totals};
-use crosstab_contract::{validate_body, ApiError};
+use crosstab_contract::{validate_body, ApiError, Expr};
 use crosstab_engine::Survey;
 use rand::RngCore;
 
@@ -336,7 +336,10 @@ fn codebook_for(
             let group_set = survey.group_set(&group.value).ok_or_else(|| {
                 ServiceError::Internal(format!("group {} of the codebook has no set", group.value))
             })?;
-            let tally = base_set.tally(Some(group_set), survey.weights());
+            // The engine's exact sums, as /v1/crosstab gives them.
+            let mut within = base_set.clone();
+            within.and_with(group_set);
+            let tally = survey.tally(&Expr::All, &within);
             totals.insert(
                 group.value.clone(),
                 Totals {
@@ -357,7 +360,7 @@ fn codebook_for(
         let mut weighted = 0.0;
         for group in &book.groups {
             if let Some(set) = survey.group_set(&group.value) {
-                let tally = set.tally(None, survey.weights());
+                let tally = survey.tally(&Expr::All, set);
                 respondents += tally.count;
                 weighted += tally.weight;
             }
