@@ -3,10 +3,11 @@
 
 Usage: make-sav-fixtures.py OUT_DIR
 
-Writes into OUT_DIR the same 300 respondents four ways:
+Writes into OUT_DIR the same 300 respondents five ways:
   labelled.sav        uncompressed
   labelled-rows.sav   bytecode ("row") compressed
   labelled.zsav       zlib compressed
+  respondents.parquet the CSV's figures written by pyarrow (nulls where the CSV is empty)
   respondents.csv     the figures the SPSS files must import to (user-missing values
                       and system-missing values are empty cells; the date is days since
                       1970-01-01)
@@ -110,6 +111,11 @@ def main():
         writer.writerow(columns)
         for row in data:
             writer.writerow([cell(c, row[c]) for c in columns])
+
+    # Parquet by pyarrow, from the CSV: integer columns stay integers, missing are nulls.
+    pd.read_csv(out / "respondents.csv", dtype={"RESPID": str}).to_parquet(
+        out / "respondents.parquet", index=False, engine="pyarrow"
+    )
 
     labels = {
         name: {

@@ -1,5 +1,5 @@
 //! The public survey definition format: a TOML file beside a respondent-level file (CSV,
-//! or with the `fs` feature SPSS `.sav`/`.zsav`).
+//! or with the `fs` feature SPSS `.sav`/`.zsav` or Parquet).
 
 use std::collections::BTreeMap;
 
@@ -58,6 +58,8 @@ pub enum SourceFormat {
     Sav,
     /// SPSS system file with zlib-compressed data.
     Zsav,
+    /// Apache Parquet.
+    Parquet,
 }
 
 impl SourceFormat {
@@ -68,6 +70,7 @@ impl SourceFormat {
             "csv" | "txt" => Some(SourceFormat::Csv),
             "sav" => Some(SourceFormat::Sav),
             "zsav" => Some(SourceFormat::Zsav),
+            "parquet" => Some(SourceFormat::Parquet),
             _ => None,
         }
     }
@@ -78,6 +81,7 @@ impl SourceFormat {
             SourceFormat::Csv => "csv",
             SourceFormat::Sav => "sav",
             SourceFormat::Zsav => "zsav",
+            SourceFormat::Parquet => "parquet",
         }
     }
 

@@ -611,7 +611,7 @@ pub struct ImportReport {
 }
 
 /// Checks and compiles the survey defined by the TOML file at `path`, reading its
-/// respondent file (CSV, `.sav` or `.zsav`, by `format` or extension) beside it.
+/// respondent file (CSV, `.sav`, `.zsav` or `.parquet`, by `format` or extension) beside it.
 #[cfg(feature = "fs")]
 pub fn prepare_file(path: &std::path::Path) -> Result<Prepared, ImportError> {
     let io = |p: &std::path::Path| {
@@ -630,6 +630,8 @@ pub fn prepare_file(path: &std::path::Path) -> Result<Prepared, ImportError> {
     let format = definition.source_format();
     let (data, warnings) = if format.is_spss() {
         crate::source::sav::read(&definition, &data_path)?
+    } else if format == SourceFormat::Parquet {
+        crate::source::parquet::read(&definition, &data_path)?
     } else {
         let csv = std::fs::File::open(&data_path).map_err(io(&data_path))?;
         let data = read_respondents(&definition, std::io::BufReader::new(csv), &data_file)?;

@@ -154,6 +154,12 @@ fn check_fixtures(dir: &Path) {
         assert!(missing_age > 0);
         assert!((0..sav.respondents()).all(|row| sav.value("SAT", row).is_none_or(|v| v <= 5.0)));
     }
+    // The same figures from Parquet written by pyarrow: integer columns, nulls, a large
+    // string id; no labels (Parquet has none) and nothing skipped.
+    let (parquet, prepared) = import(&dir.join("respondents.parquet")).unwrap();
+    assert_eq!(parquet.source_format(), Some("parquet"));
+    assert!(prepared.warnings.is_empty(), "{:?}", prepared.warnings);
+    assert_same_figures(&parquet, &csv);
 }
 
 #[test]
@@ -612,4 +618,81 @@ fn install_writes_the_survey_and_leaves_nothing_on_failure() {
         })
         .collect();
     assert_eq!(left.keys().collect::<Vec<_>>(), vec!["FIX.ctxs"]);
+}
+
+#[test]
+fn parquet_columns_of_every_numeric_type_read_as_numbers() {
+    use arrow::array::{
+        BooleanArray, Date64Array, Float32Array, Int16Array, ListArray, StringArray,
+        TimestampMillisecondArray,
+    };
+    use arrow::datatypes::{Int32Type, TimeUnit};
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("RESPID", DataType::Utf8, true),
+        Field::new("WEIGHT", DataType::Float32, true),
+        Field::new("X", DataType::Int16, true),
+        Field::new("FLAG", DataType::Boolean, true),
+        Field::new("DAY", DataType::Date64, true),
+        Field::new("AT", DataType::Timestamp(TimeUnit::Millisecond, None), true),
+        Field::new(
+            "L",
+            DataType::List(Arc::new(Field::new("item", DataType::Int32, true))),
+            true,
+        ),
+    ]));
+    let batch = RecordBatch::try_new(
+        schema.clone(),
+        vec![
+            Arc::new(StringArray::from(vec!["a", "b", "c"])),
+            Arc::new(Float32Array::from(vec![1.5, 2.0, 0.25])),
+            Arc::new(Int16Array::from(vec![Some(3), None, Some(-7)])),
+            Arc::new(BooleanArray::from(vec![Some(true), Some(false), None])),
+            Arc::new(Date64Array::from(vec![86_400_000 * 3, 0, 86_400_000])),
+            Arc::new(TimestampMillisecondArray::from(vec![1_500, 0, 60_000])),
+            Arc::new(ListArray::from_iter_primitive::<Int32Type, _, _>(vec![
+                Some(vec![Some(1)]),
+                None,
+                Some(vec![]),
+            ])),
+        ],
+    )
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("r.parquet");
+    let mut writer =
+        parquet::arrow::ArrowWriter::try_new(std::fs::File::create(&path).unwrap(), schema, None)
+            .unwrap();
+    writer.write(&batch).unwrap();
+    writer.close().unwrap();
+    let toml = format!(
+        "code = \"P\"\nname = \"P\"\nrespondents = {:?}\nid_column = \"RESPID\"\nweight_column = \"WEIGHT\"\n[[population_bases]]\ncode = \"ALL\"\nexpr = \"*\"\n",
+        path.display().to_string()
+    );
+    let (survey, prepared) = import_with(dir.path(), &toml).unwrap();
+    assert_eq!(survey.weights(), &[1.5, 2.0, 0.25]);
+    let column = |name: &str| {
+        (0..3)
+            .map(|row| survey.value(name, row))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(column("X"), vec![Some(3.0), None, Some(-7.0)]);
+    assert_eq!(column("FLAG"), vec![Some(1.0), Some(0.0), None]);
+    assert_eq!(column("DAY"), vec![Some(3.0), Some(0.0), Some(1.0)]);
+    assert_eq!(column("AT"), vec![Some(1.5), Some(0.0), Some(60.0)]);
+    assert_eq!(prepared.warnings.len(), 1, "{:?}", prepared.warnings);
+    assert!(
+        prepared.warnings[0].contains("L (List"),
+        "{}",
+        prepared.warnings[0]
+    );
+
+    // Damaged: cut, or not Parquet at all.
+    let bytes = std::fs::read(&path).unwrap();
+    for cut in [bytes.len() - 10, bytes.len() / 2, 4] {
+        std::fs::write(&path, &bytes[..cut]).unwrap();
+        let error = import_with(dir.path(), &toml).unwrap_err();
+        assert!(matches!(error, ImportError::Source { .. }), "{error}");
+    }
+    std::fs::write(&path, b"RESPID,WEIGHT\na,1\n").unwrap();
+    assert!(import_with(dir.path(), &toml).is_err());
 }

@@ -13,6 +13,8 @@ use crate::survey::Survey;
 #[cfg(feature = "fs")]
 mod bytecode;
 #[cfg(feature = "fs")]
+pub(crate) mod parquet;
+#[cfg(feature = "fs")]
 pub(crate) mod sav;
 
 /// Distinct values up to this many are found by a linear scan, which beats hashing for
@@ -213,7 +215,7 @@ pub struct SourceLabels {
 }
 
 impl Survey {
-    /// The format the survey's respondents were imported from (`csv`, `sav`, `zsav`),
+    /// The format the survey's respondents were imported from (`csv`, `sav`, `zsav`, `parquet`),
     /// `None` for surveys compiled before the format was recorded.
     pub fn source_format(&self) -> Option<&str> {
         self.header().source_format.as_deref()
@@ -227,6 +229,7 @@ impl SourceFormat {
             "csv" => Some(SourceFormat::Csv),
             "sav" => Some(SourceFormat::Sav),
             "zsav" => Some(SourceFormat::Zsav),
+            "parquet" => Some(SourceFormat::Parquet),
             _ => None,
         }
     }

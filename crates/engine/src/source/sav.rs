@@ -18,8 +18,8 @@ use std::path::Path;
 
 use ambers::{MissingSpec, MrType, SpssMetadata, Value};
 use arrow::array::{
-    Array, ArrayRef, Date32Array, DurationMicrosecondArray, Float64Array, StringViewArray,
-    TimestampMicrosecondArray,
+    Array, ArrayRef, Date32Array, DurationMicrosecondArray, Float64Array, RecordBatch,
+    StringViewArray, TimestampMicrosecondArray,
 };
 use arrow::datatypes::{DataType, TimeUnit};
 use crosstab_contract::ALL_GROUPS;
@@ -31,14 +31,14 @@ use crate::source::bytecode::Input as SavInput;
 use crate::source::{ColumnEncoder, EncodedColumn, SourceCode, SourceLabels};
 
 /// Cases per batch: small enough that a batch of 1,000 variables stays near 32 MB.
-const BATCH_CASES: usize = 4096;
+pub(super) const BATCH_CASES: usize = 4096;
 
 /// SPSS counts time in seconds from 1582-10-14; this many lie before 1970-01-01.
 const SPSS_EPOCH_TO_UNIX: f64 = 12_219_379_200.0;
 
 /// How a variable's stored numbers become the survey's numbers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
+pub(super) enum Kind {
     Number,
     /// Days since 1970-01-01.
     Date,
@@ -50,13 +50,28 @@ enum Kind {
 }
 
 impl Kind {
-    fn of(data_type: &DataType) -> Kind {
-        match data_type {
-            DataType::Date32 => Kind::Date,
-            DataType::Timestamp(TimeUnit::Microsecond, _) => Kind::DateTime,
-            DataType::Duration(TimeUnit::Microsecond) => Kind::Duration,
+    /// How a column of this type reads; `None` for types that are neither numbers,
+    /// dates, times nor text.
+    pub(crate) fn of(data_type: &DataType) -> Option<Kind> {
+        Some(match data_type {
+            DataType::Date32 | DataType::Date64 => Kind::Date,
+            DataType::Timestamp(_, _) => Kind::DateTime,
+            DataType::Duration(_) => Kind::Duration,
             DataType::Utf8View | DataType::Utf8 | DataType::LargeUtf8 => Kind::Text,
-            _ => Kind::Number,
+            DataType::Dictionary(_, values) if values.is_string() => Kind::Text,
+            other if arrow::compute::can_cast_types(other, &DataType::Float64) => Kind::Number,
+            _ => return None,
+        })
+    }
+
+    /// The array type a column of this kind is read as.
+    fn array_type(self) -> DataType {
+        match self {
+            Kind::Number => DataType::Float64,
+            Kind::Date => DataType::Date32,
+            Kind::DateTime => DataType::Timestamp(TimeUnit::Microsecond, None),
+            Kind::Duration => DataType::Duration(TimeUnit::Microsecond),
+            Kind::Text => DataType::Utf8View,
         }
     }
 
@@ -73,7 +88,7 @@ impl Kind {
 
 /// User-missing values of one variable, in its unit.
 #[derive(Debug, Clone, Default)]
-struct Missing {
+pub(super) struct Missing {
     values: Vec<f64>,
     ranges: Vec<(f64, f64)>,
 }
@@ -117,7 +132,7 @@ struct Input {
 }
 
 /// What the scanner reports for a file it can't read.
-fn source_error(file: &str, variable: Option<&str>, reason: String) -> ImportError {
+pub(super) fn source_error(file: &str, variable: Option<&str>, reason: String) -> ImportError {
     ImportError::Source {
         file: file.to_owned(),
         variable: variable.map(str::to_owned),
@@ -288,7 +303,7 @@ fn set_codes(
 }
 
 /// Where the definition's id, weight and group are, and the variables kept.
-struct Layout {
+pub(super) struct Layout {
     id: (usize, Kind),
     weight: (usize, Kind),
     weight_missing: Missing,
@@ -296,11 +311,36 @@ struct Layout {
     inputs: Vec<Input>,
     kinds: HashMap<String, Kind>,
     skipped_strings: Vec<String>,
+    /// Columns of other types (lists, structs, binary), skipped.
+    skipped_other: Vec<String>,
 }
 
-fn layout(
+impl Layout {
+    /// The columns skipped, said once per kind.
+    pub(super) fn warnings(&self) -> Vec<String> {
+        let mut warnings = Vec::new();
+        if !self.skipped_strings.is_empty() {
+            warnings.push(format!(
+                "string variables are not survey variables; skipped: {}",
+                self.skipped_strings.join(", ")
+            ));
+        }
+        if !self.skipped_other.is_empty() {
+            warnings.push(format!(
+                "columns that are neither numbers, dates nor text; skipped: {}",
+                self.skipped_other.join(", ")
+            ));
+        }
+        warnings
+    }
+}
+
+/// User-missing values of a variable (none for sources without them).
+pub(super) type MissingOf<'a> = &'a dyn Fn(&str, Kind) -> Missing;
+
+pub(super) fn layout(
     definition: &SurveyDefinition,
-    meta: &SpssMetadata,
+    missing_of: MissingOf<'_>,
     fields: &[(String, DataType)],
     file: &str,
 ) -> Result<Layout, ImportError> {
@@ -323,8 +363,18 @@ fn layout(
         .as_deref()
         .map(|name| find(name, "group"))
         .transpose()?;
-    let kind_at = |at: usize| Kind::of(&fields[at].1);
-    if kind_at(weight) == Kind::Text {
+    let kind_at = |at: usize| {
+        Kind::of(&fields[at].1).ok_or_else(|| {
+            source_error(
+                file,
+                Some(&fields[at].0),
+                format!("a column of type {} can't be read", fields[at].1),
+            )
+        })
+    };
+    let (id_kind, weight_kind) = (kind_at(id)?, kind_at(weight)?);
+    let group_kind = group.map(kind_at).transpose()?;
+    if weight_kind == Kind::Text {
         return Err(source_error(
             file,
             Some(&definition.weight_column),
@@ -332,16 +382,21 @@ fn layout(
         ));
     }
     // A numeric group that can name a variable is one too (first, as for CSV).
-    let group_is_variable =
-        group.is_some_and(|at| kind_at(at) != Kind::Text && is_expr_name(&fields[at].0));
+    let group_is_variable = group.is_some_and(|at| {
+        group_kind.is_some_and(|k| k != Kind::Text) && is_expr_name(&fields[at].0)
+    });
     let mut inputs = Vec::new();
     let mut skipped_strings = Vec::new();
+    let mut skipped_other = Vec::new();
     let mut kinds = HashMap::new();
     for (at, (name, data_type)) in fields.iter().enumerate() {
-        let kind = Kind::of(data_type);
         if at == id || at == weight || (Some(at) == group && !group_is_variable) {
             continue;
         }
+        let Some(kind) = Kind::of(data_type) else {
+            skipped_other.push(format!("{name} ({data_type})"));
+            continue;
+        };
         if kind == Kind::Text {
             skipped_strings.push(name.clone());
             continue;
@@ -358,7 +413,7 @@ fn layout(
             name: name.clone(),
             at,
             kind,
-            missing: Missing::of(meta, name, kind),
+            missing: missing_of(name, kind),
         };
         if Some(at) == group {
             inputs.insert(0, input);
@@ -367,19 +422,33 @@ fn layout(
         }
     }
     Ok(Layout {
-        id: (id, kind_at(id)),
-        weight: (weight, kind_at(weight)),
-        weight_missing: Missing::of(meta, &definition.weight_column, kind_at(weight)),
-        group: group.map(|at| (at, kind_at(at))),
+        id: (id, id_kind),
+        weight: (weight, weight_kind),
+        weight_missing: missing_of(&definition.weight_column, weight_kind),
+        group: group.zip(group_kind),
         inputs,
         kinds,
         skipped_strings,
+        skipped_other,
     })
+}
+
+/// The array as its kind's array type (a no-op for SPSS files, whose columns already
+/// are; other sources' integers, decimals, units and string encodings are cast).
+fn as_kind(array: &ArrayRef, kind: Kind) -> Result<ArrayRef, String> {
+    let target = kind.array_type();
+    if array.data_type() == &target {
+        Ok(array.clone())
+    } else {
+        arrow::compute::cast(array, &target)
+            .map_err(|e| format!("{} can't be read as {target}: {e}", array.data_type()))
+    }
 }
 
 /// The batch's column `at` as numbers in the variable's unit (NaN = system-missing).
 fn numbers(array: &ArrayRef, kind: Kind, out: &mut Vec<f64>) -> Result<(), String> {
     out.clear();
+    let array = &as_kind(array, kind)?;
     let nulls = array.nulls();
     macro_rules! convert {
         ($type:ty, $map:expr) => {{
@@ -416,6 +485,7 @@ fn texts(
 ) -> Result<(), String> {
     out.clear();
     if kind == Kind::Text {
+        let array = &as_kind(array, kind)?;
         let strings = array
             .as_any()
             .downcast_ref::<StringViewArray>()
@@ -466,19 +536,18 @@ fn read_scanner<R: Read + Seek>(
         .iter()
         .map(|f| (f.name().clone(), f.data_type().clone()))
         .collect();
-    let layout = layout(definition, &meta, &fields, file)?;
+    let layout = layout(
+        definition,
+        &|name: &str, kind: Kind| Missing::of(&meta, name, kind),
+        &fields,
+        file,
+    )?;
     let kinds: HashMap<&str, Kind> = layout
         .kinds
         .iter()
         .map(|(name, kind)| (name.as_str(), *kind))
         .collect();
-    let mut warnings = Vec::new();
-    if !layout.skipped_strings.is_empty() {
-        warnings.push(format!(
-            "string variables are not survey variables; skipped: {}",
-            layout.skipped_strings.join(", ")
-        ));
-    }
+    let mut warnings = layout.warnings();
     let codes = set_codes(&meta, &kinds, &mut warnings);
     let warnings = warnings
         .into_iter()
@@ -497,6 +566,59 @@ fn read_scanner<R: Read + Seek>(
     let bound = file_len.saturating_mul(expansion) / (fields.len().max(1) as u64);
     let reserve = usize::try_from(declared.unwrap_or(0).min(bound)).unwrap_or(0);
 
+    let streamed = stream(definition, &layout, file, reserve, || {
+        scanner.next_batch().map_err(|e| e.to_string())
+    })?;
+    check_cases(file, declared, streamed.cases)?;
+
+    let labels = layout
+        .inputs
+        .iter()
+        .map(|input| {
+            (
+                input.name.clone(),
+                labels_of(&meta, &input.name, input.kind),
+            )
+        })
+        .filter(|(_, labels)| labels.label.is_some() || !labels.values.is_empty())
+        .collect();
+    let format = if meta.compression == ambers::Compression::Zlib {
+        SourceFormat::Zsav
+    } else {
+        SourceFormat::Sav
+    };
+    Ok((
+        Respondents {
+            ids: streamed.ids,
+            weights: streamed.weights,
+            group_values: streamed.group_values,
+            columns: streamed.columns,
+            labels,
+            codes,
+            format,
+        },
+        warnings,
+    ))
+}
+
+/// What a source's batches stream into.
+pub(crate) struct Streamed {
+    pub ids: Vec<String>,
+    pub weights: Vec<f64>,
+    pub group_values: Vec<Option<String>>,
+    pub columns: Vec<(String, EncodedColumn)>,
+    pub cases: u64,
+}
+
+/// Reads every batch `next` gives into the layout's columns, checking ids, weights and
+/// groups case by case.
+pub(super) fn stream(
+    definition: &SurveyDefinition,
+    layout: &Layout,
+    file: &str,
+    reserve: usize,
+    mut next: impl FnMut() -> Result<Option<RecordBatch>, String>,
+) -> Result<Streamed, ImportError> {
     let mut ids: Vec<String> = Vec::with_capacity(reserve);
     // The id map grows as ids arrive: a header's word takes no more than a little room.
     let mut seen_ids: HashMap<String, u64> = HashMap::with_capacity(reserve.min(1 << 16));
@@ -517,7 +639,7 @@ fn read_scanner<R: Read + Seek>(
         reason,
     };
     loop {
-        let batch = match scanner.next_batch() {
+        let batch = match next() {
             Ok(Some(batch)) => batch,
             Ok(None) => break,
             Err(e) => {
@@ -611,6 +733,27 @@ fn read_scanner<R: Read + Seek>(
         cases += rows as u64;
     }
 
+    let columns: Vec<(String, EncodedColumn)> = layout
+        .inputs
+        .iter()
+        .map(|input| input.name.clone())
+        .zip(encoders.into_iter().map(ColumnEncoder::finish))
+        .collect();
+    Ok(Streamed {
+        ids,
+        weights,
+        group_values,
+        columns,
+        cases,
+    })
+}
+
+/// The file must hold the cases its header declares, and at least one.
+pub(super) fn check_cases(
+    file: &str,
+    declared: Option<u64>,
+    cases: u64,
+) -> Result<(), ImportError> {
     if let Some(declared) = declared {
         if declared != cases {
             return Err(source_error(
@@ -630,40 +773,7 @@ fn read_scanner<R: Read + Seek>(
         ));
     }
 
-    let labels = layout
-        .inputs
-        .iter()
-        .map(|input| {
-            (
-                input.name.clone(),
-                labels_of(&meta, &input.name, input.kind),
-            )
-        })
-        .filter(|(_, labels)| labels.label.is_some() || !labels.values.is_empty())
-        .collect();
-    let columns: Vec<(String, EncodedColumn)> = layout
-        .inputs
-        .iter()
-        .map(|input| input.name.clone())
-        .zip(encoders.into_iter().map(ColumnEncoder::finish))
-        .collect();
-    let format = if meta.compression == ambers::Compression::Zlib {
-        SourceFormat::Zsav
-    } else {
-        SourceFormat::Sav
-    };
-    Ok((
-        Respondents {
-            ids,
-            weights,
-            group_values,
-            columns,
-            labels,
-            codes,
-            format,
-        },
-        warnings,
-    ))
+    Ok(())
 }
 
 fn shorten(text: &str) -> String {
@@ -720,7 +830,12 @@ pub fn init_definition(
         codes: Vec::new(),
         population_bases: Vec::new(),
     };
-    let layout = layout(&definition, meta, &fields, &file)?;
+    let layout = layout(
+        &definition,
+        &|name: &str, kind: Kind| Missing::of(meta, name, kind),
+        &fields,
+        &file,
+    )?;
     let kinds: HashMap<&str, Kind> = layout
         .kinds
         .iter()
