@@ -519,8 +519,23 @@ pub(crate) fn read(
             source,
         })?
         .len();
-    let mut scanner = open(path)?;
-    read_scanner(definition, &mut scanner, &file, file_len)
+    guarded(&file, || {
+        let mut scanner = open(path)?;
+        read_scanner(definition, &mut scanner, &file, file_len)
+    })
+}
+
+/// Runs a read of the SPSS reader with its panics made errors: it has panicked on
+/// damaged files (a negative label length sliced as `usize`), and an import must refuse
+/// a file, never take the process down.
+fn guarded<T>(file: &str, read: impl FnOnce() -> Result<T, ImportError>) -> Result<T, ImportError> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(read)).unwrap_or_else(|_| {
+        Err(source_error(
+            file,
+            None,
+            "not a readable SPSS system file: the reader failed on damaged data".into(),
+        ))
+    })
 }
 
 fn read_scanner<R: Read + Seek>(
@@ -807,7 +822,7 @@ pub fn init_definition(
             format!("survey code '{code}' must be 1 to 64 of A-Z a-z 0-9 _ . -"),
         ));
     }
-    let scanner = open(path)?;
+    let scanner = guarded(&file, || open(path))?;
     let meta = scanner.metadata();
     let fields: Vec<(String, DataType)> = scanner
         .schema()
