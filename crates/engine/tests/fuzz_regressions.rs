@@ -56,11 +56,8 @@ expr = "GENDER = 2"
 ///   negative; `variable.rs:110` slices `label_bytes[..label_len]` with `usize::MAX`, a
 ///   panic in every build, release included.
 ///
-/// The import must refuse such files with an error instead.
+/// The import refuses such files with an error (the engine catches the library's panic).
 #[test]
-#[ignore = "open: ambers 0.4.6 panics on fuzz/regressions/sav_reader/* (a multiply \
-            overflow in info_records::data_len; a slice out of range in variable.rs:110, \
-            release builds too); the engine must guard the reader before this passes"]
 fn hostile_sav_files_are_refused_or_imported_without_a_panic() {
     let inputs = regressions("sav_reader");
     assert!(!inputs.is_empty());

@@ -174,6 +174,10 @@ async fn guard(State(state): State<Arc<HttpState>>, request: Request, next: Next
     if let Some(origin) = allowed {
         headers.insert(ACCESS_CONTROL_ALLOW_ORIGIN, origin);
         headers.insert(
+            axum::http::header::ACCESS_CONTROL_EXPOSE_HEADERS,
+            HeaderValue::from_static(super::cors::EXPOSED),
+        );
+        headers.insert(
             ACCESS_CONTROL_ALLOW_CREDENTIALS,
             HeaderValue::from_static("true"),
         );

@@ -3,7 +3,7 @@
 
 use axum::http::header::{
     ACCESS_CONTROL_ALLOW_HEADERS, ACCESS_CONTROL_ALLOW_METHODS, ACCESS_CONTROL_ALLOW_ORIGIN,
-    ACCESS_CONTROL_MAX_AGE, VARY,
+    ACCESS_CONTROL_EXPOSE_HEADERS, ACCESS_CONTROL_MAX_AGE, VARY,
 };
 use axum::http::{HeaderMap, HeaderValue};
 
@@ -84,6 +84,10 @@ impl Cors {
     pub fn decorate(&self, origin: Option<&HeaderValue>, headers: &mut HeaderMap) {
         if let Some(origin) = self.allow(origin) {
             headers.insert(ACCESS_CONTROL_ALLOW_ORIGIN, origin.clone());
+            headers.insert(
+                ACCESS_CONTROL_EXPOSE_HEADERS,
+                HeaderValue::from_static(EXPOSED),
+            );
         }
         headers.append(VARY, HeaderValue::from_static("Origin"));
     }
@@ -94,11 +98,15 @@ impl Cors {
             preflight_headers(
                 headers,
                 "POST, OPTIONS",
-                "Content-Type, Service-Engine-Authorizer",
+                "Content-Type, Service-Engine-Authorizer, Idempotency-Key",
             );
         }
     }
 }
+
+/// Response headers a page on an allowed origin may read: when to retry, whether an
+/// answer was given before, and the id to quote.
+pub const EXPOSED: &str = "Retry-After, Idempotent-Replayed, X-Request-Id";
 
 /// The preflight headers beyond `Allow-Origin`, for an origin the caller has allowed:
 /// these methods and request headers, cacheable for a while.
