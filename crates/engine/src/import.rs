@@ -5,33 +5,15 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::Read;
 
 use crosstab_contract::expr::NameKind;
-use crosstab_contract::limits::MAX_IDENTIFIER_CHARS;
 use crosstab_contract::{Expr, ALL_GROUPS};
 
 use crate::builder::{NamedExpr, SurveyBuilder, SurveyMeta};
 use crate::definition::{line_of, ExprDefinition, SourceFormat, SurveyDefinition};
 use crate::error::ImportError;
-use crate::source::{ColumnEncoder, EncodedColumn, SourceCode, SourceLabels};
+pub(crate) use crate::source::Respondents;
+pub use crate::source::{is_expr_name, is_identifier};
+use crate::source::{ColumnEncoder, EncodedColumn};
 use crate::survey::MAX_CODE_NESTING;
-
-/// Whether `text` is a valid survey, base or group code.
-pub fn is_identifier(text: &str) -> bool {
-    !text.is_empty()
-        && text.chars().count() <= MAX_IDENTIFIER_CHARS
-        && text
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
-}
-
-/// Whether `text` can name a variable or a named code in expressions.
-pub fn is_expr_name(text: &str) -> bool {
-    let mut chars = text.chars();
-    chars
-        .next()
-        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.')
-        && !["AND", "OR", "NOT", "IN", "BETWEEN"].contains(&text.to_ascii_uppercase().as_str())
-}
 
 /// Parses a definition file's text.
 pub fn parse_definition(text: &str, file: &str) -> Result<SurveyDefinition, ImportError> {
@@ -371,21 +353,6 @@ fn check_expressions(
         });
     }
     Ok(out)
-}
-
-/// Respondent data as read from a source file (or generated), before compilation.
-pub(crate) struct Respondents {
-    pub ids: Vec<String>,
-    pub weights: Vec<f64>,
-    pub group_values: Vec<Option<String>>,
-    /// Variable columns in file order.
-    pub columns: Vec<(String, EncodedColumn)>,
-    /// Labels the source carries, by variable.
-    pub labels: Vec<(String, SourceLabels)>,
-    /// Named codes the source defines.
-    pub codes: Vec<SourceCode>,
-    /// The source's format.
-    pub format: SourceFormat,
 }
 
 fn read_respondents(

@@ -10,6 +10,40 @@ use crate::builder::CodeVec;
 use crate::definition::SourceFormat;
 use crate::survey::Survey;
 
+/// Whether `text` is a valid survey, base or group code.
+pub fn is_identifier(text: &str) -> bool {
+    !text.is_empty()
+        && text.chars().count() <= crosstab_contract::limits::MAX_IDENTIFIER_CHARS
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
+}
+
+/// Whether `text` can name a variable or a named code in expressions.
+pub fn is_expr_name(text: &str) -> bool {
+    let mut chars = text.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.')
+        && !["AND", "OR", "NOT", "IN", "BETWEEN"].contains(&text.to_ascii_uppercase().as_str())
+}
+
+/// Respondent data as read from a source file (or generated), before compilation.
+pub(crate) struct Respondents {
+    pub ids: Vec<String>,
+    pub weights: Vec<f64>,
+    pub group_values: Vec<Option<String>>,
+    /// Variable columns in file order.
+    pub columns: Vec<(String, EncodedColumn)>,
+    /// Labels the source carries, by variable.
+    pub labels: Vec<(String, SourceLabels)>,
+    /// Named codes the source defines.
+    pub codes: Vec<SourceCode>,
+    /// The source's format.
+    pub format: SourceFormat,
+}
+
 #[cfg(feature = "fs")]
 mod bytecode;
 #[cfg(feature = "fs")]

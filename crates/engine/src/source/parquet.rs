@@ -12,9 +12,9 @@ use std::path::Path;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
 use super::sav::{check_cases, layout, source_error, stream, Missing, BATCH_CASES};
+use super::Respondents;
 use crate::definition::{SourceFormat, SurveyDefinition};
 use crate::error::ImportError;
-use crate::import::Respondents;
 
 /// Reads a Parquet file's respondents for `definition`, streaming its row groups in
 /// batches into column encoders. Returns them and the warnings (columns skipped).

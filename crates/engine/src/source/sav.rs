@@ -24,9 +24,9 @@ use arrow::array::{
 use arrow::datatypes::{DataType, TimeUnit};
 use crosstab_contract::ALL_GROUPS;
 
+use super::{is_expr_name, is_identifier, Respondents};
 use crate::definition::{SourceFormat, SurveyDefinition};
 use crate::error::ImportError;
-use crate::import::{is_expr_name, is_identifier, Respondents};
 use crate::source::bytecode::Input as SavInput;
 use crate::source::{ColumnEncoder, EncodedColumn, SourceCode, SourceLabels};
 
