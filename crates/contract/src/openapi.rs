@@ -107,7 +107,7 @@ fn crosstab() {}
         (status = 200, description = "Preflight answer",
             headers(("Access-Control-Allow-Origin" = String, description = "The allowed origin"),
                     ("Access-Control-Allow-Methods" = String, description = "POST, OPTIONS"),
-                    ("Access-Control-Allow-Headers" = String, description = "Content-Type, Service-Engine-Authorizer"),
+                    ("Access-Control-Allow-Headers" = String, description = "Content-Type, Service-Engine-Authorizer, Idempotency-Key"),
                     ("Access-Control-Max-Age" = String, description = "Seconds the preflight may be cached"),
                     ("Vary" = String, description = "Origin"))),
     )

@@ -374,7 +374,7 @@ async fn cors_preflight_and_origin_on_every_crosstab_response() {
     assert_eq!(h["access-control-allow-methods"], "POST, OPTIONS");
     assert_eq!(
         h["access-control-allow-headers"],
-        "Content-Type, Service-Engine-Authorizer"
+        "Content-Type, Service-Engine-Authorizer, Idempotency-Key"
     );
     assert!(h.contains_key("access-control-max-age"));
     assert_eq!(h["vary"], "Origin");
@@ -407,6 +407,11 @@ async fn cors_preflight_and_origin_on_every_crosstab_response() {
     let (response, _) = fx.send(ok).await;
     assert_eq!(response.status(), StatusCode::OK);
     assert_eq!(response.headers()["access-control-allow-origin"], ORIGIN);
+    // A page may read when to retry, whether it was answered before, and the request id.
+    assert_eq!(
+        response.headers()["access-control-expose-headers"],
+        "Retry-After, Idempotent-Replayed, X-Request-Id"
+    );
     assert_eq!(fx.bills().await, 1);
 }
 
