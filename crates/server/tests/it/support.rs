@@ -360,15 +360,14 @@ impl Nginx {
             .stdout(Stdio::null())
             .spawn()
             .unwrap();
-        let mut nginx = Nginx { child };
+        let nginx = Nginx { child };
         for _ in 0..100 {
             if std::net::TcpStream::connect(listen).is_ok() {
                 return nginx;
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        let _ = nginx.child.kill();
-        let _ = nginx.child.wait();
+        drop(nginx);
         panic!(
             "nginx did not listen on {listen}: {}",
             std::fs::read_to_string(dir.join("error.log")).unwrap_or_default()
@@ -378,7 +377,10 @@ impl Nginx {
 
 impl Drop for Nginx {
     fn drop(&mut self) {
-        let _ = self.child.kill();
+        // SIGTERM, not SIGKILL: the master stops its workers, which a kill would orphan.
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
         let _ = self.child.wait();
     }
 }
