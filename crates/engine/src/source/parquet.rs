@@ -37,12 +37,7 @@ pub(crate) fn read(
         )
     })?;
     let declared = u64::try_from(builder.metadata().file_metadata().num_rows()).ok();
-    let fields: Vec<(String, arrow::datatypes::DataType)> = builder
-        .schema()
-        .fields()
-        .iter()
-        .map(|f| (f.name().clone(), f.data_type().clone()))
-        .collect();
+    let fields = super::sav::fields_of(builder.schema());
     let layout = layout(
         definition,
         &|_: &str, _| Missing::default(),

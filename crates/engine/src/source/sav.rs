@@ -338,6 +338,15 @@ impl Layout {
 /// User-missing values of a variable (none for sources without them).
 pub(super) type MissingOf<'a> = &'a dyn Fn(&str, Kind) -> Missing;
 
+/// A schema's columns as `layout` takes them: name and type, in order.
+pub(super) fn fields_of(schema: &arrow::datatypes::Schema) -> Vec<(String, DataType)> {
+    schema
+        .fields()
+        .iter()
+        .map(|f| (f.name().clone(), f.data_type().clone()))
+        .collect()
+}
+
 pub(super) fn layout(
     definition: &SurveyDefinition,
     missing_of: MissingOf<'_>,
@@ -545,12 +554,7 @@ fn read_scanner<R: Read + Seek>(
     file_len: u64,
 ) -> Result<(Respondents, Vec<String>), ImportError> {
     let meta = scanner.metadata().clone();
-    let fields: Vec<(String, DataType)> = scanner
-        .schema()
-        .fields()
-        .iter()
-        .map(|f| (f.name().clone(), f.data_type().clone()))
-        .collect();
+    let fields = fields_of(&scanner.schema());
     let layout = layout(
         definition,
         &|name: &str, kind: Kind| Missing::of(&meta, name, kind),
@@ -824,12 +828,7 @@ pub fn init_definition(
     }
     let scanner = guarded(&file, || open(path))?;
     let meta = scanner.metadata();
-    let fields: Vec<(String, DataType)> = scanner
-        .schema()
-        .fields()
-        .iter()
-        .map(|f| (f.name().clone(), f.data_type().clone()))
-        .collect();
+    let fields = fields_of(&scanner.schema());
     let definition = SurveyDefinition {
         code: code.to_owned(),
         name: String::new(),
