@@ -231,14 +231,18 @@ impl AsyncWrite for Watched {
 /// A request body that fails once its deadline has passed, however steadily it trickles.
 struct Deadline {
     inner: Incoming,
-    deadline: Pin<Box<tokio::time::Sleep>>,
+    at: tokio::time::Instant,
+    /// Made on the first poll of a body that has one: a bodiless request (a GET) costs
+    /// no timer.
+    timer: Option<Pin<Box<tokio::time::Sleep>>>,
 }
 
 impl Deadline {
     fn new(inner: Incoming, within: Duration) -> Deadline {
         Deadline {
             inner,
-            deadline: Box::pin(tokio::time::sleep(within)),
+            at: tokio::time::Instant::now() + within,
+            timer: None,
         }
     }
 }
@@ -254,7 +258,11 @@ impl HttpBody for Deadline {
         if self.inner.is_end_stream() {
             return Poll::Ready(None);
         }
-        if self.deadline.as_mut().poll(cx).is_ready() {
+        let at = self.at;
+        let timer = self
+            .timer
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(at)));
+        if timer.as_mut().poll(cx).is_ready() {
             return Poll::Ready(Some(Err(axum::Error::new(BodyDeadline))));
         }
         Pin::new(&mut self.inner)
