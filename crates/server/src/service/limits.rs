@@ -127,7 +127,7 @@ impl AddressPace {
 
 /// Whole seconds to wait, at least 1 (what `Retry-After` says).
 fn seconds_until(wait: Duration) -> u64 {
-    wait.as_secs() + u64::from(wait.subsec_nanos() > 0).max(u64::from(wait.is_zero()))
+    (wait.as_secs() + u64::from(wait.subsec_nanos() > 0)).max(1)
 }
 
 /// The service's limits.
