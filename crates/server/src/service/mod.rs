@@ -9,6 +9,7 @@ pub mod crosstab;
 pub mod limits;
 pub mod principal;
 pub mod replicas;
+pub mod sso;
 pub mod upstream;
 pub mod users;
 

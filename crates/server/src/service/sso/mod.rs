@@ -1,0 +1,3 @@
+//! Single sign-on: identity providers and the tokens they vouch for.
+
+pub mod saml;
