@@ -5,6 +5,7 @@
 mod api;
 mod choices;
 mod history;
+mod labels;
 mod portal;
 mod query;
 mod results;

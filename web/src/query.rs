@@ -7,6 +7,7 @@ use leptos::prelude::*;
 
 use crate::api;
 use crate::choices::{Choice, ChoiceList};
+use crate::labels::{self, Labelled};
 use crate::results::{Outcome, ResultsView};
 
 /// What the validator says about the draft, by request field.
@@ -62,27 +63,19 @@ fn picks(codebook: &Codebook, query: &str) -> Vec<Pick> {
         .filter(|c| search.matches_code(c))
         .map(|c| Pick {
             target: c.code.clone(),
-            label: format!("{} — {}", c.label.clone().unwrap_or_default(), c.expr),
+            label: c.label.clone().unwrap_or_else(|| c.expr.clone()),
         })
         .collect();
     for variable in &codebook.variables {
         let variable_matches = search.matches_variable(variable);
         for value in &variable.values {
-            let value_label = value
-                .label
-                .clone()
-                .unwrap_or_else(|| value.value.to_string());
-            if variable_matches || search.finds(&value_label) {
+            let label = labels::value_label(variable, value);
+            let value_matches = value.label.as_deref().is_some_and(|l| search.finds(l))
+                || search.finds(&value.value.to_string());
+            if variable_matches || value_matches {
                 out.push(Pick {
-                    target: format!("{} = {}", variable.name, value.value),
-                    label: format!(
-                        "{}: {}",
-                        variable
-                            .label
-                            .clone()
-                            .unwrap_or_else(|| variable.name.clone()),
-                        value_label
-                    ),
+                    target: labels::value_target(variable, value),
+                    label,
                 });
             }
         }
@@ -312,6 +305,11 @@ pub fn QueryScreen(rerun: RwSignal<Option<CrosstabRequest>>) -> impl IntoView {
                                     <input id=id class="target" placeholder="F2554 or GENDER = 2 AND AGE BETWEEN 25 AND 54"
                                         prop:value=move || targets.with(|list| list.get(index).cloned().unwrap_or_default())
                                         on:input=move |ev| { let v = event_target_value(&ev); targets.update(|list| if let Some(slot) = list.get_mut(index) { *slot = v; }); } />
+                                    <span class="target-named muted" data-target-label=index>{move || {
+                                        let target = targets.with(|list| list.get(index).cloned().unwrap_or_default());
+                                        let book = codebook.get().and_then(Result::ok);
+                                        Labelled::of(book.as_ref(), &target).label
+                                    }}</span>
                                     <button class="secondary" aria-label=format!("Remove target {}", index + 1)
                                         on:click=move |_| targets.update(|list| remove_target(list, index))>
                                         "×"
@@ -346,8 +344,8 @@ pub fn QueryScreen(rerun: RwSignal<Option<CrosstabRequest>>) -> impl IntoView {
                         view! { <p class="empty">"Nothing matches."</p> }.into_any()
                     } else {
                         let choices = found.into_iter().map(|pick| Choice {
-                            primary: view! { <code>{pick.target.clone()}</code> }.into_any(),
-                            secondary: view! { <span>{pick.label}</span> }.into_any(),
+                            primary: view! { <span class="pick-label">{pick.label}</span> }.into_any(),
+                            secondary: view! { <code>{pick.target.clone()}</code> }.into_any(),
                             value: pick.target,
                         }).collect();
                         view! {

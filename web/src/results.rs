@@ -9,6 +9,7 @@ use leptos::prelude::*;
 use wasm_bindgen::JsCast;
 
 use crate::api::{ApiFailure, CrosstabAnswer};
+use crate::labels::Labelled;
 
 /// Where a query run is.
 #[derive(Debug, Clone, PartialEq)]
@@ -125,10 +126,7 @@ fn rows(
         .map(|(target, result)| {
             let formatted = format_result(result, units);
             let absolute = absolute_audience(result, units);
-            let label = codebook
-                .and_then(|book| book.codes.iter().find(|c| c.code == target))
-                .and_then(|c| c.label.clone())
-                .unwrap_or_default();
+            let label = Labelled::of(codebook, &target).label.unwrap_or_default();
             Row {
                 share: base_total
                     .filter(|t| *t > 0.0)
@@ -460,14 +458,14 @@ mod tests {
     fn rows_carry_labels_and_the_csv_the_figures() {
         let table = rows(&request(None), Some(&codebook()), &response());
         let labels: Vec<&str> = table.iter().map(|row| row.label.as_str()).collect();
-        assert_eq!(labels, ["Women, 25-54", ""]);
+        assert_eq!(labels, ["Women, 25-54", "Gender: Male"]);
         assert_eq!(table[0].absolute, 125.0);
         assert!(table[1].unstable);
         assert_eq!(
             to_csv(&table, 1000),
             "Target,Label,WgtAud (x1000),Audience,Respondents,% of base,Stbl\n\
              F2554,\"Women, 25-54\",0.125,125,5,12.50,0\n\
-             GENDER = 1,,0.0625,63,2,6.25,1\n"
+             GENDER = 1,Gender: Male,0.0625,63,2,6.25,1\n"
         );
     }
 }
