@@ -189,7 +189,11 @@ pub fn check_sav_reader(data: &[u8]) -> bool {
     let Ok(prepared) = import::prepare_file(&dir.join("survey.toml")) else {
         return false;
     };
-    let survey = match Survey::from_bytes(&prepared.to_bytes()) {
+    let bytes = match prepared.to_bytes() {
+        Ok(bytes) => bytes,
+        Err(error) => panic!("an imported survey does not compile: {error}"),
+    };
+    let survey = match Survey::from_bytes(&bytes) {
         Ok(survey) => survey,
         Err(error) => panic!("an imported survey does not load: {error}"),
     };

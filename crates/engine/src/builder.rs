@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 
+use crate::error::ImportError;
 use crate::format::{
     ExprHeader, GroupHeader, Header, PlanesHeader, VariableHeader, Width, Writer, FORMAT_VERSION,
 };
@@ -120,30 +121,45 @@ impl SurveyBuilder {
     }
 
     /// Writes the compiled survey.
-    pub fn to_bytes(&self) -> Vec<u8> {
-        let (offsets, id_bytes) = self.id_sections();
+    pub fn to_bytes(&self) -> Result<Vec<u8>, ImportError> {
+        let (offsets, id_bytes) = self.id_sections()?;
         let (writer, header) = self.layout(&offsets, &id_bytes);
-        writer.finish(header)
+        writer
+            .finish(header)
+            .map_err(|e| self.compile_error(e.to_string()))
     }
 
-    /// Writes the compiled survey to `out` without assembling it in memory first.
+    /// Writes the compiled survey to `out` without assembling it in memory first. A
+    /// survey the format can't hold is an `InvalidData` error carrying the reason.
     #[cfg(feature = "fs")]
     pub(crate) fn write_to(&self, out: &mut impl std::io::Write) -> std::io::Result<()> {
-        let (offsets, id_bytes) = self.id_sections();
+        let (offsets, id_bytes) = self
+            .id_sections()
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string()))?;
         let (writer, header) = self.layout(&offsets, &id_bytes);
         writer.write_to(header, out)
     }
 
-    /// The ids as offsets into one byte string.
-    fn id_sections(&self) -> (Vec<u32>, Vec<u8>) {
+    /// The ids as offsets into one byte string (u32 offsets: at most 4 GiB of ids).
+    fn id_sections(&self) -> Result<(Vec<u32>, Vec<u8>), ImportError> {
         let mut offsets = Vec::with_capacity(self.ids.len() + 1);
         let mut id_bytes = Vec::new();
         offsets.push(0u32);
         for id in &self.ids {
             id_bytes.extend_from_slice(id.as_bytes());
-            offsets.push(u32::try_from(id_bytes.len()).unwrap_or(u32::MAX));
+            let end = u32::try_from(id_bytes.len()).map_err(|_| {
+                self.compile_error("respondent ids total more than 4 GiB".to_owned())
+            })?;
+            offsets.push(end);
         }
-        (offsets, id_bytes)
+        Ok((offsets, id_bytes))
+    }
+
+    fn compile_error(&self, reason: String) -> ImportError {
+        ImportError::Compile {
+            survey: self.meta.code.clone(),
+            reason,
+        }
     }
 
     fn layout<'a>(&'a self, offsets: &'a [u32], id_bytes: &'a [u8]) -> (Writer<'a>, Header) {

@@ -19,9 +19,8 @@ impl Survey {
         let variables = header
             .variables
             .iter()
-            .enumerate()
-            .map(|(index, variable)| {
-                let dict = self.column(index).dict;
+            .map(|variable| {
+                let dict = self.column_of(variable).dict;
                 let label_of = |value: f64| {
                     variable
                         .value_labels

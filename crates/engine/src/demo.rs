@@ -383,14 +383,14 @@ pub(crate) fn respondents(config: &DemoConfig) -> Respondents {
 pub fn compile(config: &DemoConfig) -> Result<Vec<u8>, ImportError> {
     let text = definition(config);
     let definition = parse_definition(&text, "demo/survey.toml")?;
-    Ok(assemble(
+    assemble(
         &definition,
         &text,
         "demo/survey.toml",
         respondents(config),
         "demo/respondents.csv",
     )?
-    .to_bytes())
+    .to_bytes()
 }
 
 /// The demo's respondent CSV.

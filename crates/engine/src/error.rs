@@ -73,6 +73,15 @@ pub enum ImportError {
         /// Why.
         reason: String,
     },
+    /// The survey exceeds what the compiled format can hold, or its header can't be
+    /// written.
+    #[error("survey {survey}: {reason}")]
+    Compile {
+        /// The `SurveyCode`.
+        survey: String,
+        /// Why.
+        reason: String,
+    },
     /// A file can't be read or written.
     #[error("{path}: {source}")]
     Io {

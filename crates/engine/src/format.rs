@@ -145,11 +145,10 @@ impl<'a> Writer<'a> {
     }
 
     /// Lays out the file in memory: header first, then the body.
-    pub fn finish(self, header: Header) -> Vec<u8> {
+    pub fn finish(self, header: Header) -> std::io::Result<Vec<u8>> {
         let mut out = Vec::with_capacity(usize::try_from(self.len).unwrap_or(0) + 4096);
-        // Writing into a Vec cannot fail.
-        let _ = self.write_to(header, &mut out);
-        out
+        self.write_to(header, &mut out)?;
+        Ok(out)
     }
 
     /// Writes the file: header first, then the body, with section offsets rebased.
@@ -160,10 +159,10 @@ impl<'a> Writer<'a> {
     ) -> std::io::Result<()> {
         // The header's length depends on the offsets it holds, so fix the body's start
         // first with a generous bound, then rebase every section by it.
-        let provisional = serde_json::to_vec(&header).unwrap_or_default().len() as u64;
+        let provisional = serde_json::to_vec(&header)?.len() as u64;
         let body_start = align8(16 + provisional + 64 + 20 * section_count(&header));
         rebase(&mut header, body_start);
-        let json = serde_json::to_vec(&header).unwrap_or_default();
+        let json = serde_json::to_vec(&header)?;
         out.write_all(MAGIC)?;
         out.write_all(&(json.len() as u64).to_le_bytes())?;
         out.write_all(&json)?;

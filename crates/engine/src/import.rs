@@ -35,14 +35,14 @@ pub fn compile(
     let definition = parse_definition(definition_text, definition_file)?;
     check_definition(&definition, definition_text, definition_file)?;
     let data = read_respondents(&definition, csv, csv_file)?;
-    Ok(assemble(
+    assemble(
         &definition,
         definition_text,
         definition_file,
         data,
         csv_file,
     )?
-    .to_bytes())
+    .to_bytes()
 }
 
 fn definition_error(file: &str, line: usize, reason: String) -> ImportError {
@@ -557,7 +557,7 @@ pub struct Prepared {
 #[cfg(feature = "fs")]
 impl Prepared {
     /// The compiled survey's bytes.
-    pub fn to_bytes(&self) -> Vec<u8> {
+    pub fn to_bytes(&self) -> Result<Vec<u8>, ImportError> {
         self.builder.to_bytes()
     }
 
@@ -617,7 +617,7 @@ pub fn prepare_file(path: &std::path::Path) -> Result<Prepared, ImportError> {
 /// Compiles the survey defined by the TOML file at `path` (its respondent file beside it).
 #[cfg(feature = "fs")]
 pub fn compile_file(path: &std::path::Path) -> Result<Vec<u8>, ImportError> {
-    Ok(prepare_file(path)?.to_bytes())
+    prepare_file(path)?.to_bytes()
 }
 
 /// Compiles the survey defined by the TOML file at `path` and installs it in `store`

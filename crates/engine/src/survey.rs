@@ -10,7 +10,7 @@ use crate::bitset::Bitset;
 use crate::cache::SetCache;
 use crate::error::LoadError;
 use crate::eval::{plan, Codes, Column, Plan, Ranges, Source};
-use crate::format::{read_header, Header, Section, Width};
+use crate::format::{read_header, Header, Section, VariableHeader, Width};
 use crate::weights::Weights;
 
 /// Longest chain of named codes referring to named codes.
@@ -136,6 +136,7 @@ impl Survey {
             base_exprs,
             group_index,
         };
+        survey.check_slices()?;
         // Named codes may refer only to earlier codes, so evaluation always terminates.
         for (i, expr) in survey.code_exprs.iter().enumerate() {
             if let Some(name) = survey.first_unknown(expr, i) {
@@ -201,20 +202,47 @@ impl Survey {
         unknown
     }
 
+    /// A section's elements. Every section was proven in bounds and aligned for its
+    /// element type when the survey loaded (`check_slices`), so a failure here is a broken
+    /// invariant, not bad input: it panics (a 500 at the HTTP layer) rather than answer
+    /// from an empty slice.
     fn slice<T: bytemuck::Pod>(&self, section: Section) -> &[T] {
-        // Sections were checked for bounds and alignment at load; an impossible
-        // failure degrades to an empty slice rather than a panic.
+        match section_slice(self.backing.bytes(), section) {
+            Ok(slice) => slice,
+            Err(e) => unreachable!("section checked at load: {e}"),
+        }
+    }
+
+    /// Proves at load that every section slices as its element type, so that `slice`
+    /// can't fail later.
+    fn check_slices(&self) -> Result<(), LoadError> {
         let bytes = self.backing.bytes();
-        let (Ok(start), Ok(len)) = (
-            usize::try_from(section.offset),
-            usize::try_from(section.len),
-        ) else {
-            return &[];
-        };
-        bytes
-            .get(start..start.saturating_add(len))
-            .and_then(|b| bytemuck::try_cast_slice(b).ok())
-            .unwrap_or(&[])
+        let header = &self.header;
+        section_slice::<f64>(bytes, header.weights)?;
+        if let Some(planes) = header.weight_planes {
+            section_slice::<u64>(bytes, planes.section)?;
+        }
+        section_slice::<u32>(bytes, header.id_offsets)?;
+        section_slice::<u8>(bytes, header.id_bytes)?;
+        match header.group_codes {
+            Some(section) => section_slice::<u16>(bytes, section).map(drop)?,
+            None if header.groups.is_empty() => {}
+            None => return Err(LoadError::Corrupt("groups without group codes".into())),
+        }
+        if header.groups.len() > usize::from(u16::MAX) {
+            return Err(LoadError::Corrupt(
+                "more groups than group codes can name".into(),
+            ));
+        }
+        for variable in &header.variables {
+            section_slice::<f64>(bytes, variable.dict)?;
+            match variable.width {
+                Width::U8 => section_slice::<u8>(bytes, variable.codes).map(drop)?,
+                Width::U16 => section_slice::<u16>(bytes, variable.codes).map(drop)?,
+                Width::U32 => section_slice::<u32>(bytes, variable.codes).map(drop)?,
+            }
+        }
+        Ok(())
     }
 
     /// The `SurveyCode`.
@@ -267,7 +295,7 @@ impl Survey {
 
     /// Respondent `row`'s value of `variable`, `None` where missing or unknown.
     pub fn value(&self, variable: &str, row: usize) -> Option<f64> {
-        let column = self.column(*self.variable_index.get(variable)?);
+        let column = self.column(*self.variable_index.get(variable)?)?;
         let code = column.codes.get(row) as usize;
         column.dict.get(code.checked_sub(1)?).copied()
     }
@@ -310,13 +338,12 @@ impl Survey {
         self.variable_index.get(name).copied()
     }
 
-    pub(crate) fn column(&self, index: usize) -> Column<'_> {
-        let Some(variable) = self.header.variables.get(index) else {
-            return Column {
-                dict: &[],
-                codes: Codes::U8(&[]),
-            };
-        };
+    /// The column of the variable at `index`, `None` past the last.
+    pub(crate) fn column(&self, index: usize) -> Option<Column<'_>> {
+        self.header.variables.get(index).map(|v| self.column_of(v))
+    }
+
+    pub(crate) fn column_of(&self, variable: &VariableHeader) -> Column<'_> {
         let codes = match variable.width {
             Width::U8 => Codes::U8(self.slice(variable.codes)),
             Width::U16 => Codes::U16(self.slice(variable.codes)),
@@ -374,11 +401,12 @@ impl Survey {
     pub fn group_set(&self, value: &str) -> Option<&Bitset> {
         let index = *self.group_index.get(value)?;
         Some(self.group_sets.get(index)?.get_or_init(|| {
-            let codes: &[u16] = self
-                .header
-                .group_codes
-                .map_or(&[][..], |section| self.slice(section));
-            let code = u32::try_from(index + 1).unwrap_or(u32::MAX);
+            let codes: &[u16] = match self.header.group_codes {
+                Some(section) => self.slice(section),
+                None => unreachable!("a survey with groups but no group codes fails to load"),
+            };
+            // At most u16::MAX groups (checked at load), so the code fits.
+            let code = index as u32 + 1;
             Plan::Ranges {
                 codes: Codes::U16(codes),
                 ranges: Ranges::one(code, code),
@@ -391,7 +419,7 @@ impl Survey {
 impl Source for Survey {
     fn column_named(&self, name: &str) -> Option<(usize, Column<'_>)> {
         let index = self.variable_position(name)?;
-        Some((index, self.column(index)))
+        Some((index, self.column(index)?))
     }
 
     fn named_set(&self, name: &str) -> Option<&Bitset> {
@@ -405,4 +433,16 @@ impl Source for Survey {
     fn universe(&self) -> usize {
         self.respondents()
     }
+}
+
+/// `section` of `bytes` as a slice of `T`: in bounds and aligned, or why not.
+fn section_slice<T: bytemuck::Pod>(bytes: &[u8], section: Section) -> Result<&[T], LoadError> {
+    let corrupt = |why: &str| LoadError::Corrupt(format!("section at {}: {why}", section.offset));
+    let start = usize::try_from(section.offset).map_err(|_| corrupt("offset"))?;
+    let len = usize::try_from(section.len).map_err(|_| corrupt("length"))?;
+    let end = start.checked_add(len).ok_or_else(|| corrupt("length"))?;
+    let bytes = bytes
+        .get(start..end)
+        .ok_or_else(|| corrupt("past the end"))?;
+    bytemuck::try_cast_slice(bytes).map_err(|e| corrupt(&format!("{e:?}")))
 }

@@ -67,7 +67,10 @@ fn hostile_sav_files_are_refused_or_imported_without_a_panic() {
         std::fs::write(dir.path().join("data.sav"), &bytes).unwrap();
         match import::prepare_file(&dir.path().join("survey.toml")) {
             Ok(prepared) => {
-                Survey::from_bytes(&prepared.to_bytes())
+                let bytes = prepared
+                    .to_bytes()
+                    .unwrap_or_else(|e| panic!("{name}: imported but does not compile: {e}"));
+                Survey::from_bytes(&bytes)
                     .unwrap_or_else(|e| panic!("{name}: imported but does not load: {e}"));
             }
             Err(error) => assert!(!error.to_string().is_empty(), "{name}"),

@@ -217,6 +217,46 @@ fn garbage_is_refused_without_panicking() {
     assert!(Survey::from_bytes(&bytes).is_err(), "version");
 }
 
+/// `bytes` with its header rewritten by `edit`, padded to the same length so the body
+/// stays where the header's offsets say.
+fn with_header(bytes: &[u8], edit: impl FnOnce(&mut serde_json::Value)) -> Vec<u8> {
+    let len = usize::try_from(u64::from_le_bytes(bytes[8..16].try_into().unwrap())).unwrap();
+    let mut header: serde_json::Value = serde_json::from_slice(&bytes[16..16 + len]).unwrap();
+    edit(&mut header);
+    let mut json = serde_json::to_vec(&header).unwrap();
+    assert!(json.len() <= len, "the edit must not lengthen the header");
+    json.resize(len, b' ');
+    let mut out = bytes.to_vec();
+    out[16..16 + len].copy_from_slice(&json);
+    out
+}
+
+#[test]
+fn corrupt_sections_are_load_errors_that_say_so() {
+    let bytes = compile(TOML, CSV).unwrap();
+    let corrupt = |edited: Vec<u8>, what: &str| match Survey::from_bytes(&edited) {
+        Err(e) => assert!(e.to_string().contains("corrupt"), "{what}: {e}"),
+        Ok(_) => panic!("{what}: a corrupt survey loaded"),
+    };
+    corrupt(
+        with_header(&bytes, |h| h["group_codes"] = serde_json::Value::Null),
+        "groups without group codes",
+    );
+    corrupt(
+        with_header(&bytes, |h| {
+            let offset = h["variables"][0]["dict"]["offset"].as_u64().unwrap();
+            h["variables"][0]["dict"]["offset"] = json!(offset - 4);
+        }),
+        "a misaligned section",
+    );
+    corrupt(
+        with_header(&bytes, |h| h["weights"]["len"] = json!(8)),
+        "weights shorter than the respondents",
+    );
+    // The untouched file still loads: the rewriting itself is sound.
+    assert!(Survey::from_bytes(&with_header(&bytes, |_| {})).is_ok());
+}
+
 #[test]
 fn mmap_and_bytes_answer_alike_and_installs_replace_atomically() {
     let dir = tempfile::tempdir().unwrap();

@@ -57,7 +57,7 @@ fn import_with(dir: &Path, toml: &str) -> Result<(Survey, import::Prepared), Imp
     let path = dir.join("survey.toml");
     std::fs::write(&path, toml).unwrap();
     let prepared = import::prepare_file(&path)?;
-    let survey = Survey::from_bytes(&prepared.to_bytes()).unwrap();
+    let survey = Survey::from_bytes(&prepared.to_bytes().unwrap()).unwrap();
     Ok((survey, prepared))
 }
 
