@@ -17,6 +17,11 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::table::{
+    billed_calls, Significance, Table, TableAxis, TableAxisKind, TableCell, TableError,
+    TableHeader, TableRequest, UnstableReason, ValidTable, TABLE_COST_PROMPT_THRESHOLD,
+};
+
 /// The paths of the `/app` routes, as the browser calls them.
 pub mod paths {
     /// `POST`: sign in with [`super::Credentials`]; answers [`super::Me`] and sets the
@@ -33,6 +38,9 @@ pub mod paths {
     pub const CODEBOOK: &str = "/app/api/surveys/{code}/codebook";
     /// `POST`: a `/v1` crosstab through the backend, which adds the API key.
     pub const CROSSTAB: &str = "/app/api/crosstab";
+    /// `POST` a [`super::TableRequest`]: the [`super::Table`], computed in one request
+    /// and billed [`super::billed_calls`].
+    pub const TABLE: &str = "/app/api/table";
     /// `GET`: `[`[`super::KeyInfo`]`]`; `POST` a [`super::NewKeyRequest`]: [`super::NewKey`].
     pub const KEYS: &str = "/app/api/keys";
     /// `DELETE`: revokes one key (204); the route pattern, see [`key`].

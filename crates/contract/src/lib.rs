@@ -7,7 +7,8 @@
 //! It does no I/O and builds for `wasm32-unknown-unknown`.
 //!
 //! Features: `app` adds the `app` module, the bodies of the researcher app's backend
-//! (`/app`), shared by the server and the app; `ts` derives TypeScript declarations
+//! (`/app`), shared by the server and the app, and the `table` module, the researcher's
+//! crosstab table; `ts` derives TypeScript declarations
 //! (tsify) on the wire types and, with `app`, the codebook, for the npm package's `.d.ts`.
 
 #[cfg(feature = "app")]
@@ -18,6 +19,8 @@ pub mod json;
 pub mod limits;
 pub mod openapi;
 pub mod retry;
+#[cfg(feature = "app")]
+pub mod table;
 pub mod validate;
 #[cfg(feature = "test-vectors")]
 #[allow(clippy::unwrap_used, clippy::expect_used)]

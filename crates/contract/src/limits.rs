@@ -18,3 +18,9 @@ pub const MAX_ROWS_PER_AXIS: usize = 5000;
 pub const DEFAULT_AUDIENCE_REPORT_UNITS: u32 = 1000;
 /// Default stability threshold: `Stbl` is 1 when `Resps` is at most this.
 pub const DEFAULT_UNSTABLE_MAX_RESPS: u64 = 60;
+/// Most rows of an app table (`/app/api/table`, `Survey.table`).
+pub const MAX_TABLE_ROWS: usize = 200;
+/// Most columns of an app table, not counting its Total column.
+pub const MAX_TABLE_COLUMNS: usize = 50;
+/// Longest label of a table's row or column, in characters.
+pub const MAX_TABLE_LABEL_CHARS: usize = 256;

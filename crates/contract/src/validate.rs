@@ -125,27 +125,37 @@ fn required_identifier(
             Some(IDENTIFIER_HINT.to_owned()),
         ));
     };
-    let hint = || {
-        Some(if is_group {
+    check_identifier(field, text, is_group)
+        .map_err(|refusal| ApiError::invalid(field, refusal.message, Some(refusal.hint)))?;
+    Ok(text.clone())
+}
+
+/// Why a member was refused: the error's message and hint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Refusal {
+    pub message: String,
+    pub hint: String,
+}
+
+/// Checks the text of an identifier (survey code, population base code or group) named
+/// `field` in messages: 1 to 64 characters from `A-Za-z0-9_.-`.
+pub(crate) fn check_identifier(field: &str, text: &str, is_group: bool) -> Result<(), Refusal> {
+    let refusal = |message: String| Refusal {
+        message,
+        hint: if is_group {
             format!("{IDENTIFIER_HINT} Use '_ALL_' or omit {field} to include every group.")
         } else {
             IDENTIFIER_HINT.to_owned()
-        })
+        },
     };
     if text.is_empty() {
-        return Err(ApiError::invalid(
-            field,
-            format!("{field} must not be empty."),
-            hint(),
-        ));
+        return Err(refusal(format!("{field} must not be empty.")));
     }
     // Count characters, but stop early: a 10 MB string must not cost 10 MB of work twice.
     if text.chars().nth(MAX_IDENTIFIER_CHARS).is_some() {
-        return Err(ApiError::invalid(
-            field,
-            format!("{field} is longer than {MAX_IDENTIFIER_CHARS} characters."),
-            hint(),
-        ));
+        return Err(refusal(format!(
+            "{field} is longer than {MAX_IDENTIFIER_CHARS} characters."
+        )));
     }
     if let Some(bad) = text
         .chars()
@@ -156,13 +166,36 @@ fn required_identifier(
         } else {
             format!("'{bad}'")
         };
-        return Err(ApiError::invalid(
-            field,
-            format!("{field} contains the character {shown}, which is not allowed."),
-            hint(),
-        ));
+        return Err(refusal(format!(
+            "{field} contains the character {shown}, which is not allowed."
+        )));
     }
-    Ok(text.clone())
+    Ok(())
+}
+
+/// Parses one target expression, `name` (such as `TargetCodes[0]`) naming it in messages:
+/// not blank, at most [`MAX_TARGET_CODE_CHARS`] characters, and in the grammar.
+pub(crate) fn parse_target(name: &str, code: &str) -> Result<Expr, Refusal> {
+    if code.trim().is_empty() {
+        return Err(Refusal {
+            message: format!("{name} is empty."),
+            hint: "Give a named code such as 'F2554' or an expression such as 'GENDER = 2'."
+                .to_owned(),
+        });
+    }
+    if code.chars().nth(MAX_TARGET_CODE_CHARS).is_some() {
+        return Err(Refusal {
+            message: format!("{name} is longer than {MAX_TARGET_CODE_CHARS} characters."),
+            hint: format!("Keep each target code to at most {MAX_TARGET_CODE_CHARS} characters; define long expressions as named codes in the survey."),
+        });
+    }
+    Expr::parse(code).map_err(|error| Refusal {
+        message: format!("{name} is not a valid target expression: {error}."),
+        hint: format!(
+            "At character {}: expected {}. Targets look like 'F2554', 'GENDER = 2' or '(GENDER = 2 AND AGE BETWEEN 25 AND 54) OR NOT SMOKER = 1'.",
+            error.position, error.expected
+        ),
+    })
 }
 
 fn invalid_targets(message: String, hint: String) -> ApiError {
@@ -208,28 +241,8 @@ fn target_codes(object: &Map<String, Value>) -> Result<(Vec<String>, Vec<Expr>),
     }
     let mut targets = Vec::with_capacity(codes.len());
     for (index, code) in codes.iter().enumerate() {
-        if code.trim().is_empty() {
-            return Err(invalid_targets(
-                format!("TargetCodes[{index}] is empty."),
-                "Give a named code such as 'F2554' or an expression such as 'GENDER = 2'."
-                    .to_owned(),
-            ));
-        }
-        if code.chars().nth(MAX_TARGET_CODE_CHARS).is_some() {
-            return Err(invalid_targets(
-                format!("TargetCodes[{index}] is longer than {MAX_TARGET_CODE_CHARS} characters."),
-                format!("Keep each target code to at most {MAX_TARGET_CODE_CHARS} characters; define long expressions as named codes in the survey."),
-            ));
-        }
-        let expr = Expr::parse(code).map_err(|error| {
-            invalid_targets(
-                format!("TargetCodes[{index}] is not a valid target expression: {error}."),
-                format!(
-                    "At character {}: expected {}. Targets look like 'F2554', 'GENDER = 2' or '(GENDER = 2 AND AGE BETWEEN 25 AND 54) OR NOT SMOKER = 1'.",
-                    error.position, error.expected
-                ),
-            )
-        })?;
+        let expr = parse_target(&format!("TargetCodes[{index}]"), code)
+            .map_err(|refusal| invalid_targets(refusal.message, refusal.hint))?;
         targets.push(expr);
     }
     Ok((codes.into_iter().cloned().collect(), targets))

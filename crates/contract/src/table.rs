@@ -1,0 +1,604 @@
+//! The researcher's table: rows of targets against a banner of columns, every cell
+//! `(row) AND (column)` within a population base (and group), with its reliability and a
+//! column test. One definition for `POST /app/api/table` and the npm `Survey.table`.
+//!
+//! The statistics are those of a design with weights only, sampled with replacement, as
+//! R's `survey::svytotal(~y, svydesign(ids = ~1, weights = ~w, data = subset))` over the
+//! `n` respondents of the base (and group): each field's documentation gives its formula.
+//! The engine computes them (`crosstab_engine::Survey::table`); this module only types
+//! and validates.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::ApiError;
+use crate::expr::Expr;
+use crate::limits::{MAX_TABLE_COLUMNS, MAX_TABLE_LABEL_CHARS, MAX_TABLE_ROWS};
+use crate::validate::{check_identifier, parse_target, Refusal};
+use crate::wire::{Stability, ALL_GROUPS};
+
+/// Above this many billed calls the app asks before it runs a table on the server.
+pub const TABLE_COST_PROMPT_THRESHOLD: u32 = 20;
+
+/// The normal quantile of 97.5% (R's `qnorm(0.975)`): the 95% interval's half-width in
+/// standard errors, and the column test's two-sided 95% critical value.
+pub const Z_95: f64 = 1.959_963_984_540_054;
+
+/// A cell is unstable (also) when its relative standard error is above this.
+pub const MAX_STABLE_RSE: f64 = 0.30;
+
+/// What a table on the server costs, in billed calls: as many as `/v1` would take to ask
+/// the same questions, one call per one or two targets. The targets are every cell
+/// (`rows × columns`), each row's total and each column's total; the base total is not
+/// counted, as the codebook already gives it unbilled (`bases[].weighted`,
+/// `groupTotals`).
+pub fn billed_calls(rows: usize, columns: usize) -> u32 {
+    let targets = rows
+        .saturating_mul(columns)
+        .saturating_add(rows)
+        .saturating_add(columns);
+    u32::try_from(targets.div_ceil(2)).unwrap_or(u32::MAX)
+}
+
+/// Body of `POST /app/api/table`; `Survey.table` in the npm package takes the same
+/// (its `survey` may be left out: the loaded survey answers).
+#[cfg_attr(feature = "ts", derive(tsify::Tsify))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TableRequest {
+    /// The `SurveyCode`.
+    #[serde(default)]
+    #[cfg_attr(feature = "ts", tsify(optional))]
+    pub survey: String,
+    /// The `PopulationBaseCode`: every figure is within it.
+    pub population_base: String,
+    /// An authorization group to stay within; absent, `null` or `_ALL_`: every group.
+    #[serde(default)]
+    #[cfg_attr(feature = "ts", tsify(optional))]
+    pub group: Option<String>,
+    /// The rows, in order (1 to [`MAX_TABLE_ROWS`]).
+    pub rows: Vec<TableAxis>,
+    /// The columns (the banner), in order (1 to [`MAX_TABLE_COLUMNS`]); the Total column
+    /// is added, not asked for.
+    pub columns: Vec<TableAxis>,
+}
+
+/// One row or column of a [`TableRequest`].
+#[cfg_attr(feature = "ts", derive(tsify::Tsify))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TableAxis {
+    /// A target expression, as in `TargetCodes`: a named code or an expression.
+    pub expression: String,
+    /// What to show for it (such as `Women 25-54 · F2554`); absent: the expression.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "ts", tsify(optional))]
+    pub label: Option<String>,
+}
+
+/// A [`TableRequest`] that passed validation, with its expressions parsed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ValidTable {
+    /// The request as received.
+    pub request: TableRequest,
+    /// The rows' expressions, parsed, in order.
+    pub rows: Vec<Expr>,
+    /// The columns' expressions, parsed, in order.
+    pub columns: Vec<Expr>,
+}
+
+impl ValidTable {
+    /// The group to stay within, or `None` for every group.
+    pub fn group_filter(&self) -> Option<&str> {
+        self.request
+            .group
+            .as_deref()
+            .filter(|group| *group != ALL_GROUPS)
+    }
+
+    /// The headers of `axis` as a [`Table`] shows them, before the survey is known: each
+    /// is `unknown: false` until the engine finds a name the survey lacks.
+    pub fn headers(&self, axis: TableAxisKind) -> Vec<TableHeader> {
+        let items = match axis {
+            TableAxisKind::Rows => &self.request.rows,
+            TableAxisKind::Columns => &self.request.columns,
+        };
+        items
+            .iter()
+            .map(|item| TableHeader {
+                expression: item.expression.clone(),
+                label: item
+                    .label
+                    .clone()
+                    .unwrap_or_else(|| item.expression.clone()),
+                unknown: false,
+            })
+            .collect()
+    }
+
+    /// What computing it on the server costs: [`billed_calls`].
+    pub fn billed_calls(&self) -> u32 {
+        billed_calls(self.rows.len(), self.columns.len())
+    }
+}
+
+/// Rows or columns, as errors and headers name them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TableAxisKind {
+    /// `rows`.
+    Rows,
+    /// `columns`.
+    Columns,
+}
+
+impl TableAxisKind {
+    /// The member's name in a [`TableRequest`].
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TableAxisKind::Rows => "rows",
+            TableAxisKind::Columns => "columns",
+        }
+    }
+
+    /// Most entries allowed.
+    pub fn max(self) -> usize {
+        match self {
+            TableAxisKind::Rows => MAX_TABLE_ROWS,
+            TableAxisKind::Columns => MAX_TABLE_COLUMNS,
+        }
+    }
+}
+
+/// Why a [`TableRequest`] was refused. Each becomes a 400 `invalid_request` envelope
+/// naming the member at fault (`From<TableError> for ApiError`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TableError {
+    /// `survey`, `populationBase` or `group` is not an identifier.
+    #[error("{message}")]
+    InvalidIdentifier {
+        /// The member: `survey`, `populationBase` or `group`.
+        field: &'static str,
+        /// What is wrong.
+        message: String,
+        /// How to fix it.
+        hint: String,
+    },
+    /// No rows, or no columns.
+    #[error("A table needs at least one entry in {}.", .axis.as_str())]
+    EmptyAxis {
+        /// The empty member.
+        axis: TableAxisKind,
+    },
+    /// More rows or columns than a table may have.
+    #[error("A table has at most {} {}, not {count}.", .axis.max(), .axis.as_str())]
+    TooMany {
+        /// The member over its limit.
+        axis: TableAxisKind,
+        /// How many were sent.
+        count: usize,
+    },
+    /// A label longer than [`MAX_TABLE_LABEL_CHARS`].
+    #[error("{}[{index}].label is longer than {MAX_TABLE_LABEL_CHARS} characters.", .axis.as_str())]
+    LabelTooLong {
+        /// Rows or columns.
+        axis: TableAxisKind,
+        /// Which entry.
+        index: usize,
+    },
+    /// An expression that is empty, too long or does not parse.
+    #[error("{message}")]
+    InvalidExpression {
+        /// Rows or columns.
+        axis: TableAxisKind,
+        /// Which entry.
+        index: usize,
+        /// What is wrong, naming the entry (`rows[3].expression ...`).
+        message: String,
+        /// How to fix it.
+        hint: String,
+    },
+}
+
+impl From<TableError> for ApiError {
+    fn from(error: TableError) -> ApiError {
+        let message = error.to_string();
+        let (field, hint) = match error {
+            TableError::InvalidIdentifier { field, hint, .. } => (field, hint),
+            TableError::EmptyAxis { axis } => (
+                axis.as_str(),
+                format!("Add at least one target to {}.", axis.as_str()),
+            ),
+            TableError::TooMany { axis, .. } => (
+                axis.as_str(),
+                format!(
+                    "Split the table: at most {} {} per table.",
+                    axis.max(),
+                    axis.as_str()
+                ),
+            ),
+            TableError::LabelTooLong { axis, .. } => (
+                axis.as_str(),
+                format!("Keep labels to at most {MAX_TABLE_LABEL_CHARS} characters."),
+            ),
+            TableError::InvalidExpression { axis, hint, .. } => (axis.as_str(), hint),
+        };
+        ApiError::InvalidRequest {
+            field: Some(field.to_owned()),
+            message,
+            hint: Some(hint),
+        }
+    }
+}
+
+impl TableRequest {
+    /// Checks the request in member order (survey, base, group, rows, columns) and parses
+    /// every expression with the contract's own rules for `TargetCodes`. Names the survey
+    /// may not define are not errors here: the engine reports them per header.
+    pub fn validate(self) -> Result<ValidTable, TableError> {
+        let identifier = |field: &'static str, text: &str, is_group: bool| {
+            check_identifier(field, text, is_group).map_err(|Refusal { message, hint }| {
+                TableError::InvalidIdentifier {
+                    field,
+                    message,
+                    hint,
+                }
+            })
+        };
+        identifier("survey", &self.survey, false)?;
+        identifier("populationBase", &self.population_base, false)?;
+        if let Some(group) = &self.group {
+            identifier("group", group, true)?;
+        }
+        let rows = parse_axis(TableAxisKind::Rows, &self.rows)?;
+        let columns = parse_axis(TableAxisKind::Columns, &self.columns)?;
+        Ok(ValidTable {
+            request: self,
+            rows,
+            columns,
+        })
+    }
+}
+
+fn parse_axis(axis: TableAxisKind, items: &[TableAxis]) -> Result<Vec<Expr>, TableError> {
+    if items.is_empty() {
+        return Err(TableError::EmptyAxis { axis });
+    }
+    if items.len() > axis.max() {
+        return Err(TableError::TooMany {
+            axis,
+            count: items.len(),
+        });
+    }
+    items
+        .iter()
+        .enumerate()
+        .map(|(index, item)| {
+            if item
+                .label
+                .as_deref()
+                .is_some_and(|label| label.chars().nth(MAX_TABLE_LABEL_CHARS).is_some())
+            {
+                return Err(TableError::LabelTooLong { axis, index });
+            }
+            let name = format!("{}[{index}].expression", axis.as_str());
+            parse_target(&name, &item.expression).map_err(|Refusal { message, hint }| {
+                TableError::InvalidExpression {
+                    axis,
+                    index,
+                    message,
+                    hint,
+                }
+            })
+        })
+        .collect()
+}
+
+/// The answer to a [`TableRequest`]: `cells[r][c]` is row `r` AND column `c` within the
+/// base (and group); the totals are the Total column, the Total row and their corner.
+#[cfg_attr(feature = "ts", derive(tsify::Tsify))]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Table {
+    /// The `SurveyCode` that answered.
+    pub survey: String,
+    /// The `PopulationBaseCode`.
+    pub population_base: String,
+    /// The group stayed within, as requested (`null`: every group).
+    pub group: Option<String>,
+    /// The rows, as requested and in order (the Total row is [`Table::column_totals`]).
+    pub rows: Vec<TableHeader>,
+    /// The columns, as requested and in order (the Total column is [`Table::row_totals`]).
+    pub columns: Vec<TableHeader>,
+    /// `cells[row][column]`: respondents in the row AND the column, within the base.
+    pub cells: Vec<Vec<TableCell>>,
+    /// The Total column: each row within the base, in row order.
+    pub row_totals: Vec<TableCell>,
+    /// The Total row: each column within the base, in column order.
+    pub column_totals: Vec<TableCell>,
+    /// The corner: the base (and group) itself.
+    pub total: TableCell,
+    /// Unit multiplier of `wgtAud`: 1000 means thousands.
+    pub audience_report_units: u32,
+    /// A cell with this many respondents or fewer is unstable.
+    pub unstable_max_resps: u64,
+    /// Calls billed for this table: [`billed_calls`] on the server, 0 when computed in
+    /// the page.
+    pub billed_calls: u32,
+}
+
+/// One row or column of a [`Table`].
+#[cfg_attr(feature = "ts", derive(tsify::Tsify))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TableHeader {
+    /// The target expression, as requested.
+    pub expression: String,
+    /// The requested label, or the expression when none was given.
+    pub label: String,
+    /// The expression names a variable or code the survey does not define: its cells
+    /// are all zero (as `/v1` answers a partial result).
+    pub unknown: bool,
+}
+
+/// Why a cell is unstable.
+#[cfg_attr(feature = "ts", derive(tsify::Tsify))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum UnstableReason {
+    /// `resps` is at most the survey's `unstableMaxResps` (the rule of `/v1`'s `Stbl`).
+    LowRespondents,
+    /// The relative standard error is over [`MAX_STABLE_RSE`] (or the weighted total is
+    /// zero, so it is undefined).
+    HighRse,
+}
+
+/// The column test's verdict on a cell.
+#[cfg_attr(feature = "ts", derive(tsify::Tsify))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Significance {
+    /// The row's share of this column is significantly higher (95%) than of the rest of
+    /// the base.
+    Higher,
+    /// The row's share of this column is significantly lower (95%) than of the rest of
+    /// the base.
+    Lower,
+}
+
+/// One cell's figures. `n` below is the number of respondents in the base (and group),
+/// `w_i` their weights and `y_i` 1 for the cell's members, else 0; `T = Σ w_i·y_i`.
+#[cfg_attr(feature = "ts", derive(tsify::Tsify))]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TableCell {
+    /// `T`: the weighted total, absolute (exactly as `/v1` sums it).
+    pub weight: f64,
+    /// `Σ w_i²·y_i`, the sum of the members' squared weights.
+    pub weight_squared: f64,
+    /// Unweighted respondents, `Σ y_i` (as `/v1`'s `Resps`).
+    pub resps: u64,
+    /// `weight / audienceReportUnits` (as `/v1`'s `WgtAud`).
+    pub wgt_aud: f64,
+    /// Share of the column, in percent: `weight / column total's weight × 100`; `null`
+    /// when the column's weight is 0. On the Total column, the share of the base.
+    pub vertical_pct: Option<f64>,
+    /// Share of the row, in percent: `weight / row total's weight × 100`; `null` when the
+    /// row's weight is 0. On the Total row, the share of the base.
+    pub horizontal_pct: Option<f64>,
+    /// `verticalPct ÷ (row total's weight / base weight × 100) × 100`: 100 is the
+    /// base's own rate; `null` when either share is undefined or the row is empty.
+    pub index: Option<f64>,
+    /// Effective sample size `(Σ w_i y_i)² / Σ w_i² y_i`; `null` when `weightSquared`
+    /// is 0.
+    pub effective_n: Option<f64>,
+    /// Standard error of `T`, absolute: `√(n/(n−1) · Σ (z_i − z̄)²)` with `z_i = w_i y_i`,
+    /// that is `√(n/(n−1) · (weightSquared − T²/n))`; 0 when `n < 2`.
+    pub standard_error: f64,
+    /// Lower end of the 95% confidence interval, `T − 1.959963984540054 · SE` (may be
+    /// below 0: it is the normal interval, not clipped).
+    pub ci_low: f64,
+    /// Upper end of the 95% confidence interval, `T + 1.959963984540054 · SE`.
+    pub ci_high: f64,
+    /// Relative standard error `SE / T`; `null` when `T` is 0.
+    pub relative_standard_error: Option<f64>,
+    /// `1` (unstable) when there is any `unstableReasons`, else `0`. Note that `/v1`'s
+    /// `Stbl` only knows the respondents' rule.
+    #[cfg_attr(feature = "ts", tsify(type = "0 | 1"))]
+    pub stability: Stability,
+    /// Why the cell is unstable, in this order; empty when it is stable.
+    pub unstable_reasons: Vec<UnstableReason>,
+    /// The column test (95%, two proportions with effective sample sizes): whether the
+    /// row's share of this column differs from its share of the rest of the base.
+    /// `null` when not significant or not testable, and always on the Total column and
+    /// the Total row.
+    pub significance: Option<Significance>,
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn axis(expression: &str) -> TableAxis {
+        TableAxis {
+            expression: expression.into(),
+            label: None,
+        }
+    }
+
+    fn request() -> TableRequest {
+        TableRequest {
+            survey: "DEMO".into(),
+            population_base: "ADULTS".into(),
+            group: None,
+            rows: vec![
+                TableAxis {
+                    expression: "F2554".into(),
+                    label: Some("Women 25-54 · F2554".into()),
+                },
+                axis("SMOKER = 1"),
+            ],
+            columns: vec![axis("REGION = 1"), axis("REGION = 2"), axis("REGION = 3")],
+        }
+    }
+
+    #[test]
+    fn cost_is_what_v1_would_bill() {
+        // 1×1: the cell, the row total and the column total are three targets, two calls.
+        assert_eq!(billed_calls(1, 1), 2);
+        assert_eq!(billed_calls(2, 3), 6); // 6 + 2 + 3 = 11 targets
+        assert_eq!(billed_calls(20, 10), 115); // 230 targets
+        assert_eq!(billed_calls(0, 0), 0);
+        assert_eq!(billed_calls(usize::MAX, 2), u32::MAX);
+    }
+
+    #[test]
+    fn members_are_camel_case_and_optional_ones_may_be_left_out() {
+        let parsed: TableRequest = serde_json::from_value(json!({
+            "populationBase": "ADULTS",
+            "rows": [{"expression": "F2554", "label": "Women 25-54 · F2554"}, {"expression": "SMOKER = 1"}],
+            "columns": [{"expression": "REGION = 1"}, {"expression": "REGION = 2"}, {"expression": "REGION = 3"}]
+        }))
+        .unwrap();
+        assert_eq!(
+            parsed,
+            TableRequest {
+                survey: String::new(),
+                ..request()
+            }
+        );
+        let value = serde_json::to_value(request()).unwrap();
+        assert_eq!(value["populationBase"], "ADULTS");
+        assert_eq!(value["rows"][1], json!({"expression": "SMOKER = 1"}));
+        let cell = TableCell {
+            weight: 2.0,
+            weight_squared: 4.0,
+            resps: 1,
+            wgt_aud: 0.002,
+            vertical_pct: None,
+            horizontal_pct: Some(50.0),
+            index: None,
+            effective_n: Some(1.0),
+            standard_error: 0.0,
+            ci_low: 2.0,
+            ci_high: 2.0,
+            relative_standard_error: Some(0.0),
+            stability: Stability::Unstable,
+            unstable_reasons: vec![UnstableReason::LowRespondents, UnstableReason::HighRse],
+            significance: Some(Significance::Higher),
+        };
+        let value = serde_json::to_value(&cell).unwrap();
+        assert_eq!(
+            value,
+            json!({"weight": 2.0, "weightSquared": 4.0, "resps": 1, "wgtAud": 0.002,
+                   "verticalPct": null, "horizontalPct": 50.0, "index": null,
+                   "effectiveN": 1.0, "standardError": 0.0, "ciLow": 2.0, "ciHigh": 2.0,
+                   "relativeStandardError": 0.0, "stability": 1,
+                   "unstableReasons": ["lowRespondents", "highRse"],
+                   "significance": "higher"})
+        );
+        assert_eq!(serde_json::from_value::<TableCell>(value).unwrap(), cell);
+    }
+
+    #[test]
+    fn a_valid_request_parses_every_expression_and_labels_its_headers() {
+        let valid = request().validate().unwrap();
+        assert_eq!(valid.rows.len(), 2);
+        assert_eq!(valid.columns[2], Expr::parse("REGION = 3").unwrap());
+        let rows = valid.headers(TableAxisKind::Rows);
+        assert_eq!(rows[0].label, "Women 25-54 · F2554");
+        assert_eq!(rows[1].label, "SMOKER = 1");
+        assert!(!rows[0].unknown);
+        assert_eq!(valid.billed_calls(), billed_calls(2, 3));
+        assert_eq!(valid.group_filter(), None);
+        let all = TableRequest {
+            group: Some(ALL_GROUPS.into()),
+            ..request()
+        };
+        assert_eq!(all.validate().unwrap().group_filter(), None);
+        let one = TableRequest {
+            group: Some("1".into()),
+            ..request()
+        };
+        assert_eq!(one.validate().unwrap().group_filter(), Some("1"));
+    }
+
+    /// The error `request` is refused with, as the envelope's field and message.
+    fn refused(request: TableRequest) -> (String, String) {
+        let error = ApiError::from(request.validate().unwrap_err());
+        assert_eq!((error.code(), error.status()), ("invalid_request", 400));
+        let detail = error.envelope().error.unwrap();
+        assert!(detail.hint.is_some());
+        (detail.field.unwrap(), detail.message)
+    }
+
+    #[test]
+    fn refusals_name_the_member_at_fault() {
+        let (field, message) = refused(TableRequest {
+            survey: String::new(),
+            ..request()
+        });
+        assert_eq!(
+            (field.as_str(), message.as_str()),
+            ("survey", "survey must not be empty.")
+        );
+        let (field, _) = refused(TableRequest {
+            population_base: "A B".into(),
+            ..request()
+        });
+        assert_eq!(field, "populationBase");
+        let (field, _) = refused(TableRequest {
+            group: Some(String::new()),
+            ..request()
+        });
+        assert_eq!(field, "group");
+        let (field, message) = refused(TableRequest {
+            rows: vec![],
+            ..request()
+        });
+        assert_eq!(field, "rows");
+        assert_eq!(message, "A table needs at least one entry in rows.");
+        let (field, message) = refused(TableRequest {
+            columns: vec![axis("*"); MAX_TABLE_COLUMNS + 1],
+            ..request()
+        });
+        assert_eq!(field, "columns");
+        assert_eq!(message, "A table has at most 50 columns, not 51.");
+        assert!(TableRequest {
+            rows: vec![axis("*"); MAX_TABLE_ROWS],
+            columns: vec![axis("*"); MAX_TABLE_COLUMNS],
+            ..request()
+        }
+        .validate()
+        .is_ok());
+        let mut rows = request().rows;
+        rows[1].expression = "GENDER = ".into();
+        let (field, message) = refused(TableRequest { rows, ..request() });
+        assert_eq!(field, "rows");
+        assert!(
+            message.starts_with("rows[1].expression is not a valid target expression"),
+            "{message}"
+        );
+        let mut columns = request().columns;
+        columns[0].expression = "  ".into();
+        let (field, message) = refused(TableRequest {
+            columns,
+            ..request()
+        });
+        assert_eq!(
+            (field.as_str(), message.as_str()),
+            ("columns", "columns[0].expression is empty.")
+        );
+        let mut columns = request().columns;
+        columns[2].label = Some("x".repeat(MAX_TABLE_LABEL_CHARS + 1));
+        let (field, message) = refused(TableRequest {
+            columns,
+            ..request()
+        });
+        assert_eq!(field, "columns");
+        assert!(
+            message.starts_with("columns[2].label is longer"),
+            "{message}"
+        );
+    }
+}
