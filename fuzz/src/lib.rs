@@ -179,6 +179,26 @@ fn sav_dir() -> &'static PathBuf {
     })
 }
 
+/// Lets panics raised inside the crate named `krate` unwind instead of aborting, and
+/// keeps libFuzzer's abort for every other panic. The SPSS reader (`ambers`) panics on
+/// some damaged files and the import catches that (`catch_unwind`) and refuses the file;
+/// libFuzzer's hook would abort first and report a finding the product already handles.
+/// A panic in our own code, even inside such a call, still aborts.
+pub fn tolerate_panics_inside(krate: &'static str) {
+    let abort = std::panic::take_hook();
+    let marker = format!("{krate}-");
+    std::panic::set_hook(Box::new(move |info| {
+        let inside = info.location().is_some_and(|at| {
+            at.file()
+                .rsplit(['/', '\\'])
+                .any(|part| part.starts_with(&marker))
+        });
+        if !inside {
+            abort(info);
+        }
+    }));
+}
+
 /// The SPSS `.sav`/`.zsav` reader, through the engine's file import (its only public
 /// entry): never panics; a file it imports compiles to a survey that loads and answers.
 pub fn check_sav_reader(data: &[u8]) -> bool {

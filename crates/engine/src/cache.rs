@@ -4,15 +4,17 @@
 //! key comes back: the first sight of a key is remembered by hash alone (a small
 //! doorkeeper), so a query that is never repeated is evaluated in one fused pass and pays
 //! nothing for caching, while a repeated one is materialized on its second sight and costs
-//! what a named code does from then on. Within the byte budget the least recently used
-//! sets make room, so a burst of one-off conditions cannot shut the popular ones out.
+//! what a named code does from then on. The sets draw on the process's one
+//! [`MemoryBudget`]: the least recently used entries of any cache make room, so a burst of
+//! one-off conditions cannot shut the popular ones out.
 
 use std::collections::hash_map::DefaultHasher;
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex};
 
 use crate::bitset::Bitset;
+use crate::budget::{Evict, MemoryBudget};
 
 /// Identifies a cached set.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -56,10 +58,11 @@ pub(crate) enum Lookup {
 /// First sights remembered before the doorkeeper starts over; a few hundred KiB at most.
 const DOORKEEPER_KEYS: usize = 1 << 14;
 
-/// Sets within a byte budget that counts keys as well as sets (a listed key can be long).
+/// Sets within the shared byte budget, which counts keys as well as sets (a listed key can
+/// be long).
 #[derive(Debug)]
 pub(crate) struct SetCache {
-    budget: usize,
+    budget: Arc<MemoryBudget>,
     /// Bytes of one set (every set spans all respondents).
     set_bytes: usize,
     inner: Mutex<Entries>,
@@ -68,9 +71,9 @@ pub(crate) struct SetCache {
 #[derive(Debug, Default)]
 struct Entries {
     bytes: usize,
-    /// Ticks on every hit and insert: an entry's `used` says how recently.
-    clock: u64,
     map: HashMap<SetKey, Entry>,
+    /// The keys by last use (the budget's clock ticks on every hit and insert).
+    by_use: BTreeMap<u64, SetKey>,
     /// Fingerprints of keys seen once and not kept.
     seen: HashSet<u64>,
 }
@@ -83,14 +86,31 @@ struct Entry {
 }
 
 impl SetCache {
-    /// A cache of sets over `respondents` that holds at most `budget` bytes of keys and
-    /// sets.
-    pub(crate) fn new(budget: usize, respondents: usize) -> Self {
-        SetCache {
-            budget,
+    /// A cache of sets over `respondents` drawing on `budget` (and evictable by it).
+    pub(crate) fn new(budget: &Arc<MemoryBudget>, respondents: usize) -> Arc<Self> {
+        let cache = Arc::new(SetCache {
+            budget: Arc::clone(budget),
             set_bytes: respondents.div_ceil(64) * 8,
             inner: Mutex::new(Entries::default()),
-        }
+        });
+        let evict: Arc<dyn Evict> = cache.clone();
+        budget.register(Arc::downgrade(&evict));
+        cache
+    }
+
+    /// Bytes of one set.
+    pub(crate) fn set_bytes(&self) -> usize {
+        self.set_bytes
+    }
+
+    /// The budget the sets draw on.
+    pub(crate) fn budget(&self) -> &MemoryBudget {
+        &self.budget
+    }
+
+    /// Sets larger than this never enter (they would push out too much at once).
+    fn largest_entry(&self) -> usize {
+        self.budget.limit() / 4
     }
 
     fn entry_bytes(&self, key: &SetKey) -> usize {
@@ -104,12 +124,14 @@ impl SetCache {
 
     /// Looks `key` up, remembering a first sight.
     pub(crate) fn get(&self, key: &SetKey) -> Lookup {
-        let too_large = self.entry_bytes(key) > self.budget / 4;
+        let too_large = self.entry_bytes(key) > self.largest_entry();
+        let now = self.budget.tick();
         let mut guard = self.lock();
         let entries = &mut *guard;
-        entries.clock += 1;
         if let Some(entry) = entries.map.get_mut(key) {
-            entry.used = entries.clock;
+            entries.by_use.remove(&entry.used);
+            entry.used = now;
+            entries.by_use.insert(now, key.clone());
             return Lookup::Hit(Arc::clone(&entry.set));
         }
         if too_large {
@@ -126,38 +148,30 @@ impl SetCache {
         Lookup::Pass
     }
 
-    /// Keeps `set` as `key`'s, pushing out the least recently used sets to make room;
-    /// returns it shared. A set too large for the budget is returned without being kept.
+    /// Keeps `set` as `key`'s, pushing out the least recently used entries (of any cache
+    /// on the budget) to make room; returns it shared. A set the budget can't hold is
+    /// returned without being kept.
     pub(crate) fn insert(&self, key: SetKey, set: Bitset) -> Arc<Bitset> {
         let set = Arc::new(set);
         let bytes = self.entry_bytes(&key);
-        if bytes > self.budget / 4 {
+        // Room is made before this cache's lock is taken: making it may evict from here.
+        if bytes > self.largest_entry() || !self.budget.take(bytes) {
             return set;
         }
+        let used = self.budget.tick();
         let mut guard = self.lock();
         let entries = &mut *guard;
-        while entries.bytes + bytes > self.budget {
-            let Some(oldest) = entries
-                .map
-                .iter()
-                .min_by_key(|(_, entry)| entry.used)
-                .map(|(key, _)| key.clone())
-            else {
-                break;
-            };
-            if let Some(gone) = entries.map.remove(&oldest) {
-                entries.bytes -= gone.bytes;
-            }
-        }
-        entries.clock += 1;
         let entry = Entry {
             set: Arc::clone(&set),
             bytes,
-            used: entries.clock,
+            used,
         };
+        entries.by_use.insert(used, key.clone());
         if let Some(replaced) = entries.map.insert(key, entry) {
             // A racing request kept the same set first.
+            entries.by_use.remove(&replaced.used);
             entries.bytes -= replaced.bytes;
+            self.budget.give_back(replaced.bytes);
         }
         entries.bytes += bytes;
         set
@@ -178,6 +192,32 @@ impl SetCache {
     }
 }
 
+impl Evict for SetCache {
+    fn oldest_use(&self) -> Option<u64> {
+        self.lock().by_use.keys().next().copied()
+    }
+
+    fn evict_oldest(&self) -> bool {
+        let mut guard = self.lock();
+        let entries = &mut *guard;
+        let Some((_, key)) = entries.by_use.pop_first() else {
+            return false;
+        };
+        if let Some(gone) = entries.map.remove(&key) {
+            entries.bytes -= gone.bytes;
+            self.budget.give_back(gone.bytes);
+        }
+        true
+    }
+}
+
+impl Drop for SetCache {
+    fn drop(&mut self) {
+        let bytes = self.lock().bytes;
+        self.budget.give_back(bytes);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -186,8 +226,8 @@ mod tests {
     const RANGE_ENTRY: usize = 512 / 8 + std::mem::size_of::<SetKey>();
 
     /// A cache with room for exactly eight range entries over 512 respondents.
-    fn eight_entry_cache() -> SetCache {
-        SetCache::new(8 * RANGE_ENTRY, 512)
+    fn eight_entry_cache() -> Arc<SetCache> {
+        SetCache::new(&MemoryBudget::new(8 * RANGE_ENTRY), 512)
     }
 
     /// Asks for `key` twice (a first sight is never kept); whether it was computed.
@@ -258,6 +298,43 @@ mod tests {
             assert!(computed(&cache, range(n)));
         }
         assert!(computed(&cache, listed), "counted at its full size");
+    }
+
+    #[test]
+    fn caches_on_one_budget_make_room_for_each_other_least_recently_used_first() {
+        let budget = MemoryBudget::new(8 * RANGE_ENTRY);
+        let (a, b) = (SetCache::new(&budget, 512), SetCache::new(&budget, 512));
+        for n in 0..4 {
+            assert!(computed(&a, range(n)));
+            assert!(computed(&b, range(n)));
+        }
+        assert_eq!(budget.used(), 8 * RANGE_ENTRY);
+        assert!(!computed(&a, range(0)), "kept");
+        // b's newcomer pushes out the least recently used set of either cache: b's 0
+        // (a's 0 was just used).
+        assert!(computed(&b, range(9)));
+        assert!(!computed(&a, range(0)));
+        assert!(computed(&b, range(0)), "b's 0 made room");
+        // ... and b's 0 coming back pushed out a's 1, the oldest of either now.
+        assert!(budget.used() <= budget.limit());
+        assert!(computed(&a, range(1)));
+        // A dropped cache gives its bytes back: a keeps 0, 2, 3 and 1 (which pushed out
+        // b's 1).
+        drop(b);
+        assert_eq!(budget.used(), 4 * RANGE_ENTRY);
+    }
+
+    #[test]
+    fn sets_kept_for_good_shrink_the_evictable_ones() {
+        let budget = MemoryBudget::new(8 * RANGE_ENTRY);
+        let cache = SetCache::new(&budget, 512);
+        for n in 0..8 {
+            assert!(computed(&cache, range(n)));
+        }
+        budget.take_anyway(3 * RANGE_ENTRY);
+        assert!(budget.used() <= budget.limit());
+        assert_eq!(cache.lock().map.len(), 5, "three evicted");
+        assert!(computed(&cache, range(0)), "the oldest went first");
     }
 
     #[test]

@@ -7,6 +7,7 @@
 //! crate builds for `wasm32-unknown-unknown`.
 
 pub mod bitset;
+mod budget;
 mod builder;
 mod cache;
 pub mod codebook;
@@ -24,6 +25,7 @@ mod survey;
 mod weights;
 
 pub use bitset::{Bitset, Tally};
+pub use budget::{Evict, MemoryBudget};
 pub use codebook::Codebook;
 pub use definition::SourceFormat;
 pub use error::{ImportError, LoadError, QueryError};

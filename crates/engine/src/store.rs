@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 use std::time::SystemTime;
 
+use crate::budget::MemoryBudget;
 use crate::error::{ImportError, LoadError};
 use crate::survey::Survey;
 
@@ -137,14 +138,16 @@ pub struct Refresh {
 pub struct Catalog {
     store: SurveyStore,
     surveys: RwLock<BTreeMap<String, (Arc<Survey>, Stamp)>>,
+    budget: Arc<MemoryBudget>,
 }
 
 impl Catalog {
-    /// A catalog of `store`, loaded.
-    pub fn new(store: SurveyStore) -> (Catalog, Refresh) {
+    /// A catalog of `store`, loaded, every survey's caches drawing on `budget`.
+    pub fn new(store: SurveyStore, budget: &Arc<MemoryBudget>) -> (Catalog, Refresh) {
         let catalog = Catalog {
             store,
             surveys: RwLock::new(BTreeMap::new()),
+            budget: Arc::clone(budget),
         };
         let refresh = catalog.refresh();
         (catalog, refresh)
@@ -206,7 +209,7 @@ impl Catalog {
             if current.get(code) == Some(&stamp) {
                 continue;
             }
-            match Survey::open(&path) {
+            match Survey::open_within(&path, &self.budget) {
                 Ok(survey) if survey.code() == code => {
                     updates.push((code.clone(), Arc::new(survey), stamp));
                 }

@@ -1,12 +1,14 @@
 //! A compiled survey, loaded: the data every query reads, used in place.
 
 use std::collections::HashMap;
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use crosstab_contract::expr::NameKind;
 use crosstab_contract::Expr;
 
 use crate::bitset::Bitset;
+use crate::budget::MemoryBudget;
 use crate::cache::SetCache;
 use crate::error::LoadError;
 use crate::eval::{plan, Codes, Column, Plan, Ranges, Source};
@@ -26,6 +28,21 @@ enum Backing {
 }
 
 impl Backing {
+    /// Maps an installed survey file.
+    #[cfg(feature = "fs")]
+    fn map(path: &std::path::Path) -> Result<Backing, LoadError> {
+        let io = |source| LoadError::Io {
+            path: path.display().to_string(),
+            source,
+        };
+        let file = std::fs::File::open(path).map_err(io)?;
+        // SAFETY: survey files are only ever replaced by atomic rename, never written in
+        // place, so the mapped bytes can't change under us.
+        #[allow(unsafe_code)]
+        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
+        Ok(Backing::Mapped(map))
+    }
+
     fn bytes(&self) -> &[u8] {
         match self {
             #[cfg(feature = "fs")]
@@ -51,7 +68,9 @@ pub struct Survey {
     base_sets: Vec<OnceLock<Bitset>>,
     group_sets: Vec<OnceLock<Bitset>>,
     code_sets: Vec<OnceLock<Bitset>>,
-    set_cache: SetCache,
+    set_cache: Arc<SetCache>,
+    /// Bytes of the base, group and code sets computed so far, taken from the budget.
+    kept_bytes: AtomicUsize,
 }
 
 impl std::fmt::Debug for Survey {
@@ -65,32 +84,47 @@ impl std::fmt::Debug for Survey {
 }
 
 impl Survey {
-    /// Loads a compiled survey from bytes (copied once into aligned memory).
+    /// Loads a compiled survey from bytes (copied once into aligned memory), with a cache
+    /// budget of its own (a quarter of the survey, within 1-256 MiB).
     pub fn from_bytes(bytes: &[u8]) -> Result<Survey, LoadError> {
+        Survey::from_bytes_within(bytes, &own_budget(bytes.len()))
+    }
+
+    /// Loads a compiled survey from bytes, its caches drawing on `budget`.
+    pub fn from_bytes_within(
+        bytes: &[u8],
+        budget: &Arc<MemoryBudget>,
+    ) -> Result<Survey, LoadError> {
         let mut words = vec![0u64; bytes.len().div_ceil(8)];
         bytemuck::cast_slice_mut::<u64, u8>(&mut words)[..bytes.len()].copy_from_slice(bytes);
-        Survey::from_backing(Backing::Owned {
-            words,
-            len: bytes.len(),
-        })
+        Survey::from_backing(
+            Backing::Owned {
+                words,
+                len: bytes.len(),
+            },
+            budget,
+        )
     }
 
-    /// Opens an installed survey file by memory map: loading reads only the header.
+    /// Opens an installed survey file by memory map (loading reads only the header), with
+    /// a cache budget of its own.
     #[cfg(feature = "fs")]
     pub fn open(path: &std::path::Path) -> Result<Survey, LoadError> {
-        let io = |source| LoadError::Io {
-            path: path.display().to_string(),
-            source,
-        };
-        let file = std::fs::File::open(path).map_err(io)?;
-        // SAFETY: survey files are only ever replaced by atomic rename, never written in
-        // place, so the mapped bytes can't change under us.
-        #[allow(unsafe_code)]
-        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
-        Survey::from_backing(Backing::Mapped(map))
+        let backing = Backing::map(path)?;
+        let budget = own_budget(backing.bytes().len());
+        Survey::from_backing(backing, &budget)
     }
 
-    fn from_backing(backing: Backing) -> Result<Survey, LoadError> {
+    /// Opens an installed survey file by memory map, its caches drawing on `budget`.
+    #[cfg(feature = "fs")]
+    pub fn open_within(
+        path: &std::path::Path,
+        budget: &Arc<MemoryBudget>,
+    ) -> Result<Survey, LoadError> {
+        Survey::from_backing(Backing::map(path)?, budget)
+    }
+
+    fn from_backing(backing: Backing, budget: &Arc<MemoryBudget>) -> Result<Survey, LoadError> {
         let header = read_header(backing.bytes())?;
         let index = |names: &mut dyn Iterator<Item = &String>, what: &str| {
             let mut map = HashMap::new();
@@ -122,11 +156,8 @@ impl Survey {
             base_sets: (0..base_exprs.len()).map(|_| OnceLock::new()).collect(),
             group_sets: (0..header.groups.len()).map(|_| OnceLock::new()).collect(),
             code_sets: (0..code_exprs.len()).map(|_| OnceLock::new()).collect(),
-            // A quarter of the file, within bounds: resident memory stays near the file's.
-            set_cache: SetCache::new(
-                (backing.bytes().len() / 4).clamp(1 << 20, 256 << 20),
-                header.respondents as usize,
-            ),
+            set_cache: SetCache::new(budget, header.respondents as usize),
+            kept_bytes: AtomicUsize::new(0),
             backing,
             header,
             variable_index,
@@ -382,7 +413,7 @@ impl Survey {
         Some(
             self.code_sets
                 .get(index)?
-                .get_or_init(|| self.evaluate_known(expr)),
+                .get_or_init(|| self.kept(self.evaluate_known(expr))),
         )
     }
 
@@ -393,7 +424,7 @@ impl Survey {
         Some(
             self.base_sets
                 .get(index)?
-                .get_or_init(|| self.evaluate_known(expr)),
+                .get_or_init(|| self.kept(self.evaluate_known(expr))),
         )
     }
 
@@ -407,12 +438,24 @@ impl Survey {
             };
             // At most u16::MAX groups (checked at load), so the code fits.
             let code = index as u32 + 1;
-            Plan::Ranges {
-                codes: Codes::U16(codes),
-                ranges: Ranges::one(code, code),
-            }
-            .materialize(self.respondents())
+            self.kept(
+                Plan::Ranges {
+                    codes: Codes::U16(codes),
+                    ranges: Ranges::one(code, code),
+                }
+                .materialize(self.respondents()),
+            )
         }))
+    }
+
+    /// Counts a base, group or code set, kept for the survey's life, against the budget:
+    /// the survey's definition bounds how many there are, so they are never evicted, but
+    /// the evictable caches shrink to make room for them.
+    fn kept(&self, set: Bitset) -> Bitset {
+        let bytes = self.set_cache.set_bytes();
+        self.set_cache.budget().take_anyway(bytes);
+        self.kept_bytes.fetch_add(bytes, Ordering::Relaxed);
+        set
     }
 }
 
@@ -433,6 +476,20 @@ impl Source for Survey {
     fn universe(&self) -> usize {
         self.respondents()
     }
+}
+
+impl Drop for Survey {
+    fn drop(&mut self) {
+        self.set_cache
+            .budget()
+            .give_back(self.kept_bytes.load(Ordering::Relaxed));
+    }
+}
+
+/// The budget of a survey loaded on its own: a quarter of the file, within bounds, so
+/// resident memory stays near the file's.
+fn own_budget(file_len: usize) -> Arc<MemoryBudget> {
+    MemoryBudget::new((file_len / 4).clamp(1 << 20, 256 << 20))
 }
 
 /// `section` of `bytes` as a slice of `T`: in bounds and aligned, or why not.

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use crosstab_contract::validate_value;
 use crosstab_engine::store::{Catalog, SurveyStore};
-use crosstab_engine::{import, ImportError, Survey};
+use crosstab_engine::{import, ImportError, MemoryBudget, Survey};
 use serde_json::json;
 
 const TOML: &str = r#"code = "T"
@@ -258,12 +258,48 @@ fn corrupt_sections_are_load_errors_that_say_so() {
 }
 
 #[test]
+fn every_surveys_caches_stay_within_one_budget_and_give_it_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SurveyStore::open(dir.path()).unwrap();
+    // Three respondents: a set is 8 bytes, so a 2 KiB budget holds a few dozen entries.
+    store.install(&compile(TOML, CSV).unwrap()).unwrap();
+    let other = TOML.replacen("code = \"T\"", "code = \"U\"", 1);
+    store.install(&compile(&other, CSV).unwrap()).unwrap();
+    let budget = MemoryBudget::new(2048);
+    let (catalog, refresh) = Catalog::new(store.clone(), &budget);
+    assert_eq!(refresh.loaded.len(), 2);
+    let mut peak = 0;
+    for n in 0..400 {
+        for code in ["T", "U"] {
+            let survey = catalog.get(code).unwrap();
+            let fresh = Survey::open(&store.path_of(code)).unwrap();
+            // Distinct composite targets, each asked twice (kept on its second sight).
+            let target = format!("Y >= {n} OR X = 1");
+            let request = validate_value(&json!({
+                "SurveyCode": code, "PopulationBaseCode": "ALL",
+                "TargetCodes": [target.clone(), target],
+            }))
+            .unwrap();
+            assert_eq!(
+                survey.crosstab(&request).unwrap(),
+                fresh.crosstab(&request).unwrap()
+            );
+            peak = peak.max(budget.used());
+        }
+    }
+    assert!(peak > 1024, "the caches were used: {peak}");
+    assert!(peak <= budget.limit(), "{peak} > {}", budget.limit());
+    drop(catalog);
+    assert_eq!(budget.used(), 0, "unloaded surveys give their bytes back");
+}
+
+#[test]
 fn mmap_and_bytes_answer_alike_and_installs_replace_atomically() {
     let dir = tempfile::tempdir().unwrap();
     let store = SurveyStore::open(dir.path()).unwrap();
     let first = compile(TOML, CSV).unwrap();
     store.install(&first).unwrap();
-    let (catalog, refresh) = Catalog::new(store.clone());
+    let (catalog, refresh) = Catalog::new(store.clone(), &MemoryBudget::new(64 << 20));
     assert_eq!(refresh.loaded, vec!["T".to_owned()]);
     let request = validate_value(
         &json!({"SurveyCode": "T", "PopulationBaseCode": "ALL", "TargetCodes": ["X1", "Y >= 10"]}),
