@@ -142,8 +142,17 @@ pub struct Catalog {
 }
 
 impl Catalog {
+    /// A catalog of `store`, loaded, every survey's caches drawing on one budget of
+    /// [`Catalog::DEFAULT_BUDGET`] bytes.
+    pub fn new(store: SurveyStore) -> (Catalog, Refresh) {
+        Catalog::within(store, &MemoryBudget::new(Catalog::DEFAULT_BUDGET))
+    }
+
+    /// The cache budget of [`Catalog::new`].
+    pub const DEFAULT_BUDGET: usize = 1 << 30;
+
     /// A catalog of `store`, loaded, every survey's caches drawing on `budget`.
-    pub fn new(store: SurveyStore, budget: &Arc<MemoryBudget>) -> (Catalog, Refresh) {
+    pub fn within(store: SurveyStore, budget: &Arc<MemoryBudget>) -> (Catalog, Refresh) {
         let catalog = Catalog {
             store,
             surveys: RwLock::new(BTreeMap::new()),

@@ -266,7 +266,7 @@ fn every_surveys_caches_stay_within_one_budget_and_give_it_back() {
     let other = TOML.replacen("code = \"T\"", "code = \"U\"", 1);
     store.install(&compile(&other, CSV).unwrap()).unwrap();
     let budget = MemoryBudget::new(2048);
-    let (catalog, refresh) = Catalog::new(store.clone(), &budget);
+    let (catalog, refresh) = Catalog::within(store.clone(), &budget);
     assert_eq!(refresh.loaded.len(), 2);
     let mut peak = 0;
     for n in 0..400 {
@@ -299,7 +299,7 @@ fn mmap_and_bytes_answer_alike_and_installs_replace_atomically() {
     let store = SurveyStore::open(dir.path()).unwrap();
     let first = compile(TOML, CSV).unwrap();
     store.install(&first).unwrap();
-    let (catalog, refresh) = Catalog::new(store.clone(), &MemoryBudget::new(64 << 20));
+    let (catalog, refresh) = Catalog::new(store.clone());
     assert_eq!(refresh.loaded, vec!["T".to_owned()]);
     let request = validate_value(
         &json!({"SurveyCode": "T", "PopulationBaseCode": "ALL", "TargetCodes": ["X1", "Y >= 10"]}),
