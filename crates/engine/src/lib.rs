@@ -2,7 +2,8 @@
 //!
 //! A survey is defined by a TOML file beside a respondent CSV ([`definition`]), imported
 //! and compiled to a compact file ([`import`]), and loaded in place ([`Survey`]) to answer
-//! crosstab requests ([`Survey::crosstab`]). With the default `fs` feature it also reads
+//! crosstab requests ([`Survey::crosstab`]) and the app's tables with their reliability
+//! figures ([`Survey::table`]). With the default `fs` feature it also reads
 //! files, memory-maps installed surveys and keeps a data dir ([`store`]); without it the
 //! crate builds for `wasm32-unknown-unknown`.
 
@@ -21,7 +22,9 @@ mod query;
 pub mod source;
 #[cfg(feature = "fs")]
 pub mod store;
+mod stats;
 mod survey;
+mod table;
 mod weights;
 
 pub use bitset::{Bitset, Tally};
@@ -29,7 +32,9 @@ pub use budget::{Evict, MemoryBudget};
 pub use codebook::Codebook;
 pub use definition::SourceFormat;
 pub use error::{ImportError, LoadError, QueryError};
+pub use stats::Moments;
 pub use survey::Survey;
+pub use table::TableSums;
 
 /// Compiles and loads a survey from its definition text and CSV text in one step.
 pub fn survey_from_csv(definition_toml: &str, csv: &str) -> Result<Survey, ImportError> {

@@ -73,7 +73,7 @@ impl Survey {
     /// A target's plan. Composite targets are kept whole too, on their second sight
     /// (within the same budget as leaves): a repeated expression then costs what a named
     /// code does, while a one-off one costs no set.
-    fn target_plan(&self, target: &Expr) -> Plan<'_> {
+    pub(crate) fn target_plan(&self, target: &Expr) -> Plan<'_> {
         match target {
             Expr::Not(_) | Expr::And(_) | Expr::Or(_) => {
                 let plan = plan(self, target);
@@ -98,31 +98,12 @@ impl Survey {
         let source = self.weight_source();
         let mut sums: Vec<BlockSum<'_>> = plans.iter().map(|_| source.summer()).collect();
         let mut blocks = vec![[0u64; BLOCK_WORDS]; plans.len()];
-        let mut filter = [0u64; BLOCK_WORDS];
-        let groups = group.map(|g| g.words().chunks(BLOCK_WORDS));
-        let mut groups = groups.into_iter().flatten();
-        for (index, base_block) in base.words().chunks(BLOCK_WORDS).enumerate() {
-            let filter = &mut filter[..base_block.len()];
-            filter.copy_from_slice(base_block);
-            if let Some(group_block) = groups.next() {
-                for (word, keep) in filter.iter_mut().zip(group_block) {
-                    *word &= keep;
-                }
-            } else if group.is_some() {
-                filter.fill(0);
-            }
-            if filter.iter().all(|word| *word == 0) {
-                continue;
-            }
+        for_each_filter_block(base, group, |index, filter| {
             for (plan, block) in plans.iter().zip(blocks.iter_mut()) {
-                let out = &mut block[..filter.len()];
-                plan.fill(index * BLOCK_WORDS, out);
-                for (word, keep) in out.iter_mut().zip(filter.iter()) {
-                    *word &= keep;
-                }
+                fill_within(plan, index, filter, &mut block[..filter.len()]);
             }
             add_blocks(&mut sums, index, &blocks, filter.len());
-        }
+        });
         sums.into_iter().map(BlockSum::finish).collect()
     }
 
@@ -142,5 +123,40 @@ impl Survey {
     /// Weighted and unweighted totals of a population base.
     pub fn base_totals(&self, code: &str) -> Option<Tally> {
         self.base_set(code).map(|set| self.tally(&Expr::All, set))
+    }
+}
+
+/// Calls `each(index, filter)` with block `index` of `base ∧ group`, block by block in
+/// order, skipping the blocks nobody is left in.
+pub(crate) fn for_each_filter_block(
+    base: &Bitset,
+    group: Option<&Bitset>,
+    mut each: impl FnMut(usize, &[u64]),
+) {
+    let mut filter = [0u64; BLOCK_WORDS];
+    let groups = group.map(|g| g.words().chunks(BLOCK_WORDS));
+    let mut groups = groups.into_iter().flatten();
+    for (index, base_block) in base.words().chunks(BLOCK_WORDS).enumerate() {
+        let filter = &mut filter[..base_block.len()];
+        filter.copy_from_slice(base_block);
+        if let Some(group_block) = groups.next() {
+            for (word, keep) in filter.iter_mut().zip(group_block) {
+                *word &= keep;
+            }
+        } else if group.is_some() {
+            filter.fill(0);
+        }
+        if filter.iter().all(|word| *word == 0) {
+            continue;
+        }
+        each(index, filter);
+    }
+}
+
+/// Fills `out` with block `index` of `plan`'s respondents within `filter`.
+pub(crate) fn fill_within(plan: &Plan<'_>, index: usize, filter: &[u64], out: &mut [u64]) {
+    plan.fill(index * BLOCK_WORDS, out);
+    for (word, keep) in out.iter_mut().zip(filter) {
+        *word &= keep;
     }
 }

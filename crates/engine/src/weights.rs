@@ -79,15 +79,26 @@ pub(crate) fn planes(weights: &[f64]) -> Option<Planes> {
         total = total.checked_add(integer).filter(|t| *t <= EXACT_LIMIT)?;
         integers.push(integer);
     }
-    let largest = integers.iter().copied().max().unwrap_or(0);
-    let bits = (u64::BITS - largest.leading_zeros()).max(1);
-    let len = usize::try_from(plane_words(weights.len() as u64, bits)?).ok()?;
+    let (bits, words) = lay_out(integers.iter().map(|i| u128::from(*i)), integers.len())?;
+    Some(Planes {
+        decimals,
+        bits,
+        words,
+    })
+}
+
+/// The planes of `count` integers, in the block layout of [`Planes`], with as many
+/// planes as the largest needs.
+fn lay_out(integers: impl Iterator<Item = u128> + Clone, count: usize) -> Option<(u32, Vec<u64>)> {
+    let largest = integers.clone().max().unwrap_or(0);
+    let bits = (u128::BITS - largest.leading_zeros()).max(1);
+    let len = usize::try_from(plane_words(count as u64, bits)?).ok()?;
     let mut words = vec![0u64; len];
     let block_rows = 64 * BLOCK_WORDS;
-    for (row, integer) in integers.iter().enumerate() {
+    for (row, integer) in integers.enumerate() {
         let (block, within) = (row / block_rows, row % block_rows);
         let (word, bit) = (within / 64, within % 64);
-        let mut rest = *integer;
+        let mut rest = integer;
         while rest != 0 {
             let plane = rest.trailing_zeros() as usize;
             let at = (block * bits as usize + plane) * BLOCK_WORDS + word;
@@ -95,11 +106,158 @@ pub(crate) fn planes(weights: &[f64]) -> Option<Planes> {
             rest &= rest - 1;
         }
     }
-    Some(Planes {
-        decimals,
-        bits,
-        words,
-    })
+    Some((bits, words))
+}
+
+/// Every respondent's squared weight, for sums of `w²` (the table's reliability
+/// figures; `/v1` never needs them). Made from the weights when first needed, not kept
+/// in the file. With decimal weights the squares are exact integers
+/// `(w × 10^decimals)²` (below 2^106) in bit planes, summed in `u128` and divided once
+/// by `10^(2 × decimals)`; otherwise f64 squares summed in [`Summer`]'s lane order.
+/// Either way the same on every platform.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Squares {
+    Planes {
+        decimals: u32,
+        bits: u32,
+        words: Vec<u64>,
+    },
+    Floats(Vec<f64>),
+}
+
+impl Squares {
+    /// The squares of `weights`, exact when `source` sums them from planes.
+    pub(crate) fn new(source: Weights<'_>, weights: &[f64]) -> Squares {
+        if let Weights::Planes { decimals, .. } = source {
+            let square = |w: &f64| scaled(*w, decimals).map(|i| u128::from(i) * u128::from(i));
+            // Planes were made at these decimals, so every weight scales; checked anyway.
+            if weights.iter().all(|w| square(w).is_some()) {
+                let squares = weights.iter().map(|w| square(w).unwrap_or(0));
+                if let Some((bits, words)) = lay_out(squares, weights.len()) {
+                    return Squares::Planes {
+                        decimals,
+                        bits,
+                        words,
+                    };
+                }
+            }
+        }
+        Squares::Floats(weights.iter().map(|w| w * w).collect())
+    }
+
+    pub(crate) fn summer(&self) -> SquareSum<'_> {
+        match self {
+            Squares::Planes {
+                decimals,
+                bits,
+                words,
+            } => SquareSum::Planes {
+                decimals: *decimals,
+                bits: *bits as usize,
+                words,
+                sum: 0,
+            },
+            Squares::Floats(squares) => SquareSum::Floats {
+                squares,
+                summer: Summer::default(),
+            },
+        }
+    }
+}
+
+/// Sums the squared weights of the members of blocks, as [`BlockSum`] sums weights.
+#[derive(Debug)]
+pub(crate) enum SquareSum<'a> {
+    Planes {
+        decimals: u32,
+        bits: usize,
+        words: &'a [u64],
+        sum: u128,
+    },
+    Floats {
+        squares: &'a [f64],
+        summer: Summer,
+    },
+}
+
+impl SquareSum<'_> {
+    /// Adds the members of block `block` (at most [`BLOCK_WORDS`] words).
+    pub(crate) fn add(&mut self, block: usize, members: &[u64]) {
+        match self {
+            SquareSum::Planes {
+                bits, words, sum, ..
+            } => {
+                let start = block * *bits * BLOCK_WORDS;
+                let planes = words.get(start..start + *bits * BLOCK_WORDS).unwrap_or(&[]);
+                *sum += wide_plane_sum(members, planes);
+            }
+            SquareSum::Floats { squares, summer } => {
+                let first = block * BLOCK_WORDS * 64;
+                summer.add(members, squares.get(first..).unwrap_or(&[]));
+            }
+        }
+    }
+
+    /// The sum of the squares.
+    pub(crate) fn finish(self) -> f64 {
+        match self {
+            // 10^(2 × decimals) ≤ 10^18 is exact in f64: the integer's rounding and the
+            // division's are the only two.
+            SquareSum::Planes { decimals, sum, .. } => {
+                sum as f64 / (POWERS[decimals as usize] * POWERS[decimals as usize])
+            }
+            SquareSum::Floats { summer, .. } => summer.finish().weight,
+        }
+    }
+}
+
+/// `Σ_b 2^b · popcount(members ∧ plane_b)` in `u128`, for planes of up to 128 bits.
+fn wide_plane_sum(members: &[u64], planes: &[u64]) -> u128 {
+    if members.iter().all(|word| *word == 0) {
+        return 0;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx512f")
+        && std::arch::is_x86_feature_detected!("avx512vpopcntdq")
+    {
+        // SAFETY: the CPU supports AVX-512F and VPOPCNTDQ, checked just above.
+        #[allow(unsafe_code)]
+        return unsafe { wide_plane_sum_avx512(members, planes) };
+    }
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("popcnt")
+    {
+        // SAFETY: the CPU supports AVX2 and POPCNT, checked just above.
+        #[allow(unsafe_code)]
+        return unsafe { wide_plane_sum_avx2(members, planes) };
+    }
+    wide_plane_sum_portable(members, planes)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512vpopcntdq,popcnt")]
+fn wide_plane_sum_avx512(members: &[u64], planes: &[u64]) -> u128 {
+    wide_plane_sum_portable(members, planes)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,popcnt")]
+fn wide_plane_sum_avx2(members: &[u64], planes: &[u64]) -> u128 {
+    wide_plane_sum_portable(members, planes)
+}
+
+#[inline(always)]
+fn wide_plane_sum_portable(members: &[u64], planes: &[u64]) -> u128 {
+    let mut sum = 0u128;
+    for (bit, plane) in planes.chunks_exact(BLOCK_WORDS).enumerate() {
+        let ones: u64 = members
+            .iter()
+            .zip(plane)
+            .map(|(m, p)| u64::from((m & p).count_ones()))
+            .sum();
+        sum += u128::from(ones) << bit;
+    }
+    sum
 }
 
 /// Where a survey's weights are summed from.

@@ -1,0 +1,72 @@
+//! Times a 20-row × 10-column table with every figure on the demo survey (50,000
+//! respondents) and prints the figures: the first table (plans and squared weights made)
+//! and the median of repeats. `cargo run --release -p crosstab-engine --example
+//! table_timing [REPEATS]`; `scripts/bench-npm.sh` runs it beside the npm package's.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Instant;
+
+use crosstab_contract::app::{TableAxis, TableRequest};
+use crosstab_engine::demo::{self, DemoConfig};
+use crosstab_engine::Survey;
+
+/// The benchmark's table: 20 product flags against region, gender, age bands and smoking.
+pub fn request(survey: &Survey) -> TableRequest {
+    let axis = |expression: String| TableAxis {
+        expression,
+        label: None,
+    };
+    let flags = survey
+        .variable_names()
+        .filter(|name| name.starts_with("P_"))
+        .take(20)
+        .map(|name| axis(format!("{name} = 1")))
+        .collect();
+    let columns = [
+        "REGION = 1",
+        "REGION = 2",
+        "REGION = 3",
+        "REGION = 4",
+        "GENDER = 1",
+        "GENDER = 2",
+        "AGE BETWEEN 18 AND 34",
+        "AGE BETWEEN 35 AND 54",
+        "AGE >= 55",
+        "SMOKER = 1",
+    ];
+    TableRequest {
+        survey: survey.code().to_owned(),
+        population_base: "ADULTS".into(),
+        group: None,
+        rows: flags,
+        columns: columns.iter().map(|c| axis((*c).to_owned())).collect(),
+    }
+}
+
+fn main() {
+    let repeats: usize = std::env::args()
+        .nth(1)
+        .map_or(50, |n| n.parse().expect("REPEATS is a number"));
+    let survey = Survey::from_bytes(&demo::compile(&DemoConfig::default()).unwrap()).unwrap();
+    let valid = request(&survey).validate().unwrap();
+    assert_eq!((valid.rows.len(), valid.columns.len()), (20, 10));
+    let start = Instant::now();
+    let table = survey.table(&valid).unwrap();
+    let first = start.elapsed();
+    let mut times: Vec<f64> = (0..repeats)
+        .map(|_| {
+            let start = Instant::now();
+            std::hint::black_box(survey.table(&valid).unwrap());
+            start.elapsed().as_secs_f64() * 1e3
+        })
+        .collect();
+    times.sort_by(f64::total_cmp);
+    println!(
+        "native table 20x10 on DEMO ({} respondents): first {:.2} ms, median {:.2} ms, min {:.2} ms over {repeats} (corner weight {})",
+        survey.respondents(),
+        first.as_secs_f64() * 1e3,
+        times[times.len() / 2],
+        times[0],
+        table.total.weight
+    );
+}

@@ -1,0 +1,134 @@
+//! A table cell's figures from its sums: percentages, index, reliability (with-replacement
+//! design with weights only, as R's `survey::svytotal`) and the column test.
+
+use crosstab_contract::table::{Significance, TableCell, UnstableReason, MAX_STABLE_RSE, Z_95};
+use crosstab_contract::Stability;
+
+/// Count, weighted total and sum of squared weights of a set of respondents.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Moments {
+    /// Respondents.
+    pub count: u64,
+    /// `Σ w`.
+    pub weight: f64,
+    /// `Σ w²`.
+    pub weight_squared: f64,
+}
+
+impl Moments {
+    /// Kish's effective sample size `(Σw)² / Σw²`; `None` when `Σw²` is 0.
+    pub fn effective_n(&self) -> Option<f64> {
+        (self.weight_squared > 0.0).then(|| self.weight * self.weight / self.weight_squared)
+    }
+}
+
+/// What every cell of one table is measured against.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Figures {
+    /// The base (and group): its count is the design's `n`.
+    pub base: Moments,
+    pub audience_report_units: u32,
+    pub unstable_max_resps: u64,
+}
+
+/// `part / whole × 100`, when `whole` has weight.
+fn percent(part: f64, whole: f64) -> Option<f64> {
+    (whole > 0.0).then(|| part / whole * 100.0)
+}
+
+impl Figures {
+    /// The figures of `cell`, a part of both `row` and `column` (the base itself stands in
+    /// for the row of the Total row and the column of the Total column).
+    pub(crate) fn cell(
+        &self,
+        cell: Moments,
+        row: Moments,
+        column: Moments,
+        significance: Option<Significance>,
+    ) -> TableCell {
+        let n = self.base.count as f64;
+        // Var(T) = n/(n−1) · Σ(z_i − z̄)², z_i = w_i·y_i over the base's n respondents;
+        // Σ(z_i − z̄)² = Σw²y − T²/n. Rounding may leave a hair below 0: that is 0.
+        let variance = if self.base.count >= 2 {
+            (n / (n - 1.0) * (cell.weight_squared - cell.weight * cell.weight / n)).max(0.0)
+        } else {
+            0.0
+        };
+        let standard_error = variance.sqrt();
+        let relative_standard_error = (cell.weight != 0.0).then(|| standard_error / cell.weight);
+        let vertical_pct = percent(cell.weight, column.weight);
+        let row_share = percent(row.weight, self.base.weight).filter(|share| *share > 0.0);
+        let index = vertical_pct
+            .zip(row_share)
+            .map(|(vertical, share)| vertical / share * 100.0);
+        let mut unstable_reasons = Vec::new();
+        if cell.count <= self.unstable_max_resps {
+            unstable_reasons.push(UnstableReason::LowRespondents);
+        }
+        if relative_standard_error.is_none_or(|rse| rse > MAX_STABLE_RSE) {
+            unstable_reasons.push(UnstableReason::HighRse);
+        }
+        TableCell {
+            weight: cell.weight,
+            weight_squared: cell.weight_squared,
+            resps: cell.count,
+            wgt_aud: cell.weight / f64::from(self.audience_report_units),
+            vertical_pct,
+            horizontal_pct: percent(cell.weight, row.weight),
+            index,
+            effective_n: cell.effective_n(),
+            standard_error,
+            ci_low: cell.weight - Z_95 * standard_error,
+            ci_high: cell.weight + Z_95 * standard_error,
+            relative_standard_error,
+            stability: if unstable_reasons.is_empty() {
+                Stability::Stable
+            } else {
+                Stability::Unstable
+            },
+            unstable_reasons,
+            significance,
+        }
+    }
+}
+
+/// The column test of a cell: is the row's share of this column, `p1 = cell / column`,
+/// different at 95% from its share of the rest of the base, `p2 = (row − cell) /
+/// complement`? A two-proportion z-test with each side's effective sample size and the
+/// pooled proportion.
+///
+/// Why the rest of the base and not the Total column: the Total column contains this
+/// column's own respondents, so the two shares are not independent samples and the
+/// two-sample test's variance would be wrong; the column and its complement are disjoint,
+/// so independent in a with-replacement design. The verdict reads the same way, since the
+/// Total column's share is a weighted mean of `p1` and `p2`: `p1` is above it exactly when
+/// it is above `p2`.
+///
+/// `None` when either side's effective size is under 2, a side has no weight, or the
+/// pooled share is 0 or 1 (nothing to test).
+pub(crate) fn column_test(
+    cell: Moments,
+    row: Moments,
+    column: Moments,
+    complement: Moments,
+) -> Option<Significance> {
+    let n1 = column.effective_n().filter(|n| *n >= 2.0)?;
+    let n2 = complement.effective_n().filter(|n| *n >= 2.0)?;
+    if column.weight <= 0.0 || complement.weight <= 0.0 {
+        return None;
+    }
+    let p1 = cell.weight / column.weight;
+    let p2 = (row.weight - cell.weight).max(0.0) / complement.weight;
+    let pooled = (n1 * p1 + n2 * p2) / (n1 + n2);
+    let variance = pooled * (1.0 - pooled) * (1.0 / n1 + 1.0 / n2);
+    // Also refuses NaN: nothing to test.
+    let deviation = Some(variance.sqrt()).filter(|d| *d > 0.0)?;
+    let z = (p1 - p2) / deviation;
+    if z > Z_95 {
+        Some(Significance::Higher)
+    } else if z < -Z_95 {
+        Some(Significance::Lower)
+    } else {
+        None
+    }
+}

@@ -1,0 +1,266 @@
+//! The researcher's table: every cell `(row) AND (column)` within a base (and group),
+//! with the Total column, the Total row, and each cell's reliability and column test.
+//!
+//! All sums come from one pass over the base's blocks (as `/v1`'s targets do): per
+//! block, each row's and each column's words are made once within the filter, each
+//! cell's are their AND, and every set's count, `Σw` (the same summer as `/v1`, so a
+//! cell's weight is bit for bit what `/v1` answers for `(row) AND (column)`) and `Σw²`
+//! are added.
+
+use crosstab_contract::table::{Table, TableAxisKind, TableCell, ValidTable};
+use crosstab_contract::Expr;
+
+use crate::bitset::Bitset;
+use crate::error::QueryError;
+use crate::eval::{Plan, BLOCK_WORDS};
+use crate::query::{fill_within, for_each_filter_block};
+use crate::stats::{column_test, Figures, Moments};
+use crate::survey::Survey;
+use crate::weights::{BlockSum, SquareSum, Squares};
+
+/// The sums of a table: what its figures are computed from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TableSums {
+    /// The base (and group).
+    pub base: Moments,
+    /// Each row within the base: the Total column.
+    pub rows: Vec<Moments>,
+    /// Each column within the base: the Total row.
+    pub columns: Vec<Moments>,
+    /// The base outside each column: the other side of each column's test.
+    pub complements: Vec<Moments>,
+    /// `cells[row][column]`.
+    pub cells: Vec<Vec<Moments>>,
+    /// Rows naming something the survey does not define (their sums are zero).
+    pub unknown_rows: Vec<bool>,
+    /// Columns naming something the survey does not define (their sums are zero).
+    pub unknown_columns: Vec<bool>,
+}
+
+/// One set's running count, `Σw` and `Σw²`.
+struct MomentSum<'a> {
+    weight: BlockSum<'a>,
+    square: SquareSum<'a>,
+}
+
+impl MomentSum<'_> {
+    fn add(&mut self, block: usize, members: &[u64]) {
+        self.weight.add(block, members);
+        self.square.add(block, members);
+    }
+
+    fn finish(self) -> Moments {
+        let tally = self.weight.finish();
+        Moments {
+            count: tally.count,
+            weight: tally.weight,
+            weight_squared: self.square.finish(),
+        }
+    }
+}
+
+/// One axis's plans (`None`: names the survey lacks) and its blocks of the current pass.
+struct Axis<'a> {
+    plans: Vec<Option<Plan<'a>>>,
+    blocks: Vec<[u64; BLOCK_WORDS]>,
+    /// Whether each entry has any member in the current block.
+    present: Vec<bool>,
+}
+
+impl<'a> Axis<'a> {
+    fn new(survey: &'a Survey, exprs: &[Expr]) -> Axis<'a> {
+        let plans: Vec<Option<Plan<'a>>> = exprs
+            .iter()
+            .map(|expr| {
+                survey
+                    .unknown_names(expr)
+                    .is_empty()
+                    .then(|| survey.target_plan(expr))
+            })
+            .collect();
+        Axis {
+            blocks: vec![[0; BLOCK_WORDS]; plans.len()],
+            present: vec![false; plans.len()],
+            plans,
+        }
+    }
+
+    /// Makes each entry's block `index` within `filter`.
+    fn fill(&mut self, index: usize, filter: &[u64]) {
+        for ((plan, block), present) in self
+            .plans
+            .iter()
+            .zip(&mut self.blocks)
+            .zip(&mut self.present)
+        {
+            let out = &mut block[..filter.len()];
+            match plan {
+                Some(plan) => fill_within(plan, index, filter, out),
+                None => out.fill(0),
+            }
+            *present = out.iter().any(|word| *word != 0);
+        }
+    }
+
+    fn unknown(&self) -> Vec<bool> {
+        self.plans.iter().map(Option::is_none).collect()
+    }
+}
+
+impl Survey {
+    /// The sums of a table over population base `base` (and group `group`): each row,
+    /// each column, each column's complement within the base, and each cell `(row) AND
+    /// (column)`. Unknown base or group: the error `/v1` would give (the group checked
+    /// first). Rows and columns naming something the survey lacks sum to zero.
+    pub fn table_sums(
+        &self,
+        base: &str,
+        group: Option<&str>,
+        rows: &[Expr],
+        columns: &[Expr],
+    ) -> Result<TableSums, QueryError> {
+        let group = match group {
+            Some(value) => Some(
+                self.group_set(value)
+                    .ok_or_else(|| QueryError::UnknownGroup(value.to_owned()))?,
+            ),
+            None => None,
+        };
+        let base = self
+            .base_set(base)
+            .ok_or_else(|| QueryError::UnknownPopulationBase(base.to_owned()))?;
+        let squares = Squares::new(self.weight_source(), self.weights());
+        Ok(self.sum_table(&squares, base, group, rows, columns))
+    }
+
+    fn sum_table(
+        &self,
+        squares: &Squares,
+        base: &Bitset,
+        group: Option<&Bitset>,
+        rows: &[Expr],
+        columns: &[Expr],
+    ) -> TableSums {
+        let source = self.weight_source();
+        let moments = |_| MomentSum {
+            weight: source.summer(),
+            square: squares.summer(),
+        };
+        let sums = |n: usize| (0..n).map(moments).collect::<Vec<_>>();
+        let (mut row_axis, mut column_axis) = (Axis::new(self, rows), Axis::new(self, columns));
+        let mut base_sum = moments(0);
+        let (mut row_sums, mut column_sums) = (sums(rows.len()), sums(columns.len()));
+        let mut complement_sums = sums(columns.len());
+        let mut cell_sums: Vec<Vec<MomentSum<'_>>> =
+            (0..rows.len()).map(|_| sums(columns.len())).collect();
+        let mut scratch = [0u64; BLOCK_WORDS];
+        for_each_filter_block(base, group, |index, filter| {
+            let len = filter.len();
+            base_sum.add(index, filter);
+            row_axis.fill(index, filter);
+            column_axis.fill(index, filter);
+            for (sum, block) in row_sums.iter_mut().zip(&row_axis.blocks) {
+                sum.add(index, &block[..len]);
+            }
+            for ((sum, complement), block) in column_sums
+                .iter_mut()
+                .zip(&mut complement_sums)
+                .zip(&column_axis.blocks)
+            {
+                sum.add(index, &block[..len]);
+                let outside = &mut scratch[..len];
+                for ((word, keep), inside) in outside.iter_mut().zip(filter).zip(block) {
+                    *word = keep & !inside;
+                }
+                complement.add(index, outside);
+            }
+            for (r, row_cells) in cell_sums.iter_mut().enumerate() {
+                if !row_axis.present[r] {
+                    continue;
+                }
+                let row = &row_axis.blocks[r][..len];
+                for (c, cell) in row_cells.iter_mut().enumerate() {
+                    if !column_axis.present[c] {
+                        continue;
+                    }
+                    let both = &mut scratch[..len];
+                    for ((word, a), b) in both.iter_mut().zip(row).zip(&column_axis.blocks[c]) {
+                        *word = a & b;
+                    }
+                    cell.add(index, both);
+                }
+            }
+        });
+        let finish = |sums: Vec<MomentSum<'_>>| sums.into_iter().map(MomentSum::finish).collect();
+        TableSums {
+            base: base_sum.finish(),
+            rows: finish(row_sums),
+            columns: finish(column_sums),
+            complements: finish(complement_sums),
+            cells: cell_sums.into_iter().map(finish).collect(),
+            unknown_rows: row_axis.unknown(),
+            unknown_columns: column_axis.unknown(),
+        }
+    }
+
+    /// Answers a validated table request as a whole-survey grant would see it: every
+    /// figure of [`TableCell`], with `billedCalls` 0 (the server sets what it billed).
+    pub fn table(&self, request: &ValidTable) -> Result<Table, QueryError> {
+        let sums = self.table_sums(
+            &request.request.population_base,
+            request.group_filter(),
+            &request.rows,
+            &request.columns,
+        )?;
+        let figures = Figures {
+            base: sums.base,
+            audience_report_units: self.audience_report_units(),
+            unstable_max_resps: self.unstable_max_resps(),
+        };
+        let headers = |axis, unknown: &[bool]| {
+            let mut headers = request.headers(axis);
+            for (header, unknown) in headers.iter_mut().zip(unknown) {
+                header.unknown = *unknown;
+            }
+            headers
+        };
+        let cells: Vec<Vec<TableCell>> = sums
+            .cells
+            .iter()
+            .zip(&sums.rows)
+            .map(|(row_cells, row)| {
+                row_cells
+                    .iter()
+                    .zip(&sums.columns)
+                    .zip(&sums.complements)
+                    .map(|((cell, column), complement)| {
+                        let test = column_test(*cell, *row, *column, *complement);
+                        figures.cell(*cell, *row, *column, test)
+                    })
+                    .collect()
+            })
+            .collect();
+        Ok(Table {
+            survey: self.code().to_owned(),
+            population_base: request.request.population_base.clone(),
+            group: request.request.group.clone(),
+            rows: headers(TableAxisKind::Rows, &sums.unknown_rows),
+            columns: headers(TableAxisKind::Columns, &sums.unknown_columns),
+            cells,
+            row_totals: sums
+                .rows
+                .iter()
+                .map(|row| figures.cell(*row, *row, sums.base, None))
+                .collect(),
+            column_totals: sums
+                .columns
+                .iter()
+                .map(|column| figures.cell(*column, sums.base, *column, None))
+                .collect(),
+            total: figures.cell(sums.base, sums.base, sums.base, None),
+            audience_report_units: self.audience_report_units(),
+            unstable_max_resps: self.unstable_max_resps(),
+            billed_calls: 0,
+        })
+    }
+}

@@ -1,0 +1,475 @@
+//! Tables: every figure of every cell against values computed here, independently, by
+//! plain loops over the respondents of a small survey written in the test (the
+//! with-replacement formulas of R's `survey::svytotal` spelled out the long way); and
+//! every cell of a demo table against `/v1`'s answer for `(row) AND (column)`.
+
+use crosstab_contract::app::{
+    Significance, Table, TableAxis, TableCell, TableRequest, UnstableReason,
+};
+use crosstab_contract::{validate_value, Stability};
+use crosstab_engine::demo::{self, DemoConfig};
+use crosstab_engine::{QueryError, Survey};
+use serde_json::json;
+
+/// qnorm(0.975), written out here rather than taken from the contract.
+const Z: f64 = 1.959_963_984_540_054;
+
+struct Respondent {
+    weight: f64,
+    group: &'static str,
+    gender: u8,
+    age: Option<u32>,
+    region: u8,
+    flag: Option<u8>,
+}
+
+type Test = fn(&Respondent) -> bool;
+
+/// The rows and columns as expressions, each with the same test written in Rust.
+const ROWS: [(&str, Test); 5] = [
+    ("GENDER = 1", |r| r.gender == 1),
+    ("WOMEN", |r| r.gender == 2),
+    ("AGE BETWEEN 18 AND 34", |r| {
+        r.age.is_some_and(|a| (18..=34).contains(&a))
+    }),
+    ("FLAG = 1", |r| r.flag == Some(1)),
+    ("NOPE = 1", |_| false),
+];
+const COLUMNS: [(&str, Test); 4] = [
+    ("REGION = 1", |r| r.region == 1),
+    ("REGION = 2", |r| r.region == 2),
+    ("REGION IN (3, 4)", |r| r.region >= 3),
+    ("FLAG = 1 OR AGE >= 50", |r| {
+        r.flag == Some(1) || r.age.is_some_and(|a| a >= 50)
+    }),
+];
+
+/// 40 respondents; FLAG goes with region 1 and against region 2, so the column test has
+/// something to find in both directions. `weight(i)` picks the weights.
+fn respondents(weight: fn(usize) -> f64) -> Vec<Respondent> {
+    (0..40)
+        .map(|i| {
+            let region = [1, 1, 2, 3, 2, 4, 1, 2, 3, 1][i % 10];
+            let flag = match (region, i % 7) {
+                (_, 6) => None,
+                (1, k) => Some(u8::from(k != 3)),
+                (2, _) => Some(0),
+                (_, k) => Some(u8::from(k % 3 == 0)),
+            };
+            Respondent {
+                weight: weight(i),
+                group: if i % 3 == 0 { "B" } else { "A" },
+                gender: 1 + (i * 7 % 5 % 2) as u8,
+                age: (i % 11 != 4).then_some(16 + (i as u32 * 13 % 60)),
+                region,
+                flag,
+            }
+        })
+        .collect()
+}
+
+/// Two-decimal weights: summed from the exact bit planes.
+fn decimal_weight(i: usize) -> f64 {
+    0.25 * (1 + i * 37 % 23) as f64 + 0.01 * (i % 3) as f64
+}
+
+/// Weights with more digits than the planes take: summed as floats.
+fn float_weight(i: usize) -> f64 {
+    (1 + i * 5 % 13) as f64 / 3.0
+}
+
+fn survey_of(people: &[Respondent]) -> Survey {
+    let definition = r#"
+code = "TAB"
+name = "Table test survey"
+respondents = "respondents.csv"
+id_column = "ID"
+weight_column = "W"
+group_column = "G"
+audience_report_units = 100
+unstable_max_resps = 3
+
+[groups]
+"A" = "Group A"
+"B" = "Group B"
+
+[[variables]]
+name = "GENDER"
+values = { "1" = "Male", "2" = "Female" }
+
+[[codes]]
+code = "WOMEN"
+expr = "GENDER = 2"
+
+[[population_bases]]
+code = "ALL"
+expr = "*"
+
+[[population_bases]]
+code = "ADULTS"
+expr = "AGE >= 18"
+"#;
+    let mut csv = String::from("ID,W,G,GENDER,AGE,REGION,FLAG\n");
+    let text = |value: Option<String>| value.unwrap_or_default();
+    for (i, r) in people.iter().enumerate() {
+        csv.push_str(&format!(
+            "r{i},{},{},{},{},{},{}\n",
+            r.weight,
+            r.group,
+            r.gender,
+            text(r.age.map(|a| a.to_string())),
+            r.region,
+            text(r.flag.map(|f| f.to_string())),
+        ));
+    }
+    crosstab_engine::survey_from_csv(definition, &csv).unwrap()
+}
+
+fn request(base: &str, group: Option<&str>) -> TableRequest {
+    let axis = |(expression, _): &(&str, Test)| TableAxis {
+        expression: (*expression).to_owned(),
+        label: Some(format!("label of {expression}")),
+    };
+    TableRequest {
+        survey: "TAB".into(),
+        population_base: base.into(),
+        group: group.map(str::to_owned),
+        rows: ROWS.iter().map(axis).collect(),
+        columns: COLUMNS.iter().map(axis).collect(),
+    }
+}
+
+/// Equal to 1e-9 relative (and exactly when expected to be 0).
+fn close(what: &str, got: f64, expected: f64) {
+    let scale = got.abs().max(expected.abs());
+    assert!(
+        (got - expected).abs() <= 1e-9 * scale,
+        "{what}: got {got}, expected {expected}"
+    );
+}
+
+fn close_opt(what: &str, got: Option<f64>, expected: Option<f64>) {
+    match (got, expected) {
+        (Some(got), Some(expected)) => close(what, got, expected),
+        (None, None) => {}
+        _ => panic!("{what}: got {got:?}, expected {expected:?}"),
+    }
+}
+
+/// The figures of one set of respondents (`member`), measured the long way over the `n`
+/// respondents of the design.
+struct Reference<'a> {
+    design: Vec<&'a Respondent>,
+}
+
+impl Reference<'_> {
+    fn weight(&self, member: &dyn Fn(&Respondent) -> bool) -> f64 {
+        self.design
+            .iter()
+            .filter(|r| member(r))
+            .map(|r| r.weight)
+            .sum()
+    }
+
+    fn squares(&self, member: &dyn Fn(&Respondent) -> bool) -> f64 {
+        self.design
+            .iter()
+            .filter(|r| member(r))
+            .map(|r| r.weight * r.weight)
+            .sum()
+    }
+
+    fn count(&self, member: &dyn Fn(&Respondent) -> bool) -> u64 {
+        self.design.iter().filter(|r| member(r)).count() as u64
+    }
+
+    fn effective_n(&self, member: &dyn Fn(&Respondent) -> bool) -> Option<f64> {
+        let squares = self.squares(member);
+        (squares > 0.0).then(|| self.weight(member).powi(2) / squares)
+    }
+
+    /// svytotal's standard error: √(n/(n−1) Σ (z_i − z̄)²), z_i = w_i y_i, two passes.
+    fn standard_error(&self, member: &dyn Fn(&Respondent) -> bool) -> f64 {
+        let n = self.design.len() as f64;
+        let z: Vec<f64> = self
+            .design
+            .iter()
+            .map(|r| if member(r) { r.weight } else { 0.0 })
+            .collect();
+        let mean = z.iter().sum::<f64>() / n;
+        let squares: f64 = z.iter().map(|z| (z - mean) * (z - mean)).sum();
+        (n / (n - 1.0) * squares).sqrt()
+    }
+
+    /// The two-proportion z of the column test: the row's share of the column against
+    /// its share of the rest of the design, effective sizes, pooled share.
+    fn z(&self, row: Test, column: Test) -> Option<f64> {
+        let inside = |r: &Respondent| column(r);
+        let outside = |r: &Respondent| !column(r);
+        let n1 = self.effective_n(&inside)?;
+        let n2 = self.effective_n(&outside)?;
+        if n1 < 2.0 || n2 < 2.0 {
+            return None;
+        }
+        let p1 = self.weight(&|r| row(r) && column(r)) / self.weight(&inside);
+        let p2 = self.weight(&|r| row(r) && !column(r)) / self.weight(&outside);
+        let p = (n1 * p1 + n2 * p2) / (n1 + n2);
+        let variance = p * (1.0 - p) * (1.0 / n1 + 1.0 / n2);
+        (variance > 0.0).then(|| (p1 - p2) / variance.sqrt())
+    }
+
+    /// Checks every figure of `got`, the cell of `member` whose column is `column` and
+    /// whose row is `row`, against the long way.
+    fn check(
+        &self,
+        what: &str,
+        got: &TableCell,
+        member: &dyn Fn(&Respondent) -> bool,
+        row: &dyn Fn(&Respondent) -> bool,
+        column: &dyn Fn(&Respondent) -> bool,
+        threshold: u64,
+    ) {
+        let weight = self.weight(member);
+        let squares = self.squares(member);
+        let count = self.count(member);
+        assert_eq!(got.resps, count, "{what}: resps");
+        close(&format!("{what}: weight"), got.weight, weight);
+        close(&format!("{what}: weight²"), got.weight_squared, squares);
+        close(&format!("{what}: wgtAud"), got.wgt_aud, weight / 100.0);
+        close_opt(
+            &format!("{what}: effective n"),
+            got.effective_n,
+            self.effective_n(member),
+        );
+        let se = self.standard_error(member);
+        close(&format!("{what}: SE"), got.standard_error, se);
+        close(&format!("{what}: CI low"), got.ci_low, weight - Z * se);
+        close(&format!("{what}: CI high"), got.ci_high, weight + Z * se);
+        let rse = (weight != 0.0).then(|| se / weight);
+        close_opt(&format!("{what}: RSE"), got.relative_standard_error, rse);
+        let (row_weight, column_weight) = (self.weight(row), self.weight(column));
+        let base_weight = self.weight(&|_| true);
+        let vertical = (column_weight > 0.0).then(|| 100.0 * weight / column_weight);
+        close_opt(&format!("{what}: vertical %"), got.vertical_pct, vertical);
+        let horizontal = (row_weight > 0.0).then(|| 100.0 * weight / row_weight);
+        close_opt(
+            &format!("{what}: horizontal %"),
+            got.horizontal_pct,
+            horizontal,
+        );
+        let index = vertical
+            .filter(|_| row_weight > 0.0)
+            .map(|v| v / (100.0 * row_weight / base_weight) * 100.0);
+        close_opt(&format!("{what}: index"), got.index, index);
+        let mut reasons = vec![];
+        if count <= threshold {
+            reasons.push(UnstableReason::LowRespondents);
+        }
+        if rse.is_none_or(|rse| rse > 0.3) {
+            reasons.push(UnstableReason::HighRse);
+        }
+        assert_eq!(got.unstable_reasons, reasons, "{what}: reasons");
+        let stability = if reasons.is_empty() {
+            Stability::Stable
+        } else {
+            Stability::Unstable
+        };
+        assert_eq!(got.stability, stability, "{what}: stability");
+    }
+}
+
+/// Checks a whole table against the long way; returns the verdicts it saw.
+fn check_table(
+    people: &[Respondent],
+    table: &Table,
+    base: Test,
+    group: Option<&str>,
+) -> Vec<Significance> {
+    let reference = Reference {
+        design: people
+            .iter()
+            .filter(|r| base(r) && group.is_none_or(|g| r.group == g))
+            .collect(),
+    };
+    let threshold = 3;
+    let all = |_: &Respondent| true;
+    let mut verdicts = vec![];
+    for (r, (row_expr, row)) in ROWS.iter().enumerate() {
+        assert_eq!(table.rows[r].expression, *row_expr);
+        assert_eq!(table.rows[r].label, format!("label of {row_expr}"));
+        assert_eq!(table.rows[r].unknown, *row_expr == "NOPE = 1");
+        for (c, (column_expr, column)) in COLUMNS.iter().enumerate() {
+            let what = format!("[{row_expr}] x [{column_expr}]");
+            let got = &table.cells[r][c];
+            reference.check(&what, got, &|p| row(p) && column(p), row, column, threshold);
+            let expected = reference.z(*row, *column).and_then(|z| {
+                // Far enough from the edge that rounding can't decide the verdict.
+                assert!((z.abs() - Z).abs() > 1e-6, "{what}: z {z} on the edge");
+                if z > Z {
+                    Some(Significance::Higher)
+                } else if z < -Z {
+                    Some(Significance::Lower)
+                } else {
+                    None
+                }
+            });
+            assert_eq!(got.significance, expected, "{what}: significance");
+            verdicts.extend(expected);
+        }
+        let got = &table.row_totals[r];
+        reference.check(
+            &format!("[{row_expr}] total"),
+            got,
+            row,
+            row,
+            &all,
+            threshold,
+        );
+        assert_eq!(got.significance, None);
+    }
+    for (c, (column_expr, column)) in COLUMNS.iter().enumerate() {
+        assert!(!table.columns[c].unknown);
+        let got = &table.column_totals[c];
+        reference.check(
+            &format!("total x [{column_expr}]"),
+            got,
+            column,
+            &all,
+            column,
+            threshold,
+        );
+        assert_eq!(got.significance, None);
+    }
+    reference.check("total", &table.total, &all, &all, &all, threshold);
+    verdicts
+}
+
+#[test]
+fn every_figure_matches_the_long_way_with_exact_and_float_weights() {
+    let adults: Test = |r| r.age.is_some_and(|a| a >= 18);
+    let everyone: Test = |_| true;
+    let mut verdicts = vec![];
+    for weight in [decimal_weight as fn(usize) -> f64, float_weight] {
+        let people = respondents(weight);
+        let survey = survey_of(&people);
+        for (base_code, base, group) in [
+            ("ALL", everyone, None),
+            ("ADULTS", adults, Some("A")),
+            ("ALL", everyone, Some("B")),
+        ] {
+            let valid = request(base_code, group).validate().unwrap();
+            let table = survey.table(&valid).unwrap();
+            assert_eq!(
+                (table.survey.as_str(), table.population_base.as_str()),
+                ("TAB", base_code)
+            );
+            assert_eq!(table.group.as_deref(), group);
+            assert_eq!(
+                (table.audience_report_units, table.unstable_max_resps),
+                (100, 3)
+            );
+            assert_eq!(table.billed_calls, 0, "computed locally");
+            verdicts.extend(check_table(&people, &table, base, group));
+            // The unknown row sums to nothing anywhere.
+            assert!(table.cells[4]
+                .iter()
+                .all(|cell| cell.weight == 0.0 && cell.resps == 0));
+        }
+    }
+    // The data make the column test find something both ways, so the test tests it.
+    assert!(verdicts.contains(&Significance::Higher), "{verdicts:?}");
+    assert!(verdicts.contains(&Significance::Lower), "{verdicts:?}");
+}
+
+#[test]
+fn a_table_names_the_same_unknown_base_and_group_as_v1() {
+    let survey = survey_of(&respondents(decimal_weight));
+    let table =
+        |base: &str, group: Option<&str>| survey.table(&request(base, group).validate().unwrap());
+    assert_eq!(
+        table("NOPE", None).unwrap_err(),
+        QueryError::UnknownPopulationBase("NOPE".into())
+    );
+    // The group first, as `/v1` answers 403 before 400.
+    assert_eq!(
+        table("NOPE", Some("C")).unwrap_err(),
+        QueryError::UnknownGroup("C".into())
+    );
+    assert!(table("ALL", Some("_ALL_")).is_ok());
+}
+
+#[test]
+fn demo_cells_are_what_v1_answers_for_row_and_column() {
+    let survey = Survey::from_bytes(
+        &demo::compile(&DemoConfig {
+            respondents: 20_000,
+            flags: 30,
+            seed: 5,
+        })
+        .unwrap(),
+    )
+    .unwrap();
+    let rows = [
+        "F2554",
+        "M2554",
+        "SMOKERS",
+        "COLLEGE AND NOT SMOKERS",
+        "HHI100K",
+        "NOPE",
+    ];
+    let columns = ["REGION = 1", "REGION = 2", "REGION IN (3, 4)", "AGE >= 55"];
+    for (base, group) in [("ADULTS", None), ("WOMEN", Some("2"))] {
+        let request = TableRequest {
+            survey: "DEMO".into(),
+            population_base: base.into(),
+            group: group.map(str::to_owned),
+            rows: rows
+                .iter()
+                .map(|e| TableAxis {
+                    expression: (*e).into(),
+                    label: None,
+                })
+                .collect(),
+            columns: columns
+                .iter()
+                .map(|e| TableAxis {
+                    expression: (*e).into(),
+                    label: None,
+                })
+                .collect(),
+        };
+        let table = survey.table(&request.validate().unwrap()).unwrap();
+        let v1 = |targets: Vec<String>| {
+            let valid = validate_value(&json!({
+                "SurveyCode": "DEMO", "PopulationBaseCode": base,
+                "AuthorizationGroup": group, "TargetCodes": targets
+            }))
+            .unwrap();
+            survey.crosstab(&valid).unwrap().results[0]
+        };
+        let same = |what: &str, cell: &TableCell, answer: crosstab_contract::CrosstabResult| {
+            assert_eq!(cell.resps, answer.resps, "{what}");
+            assert_eq!(cell.wgt_aud.to_bits(), answer.wgt_aud.to_bits(), "{what}");
+        };
+        for (r, row) in rows.iter().enumerate() {
+            assert_eq!(table.rows[r].unknown, *row == "NOPE");
+            assert_eq!(table.rows[r].label, *row, "no label: the expression");
+            for (c, column) in columns.iter().enumerate() {
+                let answer = v1(vec![format!("({row}) AND ({column})")]);
+                same(&format!("{row} x {column}"), &table.cells[r][c], answer);
+            }
+            same(row, &table.row_totals[r], v1(vec![(*row).to_owned()]));
+        }
+        for (c, column) in columns.iter().enumerate() {
+            same(
+                column,
+                &table.column_totals[c],
+                v1(vec![(*column).to_owned()]),
+            );
+        }
+        same("total", &table.total, v1(vec!["*".to_owned()]));
+        // The regions split the base: their weights add up to the base's.
+        let regions: f64 = table.column_totals[..3].iter().map(|c| c.weight).sum();
+        assert!((regions - table.total.weight).abs() <= 1e-9 * table.total.weight);
+    }
+}
