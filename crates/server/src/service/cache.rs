@@ -17,21 +17,25 @@
 //! serialization. What it never skips: authentication, the Content-Type and size checks,
 //! the entitlement check for the caller (grants differ per key) and the bill.
 //!
-//! Bounded by entry count and by bytes (key + body), evicting the oldest insertions
-//! first. `--response-cache-entries 0` disables it.
+//! Bounded by entry count and by bytes (key + body) drawn from the process's one
+//! [`MemoryBudget`], evicting the least recently used answers first (or, when another
+//! cache on the budget holds an older entry, that one). `--response-cache-entries 0`
+//! disables it.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, Weak};
 
 use axum::body::Bytes;
-use crosstab_engine::Survey;
+use crosstab_engine::{Evict, MemoryBudget, Survey};
 
 /// Default most entries.
 pub const DEFAULT_ENTRIES: usize = 4096;
-/// Default most bytes of keys and bodies held.
+/// Default most bytes of keys and bodies held, when the cache has a budget of its own.
 pub const DEFAULT_BYTES: usize = 32 << 20;
 /// Bodies larger than this are never cached (they would evict too much).
 const MAX_ENTRY_BYTES: usize = 1 << 20;
+/// Bytes an entry costs besides its key and body (the slot, the entry, the use index).
+const ENTRY_OVERHEAD: usize = 160;
 
 /// One cached answer.
 #[derive(Debug)]
@@ -73,30 +77,96 @@ impl Entry {
     pub fn is_for(&self, survey: &Arc<Survey>) -> bool {
         std::ptr::eq(self.survey.as_ptr(), Arc::as_ptr(survey))
     }
+
+    fn bytes(&self, key: &Bytes) -> usize {
+        key.len() + self.body.len() + ENTRY_OVERHEAD
+    }
+}
+
+#[derive(Debug)]
+struct Slot {
+    entry: Arc<Entry>,
+    used: u64,
 }
 
 #[derive(Debug, Default)]
-struct Inner {
-    map: HashMap<Bytes, Arc<Entry>>,
-    order: VecDeque<Bytes>,
+struct Slots {
+    map: HashMap<Bytes, Slot>,
+    by_use: BTreeMap<u64, Bytes>,
     bytes: usize,
+}
+
+/// The entries, evictable by the budget.
+#[derive(Debug)]
+struct Shared {
+    budget: Arc<MemoryBudget>,
+    slots: Mutex<Slots>,
+}
+
+impl Shared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Slots> {
+        // Every update is one step under the lock: a panic elsewhere leaves it whole.
+        self.slots.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Slots {
+    /// Removes the least recently used entry; the bytes it held.
+    fn pop_oldest(&mut self) -> Option<usize> {
+        let (_, key) = self.by_use.pop_first()?;
+        let slot = self.map.remove(&key)?;
+        let bytes = slot.entry.bytes(&key);
+        self.bytes -= bytes;
+        Some(bytes)
+    }
+}
+
+impl Evict for Shared {
+    fn oldest_use(&self) -> Option<u64> {
+        self.lock().by_use.keys().next().copied()
+    }
+
+    fn evict_oldest(&self) -> bool {
+        let freed = self.lock().pop_oldest();
+        if let Some(bytes) = freed {
+            self.budget.give_back(bytes);
+        }
+        freed.is_some()
+    }
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        let bytes = self.lock().bytes;
+        self.budget.give_back(bytes);
+    }
 }
 
 /// The cache; shared by every request.
 #[derive(Debug)]
 pub struct ResponseCache {
     max_entries: usize,
-    max_bytes: usize,
-    inner: Mutex<Inner>,
+    shared: Arc<Shared>,
 }
 
 impl ResponseCache {
-    /// A cache of at most `max_entries` answers and `max_bytes` bytes (0 disables).
+    /// A cache of at most `max_entries` answers and `max_bytes` bytes of its own (0
+    /// disables).
     pub fn new(max_entries: usize, max_bytes: usize) -> ResponseCache {
+        ResponseCache::within(max_entries, &MemoryBudget::new(max_bytes))
+    }
+
+    /// A cache of at most `max_entries` answers drawing on `budget` (0 disables).
+    pub fn within(max_entries: usize, budget: &Arc<MemoryBudget>) -> ResponseCache {
+        let shared = Arc::new(Shared {
+            budget: Arc::clone(budget),
+            slots: Mutex::new(Slots::default()),
+        });
+        let evict: Arc<dyn Evict> = shared.clone();
+        budget.register(Arc::downgrade(&evict));
         ResponseCache {
             max_entries,
-            max_bytes,
-            inner: Mutex::new(Inner::default()),
+            shared,
         }
     }
 
@@ -111,50 +181,70 @@ impl ResponseCache {
         if !self.enabled() {
             return None;
         }
-        let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        inner.map.get(key).map(Arc::clone)
+        let now = self.shared.budget.tick();
+        let mut guard = self.shared.lock();
+        let slots = &mut *guard;
+        let slot = slots.map.get_mut(key)?;
+        if let Some(key) = slots.by_use.remove(&slot.used) {
+            slots.by_use.insert(now, key);
+        }
+        slot.used = now;
+        Some(Arc::clone(&slot.entry))
     }
 
     /// Remembers `entry` as the answer to request body `key`, replacing any older one.
     pub fn insert(&self, key: Bytes, entry: Entry) {
-        let size = key.len() + entry.body.len();
-        if !self.enabled() || size > MAX_ENTRY_BYTES || size > self.max_bytes {
-            return;
-        }
         // A request body is often a slice of the connection's whole read buffer (up to
         // ~400 KiB): keep a copy of its own, or each entry would pin that buffer unseen.
         let key = Bytes::copy_from_slice(&key);
-        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        let entry = Arc::new(entry);
-        match inner.map.get_mut(&key) {
-            Some(slot) => {
-                let old = key.len() + slot.body.len();
-                *slot = entry;
-                inner.bytes = inner.bytes - old + size;
-            }
-            None => {
-                inner.map.insert(key.clone(), entry);
-                inner.order.push_back(key);
-                inner.bytes += size;
-            }
+        let size = entry.bytes(&key);
+        if !self.enabled() || size > MAX_ENTRY_BYTES {
+            return;
         }
-        while inner.map.len() > self.max_entries || inner.bytes > self.max_bytes {
-            let Some(oldest) = inner.order.pop_front() else {
-                break;
-            };
-            if let Some(gone) = inner.map.remove(&oldest) {
-                inner.bytes -= oldest.len() + gone.body.len();
+        let budget = &self.shared.budget;
+        // A replaced answer's room is given back first, so replacing never evicts.
+        let replaced = {
+            let mut slots = self.shared.lock();
+            slots.map.remove(&key).map(|old| {
+                slots.by_use.remove(&old.used);
+                let bytes = old.entry.bytes(&key);
+                slots.bytes -= bytes;
+                bytes
+            })
+        };
+        if let Some(bytes) = replaced {
+            budget.give_back(bytes);
+        }
+        // Room is made before the lock is taken: making it may evict from here.
+        if !budget.take(size) {
+            return;
+        }
+        let used = budget.tick();
+        let mut guard = self.shared.lock();
+        let slots = &mut *guard;
+        let slot = Slot {
+            entry: Arc::new(entry),
+            used,
+        };
+        if let Some(old) = slots.map.insert(key.clone(), slot) {
+            slots.by_use.remove(&old.used);
+            let old_bytes = old.entry.bytes(&key);
+            slots.bytes -= old_bytes;
+            budget.give_back(old_bytes);
+        }
+        slots.by_use.insert(used, key);
+        slots.bytes += size;
+        while slots.map.len() > self.max_entries {
+            match slots.pop_oldest() {
+                Some(bytes) => budget.give_back(bytes),
+                None => break,
             }
         }
     }
 
     /// Number of cached answers.
     pub fn len(&self) -> usize {
-        self.inner
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .map
-            .len()
+        self.shared.lock().map.len()
     }
 
     /// Whether nothing is cached.
@@ -188,8 +278,8 @@ mod tests {
         let body = buffer.slice(1000..1100);
         let cache = ResponseCache::new(8, 1 << 20);
         cache.insert(body.clone(), entry(&survey(1), b"answer"));
-        let inner = cache.inner.lock().unwrap();
-        let (key, _) = inner.map.iter().next().unwrap();
+        let slots = cache.shared.lock();
+        let (key, _) = slots.map.iter().next().unwrap();
         let start = buffer.as_ptr() as usize;
         let kept = key.as_ptr() as usize;
         assert_eq!(key, &body);
@@ -224,8 +314,8 @@ mod tests {
         assert_eq!(cache.len(), 3);
         assert!(cache.get(b"a").is_none() && cache.get(b"b").is_none());
         assert!(cache.get(b"e").is_some());
-        // Bytes bound: each entry is 1 + 4 bytes.
-        let small = ResponseCache::new(100, 12);
+        // Bytes bound: each entry is 1 + 4 bytes and the overhead.
+        let small = ResponseCache::new(100, 2 * (5 + ENTRY_OVERHEAD) + 1);
         for key in keys {
             small.insert(Bytes::from_static(key), entry(&s, b"body"));
         }
@@ -236,5 +326,31 @@ mod tests {
         let off = ResponseCache::new(0, 1 << 20);
         off.insert(Bytes::from_static(b"a"), entry(&s, b"body"));
         assert!(off.is_empty() && off.get(b"a").is_none());
+    }
+
+    #[test]
+    fn answers_and_survey_sets_share_one_budget_least_recently_used_first() {
+        let per = 5 + ENTRY_OVERHEAD;
+        let budget = MemoryBudget::new(3 * per);
+        let cache = ResponseCache::within(100, &budget);
+        let s = survey(3);
+        for key in [&b"a"[..], b"b", b"c"] {
+            cache.insert(Bytes::copy_from_slice(key), entry(&s, b"body"));
+        }
+        assert_eq!(budget.used(), 3 * per);
+        // A hit makes "a" the most recently used: "b" goes first.
+        assert!(cache.get(b"a").is_some());
+        cache.insert(Bytes::from_static(b"d"), entry(&s, b"body"));
+        assert!(cache.get(b"b").is_none() && cache.get(b"a").is_some());
+        // Another cache on the budget taking room for good pushes answers out.
+        budget.take_anyway(2 * per);
+        assert_eq!(cache.len(), 1);
+        assert!(budget.used() <= budget.limit());
+        drop(cache);
+        assert_eq!(
+            budget.used(),
+            2 * per,
+            "a dropped cache gives its bytes back"
+        );
     }
 }
