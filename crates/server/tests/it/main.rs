@@ -16,4 +16,5 @@ mod ledger;
 mod postgres;
 mod process;
 mod router;
+mod saml;
 mod webapp;
