@@ -4,6 +4,11 @@
 //! ```text
 //! native_crosstab crosstab SURVEY.toml RESPONDENTS.csv REQUESTS.json
 //!     answers each request of the JSON array: prints [{status, body}, ...]
+//! native_crosstab table SURVEY.toml RESPONDENTS.csv REQUESTS.json
+//!     computes each table request of the JSON array as `Survey.table` does: prints
+//!     [{status, body}, ...]
+//! native_crosstab table-bench COMPILED REQUEST.json [ITERATIONS]
+//!     prints {"tableMs": ms per table (median), "table": the table} for one request
 //! native_crosstab demo OUT_DIR [RESPONDENTS]
 //!     writes the demo survey's survey.toml, respondents.csv and survey.ctsv (compiled)
 //! native_crosstab bench COMPILED REQUEST.json [ITERATIONS]
@@ -15,6 +20,7 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::Instant;
 
+use crosstab_contract::app::TableRequest;
 use crosstab_contract::{validate_body, validate_value};
 use crosstab_engine::{demo, import, survey_from_csv, Survey};
 use serde_json::{json, Value};
@@ -55,9 +61,52 @@ fn answer(survey: &Survey, request: &Value) -> Value {
     }
 }
 
+/// The table for `request` as `Survey.table` answers it (its JSON value, as JS passes it).
+fn table(survey: &Survey, request: &Value) -> Value {
+    let parsed = crosstab_wasm::table_request(&request.to_string());
+    match parsed.and_then(|request| crosstab_wasm::table(survey, request)) {
+        Ok(table) => json!({"status": 200, "body": table}),
+        Err(error) => json!({"status": error.status(), "body": error.envelope()}),
+    }
+}
+
 fn run(args: &[String]) -> Result<String, Failure> {
-    const USAGE: &str = "usage: native_crosstab crosstab SURVEY.toml RESPONDENTS.csv REQUESTS.json | demo OUT_DIR [RESPONDENTS] | bench COMPILED REQUEST.json [ITERATIONS]";
+    const USAGE: &str = "usage: native_crosstab crosstab|table SURVEY.toml RESPONDENTS.csv REQUESTS.json | demo OUT_DIR [RESPONDENTS] | bench|table-bench COMPILED REQUEST.json [ITERATIONS]";
     match args {
+        [command, toml, csv, requests] if command == "table" => {
+            let survey = survey_from_csv(&read(toml)?, &read(csv)?)
+                .map_err(|e| Failure::Other(e.to_string()))?;
+            let requests: Vec<Value> = serde_json::from_str(&read(requests)?)
+                .map_err(|e| Failure::Other(format!("{requests}: {e}")))?;
+            let answers: Vec<Value> = requests.iter().map(|r| table(&survey, r)).collect();
+            Ok(Value::Array(answers).to_string())
+        }
+        [command, compiled, request, rest @ ..] if command == "table-bench" && rest.len() <= 1 => {
+            let iterations: usize = match rest.first() {
+                Some(n) => n
+                    .parse()
+                    .map_err(|_| Failure::Usage("ITERATIONS must be a number"))?,
+                None => 50,
+            };
+            let bytes = std::fs::read(compiled).map_err(|source| Failure::Io {
+                path: compiled.clone(),
+                source,
+            })?;
+            let survey = Survey::from_bytes(&bytes).map_err(|e| Failure::Other(e.to_string()))?;
+            let request: TableRequest = serde_json::from_str(&read(request)?)
+                .map_err(|e| Failure::Other(format!("{request}: {e}")))?;
+            let mut times = Vec::with_capacity(iterations);
+            let mut answer = None;
+            for _ in 0..iterations.max(1) {
+                let start = Instant::now();
+                let table = crosstab_wasm::table(&survey, request.clone())
+                    .map_err(|e| Failure::Other(e.to_string()))?;
+                times.push(start.elapsed().as_secs_f64() * 1e3);
+                answer = Some(table);
+            }
+            times.sort_by(f64::total_cmp);
+            Ok(json!({"tableMs": times[times.len() / 2], "table": answer}).to_string())
+        }
         [command, toml, csv, requests] if command == "crosstab" => {
             let survey = survey_from_csv(&read(toml)?, &read(csv)?)
                 .map_err(|e| Failure::Other(e.to_string()))?;

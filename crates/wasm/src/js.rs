@@ -314,7 +314,10 @@ mod engine {
     use js_sys::{ArrayBuffer, Uint8Array};
     use wasm_bindgen::prelude::*;
 
-    use super::{api_error, error, string_arg, to_js, validate_js, INVALID_ARGUMENT};
+    use crosstab_contract::app::TableRequest;
+    use crosstab_contract::ApiError;
+
+    use super::{api_error, error, json_text, string_arg, to_js, validate_js, INVALID_ARGUMENT};
     use crate::survey::{INVALID_SURVEY, INVALID_SURVEY_SOURCE};
 
     /// A survey loaded in memory, answering requests with the server's engine.
@@ -394,5 +397,28 @@ mod engine {
                 Err(api) => Err(api_error(&api)),
             }
         }
+
+        /// Computes a table here (rows × columns within a base, with the Total column and
+        /// row, reliability and the column test), as `POST /app/api/table` would, with
+        /// `billedCalls` 0: nothing leaves the page. `request.survey` may be left out (the
+        /// loaded survey answers). Throws a `CrosstabError` with the server's `code`,
+        /// `status` and `body` when it would refuse the request.
+        #[wasm_bindgen(unchecked_return_type = "Table")]
+        pub fn table(
+            &self,
+            #[wasm_bindgen(unchecked_param_type = "TableRequest")] request: JsValue,
+        ) -> Result<JsValue, JsValue> {
+            let answer =
+                table_request(&request).and_then(|request| crate::table(&self.inner, request));
+            match answer {
+                Ok(table) => to_js(&table),
+                Err(api) => Err(api_error(&api)),
+            }
+        }
+    }
+
+    /// A JS value as a table request, read from its JSON text as the server reads a body.
+    fn table_request(value: &JsValue) -> Result<TableRequest, ApiError> {
+        crate::table_request(&json_text(value)?.unwrap_or_default())
     }
 }

@@ -9,7 +9,7 @@
 //! Every JS export in [`js`] is a thin wrapper over a plain Rust function in the other
 //! modules, so a Rust front end (the Leptos app) uses the same code without going through
 //! JS values: [`validate::validate_text`], [`response::parse_response`],
-//! [`retry::retry_delay_ms`], [`display::format_result`] and [`crosstab`].
+//! [`retry::retry_delay_ms`], [`display::format_result`], [`crosstab`] and [`table`].
 
 pub mod display;
 pub mod js;
@@ -36,6 +36,34 @@ pub fn crosstab(
 ) -> Result<crosstab_contract::CrosstabResponse, ApiError> {
     let named = (request.request.survey_code == survey.code()).then_some(survey);
     crosstab_engine::respond(named, request)
+}
+
+/// Answers a table request from `survey`, in the page: its `survey` member is ignored
+/// (the loaded survey answers), an invalid request is the server's 400 envelope, an
+/// unknown base `invalid_population_base` and an unknown group `forbidden_survey`, as
+/// `/app/api/table` answers; `billedCalls` is 0, nothing being billed.
+#[cfg(feature = "engine")]
+pub fn table(
+    survey: &crosstab_engine::Survey,
+    mut request: crosstab_contract::app::TableRequest,
+) -> Result<crosstab_contract::app::Table, ApiError> {
+    survey.code().clone_into(&mut request.survey);
+    let valid = request.validate()?;
+    Ok(survey.table(&valid)?)
+}
+
+/// Reads a table request from its JSON text (what `JSON.stringify` gives for the value
+/// JS passes): anything that is not one is the server's 400 `invalid_request`.
+#[cfg(feature = "engine")]
+pub fn table_request(text: &str) -> Result<crosstab_contract::app::TableRequest, ApiError> {
+    serde_json::from_str(text).map_err(|e| ApiError::InvalidRequest {
+        field: None,
+        message: format!("The table request is not valid: {e}."),
+        hint: Some(
+            "Send {populationBase, group?, rows: [{expression, label?}], columns: [...]}."
+                .to_owned(),
+        ),
+    })
 }
 
 #[cfg(test)]

@@ -40,4 +40,37 @@ mod tests {
             );
         }
     }
+
+    #[test]
+    fn a_table_is_answered_by_the_loaded_survey_whatever_it_names() {
+        let survey = vector_survey();
+        let request = crate::table_request(
+            r#"{"survey": "OTHER", "populationBase": "ALL",
+                "rows": [{"expression": "WOMEN", "label": "Women"}],
+                "columns": [{"expression": "SMOKER = 1"}, {"expression": "NOPE = 1"}]}"#,
+        )
+        .unwrap();
+        let table = crate::table(&survey, request).unwrap();
+        assert_eq!(table.survey, "VEC");
+        assert_eq!(table.billed_calls, 0);
+        assert_eq!(table.rows[0].label, "Women");
+        assert!(table.columns[1].unknown && !table.columns[0].unknown);
+        assert_eq!(table.cells[0].len(), 2);
+        // Refusals are the server's envelopes.
+        let error = crate::table_request(r#"{"rows": []}"#).unwrap_err();
+        assert_eq!((error.status(), error.code()), (400, "invalid_request"));
+        let empty = crate::table_request(r#"{"populationBase": "ALL", "rows": [], "columns": []}"#)
+            .unwrap();
+        let error = crate::table(&survey, empty).unwrap_err();
+        assert_eq!(
+            error.envelope().error.unwrap().field.as_deref(),
+            Some("rows")
+        );
+        let unknown_base = crate::table_request(
+            r#"{"populationBase": "NOPE", "rows": [{"expression": "*"}], "columns": [{"expression": "*"}]}"#,
+        )
+        .unwrap();
+        let error = crate::table(&survey, unknown_base).unwrap_err();
+        assert_eq!(error.code(), "invalid_population_base");
+    }
 }
