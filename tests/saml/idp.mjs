@@ -12,6 +12,7 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import samlify from 'samlify';
+import { SignedXml } from 'xml-crypto';
 
 const { SamlLib, Constants } = samlify;
 
@@ -54,11 +55,6 @@ const idp = samlify.IdentityProvider({
   singleSignOnService: [{ Binding: Constants.namespace.binding.post, Location: `${entityId}/sso` }],
   singleLogoutService: [{ Binding: Constants.namespace.binding.post, Location: `${entityId}/slo` }],
 });
-const sp = samlify.ServiceProvider({
-  entityID: audience,
-  wantAssertionsSigned: true,
-  assertionConsumerService: [{ Binding: Constants.namespace.binding.post, Location: `${audience}/acs` }],
-});
 
 const iso = (unix) => new Date(unix * 1000).toISOString();
 
@@ -97,19 +93,45 @@ function assertion(changes = {}) {
   return SamlLib.replaceTagsByValue(template, values);
 }
 
-/** `xml` with its root Assertion signed enveloped (exclusive c14n, RSA-SHA256) by `keys`. */
-function sign(xml, keys = idpKeys) {
+const ROOT_ASSERTION = "/*[local-name(.)='Assertion']";
+const AFTER_ISSUER = { reference: "/*[local-name(.)='Assertion']/*[local-name(.)='Issuer']", action: 'after' };
+
+/** `xml` with its root Assertion signed enveloped (exclusive c14n, RSA-SHA256 unless
+ * `algorithm` says otherwise) by `keys`. */
+function sign(xml, keys = idpKeys, algorithm = undefined) {
   return SamlLib.constructSAMLSignature({
     rawSamlMessage: xml,
-    referenceTagXPath: "/*[local-name(.)='Assertion']",
+    signatureAlgorithm: algorithm,
+    referenceTagXPath: ROOT_ASSERTION,
     privateKey: keys.key,
     signingCert: keys.cert.replace(/-----[A-Z ]+-----|\s/g, ''),
     isBase64Output: false,
     signatureConfig: {
       prefix: 'ds',
-      location: { reference: "/*[local-name(.)='Assertion']/*[local-name(.)='Issuer']", action: 'after' },
+      location: AFTER_ISSUER,
     },
   });
+}
+
+/** Key confusion: `xml` "signed" with HMAC-SHA1 keyed by the IdP's public certificate, as
+ * a verifier that takes the algorithm from the document would check it. */
+function hmacWithCertificate(xml) {
+  const signer = new SignedXml({
+    privateKey: Buffer.from(idpKeys.cert),
+    signatureAlgorithm: 'http://www.w3.org/2000/09/xmldsig#hmac-sha1',
+    canonicalizationAlgorithm: 'http://www.w3.org/2001/10/xml-exc-c14n#',
+  });
+  signer.enableHMAC();
+  signer.addReference({
+    xpath: ROOT_ASSERTION,
+    transforms: [
+      'http://www.w3.org/2000/09/xmldsig#enveloped-signature',
+      'http://www.w3.org/2001/10/xml-exc-c14n#',
+    ],
+    digestAlgorithm: 'http://www.w3.org/2001/04/xmlenc#sha256',
+  });
+  signer.computeSignature(xml, { prefix: 'ds', location: AFTER_ISSUER });
+  return signer.getSignedXml();
 }
 
 const valid = sign(assertion());
@@ -141,21 +163,38 @@ const wrapped = {
     + `${assertion(evilChanges)}${withoutDeclaration(valid)}</samlp:Response>`,
 };
 
-// A login response as samlify's IdP makes it for a browser (the assertion signed inside).
-const response = await idp.createLoginResponse(
-  sp,
-  { extract: { request: { id: '_request1' } } },
-  'post',
-  { email: subject },
-);
+/** A login response as samlify's IdP makes it for a browser, to an SP with `wants`. */
+async function loginResponse(wants) {
+  const to = samlify.ServiceProvider({
+    entityID: audience,
+    assertionConsumerService: [{ Binding: Constants.namespace.binding.post, Location: `${audience}/acs` }],
+    ...wants,
+  });
+  const made = await idp.createLoginResponse(
+    to,
+    { extract: { request: { id: '_request1' } } },
+    'post',
+    { email: subject },
+  );
+  return Buffer.from(made.context, 'base64').toString('utf8');
+}
 
 const cases = {
   valid,
-  valid_response: Buffer.from(response.context, 'base64').toString('utf8'),
+  // The assertion signed inside the response; then both signed; then only the response.
+  valid_response: await loginResponse({ wantAssertionsSigned: true }),
+  valid_response_both_signed: await loginResponse({ wantAssertionsSigned: true, wantMessageSigned: true }),
+  response_signed_only: await loginResponse({ wantAssertionsSigned: false, wantMessageSigned: true }),
+  // A comment does not count in exclusive c14n, so the signature still holds: the subject
+  // read must be the whole NameID, not the text before the comment.
+  comment_in_name_id: sign(assertion({ NameID: `${subject}.evil.test` }))
+    .replace(`>${subject}.evil.test<`, `>${subject}<!---->.evil.test<`),
   unsigned: assertion(),
   tampered: valid.replace(`>${subject}<`, '>mallory@evil.test<'),
   ...wrapped,
   resigned: sign(assertion(evilChanges), attackerKeys),
+  sha1: sign(assertion(), idpKeys, 'http://www.w3.org/2000/09/xmldsig#rsa-sha1'),
+  hmac_with_certificate: hmacWithCertificate(assertion(evilChanges)),
   expired: sign(assertion({
     NotBefore: iso(now - 2 * lifetime),
     NotOnOrAfter: iso(now - lifetime),

@@ -4,9 +4,11 @@
 //!
 //! For end-to-end tests (the token endpoint): [`idp_assertions`] runs the IdP with
 //! [`IdpParams`] and gives its metadata and its assertions by case name (`valid`,
-//! `valid_response`, `unsigned`, `tampered`, `wrapped_*`, `resigned`, `expired`,
-//! `confirmation_expired`, `not_yet_valid`, `wrong_audience`, `wrong_issuer`, `not_bearer`,
-//! `no_name_id`). Needs node and `npm ci` in `tests/saml` (scripts/setup); fails without.
+//! `valid_response`, `valid_response_both_signed`, `comment_in_name_id`, `unsigned`,
+//! `response_signed_only`, `tampered`, `wrapped_*`, `resigned`, `sha1`,
+//! `hmac_with_certificate`, `expired`, `confirmation_expired`, `not_yet_valid`,
+//! `wrong_audience`, `wrong_issuer`, `not_bearer`, `no_name_id`). Needs node and `npm ci` in
+//! `tests/saml` (scripts/setup); fails without.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -150,11 +152,44 @@ fn a_login_response_carrying_a_signed_assertion_is_accepted() {
     assert_eq!(verified.subject, "ada@example.org");
     assert_eq!(verified.issuer, ENTITY_ID);
     assert!(verified.attributes.is_empty());
+    // Signed twice (the response too): what is read is inside the response's signature.
+    let both = verify_assertion(
+        case("valid_response_both_signed"),
+        &idp(),
+        AUDIENCE,
+        chrono::Utc::now().timestamp(),
+    )
+    .expect("a response signed as well as its assertion verifies");
+    assert_eq!(both.subject, "ada@example.org");
+}
+
+#[test]
+fn a_comment_cannot_shorten_the_subject() {
+    // The IdP signed `ada@example.org.evil.test`; a comment after `ada@example.org` leaves
+    // the signature valid (c14n drops comments) and must not make that the subject.
+    let verified = verify("comment_in_name_id").expect("the signature still holds");
+    assert_eq!(verified.subject, "ada@example.org.evil.test");
 }
 
 #[test]
 fn attacks_are_refused() {
     assert!(matches!(verify("unsigned"), Err(SamlError::Unsigned)));
+    // RFC 7522: the assertion itself must be signed; a signed response around it is not that.
+    assert!(matches!(
+        verify_assertion(
+            case("response_signed_only"),
+            &idp(),
+            AUDIENCE,
+            chrono::Utc::now().timestamp()
+        ),
+        Err(SamlError::Unsigned)
+    ));
+    // Algorithms not accepted: RSA-SHA1, and HMAC keyed by the public certificate.
+    assert!(matches!(verify("sha1"), Err(SamlError::BadSignature(_))));
+    assert!(matches!(
+        verify("hmac_with_certificate"),
+        Err(SamlError::BadSignature(_))
+    ));
     assert!(matches!(
         verify("tampered"),
         Err(SamlError::BadSignature(_))

@@ -102,6 +102,20 @@ pub(super) fn only_child<'a, 'input: 'a>(
     found.next().is_none().then_some(first)
 }
 
+/// The text of an element of simple content: all its text children joined (so a comment
+/// inside a NameID can never cut it short), `None` when it has child elements.
+pub(super) fn simple_text(node: Node<'_, '_>) -> Option<String> {
+    if node.children().any(|child| child.is_element()) {
+        return None;
+    }
+    Some(
+        node.children()
+            .filter(Node::is_text)
+            .filter_map(|child| child.text())
+            .collect(),
+    )
+}
+
 /// What the document is, once its shape passed the checks against signature wrapping.
 #[derive(Debug)]
 pub(super) struct Shape {

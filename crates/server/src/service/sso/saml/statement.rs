@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use roxmltree::Node;
 
-use super::document::{self, children, is, only_child, SAML, SAMLP};
+use super::document::{self, children, is, only_child, simple_text, SAML, SAMLP};
 use super::{SamlError, SamlIdp, VerifiedAssertion, BEARER, CLOCK_SKEW_SECONDS};
 
 /// Reads the assertion `assertion_id` out of `signed` (what xmlsec verified: the assertion,
@@ -37,9 +37,9 @@ pub(super) fn read(
     }
 
     let issuer = only_child(assertion, SAML, "Issuer")
-        .and_then(|issuer| issuer.text())
-        .map(str::trim)
+        .and_then(simple_text)
         .unwrap_or_default();
+    let issuer = issuer.trim();
     if issuer != idp.entity_id() {
         return Err(SamlError::WrongIssuer {
             expected: idp.entity_id().to_owned(),
@@ -56,7 +56,7 @@ pub(super) fn read(
     // which RFC 7522 does not allow.
     let for_us = |restriction: &Node<'_, '_>| {
         children(*restriction, SAML, "Audience")
-            .any(|name| name.text().map(str::trim) == Some(audience))
+            .any(|name| simple_text(name).is_some_and(|name| name.trim() == audience))
     };
     if restrictions.is_empty() || !restrictions.iter().all(for_us) {
         return Err(SamlError::WrongAudience {
@@ -66,8 +66,8 @@ pub(super) fn read(
 
     let subject = only_child(assertion, SAML, "Subject").ok_or(SamlError::NoSubject)?;
     let name_id = only_child(subject, SAML, "NameID")
-        .and_then(|name_id| name_id.text())
-        .map(str::trim)
+        .and_then(simple_text)
+        .map(|name_id| name_id.trim().to_owned())
         .filter(|name_id| !name_id.is_empty())
         .ok_or(SamlError::NoSubject)?;
     let confirmed_until = bearer_confirmation(subject, now)?;
@@ -75,7 +75,7 @@ pub(super) fn read(
     Ok(VerifiedAssertion {
         id: assertion_id.to_owned(),
         issuer: issuer.to_owned(),
-        subject: name_id.to_owned(),
+        subject: name_id,
         not_on_or_after: window
             .not_on_or_after
             .map_or(confirmed_until, |until| until.min(confirmed_until)),
@@ -165,10 +165,17 @@ fn attributes(assertion: Node<'_, '_>) -> Result<BTreeMap<String, Vec<String>>, 
         let name = attribute
             .attribute("Name")
             .ok_or_else(|| SamlError::Invalid("an Attribute without a Name".to_owned()))?;
-        attributes.entry(name.to_owned()).or_default().extend(
-            children(attribute, SAML, "AttributeValue")
-                .map(|value| value.text().unwrap_or_default().to_owned()),
-        );
+        let values = children(attribute, SAML, "AttributeValue")
+            .map(|value| {
+                simple_text(value).ok_or_else(|| {
+                    SamlError::Invalid(format!("the attribute {name:?} has a structured value"))
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        attributes
+            .entry(name.to_owned())
+            .or_default()
+            .extend(values);
     }
     Ok(attributes)
 }
