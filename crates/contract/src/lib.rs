@@ -17,6 +17,7 @@ pub mod error;
 pub mod expr;
 pub mod json;
 pub mod limits;
+pub mod oauth;
 pub mod openapi;
 pub mod retry;
 #[cfg(feature = "app")]
@@ -37,8 +38,9 @@ pub use wire::{
 /// The contract's version: `info.version` of the OpenAPI document.
 pub const CONTRACT_VERSION: &str = "1.0.0";
 
-/// The header that carries the API key on `POST /crosstab`.
+/// The header that carries the API key (or `Bearer <token>`) on `POST /crosstab`.
 pub const AUTH_HEADER: &str = "Service-Engine-Authorizer";
 
-/// The operation ids of the service, in the order the spec lists them.
+/// The operation ids the spec defines, in its order (the service adds `token` and
+/// `tokenOptions`, its single sign-on token endpoint).
 pub const OPERATION_IDS: [&str; 3] = ["docs", "crosstab", "crosstabOptions"];

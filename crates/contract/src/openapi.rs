@@ -8,11 +8,14 @@ use utoipa::{Modify, OpenApi};
 
 use crate::error::{ApiError, ErrorDetail, ErrorEnvelope};
 use crate::limits::MAX_TARGET_CODE_CHARS;
+use crate::oauth::{GrantType, OAuthError, OAuthErrorCode, TokenRequest, TokenResponse};
 use crate::wire::{CrosstabRequest, CrosstabResponse, CrosstabResult, Stability};
 use crate::CONTRACT_VERSION;
 
 /// Name of the security scheme that carries the API key.
 pub const SECURITY_SCHEME: &str = "ServiceEngineAuthorizer";
+/// Name of the security scheme that carries a single sign-on bearer token (same header).
+pub const BEARER_SCHEME: &str = "ServiceEngineAuthorizerBearer";
 
 const DESCRIPTION: &str = "\
 Survey-audience query service. `POST /crosstab` takes one survey, one population base, an \
@@ -43,7 +46,16 @@ A path of this API called with a method it does not serve (`GET /crosstab`) is 4
 ## Target codes
 A target code is a named code (`F2554`) or an expression over the survey's variables: \
 `GENDER = 2`, `AGE BETWEEN 25 AND 54`, `REGION IN (1, 2)`, combined with `AND`, `OR`, `NOT` \
-and parentheses. Operators: `= != < <= > >=`. A missing answer satisfies no comparison.";
+and parentheses. Operators: `= != < <= > >=`. A missing answer satisfies no comparison.
+
+## Authentication
+`POST /crosstab` takes either an API key, `Service-Engine-Authorizer: <API_KEY>`, or a \
+single sign-on token, `Service-Engine-Authorizer: Bearer <JWT>`: a JWT signed (RS256, \
+ES256 or EdDSA) by an identity provider the operator trusts, naming this service as its \
+audience, or an access token from `POST /oauth/token`, which exchanges a trusted \
+provider's JWT (RFC 7523) or SAML 2.0 assertion (RFC 7522) for one. Either way the call \
+is billed to the account the key or token maps to; a token that is not accepted is the \
+same 401 as a bad key.";
 
 #[allow(dead_code)] // Only carries the operation's documentation.
 #[utoipa::path(
@@ -73,14 +85,14 @@ fn docs() {}
         ("Idempotency-Key" = Option<String>, Header, min_length = 1, max_length = 255, pattern = r"^[\x21-\x7E]([\x20-\x7E]{0,253}[\x21-\x7E])?$",
             description = "Optional: one fresh value (e.g. a UUID) per logical query, sent again unchanged on its retries. A retry of the same body within 24 h gets the first 200 again, marked `Idempotent-Replayed: true`, and is not billed again; the same key with another body is 422. 1 to 255 printable ASCII characters (HTTP drops spaces around a header value, so it neither starts nor ends with one)."),
     ),
-    security(("ServiceEngineAuthorizer" = [])),
+    security(("ServiceEngineAuthorizer" = []), ("ServiceEngineAuthorizerBearer" = [])),
     responses(
         (status = 200, description = "Success (ResultCode 0) or partial result (ResultCode 1). Billed, once per Idempotency-Key.", body = CrosstabResponse,
             headers(("Access-Control-Allow-Origin" = String, description = "The caller's origin when it is allowed"),
                     ("X-Request-Id" = String, description = "Identifier of this request"),
                     ("Idempotent-Replayed" = String, description = "`true` when this is the stored answer to an earlier request with the same Idempotency-Key and body (not billed again); absent otherwise"))),
         (status = 400, description = "invalid_request (including a body naming a member twice, or a malformed Idempotency-Key), invalid_target_codes or invalid_population_base. Not retryable, not billed.", body = ErrorEnvelope),
-        (status = 401, description = "unauthorized: the Service-Engine-Authorizer header is missing, malformed, invalid or expired. Fetch a fresh key before retrying. Not billed.", body = ErrorEnvelope),
+        (status = 401, description = "unauthorized: the Service-Engine-Authorizer header is missing, malformed, invalid or expired (a key, or a bearer token that is not accepted). Fetch a fresh key or token before retrying. Not billed.", body = ErrorEnvelope),
         (status = 403, description = "forbidden_survey: the key is not entitled to the survey or authorization group. Not retryable, not billed.", body = ErrorEnvelope),
         (status = 408, description = "request_timeout: the body did not arrive whole within the server's deadline; the connection is closed. Not billed.", body = ErrorEnvelope),
         (status = 413, description = "payload_too_large: the body exceeds 65536 bytes. Not billed.", body = ErrorEnvelope),
@@ -114,6 +126,47 @@ fn crosstab() {}
 )]
 fn crosstab_options() {}
 
+#[allow(dead_code)] // Only carries the operation's documentation.
+#[utoipa::path(
+    post,
+    path = "/oauth/token",
+    operation_id = "token",
+    tag = "sso",
+    summary = "Exchange an identity provider's assertion for an access token",
+    description = "The OAuth 2.0 token endpoint (RFC 6749) for single sign-on. `grant_type=urn:ietf:params:oauth:grant-type:jwt-bearer` with `assertion=<JWT>` (RFC 7523) takes a JWT of a trusted OpenID Connect issuer; `grant_type=urn:ietf:params:oauth:grant-type:saml2-bearer` with `assertion=<base64url SAML assertion>` (RFC 7522) takes a signed SAML 2.0 assertion of a trusted SAML identity provider (each assertion once). The access token answered is valid at most an hour and never past the assertion's own expiry; send it as `Service-Engine-Authorizer: Bearer <access_token>` on `POST /crosstab`. Needs no key and is not billed.",
+    request_body(content = TokenRequest, content_type = "application/x-www-form-urlencoded", description = "Form-encoded parameters, each at most once; at most 262144 bytes."),
+    security(()),
+    responses(
+        (status = 200, description = "The access token. Not billed.", body = TokenResponse,
+            headers(("Cache-Control" = String, description = "no-store"),
+                    ("X-Request-Id" = String, description = "Identifier of this request"))),
+        (status = 400, description = "RFC 6749 error: invalid_request (a parameter missing, repeated or malformed, or a body that is not form-encoded), unsupported_grant_type, or invalid_grant (the assertion is not accepted; why is logged, never told). Not billed.", body = OAuthError,
+            headers(("Cache-Control" = String, description = "no-store"))),
+        (status = 500, description = "internal_error (the contract's envelope). Retry with exponential backoff.", body = ErrorEnvelope),
+    )
+)]
+fn token() {}
+
+#[allow(dead_code)] // Only carries the operation's documentation.
+#[utoipa::path(
+    options,
+    path = "/oauth/token",
+    operation_id = "tokenOptions",
+    tag = "sso",
+    summary = "CORS preflight for /oauth/token",
+    description = "Issued by browsers before a cross-origin POST. Needs no key and is not billed. For an allowed origin the allow headers are present; for any other origin they are absent.",
+    security(()),
+    responses(
+        (status = 200, description = "Preflight answer",
+            headers(("Access-Control-Allow-Origin" = String, description = "The allowed origin"),
+                    ("Access-Control-Allow-Methods" = String, description = "POST, OPTIONS"),
+                    ("Access-Control-Allow-Headers" = String, description = "Content-Type"),
+                    ("Access-Control-Max-Age" = String, description = "Seconds the preflight may be cached"),
+                    ("Vary" = String, description = "Origin"))),
+    )
+)]
+fn token_options() {}
+
 #[derive(OpenApi)]
 #[openapi(
     info(
@@ -122,11 +175,13 @@ fn crosstab_options() {}
         license(name = "Apache-2.0")
     ),
     servers((url = "/v1", description = "Version 1 of the service, relative to the host serving this document")),
-    paths(docs, crosstab, crosstab_options),
-    components(schemas(CrosstabRequest, CrosstabResponse, CrosstabResult, Stability, ErrorEnvelope, ErrorDetail)),
+    paths(docs, crosstab, crosstab_options, token, token_options),
+    components(schemas(CrosstabRequest, CrosstabResponse, CrosstabResult, Stability, ErrorEnvelope, ErrorDetail,
+        TokenRequest, GrantType, TokenResponse, OAuthError, OAuthErrorCode)),
     modifiers(&ContractDetails),
     tags(
         (name = "crosstab", description = "Audience queries"),
+        (name = "sso", description = "Single sign-on: access tokens for identity providers' assertions"),
         (name = "service", description = "Service description")
     )
 )]
@@ -146,6 +201,13 @@ impl Modify for ContractDetails {
                 SecurityScheme::ApiKey(ApiKey::Header(ApiKeyValue::with_description(
                     crate::AUTH_HEADER,
                     "The API key from the developer portal. Keep it server-side.",
+                ))),
+            );
+            components.add_security_scheme(
+                BEARER_SCHEME,
+                SecurityScheme::ApiKey(ApiKey::Header(ApiKeyValue::with_description(
+                    crate::AUTH_HEADER,
+                    "Single sign-on: `Bearer <JWT>`, a JWT of an identity provider the operator trusts (RS256, ES256 or EdDSA; audience: this service) or an access token from POST /oauth/token.",
                 ))),
             );
         }
@@ -306,6 +368,33 @@ mod tests {
             doc["paths"]["/crosstab"]["options"]["operationId"],
             "crosstabOptions"
         );
+        assert_eq!(doc["paths"]["/oauth/token"]["post"]["operationId"], "token");
+    }
+
+    #[test]
+    fn the_token_endpoint_is_form_encoded_and_answers_rfc_6749_bodies() {
+        let doc = doc();
+        let token = &doc["paths"]["/oauth/token"]["post"];
+        let form = &token["requestBody"]["content"]["application/x-www-form-urlencoded"];
+        assert!(form["schema"].is_object(), "{token}");
+        let grant = &doc["components"]["schemas"]["GrantType"]["enum"];
+        assert_eq!(
+            grant,
+            &serde_json::json!([crate::oauth::JWT_BEARER, crate::oauth::SAML2_BEARER])
+        );
+        let errors = &doc["components"]["schemas"]["OAuthErrorCode"]["enum"];
+        assert_eq!(
+            errors,
+            &serde_json::json!(["invalid_request", "invalid_grant", "unsupported_grant_type"])
+        );
+        assert!(token["responses"]["200"]["headers"]["Cache-Control"].is_object());
+        let security = token["security"].as_array().unwrap();
+        assert!(security
+            .iter()
+            .all(|r| r.as_object().is_some_and(|o| o.is_empty())));
+        let bearer = &doc["components"]["securitySchemes"][BEARER_SCHEME];
+        assert_eq!(bearer["name"], crate::AUTH_HEADER);
+        assert!(doc["paths"]["/crosstab"]["post"]["security"][1][BEARER_SCHEME].is_array());
     }
 
     #[test]
@@ -316,7 +405,12 @@ mod tests {
         assert_eq!(scheme["in"], "header");
         assert_eq!(scheme["name"], crate::AUTH_HEADER);
         assert!(doc["paths"]["/crosstab"]["post"]["security"][0][SECURITY_SCHEME].is_array());
-        for (path, method) in [("/docs", "get"), ("/crosstab", "options")] {
+        for (path, method) in [
+            ("/docs", "get"),
+            ("/crosstab", "options"),
+            ("/oauth/token", "post"),
+            ("/oauth/token", "options"),
+        ] {
             let security = &doc["paths"][path][method]["security"];
             assert!(
                 security.as_array().is_some_and(|s| s

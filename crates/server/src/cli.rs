@@ -18,10 +18,15 @@ use crate::report::{self, Format};
 use crate::serve::{self, ServeError, ServeOptions};
 use crate::service::cache::{ResponseCache, DEFAULT_BYTES, DEFAULT_ENTRIES};
 use crate::service::limits::AddressLimits;
+use crate::service::sso::saml::SamlIdp;
+use crate::service::sso::signing;
 use crate::service::Settings;
 use crate::service::{replicas, users};
 use crate::store::accounts::AccountLimits;
-use crate::store::{self, accounts, upstream_keys, usage, Database, DbError, Synchronous};
+use crate::store::identity_providers::{self, AccountRule, IdentityProvider, IdpKind};
+use crate::store::{
+    self, accounts, signing_keys, upstream_keys, usage, Database, DbError, Synchronous,
+};
 
 /// The crosstab survey-audience query service.
 #[derive(Debug, Parser)]
@@ -164,6 +169,11 @@ enum Command {
     Key {
         #[command(subcommand)]
         command: KeyCommand,
+    },
+    /// Single sign-on for API calls: trusted identity providers and the token-signing key.
+    Sso {
+        #[command(subcommand)]
+        command: SsoCommand,
     },
     /// Answer a crosstab query from the installed survey, without a server (not billed).
     Query {
@@ -361,6 +371,102 @@ enum KeyCommand {
     },
 }
 
+#[derive(Debug, Subcommand)]
+enum SsoCommand {
+    /// Trust an OpenID Connect issuer: its JWTs (access or ID tokens) are accepted as
+    /// `Bearer` tokens and at the token endpoint. Its keys come from its discovery document.
+    AddOidc {
+        /// A name for it (recorded with every call its tokens make).
+        #[arg(long)]
+        name: String,
+        /// The issuer URL, exactly as its tokens' `iss` says.
+        #[arg(long, value_name = "URL")]
+        issuer: String,
+        /// The audience its tokens must name (default: this service's --public-url).
+        #[arg(long)]
+        audience: Option<String>,
+        #[command(flatten)]
+        account: OidcAccount,
+        #[command(flatten)]
+        store: Store,
+    },
+    /// Trust a SAML 2.0 identity provider: its signed assertions are exchanged for tokens
+    /// at the token endpoint. Its entity id and signing certificate come from its metadata.
+    AddSaml {
+        /// A name for it (recorded with every call its tokens make).
+        #[arg(long)]
+        name: String,
+        /// The IdP's metadata (an EntityDescriptor with an IDPSSODescriptor).
+        #[arg(long, value_name = "FILE.xml")]
+        metadata: PathBuf,
+        /// The audience (this service's entity id) its assertions must name (default:
+        /// this service's --public-url).
+        #[arg(long, value_name = "ENTITY_ID")]
+        audience: Option<String>,
+        #[command(flatten)]
+        account: SamlAccount,
+        #[command(flatten)]
+        store: Store,
+    },
+    /// List the trusted identity providers.
+    List {
+        #[command(flatten)]
+        store: Store,
+    },
+    /// Stop trusting an identity provider: its tokens stop working on the next request.
+    Remove {
+        /// Its name.
+        name: String,
+        #[command(flatten)]
+        store: Store,
+    },
+    /// Make a new key to sign this service's access tokens; tokens signed with older keys
+    /// stay valid until they expire.
+    RotateKey {
+        #[command(flatten)]
+        store: Store,
+    },
+}
+
+/// Which account an OpenID Connect issuer's tokens are billed to.
+#[derive(Debug, Args)]
+#[group(required = true, multiple = false)]
+struct OidcAccount {
+    /// Every token's account.
+    #[arg(long)]
+    account: Option<String>,
+    /// The claim naming each token's account (which must exist).
+    #[arg(long, value_name = "CLAIM")]
+    account_claim: Option<String>,
+}
+
+/// Which account a SAML identity provider's assertions are billed to.
+#[derive(Debug, Args)]
+#[group(required = true, multiple = false)]
+struct SamlAccount {
+    /// Every assertion's account.
+    #[arg(long)]
+    account: Option<String>,
+    /// The attribute naming each assertion's account (which must exist).
+    #[arg(long, value_name = "ATTRIBUTE")]
+    account_attribute: Option<String>,
+}
+
+/// The account rule of `--account` or the claim/attribute option.
+fn account_rule(
+    account: Option<String>,
+    named_by: Option<String>,
+) -> Result<AccountRule, CliError> {
+    match (account, named_by) {
+        (Some(account), None) if !account.trim().is_empty() => Ok(AccountRule::Fixed(account)),
+        (None, Some(claim)) if !claim.trim().is_empty() => Ok(AccountRule::Named(claim)),
+        _ => Err(CliError::Usage(
+            "give one of --account or the claim (attribute) naming the account, not empty"
+                .to_owned(),
+        )),
+    }
+}
+
 /// A command that failed.
 #[derive(Debug, thiserror::Error)]
 pub enum CliError {
@@ -500,6 +606,8 @@ async fn execute(command: Command) -> Result<(), CliError> {
                         failed_auth_per_minute,
                         sign_in_per_minute,
                     },
+                    // `serve` sets it once it listens (the default names its address).
+                    public_url: crate::service::DEFAULT_PUBLIC_URL.to_owned(),
                 },
             })
             .await?;
@@ -615,6 +723,7 @@ async fn execute(command: Command) -> Result<(), CliError> {
             Ok(())
         }
         Command::Key { command } => key(command).await,
+        Command::Sso { command } => sso(command).await,
         Command::Query {
             survey,
             base,
@@ -768,6 +877,129 @@ async fn key(command: KeyCommand) -> Result<(), CliError> {
             }
         }
     }
+}
+
+async fn sso(command: SsoCommand) -> Result<(), CliError> {
+    match command {
+        SsoCommand::AddOidc {
+            name,
+            issuer,
+            audience,
+            account,
+            store,
+        } => {
+            let rule = account_rule(account.account, account.account_claim)?;
+            if !(issuer.starts_with("https://") || issuer.starts_with("http://")) {
+                return Err(CliError::Usage(format!(
+                    "--issuer '{issuer}' is not an http(s) URL"
+                )));
+            }
+            let idp = IdentityProvider {
+                name,
+                kind: IdpKind::Oidc,
+                issuer,
+                audience,
+                account: rule,
+                metadata: None,
+                created_at: now_ms(),
+            };
+            add_idp(&store, &idp).await
+        }
+        SsoCommand::AddSaml {
+            name,
+            metadata,
+            audience,
+            account,
+            store,
+        } => {
+            let rule = account_rule(account.account, account.account_attribute)?;
+            let xml = std::fs::read_to_string(&metadata)?;
+            let known = SamlIdp::from_metadata(&xml)
+                .map_err(|error| CliError::Usage(format!("{}: {error}", metadata.display())))?;
+            let idp = IdentityProvider {
+                name,
+                kind: IdpKind::Saml,
+                issuer: known.entity_id().to_owned(),
+                audience,
+                account: rule,
+                metadata: Some(known.to_stored()),
+                created_at: now_ms(),
+            };
+            add_idp(&store, &idp).await
+        }
+        SsoCommand::List { store } => {
+            let db = store.connect().await?;
+            let idps = identity_providers::list(&db).await?;
+            db.close().await;
+            println!("name\tkind\tissuer\taudience\taccount");
+            for idp in idps {
+                let account = match &idp.account {
+                    AccountRule::Fixed(account) => account.clone(),
+                    AccountRule::Named(claim) => format!("named by {claim}"),
+                };
+                println!(
+                    "{}\t{}\t{}\t{}\t{}",
+                    idp.name,
+                    idp.kind.as_str(),
+                    idp.issuer,
+                    idp.audience.as_deref().unwrap_or("(public URL)"),
+                    account
+                );
+            }
+            Ok(())
+        }
+        SsoCommand::Remove { name, store } => {
+            let db = store.connect().await?;
+            let removed = identity_providers::remove(&db, &name).await?;
+            db.close().await;
+            if removed {
+                eprintln!("identity provider '{name}' removed");
+                Ok(())
+            } else {
+                Err(CliError::Usage(format!(
+                    "no identity provider named '{name}'"
+                )))
+            }
+        }
+        SsoCommand::RotateKey { store } => {
+            let key = signing::generate(now_ms()).map_err(CliError::Usage)?;
+            let db = store.connect().await?;
+            signing_keys::rotate(&db, &key).await?;
+            db.close().await;
+            eprintln!(
+                "token-signing key {} made; tokens signed before stay valid until they expire",
+                key.kid
+            );
+            Ok(())
+        }
+    }
+}
+
+async fn add_idp(store: &Store, idp: &IdentityProvider) -> Result<(), CliError> {
+    let db = store.connect().await?;
+    if let AccountRule::Fixed(account) = &idp.account {
+        if accounts::account_id(&db, account).await?.is_none() {
+            db.close().await;
+            return Err(CliError::Usage(format!(
+                "no account named '{account}' (create it with `crosstab key create --account {account} --grant ...`)"
+            )));
+        }
+    }
+    let added = identity_providers::add(&db, idp).await?;
+    db.close().await;
+    if !added {
+        return Err(CliError::Usage(format!(
+            "an identity provider named '{}', or with the same issuer and audience, exists",
+            idp.name
+        )));
+    }
+    eprintln!(
+        "{} identity provider '{}' ({}) trusted",
+        idp.kind.as_str(),
+        idp.name,
+        idp.issuer
+    );
+    Ok(())
 }
 
 fn query(

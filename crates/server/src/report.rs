@@ -23,8 +23,8 @@ fn csv_field(text: &str) -> String {
 
 /// The report as text in `format`.
 pub fn render(rows: &[UsageRow], format: Format) -> Result<String, serde_json::Error> {
-    const HEADER: [&str; 8] = [
-        "account", "key_id", "env", "user", "survey", "calls", "first", "last",
+    const HEADER: [&str; 10] = [
+        "account", "key_id", "env", "user", "idp", "subject", "survey", "calls", "first", "last",
     ];
     let cells = |r: &UsageRow| {
         let text = |value: &Option<String>| value.clone().unwrap_or_default();
@@ -33,6 +33,8 @@ pub fn render(rows: &[UsageRow], format: Format) -> Result<String, serde_json::E
             text(&r.key_id),
             text(&r.env),
             text(&r.user),
+            text(&r.idp),
+            text(&r.subject),
             r.survey.clone(),
             r.calls.to_string(),
             r.first.clone(),
@@ -56,7 +58,7 @@ pub fn render(rows: &[UsageRow], format: Format) -> Result<String, serde_json::E
             Ok(out)
         }
         Format::Table => {
-            let body: Vec<[String; 8]> = rows.iter().map(cells).collect();
+            let body: Vec<[String; 10]> = rows.iter().map(cells).collect();
             let mut widths = HEADER.map(str::len);
             for line in &body {
                 for (width, cell) in widths.iter_mut().zip(line) {

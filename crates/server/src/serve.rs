@@ -172,15 +172,22 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
     let surveys: Vec<String> = catalog.all().iter().map(|s| s.code().to_owned()).collect();
     let cors = Cors::new(&options.allowed_origins);
     let origins = cors.describe();
+    let listener = tokio::net::TcpListener::bind(options.listen).await?;
+    let address = listener.local_addr()?;
+    let public_url = options
+        .public_url
+        .clone()
+        .unwrap_or_else(|| format!("http://{address}"));
+    let mut settings = options.settings;
+    settings.public_url = public_url.clone();
     let (services, writer) = Services::start(
         db.clone(),
         Arc::clone(&catalog),
-        options.settings,
+        settings,
         Arc::new(SystemClock),
     );
-
-    let listener = tokio::net::TcpListener::bind(options.listen).await?;
-    let address = listener.local_addr()?;
+    // The first token-signing key, and the identity providers' keys, before serving.
+    services.sso.prepare().await?;
     let upstream = options.upstream.as_deref().map(Upstream::new).transpose()?;
     if !options.app_dir.join("index.html").exists() {
         tracing::warn!(app_dir = %options.app_dir.display(), "the app is not built there (trunk build --release): / serves nothing");
@@ -188,10 +195,6 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
     // Once listening, compare the upstream's contract with ours.
     let contract_check = tokio::spawn(check_upstream(upstream.clone()));
     let app = AppService::new(Arc::clone(&services), upstream);
-    let public_url = options
-        .public_url
-        .clone()
-        .unwrap_or_else(|| format!("http://{address}"));
     let options_http = HttpOptions {
         cors,
         app_dir: Some(&options.app_dir),

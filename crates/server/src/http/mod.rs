@@ -9,6 +9,7 @@ mod error;
 mod extract;
 mod headers;
 pub mod listener;
+pub mod oauth;
 pub mod observe;
 pub mod v1;
 

@@ -1,5 +1,6 @@
-//! The `/v1` routes: `GET /docs`, `OPTIONS /crosstab` and `POST /crosstab`. Handlers
-//! extract, call the service and map; the rules live in [`crate::service::crosstab`].
+//! The `/v1` routes: `GET /docs`, `OPTIONS /crosstab`, `POST /crosstab` and the token
+//! endpoint `POST /oauth/token` ([`super::oauth`]). Handlers extract, call the service
+//! and map; the rules live in [`crate::service::crosstab`] and [`crate::service::sso`].
 
 use std::sync::Arc;
 
@@ -27,6 +28,10 @@ pub fn routes() -> Router<Arc<HttpState>> {
         .route(
             "/crosstab",
             axum::routing::post(crosstab).options(preflight),
+        )
+        .route(
+            "/oauth/token",
+            axum::routing::post(super::oauth::token).options(super::oauth::preflight),
         )
         .fallback(super::not_found)
         .method_not_allowed_fallback(method_not_allowed)

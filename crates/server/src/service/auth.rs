@@ -14,13 +14,21 @@
 //!
 //! The set of every key id is kept too (reloaded after a change), so a key whose id does
 //! not exist, as in a flood of random keys, costs no database query.
+//!
+//! `Bearer <JWT>` in the same header is a single sign-on token, checked by
+//! [`Sso::verify_bearer`]; a verified token's principal is cached by the token's SHA-256
+//! until the token expires (or anything changes), so a bearer call costs what a key call
+//! does.
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
+use sha2::{Digest, Sha256};
+
 use super::principal::{Credential, Principal};
+use super::sso::{Sso, LEEWAY_S};
 use crate::clock::Clock;
 use crate::keys;
 use crate::store::accounts::{self, KeyRecord};
@@ -54,6 +62,16 @@ struct Cached {
     principal: Arc<Principal>,
 }
 
+/// A verified bearer token's principal, and until when (Unix ms) the token holds.
+#[derive(Debug)]
+struct CachedToken {
+    principal: Arc<Principal>,
+    valid_until_ms: i64,
+}
+
+/// Most verified tokens kept; past it, expired ones are dropped, then all.
+const MAX_CACHED_TOKENS: usize = 50_000;
+
 /// Checks keys against the database, through a cache that never outlives a change.
 #[derive(Debug)]
 pub struct Authenticator {
@@ -74,11 +92,15 @@ pub struct Authenticator {
     known: RwLock<Option<Arc<HashSet<String>>>>,
     /// Database reads of one key (for the tests that a flood makes none).
     key_reads: AtomicU64,
+    /// Single sign-on: bearer tokens.
+    sso: Arc<Sso>,
+    /// Verified bearer tokens by their SHA-256.
+    tokens: RwLock<HashMap<[u8; 32], CachedToken>>,
 }
 
 impl Authenticator {
-    /// An authenticator over `db`'s keys, judging expiry by `clock`.
-    pub fn new(db: Database, clock: Arc<dyn Clock>) -> Authenticator {
+    /// An authenticator over `db`'s keys and `sso`'s tokens, judging expiry by `clock`.
+    pub fn new(db: Database, clock: Arc<dyn Clock>, sso: Arc<Sso>) -> Authenticator {
         let signal_file = db.key_signal_file();
         let signal = signal_file.as_deref().and_then(|path| {
             KeySignal::open(path)
@@ -99,6 +121,8 @@ impl Authenticator {
             cache: RwLock::new(HashMap::new()),
             known: RwLock::new(None),
             key_reads: AtomicU64::new(0),
+            sso,
+            tokens: RwLock::new(HashMap::new()),
         }
     }
 
@@ -185,6 +209,11 @@ impl Authenticator {
         let mut cache = self.cache.write().unwrap_or_else(|p| p.into_inner());
         cache.clear();
         *self.known.write().unwrap_or_else(|p| p.into_inner()) = None;
+        self.tokens
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
+        self.sso.changed();
         self.generation.fetch_add(1, Ordering::SeqCst);
     }
 
@@ -248,9 +277,13 @@ impl Authenticator {
         Ok(Some(cached))
     }
 
-    /// The caller a `Service-Engine-Authorizer` value identifies.
+    /// The caller a `Service-Engine-Authorizer` value identifies: an API key, or
+    /// `Bearer <JWT>`.
     pub async fn authenticate(&self, token: Option<&str>) -> Result<Arc<Principal>, AuthError> {
         let token = token.ok_or(AuthError::Unauthorized)?;
+        if let Some(jwt) = bearer(token) {
+            return self.authenticate_bearer(jwt).await;
+        }
         let presented = keys::parse(token).ok_or(AuthError::Unauthorized)?;
         self.follow_changes().await?;
         let cached = self
@@ -269,5 +302,79 @@ impl Authenticator {
         } else {
             Err(AuthError::Unauthorized)
         }
+    }
+}
+
+/// The token of a `Bearer <token>` value (the scheme is case-insensitive, RFC 6750).
+fn bearer(value: &str) -> Option<&str> {
+    let (scheme, token) = value.split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| token.trim())
+        .filter(|token| !token.is_empty())
+}
+
+impl Authenticator {
+    /// A bearer token's principal: from the cache while the token holds, else verified
+    /// and its account (which must exist) loaded.
+    async fn authenticate_bearer(&self, jwt: &str) -> Result<Arc<Principal>, AuthError> {
+        self.follow_changes().await?;
+        let digest: [u8; 32] = Sha256::digest(jwt.as_bytes()).into();
+        let now = self.clock.now_ms();
+        if let Some(hit) = self
+            .tokens
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&digest)
+        {
+            return if now <= hit.valid_until_ms {
+                Ok(Arc::clone(&hit.principal))
+            } else {
+                tracing::info!("bearer token refused: expired");
+                Err(AuthError::Unauthorized)
+            };
+        }
+        let generation = self.generation.load(Ordering::SeqCst);
+        let identity = match self.sso.verify_bearer(jwt).await {
+            Ok(identity) => identity,
+            Err(super::sso::TokenError::Store(error)) => return Err(error.into()),
+            Err(reason) => {
+                tracing::info!(%reason, "bearer token refused");
+                return Err(AuthError::Unauthorized);
+            }
+        };
+        let Some(account_id) = accounts::account_id(&self.db, &identity.account).await? else {
+            tracing::info!(account = %identity.account, idp = %identity.idp, "bearer token refused: its account does not exist");
+            return Err(AuthError::Unauthorized);
+        };
+        let principal = Arc::new(Principal {
+            account_id,
+            account: Arc::from(identity.account.as_str()),
+            grants: accounts::grants_of(&self.db, account_id).await?,
+            limits: accounts::limits_of(&self.db, account_id).await?,
+            credential: Credential::Token {
+                idp: identity.idp,
+                subject: identity.subject,
+            },
+        });
+        let valid_until_ms = (identity.expires_at_s + LEEWAY_S).saturating_mul(1000);
+        let mut tokens = self.tokens.write().unwrap_or_else(|p| p.into_inner());
+        // A change noticed while verifying may have made this stale: don't keep it.
+        if self.generation.load(Ordering::SeqCst) == generation {
+            if tokens.len() >= MAX_CACHED_TOKENS {
+                tokens.retain(|_, cached| now <= cached.valid_until_ms);
+                if tokens.len() >= MAX_CACHED_TOKENS {
+                    tokens.clear();
+                }
+            }
+            tokens.insert(
+                digest,
+                CachedToken {
+                    principal: Arc::clone(&principal),
+                    valid_until_ms,
+                },
+            );
+        }
+        Ok(principal)
     }
 }

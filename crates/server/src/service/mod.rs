@@ -57,7 +57,13 @@ pub struct Settings {
     pub query_deadline: std::time::Duration,
     /// Per-address paces.
     pub addresses: AddressLimits,
+    /// The address clients reach the service at: the issuer and audience of its own
+    /// access tokens, and the audience identity providers' tokens must name by default.
+    pub public_url: String,
 }
+
+/// The public URL when none is given: the default listen address.
+pub const DEFAULT_PUBLIC_URL: &str = "http://127.0.0.1:8080";
 
 impl Default for Settings {
     fn default() -> Settings {
@@ -68,6 +74,7 @@ impl Default for Settings {
                 failed_auth_per_minute: 60,
                 sign_in_per_minute: 20,
             },
+            public_url: DEFAULT_PUBLIC_URL.to_owned(),
         }
     }
 }
@@ -79,8 +86,10 @@ pub struct Services {
     pub db: Database,
     /// The installed surveys, following re-imports.
     pub catalog: Arc<Catalog>,
-    /// API key checks.
+    /// API key and bearer token checks.
     pub auth: Authenticator,
+    /// Identity providers, bearer tokens and the token endpoint.
+    pub sso: Arc<sso::Sso>,
     /// Queries and their bills.
     pub crosstab: Crosstab,
     /// Rates and quotas.
@@ -143,10 +152,18 @@ impl Services {
         }))
     }
 
-    /// Forgets what is kept only for a while (idempotency keys past their day).
+    /// Forgets what is kept only for a while: idempotency keys past their day, ids of
+    /// expired SAML assertions, signing keys retired longer ago than any token they signed
+    /// can live.
     pub async fn purge_expired(&self) -> Result<u64, DbError> {
-        let before = self.clock.now_ms() - crosstab::IDEMPOTENCY_KEPT_MS;
-        crate::store::idempotency::purge(&self.db, before).await
+        let now = self.clock.now_ms();
+        let before = now - crosstab::IDEMPOTENCY_KEPT_MS;
+        let keys = crate::store::idempotency::purge(&self.db, before).await?;
+        let assertions =
+            crate::store::saml_replay::purge(&self.db, now - sso::LEEWAY_S * 1000).await?;
+        let retired_before = now - (sso::exchange::MAX_LIFETIME_S + sso::LEEWAY_S) * 1000;
+        let signing = crate::store::signing_keys::purge(&self.db, retired_before).await?;
+        Ok(keys + assertions + signing)
     }
 
     /// The services over `db` and `catalog`, with the ledger writer started (finish the
@@ -157,6 +174,11 @@ impl Services {
         settings: Settings,
         clock: Arc<dyn Clock>,
     ) -> (Arc<Services>, LedgerWriter) {
+        let sso = Arc::new(sso::Sso::new(
+            db.clone(),
+            Arc::clone(&clock),
+            &settings.public_url,
+        ));
         let (ledger, writer) = Ledger::start(db.clone());
         let limits = Arc::new(RateLimits::new(
             db.clone(),
@@ -173,7 +195,8 @@ impl Services {
             Arc::clone(&clock),
         );
         let services = Services {
-            auth: Authenticator::new(db.clone(), Arc::clone(&clock)),
+            auth: Authenticator::new(db.clone(), Arc::clone(&clock), Arc::clone(&sso)),
+            sso,
             crosstab,
             limits,
             db,

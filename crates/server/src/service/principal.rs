@@ -19,6 +19,13 @@ pub enum Credential {
         /// Sign-in name.
         username: Arc<str>,
     },
+    /// A bearer token an identity provider vouched for.
+    Token {
+        /// The identity provider's configured name.
+        idp: Arc<str>,
+        /// The token's subject.
+        subject: Arc<str>,
+    },
 }
 
 /// An authenticated caller: everything entitlement and billing need.
@@ -42,6 +49,10 @@ impl Principal {
         match &self.credential {
             Credential::Key(id) => Caller::Key(Arc::clone(id)),
             Credential::User { id, .. } => Caller::User(*id),
+            Credential::Token { idp, subject } => Caller::Token {
+                idp: Arc::clone(idp),
+                subject: Arc::clone(subject),
+            },
         }
     }
 }

@@ -80,7 +80,7 @@ pub(crate) async fn ensure_account(
 
 /// Bumps the key revision and, on PostgreSQL, announces the change to every server when
 /// the transaction commits.
-async fn bump_revision(conn: &mut sqlx::AnyConnection) -> Result<(), DbError> {
+pub(crate) async fn bump_revision(conn: &mut sqlx::AnyConnection) -> Result<(), DbError> {
     sqlx::query("UPDATE key_revision SET revision = revision + 1 WHERE id = 1")
         .execute(&mut *conn)
         .await?;
@@ -94,7 +94,7 @@ async fn bump_revision(conn: &mut sqlx::AnyConnection) -> Result<(), DbError> {
 }
 
 /// Tells running servers (through the signal file) that keys or grants changed.
-fn signal_key_change(db: &Database) {
+pub(crate) fn signal_key_change(db: &Database) {
     let Some(path) = db.key_signal_file() else {
         return;
     };

@@ -29,7 +29,7 @@ use super::{Backend, Database, DbError};
 
 /// Most bills in one transaction.
 const MAX_BATCH: usize = 1024;
-/// Rows per INSERT statement on the pool (9 parameters each, well under every limit).
+/// Rows per INSERT statement on the pool (11 parameters each, well under every limit).
 const ROWS_PER_STATEMENT: usize = 64;
 
 /// Who made a billed call for its account.
@@ -39,20 +39,42 @@ pub enum Caller {
     Key(Arc<str>),
     /// An app user signed in to the account (its row id).
     User(i64),
+    /// A bearer token an identity provider vouched for: the provider's name and the
+    /// token's subject.
+    Token {
+        /// The identity provider (as `crosstab sso list` names it).
+        idp: Arc<str>,
+        /// Who the token was issued to (`sub`, or the SAML `NameID`).
+        subject: Arc<str>,
+    },
 }
 
 impl Caller {
     fn key_id(&self) -> Option<&str> {
         match self {
             Caller::Key(id) => Some(id),
-            Caller::User(_) => None,
+            _ => None,
         }
     }
 
     fn user_id(&self) -> Option<i64> {
         match self {
-            Caller::Key(_) => None,
             Caller::User(id) => Some(*id),
+            _ => None,
+        }
+    }
+
+    fn idp(&self) -> Option<&str> {
+        match self {
+            Caller::Token { idp, .. } => Some(idp),
+            _ => None,
+        }
+    }
+
+    fn subject(&self) -> Option<&str> {
+        match self {
+            Caller::Token { subject, .. } => Some(subject),
+            _ => None,
         }
     }
 }
@@ -339,8 +361,8 @@ const SQLITE_KEEP: &str = "UPDATE idempotency_keys SET status = 200, response = 
      WHERE account_id = ?1 AND key = ?2";
 
 const SQLITE_INSERT: &str = "INSERT INTO ledger \
-     (at, account_id, key_id, user_id, survey, grp, base, targets, request_id) \
-     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)";
+     (at, account_id, key_id, user_id, idp, subject, survey, grp, base, targets, request_id) \
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)";
 
 /// One `BEGIN IMMEDIATE` ... `COMMIT` over a cached prepared statement, committed with
 /// the database's `synchronous` setting (FULL by default: the WAL is fsynced before
@@ -364,6 +386,8 @@ fn write_sqlite(
                 bill.account_id,
                 bill.caller.key_id(),
                 bill.caller.user_id(),
+                bill.caller.idp(),
+                bill.caller.subject(),
                 &*bill.survey,
                 bill.group.as_deref(),
                 &*bill.base,
@@ -448,6 +472,8 @@ async fn insert_rows(
             .bind(bill.account_id)
             .bind(bill.caller.key_id().map(str::to_owned))
             .bind(bill.caller.user_id())
+            .bind(bill.caller.idp().map(str::to_owned))
+            .bind(bill.caller.subject().map(str::to_owned))
             .bind(bill.survey.to_string())
             .bind(bill.group.as_deref().map(str::to_owned))
             .bind(bill.base.to_string())
@@ -459,11 +485,11 @@ async fn insert_rows(
 }
 
 /// Columns a bill fills.
-const COLUMNS: usize = 9;
+const COLUMNS: usize = 11;
 
 fn insert_sql(rows: usize, backend: Backend) -> String {
     let mut sql = String::from(
-        "INSERT INTO ledger (at, account_id, key_id, user_id, survey, grp, base, targets, request_id) VALUES ",
+        "INSERT INTO ledger (at, account_id, key_id, user_id, idp, subject, survey, grp, base, targets, request_id) VALUES ",
     );
     for row in 0..rows {
         if row > 0 {
@@ -472,7 +498,7 @@ fn insert_sql(rows: usize, backend: Backend) -> String {
         match backend {
             // Anonymous `?`: SQLite looks numbered parameters up by name, one linear scan
             // per parameter, which is quadratic over a 512-parameter statement.
-            Backend::Sqlite => sql.push_str("(?, ?, ?, ?, ?, ?, ?, ?, ?)"),
+            Backend::Sqlite => sql.push_str("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"),
             Backend::Postgres => {
                 let first = row * COLUMNS + 1;
                 let params: Vec<String> =

@@ -1,5 +1,6 @@
 //! The store: every SQL statement of the server lives under this module (accounts, keys,
-//! grants, users, sessions, the ledger, usage), on SQLite (the default, a file in the
+//! grants, users, sessions, the ledger, usage, identity
+//! providers and the token-signing keys), on SQLite (the default, a file in the
 //! data dir, WAL) or PostgreSQL, both through sqlx's `Any` driver with embedded
 //! migrations. Queries use `$N` placeholders, which both backends accept; the few
 //! dialect differences are decided here, never by callers.
@@ -7,9 +8,12 @@
 pub mod accounts;
 pub mod changes;
 pub mod idempotency;
+pub mod identity_providers;
 pub mod key_signal;
 pub mod ledger;
+pub mod saml_replay;
 pub mod sessions;
+pub mod signing_keys;
 pub mod surveys;
 pub mod upstream_keys;
 pub mod usage;

@@ -1,4 +1,5 @@
-//! Billed calls read back from the ledger: per account, caller (key or app user) and
+//! Billed calls read back from the ledger: per account, caller (key, app user, or an
+//! identity provider's token subject) and
 //! survey for `crosstab usage`, and per day for an app user's account.
 
 use sqlx::Row;
@@ -16,6 +17,10 @@ pub struct UsageRow {
     pub env: Option<String>,
     /// The app user, for calls made in the app.
     pub user: Option<String>,
+    /// The identity provider, for calls made with a bearer token.
+    pub idp: Option<String>,
+    /// The token's subject, for calls made with a bearer token.
+    pub subject: Option<String>,
     /// The survey.
     pub survey: String,
     /// Billed calls.
@@ -46,14 +51,16 @@ pub async fn report(
         None => "at >= $1",
     };
     let sql = format!(
-        "SELECT a.name, g.key_id, k.env, u.username, g.survey, g.calls, g.first_at, g.last_at \
-         FROM (SELECT account_id, key_id, user_id, survey, COUNT(*) AS calls, \
+        "SELECT a.name, g.key_id, k.env, u.username, g.idp, g.subject, g.survey, g.calls, \
+                g.first_at, g.last_at \
+         FROM (SELECT account_id, key_id, user_id, idp, subject, survey, COUNT(*) AS calls, \
                       MIN(at) AS first_at, MAX(at) AS last_at \
-               FROM ledger WHERE {bills} GROUP BY account_id, key_id, user_id, survey) g \
+               FROM ledger WHERE {bills} \
+               GROUP BY account_id, key_id, user_id, idp, subject, survey) g \
          JOIN accounts a ON a.id = g.account_id \
          LEFT JOIN api_keys k ON k.id = g.key_id \
          LEFT JOIN users u ON u.id = g.user_id \
-         ORDER BY a.name, g.key_id, u.username, g.survey"
+         ORDER BY a.name, g.key_id, u.username, g.idp, g.subject, g.survey"
     );
     let mut query = sqlx::query(&sql).bind(since_ms);
     if let Some(account) = account {
@@ -67,10 +74,12 @@ pub async fn report(
                 key_id: row.try_get(1)?,
                 env: row.try_get(2)?,
                 user: row.try_get(3)?,
-                survey: row.try_get(4)?,
-                calls: row.try_get(5)?,
-                first: rfc3339(row.try_get(6)?)?,
-                last: rfc3339(row.try_get(7)?)?,
+                idp: row.try_get(4)?,
+                subject: row.try_get(5)?,
+                survey: row.try_get(6)?,
+                calls: row.try_get(7)?,
+                first: rfc3339(row.try_get(8)?)?,
+                last: rfc3339(row.try_get(9)?)?,
             })
         })
         .collect()

@@ -17,4 +17,5 @@ mod postgres;
 mod process;
 mod router;
 mod saml;
+mod sso;
 mod webapp;

@@ -386,9 +386,9 @@ async fn whole_process_statuses_envelopes_headers_and_ledger() {
         .lines()
         .nth(1)
         .unwrap()
-        .starts_with(&format!("other,{},live,,OTHER,1,", key_id(&other_only))));
+        .starts_with(&format!("other,{},live,,,,OTHER,1,", key_id(&other_only))));
     assert!(
-        csv.starts_with("account,key_id,env,user,survey,calls,first,last\n"),
+        csv.starts_with("account,key_id,env,user,idp,subject,survey,calls,first,last\n"),
         "{csv}"
     );
     let table = cli(&data, &["usage"]);

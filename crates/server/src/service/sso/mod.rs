@@ -1,3 +1,366 @@
 //! Single sign-on: identity providers and the tokens they vouch for.
+//!
+//! A bearer token on `/v1/crosstab` is a JWT, either from a configured OpenID Connect
+//! issuer (checked against that issuer's keys, [`jwks`]) or issued by this server's token
+//! endpoint ([`exchange`], signed with its own keys, [`signing`]). Either way it must be
+//! signed with an algorithm its key allows, name the expected issuer and audience, hold
+//! in time (60 s leeway, by the injected clock) and map to an account; every reason it
+//! does not goes to the log, never to the caller. SAML assertions are only ever exchanged
+//! at the token endpoint ([`saml`] checks them).
 
+pub mod exchange;
+pub mod jwks;
 pub mod saml;
+pub mod signing;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine as _;
+use jsonwebtoken::Validation;
+use serde_json::{Map, Value};
+
+use crate::clock::Clock;
+use crate::store::identity_providers::{self, AccountRule, IdentityProvider, IdpKind};
+use crate::store::{signing_keys, Database, DbError};
+use jwks::{KeySets, VerifyingKey};
+use signing::OwnKeys;
+
+/// Clock skew allowed on `exp` and `nbf`, in seconds.
+pub const LEEWAY_S: i64 = 60;
+
+/// A JWT's claims.
+type Claims = Map<String, Value>;
+
+/// Why a bearer token (or a JWT assertion) was refused: for the log only.
+#[derive(Debug, thiserror::Error)]
+pub enum TokenError {
+    /// Not a JWT, or one whose header names no supported algorithm (`none` among them).
+    #[error("not a usable JWT: {0}")]
+    Malformed(String),
+    /// No configured identity provider has this issuer.
+    #[error("no identity provider with issuer {0:?}")]
+    UnknownIssuer(String),
+    /// The issuer has no key of this id (after a fetch, unless one was recent).
+    #[error("issuer {issuer:?} has no signing key {kid:?}")]
+    UnknownKey {
+        /// The token's issuer.
+        issuer: String,
+        /// The token's key id.
+        kid: String,
+    },
+    /// The signature does not verify, or the header's algorithm is not the key's.
+    #[error("signature refused: {0}")]
+    Signature(jsonwebtoken::errors::Error),
+    /// `aud` does not name the audience of any provider with this issuer.
+    #[error("audience {0} not accepted")]
+    Audience(String),
+    /// Past `exp` (and the leeway).
+    #[error("expired at {0}")]
+    Expired(i64),
+    /// Before `nbf` (less the leeway).
+    #[error("not valid before {0}")]
+    NotYetValid(i64),
+    /// A claim that must be there is missing or not of its type.
+    #[error("claim {0:?} missing or malformed")]
+    Claim(String),
+    /// A token of this server names an identity provider that is no longer configured.
+    #[error("identity provider {0:?} was removed")]
+    RemovedIdp(String),
+    /// The store could not be read.
+    #[error(transparent)]
+    Store(#[from] DbError),
+}
+
+/// Who a verified token speaks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    /// The identity provider that vouched (its configured name).
+    pub idp: Arc<str>,
+    /// The subject (`sub`).
+    pub subject: Arc<str>,
+    /// The account named for it (not yet checked to exist).
+    pub account: String,
+    /// When the token expires (`exp`), Unix seconds.
+    pub expires_at_s: i64,
+}
+
+/// What is configured: identity providers and this server's keys.
+#[derive(Debug)]
+struct Registry {
+    idps: Vec<IdentityProvider>,
+    own: OwnKeys,
+}
+
+/// The SSO service: verifies bearer tokens, and exchanges assertions for tokens.
+#[derive(Debug)]
+pub struct Sso {
+    db: Database,
+    clock: Arc<dyn Clock>,
+    /// This server's public URL: its tokens' issuer and the default audience.
+    public_url: String,
+    keys: KeySets,
+    /// Loaded on first need after each change.
+    registry: RwLock<Option<Arc<Registry>>>,
+    generation: AtomicU64,
+}
+
+impl Sso {
+    /// The service over `db`'s identity providers, for a server reached at `public_url`.
+    pub fn new(db: Database, clock: Arc<dyn Clock>, public_url: &str) -> Sso {
+        Sso {
+            keys: KeySets::new(Arc::clone(&clock)),
+            db,
+            clock,
+            public_url: public_url.trim_end_matches('/').to_owned(),
+            registry: RwLock::new(None),
+            generation: AtomicU64::new(0),
+        }
+    }
+
+    /// This server's public URL (its tokens' `iss` and `aud`).
+    pub fn public_url(&self) -> &str {
+        &self.public_url
+    }
+
+    /// The identity providers' key sets (fetch counts for tests).
+    pub fn key_sets(&self) -> &KeySets {
+        &self.keys
+    }
+
+    /// Identity providers or signing keys may have changed: load them again on next need.
+    pub fn changed(&self) {
+        self.generation.fetch_add(1, Ordering::SeqCst);
+        *self.registry.write().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+
+    async fn registry(&self) -> Result<Arc<Registry>, DbError> {
+        if let Some(registry) = self
+            .registry
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+        {
+            return Ok(registry);
+        }
+        let generation = self.generation.load(Ordering::SeqCst);
+        let idps = identity_providers::list(&self.db).await?;
+        let own = OwnKeys::from_stored(&signing_keys::all(&self.db).await?)?;
+        let registry = Arc::new(Registry { idps, own });
+        if self.generation.load(Ordering::SeqCst) == generation {
+            *self.registry.write().unwrap_or_else(|p| p.into_inner()) = Some(Arc::clone(&registry));
+        }
+        Ok(registry)
+    }
+
+    /// At start: makes the first signing key if the database has none, and fetches every
+    /// OpenID Connect issuer's keys (failures are logged; they are fetched again on need).
+    pub async fn prepare(&self) -> Result<(), DbError> {
+        let registry = self.registry().await?;
+        if !registry.own.can_sign() {
+            let key = signing::generate(self.clock.now_ms())
+                .map_err(|_| DbError::Corrupt("a new signing key"))?;
+            if signing_keys::insert_first(&self.db, &key).await? {
+                tracing::info!(kid = %key.kid, "token-signing key made");
+            }
+            self.changed();
+        }
+        let issuers: std::collections::BTreeSet<String> = registry
+            .idps
+            .iter()
+            .filter(|idp| idp.kind == IdpKind::Oidc)
+            .map(|idp| idp.issuer.clone())
+            .collect();
+        for issuer in issuers {
+            if let Err(error) = self.keys.refresh(&issuer).await {
+                tracing::warn!(%error, issuer, "identity provider keys not fetched at start");
+            }
+        }
+        Ok(())
+    }
+
+    /// The identity a bearer token on `/v1` stands for: a token of this server, or a JWT of
+    /// a configured OpenID Connect issuer.
+    pub async fn verify_bearer(&self, token: &str) -> Result<Identity, TokenError> {
+        let registry = self.registry().await?;
+        let (kid, claims) = peek(token)?;
+        let issuer = string_claim(&claims, "iss")?;
+        if issuer == self.public_url {
+            return self.verify_own(&registry, token, &kid);
+        }
+        self.verify_idp_jwt(&registry, token, &kid, issuer).await
+    }
+
+    /// A token of this server: signed by one of its keys, for its public URL, naming a
+    /// provider that is still configured.
+    fn verify_own(
+        &self,
+        registry: &Registry,
+        token: &str,
+        kid: &str,
+    ) -> Result<Identity, TokenError> {
+        let key = registry
+            .own
+            .key(kid)
+            .ok_or_else(|| TokenError::UnknownKey {
+                issuer: self.public_url.clone(),
+                kid: kid.to_owned(),
+            })?;
+        let claims = verified_claims(token, key)?;
+        if !names_audience(&claims, &self.public_url) {
+            return Err(TokenError::Audience(audience_text(&claims)));
+        }
+        let expires_at_s = self.check_times(&claims)?;
+        let idp = string_claim(&claims, "idp")?;
+        if !registry.idps.iter().any(|known| known.name == idp) {
+            return Err(TokenError::RemovedIdp(idp.to_owned()));
+        }
+        Ok(Identity {
+            idp: Arc::from(idp),
+            subject: Arc::from(string_claim(&claims, "sub")?),
+            account: string_claim(&claims, "acct")?.to_owned(),
+            expires_at_s,
+        })
+    }
+
+    /// A JWT of a configured OpenID Connect issuer (an access or ID token, or a jwt-bearer
+    /// assertion).
+    async fn verify_idp_jwt(
+        &self,
+        registry: &Registry,
+        token: &str,
+        kid: &str,
+        issuer: &str,
+    ) -> Result<Identity, TokenError> {
+        let candidates: Vec<&IdentityProvider> = registry
+            .idps
+            .iter()
+            .filter(|idp| idp.kind == IdpKind::Oidc && idp.issuer == issuer)
+            .collect();
+        if candidates.is_empty() {
+            return Err(TokenError::UnknownIssuer(issuer.to_owned()));
+        }
+        let key = self
+            .keys
+            .key(issuer, kid)
+            .await
+            .ok_or_else(|| TokenError::UnknownKey {
+                issuer: issuer.to_owned(),
+                kid: kid.to_owned(),
+            })?;
+        let claims = verified_claims(token, &key)?;
+        let idp = candidates
+            .iter()
+            .find(|idp| {
+                names_audience(&claims, idp.audience.as_deref().unwrap_or(&self.public_url))
+            })
+            .ok_or_else(|| TokenError::Audience(audience_text(&claims)))?;
+        let expires_at_s = self.check_times(&claims)?;
+        let account = match &idp.account {
+            AccountRule::Fixed(account) => account.clone(),
+            AccountRule::Named(claim) => string_claim(&claims, claim)?.to_owned(),
+        };
+        Ok(Identity {
+            idp: Arc::from(idp.name.as_str()),
+            subject: Arc::from(string_claim(&claims, "sub")?),
+            account,
+            expires_at_s,
+        })
+    }
+
+    /// `exp` (required) and `nbf` (when present) against the clock, with the leeway; `exp`.
+    fn check_times(&self, claims: &Claims) -> Result<i64, TokenError> {
+        let now_s = self.clock.now_ms().div_euclid(1000);
+        let exp = time_claim(claims, "exp")?.ok_or_else(|| TokenError::Claim("exp".to_owned()))?;
+        if now_s > exp + LEEWAY_S {
+            return Err(TokenError::Expired(exp));
+        }
+        if let Some(nbf) = time_claim(claims, "nbf")? {
+            if now_s + LEEWAY_S < nbf {
+                return Err(TokenError::NotYetValid(nbf));
+            }
+        }
+        Ok(exp)
+    }
+}
+
+/// The key id and the (unverified) claims of `token`, to know whose key to check it with.
+/// A header naming `none` or any algorithm jsonwebtoken lacks fails here.
+fn peek(token: &str) -> Result<(String, Claims), TokenError> {
+    let header =
+        jsonwebtoken::decode_header(token).map_err(|e| TokenError::Malformed(e.to_string()))?;
+    let kid = header
+        .kid
+        .ok_or_else(|| TokenError::Malformed("no key id (kid) in the header".to_owned()))?;
+    let payload = token
+        .split('.')
+        .nth(1)
+        .ok_or_else(|| TokenError::Malformed("no payload".to_owned()))?;
+    let bytes = URL_SAFE_NO_PAD
+        .decode(payload)
+        .map_err(|e| TokenError::Malformed(e.to_string()))?;
+    let claims =
+        serde_json::from_slice(&bytes).map_err(|e| TokenError::Malformed(e.to_string()))?;
+    Ok((kid, claims))
+}
+
+/// `token`'s claims if its signature verifies with `key` under the key's own algorithm
+/// (the header must name that algorithm). Times and audience are checked by the caller.
+fn verified_claims(token: &str, key: &VerifyingKey) -> Result<Claims, TokenError> {
+    let mut validation = Validation::new(key.algorithm);
+    validation.validate_exp = false;
+    validation.validate_nbf = false;
+    validation.validate_aud = false;
+    validation.required_spec_claims.clear();
+    jsonwebtoken::decode::<Claims>(token, &key.key, &validation)
+        .map(|data| data.claims)
+        .map_err(TokenError::Signature)
+}
+
+fn string_claim<'a>(claims: &'a Claims, name: &str) -> Result<&'a str, TokenError> {
+    claims
+        .get(name)
+        .and_then(Value::as_str)
+        .filter(|value| !value.is_empty())
+        .ok_or_else(|| TokenError::Claim(name.to_owned()))
+}
+
+/// A NumericDate claim, in whole seconds.
+fn time_claim(claims: &Claims, name: &str) -> Result<Option<i64>, TokenError> {
+    match claims.get(name) {
+        None => Ok(None),
+        Some(value) => value
+            .as_i64()
+            .or_else(|| {
+                value
+                    .as_f64()
+                    .filter(|f| f.is_finite())
+                    .map(|f| f.floor() as i64)
+            })
+            .map(Some)
+            .ok_or_else(|| TokenError::Claim(name.to_owned())),
+    }
+}
+
+/// Whether `aud` (a string or an array of them) names `audience`.
+fn names_audience(claims: &Claims, audience: &str) -> bool {
+    let audience = audience.trim_end_matches('/');
+    let matches = |value: &Value| {
+        value
+            .as_str()
+            .is_some_and(|a| a.trim_end_matches('/') == audience)
+    };
+    match claims.get("aud") {
+        Some(Value::Array(values)) => values.iter().any(matches),
+        Some(value) => matches(value),
+        None => false,
+    }
+}
+
+fn audience_text(claims: &Claims) -> String {
+    claims
+        .get("aud")
+        .map(Value::to_string)
+        .unwrap_or_else(|| "(none)".to_owned())
+}

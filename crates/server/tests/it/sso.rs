@@ -1,0 +1,745 @@
+//! Single sign-on against a real OpenID provider (npm `oidc-provider`, started from
+//! `tests/oidc/provider.mjs` on a loopback port): its client-credentials access tokens and
+//! ID tokens are accepted and billed to the mapped account with the provider and subject
+//! in the ledger; forged, misaddressed, expired and algorithm-confused tokens are the same
+//! 401 as a bad key and bill nothing; a rotated provider key is fetched without a restart;
+//! the token endpoint exchanges a provider's JWT for this server's own token.
+//! Needs node and `npm ci` in `tests/oidc` (scripts/setup); fails without.
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, Command, Stdio};
+
+use axum::body::Body;
+use axum::http::Request;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine as _;
+use crosstab_server::store::identity_providers::{self, AccountRule, IdentityProvider, IdpKind};
+use crosstab_server::store::{signing_keys, usage};
+use serde_json::{json, Value};
+
+use super::common::{code, request, Fixture};
+use super::support::{cli, cli_output, Server};
+
+/// The audience the provider's access tokens are minted for (a resource indicator).
+const API: &str = "https://crosstab.test/api";
+/// A crosstab the account `acme` may make (the whole of VEC).
+fn query() -> Value {
+    request("VEC", None, "ALL", &["WOMEN"])
+}
+
+/// `tests/oidc/provider.mjs`, running until dropped.
+pub struct Provider {
+    child: Child,
+    /// Held open: the provider stops when it closes.
+    _stdin: ChildStdin,
+    pub issuer: String,
+    http: reqwest::Client,
+}
+
+impl Provider {
+    pub fn start() -> Provider {
+        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/oidc");
+        assert!(
+            dir.join("node_modules/oidc-provider").is_dir(),
+            "tests/oidc/node_modules is missing: run scripts/setup (npm ci in tests/oidc)"
+        );
+        let mut child = Command::new("node")
+            .arg("provider.mjs")
+            .current_dir(&dir)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("node runs (Node.js 20+ is required for the SSO tests)");
+        let stdin = child.stdin.take().unwrap();
+        let mut line = String::new();
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        stdout.read_line(&mut line).unwrap();
+        // Keep reading what it prints later, so it never writes to a closed pipe.
+        std::thread::spawn(move || std::io::copy(&mut stdout, &mut std::io::sink()));
+        let started: Value =
+            serde_json::from_str(&line).unwrap_or_else(|_| panic!("provider.mjs printed {line:?}"));
+        Provider {
+            child,
+            _stdin: stdin,
+            issuer: started["issuer"].as_str().unwrap().to_owned(),
+            http: reqwest::Client::new(),
+        }
+    }
+
+    /// A client-credentials access token (a JWT for `resource`).
+    pub async fn access_token(&self, client: &str, resource: &str) -> String {
+        let answer: Value = self
+            .http
+            .post(format!("{}/token", self.issuer))
+            .form(&[
+                ("grant_type", "client_credentials"),
+                ("client_id", client),
+                ("client_secret", &format!("{client}-secret")),
+                ("resource", resource),
+                ("scope", "crosstab"),
+            ])
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        answer["access_token"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no access token: {answer}"))
+            .to_owned()
+    }
+
+    /// An ID token for `sub`, issued to the client `webapp` (its `aud`).
+    pub async fn id_token(&self, sub: &str) -> String {
+        let answer = self
+            .test_route("id-token", json!({"sub": sub, "client_id": "webapp"}))
+            .await;
+        answer["id_token"].as_str().unwrap().to_owned()
+    }
+
+    /// `claims` signed with the provider's own key of `header.alg`.
+    pub async fn sign(&self, header: Value, claims: Value) -> String {
+        let answer = self
+            .test_route("sign", json!({"header": header, "claims": claims}))
+            .await;
+        answer["token"].as_str().unwrap().to_owned()
+    }
+
+    async fn test_route(&self, route: &str, body: Value) -> Value {
+        self.http
+            .post(format!("{}/test/{route}", self.issuer))
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    }
+
+    /// New keys; the provider's key set then holds only them.
+    pub async fn rotate(&self) {
+        self.test_route("rotate", json!({})).await;
+    }
+
+    /// The provider's current keys' ids.
+    pub async fn kids(&self) -> Vec<String> {
+        let set: Value = self
+            .http
+            .get(format!("{}/jwks", self.issuer))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        set["keys"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|k| k["kid"].as_str().unwrap().to_owned())
+            .collect()
+    }
+}
+
+impl Drop for Provider {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn oidc(name: &str, issuer: &str, audience: &str, account: AccountRule) -> IdentityProvider {
+    IdentityProvider {
+        name: name.to_owned(),
+        kind: IdpKind::Oidc,
+        issuer: issuer.to_owned(),
+        audience: Some(audience.to_owned()),
+        account,
+        metadata: None,
+        created_at: 0,
+    }
+}
+
+/// The fixture (its clock at the real time), with the provider trusted as `corp` for
+/// access tokens to [`API`] (account `acme`) and as `corp-id` for ID tokens of `webapp`.
+async fn trusting(provider: &Provider) -> Fixture {
+    let fx = Fixture::new().await;
+    let acme = || AccountRule::Fixed("acme".to_owned());
+    for idp in [
+        oidc("corp", &provider.issuer, API, acme()),
+        oidc("corp-id", &provider.issuer, "webapp", acme()),
+    ] {
+        assert!(identity_providers::add(&fx.db, &idp).await.unwrap());
+    }
+    fx.services.sso.prepare().await.unwrap();
+    fx
+}
+
+fn bearer(token: &str) -> String {
+    format!("Bearer {token}")
+}
+
+/// Bills of the ledger by (idp, subject) of `account`.
+async fn token_bills(fx: &Fixture, account: &str) -> Vec<(String, String, i64)> {
+    usage::report(&fx.db, Some(account), 0)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter_map(|row| Some((row.idp?, row.subject?, row.calls)))
+        .collect()
+}
+
+/// `token` with one character of its signature changed.
+fn tampered(token: &str) -> String {
+    let mut bytes = token.as_bytes().to_vec();
+    let last = bytes.len() - 3;
+    bytes[last] = if bytes[last] == b'A' { b'B' } else { b'A' };
+    String::from_utf8(bytes).unwrap()
+}
+
+fn unsigned_part(value: &Value) -> String {
+    URL_SAFE_NO_PAD.encode(value.to_string())
+}
+
+#[tokio::test]
+async fn access_and_id_tokens_of_a_real_provider_are_accepted_and_billed_to_the_mapped_account() {
+    let provider = Provider::start();
+    let fx = trusting(&provider).await;
+
+    let access = provider.access_token("backend", API).await;
+    let (response, body) = fx.post(Some(&bearer(&access)), &query()).await;
+    assert_eq!(response.status(), 200, "{body}");
+    assert_eq!(body["ResultCode"], 0);
+    // The same token again: from the cache, billed again.
+    let (response, _) = fx.post(Some(&bearer(&access)), &query()).await;
+    assert_eq!(response.status(), 200);
+
+    let id_token = provider.id_token("alice").await;
+    let (response, body) = fx.post(Some(&format!("bearer {id_token}")), &query()).await;
+    assert_eq!(response.status(), 200, "{body}");
+
+    // The provider's ES256 and EdDSA keys verify too.
+    let now = fx.now() / 1000;
+    for alg in ["ES256", "EdDSA"] {
+        let claims = json!({"iss": provider.issuer, "aud": [API, "other"], "sub": alg, "exp": now + 60, "nbf": now});
+        let token = provider.sign(json!({"alg": alg}), claims).await;
+        let (response, body) = fx.post(Some(&bearer(&token)), &query()).await;
+        assert_eq!(response.status(), 200, "{alg}: {body}");
+    }
+
+    assert_eq!(fx.bills().await, 5);
+    assert_eq!(
+        token_bills(&fx, "acme").await,
+        [
+            ("corp".to_owned(), "ES256".to_owned(), 1),
+            ("corp".to_owned(), "EdDSA".to_owned(), 1),
+            ("corp".to_owned(), "backend".to_owned(), 2),
+            ("corp-id".to_owned(), "alice".to_owned(), 1),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn forged_misaddressed_expired_and_algorithm_confused_tokens_are_401_and_bill_nothing() {
+    let provider = Provider::start();
+    let fx = trusting(&provider).await;
+    let now = fx.now() / 1000;
+    let claims =
+        |iss: &str, aud: &str| json!({"iss": iss, "aud": aud, "sub": "mallory", "exp": now + 300});
+    let rsa_kid = provider
+        .kids()
+        .await
+        .into_iter()
+        .find(|kid| kid.starts_with("rs256"))
+        .unwrap();
+    let ec_kid = provider
+        .kids()
+        .await
+        .into_iter()
+        .find(|kid| kid.starts_with("es256"))
+        .unwrap();
+
+    let good = provider.access_token("backend", API).await;
+    let header = |value: &Value| URL_SAFE_NO_PAD.encode(value.to_string());
+    let good_claims = good.split('.').nth(1).unwrap().to_owned();
+    let hs256: Value = provider
+        .test_route(
+            "hs256-public",
+            json!({"claims": claims(&provider.issuer, API)}),
+        )
+        .await;
+    let cases: Vec<(&str, String)> = vec![
+        ("tampered signature", tampered(&good)),
+        (
+            "claims of another token under this signature",
+            format!(
+                "{}.{}.{}",
+                good.split('.').next().unwrap(),
+                unsigned_part(&claims(&provider.issuer, API)),
+                good.split('.').nth(2).unwrap()
+            ),
+        ),
+        ("wrong audience", provider.access_token("backend", "https://elsewhere.test").await),
+        (
+            "wrong issuer",
+            provider
+                .sign(json!({"alg": "RS256"}), claims("http://127.0.0.1:1/evil", API))
+                .await,
+        ),
+        (
+            "alg none",
+            format!(
+                "{}.{}.",
+                header(&json!({"alg": "none", "kid": rsa_kid})),
+                good_claims
+            ),
+        ),
+        ("HS256 keyed with the RSA public key", hs256["token"].as_str().unwrap().to_owned()),
+        (
+            "RS256 signature under the EC key's id",
+            provider
+                .sign(json!({"alg": "RS256", "kid": ec_kid}), claims(&provider.issuer, API))
+                .await,
+        ),
+        (
+            "unknown key id",
+            provider
+                .sign(json!({"alg": "RS256", "kid": "no-such-key"}), claims(&provider.issuer, API))
+                .await,
+        ),
+        (
+            "expired beyond the leeway",
+            provider
+                .sign(
+                    json!({"alg": "ES256"}),
+                    json!({"iss": provider.issuer, "aud": API, "sub": "m", "exp": now - 61}),
+                )
+                .await,
+        ),
+        (
+            "not yet valid",
+            provider
+                .sign(
+                    json!({"alg": "ES256"}),
+                    json!({"iss": provider.issuer, "aud": API, "sub": "m", "exp": now + 600, "nbf": now + 120}),
+                )
+                .await,
+        ),
+        (
+            "no subject",
+            provider
+                .sign(json!({"alg": "ES256"}), json!({"iss": provider.issuer, "aud": API, "exp": now + 60}))
+                .await,
+        ),
+        ("not a JWT", "not.a.jwt".to_owned()),
+        ("no token", String::new()),
+    ];
+    let fetches = fx.services.sso.key_sets().fetches();
+    for (case, token) in &cases {
+        let (response, body) = fx.post(Some(&bearer(token)), &query()).await;
+        assert_eq!(response.status(), 401, "{case}: {body}");
+        assert_eq!(code(&body), "unauthorized", "{case}");
+        assert_eq!(
+            body["error"]["message"],
+            json!(crosstab_contract::ApiError::Unauthorized.to_string()),
+            "{case}"
+        );
+    }
+    // The keys were fetched at start (within 10 s): the unknown key id fetched nothing.
+    assert_eq!(fx.services.sso.key_sets().fetches(), fetches);
+    // 10 s later it makes one fetch, and a flood of them no more.
+    fx.clock.advance(10_001);
+    for _ in 0..5 {
+        let (response, _) = fx.post(Some(&bearer(&cases[7].1)), &query()).await;
+        assert_eq!(response.status(), 401);
+    }
+    assert_eq!(fx.services.sso.key_sets().fetches(), fetches + 1);
+
+    // A token that held is refused once the clock passes its expiry and the leeway
+    // (even from the cache of verified tokens).
+    let (response, _) = fx.post(Some(&bearer(&good)), &query()).await;
+    assert_eq!(response.status(), 200);
+    fx.clock.advance((300 + 61) * 1000 - 10_001);
+    let (response, body) = fx.post(Some(&bearer(&good)), &query()).await;
+    assert_eq!(response.status(), 401, "{body}");
+    assert_eq!(fx.bills().await, 1);
+}
+
+#[tokio::test]
+async fn a_rotated_provider_key_is_fetched_without_a_restart() {
+    let provider = Provider::start();
+    let fx = trusting(&provider).await;
+    let before = provider.access_token("backend", API).await;
+    let (response, _) = fx.post(Some(&bearer(&before)), &query()).await;
+    assert_eq!(response.status(), 200);
+
+    provider.rotate().await;
+    let after = provider.access_token("backend", API).await;
+    let fetches = fx.services.sso.key_sets().fetches();
+    // The keys were fetched at start, within the last 10 s: no fetch yet.
+    let (response, _) = fx.post(Some(&bearer(&after)), &query()).await;
+    assert_eq!(response.status(), 401);
+    assert_eq!(fx.services.sso.key_sets().fetches(), fetches);
+    fx.clock.advance(10_001);
+    let (response, body) = fx.post(Some(&bearer(&after)), &query()).await;
+    assert_eq!(response.status(), 200, "{body}");
+    assert_eq!(fx.services.sso.key_sets().fetches(), fetches + 1);
+    assert_eq!(fx.bills().await, 2);
+}
+
+#[tokio::test]
+async fn an_account_claim_naming_no_account_is_401() {
+    let provider = Provider::start();
+    let fx = Fixture::new().await;
+    let by_claim = AccountRule::Named("crosstab_account".to_owned());
+    assert!(
+        identity_providers::add(&fx.db, &oidc("corp", &provider.issuer, API, by_claim))
+            .await
+            .unwrap()
+    );
+    fx.services.sso.prepare().await.unwrap();
+
+    let acme = provider.access_token("backend", API).await;
+    let (response, body) = fx.post(Some(&bearer(&acme)), &query()).await;
+    assert_eq!(response.status(), 200, "{body}");
+    let stranger = provider.access_token("stranger", API).await;
+    let (response, _) = fx.post(Some(&bearer(&stranger)), &query()).await;
+    assert_eq!(response.status(), 401);
+    let (response, body) = exchange(&fx, JWT_BEARER, &stranger).await;
+    assert_eq!(response.status(), 400);
+    assert_eq!(body, json!({"error": "invalid_grant"}));
+    assert_eq!(fx.bills().await, 1);
+    assert!(
+        crosstab_server::store::accounts::account_id(&fx.db, "nosuch")
+            .await
+            .unwrap()
+            .is_none()
+    );
+}
+
+const JWT_BEARER: &str = "urn:ietf:params:oauth:grant-type:jwt-bearer";
+const SAML2_BEARER: &str = "urn:ietf:params:oauth:grant-type:saml2-bearer";
+
+fn form(params: &[(&str, &str)]) -> String {
+    params
+        .iter()
+        .map(|(name, value)| {
+            format!(
+                "{}={}",
+                name,
+                form_urlencoded::byte_serialize(value.as_bytes()).collect::<String>()
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("&")
+}
+
+async fn token_request(
+    fx: &Fixture,
+    content_type: &str,
+    body: String,
+) -> (axum::http::Response<()>, Value) {
+    fx.send(
+        Request::post("/v1/oauth/token")
+            .header("content-type", content_type)
+            .body(Body::from(body))
+            .unwrap(),
+    )
+    .await
+}
+
+pub async fn exchange(
+    fx: &Fixture,
+    grant_type: &str,
+    assertion: &str,
+) -> (axum::http::Response<()>, Value) {
+    token_request(
+        fx,
+        "application/x-www-form-urlencoded",
+        form(&[("grant_type", grant_type), ("assertion", assertion)]),
+    )
+    .await
+}
+
+#[tokio::test]
+async fn a_providers_jwt_is_exchanged_for_a_token_of_this_server_that_is_billed_like_it() {
+    let provider = Provider::start();
+    let fx = trusting(&provider).await;
+    let assertion = provider.access_token("backend", API).await;
+
+    let (response, body) = exchange(&fx, JWT_BEARER, &assertion).await;
+    assert_eq!(response.status(), 200, "{body}");
+    assert_eq!(response.headers()["cache-control"], "no-store");
+    assert_eq!(body["token_type"], "Bearer");
+    // Never past the assertion's own expiry (300 s).
+    let token = body["access_token"].as_str().unwrap().to_owned();
+    assert_eq!(claims_of(&token)["exp"], claims_of(&assertion)["exp"]);
+    let expires_in = body["expires_in"].as_i64().unwrap();
+    assert!((290..=305).contains(&expires_in), "{body}");
+    let (response, body) = fx.post(Some(&bearer(&token)), &query()).await;
+    assert_eq!(response.status(), 200, "{body}");
+    assert_eq!(
+        token_bills(&fx, "acme").await,
+        [("corp".to_owned(), "backend".to_owned(), 1)]
+    );
+
+    // A longer-lived assertion gets an hour at most.
+    let now = fx.now() / 1000;
+    let long = provider
+        .sign(
+            json!({"alg": "EdDSA"}),
+            json!({"iss": provider.issuer, "aud": API, "sub": "batch", "exp": now + 86_400}),
+        )
+        .await;
+    let (_, body) = exchange(&fx, JWT_BEARER, &long).await;
+    assert_eq!(body["expires_in"], 3600, "{body}");
+
+    // Rotating this server's key: the old token still works, new ones use the new key.
+    let old_kid = kid_of(&token);
+    let key = crosstab_server::service::sso::signing::generate(fx.now()).unwrap();
+    signing_keys::rotate(&fx.db, &key).await.unwrap();
+    let (response, _) = fx.post(Some(&bearer(&token)), &query()).await;
+    assert_eq!(response.status(), 200);
+    let (_, body) = exchange(&fx, JWT_BEARER, &assertion).await;
+    let renewed = body["access_token"].as_str().unwrap().to_owned();
+    assert_eq!(kid_of(&renewed), key.kid);
+    assert_ne!(key.kid, old_kid);
+    let (response, _) = fx.post(Some(&bearer(&renewed)), &query()).await;
+    assert_eq!(response.status(), 200);
+
+    // Its own token is no assertion; a forged one of its issuer is refused.
+    let (_, body) = exchange(&fx, JWT_BEARER, &renewed).await;
+    assert_eq!(body["error"], "invalid_grant");
+    let (response, _) = fx.post(Some(&bearer(&tampered(&renewed))), &query()).await;
+    assert_eq!(response.status(), 401);
+
+    // Once the provider is removed, the tokens it vouched for stop working.
+    assert!(identity_providers::remove(&fx.db, "corp").await.unwrap());
+    let (response, _) = fx.post(Some(&bearer(&renewed)), &query()).await;
+    assert_eq!(response.status(), 401);
+    // Exchanges billed nothing: only the three crosstabs.
+    assert_eq!(fx.bills().await, 3);
+}
+
+fn claims_of(token: &str) -> Value {
+    serde_json::from_slice(
+        &URL_SAFE_NO_PAD
+            .decode(token.split('.').nth(1).unwrap())
+            .unwrap(),
+    )
+    .unwrap()
+}
+
+fn kid_of(token: &str) -> String {
+    let header: Value = serde_json::from_slice(
+        &URL_SAFE_NO_PAD
+            .decode(token.split('.').next().unwrap())
+            .unwrap(),
+    )
+    .unwrap();
+    header["kid"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn the_token_endpoint_answers_rfc_6749_errors() {
+    let provider = Provider::start();
+    let fx = trusting(&provider).await;
+    let assertion = provider.access_token("backend", API).await;
+    let form_type = "application/x-www-form-urlencoded";
+    let cases: Vec<(&str, &str, String, &str)> = vec![
+        (
+            "no grant_type",
+            form_type,
+            form(&[("assertion", &assertion)]),
+            "invalid_request",
+        ),
+        (
+            "no assertion",
+            form_type,
+            form(&[("grant_type", JWT_BEARER)]),
+            "invalid_request",
+        ),
+        (
+            "a repeated parameter",
+            form_type,
+            form(&[
+                ("grant_type", JWT_BEARER),
+                ("assertion", &assertion),
+                ("assertion", &assertion),
+            ]),
+            "invalid_request",
+        ),
+        (
+            "JSON instead of a form",
+            "application/json",
+            json!({"grant_type": JWT_BEARER, "assertion": assertion}).to_string(),
+            "invalid_request",
+        ),
+        (
+            "another grant type",
+            form_type,
+            form(&[
+                ("grant_type", "client_credentials"),
+                ("assertion", &assertion),
+            ]),
+            "unsupported_grant_type",
+        ),
+        (
+            "a forged JWT",
+            form_type,
+            form(&[
+                ("grant_type", JWT_BEARER),
+                ("assertion", &tampered(&assertion)),
+            ]),
+            "invalid_grant",
+        ),
+        (
+            "a SAML assertion that is not base64url",
+            form_type,
+            form(&[("grant_type", SAML2_BEARER), ("assertion", "<Assertion/>")]),
+            "invalid_request",
+        ),
+        (
+            "a SAML assertion no configured IdP signed",
+            form_type,
+            form(&[
+                ("grant_type", SAML2_BEARER),
+                ("assertion", &URL_SAFE_NO_PAD.encode("<Assertion/>")),
+            ]),
+            "invalid_grant",
+        ),
+    ];
+    for (case, content_type, body, error) in cases {
+        let (response, answer) = token_request(&fx, content_type, body).await;
+        assert_eq!(response.status(), 400, "{case}: {answer}");
+        assert_eq!(answer["error"], error, "{case}: {answer}");
+        assert_eq!(response.headers()["cache-control"], "no-store", "{case}");
+        if error == "invalid_grant" {
+            // Why is logged, never told.
+            assert_eq!(answer, json!({"error": "invalid_grant"}), "{case}");
+        }
+    }
+    let preflight = fx
+        .send(
+            Request::options("/v1/oauth/token")
+                .header("origin", super::common::ORIGIN)
+                .header("access-control-request-method", "POST")
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await
+        .0;
+    assert_eq!(preflight.status(), 200);
+    assert_eq!(
+        preflight.headers()["access-control-allow-origin"],
+        super::common::ORIGIN
+    );
+    assert_eq!(fx.bills().await, 0);
+}
+
+#[test]
+fn the_cli_configures_providers_that_a_running_server_follows() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let provider = Provider::start();
+    let temp = tempfile::tempdir().unwrap();
+    let (data, _key) = super::support::small_data_dir(temp.path());
+    let public_url = "https://crosstab.example.com";
+    let server = Server::start(&data, &["--public-url", public_url]);
+
+    // An account that does not exist is refused; so is a second provider of that name.
+    let refused = cli_output(
+        &data,
+        &[
+            "sso",
+            "add-oidc",
+            "--name",
+            "corp",
+            "--issuer",
+            &provider.issuer,
+            "--account",
+            "nobody",
+        ],
+    );
+    assert!(!refused.status.success());
+    cli(
+        &data,
+        &[
+            "sso",
+            "add-oidc",
+            "--name",
+            "corp",
+            "--issuer",
+            &provider.issuer,
+            "--account",
+            "acme",
+        ],
+    );
+    let again = cli_output(
+        &data,
+        &[
+            "sso",
+            "add-oidc",
+            "--name",
+            "corp",
+            "--issuer",
+            &provider.issuer,
+            "--account-claim",
+            "a",
+        ],
+    );
+    assert!(!again.status.success());
+    let list = cli(&data, &["sso", "list"]);
+    assert!(
+        list.contains(&format!(
+            "corp\toidc\t{}\t(public URL)\tacme",
+            provider.issuer
+        )),
+        "{list}"
+    );
+
+    // Tokens for the public URL (the default audience) work on the running server.
+    let token = rt.block_on(provider.access_token("backend", public_url));
+    let client = reqwest::blocking::Client::new();
+    let call = |token: &str| {
+        client
+            .post(server.url("/v1/crosstab"))
+            .header("Service-Engine-Authorizer", format!("Bearer {token}"))
+            .header("content-type", "application/json")
+            .body(json!({"SurveyCode": "SMALL", "PopulationBaseCode": "ALL", "TargetCodes": ["WOMEN"]}).to_string())
+            .send()
+            .unwrap()
+    };
+    let response = call(&token);
+    assert_eq!(response.status(), 200, "{}", response.text().unwrap());
+    let exchanged: Value = client
+        .post(server.url("/v1/oauth/token"))
+        .form(&[("grant_type", JWT_BEARER), ("assertion", &token)])
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    let own = exchanged["access_token"].as_str().unwrap().to_owned();
+    assert_eq!(call(&own).status(), 200);
+    cli(&data, &["sso", "rotate-key"]);
+    assert_eq!(call(&own).status(), 200, "tokens of a retired key hold");
+
+    let usage: Value = serde_json::from_str(&cli(&data, &["usage", "--format", "json"])).unwrap();
+    let rows = usage.as_array().unwrap();
+    let by_token: Vec<&Value> = rows.iter().filter(|r| r["idp"] == "corp").collect();
+    assert_eq!(by_token.len(), 1, "{usage}");
+    assert_eq!(by_token[0]["subject"], "backend");
+    assert_eq!(by_token[0]["account"], "acme");
+    assert_eq!(by_token[0]["calls"], 3);
+
+    cli(&data, &["sso", "remove", "corp"]);
+    assert_eq!(call(&token).status(), 401, "removed on the next request");
+    assert_eq!(call(&own).status(), 401);
+    assert!(!cli_output(&data, &["sso", "remove", "corp"])
+        .status
+        .success());
+    server.stop();
+}
