@@ -743,3 +743,162 @@ fn the_cli_configures_providers_that_a_running_server_follows() {
         .success());
     server.stop();
 }
+
+#[tokio::test]
+async fn a_saml_assertion_is_exchanged_once_for_a_token_that_is_billed_to_its_account() {
+    use super::saml::{idp_assertions, IdpParams};
+    use crosstab_server::service::sso::saml::SamlIdp;
+
+    let fx = Fixture::new().await;
+    // The audience: this server's public URL (no --audience given).
+    let public_url = fx.services.sso.public_url().to_owned();
+    let now = fx.now() / 1000;
+    let signed = |account: &str| {
+        idp_assertions(&IdpParams {
+            entity_id: "https://idp.corp.test/saml",
+            audience: &public_url,
+            subject: "ada@example.org",
+            account,
+            now,
+            lifetime: 300,
+        })
+    };
+    let idp_run = signed("acme");
+    let known = SamlIdp::from_metadata(&idp_run.metadata).unwrap();
+    let idp = IdentityProvider {
+        name: "corp-saml".to_owned(),
+        kind: IdpKind::Saml,
+        issuer: known.entity_id().to_owned(),
+        audience: None,
+        account: AccountRule::Named("account".to_owned()),
+        metadata: Some(known.to_stored()),
+        created_at: 0,
+    };
+    assert!(identity_providers::add(&fx.db, &idp).await.unwrap());
+    fx.services.sso.prepare().await.unwrap();
+    let encoded = |case: &str| URL_SAFE_NO_PAD.encode(&idp_run.assertions[case]);
+
+    let (response, body) = exchange(&fx, SAML2_BEARER, &encoded("valid")).await;
+    assert_eq!(response.status(), 200, "{body}");
+    let token = body["access_token"].as_str().unwrap().to_owned();
+    // Never past the assertion's NotOnOrAfter.
+    assert_eq!(claims_of(&token)["exp"], now + 300);
+    let (response, body) = fx.post(Some(&bearer(&token)), &query()).await;
+    assert_eq!(response.status(), 200, "{body}");
+    assert_eq!(
+        token_bills(&fx, "acme").await,
+        [("corp-saml".to_owned(), "ada@example.org".to_owned(), 1)]
+    );
+
+    // The same assertion again, and every attack or lapse: invalid_grant, nothing told.
+    for case in [
+        "valid",
+        "unsigned",
+        "tampered",
+        "wrapped_advice",
+        "wrapped_same_id",
+        "resigned",
+        "expired",
+        "wrong_audience",
+        "wrong_issuer",
+        "not_bearer",
+    ] {
+        let (response, body) = exchange(&fx, SAML2_BEARER, &encoded(case)).await;
+        assert_eq!(response.status(), 400, "{case}: {body}");
+        assert_eq!(body, json!({"error": "invalid_grant"}), "{case}");
+    }
+    // Padded base64url is taken too (RFC 7522 says unpadded; some clients pad).
+    let padded =
+        base64::engine::general_purpose::URL_SAFE.encode(&idp_run.assertions["valid_response"]);
+    let (response, body) = exchange(&fx, SAML2_BEARER, &padded).await;
+    assert_eq!(response.status(), 400, "{body}");
+    assert_eq!(
+        body["error"], "invalid_grant",
+        "the response has no account attribute"
+    );
+
+    // An attribute naming no account: refused, and no account is made.
+    let stranger = signed("nosuch");
+    let (response, body) = exchange(
+        &fx,
+        SAML2_BEARER,
+        &URL_SAFE_NO_PAD.encode(&stranger.assertions["valid"]),
+    )
+    .await;
+    assert_eq!(response.status(), 400, "{body}");
+    assert_eq!(fx.bills().await, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sso_on_postgres() {
+    let Ok(url) = std::env::var("CROSSTAB_TEST_POSTGRES_URL") else {
+        eprintln!("CROSSTAB_TEST_POSTGRES_URL not set: PostgreSQL SSO test skipped");
+        return;
+    };
+    let provider = Provider::start();
+    let fx = Fixture::on(&url, tempfile::tempdir().unwrap(), &[]).await;
+    let _listening = fx.services.follow_changes(None).expect("PostgreSQL pushes");
+    let unique = uuid::Uuid::new_v4().simple().to_string();
+    let account = format!("sso-{unique}");
+    super::common::key(
+        &fx.db,
+        &account,
+        &["VEC"],
+        crosstab_server::keys::KeyEnv::Live,
+        None,
+    )
+    .await;
+    let audience = format!("https://crosstab.test/{unique}");
+    let name = format!("corp-{unique}");
+    let idp = oidc(
+        &name,
+        &provider.issuer,
+        &audience,
+        AccountRule::Fixed(account.clone()),
+    );
+    assert!(identity_providers::add(&fx.db, &idp).await.unwrap());
+    assert!(
+        !identity_providers::add(&fx.db, &idp).await.unwrap(),
+        "same name"
+    );
+    fx.services.sso.prepare().await.unwrap();
+
+    let assertion = provider.access_token("backend", &audience).await;
+    let mut status = 0;
+    // The provider's addition reaches this server by NOTIFY.
+    for _ in 0..100 {
+        status = fx
+            .post(Some(&bearer(&assertion)), &query())
+            .await
+            .0
+            .status()
+            .as_u16();
+        if status == 200 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(status, 200);
+    let (response, body) = exchange(&fx, JWT_BEARER, &assertion).await;
+    assert_eq!(response.status(), 200, "{body}");
+    let own = body["access_token"].as_str().unwrap();
+    assert_eq!(fx.post(Some(&bearer(own)), &query()).await.0.status(), 200);
+    assert_eq!(
+        token_bills(&fx, &account).await,
+        [(name.clone(), "backend".to_owned(), 2)]
+    );
+    // Assertion ids are kept once.
+    let id = format!("_{unique}");
+    let later = fx.now() + 60_000;
+    assert!(
+        crosstab_server::store::saml_replay::first_use(&fx.db, &name, &id, later)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !crosstab_server::store::saml_replay::first_use(&fx.db, &name, &id, later)
+            .await
+            .unwrap()
+    );
+    assert!(identity_providers::remove(&fx.db, &name).await.unwrap());
+}
