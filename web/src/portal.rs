@@ -1,5 +1,5 @@
 //! The developer portal: the API reference rendered from `/v1/docs` (no CDN assets),
-//! the user's API keys, and billed usage.
+//! the user's API keys, how to call the API (a key, or single sign-on), and billed usage.
 
 use crosstab_contract::app::{KeyInfo, NewKey, UsageRow};
 use leptos::prelude::*;
@@ -123,6 +123,46 @@ pub fn ApiReference() -> impl IntoView {
     }
 }
 
+/// How a backend calls `/v1/crosstab`: with a key, or with single sign-on (a bearer JWT of
+/// a trusted identity provider, or a token exchanged for an assertion).
+#[component]
+fn CallingTheApi() -> impl IntoView {
+    // The backend the app talks to: the one the page names, else the page's own origin.
+    let origin = Some(api::backend_origin())
+        .filter(|origin| !origin.is_empty())
+        .or_else(|| web_sys::window().and_then(|w| w.location().origin().ok()))
+        .unwrap_or_default();
+    let base = format!("{origin}/v1");
+    let body = r#"'{"SurveyCode":"DEMO","PopulationBaseCode":"ADULTS","TargetCodes":["F2554"]}'"#;
+    let with_key = format!(
+        "curl -s {base}/crosstab -H 'Content-Type: application/json' \\\n  -H \"Service-Engine-Authorizer: $KEY\" -d {body}"
+    );
+    let with_jwt = format!(
+        "curl -s {base}/crosstab -H 'Content-Type: application/json' \\\n  -H \"Service-Engine-Authorizer: Bearer $JWT\" -d {body}"
+    );
+    let jwt_exchange = format!(
+        "curl -s {base}/oauth/token \\\n  -d grant_type=urn:ietf:params:oauth:grant-type:jwt-bearer -d \"assertion=$JWT\"\n# → {{\"access_token\": \"…\", \"token_type\": \"Bearer\", \"expires_in\": 3600}}"
+    );
+    let saml_exchange = format!(
+        "ASSERTION=$(base64 -w0 assertion.xml | tr '+/' '-_' | tr -d '=')\ncurl -s {base}/oauth/token \\\n  -d grant_type=urn:ietf:params:oauth:grant-type:saml2-bearer -d \"assertion=$ASSERTION\""
+    );
+    view! {
+        <section class="card" id="calling-the-api">
+            <h2>"Calling the API"</h2>
+            <p>"Every call to /v1/crosstab carries one credential in the Service-Engine-Authorizer header, and is billed to your account either way."</p>
+            <h3>"With an API key"</h3>
+            <pre>{with_key}</pre>
+            <h3>"With single sign-on"</h3>
+            <p>"When the operator trusts your organisation's identity provider, send its token instead of a key. A JWT from your OpenID Connect provider (for example a client-credentials access token whose audience is this service) goes in the same header:"</p>
+            <pre>{with_jwt}</pre>
+            <p>"Or exchange your provider's JWT, or a signed SAML 2.0 assertion (base64url), for a token of this service, valid at most an hour, and send that as the Bearer token:"</p>
+            <pre>{jwt_exchange}</pre>
+            <pre>{saml_exchange}</pre>
+            <p class="muted">"A token that is not accepted gets the same 401 as a bad key. Exchanges are not billed."</p>
+        </section>
+    }
+}
+
 #[component]
 pub fn Keys() -> impl IntoView {
     let keys = RwSignal::new(None::<Result<Vec<KeyInfo>, ApiFailure>>);
@@ -217,6 +257,7 @@ pub fn Keys() -> impl IntoView {
                 }.into_any(),
             }}
         </section>
+        <CallingTheApi/>
     }
 }
 
