@@ -7,7 +7,11 @@
 #     request (answered from the server's response cache after the first time);
 #   - the same with a request mix that defeats the cache (scripts/bench/crosstab-mix.lua:
 #     every request a different target pair), i.e. the engine-bound figure;
-#   - the ratios to docs (target >= 0.60, for the fixed request) and the p99 (< 10 ms);
+#   - the same fixed request with a single sign-on bearer token instead of the key: a
+#     token of this server, exchanged at the start for an access token of the test
+#     OpenID provider (tests/oidc, trusted with `crosstab sso add-oidc`);
+#   - the ratios to docs (target >= 0.60, for the fixed request) and the p99 (< 10 ms),
+#     and the bearer call's req/s over the key call's (target >= 0.90);
 # then stops the server with SIGTERM and checks that bills = 200s + the requests logged
 # as billed after their client went away.
 #
@@ -33,11 +37,12 @@ rounds="${ROUNDS:-7}"
 root="$(cd "$(dirname "$0")/.." && pwd)"
 target="${CARGO_TARGET_DIR:-$root/target}"
 command -v wrk >/dev/null || { echo "wrk is required (apt-get install wrk)" >&2; exit 1; }
+[ -d "$root/tests/oidc/node_modules/oidc-provider" ] || { echo "tests/oidc needs npm ci (scripts/setup)" >&2; exit 1; }
 
 if [ -n "${BASELINE_BIN:-}" ]; then
     # The baseline first, then this build, each the whole procedure; both summaries last.
-    baseline="$(BIN="$BASELINE_BIN" BASELINE_BIN= "$0" "$@" | tail -9)"
-    current="$(BASELINE_BIN= "$0" "$@" | tail -9)"
+    baseline="$(BIN="$BASELINE_BIN" BASELINE_BIN= "$0" "$@" | tail -11)"
+    current="$(BASELINE_BIN= "$0" "$@" | tail -11)"
     echo "=== baseline ($BASELINE_BIN) ==="; echo "$baseline"
     echo "=== this build ==="; echo "$current"
     exit 0
@@ -51,10 +56,12 @@ store="${STORE:-sqlite}"
 
 work="$(mktemp -d)"
 server_pid=""
+oidc_pid=""
 pg_bin=""
 as_pg=()
 cleanup() {
     if [ -n "$server_pid" ] && kill -0 "$server_pid" 2>/dev/null; then kill -TERM "$server_pid" 2>/dev/null || true; wait "$server_pid" 2>/dev/null || true; fi
+    if [ -n "$oidc_pid" ]; then kill "$oidc_pid" 2>/dev/null || true; wait "$oidc_pid" 2>/dev/null || true; fi
     if [ -n "$pg_bin" ]; then "${as_pg[@]}" "$pg_bin/pg_ctl" -D "$work/pg" -m fast stop >/dev/null 2>&1 || true; fi
     rm -rf "$work"
 }
@@ -84,12 +91,29 @@ base="$(sed -n 's/^crosstab listening on //p' "$work/stdout")"
 key="$(sed -n 's/^demo key: //p' "$work/stdout")"
 [ -n "$base" ] && [ -n "$key" ] || { echo "server did not start" >&2; cat "$work/server.log" >&2; exit 1; }
 
+# The test OpenID provider, trusted for account demo; its stdin is a FIFO this script holds
+# open, so it stops when the script ends, however it ends.
+mkfifo "$work/oidc.stdin"
+(cd "$root/tests/oidc" && exec node provider.mjs) <"$work/oidc.stdin" >"$work/oidc.out" 2>/dev/null &
+oidc_pid=$!
+exec 3>"$work/oidc.stdin"
+for _ in $(seq 1 100); do grep -q issuer "$work/oidc.out" 2>/dev/null && break; sleep 0.1; done
+issuer="$(python3 -c 'import json, sys; print(json.load(sys.stdin)["issuer"])' <"$work/oidc.out")"
+"$bin" sso add-oidc --data-dir "$work/data" "${database[@]}" --name bench --issuer "$issuer" --account demo >&2
+json_field() { python3 -c "import json, sys; print(json.load(sys.stdin)[\"$1\"])"; }
+idp_token="$(curl -sf "$issuer/token" -d grant_type=client_credentials -d client_id=backend \
+    -d client_secret=backend-secret -d scope=crosstab --data-urlencode "resource=$base" | json_field access_token)"
+token="$(curl -sf "$base/v1/oauth/token" -d grant_type=urn:ietf:params:oauth:grant-type:jwt-bearer \
+    --data-urlencode "assertion=$idp_token" | json_field access_token)"
+[ -n "$token" ] || { echo "no token from the token endpoint" >&2; exit 1; }
+
 cat >"$work/post.lua" <<LUA
 wrk.method = "POST"
 wrk.body = '{"SurveyCode":"DEMO","PopulationBaseCode":"ADULTS","TargetCodes":["F2554","GENDER = 1 AND AGE BETWEEN 18 AND 34"]}'
 wrk.headers["Content-Type"] = "application/json"
 wrk.headers["Service-Engine-Authorizer"] = "$key"
 LUA
+sed "s|\"$key\"|\"Bearer $token\"|" "$work/post.lua" >"$work/bearer.lua"
 
 run() { wrk -t"$threads" -c"$connections" -d"${duration}s" --latency "$@"; }
 # p99 in ms from wrk's latency distribution.
@@ -99,6 +123,7 @@ rps() { awk '/^Requests\/sec:/ { print $2 }'; }
 echo "warming up..." >&2
 wrk -t1 -c8 -d2s "$base/v1/docs" >/dev/null
 wrk -t1 -c8 -d2s -s "$work/post.lua" "$base/v1/crosstab" >/dev/null
+wrk -t1 -c8 -d2s -s "$work/bearer.lua" "$base/v1/crosstab" >/dev/null
 
 load_before="$(cut -d' ' -f1-3 /proc/loadavg)"
 # Paired rounds, docs then the billed POST back to back: the machine's speed drifts by
@@ -107,21 +132,30 @@ load_before="$(cut -d' ' -f1-3 /proc/loadavg)"
 for round in $(seq 1 "$rounds"); do
     run "$base/v1/docs" >"$work/docs.$round.txt"
     run -s "$work/post.lua" "$base/v1/crosstab" >"$work/post.$round.txt"
+    run -s "$work/bearer.lua" "$base/v1/crosstab" >"$work/bearer.$round.txt"
 done
 CROSSTAB_KEY="$key" run -s "$root/scripts/bench/crosstab-mix.lua" "$base/v1/crosstab" >"$work/mix.txt"
 load_after="$(cut -d' ' -f1-3 /proc/loadavg)"
 
 median() { sort -g | awk '{ v[NR]=$1 } END { if (NR%2) print v[(NR+1)/2]; else printf "%.2f\n", (v[NR/2]+v[NR/2+1])/2 }'; }
-ratios=""; post_total=0; post_non2xx=0
+ratios=""; bearer_ratios=""; post_total=0; post_non2xx=0; bearer_total=0; bearer_non2xx=0
 for round in $(seq 1 "$rounds"); do
     d="$(rps <"$work/docs.$round.txt")"; p="$(rps <"$work/post.$round.txt")"
     r="$(awk -v p="$p" -v d="$d" 'BEGIN { printf "%.2f", p/d }')"
     ratios="$ratios $r"
     post_total=$(( post_total + $(awk '/requests in/ { print $1 }' "$work/post.$round.txt") ))
     post_non2xx=$(( post_non2xx + $(awk '/Non-2xx/ { n=$NF } END { print n+0 }' "$work/post.$round.txt") ))
-    printf 'round %s: GET /v1/docs %10s req/s p99 %s ms | POST /v1/crosstab %10s req/s p99 %s ms | ratio %s\n' \
-        "$round" "$d" "$(p99 <"$work/docs.$round.txt")" "$p" "$(p99 <"$work/post.$round.txt")" "$r"
+    b="$(rps <"$work/bearer.$round.txt")"
+    br="$(awk -v b="$b" -v p="$p" 'BEGIN { printf "%.2f", b/p }')"
+    bearer_ratios="$bearer_ratios $br"
+    bearer_total=$(( bearer_total + $(awk '/requests in/ { print $1 }' "$work/bearer.$round.txt") ))
+    bearer_non2xx=$(( bearer_non2xx + $(awk '/Non-2xx/ { n=$NF } END { print n+0 }' "$work/bearer.$round.txt") ))
+    printf 'round %s: GET /v1/docs %10s req/s p99 %s ms | POST /v1/crosstab %10s req/s p99 %s ms | ratio %s | bearer %10s req/s, /key %s\n' \
+        "$round" "$d" "$(p99 <"$work/docs.$round.txt")" "$p" "$(p99 <"$work/post.$round.txt")" "$r" "$b" "$br"
 done
+bearer_rps="$(for f in "$work"/bearer.*.txt; do rps <"$f"; done | median)"
+bearer_p99="$(for f in "$work"/bearer.*.txt; do p99 <"$f"; done | median)"
+bearer_ratio="$(for r in $bearer_ratios; do echo "$r"; done | median)"
 docs_rps="$(for f in "$work"/docs.*.txt; do rps <"$f"; done | median)"
 post_rps="$(for f in "$work"/post.*.txt; do rps <"$f"; done | median)"
 docs_p99="$(for f in "$work"/docs.*.txt; do p99 <"$f"; done | median)"
@@ -145,8 +179,10 @@ mix_ratio="$(awk -v p="$mix_rps" -v d="$docs_rps" 'BEGIN { printf "%.2f", p/d }'
 echo "=== crosstab server benchmark on ${store} (${connections} connections, ${threads} wrk threads, ${rounds} rounds of ${duration}s each, $(nproc) cores; medians over the rounds) ==="
 printf 'GET  /v1/docs      %10s req/s   p99 %s ms\n' "$docs_rps" "$docs_p99"
 printf 'POST /v1/crosstab  %10s req/s   p99 %s ms, worst round %s ms   (%s requests, non-2xx: %s)\n' "$post_rps" "$post_p99" "$post_p99_max" "$post_total" "$post_non2xx"
+printf 'POST with bearer   %10s req/s   p99 %s ms   (%s requests, non-2xx: %s; a token of this server)\n' "$bearer_rps" "$bearer_p99" "$bearer_total" "$bearer_non2xx"
 printf 'POST request mix   %10s req/s   p99 %s ms   (%s requests, non-2xx: %s; no cache hits)\n' "$mix_rps" "$mix_p99" "$mix_total" "${mix_non2xx:-0}"
 printf 'ratio POST/docs    %10s         (median of the rounds:%s; target >= 0.60; request mix: %s)\n' "$ratio" "$ratios" "$mix_ratio"
+printf 'ratio bearer/key   %10s         (median of the rounds:%s; target >= 0.90)\n' "$bearer_ratio" "$bearer_ratios"
 printf 'p99 POST           %10s ms      (target < 10 ms; request mix: %s ms)\n' "$post_p99" "$mix_p99"
 printf 'load average       %s before, %s after\n' "$load_before" "$load_after"
 printf 'bills in ledger    %10s         (200s logged by the server: %s; client gone after the bill was written: %s)\n' "$bills" "$warmup_and_run_oks" "$abandoned"
