@@ -21,7 +21,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use axum::{Extension, Json, Router};
 use crosstab_contract::app::{
-    AppErrorCode, CodebookQuery, Credentials, KeyInfo, Me, NewKey, NewKeyRequest, UsageRow,
+    AppErrorCode, CodebookQuery, Credentials, KeyInfo, Me, NewKey, NewKeyRequest, Table, UsageRow,
 };
 use crosstab_contract::{ErrorDetail, ErrorEnvelope};
 use serde::de::DeserializeOwned;
@@ -79,6 +79,7 @@ impl IntoResponse for AppFailure {
             AppError::BadRequest(_) => AppErrorCode::InvalidRequest,
             AppError::NotConfigured => AppErrorCode::NotConfigured,
             AppError::TooManyKeys => AppErrorCode::TooManyKeys,
+            AppError::TablesUpstream => AppErrorCode::NotConfigured,
         };
         let mut response = envelope(code, error.to_string());
         match error {
@@ -128,6 +129,7 @@ pub fn routes(state: Arc<HttpState>, app_dir: Option<&Path>) -> Router<Arc<HttpS
         .route("/api/surveys", get(surveys))
         .route("/api/surveys/{code}/codebook", get(codebook))
         .route("/api/crosstab", post(crosstab))
+        .route("/api/table", post(table))
         .route("/api/keys", get(list_keys).post(create_key))
         .route("/api/keys/{id}", delete(revoke_key))
         .route("/api/usage", get(usage))
@@ -289,6 +291,15 @@ async fn crosstab(
         .headers_mut()
         .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     Ok(response)
+}
+
+async fn table(
+    State(state): State<Arc<HttpState>>,
+    Extension(request_id): Extension<RequestId>,
+    SessionUser(user): SessionUser,
+    body: Bytes,
+) -> AppResult<Json<Table>> {
+    Ok(Json(state.app.table(&user, &body, &request_id).await?))
 }
 
 /// A stored time as the app shows it (to the second, UTC).

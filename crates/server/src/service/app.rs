@@ -9,7 +9,9 @@ use std::sync::Arc;
 
 use axum::body::Bytes;
 use base64::Engine as _;
-use crosstab_contract::app::{Codebook, CodebookSearch, SurveySummary, Totals};
+use crosstab_contract::app::{
+    Codebook, CodebookSearch, SurveySummary, Table, TableRequest, Totals,
+};
 use crosstab_contract::{validate_body, ApiError, Expr};
 use crosstab_engine::Survey;
 use rand::RngCore;
@@ -63,6 +65,14 @@ pub enum AppError {
     /// The account already holds as many usable keys as the app lets it create.
     #[error("An account holds at most {MAX_USABLE_KEYS} usable keys: revoke one first.")]
     TooManyKeys,
+    /// Tables need this server's engine (their reliability figures need sums `/v1` does
+    /// not give), and with `--upstream` queries run elsewhere.
+    #[error(
+        "Tables are not available on this server: it sends queries to another service \
+         (--upstream), whose answers lack what a table's reliability figures need. Run \
+         single queries, or open the survey file in the page."
+    )]
+    TablesUpstream,
 }
 
 impl From<DbError> for AppError {
@@ -181,18 +191,8 @@ impl AppService {
         request_id: &RequestId,
         idempotency_key: Option<&str>,
     ) -> Result<AppAnswer, AppError> {
-        let grants = self.grants(user).await?;
         let Some(upstream) = &self.upstream else {
-            let principal = Principal {
-                account_id: user.account_id,
-                account: Arc::from(user.account.as_str()),
-                grants,
-                limits: accounts::limits_of(&self.services.db, user.account_id).await?,
-                credential: Credential::User {
-                    id: user.id,
-                    username: Arc::from(user.username.as_str()),
-                },
-            };
+            let principal = self.principal(user).await?;
             let answer = self
                 .services
                 .crosstab
@@ -202,6 +202,7 @@ impl AppService {
         };
         // The contract's own checks first: a bad request never costs an upstream call.
         let valid = validate_body(&body)?;
+        let grants = self.grants(user).await?;
         if !grants.permits(&valid.request.survey_code, valid.request.group_filter()) {
             return Err(ApiError::ForbiddenSurvey.into());
         }
@@ -213,6 +214,46 @@ impl AppService {
             .await
             .map_err(|error| AppError::Unreachable(error.to_string()))?;
         Ok(AppAnswer::Forwarded { status, body })
+    }
+
+    /// Answers a table body for `user`, billed to the user's account as the `/v1` calls
+    /// the same targets would take. Not with `--upstream` ([`AppError::TablesUpstream`]).
+    pub async fn table(
+        &self,
+        user: &User,
+        body: &[u8],
+        request_id: &RequestId,
+    ) -> Result<Table, AppError> {
+        let request: TableRequest = serde_json::from_slice(body).map_err(|error| {
+            AppError::BadRequest(format!(
+                "Send a table as JSON: {{\"survey\", \"populationBase\", \"group\", \"rows\": \
+                 [{{\"expression\", \"label\"}}], \"columns\": [...]}} ({error})."
+            ))
+        })?;
+        let valid = request.validate().map_err(ApiError::from)?;
+        if self.upstream.is_some() {
+            return Err(AppError::TablesUpstream);
+        }
+        let principal = self.principal(user).await?;
+        Ok(self
+            .services
+            .crosstab
+            .table(&principal, valid, request_id)
+            .await?)
+    }
+
+    /// `user` as the caller its account is billed for.
+    async fn principal(&self, user: &User) -> Result<Principal, AppError> {
+        Ok(Principal {
+            account_id: user.account_id,
+            account: Arc::from(user.account.as_str()),
+            grants: self.grants(user).await?,
+            limits: accounts::limits_of(&self.services.db, user.account_id).await?,
+            credential: Credential::User {
+                id: user.id,
+                username: Arc::from(user.username.as_str()),
+            },
+        })
     }
 
     /// The keys of `user`'s account.

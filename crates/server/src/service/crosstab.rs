@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
+use crosstab_contract::app::{Table, ValidTable};
 use crosstab_contract::{validate_body, ApiError, CrosstabResponse, ValidRequest};
 use crosstab_engine::store::Catalog;
 use crosstab_engine::Survey;
@@ -346,7 +347,18 @@ impl Crosstab {
         request_id: &RequestId,
         idempotent: Option<KeptAnswer>,
     ) -> Result<(), ServiceError> {
-        let bill = Bill {
+        let bill = self.bill_of(principal, billable, request_id, idempotent);
+        Ok(self.ledger.bill(bill).await?)
+    }
+
+    fn bill_of(
+        &self,
+        principal: &Principal,
+        billable: Billable,
+        request_id: &RequestId,
+        idempotent: Option<KeptAnswer>,
+    ) -> Bill {
+        Bill {
             at: self.clock.now_ms(),
             account_id: principal.account_id,
             caller: principal.caller(),
@@ -356,9 +368,107 @@ impl Crosstab {
             targets: billable.targets,
             request_id: Arc::clone(&request_id.0),
             idempotent,
-        };
-        Ok(self.ledger.bill(bill).await?)
+        }
     }
+
+    /// A table for `principal`: the same entitlement checks as a crosstab, within the
+    /// account's rate (one request) and daily quota (every call), computed within the
+    /// deadline, and billed as the calls `/v1` would have taken to ask the same targets
+    /// ([`ValidTable::billed_calls`]: one per two targets) before it is returned.
+    pub async fn table(
+        &self,
+        principal: &Principal,
+        valid: ValidTable,
+        request_id: &RequestId,
+    ) -> Result<Table, ServiceError> {
+        let started = Instant::now();
+        let request = &valid.request;
+        let group = valid.group_filter();
+        let survey = self
+            .catalog
+            .get(&request.survey)
+            .filter(|_| principal.grants.permits(&request.survey, group))
+            .filter(|survey| group.is_none_or(|g| survey.has_group(g)))
+            .ok_or(ApiError::ForbiddenSurvey)?;
+        if !survey.has_base(&request.population_base) {
+            return Err(ApiError::InvalidPopulationBase {
+                base: request.population_base.clone(),
+            }
+            .into());
+        }
+        let calls = valid.billed_calls();
+        let targets =
+            valid.rows.len() * valid.columns.len() + valid.rows.len() + valid.columns.len();
+        let billable = || Billable {
+            survey: Arc::from(request.survey.as_str()),
+            group: group.map(Arc::from),
+            base: Arc::from(request.population_base.as_str()),
+            targets: 2,
+        };
+        let bills: Vec<Bill> = (0..targets.div_ceil(2))
+            .map(|call| {
+                // Two targets a call; an odd count leaves one for the last.
+                let targets = if call * 2 + 1 == targets { 1 } else { 2 };
+                self.bill_of(
+                    principal,
+                    Billable {
+                        targets,
+                        ..billable()
+                    },
+                    request_id,
+                    None,
+                )
+            })
+            .collect();
+        if u32::try_from(bills.len()).ok() != Some(calls) {
+            return Err(ServiceError::Internal(format!(
+                "a table of {targets} targets makes {} bills, not {calls}",
+                bills.len()
+            )));
+        }
+        let admission = self.limits.admit_calls(principal, u64::from(calls)).await?;
+        let mut table = compute_table(survey, valid, self.deadline).await?;
+        if started.elapsed() > self.deadline {
+            return Err(ApiError::DeadlineExceeded.into());
+        }
+        table.billed_calls = calls;
+        self.bill_all(bills).await?;
+        admission.billed();
+        Ok(table)
+    }
+
+    /// Commits every bill of one answer before it may go out. They are handed to the
+    /// writer together, so they commit in one batch as a rule; should a batch split and
+    /// its second part fail to write, the first stays billed and the answer is a 500.
+    async fn bill_all(&self, bills: Vec<Bill>) -> Result<(), ServiceError> {
+        // A set aborts its tasks when dropped: a request whose client went away before
+        // the writer took its bills leaves them unbilled, as `Ledger::bill` does.
+        let mut pending = tokio::task::JoinSet::new();
+        for bill in bills {
+            let ledger = self.ledger.clone();
+            pending.spawn(async move { ledger.bill(bill).await });
+        }
+        while let Some(committed) = pending.join_next().await {
+            committed
+                .map_err(|error| ServiceError::Internal(format!("bill task failed: {error}")))??;
+        }
+        Ok(())
+    }
+}
+
+/// The engine's table, on the blocking pool (a table is many queries' work); past
+/// `deadline`, refused without waiting for it.
+async fn compute_table(
+    survey: Arc<Survey>,
+    valid: ValidTable,
+    deadline: Duration,
+) -> Result<Table, ServiceError> {
+    let task = tokio::task::spawn_blocking(move || survey.table(&valid).map_err(ApiError::from));
+    tokio::time::timeout(deadline, task)
+        .await
+        .map_err(|_| ApiError::DeadlineExceeded)?
+        .map_err(|error| ServiceError::Internal(format!("table task failed: {error}")))?
+        .map_err(ServiceError::from)
 }
 
 /// The answer to keep with the request's `Idempotency-Key`, if it sent one.

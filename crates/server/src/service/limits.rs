@@ -42,12 +42,13 @@ struct Account {
     used: u64,
 }
 
-/// An admitted call: settle it with [`Admission::billed`] once billed, else dropping it
-/// gives its place in the daily quota back.
+/// An admitted request: settle it with [`Admission::billed`] once billed, else dropping
+/// it gives its places in the daily quota back.
 #[derive(Debug)]
 pub struct Admission<'a> {
     limits: &'a RateLimits,
-    reserved: Option<(i64, i64)>,
+    /// The account, the day and the calls taken from its quota.
+    reserved: Option<(i64, i64, u64)>,
 }
 
 impl Admission<'_> {
@@ -59,10 +60,10 @@ impl Admission<'_> {
 
 impl Drop for Admission<'_> {
     fn drop(&mut self) {
-        if let Some((account_id, day)) = self.reserved.take() {
+        if let Some((account_id, day, calls)) = self.reserved.take() {
             let mut accounts = self.limits.accounts();
             if let Some(account) = accounts.get_mut(&account_id).filter(|a| a.day == day) {
-                account.used = account.used.saturating_sub(1);
+                account.used = account.used.saturating_sub(calls);
             }
         }
     }
@@ -159,6 +160,16 @@ impl RateLimits {
 
     /// Admits a call by `principal` within its account's rate and daily quota.
     pub async fn admit(&self, principal: &Principal) -> Result<Admission<'_>, ServiceError> {
+        self.admit_calls(principal, 1).await
+    }
+
+    /// Admits one request that bills `calls` calls (an app table): one request against
+    /// the account's rate, `calls` against its daily quota, which must hold them all.
+    pub async fn admit_calls(
+        &self,
+        principal: &Principal,
+        calls: u64,
+    ) -> Result<Admission<'_>, ServiceError> {
         let limits = principal.limits;
         let account_id = principal.account_id;
         if limits == AccountLimits::default() {
@@ -212,7 +223,7 @@ impl RateLimits {
                 reserved: None,
             });
         };
-        if account.used >= quota {
+        if account.used.saturating_add(calls) > quota {
             let tomorrow_ms = (day + 1) * DAY_MS - now;
             let wait = Duration::from_millis(u64::try_from(tomorrow_ms).unwrap_or(0));
             return Err(ApiError::RateLimited {
@@ -220,10 +231,10 @@ impl RateLimits {
             }
             .into());
         }
-        account.used += 1;
+        account.used += calls;
         Ok(Admission {
             limits: self,
-            reserved: Some((account_id, day)),
+            reserved: Some((account_id, day, calls)),
         })
     }
 

@@ -828,3 +828,239 @@ async fn the_app_stops_creating_keys_at_the_usable_limit() {
         .await;
     assert_eq!(parts.status, StatusCode::OK);
 }
+
+/// `{"expression": e}` for each of `targets`.
+fn axis(targets: &[&str]) -> Value {
+    targets
+        .iter()
+        .map(|t| json!({"expression": t}))
+        .collect::<Vec<_>>()
+        .into()
+}
+
+fn table_body(group: Option<&str>, base: &str, rows: &[&str], columns: &[&str]) -> Value {
+    json!({"survey": "VEC", "populationBase": base, "group": group,
+           "rows": axis(rows), "columns": axis(columns)})
+}
+
+/// `/v1`'s answer for one target, with `key`.
+async fn v1_one(app: &App, key: &str, group: Option<&str>, base: &str, target: &str) -> Value {
+    let (parts, body) = app
+        .fx
+        .post(Some(key), &request("VEC", group, base, &[target]))
+        .await;
+    assert_eq!(parts.status(), StatusCode::OK, "{target}: {body}");
+    body["Results"][0].clone()
+}
+
+/// Whether a table cell carries exactly `/v1`'s figures for its target.
+fn same_as_v1(cell: &Value, v1: &Value, what: &str) {
+    assert_eq!(cell["wgtAud"], v1["WgtAud"], "{what}");
+    assert_eq!(cell["resps"], v1["Resps"], "{what}");
+}
+
+#[tokio::test]
+async fn a_table_is_v1_cell_by_cell_and_billed_as_v1_would_bill_it() {
+    let app = app_with(None).await;
+    let ann = app.session("ann").await;
+    let rows = ["WOMEN", "SMOKER = 1", "GENDER = 1"];
+    let columns = ["AGE >= 35", "SMOKER = 0"];
+    let mut body = table_body(None, "ALL", &rows, &columns);
+    body["rows"][0]["label"] = json!("Women");
+    let before = app.fx.bills().await;
+    let (parts, table) = app.post(&ann, "/app/api/table", &body).await;
+    assert_eq!(parts.status, StatusCode::OK, "{table}");
+    let billed = app.fx.bills().await - before;
+    let expected = crosstab_contract::app::billed_calls(rows.len(), columns.len());
+    assert_eq!(
+        expected, 6,
+        "6 cells + 3 row totals + 2 column totals, two a call"
+    );
+    assert_eq!(billed, i64::from(expected));
+    assert_eq!(table["billedCalls"], expected);
+    assert_eq!(table["rows"][0]["label"], "Women");
+    assert_eq!(table["rows"][1]["label"], "SMOKER = 1");
+    // The bills are the user's, as the app's usage page shows them.
+    let (_, usage) = app.get(&ann, "/app/api/usage").await;
+    assert_eq!(usage[0]["calls"], json!(expected), "{usage}");
+
+    let key = app.fx.whole.clone();
+    let base = v1_one(&app, &key, None, "ALL", "*").await;
+    same_as_v1(&table["total"], &base, "total");
+    let base_weight = table["total"]["weight"].as_f64().unwrap();
+    for (r, row) in rows.iter().enumerate() {
+        let row_total = v1_one(&app, &key, None, "ALL", row).await;
+        same_as_v1(&table["rowTotals"][r], &row_total, row);
+        for (c, column) in columns.iter().enumerate() {
+            let target = format!("({row}) AND ({column})");
+            let v1 = v1_one(&app, &key, None, "ALL", &target).await;
+            let cell = &table["cells"][r][c];
+            same_as_v1(cell, &v1, &target);
+            let column_total = v1_one(&app, &key, None, "ALL", column).await;
+            same_as_v1(&table["columnTotals"][c], &column_total, column);
+            // The shares and the index from the same /v1 answers.
+            let (w, col, row_w) = (
+                v1["WgtAud"].as_f64().unwrap() * 1000.0,
+                column_total["WgtAud"].as_f64().unwrap() * 1000.0,
+                row_total["WgtAud"].as_f64().unwrap() * 1000.0,
+            );
+            let close = |got: &Value, want: f64| {
+                let got = got.as_f64().unwrap();
+                assert!(
+                    (got - want).abs() <= 1e-9 * want.abs().max(1.0),
+                    "{target}: {got} vs {want}"
+                );
+            };
+            close(&cell["verticalPct"], 100.0 * w / col);
+            close(&cell["horizontalPct"], 100.0 * w / row_w);
+            close(
+                &cell["index"],
+                (100.0 * w / col) / (100.0 * row_w / base_weight) * 100.0,
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_table_keeps_to_the_users_grants_and_refusals_bill_nothing() {
+    let app = app_with(None).await;
+    let nora = app.session("nora").await;
+    let rows = ["WOMEN"];
+    let columns = ["SMOKER = 1"];
+    let before = app.fx.bills().await;
+    // North's users may see group N only: S, and every group, are refused.
+    for group in [Some("S"), None, Some("_ALL_")] {
+        let (parts, body) = app
+            .post(
+                &nora,
+                "/app/api/table",
+                &table_body(group, "ALL", &rows, &columns),
+            )
+            .await;
+        assert_eq!(parts.status, StatusCode::FORBIDDEN, "{group:?}: {body}");
+        assert_eq!(code(&body), "forbidden_survey");
+    }
+    let ann = app.session("ann").await;
+    let refused = [
+        (
+            table_body(None, "ALL", &[], &columns),
+            "invalid_request",
+            "rows",
+        ),
+        (
+            table_body(None, "ALL", &rows, &["SMOKER ="]),
+            "invalid_request",
+            "columns",
+        ),
+        (
+            table_body(None, "NOBASE", &rows, &columns),
+            "invalid_population_base",
+            "",
+        ),
+        (
+            table_body(Some("X"), "ALL", &rows, &columns),
+            "forbidden_survey",
+            "",
+        ),
+        (json!({"survey": "VEC"}), "invalid_request", ""),
+        (json!("not a table"), "invalid_request", ""),
+    ];
+    for (body, expected, field) in refused {
+        let (parts, answer) = app.post(&ann, "/app/api/table", &body).await;
+        assert!(parts.status.is_client_error(), "{body}: {answer}");
+        assert_eq!(code(&answer), expected, "{body}: {answer}");
+        if !field.is_empty() {
+            assert_eq!(answer["error"]["field"], field, "{answer}");
+        }
+    }
+    // Signed out, or from a foreign origin: refused before anything else.
+    let table = table_body(None, "ALL", &rows, &columns);
+    let (parts, _) = app.post("", "/app/api/table", &table).await;
+    assert_eq!(parts.status, StatusCode::UNAUTHORIZED);
+    let foreign = Request::post("/app/api/table")
+        .header("cookie", &ann)
+        .header("origin", "https://evil.example")
+        .header("content-type", "application/json")
+        .body(Body::from(table.to_string()))
+        .unwrap();
+    assert_eq!(app.send(foreign).await.0.status, StatusCode::FORBIDDEN);
+    assert_eq!(app.fx.bills().await, before, "nothing refused is billed");
+
+    // Group N, which nora may see: /v1's answers within N, with north's key.
+    let (parts, table) = app
+        .post(
+            &nora,
+            "/app/api/table",
+            &table_body(Some("N"), "ALL", &rows, &columns),
+        )
+        .await;
+    assert_eq!(parts.status, StatusCode::OK, "{table}");
+    assert_eq!(app.fx.bills().await - before, 2);
+    let key = app.fx.north.clone();
+    let cell = v1_one(&app, &key, Some("N"), "ALL", "(WOMEN) AND (SMOKER = 1)").await;
+    same_as_v1(&table["cells"][0][0], &cell, "cell within N");
+    let total = v1_one(&app, &key, Some("N"), "ALL", "*").await;
+    same_as_v1(&table["total"], &total, "base within N");
+}
+
+#[tokio::test]
+async fn a_table_over_the_daily_quota_is_refused_whole() {
+    use crosstab_server::store::accounts::{self, AccountLimits};
+    let app = app_with(None).await;
+    let limits = AccountLimits {
+        per_second: None,
+        daily_quota: Some(5),
+    };
+    assert!(accounts::set_limits(&app.fx.db, "acme", limits)
+        .await
+        .unwrap());
+    let ann = app.session("ann").await;
+    // 2 × 2: 4 cells and 4 totals, 4 calls; then 2 × 3 would take 6 more.
+    let small = table_body(
+        None,
+        "ALL",
+        &["WOMEN", "SMOKER = 1"],
+        &["AGE >= 35", "SMOKER = 0"],
+    );
+    let (parts, _) = app.post(&ann, "/app/api/table", &small).await;
+    assert_eq!(parts.status, StatusCode::OK);
+    assert_eq!(app.fx.bills().await, 4);
+    let (parts, body) = app.post(&ann, "/app/api/table", &small).await;
+    assert_eq!(parts.status, StatusCode::TOO_MANY_REQUESTS, "{body}");
+    assert_eq!(code(&body), "rate_limited");
+    assert!(parts.headers.contains_key("retry-after"));
+    assert_eq!(
+        app.fx.bills().await,
+        4,
+        "a refused table bills none of its calls"
+    );
+    // One call left: a single query still fits.
+    let (parts, _) = app
+        .post(
+            &ann,
+            "/app/api/crosstab",
+            &request("VEC", None, "ALL", &["WOMEN"]),
+        )
+        .await;
+    assert_eq!(parts.status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn with_an_upstream_tables_are_refused_plainly_and_nothing_is_sent() {
+    let (base, calls) = scripted_upstream(Vec::new()).await;
+    let app = app_with(Some(Upstream::new(&base).unwrap())).await;
+    let ann = app.session("ann").await;
+    let body = table_body(None, "ALL", &["WOMEN"], &["SMOKER = 1"]);
+    let (parts, answer) = app.post(&ann, "/app/api/table", &body).await;
+    assert_eq!(parts.status, StatusCode::SERVICE_UNAVAILABLE, "{answer}");
+    assert_eq!(code(&answer), "not_configured");
+    assert!(
+        answer["ResultDescription"]
+            .as_str()
+            .unwrap()
+            .contains("--upstream"),
+        "{answer}"
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+    assert_eq!(app.fx.bills().await, 0);
+}
