@@ -3,7 +3,7 @@
 
 use crosstab_contract::app::{
     paths, AppErrorCode, Codebook, Credentials, KeyInfo, Me, NewKey, NewKeyRequest, SurveySummary,
-    UsageRow,
+    Table, TableRequest, UsageRow,
 };
 use crosstab_contract::retry::retry_delay_ms;
 use crosstab_contract::{CrosstabRequest, ErrorEnvelope};
@@ -277,6 +277,12 @@ async fn crosstab_once(
         body,
         retry_after,
     })
+}
+
+/// Computes a table on the server, billed as the `/v1` calls it stands for. Not retried:
+/// a lost answer may have been billed, and the researcher decides whether to run again.
+pub async fn table(request: &TableRequest) -> Result<Table, ApiFailure> {
+    send_json(Request::post(&url(paths::TABLE)), request).await
 }
 
 /// The OpenAPI document of `/v1`: public, so fetched without credentials (`/v1` never

@@ -32,11 +32,6 @@ impl Labelled {
             None => self.target.clone(),
         }
     }
-
-    /// The label alone, or the target when it has none (for narrow places: chart bars).
-    pub fn short(&self) -> &str {
-        self.label.as_deref().unwrap_or(&self.target)
-    }
 }
 
 /// The label of a variable's value: `Variable label: value label`, each falling back to
@@ -101,9 +96,5 @@ mod tests {
         // Neither the value nor its variable is labelled: nothing to add.
         assert_eq!(shown("P_COFFEE_01 = 0"), "P_COFFEE_01 = 0");
         assert_eq!(Labelled::of(None, "F2554").display(), "F2554");
-        assert_eq!(
-            Labelled::of(Some(&codebook()), "F2554").short(),
-            "Women, 25-54"
-        );
     }
 }

@@ -4,13 +4,20 @@
 
 mod api;
 mod choices;
+mod export;
+mod figures;
+mod grid;
 mod history;
 mod labels;
+mod local;
 mod portal;
 mod query;
 mod results;
+mod saved;
+mod table_view;
 #[cfg(test)]
 mod testing;
+mod workbench;
 
 use leptos::prelude::*;
 
@@ -21,6 +28,7 @@ use crosstab_contract::CrosstabRequest;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Screen {
     Query,
+    Table,
     History,
     ApiReference,
     Keys,
@@ -31,6 +39,7 @@ impl Screen {
     fn hash(self) -> &'static str {
         match self {
             Screen::Query => "#/query",
+            Screen::Table => "#/tables",
             Screen::History => "#/history",
             Screen::ApiReference => "#/portal/api",
             Screen::Keys => "#/portal/keys",
@@ -41,6 +50,7 @@ impl Screen {
     fn title(self) -> &'static str {
         match self {
             Screen::Query => "Query",
+            Screen::Table => "Tables",
             Screen::History => "History",
             Screen::ApiReference => "API reference",
             Screen::Keys => "API keys",
@@ -50,6 +60,7 @@ impl Screen {
 
     fn from_hash(hash: &str) -> Screen {
         [
+            Screen::Table,
             Screen::History,
             Screen::ApiReference,
             Screen::Keys,
@@ -60,8 +71,9 @@ impl Screen {
         .unwrap_or(Screen::Query)
     }
 
-    const ALL: [Screen; 5] = [
+    const ALL: [Screen; 6] = [
         Screen::Query,
+        Screen::Table,
         Screen::History,
         Screen::ApiReference,
         Screen::Keys,
@@ -134,9 +146,23 @@ fn App() -> impl IntoView {
         <main>
             {move || match session.get() {
                 Session::Checking => view! { <p class="status" role="status">"Loading…"</p> }.into_any(),
-                Session::SignedOut => view! { <SignIn session=session /> }.into_any(),
+                // A survey file on this computer needs no account: tables from it are
+                // computed here, so they work signed out (and offline) too.
+                Session::SignedOut if screen.get() == Screen::Table => view! {
+                    <p class="row"><a href="#/query" on:click=move |ev: leptos::ev::MouseEvent| { ev.prevent_default(); go(Screen::Query); }>"← Sign in to use the server's surveys"</a></p>
+                    <workbench::WorkbenchScreen signed_in=false />
+                }.into_any(),
+                Session::SignedOut => view! {
+                    <SignIn session=session />
+                    <section class="card signin">
+                        <h2>"Private data"</h2>
+                        <p class="muted">"Work on a survey file from this computer without signing in: it is computed in this page, never uploaded, and not billed."</p>
+                        <button class="secondary" id="open-local" on:click=move |_| go(Screen::Table)>"Open a survey file"</button>
+                    </section>
+                }.into_any(),
                 Session::SignedIn(_) => match screen.get() {
                     Screen::Query => view! { <query::QueryScreen rerun=rerun /> }.into_any(),
+                    Screen::Table => view! { <workbench::WorkbenchScreen signed_in=true /> }.into_any(),
                     Screen::History => view! {
                         <history::HistoryScreen on_pick=Callback::new(move |request| {
                             rerun.set(Some(request));

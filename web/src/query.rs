@@ -48,12 +48,15 @@ impl Problems {
 
 /// A searchable codebook entry: a named code, or one value of a variable.
 #[derive(Debug, Clone, PartialEq)]
-struct Pick {
-    target: String,
-    label: String,
+pub struct Pick {
+    /// The target it adds.
+    pub target: String,
+    /// Its label.
+    pub label: String,
 }
 
-fn picks(codebook: &Codebook, query: &str) -> Vec<Pick> {
+/// The codebook entries a search finds (at most 40).
+pub fn picks(codebook: &Codebook, query: &str) -> Vec<Pick> {
     let Some(search) = CodebookSearch::new(query) else {
         return Vec::new();
     };

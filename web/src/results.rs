@@ -9,6 +9,7 @@ use leptos::prelude::*;
 use wasm_bindgen::JsCast;
 
 use crate::api::{ApiFailure, CrosstabAnswer};
+use crate::export::csv_field;
 use crate::labels::Labelled;
 
 /// Where a query run is.
@@ -146,22 +147,6 @@ fn rows(
 
 fn share_text(share: Option<f64>) -> String {
     share.map_or_else(|| "–".to_owned(), |s| format!("{}%", format_number(s, 1)))
-}
-
-/// One CSV cell. Text a spreadsheet would run as a formula (`=`, `+`, `-`, `@`, or a tab
-/// or CR before one of them) gets a leading `'`, so an exported label from a survey file
-/// can never execute on the researcher's machine.
-fn csv_field(text: &str) -> String {
-    let text = if text.starts_with(['=', '+', '-', '@', '\t', '\r']) {
-        format!("'{text}")
-    } else {
-        text.to_owned()
-    };
-    if text.contains([',', '"', '\n', '\r']) {
-        format!("\"{}\"", text.replace('"', "\"\""))
-    } else {
-        text
-    }
 }
 
 /// The table as CSV, one line per target.

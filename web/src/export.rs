@@ -1,0 +1,462 @@
+//! A table as files: CSV and XLSX with its labels, the chosen figures, the markers and
+//! the legend; its chart as SVG (and PNG, drawn from the SVG on a canvas). One line per
+//! row and figure, one column per banner column, as survey tools lay tables out.
+
+use rust_xlsxwriter::{Format, Workbook, XlsxError};
+use wasm_bindgen::{JsCast, JsValue};
+
+use crate::figures::{self, Figure, Figures};
+use crate::grid::{Grid, Key};
+
+/// What a table is of: the lines above it in a file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Caption {
+    /// `DEMO — Demo consumer survey`.
+    pub survey: String,
+    /// The base, with its label.
+    pub base: String,
+    /// The group, or all groups.
+    pub group: String,
+    /// Where it was computed (the server, billed; or this page).
+    pub source: String,
+}
+
+impl Caption {
+    fn lines(&self) -> [(&'static str, &str); 4] {
+        [
+            ("Survey", &self.survey),
+            ("Base", &self.base),
+            ("Group", &self.group),
+            ("Computed", &self.source),
+        ]
+    }
+}
+
+/// One value of a file's line.
+#[derive(Debug, Clone, PartialEq)]
+enum Value {
+    Number(f64),
+    Text(String),
+    Empty,
+}
+
+/// A line of the body: the row's label (on its first line only), what the line shows,
+/// and a value per column.
+struct BodyLine {
+    row: String,
+    what: String,
+    values: Vec<Value>,
+}
+
+fn body(grid: &Grid, figures: &Figures) -> Vec<BodyLine> {
+    let mut out = Vec::new();
+    for line in &grid.lines {
+        let mut first = true;
+        let mut push = |what: String, values: Vec<Value>| {
+            out.push(BodyLine {
+                row: if first {
+                    line.head.label.clone()
+                } else {
+                    String::new()
+                },
+                what,
+                values,
+            });
+            first = false;
+        };
+        for figure in &figures.shown {
+            let number = |v: Option<f64>| v.map_or(Value::Empty, Value::Number);
+            if *figure == Figure::Interval {
+                let low = line.cells.iter().map(|c| Value::Number(c.ci_low)).collect();
+                let high = line
+                    .cells
+                    .iter()
+                    .map(|c| Value::Number(c.ci_high))
+                    .collect();
+                push("95% interval, low".to_owned(), low);
+                push("95% interval, high".to_owned(), high);
+            } else {
+                let values = line.cells.iter().map(|c| number(figure.value(c))).collect();
+                push(figure.name(grid.units), values);
+            }
+        }
+        if figures.stability || figures.significance {
+            let marks: Vec<Value> = line
+                .cells
+                .iter()
+                .map(|c| match figures::marks(c, figures) {
+                    m if m.is_empty() => Value::Empty,
+                    m => Value::Text(m),
+                })
+                .collect();
+            push("Markers".to_owned(), marks);
+        }
+    }
+    out
+}
+
+fn head_row(grid: &Grid) -> Vec<String> {
+    let mut out = vec!["Row".to_owned(), "Figure".to_owned()];
+    out.extend(grid.columns.iter().map(|c| c.label.clone()));
+    out
+}
+
+/// One CSV cell. Text a spreadsheet would run as a formula (`=`, `+`, `-`, `@`, or a tab
+/// or CR before one of them) gets a leading `'`, so an exported label from a survey file
+/// can never execute on the researcher's machine.
+pub fn csv_field(text: &str) -> String {
+    let text = if text.starts_with(['=', '+', '-', '@', '\t', '\r']) {
+        format!("'{text}")
+    } else {
+        text.to_owned()
+    };
+    if text.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", text.replace('"', "\"\""))
+    } else {
+        text
+    }
+}
+
+fn csv_line(fields: impl IntoIterator<Item = String>) -> String {
+    let mut line = fields
+        .into_iter()
+        .map(|f| csv_field(&f))
+        .collect::<Vec<_>>()
+        .join(",");
+    line.push('\n');
+    line
+}
+
+/// The table as CSV: the caption, the head, a line per row and figure (numbers with
+/// every digit), the markers, and the legend.
+pub fn to_csv(grid: &Grid, figures: &Figures, caption: &Caption) -> String {
+    let mut out = String::new();
+    for (name, value) in caption.lines() {
+        out.push_str(&csv_line([name.to_owned(), value.to_owned()]));
+    }
+    out.push('\n');
+    out.push_str(&csv_line(head_row(grid)));
+    for line in body(grid, figures) {
+        let values = line.values.into_iter().map(|v| match v {
+            Value::Number(n) => n.to_string(),
+            Value::Text(t) => t,
+            Value::Empty => String::new(),
+        });
+        out.push_str(&csv_line([line.row, line.what].into_iter().chain(values)));
+    }
+    out.push('\n');
+    for legend in figures::legend(figures, grid.threshold) {
+        out.push_str(&csv_line([legend]));
+    }
+    out
+}
+
+/// The table as an XLSX workbook: the same lines as the CSV, numbers as numbers (shown
+/// with the screen's decimals, stored with every digit).
+pub fn to_xlsx(grid: &Grid, figures: &Figures, caption: &Caption) -> Result<Vec<u8>, XlsxError> {
+    let mut workbook = Workbook::new();
+    let sheet = workbook.add_worksheet();
+    sheet.set_name("Table")?;
+    let bold = Format::new().set_bold();
+    let mut row: u32 = 0;
+    for (name, value) in caption.lines() {
+        sheet.write_string_with_format(row, 0, name, &bold)?;
+        sheet.write_string(row, 1, value)?;
+        row += 1;
+    }
+    row += 1;
+    for (col, text) in head_row(grid).iter().enumerate() {
+        sheet.write_string_with_format(row, column(col)?, text, &bold)?;
+    }
+    sheet.set_freeze_panes(row + 1, 2)?;
+    row += 1;
+    let decimals = |places: u8| {
+        let pattern = match places {
+            0 => "#,##0".to_owned(),
+            n => format!("#,##0.{}", "0".repeat(usize::from(n))),
+        };
+        Format::new().set_num_format(pattern)
+    };
+    for line in body(grid, figures) {
+        let places = Figure::ALL
+            .iter()
+            .find(|f| line.what == f.name(grid.units))
+            .map_or(0, |f| f.decimals(grid.units));
+        let format = decimals(places);
+        sheet.write_string_with_format(row, 0, &line.row, &bold)?;
+        sheet.write_string(row, 1, &line.what)?;
+        for (index, value) in line.values.iter().enumerate() {
+            let col = column(index + 2)?;
+            match value {
+                Value::Number(n) => {
+                    sheet.write_number_with_format(row, col, *n, &format)?;
+                }
+                Value::Text(t) => {
+                    sheet.write_string(row, col, t)?;
+                }
+                Value::Empty => {}
+            }
+        }
+        row += 1;
+    }
+    row += 1;
+    sheet.write_string_with_format(row, 0, "Legend", &bold)?;
+    for legend in figures::legend(figures, grid.threshold) {
+        row += 1;
+        sheet.write_string(row, 0, &legend)?;
+    }
+    sheet.set_column_width(0, 36)?;
+    sheet.set_column_width(1, 24)?;
+    workbook.save_to_buffer()
+}
+
+fn column(index: usize) -> Result<u16, XlsxError> {
+    u16::try_from(index).map_err(|_| XlsxError::ParameterError("too many columns".to_owned()))
+}
+
+/// The figure a chart shows: the first shown of those that compare across rows, else
+/// the weighted audience.
+pub fn chart_figure(figures: &Figures) -> Figure {
+    figures
+        .shown
+        .iter()
+        .copied()
+        .find(|f| {
+            matches!(
+                f,
+                Figure::Vertical
+                    | Figure::Weighted
+                    | Figure::Absolute
+                    | Figure::Index
+                    | Figure::Respondents
+                    | Figure::Horizontal
+            )
+        })
+        .unwrap_or(Figure::Weighted)
+}
+
+fn xml_escape(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+/// A horizontal bar chart, as SVG, of `figure` for every row (not the Total) in column
+/// `key` (the Total when it is not shown). Unstable cells' bars are hatched.
+pub fn chart_svg(grid: &Grid, figure: Figure, key: Key) -> String {
+    const WIDTH: f64 = 720.0;
+    const LABEL: f64 = 260.0;
+    const BAR: f64 = 18.0;
+    const GAP: f64 = 8.0;
+    const TOP: f64 = 36.0;
+    let at = grid.columns.iter().position(|c| c.key == key).unwrap_or(0);
+    let rows: Vec<(&str, Option<f64>, bool)> = grid
+        .lines
+        .iter()
+        .skip(1)
+        .map(|line| {
+            let cell = &line.cells[at];
+            (
+                line.head.label.as_str(),
+                figure.value(cell),
+                !cell.unstable_reasons.is_empty(),
+            )
+        })
+        .collect();
+    let max = rows
+        .iter()
+        .filter_map(|(_, v, _)| *v)
+        .fold(0.0f64, f64::max);
+    let height = TOP + rows.len() as f64 * (BAR + GAP) + GAP;
+    let title = format!("{} — {}", figure.name(grid.units), grid.columns[at].label);
+    let mut svg = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{WIDTH}\" height=\"{height}\" \
+         viewBox=\"0 0 {WIDTH} {height}\" role=\"img\" aria-label=\"{title}\" \
+         font-family=\"system-ui, sans-serif\" font-size=\"12\">\
+         <defs><pattern id=\"hatch\" width=\"6\" height=\"6\" patternUnits=\"userSpaceOnUse\" \
+         patternTransform=\"rotate(45)\"><rect width=\"3\" height=\"6\" fill=\"#e0a800\"/></pattern></defs>\
+         <rect width=\"100%\" height=\"100%\" fill=\"#fff\"/>\
+         <text x=\"8\" y=\"20\" font-size=\"14\" font-weight=\"600\">{}</text>",
+        xml_escape(&title)
+    );
+    let room = WIDTH - LABEL - 90.0;
+    for (index, (label, value, unstable)) in rows.iter().enumerate() {
+        let y = TOP + index as f64 * (BAR + GAP);
+        let width = match value {
+            Some(v) if max > 0.0 => (v / max).max(0.0) * room,
+            _ => 0.0,
+        };
+        let shown = value.map_or_else(
+            || "–".to_owned(),
+            |v| crosstab_wasm::display::format_number(v, figure.decimals(grid.units)),
+        );
+        let fill = if *unstable { "url(#hatch)" } else { "#2450a6" };
+        let short: String = label.chars().take(40).collect();
+        svg.push_str(&format!(
+            "<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text>\
+             <rect x=\"{LABEL}\" y=\"{y}\" width=\"{width:.1}\" height=\"{BAR}\" fill=\"{fill}\"/>\
+             <text x=\"{:.1}\" y=\"{}\">{}</text>",
+            LABEL - 6.0,
+            y + BAR - 5.0,
+            xml_escape(&short),
+            LABEL + width + 4.0,
+            y + BAR - 5.0,
+            xml_escape(&shown)
+        ));
+    }
+    svg.push_str("</svg>");
+    svg
+}
+
+/// Offers `bytes` as a download named `name`.
+pub fn download(name: &str, mime: &str, bytes: &[u8]) -> Result<(), String> {
+    let fail = |what: &str, e: JsValue| format!("{what}: {e:?}");
+    let array = js_sys::Uint8Array::from(bytes);
+    let parts = js_sys::Array::of1(&array);
+    let options = web_sys::BlobPropertyBag::new();
+    options.set_type(mime);
+    let blob = web_sys::Blob::new_with_u8_array_sequence_and_options(&parts, &options)
+        .map_err(|e| fail("no blob", e))?;
+    let url = web_sys::Url::create_object_url_with_blob(&blob).map_err(|e| fail("no URL", e))?;
+    let document = web_sys::window()
+        .and_then(|w| w.document())
+        .ok_or("no document")?;
+    let anchor = document
+        .create_element("a")
+        .map_err(|e| fail("no link", e))?
+        .dyn_into::<web_sys::HtmlAnchorElement>()
+        .map_err(|_| "not a link".to_owned())?;
+    anchor.set_href(&url);
+    anchor.set_download(name);
+    anchor.click();
+    // The click has started the download; the URL is not needed past this turn.
+    let revoke = wasm_bindgen::closure::Closure::once_into_js(move || {
+        let _ = web_sys::Url::revoke_object_url(&url);
+    });
+    if let Some(window) = web_sys::window() {
+        let _ = window
+            .set_timeout_with_callback_and_timeout_and_arguments_0(revoke.unchecked_ref(), 10_000);
+    }
+    Ok(())
+}
+
+/// Draws `svg` on a canvas and offers it as a PNG download.
+pub fn download_png(name: &str, svg: &str) -> Result<(), String> {
+    let document = web_sys::window()
+        .and_then(|w| w.document())
+        .ok_or("no document")?;
+    let image = web_sys::HtmlImageElement::new().map_err(|e| format!("{e:?}"))?;
+    let source = format!(
+        "data:image/svg+xml;charset=utf-8,{}",
+        String::from(js_sys::encode_uri_component(svg))
+    );
+    let canvas = document
+        .create_element("canvas")
+        .map_err(|e| format!("{e:?}"))?
+        .dyn_into::<web_sys::HtmlCanvasElement>()
+        .map_err(|_| "not a canvas".to_owned())?;
+    let name = name.to_owned();
+    let loaded = image.clone();
+    let onload = wasm_bindgen::closure::Closure::once_into_js(move || {
+        canvas.set_width(loaded.natural_width());
+        canvas.set_height(loaded.natural_height());
+        let Ok(Some(context)) = canvas.get_context("2d") else {
+            return;
+        };
+        let Ok(context) = context.dyn_into::<web_sys::CanvasRenderingContext2d>() else {
+            return;
+        };
+        if context
+            .draw_image_with_html_image_element(&loaded, 0.0, 0.0)
+            .is_err()
+        {
+            return;
+        }
+        if let Ok(url) = canvas.to_data_url_with_type("image/png") {
+            if let Ok(anchor) = document
+                .create_element("a")
+                .map(|a| a.unchecked_into::<web_sys::HtmlAnchorElement>())
+            {
+                anchor.set_href(&url);
+                anchor.set_download(&name);
+                anchor.click();
+            }
+        }
+    });
+    image.set_onload(Some(onload.unchecked_ref()));
+    image.set_src(&source);
+    Ok(())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::grid::tests::table;
+    use crate::grid::Arrangement;
+    use crosstab_contract::app::UnstableReason;
+
+    fn caption() -> Caption {
+        Caption {
+            survey: "DEMO — Demo".into(),
+            base: "ADULTS — Adults".into(),
+            group: "All groups".into(),
+            source: "=server".into(),
+        }
+    }
+
+    #[test]
+    fn csv_has_labels_figures_markers_and_legend() {
+        let mut t = table();
+        t.cells[0][0].unstable_reasons = vec![UnstableReason::LowRespondents];
+        let grid = Grid::of(&t, Arrangement::default());
+        let figures = Figures {
+            shown: vec![Figure::Weighted, Figure::Vertical],
+            stability: true,
+            significance: false,
+        };
+        let csv = to_csv(&grid, &figures, &caption());
+        let lines: Vec<&str> = csv.lines().collect();
+        assert_eq!(lines[0], "Survey,DEMO — Demo");
+        // A caption that looks like a formula is defused.
+        assert_eq!(lines[3], "Computed,'=server");
+        assert_eq!(
+            lines[5],
+            "Row,Figure,Total,Region: North · REGION = 1,REGION = 2"
+        );
+        assert_eq!(lines[6], "Total,\"Weighted audience (×1,000)\",0.4,0.1,0.3");
+        assert_eq!(lines[8], ",Markers,,,");
+        assert_eq!(
+            lines[9],
+            "Women 25-54 · F2554,\"Weighted audience (×1,000)\",0.04,0.01,0.03"
+        );
+        assert_eq!(lines[10], ",Vertical %,4,1,3");
+        assert_eq!(lines[11], ",Markers,,*,");
+        assert!(lines.contains(&"* Unstable: 60 respondents or fewer; use with caution."));
+        // The empty row's figures are zeros.
+        assert_eq!(lines[13], ",Vertical %,0,0,0");
+    }
+
+    #[test]
+    fn xlsx_is_a_zip_workbook() {
+        let grid = Grid::of(&table(), Arrangement::default());
+        let bytes = to_xlsx(&grid, &Figures::all(), &caption()).unwrap();
+        assert_eq!(&bytes[..2], b"PK");
+        assert!(bytes.len() > 1000);
+    }
+
+    #[test]
+    fn chart_escapes_labels_and_scales_bars() {
+        let mut t = table();
+        t.rows[0].label = "<Women & girls>".into();
+        let grid = Grid::of(&t, Arrangement::default());
+        let svg = chart_svg(&grid, Figure::Absolute, Key::At(1));
+        assert!(svg.starts_with("<svg xmlns=\"http://www.w3.org/2000/svg\""));
+        assert!(svg.contains("&lt;Women &amp; girls&gt; · F2554"));
+        assert!(!svg.contains("<Women"));
+        // The largest value fills the room; the other row (0) has no width.
+        assert!(svg.contains("width=\"370.0\""), "{svg}");
+        assert!(svg.contains("width=\"0.0\""));
+    }
+}

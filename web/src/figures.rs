@@ -1,0 +1,369 @@
+//! The figures a researcher can show in each cell of a table, how each reads, and the
+//! markers (stability and the column test) with their legend.
+
+use crosstab_contract::app::{Significance, TableCell, UnstableReason};
+use crosstab_wasm::display::format_number;
+use serde::{Deserialize, Serialize};
+
+/// One figure of a cell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Figure {
+    /// Weighted audience in the survey's report units (`/v1`'s `WgtAud`).
+    Weighted,
+    /// Weighted audience, absolute.
+    Absolute,
+    /// Unweighted respondents.
+    Respondents,
+    /// Share of the column.
+    Vertical,
+    /// Share of the row.
+    Horizontal,
+    /// The column's rate over the base's rate, × 100.
+    Index,
+    /// Effective sample size.
+    EffectiveN,
+    /// Standard error of the weighted total (absolute).
+    StandardError,
+    /// 95% confidence interval of the weighted total (absolute).
+    Interval,
+    /// Relative standard error.
+    Rse,
+}
+
+impl Figure {
+    /// Every figure, in the order cells show them.
+    pub const ALL: [Figure; 10] = [
+        Figure::Weighted,
+        Figure::Absolute,
+        Figure::Respondents,
+        Figure::Vertical,
+        Figure::Horizontal,
+        Figure::Index,
+        Figure::EffectiveN,
+        Figure::StandardError,
+        Figure::Interval,
+        Figure::Rse,
+    ];
+
+    /// Its name on screen and in exports (`units` as in the survey: 1000 = thousands).
+    pub fn name(self, units: u32) -> String {
+        match self {
+            Figure::Weighted if units > 1 => format!(
+                "Weighted audience (×{})",
+                format_number(f64::from(units), 0)
+            ),
+            Figure::Weighted => "Weighted audience".to_owned(),
+            Figure::Absolute => "Audience".to_owned(),
+            Figure::Respondents => "Respondents".to_owned(),
+            Figure::Vertical => "Vertical %".to_owned(),
+            Figure::Horizontal => "Horizontal %".to_owned(),
+            Figure::Index => "Index".to_owned(),
+            Figure::EffectiveN => "Effective n".to_owned(),
+            Figure::StandardError => "Standard error".to_owned(),
+            Figure::Interval => "95% interval".to_owned(),
+            Figure::Rse => "RSE %".to_owned(),
+        }
+    }
+
+    /// A stable id, for the DOM (`data-figure`) and the checkboxes.
+    pub fn id(self) -> &'static str {
+        match self {
+            Figure::Weighted => "weighted",
+            Figure::Absolute => "absolute",
+            Figure::Respondents => "respondents",
+            Figure::Vertical => "vertical",
+            Figure::Horizontal => "horizontal",
+            Figure::Index => "index",
+            Figure::EffectiveN => "effective-n",
+            Figure::StandardError => "se",
+            Figure::Interval => "ci",
+            Figure::Rse => "rse",
+        }
+    }
+
+    /// The figure's value in `cell`: `None` where it is undefined (a share of an empty
+    /// column, say). An interval's value is its lower end (see [`Figure::values`]).
+    pub fn value(self, cell: &TableCell) -> Option<f64> {
+        self.values(cell).map(|(value, _)| value)
+    }
+
+    /// The figure's value in `cell`, and for an interval its upper end too.
+    pub fn values(self, cell: &TableCell) -> Option<(f64, Option<f64>)> {
+        let one = |v: f64| Some((v, None));
+        match self {
+            Figure::Weighted => one(cell.wgt_aud),
+            Figure::Absolute => one(cell.weight),
+            Figure::Respondents => one(cell.resps as f64),
+            Figure::Vertical => cell.vertical_pct.and_then(one),
+            Figure::Horizontal => cell.horizontal_pct.and_then(one),
+            Figure::Index => cell.index.and_then(one),
+            Figure::EffectiveN => cell.effective_n.and_then(one),
+            Figure::StandardError => one(cell.standard_error),
+            Figure::Interval => Some((cell.ci_low, Some(cell.ci_high))),
+            Figure::Rse => cell.relative_standard_error.map(|r| (100.0 * r, None)),
+        }
+    }
+
+    /// Decimals shown (exports keep every digit).
+    pub fn decimals(self, units: u32) -> u8 {
+        match self {
+            Figure::Weighted if units > 1 => 1,
+            Figure::Vertical | Figure::Horizontal | Figure::Rse => 1,
+            _ => 0,
+        }
+    }
+
+    /// How the figure reads in `cell`: `"–"` where it is undefined.
+    pub fn text(self, cell: &TableCell, units: u32) -> String {
+        let decimals = self.decimals(units);
+        match self.values(cell) {
+            None => "–".to_owned(),
+            Some((low, Some(high))) => format!(
+                "{} – {}",
+                format_number(low, decimals),
+                format_number(high, decimals)
+            ),
+            Some((value, None)) => {
+                let number = format_number(value, decimals);
+                match self {
+                    Figure::Vertical | Figure::Horizontal | Figure::Rse => format!("{number}%"),
+                    _ => number,
+                }
+            }
+        }
+    }
+}
+
+/// The figures chosen for the cells, in [`Figure::ALL`] order, and whether the markers
+/// show.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Figures {
+    /// Shown figures.
+    pub shown: Vec<Figure>,
+    /// Stability markers (with their reasons).
+    pub stability: bool,
+    /// Column-test arrows.
+    pub significance: bool,
+}
+
+impl Default for Figures {
+    fn default() -> Self {
+        Figures {
+            shown: vec![Figure::Weighted, Figure::Vertical, Figure::Index],
+            stability: true,
+            significance: true,
+        }
+    }
+}
+
+impl Figures {
+    /// Every figure and both markers.
+    pub fn all() -> Figures {
+        Figures {
+            shown: Figure::ALL.to_vec(),
+            stability: true,
+            significance: true,
+        }
+    }
+
+    /// Shows or hides `figure`, keeping the cells' order.
+    pub fn toggle(&mut self, figure: Figure, on: bool) {
+        self.shown.retain(|f| *f != figure);
+        if on {
+            self.shown.push(figure);
+            self.shown
+                .sort_by_key(|f| Figure::ALL.iter().position(|g| g == f));
+        }
+    }
+}
+
+/// The mark of a reason a cell is unstable.
+pub fn reason_mark(reason: UnstableReason) -> &'static str {
+    match reason {
+        UnstableReason::LowRespondents => "*",
+        UnstableReason::HighRse => "†",
+    }
+}
+
+/// Why a cell is unstable, in words (`threshold`: the survey's `unstableMaxResps`).
+pub fn reason_text(reason: UnstableReason, threshold: u64) -> String {
+    match reason {
+        UnstableReason::LowRespondents => format!("{threshold} respondents or fewer"),
+        UnstableReason::HighRse => "relative standard error over 30%".to_owned(),
+    }
+}
+
+/// The column test's arrow.
+pub fn significance_mark(significance: Significance) -> &'static str {
+    match significance {
+        Significance::Higher => "▲",
+        Significance::Lower => "▼",
+    }
+}
+
+/// The column test's verdict in words.
+pub fn significance_text(significance: Significance) -> &'static str {
+    match significance {
+        Significance::Higher => "significantly higher than in the rest of the base (95%)",
+        Significance::Lower => "significantly lower than in the rest of the base (95%)",
+    }
+}
+
+/// The legend lines for what `figures` shows (`threshold`: `unstableMaxResps`).
+pub fn legend(figures: &Figures, threshold: u64) -> Vec<String> {
+    let mut lines = Vec::new();
+    if figures.stability {
+        for reason in [UnstableReason::LowRespondents, UnstableReason::HighRse] {
+            lines.push(format!(
+                "{} Unstable: {}; use with caution.",
+                reason_mark(reason),
+                reason_text(reason, threshold)
+            ));
+        }
+    }
+    if figures.significance {
+        for significance in [Significance::Higher, Significance::Lower] {
+            lines.push(format!(
+                "{} The row's share of this column is {}.",
+                significance_mark(significance),
+                significance_text(significance)
+            ));
+        }
+    }
+    if figures.shown.contains(&Figure::Index) {
+        lines.push("Index: the column's vertical % over the Total column's, × 100.".to_owned());
+    }
+    if figures
+        .shown
+        .iter()
+        .any(|f| matches!(f, Figure::StandardError | Figure::Interval | Figure::Rse))
+    {
+        lines.push(
+            "Standard errors treat the sample as drawn with replacement, weights only.".to_owned(),
+        );
+    }
+    lines
+}
+
+/// The markers of `cell` as shown (`figures` says which kinds), e.g. `"*†▲"`.
+pub fn marks(cell: &TableCell, figures: &Figures) -> String {
+    let mut out = String::new();
+    if figures.stability {
+        for reason in &cell.unstable_reasons {
+            out.push_str(reason_mark(*reason));
+        }
+    }
+    if figures.significance {
+        if let Some(significance) = cell.significance {
+            out.push_str(significance_mark(significance));
+        }
+    }
+    out
+}
+
+/// The markers of `cell` in words, for screen readers and tooltips.
+pub fn marks_text(cell: &TableCell, figures: &Figures, threshold: u64) -> String {
+    let mut parts = Vec::new();
+    if figures.stability {
+        for reason in &cell.unstable_reasons {
+            parts.push(format!("Unstable: {}", reason_text(*reason, threshold)));
+        }
+    }
+    if figures.significance {
+        if let Some(significance) = cell.significance {
+            parts.push(format!("Share {}", significance_text(significance)));
+        }
+    }
+    parts.join("; ")
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+pub mod tests {
+    use super::*;
+    use crosstab_contract::Stability;
+
+    /// A cell with the given weight, respondents and shares.
+    pub fn cell(weight: f64, resps: u64, vertical: Option<f64>) -> TableCell {
+        TableCell {
+            weight,
+            weight_squared: weight * 2.0,
+            resps,
+            wgt_aud: weight / 1000.0,
+            vertical_pct: vertical,
+            horizontal_pct: vertical.map(|v| v / 2.0),
+            index: vertical.map(|v| v * 2.0),
+            effective_n: Some(weight / 2.0),
+            standard_error: 12.5,
+            ci_low: weight - 24.5,
+            ci_high: weight + 24.5,
+            relative_standard_error: (weight > 0.0).then(|| 12.5 / weight),
+            stability: Stability::Stable,
+            unstable_reasons: Vec::new(),
+            significance: None,
+        }
+    }
+
+    #[test]
+    fn figures_read_as_researchers_write_them() {
+        let c = cell(1_234_567.0, 80, Some(12.345));
+        let shown: Vec<String> = Figure::ALL.iter().map(|f| f.text(&c, 1000)).collect();
+        assert_eq!(
+            shown,
+            [
+                "1,234.6",
+                "1,234,567",
+                "80",
+                "12.3%",
+                "6.2%",
+                "25",
+                "617,284",
+                // Halves round to even, as Rust's formatting does.
+                "12",
+                "1,234,542 – 1,234,592",
+                "0.0%"
+            ]
+        );
+        let empty = cell(0.0, 0, None);
+        assert_eq!(Figure::Vertical.text(&empty, 1000), "–");
+        assert_eq!(Figure::Rse.value(&empty), None);
+        assert_eq!(Figure::Weighted.name(1000), "Weighted audience (×1,000)");
+        assert_eq!(Figure::Weighted.name(1), "Weighted audience");
+    }
+
+    #[test]
+    fn markers_say_why() {
+        let mut c = cell(100.0, 12, Some(1.0));
+        c.unstable_reasons = vec![UnstableReason::LowRespondents, UnstableReason::HighRse];
+        c.significance = Some(Significance::Lower);
+        let all = Figures::all();
+        assert_eq!(marks(&c, &all), "*†▼");
+        assert_eq!(
+            marks_text(&c, &all, 60),
+            "Unstable: 60 respondents or fewer; Unstable: relative standard error over 30%; \
+             Share significantly lower than in the rest of the base (95%)"
+        );
+        let quiet = Figures {
+            stability: false,
+            significance: false,
+            ..Figures::all()
+        };
+        assert_eq!(marks(&c, &quiet), "");
+        assert!(legend(&quiet, 60).iter().all(|l| !l.contains('*')));
+        assert_eq!(legend(&all, 60).len(), 6);
+    }
+
+    #[test]
+    fn toggling_keeps_the_cells_order() {
+        let mut figures = Figures::default();
+        figures.toggle(Figure::Respondents, true);
+        figures.toggle(Figure::Vertical, false);
+        assert_eq!(
+            figures.shown,
+            [Figure::Weighted, Figure::Respondents, Figure::Index]
+        );
+        figures.toggle(Figure::Respondents, true);
+        assert_eq!(figures.shown.len(), 3);
+    }
+}

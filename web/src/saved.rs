@@ -1,0 +1,123 @@
+//! Saved tables and the history of tables run, in local storage: what was asked (the
+//! request, with its labels), how it was shown, and where it ran. Never the answers, and
+//! never a local file's data: a local table is saved as its request alone.
+
+use crosstab_contract::app::TableRequest;
+use gloo_storage::{LocalStorage, Storage};
+use serde::{Deserialize, Serialize};
+
+use crate::figures::Figures;
+use crate::grid::Arrangement;
+
+const SAVED: &str = "crosstab.tables";
+const HISTORY: &str = "crosstab.table-history";
+const MAX_HISTORY: usize = 30;
+
+/// A table as the researcher built it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Spec {
+    /// The name it was saved under (the history names it by its request).
+    pub name: String,
+    /// When (ISO 8601, the browser's clock).
+    pub at: String,
+    /// What it asks.
+    pub request: TableRequest,
+    /// The figures shown.
+    pub figures: Figures,
+    /// Flip, sort, hide.
+    pub arrangement: Arrangement,
+    /// Computed in the page from a local file (else on the server).
+    pub local: bool,
+}
+
+impl Spec {
+    /// One line saying what it is.
+    pub fn describe(&self) -> String {
+        let request = &self.request;
+        format!(
+            "{} · {} · {} rows × {} columns{}",
+            request.survey,
+            request.population_base,
+            request.rows.len(),
+            request.columns.len(),
+            if self.local { " · local file" } else { "" }
+        )
+    }
+}
+
+/// The browser's clock, ISO 8601.
+pub fn now() -> String {
+    js_sys::Date::new_0().to_iso_string().into()
+}
+
+/// Saved tables, by name.
+pub fn saved() -> Vec<Spec> {
+    LocalStorage::get(SAVED).unwrap_or_default()
+}
+
+/// Tables run, newest first.
+pub fn history() -> Vec<Spec> {
+    LocalStorage::get(HISTORY).unwrap_or_default()
+}
+
+/// Saves `spec` under its name, replacing one of the same name.
+pub fn save(spec: Spec) -> Result<(), String> {
+    let mut all = saved();
+    all.retain(|s| s.name != spec.name);
+    all.push(spec);
+    all.sort_by(|a, b| a.name.cmp(&b.name));
+    LocalStorage::set(SAVED, &all).map_err(|error| format!("Not saved: {error}"))
+}
+
+/// Deletes the saved table `name`.
+pub fn delete(name: &str) {
+    let mut all = saved();
+    all.retain(|s| s.name != name);
+    let _ = LocalStorage::set(SAVED, &all);
+}
+
+/// Records a table run, newest first, replacing an identical earlier one.
+pub fn record(spec: Spec) {
+    let mut all = history();
+    all.retain(|s| s.request != spec.request || s.local != spec.local);
+    all.insert(0, spec);
+    all.truncate(MAX_HISTORY);
+    let _ = LocalStorage::set(HISTORY, &all);
+}
+
+/// Forgets the history.
+pub fn clear_history() {
+    LocalStorage::delete(HISTORY);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crosstab_contract::app::TableAxis;
+
+    #[test]
+    fn a_spec_reads_on_one_line() {
+        let axis = |e: &str| TableAxis {
+            expression: e.into(),
+            label: None,
+        };
+        let spec = Spec {
+            name: "coffee".into(),
+            at: "2026-01-01T00:00:00Z".into(),
+            request: TableRequest {
+                survey: "DEMO".into(),
+                population_base: "ADULTS".into(),
+                group: None,
+                rows: vec![axis("F2554"), axis("GENDER = 1")],
+                columns: vec![axis("REGION = 1")],
+            },
+            figures: Figures::default(),
+            arrangement: Arrangement::default(),
+            local: true,
+        };
+        assert_eq!(
+            spec.describe(),
+            "DEMO · ADULTS · 2 rows × 1 columns · local file"
+        );
+    }
+}

@@ -1,0 +1,229 @@
+//! A computed table on screen: the figures chosen, flip, sort and hide, the cells with
+//! their markers (and the reasons, for screen readers too), the legend, a chart, and the
+//! exports.
+
+use crosstab_contract::app::Table;
+use leptos::prelude::*;
+
+use crate::export::{self, Caption};
+use crate::figures::{self, Figure, Figures};
+use crate::grid::{Arrangement, Grid, Key};
+
+/// A table computed, with what it was asked of.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Computed {
+    /// The answer.
+    pub table: Table,
+    /// The lines above it in files.
+    pub caption: Caption,
+    /// Computed in this page (else on the server).
+    pub local: bool,
+    /// Milliseconds from the click to the answer.
+    pub ms: f64,
+    /// Counts runs, so a test (or a reader) can tell a new answer from the last.
+    pub run: u32,
+}
+
+#[component]
+pub fn TableView(
+    computed: Computed,
+    figures: RwSignal<Figures>,
+    arrangement: RwSignal<Arrangement>,
+) -> impl IntoView {
+    let Computed {
+        table,
+        caption,
+        local,
+        ms,
+        run,
+    } = computed;
+    let export_error = RwSignal::new(None::<String>);
+    let grid = {
+        let table = table.clone();
+        Memo::new(move |_| Grid::of(&table, arrangement.get()))
+    };
+    let units = table.audience_report_units;
+    let threshold = table.unstable_max_resps;
+    let cost = if local {
+        "Computed in this page from your file: nothing uploaded, nothing billed.".to_owned()
+    } else {
+        format!(
+            "Computed on the server: {} billed call{}.",
+            table.billed_calls,
+            if table.billed_calls == 1 { "" } else { "s" }
+        )
+    };
+    let sort_options = move || {
+        let grid = grid.get();
+        grid.columns
+            .iter()
+            .map(|c| (c.key, c.label.clone()))
+            .collect::<Vec<_>>()
+    };
+    let chart_key = move || arrangement.get().sort_by.unwrap_or(Key::Total);
+    let chart = move || {
+        let figure = export::chart_figure(&figures.get());
+        export::chart_svg(&grid.get(), figure, chart_key())
+    };
+    let stem = format!("{}-{}-table", table.survey, table.population_base);
+    let heading = format!("{} — {} — {}", caption.survey, caption.base, caption.group);
+    let files = StoredValue::new((stem, caption));
+    let download = move |extension: &'static str| {
+        let grid = grid.get_untracked();
+        let chosen = figures.get_untracked();
+        let result = files.with_value(|(stem, caption)| {
+            let name = format!("{stem}.{extension}");
+            match extension {
+                "csv" => export::download(
+                    &name,
+                    "text/csv",
+                    export::to_csv(&grid, &chosen, caption).as_bytes(),
+                ),
+                "xlsx" => export::to_xlsx(&grid, &chosen, caption)
+                    .map_err(|error| error.to_string())
+                    .and_then(|bytes| {
+                        export::download(
+                            &name,
+                            "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
+                            &bytes,
+                        )
+                    }),
+                "svg" => export::download(&name, "image/svg+xml", chart().as_bytes()),
+                _ => export::download_png(&name, &chart()),
+            }
+        });
+        export_error.set(result.err());
+    };
+    view! {
+        <section class="card results" aria-labelledby="table-title">
+            <div class="row spread">
+                <h2 id="table-title">"Table"</h2>
+                <p class="muted" id="table-cost" data-billed=table.billed_calls.to_string()>
+                    {cost}{format!(" {} ms.", crosstab_wasm::display::format_number(ms, 0))}
+                </p>
+            </div>
+            <fieldset class="figures">
+                <legend>"Figures in each cell"</legend>
+                {Figure::ALL.into_iter().map(|figure| {
+                    let id = format!("figure-{}", figure.id());
+                    let label_for = id.clone();
+                    view! {
+                        <label class="check" for=label_for>
+                            <input type="checkbox" id=id
+                                prop:checked=move || figures.with(|f| f.shown.contains(&figure))
+                                on:change=move |ev| figures.update(|f| f.toggle(figure, event_target_checked(&ev))) />
+                            {figure.name(units)}
+                        </label>
+                    }
+                }).collect_view()}
+                <button type="button" class="secondary" id="figures-all" on:click=move |_| figures.set(Figures::all())>"All figures"</button>
+                <button type="button" class="secondary" id="figures-default" on:click=move |_| figures.set(Figures::default())>"Fewer"</button>
+                <label class="check" for="figure-stability">
+                    <input type="checkbox" id="figure-stability" prop:checked=move || figures.with(|f| f.stability)
+                        on:change=move |ev| figures.update(|f| f.stability = event_target_checked(&ev)) />
+                    "Stability markers"
+                </label>
+                <label class="check" for="figure-significance">
+                    <input type="checkbox" id="figure-significance" prop:checked=move || figures.with(|f| f.significance)
+                        on:change=move |ev| figures.update(|f| f.significance = event_target_checked(&ev)) />
+                    "Column test"
+                </label>
+            </fieldset>
+            <div class="row">
+                <button class="secondary" id="table-flip" aria-pressed=move || arrangement.with(|a| a.flipped).to_string()
+                    on:click=move |_| arrangement.update(|a| { a.flipped = !a.flipped; a.sort_by = None; })>
+                    "Flip rows and columns"
+                </button>
+                <label for="table-sort">"Sort rows by"</label>
+                <select id="table-sort" on:change=move |ev| {
+                    let value = event_target_value(&ev);
+                    arrangement.update(|a| a.sort_by = match value.as_str() {
+                        "" => None,
+                        "total" => Some(Key::Total),
+                        index => index.parse().ok().map(Key::At),
+                    });
+                }>
+                    <option value="" selected=move || arrangement.with(|a| a.sort_by.is_none())>"As built"</option>
+                    {move || sort_options().into_iter().map(|(key, label)| view! {
+                        <option value=key.id() selected=move || arrangement.with(|a| a.sort_by == Some(key))>{label}</option>
+                    }).collect_view()}
+                </select>
+                <label class="check" for="table-hide-empty">
+                    <input type="checkbox" id="table-hide-empty" prop:checked=move || arrangement.with(|a| a.hide_empty)
+                        on:change=move |ev| arrangement.update(|a| a.hide_empty = event_target_checked(&ev)) />
+                    "Hide empty rows"
+                </label>
+            </div>
+            <div class="table-wrap" tabindex="0" role="region" aria-labelledby="table-title">
+                {move || {
+                    let grid = grid.get();
+                    let chosen = figures.get();
+                    view! {
+                        <table id="workbench-table" class="crosstab" data-run=run.to_string() data-flipped=grid.flipped.to_string()>
+                            <caption class="sr-only">{heading.clone()}</caption>
+                            <thead>
+                                <tr>
+                                    <th scope="col">"Rows"</th>
+                                    {grid.columns.iter().map(|column| view! {
+                                        <th scope="col" data-col=column.key.id() class:unknown=column.unknown>
+                                            {column.label.clone()}
+                                        </th>
+                                    }).collect_view()}
+                                </tr>
+                            </thead>
+                            <tbody>
+                                {grid.lines.iter().map(|line| {
+                                    let row = line.head.key.id();
+                                    view! {
+                                        <tr class:total=line.head.key == Key::Total>
+                                            <th scope="row" data-row=row.clone() class:unknown=line.head.unknown>{line.head.label.clone()}</th>
+                                            {line.cells.iter().zip(&grid.columns).map(|(cell, column)| {
+                                                let marks = figures::marks(cell, &chosen);
+                                                let reasons = cell.unstable_reasons.iter().map(|r| format!("{r:?}")).collect::<Vec<_>>().join(" ");
+                                                let said = figures::marks_text(cell, &chosen, threshold);
+                                                view! {
+                                                    <td class="num" data-row=row.clone() data-col=column.key.id()
+                                                        class:unstable=!cell.unstable_reasons.is_empty()>
+                                                        {chosen.shown.iter().map(|figure| {
+                                                            let raw = figure.values(cell).map_or_else(String::new, |(v, high)| match high {
+                                                                Some(high) => format!("{v} {high}"),
+                                                                None => v.to_string(),
+                                                            });
+                                                            view! { <span class="fig" data-figure=figure.id() data-value=raw>{figure.text(cell, units)}</span> }
+                                                        }).collect_view()}
+                                                        {(!marks.is_empty()).then(|| view! {
+                                                            <span class="marks" data-reasons=reasons data-significance=cell.significance.map(|s| format!("{s:?}")).unwrap_or_default()
+                                                                title=said.clone() aria-hidden="true">{marks}</span>
+                                                            <span class="sr-only">{said}</span>
+                                                        })}
+                                                    </td>
+                                                }
+                                            }).collect_view()}
+                                        </tr>
+                                    }
+                                }).collect_view()}
+                            </tbody>
+                        </table>
+                    }
+                }}
+            </div>
+            <ul class="legend" id="table-legend">
+                {move || figures::legend(&figures.get(), threshold).into_iter().map(|line| view! { <li>{line}</li> }).collect_view()}
+                {move || arrangement.with(|a| a.flipped).then(|| view! {
+                    <li>"Flipped: the arrows test the table as built, its rows within its columns."</li>
+                })}
+            </ul>
+            <figure class="table-chart" aria-label="Chart of the table">
+                <div inner_html=chart></div>
+                <figcaption class="muted">"The first chosen figure, by row, in the column the rows are sorted by (else the Total). Hatched bars are unstable."</figcaption>
+            </figure>
+            <div class="row">
+                <button class="secondary" id="export-table-csv" on:click=move |_| download("csv")>"Export CSV"</button>
+                <button class="secondary" id="export-table-xlsx" on:click=move |_| download("xlsx")>"Export XLSX"</button>
+                <button class="secondary" id="export-chart-svg" on:click=move |_| download("svg")>"Chart as SVG"</button>
+                <button class="secondary" id="export-chart-png" on:click=move |_| download("png")>"Chart as PNG"</button>
+            </div>
+            {move || export_error.get().map(|message| view! { <p class="error" role="alert">{message}</p> })}
+        </section>
+    }
+}

@@ -1,0 +1,886 @@
+//! The researcher's workbench: a table of rows against a banner of columns, built from
+//! the codebook by labels, computed on the server (billed as the `/v1` calls it stands
+//! for, said before it runs) or in the page from a survey file that never leaves it.
+
+use crosstab_contract::app::{
+    billed_calls, Codebook, SurveySummary, TableAxis, TableRequest, TABLE_COST_PROMPT_THRESHOLD,
+};
+use crosstab_contract::{ApiError, ALL_GROUPS};
+use leptos::prelude::*;
+
+use crate::api::{self, ApiFailure};
+use crate::export::Caption;
+use crate::figures::Figures;
+use crate::grid::Arrangement;
+use crate::labels::{self, Labelled};
+use crate::local::{self, BaseDraft, GuidedDefinition, Opened};
+use crate::query::picks;
+use crate::saved::{self, Spec};
+use crate::table_view::{Computed, TableView};
+
+/// Where a table is computed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Source {
+    /// On the server, from a survey the account may query: billed.
+    Server,
+    /// In this page, from a file the researcher opened: nothing sent, nothing billed.
+    Local,
+}
+
+/// Where a run is.
+#[derive(Debug, Clone, PartialEq)]
+enum Outcome {
+    Idle,
+    Running,
+    Failed(String),
+    Done(Box<Computed>),
+}
+
+fn now_ms() -> f64 {
+    web_sys::window()
+        .and_then(|w| w.performance())
+        .map_or(0.0, |p| p.now())
+}
+
+/// A target with its codebook label, as an axis entry.
+fn axis_entry(book: Option<&Codebook>, expression: &str) -> TableAxis {
+    TableAxis {
+        expression: expression.trim().to_owned(),
+        label: Labelled::of(book, expression.trim()).label,
+    }
+}
+
+/// One entry per value of `variable`: its labelled values, or every value when none is
+/// labelled.
+fn value_entries(book: &Codebook, variable: &str) -> Vec<TableAxis> {
+    let Some(variable) = book.variables.iter().find(|v| v.name == variable) else {
+        return Vec::new();
+    };
+    let labelled = variable.values.iter().any(|v| v.label.is_some());
+    variable
+        .values
+        .iter()
+        .filter(|value| !labelled || value.label.is_some())
+        .map(|value| TableAxis {
+            expression: labels::value_target(variable, value),
+            label: Some(labels::value_label(variable, value)),
+        })
+        .collect()
+}
+
+/// `Label · EXPRESSION`, or the expression.
+fn entry_text(entry: &TableAxis) -> String {
+    Labelled {
+        target: entry.expression.clone(),
+        label: entry.label.clone(),
+    }
+    .display()
+}
+
+/// The lines above a table in its files.
+fn caption_of(book: Option<&Codebook>, request: &TableRequest, source: Source) -> Caption {
+    let survey = book.map_or_else(
+        || request.survey.clone(),
+        |b| format!("{} — {}", b.code, b.name),
+    );
+    let base = book
+        .and_then(|b| b.bases.iter().find(|x| x.code == request.population_base))
+        .and_then(|b| b.label.clone())
+        .map_or_else(
+            || request.population_base.clone(),
+            |label| format!("{} — {label}", request.population_base),
+        );
+    let group = match request.group.as_deref() {
+        None | Some(ALL_GROUPS) => "All groups".to_owned(),
+        Some(value) => book
+            .and_then(|b| b.groups.iter().find(|g| g.value == value))
+            .and_then(|g| g.label.clone())
+            .map_or_else(|| value.to_owned(), |label| format!("{label} ({value})")),
+    };
+    let source = match source {
+        Source::Server => "On the server (billed to your account)".to_owned(),
+        Source::Local => "In the browser from a local file (not uploaded, not billed)".to_owned(),
+    };
+    Caption {
+        survey,
+        base,
+        group,
+        source,
+    }
+}
+
+#[component]
+pub fn WorkbenchScreen(signed_in: bool) -> impl IntoView {
+    let opened = RwSignal::new(local::opened());
+    let source = RwSignal::new(if signed_in && opened.get_untracked().is_none() {
+        Source::Server
+    } else {
+        Source::Local
+    });
+    let surveys = RwSignal::new(None::<Result<Vec<SurveySummary>, ApiFailure>>);
+    let survey = RwSignal::new(String::new());
+    let server_book = RwSignal::new(None::<Result<Codebook, ApiFailure>>);
+    let group = RwSignal::new(String::new());
+    let base = RwSignal::new(String::new());
+    let rows = RwSignal::new(Vec::<TableAxis>::new());
+    let columns = RwSignal::new(Vec::<TableAxis>::new());
+    let figures = RwSignal::new(Figures::default());
+    let arrangement = RwSignal::new(Arrangement::default());
+    let outcome = RwSignal::new(Outcome::Idle);
+    let confirming = RwSignal::new(None::<u32>);
+    let runs = RwSignal::new(0u32);
+    let notice = RwSignal::new(None::<String>);
+
+    if signed_in {
+        leptos::task::spawn_local(async move {
+            let list = api::surveys().await;
+            if let Ok(list) = &list {
+                if survey.get_untracked().is_empty() {
+                    if let Some(first) = list.first() {
+                        survey.set(first.code.clone());
+                    }
+                }
+            }
+            surveys.set(Some(list));
+        });
+        Effect::new(move |_| {
+            let code = survey.get();
+            if code.is_empty() {
+                return;
+            }
+            server_book.set(None);
+            leptos::task::spawn_local(async move {
+                let loaded = api::codebook(&code).await;
+                if survey.get_untracked() == code {
+                    server_book.set(Some(loaded));
+                }
+            });
+        });
+    }
+
+    let book = Memo::new(move |_| match source.get() {
+        Source::Server => server_book.get().and_then(Result::ok),
+        Source::Local => opened.get().map(|o| o.codebook),
+    });
+    // Whether `_ALL_` may be asked: always of a local file, else as the account's grant.
+    let all_groups = Memo::new(move |_| match source.get() {
+        Source::Local => true,
+        Source::Server => surveys
+            .get()
+            .and_then(Result::ok)
+            .and_then(|list| list.into_iter().find(|s| s.code == survey.get()))
+            .is_some_and(|s| s.all_groups),
+    });
+    // A base and a group the codebook has, by default its first ones.
+    Effect::new(move |_| {
+        let Some(book) = book.get() else { return };
+        if !book.bases.iter().any(|b| b.code == base.get_untracked()) {
+            base.set(
+                book.bases
+                    .first()
+                    .map(|b| b.code.clone())
+                    .unwrap_or_default(),
+            );
+        }
+        let current = group.get_untracked();
+        let valid = (current == ALL_GROUPS && all_groups.get())
+            || book.groups.iter().any(|g| g.value == current);
+        if !valid {
+            group.set(if all_groups.get() {
+                ALL_GROUPS.to_owned()
+            } else {
+                book.groups
+                    .first()
+                    .map(|g| g.value.clone())
+                    .unwrap_or_default()
+            });
+        }
+    });
+
+    let request = Memo::new(move |_| {
+        let code = match source.get() {
+            Source::Server => survey.get(),
+            Source::Local => opened.get().map(|o| o.codebook.code).unwrap_or_default(),
+        };
+        let group = group.get();
+        TableRequest {
+            survey: code,
+            population_base: base.get(),
+            group: (!group.is_empty()).then_some(group),
+            rows: rows.get(),
+            columns: columns.get(),
+        }
+    });
+    let problem = Memo::new(move |_| {
+        request
+            .get()
+            .validate()
+            .err()
+            .map(|error| ApiError::from(error).to_string())
+    });
+    let cost = Memo::new(move |_| billed_calls(rows.with(Vec::len), columns.with(Vec::len)));
+
+    let spec = move |name: String| Spec {
+        name,
+        at: saved::now(),
+        request: request.get_untracked(),
+        figures: figures.get_untracked(),
+        arrangement: arrangement.get_untracked(),
+        local: source.get_untracked() == Source::Local,
+    };
+
+    let run_now = move || {
+        confirming.set(None);
+        let request = request.get_untracked();
+        let from = source.get_untracked();
+        let caption = caption_of(book.get_untracked().as_ref(), &request, from);
+        let started = now_ms();
+        runs.update(|r| *r += 1);
+        let run = runs.get_untracked();
+        let done = move |result: Result<crosstab_contract::app::Table, String>| match result {
+            Ok(table) => {
+                saved::record(spec(String::new()));
+                outcome.set(Outcome::Done(Box::new(Computed {
+                    table,
+                    caption,
+                    local: from == Source::Local,
+                    ms: now_ms() - started,
+                    run,
+                })));
+            }
+            Err(message) => outcome.set(Outcome::Failed(message)),
+        };
+        match from {
+            Source::Local => done(local::table(&request).map_err(|e| e.to_string())),
+            Source::Server => {
+                outcome.set(Outcome::Running);
+                leptos::task::spawn_local(async move {
+                    let answer = api::table(&request).await.map_err(|f| f.message);
+                    // Another run started meanwhile: this answer is stale.
+                    if runs.get_untracked() == run {
+                        done(answer);
+                    }
+                });
+            }
+        }
+    };
+    let run = move |_| {
+        if problem.get_untracked().is_some() || outcome.get_untracked() == Outcome::Running {
+            return;
+        }
+        if source.get_untracked() == Source::Server
+            && cost.get_untracked() > TABLE_COST_PROMPT_THRESHOLD
+        {
+            confirming.set(Some(cost.get_untracked()));
+        } else {
+            run_now();
+        }
+    };
+
+    let load = Callback::new(move |spec: Spec| {
+        let local = spec.local;
+        let request = spec.request;
+        if local {
+            source.set(Source::Local);
+            if opened.get_untracked().map(|o| o.codebook.code) != Some(request.survey.clone()) {
+                notice.set(Some(format!(
+                    "This table was made from a local file of survey {}: open that file to run it.",
+                    request.survey
+                )));
+            }
+        } else if signed_in {
+            source.set(Source::Server);
+            if survey.get_untracked() != request.survey {
+                server_book.set(None);
+                survey.set(request.survey.clone());
+            }
+        }
+        base.set(request.population_base);
+        group.set(request.group.unwrap_or_default());
+        rows.set(request.rows);
+        columns.set(request.columns);
+        figures.set(spec.figures);
+        arrangement.set(spec.arrangement);
+        outcome.set(Outcome::Idle);
+    });
+
+    let add = move |to_rows: bool, entries: Vec<TableAxis>| {
+        let axis = if to_rows { rows } else { columns };
+        axis.update(|list| {
+            for entry in entries {
+                if !list.contains(&entry) {
+                    list.push(entry);
+                }
+            }
+        });
+    };
+    let search = RwSignal::new(String::new());
+
+    view! {
+        <div class="layout workbench">
+            <section class="card builder" aria-labelledby="workbench-title">
+                <h1 id="workbench-title">"Build a table"</h1>
+                {signed_in.then(|| view! {
+                    <fieldset class="source">
+                        <legend>"Compute"</legend>
+                        <label class="check" for="source-server">
+                            <input type="radio" name="source" id="source-server"
+                                prop:checked=move || source.get() == Source::Server
+                                on:change=move |_| { source.set(Source::Server); outcome.set(Outcome::Idle); } />
+                            "On the server, from a survey your account licenses (billed)"
+                        </label>
+                        <label class="check" for="source-local">
+                            <input type="radio" name="source" id="source-local"
+                                prop:checked=move || source.get() == Source::Local
+                                on:change=move |_| { source.set(Source::Local); outcome.set(Outcome::Idle); } />
+                            "In this page, from a survey file on this computer (private, not billed)"
+                        </label>
+                    </fieldset>
+                })}
+                {move || match source.get() {
+                    Source::Local => view! { <LocalOpen opened=opened /> }.into_any(),
+                    Source::Server => match surveys.get() {
+                        None => view! { <p class="status" role="status">"Loading surveys…"</p> }.into_any(),
+                        Some(Err(failure)) => view! { <p class="error" role="alert">{failure.message}</p> }.into_any(),
+                        Some(Ok(list)) => view! {
+                            <label for="table-survey">"Survey"</label>
+                            <select id="table-survey" on:change=move |ev| survey.set(event_target_value(&ev))>
+                                {list.into_iter().map(|s| {
+                                    let code = s.code.clone();
+                                    view! { <option value=code.clone() selected=move || survey.get() == code>{format!("{} — {}", s.code, s.name)}</option> }
+                                }).collect_view()}
+                            </select>
+                        }.into_any(),
+                    },
+                }}
+                {move || book.get().map(|book| view! {
+                    <div class="two">
+                        <div>
+                            <label for="table-base">"Population base"</label>
+                            <select id="table-base" on:change=move |ev| base.set(event_target_value(&ev))>
+                                {book.bases.iter().map(|b| {
+                                    let code = b.code.clone();
+                                    let text = Labelled { target: b.code.clone(), label: b.label.clone() }.display();
+                                    view! { <option value=code.clone() selected=move || base.get() == code>{text}</option> }
+                                }).collect_view()}
+                            </select>
+                        </div>
+                        <div>
+                            <label for="table-group">"Authorization group"</label>
+                            <select id="table-group" on:change=move |ev| group.set(event_target_value(&ev))>
+                                {all_groups.get().then(|| view! { <option value=ALL_GROUPS selected=move || group.get() == ALL_GROUPS>"All groups"</option> })}
+                                {book.groups.iter().map(|g| {
+                                    let value = g.value.clone();
+                                    let text = g.label.clone().map_or_else(|| value.clone(), |l| format!("{l} ({value})"));
+                                    view! { <option value=value.clone() selected=move || group.get() == value>{text}</option> }
+                                }).collect_view()}
+                            </select>
+                        </div>
+                    </div>
+                })}
+                <AxisEditor name="rows" title="Rows" items=rows book=book />
+                <AxisEditor name="columns" title="Columns (banner)" items=columns book=book />
+                {move || problem.get().filter(|_| !rows.with(Vec::is_empty) && !columns.with(Vec::is_empty))
+                    .map(|message| view! { <p class="error" role="alert" id="table-problem">{message}</p> })}
+                {move || notice.get().map(|message| view! { <p class="warning" role="status">{message}</p> })}
+                <p class="muted" id="table-price" role="status">{move || match source.get() {
+                    Source::Local => "Computed in this page: your file is not uploaded and nothing is billed.".to_owned(),
+                    Source::Server => format!(
+                        "On the server this table takes {} billed call{} (one per two of its {} cells and totals), as /v1 would bill the same questions.",
+                        cost.get(), if cost.get() == 1 { "" } else { "s" },
+                        rows.with(Vec::len) * columns.with(Vec::len) + rows.with(Vec::len) + columns.with(Vec::len)
+                    ),
+                }}</p>
+                <div class="row">
+                    <button id="table-run" on:click=run
+                        disabled=move || problem.get().is_some() || outcome.get() == Outcome::Running>
+                        {move || if outcome.get() == Outcome::Running { "Running…" } else { "Run table" }}
+                    </button>
+                    <button class="secondary" id="table-clear" on:click=move |_| { rows.set(Vec::new()); columns.set(Vec::new()); outcome.set(Outcome::Idle); }>"Clear"</button>
+                </div>
+                {move || confirming.get().map(|calls| view! { <CostPrompt calls=calls on_run=Callback::new(move |()| run_now()) on_cancel=Callback::new(move |()| confirming.set(None)) /> })}
+            </section>
+            <section class="card codebook" aria-labelledby="table-codebook-title">
+                <h2 id="table-codebook-title">"Codebook"</h2>
+                <label for="table-search">"Search codes and variables by label or code"</label>
+                <input id="table-search" type="search" placeholder="e.g. coffee, women, region"
+                    prop:value=move || search.get() on:input=move |ev| search.set(event_target_value(&ev)) />
+                {move || {
+                    let Some(book) = book.get() else {
+                        return view! { <p class="muted">"Choose a survey or open a file to see its codebook."</p> }.into_any();
+                    };
+                    let query = search.get();
+                    if query.trim().is_empty() {
+                        return view! { <p class="muted">{format!("{} named codes, {} variables. Type to search; add any entry as a row or a column.", book.codes.len(), book.variables.len())}</p> }.into_any();
+                    }
+                    let found = picks(&book, &query);
+                    if found.is_empty() {
+                        return view! { <p class="empty">"Nothing matches."</p> }.into_any();
+                    }
+                    view! {
+                        <ul class="picks table-picks">
+                            {found.into_iter().map(|pick| {
+                                let text = Labelled { target: pick.target.clone(), label: Some(pick.label.clone()) }.display();
+                                let entry = TableAxis { expression: pick.target.clone(), label: Some(pick.label.clone()) };
+                                let as_column = entry.clone();
+                                view! {
+                                    <li class="table-pick">
+                                        <span class="pick-text">{text.clone()}</span>
+                                        <button class="secondary add-row" aria-label=format!("Add {text} to the rows")
+                                            on:click=move |_| add(true, vec![entry.clone()])>"+ Row"</button>
+                                        <button class="secondary add-column" aria-label=format!("Add {text} to the columns")
+                                            on:click=move |_| add(false, vec![as_column.clone()])>"+ Column"</button>
+                                    </li>
+                                }
+                            }).collect_view()}
+                        </ul>
+                    }.into_any()
+                }}
+                <SavedTables current=Callback::new(spec) on_load=load />
+            </section>
+        </div>
+        {move || match outcome.get() {
+            Outcome::Idle => view! { <section class="card results empty-state"><p class="empty">"Add rows and columns, then run the table."</p></section> }.into_any(),
+            Outcome::Running => view! { <section class="card results"><p class="status" role="status">"Computing the table…"</p></section> }.into_any(),
+            Outcome::Failed(message) => view! { <section class="card results"><p class="error" role="alert" id="table-error">{message}</p></section> }.into_any(),
+            Outcome::Done(computed) => view! { <TableView computed=*computed figures=figures arrangement=arrangement /> }.into_any(),
+        }}
+    }
+}
+
+/// "This table takes N billed calls": asked before a table above the threshold runs.
+#[component]
+fn CostPrompt(calls: u32, on_run: Callback<()>, on_cancel: Callback<()>) -> impl IntoView {
+    let confirm = NodeRef::<leptos::html::Button>::new();
+    Effect::new(move |_| {
+        if let Some(button) = confirm.get() {
+            let _ = button.focus();
+        }
+    });
+    view! {
+        <div class="dialog" role="alertdialog" aria-modal="true" aria-labelledby="cost-title" aria-describedby="cost-text" id="cost-prompt"
+            on:keydown=move |ev| if ev.key() == "Escape" { on_cancel.run(()) }>
+            <h2 id="cost-title">"Run this table on the server?"</h2>
+            <p id="cost-text">{format!(
+                "It takes {calls} billed calls on your account, more than {TABLE_COST_PROMPT_THRESHOLD}: the calls /v1 would bill for the same questions."
+            )}</p>
+            <div class="row">
+                <button id="cost-confirm" node_ref=confirm on:click=move |_| on_run.run(())>{format!("Run ({calls} calls)")}</button>
+                <button class="secondary" id="cost-cancel" on:click=move |_| on_cancel.run(())>"Cancel"</button>
+            </div>
+        </div>
+    }
+}
+
+/// The rows or the columns: entries in order, each movable and removable; added from
+/// the codebook search, a variable's values, or a typed expression.
+#[component]
+fn AxisEditor(
+    name: &'static str,
+    title: &'static str,
+    items: RwSignal<Vec<TableAxis>>,
+    book: Memo<Option<Codebook>>,
+) -> impl IntoView {
+    let typed = RwSignal::new(String::new());
+    let variable = RwSignal::new(String::new());
+    let add_typed = move |ev: leptos::ev::SubmitEvent| {
+        ev.prevent_default();
+        let text = typed.get_untracked();
+        if text.trim().is_empty() {
+            return;
+        }
+        let entry = axis_entry(book.get_untracked().as_ref(), &text);
+        items.update(|list| list.push(entry));
+        typed.set(String::new());
+    };
+    let add_variable = move |_| {
+        let Some(book) = book.get_untracked() else {
+            return;
+        };
+        let chosen = variable.get_untracked();
+        let chosen = if chosen.is_empty() {
+            book.variables
+                .iter()
+                .find(|v| !v.values.is_empty())
+                .map(|v| v.name.clone())
+                .unwrap_or_default()
+        } else {
+            chosen
+        };
+        let entries = value_entries(&book, &chosen);
+        items.update(|list| {
+            for entry in entries {
+                if !list.contains(&entry) {
+                    list.push(entry);
+                }
+            }
+        });
+    };
+    let move_by = move |index: usize, up: bool| {
+        items.update(|list| {
+            let other = if up {
+                index.checked_sub(1)
+            } else {
+                Some(index + 1)
+            };
+            if let Some(other) = other.filter(|o| *o < list.len()) {
+                list.swap(index, other);
+            }
+        });
+    };
+    view! {
+        <fieldset class="axis" id=format!("{name}-axis")>
+            <legend>{move || format!("{title} ({})", items.with(Vec::len))}</legend>
+            <ol class="axis-list" id=format!("{name}-list")>
+                {move || items.get().into_iter().enumerate().map(|(index, entry)| {
+                    let text = entry_text(&entry);
+                    view! {
+                        <li>
+                            <span class="axis-entry" data-expression=entry.expression.clone()>{text.clone()}</span>
+                            <span class="axis-buttons">
+                                <button class="secondary icon" aria-label=format!("Move {text} up") on:click=move |_| move_by(index, true)>"↑"</button>
+                                <button class="secondary icon" aria-label=format!("Move {text} down") on:click=move |_| move_by(index, false)>"↓"</button>
+                                <button class="secondary icon" aria-label=format!("Remove {text}")
+                                    on:click=move |_| items.update(|list| { if index < list.len() { list.remove(index); } })>"×"</button>
+                            </span>
+                        </li>
+                    }
+                }).collect_view()}
+            </ol>
+            <div class="axis-add">
+                <label for=format!("{name}-variable")>"Add every value of a variable"</label>
+                <div class="target-row">
+                    <select id=format!("{name}-variable") on:change=move |ev| variable.set(event_target_value(&ev))>
+                        {move || book.get().map(|book| book.variables.iter().filter(|v| !v.values.is_empty()).map(|v| {
+                            let value = v.name.clone();
+                            let text = Labelled { target: v.name.clone(), label: v.label.clone() }.display();
+                            view! { <option value=value.clone() selected=move || variable.get() == value>{text}</option> }
+                        }).collect_view())}
+                    </select>
+                    <button class="secondary" id=format!("{name}-add-variable") on:click=add_variable>"Add values"</button>
+                </div>
+                <form on:submit=add_typed>
+                    <label for=format!("{name}-expression")>"Or type a code or an expression"</label>
+                    <div class="target-row">
+                        <input id=format!("{name}-expression") class="target" placeholder="F2554 or AGE BETWEEN 25 AND 54"
+                            prop:value=move || typed.get() on:input=move |ev| typed.set(event_target_value(&ev)) />
+                        <button type="submit" class="secondary" id=format!("{name}-add-expression")>"Add"</button>
+                    </div>
+                </form>
+            </div>
+        </fieldset>
+    }
+}
+
+/// "Open a survey file": a CSV with its TOML definition or the guided form, or a
+/// compiled survey; read and compiled in the page.
+#[component]
+fn LocalOpen(opened: RwSignal<Option<Opened>>) -> impl IntoView {
+    let csv = RwSignal::new(None::<(String, String)>);
+    let definition = RwSignal::new(None::<(String, String)>);
+    let columns = RwSignal::new(Vec::<String>::new());
+    let error = RwSignal::new(None::<String>);
+    let busy = RwSignal::new(false);
+    let code = RwSignal::new(String::new());
+    let name = RwSignal::new(String::new());
+    let id_column = RwSignal::new(String::new());
+    let weight_column = RwSignal::new(String::new());
+    let group_column = RwSignal::new(String::new());
+    let bases = RwSignal::new(vec![BaseDraft {
+        code: "ALL".into(),
+        label: "All respondents".into(),
+        expr: "*".into(),
+    }]);
+
+    let finish = move |result: Result<Opened, String>| {
+        match result {
+            Ok(survey) => {
+                opened.set(Some(survey));
+                error.set(None);
+                csv.set(None);
+                definition.set(None);
+            }
+            Err(message) => error.set(Some(message)),
+        }
+        busy.set(false);
+    };
+    let on_data = move |ev: leptos::ev::Event| {
+        let Some(file) = local::chosen_file(&ev) else {
+            return;
+        };
+        busy.set(true);
+        error.set(None);
+        let file_name = file.name();
+        leptos::task::spawn_local(async move {
+            if file_name.to_lowercase().ends_with(".csv") {
+                match local::read_text(&file)
+                    .await
+                    .and_then(|text| Ok((local::csv_columns(&text)?, text)))
+                {
+                    Ok((found, text)) => {
+                        let stem: String = file_name
+                            .trim_end_matches(".csv")
+                            .chars()
+                            .filter(|c| c.is_ascii_alphanumeric() || *c == '_')
+                            .collect::<String>()
+                            .to_uppercase();
+                        code.set(if stem.is_empty() {
+                            "LOCAL".into()
+                        } else {
+                            stem.chars().take(64).collect()
+                        });
+                        name.set(file_name.clone());
+                        id_column.set(found.first().cloned().unwrap_or_default());
+                        weight_column.set(
+                            found
+                                .iter()
+                                .find(|c| c.to_lowercase().contains("weight"))
+                                .or(found.get(1))
+                                .cloned()
+                                .unwrap_or_default(),
+                        );
+                        group_column.set(String::new());
+                        columns.set(found);
+                        csv.set(Some((file_name, text)));
+                    }
+                    Err(message) => error.set(Some(message)),
+                }
+                busy.set(false);
+            } else {
+                let result = match local::read_bytes(&file).await {
+                    Ok(bytes) => local::open_compiled(&bytes, file_name),
+                    Err(message) => Err(message),
+                };
+                finish(result);
+            }
+        });
+    };
+    let on_definition = move |ev: leptos::ev::Event| {
+        let Some(file) = local::chosen_file(&ev) else {
+            return;
+        };
+        leptos::task::spawn_local(async move {
+            match local::read_text(&file).await {
+                Ok(text) => definition.set(Some((file.name(), text))),
+                Err(message) => error.set(Some(message)),
+            }
+        });
+    };
+    let open = move |ev: leptos::ev::SubmitEvent| {
+        ev.prevent_default();
+        let Some((data_name, text)) = csv.get_untracked() else {
+            error.set(Some("Choose the respondent file first.".into()));
+            return;
+        };
+        busy.set(true);
+        let result = match definition.get_untracked() {
+            Some((definition_name, toml)) => {
+                local::open_csv(&toml, &text, format!("{data_name} + {definition_name}"))
+            }
+            None => GuidedDefinition {
+                code: code.get_untracked(),
+                name: name.get_untracked(),
+                id_column: id_column.get_untracked(),
+                weight_column: weight_column.get_untracked(),
+                group_column: Some(group_column.get_untracked()).filter(|g| !g.is_empty()),
+                bases: bases.get_untracked(),
+            }
+            .to_toml()
+            .and_then(|toml| local::open_csv(&toml, &text, data_name)),
+        };
+        finish(result);
+    };
+    let column_select = move |id: &'static str, value: RwSignal<String>, optional: bool| {
+        view! {
+            <select id=id on:change=move |ev| value.set(event_target_value(&ev))>
+                {optional.then(|| view! { <option value="" selected=move || value.get().is_empty()>"(none)"</option> })}
+                {move || columns.get().into_iter().map(|c| {
+                    let option = c.clone();
+                    let shown = c.clone();
+                    view! { <option value=c selected=move || value.get() == option>{shown}</option> }
+                }).collect_view()}
+            </select>
+        }
+    };
+    view! {
+        <div class="local" aria-labelledby="local-title">
+            <h2 id="local-title">"Open a survey file"</h2>
+            <p class="private" id="local-private">"Your file stays on this computer: it is read and computed in this page, never uploaded, and nothing is billed. Once it is open, tables work offline."</p>
+            {move || opened.get().map(|survey| view! {
+                <p class="opened" role="status" id="local-opened">
+                    {format!("Open: {} — {} ({} respondents), from {}.", survey.codebook.code, survey.codebook.name,
+                        crosstab_wasm::display::format_number(survey.codebook.respondents as f64, 0), survey.from)}
+                    " "
+                    <button class="link-button" on:click=move |_| { local::close(); opened.set(None); }>"Close the file"</button>
+                </p>
+            })}
+            <label for="local-data">"Respondent file (CSV) or compiled survey"</label>
+            <input type="file" id="local-data" accept=".csv,.ctx,.survey,application/octet-stream,text/csv" on:change=on_data />
+            {move || busy.get().then(|| view! { <p class="status" role="status">"Reading the file…"</p> })}
+            {move || csv.get().map(|(file_name, _)| view! {
+                <form class="guided" on:submit=open>
+                    <p class="muted">{format!("{file_name}: {} columns. Give its definition (survey.toml), or describe it here.", columns.with(Vec::len))}</p>
+                    <label for="local-definition">"Definition (survey.toml), optional"</label>
+                    <input type="file" id="local-definition" accept=".toml,text/plain" on:change=on_definition />
+                    {move || match definition.get() {
+                        Some((definition_name, _)) => view! { <p class="muted">{format!("Using {definition_name}.")}</p> }.into_any(),
+                        None => view! {
+                            <div class="two">
+                                <div>
+                                    <label for="local-code">"Survey code"</label>
+                                    <input id="local-code" prop:value=move || code.get() on:input=move |ev| code.set(event_target_value(&ev)) />
+                                </div>
+                                <div>
+                                    <label for="local-name">"Name"</label>
+                                    <input id="local-name" prop:value=move || name.get() on:input=move |ev| name.set(event_target_value(&ev)) />
+                                </div>
+                                <div>
+                                    <label for="local-id">"Id column"</label>
+                                    {column_select("local-id", id_column, false)}
+                                </div>
+                                <div>
+                                    <label for="local-weight">"Weight column"</label>
+                                    {column_select("local-weight", weight_column, false)}
+                                </div>
+                                <div>
+                                    <label for="local-group">"Group column (optional)"</label>
+                                    {column_select("local-group", group_column, true)}
+                                </div>
+                            </div>
+                            <fieldset class="bases">
+                                <legend>"Population bases"</legend>
+                                {move || bases.get().into_iter().enumerate().map(|(index, draft)| {
+                                    let field = move |part: &'static str, value: String| view! {
+                                        <input id=format!("local-base-{index}-{part}") aria-label=format!("Base {} {part}", index + 1) prop:value=value
+                                            on:change=move |ev| { let text = event_target_value(&ev); bases.update(|list| if let Some(b) = list.get_mut(index) {
+                                                match part { "code" => b.code = text, "label" => b.label = text, _ => b.expr = text }
+                                            }); } />
+                                    };
+                                    view! {
+                                        <div class="base-row">
+                                            {field("code", draft.code)}{field("label", draft.label)}{field("expression", draft.expr)}
+                                            <button type="button" class="secondary icon" aria-label=format!("Remove base {}", index + 1)
+                                                on:click=move |_| bases.update(|list| { if list.len() > 1 { list.remove(index); } })>"×"</button>
+                                        </div>
+                                    }
+                                }).collect_view()}
+                                <button type="button" class="secondary" on:click=move |_| bases.update(|list| list.push(BaseDraft { code: String::new(), label: String::new(), expr: "*".into() }))>"+ Add base"</button>
+                            </fieldset>
+                        }.into_any(),
+                    }}
+                    <button type="submit" id="local-open" disabled=move || busy.get()>"Open"</button>
+                </form>
+            })}
+            {move || error.get().map(|message| view! { <p class="error" role="alert" id="local-error">{message}</p> })}
+        </div>
+    }
+}
+
+/// Saved tables and the last ones run, from local storage.
+#[component]
+fn SavedTables(current: Callback<String, Spec>, on_load: Callback<Spec>) -> impl IntoView {
+    let saved_list = RwSignal::new(saved::saved());
+    let history = RwSignal::new(saved::history());
+    let name = RwSignal::new(String::new());
+    let message = RwSignal::new(None::<String>);
+    let save = move |ev: leptos::ev::SubmitEvent| {
+        ev.prevent_default();
+        let chosen = name.get_untracked().trim().to_owned();
+        if chosen.is_empty() {
+            message.set(Some("Name the table to save it.".into()));
+            return;
+        }
+        message.set(Some(match saved::save(current.run(chosen.clone())) {
+            Ok(()) => format!("Saved as {chosen}."),
+            Err(error) => error,
+        }));
+        saved_list.set(saved::saved());
+    };
+    let list = move |specs: Vec<Spec>, deletable: bool| {
+        specs
+            .into_iter()
+            .map(|spec| {
+                let title = if spec.name.is_empty() { spec.at.clone() } else { spec.name.clone() };
+                let described = spec.describe();
+                let name = spec.name.clone();
+                view! {
+                    <li>
+                        <button class="history-item" on:click=move |_| on_load.run(spec.clone())>
+                            <span>{title}</span><span class="muted">{described}</span>
+                        </button>
+                        {deletable.then(|| view! {
+                            <button class="secondary icon" aria-label=format!("Delete {name}")
+                                on:click=move |_| { saved::delete(&name); saved_list.set(saved::saved()); }>"×"</button>
+                        })}
+                    </li>
+                }
+            })
+            .collect_view()
+    };
+    view! {
+        <details class="saved" id="saved-tables">
+            <summary>"Saved tables and history"</summary>
+            <form class="row" on:submit=save>
+                <label for="save-name">"Name"</label>
+                <input id="save-name" prop:value=move || name.get() on:input=move |ev| name.set(event_target_value(&ev)) />
+                <button type="submit" class="secondary" id="save-table">"Save table"</button>
+            </form>
+            {move || message.get().map(|m| view! { <p class="muted" role="status">{m}</p> })}
+            <h3>"Saved"</h3>
+            <ul class="history saved-list">{move || list(saved_list.get(), true)}</ul>
+            <h3>"Recently run"</h3>
+            <button class="secondary" on:click=move |_| { saved::clear_history(); history.set(Vec::new()); }>"Clear history"</button>
+            <button class="secondary" on:click=move |_| history.set(saved::history())>"Refresh"</button>
+            <ul class="history">{move || list(history.get(), false)}</ul>
+        </details>
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::codebook;
+
+    #[test]
+    fn a_variable_adds_its_labelled_values() {
+        let book = codebook();
+        let gender = value_entries(&book, "GENDER");
+        let texts: Vec<String> = gender.iter().map(entry_text).collect();
+        assert_eq!(
+            texts,
+            ["Gender: Male · GENDER = 1", "Gender: Female · GENDER = 2"]
+        );
+        // Only the labelled value of a partly labelled variable.
+        let coffee = value_entries(&book, "P_COFFEE_01");
+        assert_eq!(coffee.len(), 1);
+        assert_eq!(coffee[0].expression, "P_COFFEE_01 = 1");
+        assert!(value_entries(&book, "NOPE").is_empty());
+    }
+
+    #[test]
+    fn typed_entries_keep_their_expression() {
+        let book = codebook();
+        assert_eq!(
+            entry_text(&axis_entry(Some(&book), " F2554 ")),
+            "Women, 25-54 · F2554"
+        );
+        assert_eq!(entry_text(&axis_entry(Some(&book), "AGE > 30")), "AGE > 30");
+    }
+
+    #[test]
+    fn captions_name_survey_base_group_and_place() {
+        let book = codebook();
+        let request = TableRequest {
+            survey: "DEMO".into(),
+            population_base: "ADULTS".into(),
+            group: Some("N".into()),
+            rows: Vec::new(),
+            columns: Vec::new(),
+        };
+        let caption = caption_of(Some(&book), &request, Source::Local);
+        assert_eq!(caption.survey, "DEMO — Demo");
+        assert_eq!(caption.base, "ADULTS");
+        assert_eq!(caption.group, "N");
+        assert!(caption.source.contains("not uploaded"));
+    }
+}
