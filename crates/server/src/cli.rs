@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use clap::{Args, Parser, Subcommand};
 use crosstab_contract::{validate_value, ApiError};
 use crosstab_engine::store::SurveyStore;
-use crosstab_engine::{import, ImportError, LoadError};
+use crosstab_engine::{import, ImportError, LoadError, MemoryBudget};
 
 use crate::clock::now_ms;
 use crate::grants::GrantSpec;
@@ -16,7 +16,7 @@ use crate::http::listener::Limits;
 use crate::keys::KeyEnv;
 use crate::report::{self, Format};
 use crate::serve::{self, ServeError, ServeOptions};
-use crate::service::cache::{ResponseCache, DEFAULT_BYTES, DEFAULT_ENTRIES};
+use crate::service::cache::{ResponseCache, DEFAULT_ENTRIES};
 use crate::service::limits::AddressLimits;
 use crate::service::sso::saml::SamlIdp;
 use crate::service::sso::signing;
@@ -124,6 +124,11 @@ enum Command {
         /// Whole answers kept in memory for repeated requests (0: none).
         #[arg(long, env = "CROSSTAB_RESPONSE_CACHE_ENTRIES", default_value_t = DEFAULT_ENTRIES)]
         response_cache_entries: usize,
+        /// Bytes all caches together may hold (answers, and every survey's respondent
+        /// sets), least recently used evicted first, e.g. 2GiB, 512MiB, 1000000; default
+        /// an eighth of the machine's memory.
+        #[arg(long, env = "CROSSTAB_CACHE_MEMORY", value_name = "BYTES", value_parser = parse_bytes)]
+        cache_memory: Option<usize>,
         /// The address clients reach this service at, e.g. https://crosstab.example.com
         /// (https: the session cookie is Secure and HSTS is sent); default: the listen
         /// address over http.
@@ -494,6 +499,48 @@ pub enum CliError {
 }
 
 /// Parses `30d`, `12h`, `15m`, `45s`.
+/// A byte count: digits with an optional unit, KiB, MiB, GiB (powers of 1024) or KB,
+/// MB, GB (of 1000).
+fn parse_bytes(text: &str) -> Result<usize, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (digits, unit) = text.split_at(split);
+    let number: usize = digits
+        .parse()
+        .map_err(|_| format!("'{text}': expected a number of bytes, e.g. 512MiB"))?;
+    let scale: usize = match unit.trim() {
+        "" | "B" => 1,
+        "KiB" => 1 << 10,
+        "MiB" => 1 << 20,
+        "GiB" => 1 << 30,
+        "KB" => 1_000,
+        "MB" => 1_000_000,
+        "GB" => 1_000_000_000,
+        other => return Err(format!("'{other}': use B, KiB, MiB, GiB, KB, MB or GB")),
+    };
+    number
+        .checked_mul(scale)
+        .ok_or_else(|| format!("'{text}' is too large"))
+}
+
+/// An eighth of the machine's memory (Linux's `MemTotal`).
+fn default_cache_memory() -> Result<usize, CliError> {
+    let unknown = |why: String| {
+        CliError::Usage(format!(
+            "the machine's memory is unknown ({why}): give --cache-memory"
+        ))
+    };
+    let info = std::fs::read_to_string("/proc/meminfo").map_err(|e| unknown(e.to_string()))?;
+    let kib: usize = info
+        .lines()
+        .find_map(|line| line.strip_prefix("MemTotal:"))
+        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+        .ok_or_else(|| unknown("no MemTotal in /proc/meminfo".to_owned()))?;
+    Ok(kib.saturating_mul(1024) / 8)
+}
+
 fn parse_lifetime(text: &str) -> Result<Duration, String> {
     let error = || format!("invalid lifetime '{text}': use a number and d, h, m or s, e.g. 30d");
     // The unit is the last character (not byte: `5é` is an error, not a panic).
@@ -579,6 +626,7 @@ async fn execute(command: Command) -> Result<(), CliError> {
             upstream,
             sqlite_synchronous,
             response_cache_entries,
+            cache_memory,
             public_url,
             limits,
             trusted_proxy_header,
@@ -587,6 +635,10 @@ async fn execute(command: Command) -> Result<(), CliError> {
             sign_in_per_minute,
         } => {
             let database = store.url()?;
+            let memory = MemoryBudget::new(match cache_memory {
+                Some(bytes) => bytes,
+                None => default_cache_memory()?,
+            });
             serve::serve(ServeOptions {
                 listen,
                 data_dir: store.data_dir,
@@ -600,7 +652,8 @@ async fn execute(command: Command) -> Result<(), CliError> {
                 public_url,
                 trusted_proxy_header,
                 settings: Settings {
-                    cache: ResponseCache::new(response_cache_entries, DEFAULT_BYTES),
+                    cache: ResponseCache::within(response_cache_entries, &memory),
+                    memory,
                     query_deadline: Duration::from_secs(query_deadline),
                     addresses: AddressLimits {
                         failed_auth_per_minute,
@@ -1083,5 +1136,24 @@ mod tests {
         assert!(parse_lifetime("36525d").is_ok());
         let too_long = parse_lifetime("100000000d").unwrap_err();
         assert!(too_long.contains("never expires"), "{too_long}");
+    }
+
+    #[test]
+    fn byte_counts_parse_with_their_units_or_say_why() {
+        assert_eq!(parse_bytes("1000000"), Ok(1_000_000));
+        assert_eq!(parse_bytes("512MiB"), Ok(512 << 20));
+        assert_eq!(parse_bytes("2GiB"), Ok(2 << 30));
+        assert_eq!(parse_bytes("3 GB"), Ok(3_000_000_000));
+        for bad in [
+            "",
+            "MiB",
+            "1.5GiB",
+            "-1",
+            "12 parsecs",
+            "99999999999999999999GiB",
+        ] {
+            assert!(parse_bytes(bad).is_err(), "{bad}");
+        }
+        assert!(default_cache_memory().is_ok_and(|bytes| bytes > 0));
     }
 }

@@ -159,7 +159,11 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
         println!("demo user: {DEMO_USER}");
         println!("demo password: {}", demo.password);
     }
-    let (catalog, refresh) = Catalog::new(store.clone());
+    tracing::info!(
+        bytes = options.settings.memory.limit(),
+        "cache memory budget (answers and survey sets)"
+    );
+    let (catalog, refresh) = Catalog::within(store.clone(), &options.settings.memory);
     log_refresh(&refresh);
     let catalog = Arc::new(catalog);
     // On PostgreSQL the surveys published there are copied in before serving.

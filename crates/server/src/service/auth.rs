@@ -22,9 +22,10 @@
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
+use crosstab_engine::MemoryBudget;
 use sha2::{Digest, Sha256};
 
 use super::principal::{Credential, Principal};
@@ -72,6 +73,44 @@ struct CachedToken {
 /// Most verified tokens kept; past it, expired ones are dropped, then all.
 const MAX_CACHED_TOKENS: usize = 50_000;
 
+/// Bytes a cached key or token is counted as against the cache budget: the entry, its
+/// principal and grants, and the map's slot (an estimate: the caches are bounded by
+/// the keys that exist and by `MAX_CACHED_TOKENS`, so they are counted, never evicted).
+const CACHED_ENTRY_BYTES: usize = 512;
+
+/// What one cache holds against the shared budget, kept equal to its size.
+#[derive(Debug)]
+struct Charge {
+    memory: Arc<MemoryBudget>,
+    bytes: AtomicUsize,
+}
+
+impl Charge {
+    fn new(memory: &Arc<MemoryBudget>) -> Charge {
+        Charge {
+            memory: Arc::clone(memory),
+            bytes: AtomicUsize::new(0),
+        }
+    }
+
+    /// The cache now holds `entries` entries (call it under the cache's write lock).
+    fn entries(&self, entries: usize) {
+        let now = entries * CACHED_ENTRY_BYTES;
+        let before = self.bytes.swap(now, Ordering::SeqCst);
+        if now > before {
+            self.memory.take_anyway(now - before);
+        } else {
+            self.memory.give_back(before - now);
+        }
+    }
+}
+
+impl Drop for Charge {
+    fn drop(&mut self) {
+        self.memory.give_back(self.bytes.load(Ordering::SeqCst));
+    }
+}
+
 /// Checks keys against the database, through a cache that never outlives a change.
 #[derive(Debug)]
 pub struct Authenticator {
@@ -96,11 +135,20 @@ pub struct Authenticator {
     sso: Arc<Sso>,
     /// Verified bearer tokens by their SHA-256.
     tokens: RwLock<HashMap<[u8; 32], CachedToken>>,
+    /// The two caches' shares of the cache budget.
+    keys_charge: Charge,
+    tokens_charge: Charge,
 }
 
 impl Authenticator {
-    /// An authenticator over `db`'s keys and `sso`'s tokens, judging expiry by `clock`.
-    pub fn new(db: Database, clock: Arc<dyn Clock>, sso: Arc<Sso>) -> Authenticator {
+    /// An authenticator over `db`'s keys and `sso`'s tokens, judging expiry by `clock`,
+    /// its caches counted against `memory`.
+    pub fn new(
+        db: Database,
+        clock: Arc<dyn Clock>,
+        sso: Arc<Sso>,
+        memory: &Arc<MemoryBudget>,
+    ) -> Authenticator {
         let signal_file = db.key_signal_file();
         let signal = signal_file.as_deref().and_then(|path| {
             KeySignal::open(path)
@@ -123,6 +171,8 @@ impl Authenticator {
             key_reads: AtomicU64::new(0),
             sso,
             tokens: RwLock::new(HashMap::new()),
+            keys_charge: Charge::new(memory),
+            tokens_charge: Charge::new(memory),
         }
     }
 
@@ -208,11 +258,11 @@ impl Authenticator {
     fn forget_all(&self) {
         let mut cache = self.cache.write().unwrap_or_else(|p| p.into_inner());
         cache.clear();
+        self.keys_charge.entries(0);
         *self.known.write().unwrap_or_else(|p| p.into_inner()) = None;
-        self.tokens
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .clear();
+        let mut tokens = self.tokens.write().unwrap_or_else(|p| p.into_inner());
+        tokens.clear();
+        self.tokens_charge.entries(0);
         self.sso.changed();
         self.generation.fetch_add(1, Ordering::SeqCst);
     }
@@ -273,6 +323,7 @@ impl Authenticator {
         // A change noticed while loading may have made this record stale: don't keep it.
         if self.generation.load(Ordering::SeqCst) == generation {
             cache.insert(key_id.to_owned(), Arc::clone(&cached));
+            self.keys_charge.entries(cache.len());
         }
         Ok(Some(cached))
     }
@@ -374,6 +425,7 @@ impl Authenticator {
                     valid_until_ms,
                 },
             );
+            self.tokens_charge.entries(tokens.len());
         }
         Ok(principal)
     }

@@ -17,6 +17,7 @@ use std::sync::Arc;
 
 use crosstab_contract::ApiError;
 use crosstab_engine::store::Catalog;
+use crosstab_engine::MemoryBudget;
 
 use crate::clock::Clock;
 use crate::store::ledger::{Ledger, LedgerError, LedgerWriter};
@@ -51,7 +52,9 @@ pub enum ServiceError {
 /// How the services behave (from `serve`'s flags).
 #[derive(Debug)]
 pub struct Settings {
-    /// Whole answers kept.
+    /// The one byte budget of every cache: answers, and each survey's sets.
+    pub memory: Arc<MemoryBudget>,
+    /// Whole answers kept (drawing on `memory`).
     pub cache: ResponseCache,
     /// A query not answered within this is refused (503, not billed).
     pub query_deadline: std::time::Duration,
@@ -67,8 +70,10 @@ pub const DEFAULT_PUBLIC_URL: &str = "http://127.0.0.1:8080";
 
 impl Default for Settings {
     fn default() -> Settings {
+        let memory = MemoryBudget::new(Catalog::DEFAULT_BUDGET);
         Settings {
-            cache: ResponseCache::new(cache::DEFAULT_ENTRIES, cache::DEFAULT_BYTES),
+            cache: ResponseCache::within(cache::DEFAULT_ENTRIES, &memory),
+            memory,
             query_deadline: std::time::Duration::from_secs(10),
             addresses: AddressLimits {
                 failed_auth_per_minute: 60,
@@ -195,7 +200,12 @@ impl Services {
             Arc::clone(&clock),
         );
         let services = Services {
-            auth: Authenticator::new(db.clone(), Arc::clone(&clock), Arc::clone(&sso)),
+            auth: Authenticator::new(
+                db.clone(),
+                Arc::clone(&clock),
+                Arc::clone(&sso),
+                &settings.memory,
+            ),
             sso,
             crosstab,
             limits,

@@ -103,3 +103,34 @@ async fn every_cached_answer_is_billed_and_identical() {
     assert_eq!(fx.services.crosstab.cache().len(), 1);
     assert_eq!(fx.bills().await, 5);
 }
+
+#[tokio::test]
+async fn answers_survey_sets_and_keys_count_against_one_budget() {
+    let fx = Fixture::new().await;
+    let idle = fx.memory.used();
+    let body = request("VEC", None, "ALL", &["WOMEN", "NOPE"]);
+    let (response, _) = fx.post(Some(&fx.whole), &body).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    let one = fx.memory.used();
+    // The answer, the base's and the named code's sets, and the key.
+    assert!(one > idle, "{one} after one answer, {idle} before");
+    // A composite target asked twice is kept as a set: more bytes again.
+    let composite = request("VEC", None, "ALL", &["WOMEN OR NOT WOMEN"]);
+    for _ in 0..2 {
+        let other = request("VEC", None, "ALL", &["WOMEN OR NOT WOMEN", "WOMEN"]);
+        assert_eq!(
+            fx.post(Some(&fx.whole), &other).await.0.status(),
+            StatusCode::OK
+        );
+    }
+    assert_eq!(
+        fx.post(Some(&fx.whole), &composite).await.0.status(),
+        StatusCode::OK
+    );
+    assert!(fx.memory.used() > one);
+    assert!(fx.memory.used() <= fx.memory.limit());
+    // A change of keys drops the key cache, and gives its bytes back.
+    let before = fx.memory.used();
+    fx.services.auth.changed();
+    assert!(fx.memory.used() < before);
+}

@@ -13,6 +13,7 @@ use crosstab_contract::vectors;
 use crosstab_engine::demo::{self, DemoConfig};
 use crosstab_engine::import;
 use crosstab_engine::store::{Catalog, SurveyStore};
+use crosstab_engine::MemoryBudget;
 use crosstab_server::clock::{now_ms, ManualClock};
 use crosstab_server::grants::GrantSpec;
 use crosstab_server::http::cors::Cors;
@@ -35,6 +36,8 @@ pub struct Fixture {
     /// The services' clock, at the real time when the fixture was made.
     pub clock: Arc<ManualClock>,
     pub services: Arc<Services>,
+    /// The cache budget the services and the catalog share.
+    pub memory: Arc<MemoryBudget>,
     pub origins: Vec<String>,
     /// `/v1` and `/app` (queries in-process), no app files.
     pub router: Router,
@@ -95,14 +98,12 @@ impl Fixture {
         let whole = key(&db, "acme", &["VEC"], KeyEnv::Live, None).await;
         let north = key(&db, "north", &["VEC:N"], KeyEnv::Live, None).await;
         let other = key(&db, "demo-only", &["DEMO"], KeyEnv::Test, None).await;
-        let (catalog, _) = Catalog::new(SurveyStore::open(dir.path()).unwrap());
+        let settings = Settings::default();
+        let memory = Arc::clone(&settings.memory);
+        let (catalog, _) = Catalog::within(SurveyStore::open(dir.path()).unwrap(), &memory);
         let clock = ManualClock::at(now_ms());
-        let (services, _writer) = Services::start(
-            db.clone(),
-            Arc::new(catalog),
-            Settings::default(),
-            clock.clone(),
-        );
+        let (services, _writer) =
+            Services::start(db.clone(), Arc::new(catalog), settings, clock.clone());
         let origins: Vec<String> = origins.iter().map(|o| (*o).to_owned()).collect();
         let mut fixture = Fixture {
             dir,
@@ -110,6 +111,7 @@ impl Fixture {
             url: url.to_owned(),
             clock,
             services,
+            memory,
             origins,
             router: Router::new(),
             whole,
