@@ -362,3 +362,29 @@ fn metadata_that_names_no_usable_idp_is_refused() {
         Err(SamlError::Malformed(_))
     ));
 }
+
+#[test]
+fn verifications_on_many_threads_agree() {
+    // The server verifies on its worker threads at once; libxmlsec1 is shared by them.
+    let (_, now) = *signed();
+    let idp = idp();
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..4)
+            .map(|_| {
+                scope.spawn(|| {
+                    (0..25)
+                        .map(|round| {
+                            let name = if round % 2 == 0 { "valid" } else { "tampered" };
+                            verify_assertion(case(name), &idp, AUDIENCE, now).is_ok()
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        for worker in workers {
+            let outcomes = worker.join().expect("a verifying thread");
+            let expected: Vec<bool> = (0..25).map(|round| round % 2 == 0).collect();
+            assert_eq!(outcomes, expected);
+        }
+    });
+}
