@@ -20,9 +20,9 @@ mod format;
 pub mod import;
 mod query;
 pub mod source;
+mod stats;
 #[cfg(feature = "fs")]
 pub mod store;
-mod stats;
 mod survey;
 mod table;
 mod weights;
