@@ -168,6 +168,11 @@ test('history re-runs a query; the portal shows the API reference, keys and usag
   assert.equal(await billed(), before + 2, 'each app query billed once, and counted in Usage');
   await page.getByRole('link', { name: 'API keys' }).click();
   await page.getByRole('button', { name: 'Create key' }).waitFor();
+  // Both ways to call the API, with this server's address in the examples.
+  const calling = page.locator('#calling-the-api');
+  await calling.getByText(`${server.origin}/v1/oauth/token`).first().waitFor();
+  assert.match(await calling.innerText(), /Service-Engine-Authorizer: Bearer \$JWT/);
+  assert.match(await calling.innerText(), /grant-type:saml2-bearer/);
   await page.screenshot({ path: join(artifacts, 'keys.png'), fullPage: true });
   await context.close();
 });
