@@ -902,3 +902,88 @@ async fn sso_on_postgres() {
     );
     assert!(identity_providers::remove(&fx.db, &name).await.unwrap());
 }
+
+#[test]
+fn the_cli_trusts_a_saml_idp_by_its_metadata_and_a_running_server_exchanges_its_assertions() {
+    use super::saml::{idp_assertions, IdpParams};
+
+    let temp = tempfile::tempdir().unwrap();
+    let (data, _key) = super::support::small_data_dir(temp.path());
+    let public_url = "https://crosstab.example.com";
+    let server = Server::start(&data, &["--public-url", public_url]);
+    let signed = idp_assertions(&IdpParams {
+        entity_id: "https://idp.corp.test/saml",
+        audience: public_url,
+        subject: "ada@example.org",
+        account: "acme",
+        now: chrono::Utc::now().timestamp(),
+        lifetime: 300,
+    });
+    let metadata = temp.path().join("idp.xml");
+    std::fs::write(&metadata, &signed.metadata).unwrap();
+    let not_metadata = temp.path().join("not.xml");
+    std::fs::write(&not_metadata, "<html/>").unwrap();
+    let add = |file: &std::path::Path| {
+        cli_output(
+            &data,
+            &[
+                "sso",
+                "add-saml",
+                "--name",
+                "corp-saml",
+                "--metadata",
+                file.to_str().unwrap(),
+                "--account-attribute",
+                "account",
+            ],
+        )
+    };
+    assert!(!add(&not_metadata).status.success(), "not metadata");
+    let added = add(&metadata);
+    assert!(
+        added.status.success(),
+        "{}",
+        String::from_utf8_lossy(&added.stderr)
+    );
+    let list = cli(&data, &["sso", "list"]);
+    assert!(
+        list.contains(
+            "corp-saml\tsaml\thttps://idp.corp.test/saml\t(public URL)\tnamed by account"
+        ),
+        "{list}"
+    );
+
+    let client = reqwest::blocking::Client::new();
+    let assertion = URL_SAFE_NO_PAD.encode(&signed.assertions["valid"]);
+    let exchange = || {
+        client
+            .post(server.url("/v1/oauth/token"))
+            .form(&[("grant_type", SAML2_BEARER), ("assertion", &assertion)])
+            .send()
+            .unwrap()
+    };
+    let first = exchange();
+    assert_eq!(first.status(), 200);
+    let token = first.json::<Value>().unwrap()["access_token"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(exchange().status(), 400, "a replay");
+    let answer = client
+        .post(server.url("/v1/crosstab"))
+        .header("Service-Engine-Authorizer", format!("Bearer {token}"))
+        .header("content-type", "application/json")
+        .body(
+            json!({"SurveyCode": "SMALL", "PopulationBaseCode": "ALL", "TargetCodes": ["WOMEN"]})
+                .to_string(),
+        )
+        .send()
+        .unwrap();
+    assert_eq!(answer.status(), 200);
+    let usage = cli(&data, &["usage", "--format", "csv"]);
+    assert!(
+        usage.contains("acme,,,,corp-saml,ada@example.org,SMALL,1,"),
+        "{usage}"
+    );
+    server.stop();
+}
