@@ -142,6 +142,8 @@ fn crosstab_options() {}
                     ("X-Request-Id" = String, description = "Identifier of this request"))),
         (status = 400, description = "RFC 6749 error: invalid_request (a parameter missing, repeated or malformed, or a body that is not form-encoded), unsupported_grant_type, or invalid_grant (the assertion is not accepted; why is logged, never told). Not billed.", body = OAuthError,
             headers(("Cache-Control" = String, description = "no-store"))),
+        (status = 429, description = "rate_limited (the contract's envelope): too many refused assertions or bad credentials from this address. Retry after the Retry-After header's seconds.", body = ErrorEnvelope,
+            headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),
         (status = 500, description = "internal_error (the contract's envelope). Retry with exponential backoff.", body = ErrorEnvelope),
     )
 )]

@@ -1,6 +1,8 @@
 //! `POST /v1/oauth/token`: the token endpoint (RFC 6749 §4.5 extension grants, form-
 //! encoded in, RFC 6749 §5.1/§5.2 JSON out, never cached). The rules are
-//! [`crate::service::sso::exchange`]'s; nothing here is billed.
+//! [`crate::service::sso::exchange`]'s; nothing here is billed. A refused assertion
+//! counts as a failed authentication of the client's address, paced as bad keys are
+//! (429 past the pace).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -14,11 +16,16 @@ use crosstab_contract::oauth::{
     OAuthError, OAuthErrorCode, TokenResponse, MAX_TOKEN_REQUEST_BYTES,
 };
 
+use super::extract::ClientAddress;
 use super::HttpState;
 use crate::service::sso::exchange::GrantError;
 
 /// `POST /v1/oauth/token`.
-pub async fn token(State(state): State<Arc<HttpState>>, request: Request) -> Response {
+pub async fn token(
+    State(state): State<Arc<HttpState>>,
+    ClientAddress(address): ClientAddress,
+    request: Request,
+) -> Response {
     let (parts, body) = request.into_parts();
     if !is_form(&parts.headers) {
         return invalid_request("the body must be application/x-www-form-urlencoded");
@@ -45,7 +52,14 @@ pub async fn token(State(state): State<Arc<HttpState>>, request: Request) -> Res
         }
         Err(GrantError::InvalidGrant(reason)) => {
             tracing::info!(%reason, "token exchange refused");
-            oauth_error(OAuthErrorCode::InvalidGrant, None)
+            match state.services.limits.auth_failed(address) {
+                Some(retry_after_s) => {
+                    super::api_error_response(&crosstab_contract::ApiError::RateLimited {
+                        retry_after_s,
+                    })
+                }
+                None => oauth_error(OAuthErrorCode::InvalidGrant, None),
+            }
         }
         Err(fault @ (GrantError::Store(_) | GrantError::Signing(_))) => {
             super::error::fault(fault.to_string())

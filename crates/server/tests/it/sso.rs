@@ -987,3 +987,35 @@ fn the_cli_trusts_a_saml_idp_by_its_metadata_and_a_running_server_exchanges_its_
     );
     server.stop();
 }
+
+#[test]
+fn refused_exchanges_are_paced_per_address_like_bad_keys() {
+    let temp = tempfile::tempdir().unwrap();
+    let (data, _key) = super::support::small_data_dir(temp.path());
+    let server = Server::start(&data, &["--failed-auth-per-minute", "3"]);
+    let client = reqwest::blocking::Client::new();
+    let statuses: Vec<u16> = (0..6)
+        .map(|_| {
+            client
+                .post(server.url("/v1/oauth/token"))
+                .form(&[("grant_type", JWT_BEARER), ("assertion", "not.a.jwt")])
+                .send()
+                .unwrap()
+                .status()
+                .as_u16()
+        })
+        .collect();
+    assert_eq!(statuses[0], 400, "{statuses:?}");
+    assert_eq!(*statuses.last().unwrap(), 429, "{statuses:?}");
+    // The same pace as bad keys: a bad key from this address is now 429 too.
+    let bad_key = client
+        .post(server.url("/v1/crosstab"))
+        .header("Service-Engine-Authorizer", "Bearer not.a.jwt")
+        .header("content-type", "application/json")
+        .body("{}")
+        .send()
+        .unwrap();
+    assert_eq!(bad_key.status(), 429);
+    assert!(bad_key.headers().contains_key("retry-after"));
+    server.stop();
+}
