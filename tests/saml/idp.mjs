@@ -204,6 +204,10 @@ const cases = {
   not_yet_valid: sign(assertion({ NotBefore: iso(now + lifetime) })),
   wrong_audience: sign(assertion({ Audience: 'https://elsewhere.test' })),
   wrong_issuer: sign(assertion({ Issuer: 'https://other-idp.test/saml' })),
+  unknown_condition: sign(assertion().replace(
+    '</saml:AudienceRestriction>',
+    '</saml:AudienceRestriction><saml:Condition xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance" xmlns:x="urn:example:conditions" xsi:type="x:OnlyOnTuesdays"/>',
+  )),
   not_bearer: sign(assertion({ Method: 'urn:oasis:names:tc:SAML:2.0:cm:holder-of-key' })),
   no_name_id: sign(assertion({ NameID: null })),
 };

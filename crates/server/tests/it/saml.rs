@@ -7,8 +7,8 @@
 //! `valid_response`, `valid_response_both_signed`, `comment_in_name_id`, `unsigned`,
 //! `response_signed_only`, `tampered`, `wrapped_*`, `resigned`, `sha1`,
 //! `hmac_with_certificate`, `expired`, `confirmation_expired`, `not_yet_valid`,
-//! `wrong_audience`, `wrong_issuer`, `not_bearer`, `no_name_id`). Needs node and `npm ci` in
-//! `tests/saml` (scripts/setup); fails without.
+//! `wrong_audience`, `wrong_issuer`, `unknown_condition`, `not_bearer`, `no_name_id`).
+//! Needs node and `npm ci` in `tests/saml` (scripts/setup); fails without.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -280,6 +280,10 @@ fn lapsed_and_misdirected_assertions_are_refused() {
         Err(SamlError::WrongIssuer { found, .. }) if found == "https://other-idp.test/saml"
     ));
     assert!(matches!(outcome("not_bearer"), Err(SamlError::NotBearer)));
+    assert!(matches!(
+        outcome("unknown_condition"),
+        Err(SamlError::Invalid(message)) if message.contains("Condition")
+    ));
     assert!(matches!(outcome("no_name_id"), Err(SamlError::NoSubject)));
     assert!(matches!(
         verify_assertion(case("valid"), &idp(), "https://elsewhere.test", signed().1),

@@ -209,13 +209,17 @@ impl Shape {
     }
 }
 
-/// No two elements share an `ID`, so a reference resolves to one element only.
+/// No two elements share an id, so a reference resolves to one element only. Every
+/// attribute a resolver might take for an id counts (`ID`, `Id`, `id`, `xml:id`).
 fn unique_ids(document: &Document<'_>) -> Result<(), SamlError> {
     let mut seen = HashSet::new();
-    for id in document
-        .descendants()
-        .filter_map(|node| node.attribute("ID"))
-    {
+    let ids = document.descendants().flat_map(|node| {
+        node.attributes()
+            .filter(|attribute| attribute.name().eq_ignore_ascii_case("id"))
+            .map(|attribute| attribute.value())
+            .collect::<Vec<_>>()
+    });
+    for id in ids {
         if !seen.insert(id) {
             return Err(SamlError::Wrapped(format!("the ID {id:?} is used twice")));
         }
@@ -295,6 +299,19 @@ mod tests {
             r#"<saml:Assertion xmlns:saml="{SAML}" ID="_a" Version="2.0"><saml:Issuer>x</saml:Issuer></saml:Assertion>"#
         );
         assert!(matches!(Shape::of(&unsigned), Err(SamlError::Unsigned)));
+    }
+
+    #[test]
+    fn an_id_used_twice_in_any_spelling_is_wrapping() {
+        for twice in [r#"ID="_a""#, r#"xml:id="_a""#, r#"Id="_a""#] {
+            let document = format!(
+                r#"<saml:Assertion xmlns:saml="{SAML}" ID="_a" Version="2.0"><saml:Issuer {twice}>x</saml:Issuer></saml:Assertion>"#
+            );
+            assert!(
+                matches!(Shape::of(&document), Err(SamlError::Wrapped(_))),
+                "{twice}"
+            );
+        }
     }
 
     #[test]

@@ -49,6 +49,19 @@ pub(super) fn read(
 
     let conditions = only_child(assertion, SAML, "Conditions")
         .ok_or_else(|| SamlError::Invalid("the assertion has no single Conditions".to_owned()))?;
+    // A condition not understood makes the assertion's validity indeterminate (SAML core
+    // §2.5.1.1): refused. OneTimeUse holds anyway (the caller refuses replays).
+    if let Some(unknown) = conditions.children().find(|child| {
+        child.is_element()
+            && !is(child, SAML, "AudienceRestriction")
+            && !is(child, SAML, "OneTimeUse")
+            && !is(child, SAML, "ProxyRestriction")
+    }) {
+        return Err(SamlError::Invalid(format!(
+            "a condition not understood: {:?}",
+            unknown.tag_name().name()
+        )));
+    }
     let window = Window::of(conditions)?;
     window.check("Conditions", now)?;
     let restrictions: Vec<_> = children(conditions, SAML, "AudienceRestriction").collect();
