@@ -10,7 +10,7 @@ use crosstab_contract::{validate_value, ApiError};
 use crosstab_engine::store::SurveyStore;
 use crosstab_engine::{import, ImportError, LoadError, MemoryBudget};
 
-use crate::clock::now_ms;
+use crate::clock::{now_ms, SystemClock};
 use crate::grants::GrantSpec;
 use crate::http::listener::Limits;
 use crate::keys::KeyEnv;
@@ -18,6 +18,7 @@ use crate::report::{self, Format};
 use crate::serve::{self, ServeError, ServeOptions};
 use crate::service::cache::{ResponseCache, DEFAULT_ENTRIES};
 use crate::service::limits::AddressLimits;
+use crate::service::sso::jwks::KeySets;
 use crate::service::sso::saml::SamlIdp;
 use crate::service::sso::signing;
 use crate::service::Settings;
@@ -956,7 +957,16 @@ async fn sso(command: SsoCommand) -> Result<(), CliError> {
                 metadata: None,
                 created_at: now_ms(),
             };
-            add_idp(&store, &idp).await
+            add_idp(&store, &idp).await?;
+            // A mistyped issuer shows now, not at the first token.
+            let keys = KeySets::new(std::sync::Arc::new(SystemClock));
+            match keys.refresh(&idp.issuer).await {
+                Ok(count) => eprintln!("{count} signing keys found through its discovery document"),
+                Err(error) => eprintln!(
+                    "warning: its signing keys were not fetched now ({error}); servers try again when a token needs them"
+                ),
+            }
+            Ok(())
         }
         SsoCommand::AddSaml {
             name,

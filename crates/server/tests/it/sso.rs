@@ -665,7 +665,7 @@ fn the_cli_configures_providers_that_a_running_server_follows() {
         ],
     );
     assert!(!refused.status.success());
-    cli(
+    let added = cli_output(
         &data,
         &[
             "sso",
@@ -678,6 +678,9 @@ fn the_cli_configures_providers_that_a_running_server_follows() {
             "acme",
         ],
     );
+    let said = String::from_utf8_lossy(&added.stderr);
+    assert!(added.status.success(), "{said}");
+    assert!(said.contains("3 signing keys found"), "{said}");
     let again = cli_output(
         &data,
         &[
