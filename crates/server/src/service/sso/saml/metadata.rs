@@ -7,6 +7,9 @@ use openssl::x509::X509;
 use super::document::{self, children, is, DSIG, MD};
 use super::SamlError;
 
+/// The protocol an identity provider must support.
+const SAML2: &str = "urn:oasis:names:tc:SAML:2.0:protocol";
+
 /// The largest metadata document read (aggregates of many IdPs are not accepted anyway).
 const MAX_METADATA_BYTES: usize = 1024 * 1024;
 
@@ -38,10 +41,18 @@ impl SamlIdp {
             .attribute("entityID")
             .filter(|id| !id.trim().is_empty())
             .ok_or_else(|| SamlError::Metadata("the entity has no entityID".to_owned()))?;
-        let descriptors: Vec<_> = children(root, MD, "IDPSSODescriptor").collect();
+        let descriptors: Vec<_> = children(root, MD, "IDPSSODescriptor")
+            .filter(|descriptor| {
+                descriptor
+                    .attribute("protocolSupportEnumeration")
+                    .is_some_and(|protocols| protocols.split_ascii_whitespace().any(|p| p == SAML2))
+            })
+            .collect();
         if descriptors.is_empty() {
             return Err(SamlError::Metadata(
-                "the entity is not an identity provider (no IDPSSODescriptor)".to_owned(),
+                "the entity is not a SAML 2.0 identity provider (no IDPSSODescriptor for the \
+                 SAML 2.0 protocol)"
+                    .to_owned(),
             ));
         }
         let mut certificates = Vec::new();
@@ -165,9 +176,13 @@ pub(super) mod tests {
         let not_a_certificate = metadata(&key(r#"use="signing""#, "bm90IGEgY2VydGlmaWNhdGU="));
         let not_base64 = metadata(&key(r#"use="signing""#, "***"));
         let sp = metadata("").replace("IDPSSODescriptor", "SPSSODescriptor");
+        let saml1 = metadata(&key("", CERTIFICATE)).replace(
+            "urn:oasis:names:tc:SAML:2.0:protocol",
+            "urn:oasis:names:tc:SAML:1.1:protocol",
+        );
         let no_entity_id =
             metadata(&key("", CERTIFICATE)).replace(r#"entityID="https://idp.example/saml""#, "");
-        for bad in [not_a_certificate, not_base64, sp, no_entity_id] {
+        for bad in [not_a_certificate, not_base64, sp, saml1, no_entity_id] {
             assert!(
                 matches!(SamlIdp::from_metadata(&bad), Err(SamlError::Metadata(_))),
                 "{bad}"
