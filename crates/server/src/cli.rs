@@ -1025,7 +1025,7 @@ async fn sso(command: SsoCommand) -> Result<(), CliError> {
             }
         }
         SsoCommand::RotateKey { store } => {
-            let key = signing::generate(now_ms()).map_err(CliError::Usage)?;
+            let key = signing::generate(now_ms());
             let db = store.connect().await?;
             signing_keys::rotate(&db, &key).await?;
             db.close().await;

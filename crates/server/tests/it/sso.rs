@@ -500,7 +500,7 @@ async fn a_providers_jwt_is_exchanged_for_a_token_of_this_server_that_is_billed_
 
     // Rotating this server's key: the old token still works, new ones use the new key.
     let old_kid = kid_of(&token);
-    let key = crosstab_server::service::sso::signing::generate(fx.now()).unwrap();
+    let key = crosstab_server::service::sso::signing::generate(fx.now());
     signing_keys::rotate(&fx.db, &key).await.unwrap();
     let (response, _) = fx.post(Some(&bearer(&token)), &query()).await;
     assert_eq!(response.status(), 200);

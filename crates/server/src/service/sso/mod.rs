@@ -159,8 +159,7 @@ impl Sso {
     pub async fn prepare(&self) -> Result<(), DbError> {
         let registry = self.registry().await?;
         if !registry.own.can_sign() {
-            let key = signing::generate(self.clock.now_ms())
-                .map_err(|_| DbError::Corrupt("a new signing key"))?;
+            let key = signing::generate(self.clock.now_ms());
             if signing_keys::insert_first(&self.db, &key).await? {
                 tracing::info!(kid = %key.kid, "token-signing key made");
             }

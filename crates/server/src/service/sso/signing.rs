@@ -7,7 +7,6 @@ use std::collections::HashMap;
 
 use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
 use base64::Engine as _;
-use ed25519_dalek::pkcs8::EncodePrivateKey;
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header};
 use rand::RngCore;
 use sha2::{Digest, Sha256};
@@ -16,24 +15,29 @@ use super::jwks::VerifyingKey;
 use crate::store::signing_keys::StoredKey;
 use crate::store::DbError;
 
+/// The PKCS#8 (RFC 8410) encoding of an Ed25519 private key, up to its 32-byte seed.
+const PKCS8_ED25519_PREFIX: [u8; 16] = [
+    0x30, 0x2e, 0x02, 0x01, 0x00, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x04, 0x22, 0x04, 0x20,
+];
+
 /// A new signing key made at `now_ms`.
-pub fn generate(now_ms: i64) -> Result<StoredKey, String> {
+pub fn generate(now_ms: i64) -> StoredKey {
     let mut seed = [0u8; 32];
     rand::rngs::OsRng.fill_bytes(&mut seed);
-    let signing = ed25519_dalek::SigningKey::from_bytes(&seed);
-    let der = signing
-        .to_pkcs8_der()
-        .map_err(|error| format!("signing key not encoded: {error}"))?;
-    let public = signing.verifying_key().to_bytes();
+    let public = ed25519_dalek::SigningKey::from_bytes(&seed)
+        .verifying_key()
+        .to_bytes();
+    let mut der = PKCS8_ED25519_PREFIX.to_vec();
+    der.extend_from_slice(&seed);
     // The id names the public key: the same key never gets two ids.
     let kid = URL_SAFE_NO_PAD.encode(&Sha256::digest(public)[..12]);
-    Ok(StoredKey {
+    StoredKey {
         kid,
-        private_key: STANDARD.encode(der.as_bytes()),
+        private_key: STANDARD.encode(der),
         public_key: URL_SAFE_NO_PAD.encode(public),
         created_at: now_ms,
         retired_at: None,
-    })
+    }
 }
 
 /// The keys of the database: the one that signs, and every one that verifies.
@@ -98,5 +102,31 @@ impl OwnKeys {
         header.kid = Some(kid.clone());
         header.typ = Some("at+jwt".to_owned());
         Some(jsonwebtoken::encode(&header, claims, key))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_generated_key_signs_what_its_public_half_verifies() {
+        let stored = generate(0);
+        let keys = OwnKeys::from_stored(std::slice::from_ref(&stored)).unwrap();
+        let claims = serde_json::json!({"sub": "s", "exp": 1});
+        let token = keys.sign(&claims).unwrap().unwrap();
+        let key = keys.key(&stored.kid).unwrap();
+        let mut validation = jsonwebtoken::Validation::new(Algorithm::EdDSA);
+        validation.validate_exp = false;
+        let decoded =
+            jsonwebtoken::decode::<serde_json::Value>(&token, &key.key, &validation).unwrap();
+        assert_eq!(decoded.claims, claims);
+        // Another key's half does not.
+        let other = OwnKeys::from_stored(&[generate(0)]).unwrap();
+        let other_kid = other.verifying.keys().next().unwrap().clone();
+        let other_key = other.key(&other_kid).unwrap();
+        assert!(
+            jsonwebtoken::decode::<serde_json::Value>(&token, &other_key.key, &validation).is_err()
+        );
     }
 }
