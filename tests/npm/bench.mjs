@@ -1,7 +1,9 @@
 // Speed of the npm package in Node, with the native engine measured in the same run:
 //   validateRequest on a typical request (target: under 5 µs per call), and
 //   Survey.crosstab of one target on the 50,000-respondent demo survey (target: within
-//   3x of native). Run by scripts/bench-npm.sh after scripts/build-npm.sh.
+//   3x of native), and Survey.table of 20 rows x 10 columns with every figure on the same
+//   survey (the workbench's local mode; target: well under 300 ms), each against native.
+//   Run by scripts/bench-npm.sh after scripts/build-npm.sh.
 // Usage: node tests/npm/bench.mjs [--json]
 
 import fs from "node:fs";
@@ -66,6 +68,32 @@ for (const [label, target] of [
   const same = jsonMatches(nat.response.Results, survey.crosstab(request).Results);
   rows.push({ label, nodeUs, nativeEngineUs: nat.engineUs, nativeValidateAndEngineUs: nat.validateAndEngineUs, ratio: nodeUs / nat.validateAndEngineUs, engineRatio: nodeUs / nat.engineUs, same });
 }
+
+// The workbench's 20 x 10 table (as crates/engine/examples/table_timing.rs asks it).
+const flags = survey.codebook().variables.filter((v) => v.name.startsWith("P_")).slice(0, 20);
+const tableRequest = {
+  populationBase: "ADULTS",
+  rows: flags.map((v) => ({ expression: `${v.name} = 1` })),
+  columns: ["REGION = 1", "REGION = 2", "REGION = 3", "REGION = 4", "GENDER = 1", "GENDER = 2", "AGE BETWEEN 18 AND 34", "AGE BETWEEN 35 AND 54", "AGE >= 55", "SMOKER = 1"].map((expression) => ({ expression })),
+};
+const tableFile = path.join(dir, "table.json");
+fs.writeFileSync(tableFile, JSON.stringify(tableRequest));
+const tableTimes = [];
+let nodeTable;
+for (let i = 0; i < 30; i++) {
+  const start = process.hrtime.bigint();
+  nodeTable = survey.table(tableRequest);
+  tableTimes.push(Number(process.hrtime.bigint() - start) / 1e6);
+}
+tableTimes.sort((a, b) => a - b);
+const nativeTable = native(["table-bench", compiled, tableFile, "30"]);
+const table = {
+  rows: tableRequest.rows.length,
+  columns: tableRequest.columns.length,
+  nodeMs: tableTimes[tableTimes.length >> 1],
+  nativeMs: nativeTable.tableMs,
+  same: jsonMatches(nativeTable.table, nodeTable),
+};
 survey.free();
 fs.rmSync(dir, { recursive: true, force: true });
 
@@ -74,6 +102,7 @@ const result = {
   validateRequestUs: validateUs,
   validatorEntryValidateRequestUs: validatorUs,
   crosstab: rows,
+  table,
   sink,
 };
 if (process.argv.includes("--json")) {

@@ -17,7 +17,12 @@ import {
   type CrosstabResult,
   type ErrorEnvelope,
   type ParsedResponse,
+  type Significance,
+  type Table,
+  type TableCell,
+  type TableRequest,
   type Totals,
+  type UnstableReason,
   type Validation,
 } from "crosstab-wasm";
 import { validateRequest as validateOnly, type Validation as ValidatorValidation } from "crosstab-wasm/validator";
@@ -84,6 +89,23 @@ const version: string = contractVersion();
 const docs: Record<string, any> = openapi();
 const fromBytes: Survey = Survey.fromCompiled(new Uint8Array(8));
 void [bases, stbl, absolute, version, docs, fromBytes];
+
+// Tables: the contract's own types; `survey` may be left out in the page.
+const tableRequest: TableRequest = {
+  populationBase: "ADULTS",
+  group: "1",
+  rows: [{ expression: "F2554", label: "Women 25-54 · F2554" }],
+  columns: [{ expression: "REGION = 1" }],
+};
+const table: Table = survey.table(tableRequest);
+const cell: TableCell = table.cells[0][0];
+const vertical: number | null = cell.verticalPct;
+const reasons: UnstableReason[] = cell.unstableReasons;
+const verdict: Significance | null = cell.significance;
+const cellStability: 0 | 1 = cell.stability;
+const billed: number = table.billedCalls;
+const unknownRow: boolean = table.rows[0].unknown;
+void [vertical, reasons, verdict, cellStability, billed, unknownRow, table.total.ciLow, table.rowTotals, table.columnTotals];
 
 try {
   survey.crosstab({ nonsense: true });

@@ -303,6 +303,7 @@ pub struct Table {
     /// The `PopulationBaseCode`.
     pub population_base: String,
     /// The group stayed within, as requested (`null`: every group).
+    #[cfg_attr(feature = "ts", tsify(type = "string | null"))]
     pub group: Option<String>,
     /// The rows, as requested and in order (the Total row is [`Table::column_totals`]).
     pub rows: Vec<TableHeader>,
@@ -380,15 +381,19 @@ pub struct TableCell {
     pub wgt_aud: f64,
     /// Share of the column, in percent: `weight / column total's weight × 100`; `null`
     /// when the column's weight is 0. On the Total column, the share of the base.
+    #[cfg_attr(feature = "ts", tsify(type = "number | null"))]
     pub vertical_pct: Option<f64>,
     /// Share of the row, in percent: `weight / row total's weight × 100`; `null` when the
     /// row's weight is 0. On the Total row, the share of the base.
+    #[cfg_attr(feature = "ts", tsify(type = "number | null"))]
     pub horizontal_pct: Option<f64>,
     /// `verticalPct ÷ (row total's weight / base weight × 100) × 100`: 100 is the
     /// base's own rate; `null` when either share is undefined or the row is empty.
+    #[cfg_attr(feature = "ts", tsify(type = "number | null"))]
     pub index: Option<f64>,
     /// Effective sample size `(Σ w_i y_i)² / Σ w_i² y_i`; `null` when `weightSquared`
     /// is 0.
+    #[cfg_attr(feature = "ts", tsify(type = "number | null"))]
     pub effective_n: Option<f64>,
     /// Standard error of `T`, absolute: `√(n/(n−1) · Σ (z_i − z̄)²)` with `z_i = w_i y_i`,
     /// that is `√(n/(n−1) · (weightSquared − T²/n))`; 0 when `n < 2`.
@@ -399,6 +404,7 @@ pub struct TableCell {
     /// Upper end of the 95% confidence interval, `T + 1.959963984540054 · SE`.
     pub ci_high: f64,
     /// Relative standard error `SE / T`; `null` when `T` is 0.
+    #[cfg_attr(feature = "ts", tsify(type = "number | null"))]
     pub relative_standard_error: Option<f64>,
     /// `1` (unstable) when there is any `unstableReasons`, else `0`. Note that `/v1`'s
     /// `Stbl` only knows the respondents' rule.
@@ -410,6 +416,7 @@ pub struct TableCell {
     /// row's share of this column differs from its share of the rest of the base.
     /// `null` when not significant or not testable, and always on the Total column and
     /// the Total row.
+    #[cfg_attr(feature = "ts", tsify(type = "Significance | null"))]
     pub significance: Option<Significance>,
 }
 

@@ -1,0 +1,89 @@
+// Tables: Survey.table in Node (WASM) gives exactly the native engine's tables (every
+// figure compared with ===, through the same JSON), and its refusals are the server's.
+
+import assert from "node:assert/strict";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import test from "node:test";
+
+import { native, requirePackage } from "./helpers.mjs";
+
+/** A JS `survey.table` call as `{status, body}`, the way the server would answer. */
+function table(survey, request) {
+  try {
+    return { status: 200, body: survey.table(request) };
+  } catch (error) {
+    if (typeof error?.status !== "number") throw error;
+    return { status: error.status, body: error.body };
+  }
+}
+
+const axis = (expression, label) => (label === undefined ? { expression } : { expression, label });
+
+test("demo survey (20,000 respondents): tables in Node equal the native engine's, figure for figure", () => {
+  const { Survey } = requirePackage();
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "crosstab-table-"));
+  native(["demo", dir, "20000"]);
+  const tomlPath = path.join(dir, "survey.toml");
+  const csvPath = path.join(dir, "respondents.csv");
+  const survey = Survey.fromCsv(fs.readFileSync(tomlPath, "utf8"), fs.readFileSync(csvPath, "utf8"));
+  const codebook = survey.codebook();
+  const region = codebook.variables.find((v) => v.name === "REGION");
+  const banner = [
+    ...region.values.map((v) => axis(`REGION = ${v.value}`, `${v.label} · REGION = ${v.value}`)),
+    axis("GENDER = 2", "Female"),
+    axis("AGE >= 55"),
+  ];
+  const codes = codebook.codes.map((c) => axis(c.code, `${c.label} · ${c.code}`));
+  const flags = codebook.variables.filter((v) => v.name.startsWith("P_")).slice(0, 8).map((v) => axis(`${v.name} = 1`));
+  const requests = [
+    { survey: codebook.code, populationBase: "ADULTS", rows: codes, columns: banner },
+    { populationBase: "WOMEN", group: "1", rows: [...flags, axis("NOSUCH = 1")], columns: banner },
+    { survey: "IGNORED", populationBase: "A18_34", group: "_ALL_", rows: flags, columns: [axis("SMOKER = 1"), axis("*")] },
+    { populationBase: "ADULTS", rows: [], columns: banner },
+    { populationBase: "ADULTS", rows: [axis("GENDER = ")], columns: banner },
+    { populationBase: "NOSUCHBASE", rows: codes, columns: banner },
+    { populationBase: "ADULTS", group: "NOSUCHGROUP", rows: codes, columns: banner },
+    { populationBase: "ADULTS", rows: "not a list", columns: banner },
+  ];
+  fs.writeFileSync(path.join(dir, "requests.json"), JSON.stringify(requests));
+  const nat = native(["table", tomlPath, csvPath, path.join(dir, "requests.json")]);
+  const js = requests.map((request) => table(survey, request));
+  // A body that is no table request is refused naming where its text goes wrong; the
+  // native helper re-serializes the request (members sorted), so only that place differs.
+  const placeless = (answers) => JSON.parse(JSON.stringify(answers).replace(/ at line \d+ column \d+/g, ""));
+  assert.deepEqual(placeless(js), placeless(nat));
+  assert.deepEqual(
+    js.map((answer) => answer.status),
+    [200, 200, 200, 400, 400, 400, 403, 400],
+  );
+  assert.equal(js[3].body.error.field, "rows");
+  assert.equal(js[4].body.error.field, "rows");
+  assert.equal(js[5].body.error.code, "invalid_population_base");
+
+  const [first, second] = [js[0].body, js[1].body];
+  assert.equal(first.survey, codebook.code);
+  assert.equal(first.billedCalls, 0, "computed in the page, nothing billed");
+  assert.equal(first.cells.length, codes.length);
+  assert.equal(first.cells[0].length, banner.length);
+  assert.equal(first.rows[0].label, codes[0].label);
+  assert.equal(second.rows.at(-1).unknown, true);
+  assert.ok(second.cells.at(-1).every((cell) => cell.weight === 0 && cell.resps === 0));
+  // A cell is what /v1 answers for (row) AND (column).
+  const v1 = survey.crosstab({
+    SurveyCode: codebook.code,
+    PopulationBaseCode: "ADULTS",
+    TargetCodes: [`(${codes[2].expression}) AND (${banner[1].expression})`],
+  }).Results[0];
+  assert.equal(first.cells[2][1].wgtAud, v1.WgtAud);
+  assert.equal(first.cells[2][1].resps, v1.Resps);
+  // The figures the comparison covered include both verdicts and both reasons.
+  const cells = [first, second].flatMap((t) => t.cells.flat());
+  const verdicts = new Set(cells.map((cell) => cell.significance));
+  assert.ok(verdicts.has("higher") && verdicts.has("lower") && verdicts.has(null), [...verdicts].join());
+  const reasons = new Set(cells.flatMap((cell) => cell.unstableReasons));
+  assert.deepEqual([...reasons].sort(), ["highRse", "lowRespondents"]);
+  survey.free();
+  fs.rmSync(dir, { recursive: true, force: true });
+});
