@@ -1,0 +1,175 @@
+#!/usr/bin/env python3
+"""Cross-checks the engine's table statistics against Python's survey-statistics packages.
+
+The native helper (target/npm/native_crosstab, built by scripts/build-npm.sh) writes the
+20,000-respondent demo survey and computes tables from it, exactly as `Survey.table` does;
+this script recomputes every cell from the respondent CSV with pandas and compares:
+
+- the weighted total and its standard error with samplics' `TaylorEstimator(total)` for a
+  design with weights only (each respondent its own PSU, with replacement: R's
+  `survey::svytotal(~y, svydesign(ids = ~1, weights = ~w))`), the 95% interval as
+  T ± qnorm(0.975)·SE (scipy), the RSE, Σw², n_eff, respondents, the percentages and index;
+- the column test with statsmodels' `proportions_ztest` (pooled two-proportion z-test) on
+  effective sample sizes, the column against the rest of the base.
+
+Everything to 1e-9 relative. R itself is not installable here (CRAN is unreachable).
+Usage: check-table-stats.py [NATIVE_HELPER]   (run with the venv scripts/setup makes:
+~/.cache/crosstab-stats-venv/bin/python, numpy pandas scipy statsmodels samplics)
+"""
+
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import warnings
+
+warnings.filterwarnings("ignore")
+
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+from samplics import PopParam, TaylorEstimator  # noqa: E402
+from scipy.stats import norm  # noqa: E402
+from statsmodels.stats.proportion import proportions_ztest  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+NATIVE = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "target/npm/native_crosstab")
+RELATIVE = 1e-9
+Z = norm.ppf(0.975)
+
+
+def mask(data, expression):
+    """The respondents an expression of the forms used here selects (missing: none)."""
+    if expression == "*":
+        return pd.Series(True, index=data.index)
+    if m := re.fullmatch(r"(\w+) BETWEEN (\S+) AND (\S+)", expression):
+        column = data[m[1]]
+        return (column >= float(m[2])) & (column <= float(m[3]))
+    if m := re.fullmatch(r"(\w+) (=|>=|<=) (\S+)", expression):
+        column, value = data[m[1]], float(m[3])
+        return {"=": column == value, ">=": column >= value, "<=": column <= value}[m[2]]
+    raise ValueError(f"not an expression this check reads: {expression}")
+
+
+def close(what, got, expected):
+    if expected is None or got is None:
+        assert got is None and expected is None, f"{what}: got {got}, expected {expected}"
+        return
+    scale = max(abs(got), abs(expected))
+    assert abs(got - expected) <= RELATIVE * scale, f"{what}: got {got!r}, expected {expected!r}"
+
+
+def svytotal(y, w):
+    """Total and standard error of y over the design, by samplics (which divides by the
+    total, so an empty cell's 0 and 0 are written here)."""
+    if not y.any():
+        return 0.0, 0.0
+    estimator = TaylorEstimator(PopParam.total)
+    estimator.estimate(y=y.astype(float), samp_weight=w, remove_nan=False)
+    return float(estimator.point_est), float(estimator.stderror)
+
+
+def check_cell(what, got, y, w, row, column, base_weight, threshold):
+    total, se = svytotal(y, w)
+    members = y.astype(bool)
+    squares = float((w[members] ** 2).sum())
+    assert got["resps"] == int(members.sum()), what
+    close(f"{what} weight", got["weight"], total)
+    close(f"{what} weightSquared", got["weightSquared"], squares)
+    close(f"{what} effectiveN", got["effectiveN"], total**2 / squares if squares > 0 else None)
+    close(f"{what} standardError", got["standardError"], se)
+    close(f"{what} ciLow", got["ciLow"], total - Z * se)
+    close(f"{what} ciHigh", got["ciHigh"], total + Z * se)
+    rse = se / total if total != 0 else None
+    close(f"{what} relativeStandardError", got["relativeStandardError"], rse)
+    row_weight, column_weight = float(w[row].sum()), float(w[column].sum())
+    vertical = 100 * total / column_weight if column_weight > 0 else None
+    close(f"{what} verticalPct", got["verticalPct"], vertical)
+    close(f"{what} horizontalPct", got["horizontalPct"], 100 * total / row_weight if row_weight > 0 else None)
+    index = vertical / (100 * row_weight / base_weight) * 100 if vertical is not None and row_weight > 0 else None
+    close(f"{what} index", got["index"], index)
+    reasons = (["lowRespondents"] if members.sum() <= threshold else []) + (
+        ["highRse"] if rse is None or rse > 0.3 else []
+    )
+    assert got["unstableReasons"] == reasons, f"{what}: {got['unstableReasons']} vs {reasons}"
+
+
+def column_test(row, column, w):
+    """statsmodels' pooled z on effective sizes: the column against the rest of the base."""
+    inside, outside = column, ~column
+    sizes = []
+    shares = []
+    for side in (inside, outside):
+        weights = w[side]
+        if weights.sum() <= 0:
+            return None
+        sizes.append(weights.sum() ** 2 / (weights**2).sum())
+        shares.append(w[side & row].sum() / weights.sum())
+    if min(sizes) < 2:
+        return None
+    pooled = (sizes[0] * shares[0] + sizes[1] * shares[1]) / (sizes[0] + sizes[1])
+    if pooled <= 0 or pooled >= 1:
+        return None
+    z, _ = proportions_ztest([shares[0] * sizes[0], shares[1] * sizes[1]], sizes)
+    assert abs(abs(z) - Z) > 1e-6, f"z {z} too near the edge to decide"
+    return "higher" if z > Z else "lower" if z < -Z else None
+
+
+def main():
+    work = tempfile.mkdtemp(prefix="crosstab-table-stats-")
+    subprocess.run([NATIVE, "demo", work, "20000"], check=True, stdout=subprocess.DEVNULL)
+    data = pd.read_csv(os.path.join(work, "respondents.csv"))
+    flags = [c for c in data.columns if c.startswith("P_")][:8]
+    rows = [f"{flag} = 1" for flag in flags] + ["SMOKER = 1", "INCOME >= 5"]
+    columns = ["REGION = 1", "REGION = 2", "REGION = 3", "REGION = 4", "GENDER = 2",
+               "AGE BETWEEN 18 AND 34", "AGE >= 55", "*"]
+    designs = [("ADULTS", "*", None), ("WOMEN", "GENDER = 2", "3"), ("A18_34", "AGE BETWEEN 18 AND 34", None)]
+    requests = [
+        {"populationBase": base, "group": group,
+         "rows": [{"expression": r} for r in rows], "columns": [{"expression": c} for c in columns]}
+        for base, _, group in designs
+    ]
+    with open(os.path.join(work, "requests.json"), "w") as out:
+        json.dump(requests, out)
+    answers = json.loads(subprocess.run(
+        [NATIVE, "table", os.path.join(work, "survey.toml"), os.path.join(work, "respondents.csv"),
+         os.path.join(work, "requests.json")], check=True, capture_output=True, text=True).stdout)
+    figures = 0
+    verdicts = set()
+    for (base, base_expression, group), answer in zip(designs, answers):
+        assert answer["status"] == 200, answer
+        table = answer["body"]
+        design = mask(data, base_expression)
+        if group is not None:
+            design &= data["REGION"] == float(group)
+        sample = data[design]
+        w = sample["WEIGHT"].to_numpy(dtype=float)
+        base_weight = float(w.sum())
+        threshold = table["unstableMaxResps"]
+        everyone = np.ones(len(sample), dtype=bool)
+        row_masks = [mask(sample, r).to_numpy() for r in rows]
+        column_masks = [mask(sample, c).to_numpy() for c in columns]
+        for r, row in enumerate(row_masks):
+            for c, column in enumerate(column_masks):
+                what = f"{base}/{group} [{rows[r]}] x [{columns[c]}]"
+                cell = table["cells"][r][c]
+                check_cell(what, cell, row & column, w, row, column, base_weight, threshold)
+                expected = column_test(row, column, w)
+                assert cell["significance"] == expected, f"{what}: {cell['significance']} vs {expected}"
+                verdicts.add(expected)
+                figures += 1
+            check_cell(f"{base} [{rows[r]}] total", table["rowTotals"][r], row, w, row, everyone,
+                       base_weight, threshold)
+        for c, column in enumerate(column_masks):
+            check_cell(f"{base} total x [{columns[c]}]", table["columnTotals"][c], column, w,
+                       everyone, column, base_weight, threshold)
+        check_cell(f"{base} total", table["total"], everyone, w, everyone, everyone, base_weight, threshold)
+    assert {"higher", "lower", None} <= verdicts, verdicts
+    print(f"table statistics: {figures} cells of {len(designs)} tables (and their totals) agree with "
+          f"samplics (svytotal), statsmodels (proportions_ztest) and scipy to {RELATIVE:g} relative")
+
+
+if __name__ == "__main__":
+    main()
