@@ -21,6 +21,7 @@ import json
 import math
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -119,6 +120,13 @@ def column_test(row, column, w):
 
 def main():
     work = tempfile.mkdtemp(prefix="crosstab-table-stats-")
+    try:
+        check(work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def check(work):
     subprocess.run([NATIVE, "demo", work, "20000"], check=True, stdout=subprocess.DEVNULL)
     data = pd.read_csv(os.path.join(work, "respondents.csv"))
     flags = [c for c in data.columns if c.startswith("P_")][:8]

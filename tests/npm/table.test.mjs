@@ -21,9 +21,10 @@ function table(survey, request) {
 
 const axis = (expression, label) => (label === undefined ? { expression } : { expression, label });
 
-test("demo survey (20,000 respondents): tables in Node equal the native engine's, figure for figure", () => {
+test("demo survey (20,000 respondents): tables in Node equal the native engine's, figure for figure", (t) => {
   const { Survey } = requirePackage();
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), "crosstab-table-"));
+  t.after(() => fs.rmSync(dir, { recursive: true, force: true }));
   native(["demo", dir, "20000"]);
   const tomlPath = path.join(dir, "survey.toml");
   const csvPath = path.join(dir, "respondents.csv");
@@ -85,5 +86,4 @@ test("demo survey (20,000 respondents): tables in Node equal the native engine's
   const reasons = new Set(cells.flatMap((cell) => cell.unstableReasons));
   assert.deepEqual([...reasons].sort(), ["highRse", "lowRespondents"]);
   survey.free();
-  fs.rmSync(dir, { recursive: true, force: true });
 });
