@@ -118,4 +118,7 @@ if (process.argv.includes("--json")) {
       `  ${r.label.padEnd(18)} Node ${f(r.nodeUs)} µs | native validate+crosstab ${f(r.nativeValidateAndEngineUs)} µs (crosstab alone ${f(r.nativeEngineUs)} µs) | ratio ${r.ratio.toFixed(2)}x (vs crosstab alone ${r.engineRatio.toFixed(2)}x; target < 3) | same figures: ${r.same}`,
     );
   }
+  console.log(
+    `Survey.table, ${table.rows} x ${table.columns}, every figure, same survey (median of 30): Node ${f(table.nodeMs)} ms | native ${f(table.nativeMs)} ms | ratio ${(table.nodeMs / table.nativeMs).toFixed(2)}x | same figures: ${table.same}`,
+  );
 }
