@@ -345,6 +345,16 @@ mod tests {
     }
 
     #[test]
+    fn figures_arrive_bit_for_bit() {
+        // The server's shortest round-trip text of a weighted audience, read back exactly
+        // (serde_json's default parser reads this one an ulp low).
+        let parsed: Vec<f64> =
+            serde_json::from_str("[11212.953140000001, 0.30000000000000004]").unwrap();
+        assert_eq!(parsed[0].to_string(), "11212.953140000001");
+        assert_eq!(parsed[1], 0.1 + 0.2);
+    }
+
+    #[test]
     fn keys_are_128_bits_of_hex() {
         let key = key_text([0xab; 16]);
         assert_eq!(key.len(), 32);

@@ -715,7 +715,7 @@ fn LocalOpen(opened: RwSignal<Option<Opened>>) -> impl IntoView {
                 </p>
             })}
             <label for="local-data">"Respondent file (CSV) or compiled survey"</label>
-            <input type="file" id="local-data" accept=".csv,.ctx,.survey,application/octet-stream,text/csv" on:change=on_data />
+            <input type="file" id="local-data" accept=".csv,.ctxs,text/csv" on:change=on_data />
             {move || busy.get().then(|| view! { <p class="status" role="status">"Reading the file…"</p> })}
             {move || csv.get().map(|(file_name, _)| view! {
                 <form class="guided" on:submit=open>
