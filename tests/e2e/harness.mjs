@@ -2,7 +2,7 @@
 // loopback ports, and launches Debian's Chromium through playwright-core.
 import { spawn, spawnSync } from 'node:child_process';
 import { createServer } from 'node:http';
-import { mkdtempSync, readFileSync, existsSync, mkdirSync } from 'node:fs';
+import { mkdtempSync, readFileSync, existsSync, mkdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, extname, resolve } from 'node:path';
 import { chromium } from 'playwright-core';
@@ -57,6 +57,8 @@ export async function startServer({ allowedOrigins = [] } = {}) {
     async stop() {
       child.kill('SIGTERM');
       await new Promise((r) => (child.exitCode !== null ? r() : child.once('exit', r)));
+      // Each run compiles the demo survey into its own data dir: don't leave it behind.
+      rmSync(dataDir, { recursive: true, force: true });
     },
   };
 }

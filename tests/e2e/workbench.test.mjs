@@ -1,0 +1,334 @@
+// The researcher's workbench end to end: tables built from the codebook by labels, every
+// cell checked against /v1/crosstab, the cost prompt, a private file computed in the page
+// (no request carries it) against the native engine, the exports, and the timings.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { readFileSync, writeFileSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import XLSX from 'xlsx';
+import { startServer, launch, apiCrosstab, signIn, cli, artifacts } from './harness.mjs';
+
+let server;
+let browser;
+
+before(async () => {
+  server = await startServer();
+  browser = await launch();
+});
+after(async () => {
+  await browser?.close();
+  await server?.stop();
+});
+
+/** The workbench's actions on one page (its runs counted to tell answers apart). */
+function bench(page) {
+  let runs = 0;
+  return {
+    async variable(axis, name) {
+      await page.locator(`#${axis}-variable`).selectOption(name);
+      await page.locator(`#${axis}-add-variable`).click();
+    },
+    async pick(axis, search, text) {
+      await page.locator('#table-search').fill(search);
+      const item = page.locator('.table-pick', { hasText: text }).first();
+      await item.locator(axis === 'rows' ? '.add-row' : '.add-column').click();
+    },
+    async typed(axis, expression) {
+      await page.locator(`#${axis}-expression`).fill(expression);
+      await page.locator(`#${axis}-add-expression`).click();
+    },
+    async expressions(axis) {
+      return page.locator(`#${axis}-list .axis-entry`).evaluateAll((es) => es.map((e) => e.dataset.expression));
+    },
+    /** Clicks Run (and, when asked for, confirms the cost); resolves with the ms to the rendered table. */
+    async run({ confirm = false } = {}) {
+      runs += 1;
+      let started = Date.now();
+      await page.locator('#table-run').click();
+      if (confirm) {
+        await page.locator('#cost-prompt').waitFor();
+        started = Date.now();
+        await page.locator('#cost-confirm').click();
+      }
+      await page.locator(`#workbench-table[data-run="${runs}"]`).waitFor({ timeout: 60_000 });
+      return Date.now() - started;
+    },
+    /** Every cell: its row and column keys, figures (raw values), marker reasons and their words. */
+    async cells() {
+      return page.locator('#workbench-table td').evaluateAll((tds) => tds.map((td) => ({
+        row: td.dataset.row,
+        col: td.dataset.col,
+        figures: Object.fromEntries([...td.querySelectorAll('.fig')].map((s) => [s.dataset.figure, s.dataset.value])),
+        reasons: td.querySelector('.marks')?.dataset.reasons ?? '',
+        said: td.querySelector('.sr-only')?.textContent ?? '',
+      })));
+    },
+  };
+}
+
+const close = (got, want, what) =>
+  assert.ok(Math.abs(got - want) <= 1e-9 * Math.max(Math.abs(want), 1), `${what}: ${got} vs ${want}`);
+
+/** /v1's one result for `target`, from Node with the demo key. */
+async function v1(target, { survey = 'DEMO', base = 'ADULTS' } = {}) {
+  const { status, body } = await apiCrosstab(server, {
+    SurveyCode: survey, PopulationBaseCode: base, AuthorizationGroup: '_ALL_', TargetCodes: [target],
+  });
+  assert.equal(status, 200, `${target}: ${JSON.stringify(body)}`);
+  return body.Results[0];
+}
+
+test('a table from the codebook by labels: every cell is /v1 for (row) AND (column), billed as /v1 would bill it', async () => {
+  const context = await browser.newContext({ viewport: { width: 1280, height: 900 }, acceptDownloads: true });
+  const page = await context.newPage();
+  await page.goto(server.origin);
+  await signIn(page, server);
+  await page.getByRole('link', { name: 'Tables' }).click();
+  await page.getByRole('heading', { name: 'Build a table' }).waitFor();
+  const wb = bench(page);
+  await page.locator('#table-base').waitFor();
+
+  // Picked by label; shown as Label · CODE.
+  await wb.pick('rows', 'women 25', 'Women 25-54 · F2554');
+  await wb.variable('columns', 'REGION');
+  assert.deepEqual(await wb.expressions('columns'), ['REGION = 1', 'REGION = 2', 'REGION = 3', 'REGION = 4']);
+  const listed = await page.locator('#rows-list .axis-entry').allTextContents();
+  assert.deepEqual(listed, ['Women 25-54 · F2554']);
+  // 1 × 4: 4 cells and 5 totals, 5 calls: under the threshold, no prompt.
+  assert.match(await page.locator('#table-price').textContent(), /takes 5 billed calls/);
+  await wb.run();
+  assert.equal(await page.locator('#cost-prompt').count(), 0);
+  assert.equal(await page.locator('#table-cost').getAttribute('data-billed'), '5');
+
+  await wb.pick('rows', 'smokers', 'Smokers · SMOKERS');
+  await wb.variable('rows', 'EDUCATION');
+  // Rich 18-year-olds: a cell (of a few respondents) every survey marks unstable.
+  await wb.typed('rows', 'AGE = 18 AND INCOME = 7');
+  const rows = await wb.expressions('rows');
+  const columns = await wb.expressions('columns');
+  assert.equal(rows.length, 8);
+  // 8 × 4: 32 cells and 12 totals, 22 calls: above 20, the app asks first.
+  assert.match(await page.locator('#table-price').textContent(), /takes 22 billed calls/);
+  await page.locator('#table-run').click();
+  await page.locator('#cost-prompt').waitFor();
+  assert.match(await page.locator('#cost-prompt').textContent(), /22 billed calls/);
+  await page.screenshot({ path: join(artifacts, 'workbench-cost-prompt.png'), fullPage: true });
+  await page.locator('#cost-cancel').click();
+  assert.equal(await page.locator('#cost-prompt').count(), 0);
+  // The cancelled run ran nothing: the table shown is still the first one.
+  assert.equal(await page.locator('#workbench-table[data-run="1"]').count(), 1);
+  await wb.run({ confirm: true });
+  await page.locator('#figures-all').click();
+  assert.equal(await page.locator('#table-cost').getAttribute('data-billed'), '22');
+  await page.screenshot({ path: join(artifacts, 'workbench-table.png'), fullPage: true });
+
+  const headers = await page.locator('#workbench-table thead th').allTextContents();
+  assert.deepEqual(headers.slice(0, 3), ['Rows', 'Total', 'Census region: Northeast · REGION = 1']);
+  assert.equal(await page.locator('#workbench-table th[scope="row"][data-row="0"]').textContent(), 'Women 25-54 · F2554');
+  assert.equal(await page.locator('#workbench-table th[scope="row"][data-row="7"]').textContent(), 'AGE = 18 AND INCOME = 7');
+
+  const base = await v1('*');
+  const rowTotals = await Promise.all(rows.map((r) => v1(r)));
+  const columnTotals = await Promise.all(columns.map((c) => v1(c)));
+  const cells = await wb.cells();
+  const at = (row, col) => cells.find((c) => c.row === String(row) && c.col === String(col));
+  let small = 0;
+  for (const [r, row] of rows.entries()) {
+    for (const [c, column] of columns.entries()) {
+      const target = `(${row}) AND (${column})`;
+      const direct = await v1(target);
+      const cell = at(r, c);
+      assert.equal(Number(cell.figures.weighted), direct.WgtAud, target);
+      assert.equal(Number(cell.figures.respondents), direct.Resps, target);
+      const vertical = (100 * direct.WgtAud) / columnTotals[c].WgtAud;
+      const horizontal = (100 * direct.WgtAud) / rowTotals[r].WgtAud;
+      if (columnTotals[c].WgtAud > 0) close(Number(cell.figures.vertical), vertical, `vertical % ${target}`);
+      if (rowTotals[r].WgtAud > 0) {
+        close(Number(cell.figures.horizontal), horizontal, `horizontal % ${target}`);
+        const index = (vertical / ((100 * rowTotals[r].WgtAud) / base.WgtAud)) * 100;
+        close(Number(cell.figures.index), index, `index ${target}`);
+      }
+      if (direct.Resps <= 60) {
+        small += 1;
+        assert.match(cell.reasons, /LowRespondents/, target);
+        assert.match(cell.said, /Unstable: 60 respondents or fewer/, target);
+      } else {
+        assert.doesNotMatch(cell.reasons, /LowRespondents/, target);
+      }
+    }
+    assert.equal(Number(at(r, 'total').figures.weighted), rowTotals[r].WgtAud, `total of ${row}`);
+  }
+  assert.ok(small > 0, 'the small row has unstable cells');
+  for (const [c] of columns.entries()) {
+    assert.equal(Number(at('total', c).figures.weighted), columnTotals[c].WgtAud);
+  }
+  assert.equal(Number(at('total', 'total').figures.weighted), base.WgtAud);
+  const legend = await page.locator('#table-legend').textContent();
+  assert.match(legend, /\* Unstable: 60 respondents or fewer/);
+  assert.match(legend, /▲ The row's share of this column is significantly higher/);
+
+  // Exports: CSV and an XLSX that opens, with the labels and the same figures.
+  const [csvDownload] = await Promise.all([page.waitForEvent('download'), page.locator('#export-table-csv').click()]);
+  const csv = readFileSync(await csvDownload.path(), 'utf8');
+  assert.match(csv, /Row,Figure,Total,Census region: Northeast · REGION = 1/);
+  const [xlsxDownload] = await Promise.all([page.waitForEvent('download'), page.locator('#export-table-xlsx').click()]);
+  assert.match(xlsxDownload.suggestedFilename(), /\.xlsx$/);
+  const book = XLSX.read(readFileSync(await xlsxDownload.path()));
+  const sheet = XLSX.utils.sheet_to_json(book.Sheets[book.SheetNames[0]], { header: 1, defval: null });
+  const head = sheet.findIndex((line) => line[0] === 'Row');
+  assert.deepEqual(sheet[head].slice(2, 4), ['Total', 'Census region: Northeast · REGION = 1']);
+  const women = sheet.findIndex((line) => line[0] === 'Women 25-54 · F2554');
+  assert.equal(sheet[women][1], 'Weighted audience (×1,000)');
+  assert.equal(sheet[women][3], (await v1('(F2554) AND (REGION = 1)')).WgtAud);
+  assert.ok(sheet.some((line) => String(line[0] ?? '').startsWith('* Unstable')), 'legend in the workbook');
+  const [svgDownload] = await Promise.all([page.waitForEvent('download'), page.locator('#export-chart-svg').click()]);
+  assert.match(readFileSync(await svgDownload.path(), 'utf8'), /^<svg xmlns="http:\/\/www.w3.org\/2000\/svg"/);
+
+  // Saved in this browser, and reloaded from there.
+  await page.locator('#saved-tables summary').click();
+  await page.locator('#save-name').fill('regions');
+  await page.locator('#save-table').click();
+  const saved = await page.evaluate(() => JSON.parse(localStorage.getItem('crosstab.tables')));
+  assert.equal(saved[0].name, 'regions');
+  assert.equal(saved[0].request.rows.length, 8);
+
+  // Flip: the regions become rows.
+  await page.locator('#table-flip').click();
+  await page.locator('#workbench-table[data-flipped="true"]').waitFor();
+  assert.equal(await page.locator('#workbench-table th[scope="row"][data-row="0"]').textContent(), 'Census region: Northeast · REGION = 1');
+  await page.setViewportSize({ width: 390, height: 844 });
+  await page.screenshot({ path: join(artifacts, 'workbench-phone.png'), fullPage: true });
+  await context.close();
+});
+
+/** Rows and columns of a 20 × 10 table on the demo survey, by variable. */
+async function twentyByTen(wb) {
+  for (const name of ['INCOME', 'EDUCATION', 'GENDER', 'SMOKER', 'REGION']) await wb.variable('rows', name);
+  for (const name of ['EDUCATION', 'GENDER', 'SMOKER']) await wb.variable('columns', name);
+  await wb.typed('columns', 'F2554');
+  assert.equal((await wb.expressions('rows')).length, 20);
+  assert.equal((await wb.expressions('columns')).length, 10);
+}
+
+test('timing: a 20 × 10 table on the demo survey with every figure, from click to rendered', async () => {
+  const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+  const page = await context.newPage();
+  await page.goto(server.origin);
+  await signIn(page, server);
+  await page.getByRole('link', { name: 'Tables' }).click();
+  await page.locator('#table-base').waitFor();
+  const wb = bench(page);
+  await twentyByTen(wb);
+  assert.match(await page.locator('#table-price').textContent(), /takes 115 billed calls/);
+  const first = await wb.run({ confirm: true });
+  await page.locator('#figures-all').click();
+  const serverMs = [];
+  const answerMs = [];
+  // The app's own figure: from the click to the answer in hand, before rendering.
+  const answered = async () => Number((await page.locator('#table-cost').textContent()).match(/ ([\d,]+) ms\./)[1].replace(/,/g, ''));
+  for (let i = 0; i < 3; i += 1) {
+    serverMs.push(await wb.run({ confirm: true }));
+    answerMs.push(await answered());
+  }
+  console.log(`workbench 20x10, all figures, server: ${serverMs.join(', ')} ms click to rendered `
+    + `(answer in hand after ${answerMs.join(', ')} ms; first run ${first} ms; target < 1000)`);
+
+  // The same table in the page, from the demo survey's compiled file.
+  const surveys = join(server.dataDir, 'surveys');
+  const compiled = readdirSync(surveys).find((f) => f.startsWith('DEMO.'));
+  await page.locator('#source-local').check();
+  await page.locator('#local-data').setInputFiles(join(surveys, compiled));
+  await page.locator('#local-opened').waitFor();
+  const localMs = [];
+  const computedMs = [];
+  for (let i = 0; i < 3; i += 1) {
+    localMs.push(await wb.run());
+    computedMs.push(await answered());
+  }
+  assert.equal(await page.locator('#table-cost').getAttribute('data-billed'), '0');
+  console.log(`workbench 20x10, all figures, local: ${localMs.join(', ')} ms click to rendered `
+    + `(computed after ${computedMs.join(', ')} ms; target < 300)`);
+  await context.close();
+});
+
+test('a private file: opened with the guided form, computed in the page, never sent, equal to the native engine', async () => {
+  // A small panel with values no request could carry by chance.
+  const dir = mkdtempSync(join(tmpdir(), 'crosstab-private-'));
+  const lines = ['RESPID,WEIGHT,REGION,GENDER,ZQ_SECRET_SCORE'];
+  for (let i = 1; i <= 240; i += 1) {
+    const weight = (1 + ((i * 37) % 101) / 97.3).toFixed(7);
+    lines.push(`zq-secret-${String(i).padStart(4, '0')},${weight},${1 + (i % 3)},${1 + ((i * 7) % 2)},${1 + ((i * 5) % 4)}`);
+  }
+  const csvText = `${lines.join('\n')}\n`;
+  const csvPath = join(dir, 'private-panel.csv');
+  writeFileSync(csvPath, csvText);
+  // What the guided form describes, for the native engine.
+  const definition = ['code = "PRIV"', 'name = "Private panel"', 'respondents = "private-panel.csv"',
+    'id_column = "RESPID"', 'weight_column = "WEIGHT"', 'group_column = "REGION"',
+    '', '[[population_bases]]', 'code = "ALL"', 'label = "All respondents"', 'expr = "*"', ''].join('\n');
+  writeFileSync(join(dir, 'survey.toml'), definition);
+  const native = mkdtempSync(join(tmpdir(), 'crosstab-native-'));
+  cli(native, ['survey', 'import', join(dir, 'survey.toml')]);
+  const query = (target) => JSON.parse(cli(native, ['query', '--survey', 'PRIV', '--base', 'ALL', '--target', target])).Results[0];
+
+  const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+  const page = await context.newPage();
+  await page.goto(server.origin);
+  await page.getByRole('heading', { name: 'Sign in' }).waitFor();
+  const sent = [];
+  page.on('request', (request) => sent.push({ url: request.url(), body: request.postData() ?? '' }));
+  // Signed out, and offline once the page is loaded: nothing needs the server.
+  await page.locator('#open-local').click();
+  await page.getByRole('heading', { name: 'Build a table' }).waitFor();
+  await context.setOffline(true);
+  assert.match(await page.locator('#local-private').textContent(), /never uploaded, and nothing is billed/);
+  await page.locator('#local-data').setInputFiles(csvPath);
+  await page.locator('#local-code').fill('PRIV');
+  await page.locator('#local-id').selectOption('RESPID');
+  await page.locator('#local-weight').selectOption('WEIGHT');
+  await page.locator('#local-group').selectOption('REGION');
+  await page.locator('#local-open').click();
+  await page.locator('#local-opened').waitFor();
+  assert.match(await page.locator('#local-opened').textContent(), /PRIV .* \(240 respondents\)/);
+
+  const wb = bench(page);
+  await wb.variable('rows', 'GENDER');
+  await wb.typed('rows', 'ZQ_SECRET_SCORE >= 3');
+  await wb.variable('columns', 'ZQ_SECRET_SCORE');
+  assert.match(await page.locator('#table-price').textContent(), /nothing is billed/);
+  await wb.run();
+  await page.locator('#figures-all').click();
+  await page.screenshot({ path: join(artifacts, 'workbench-local.png'), fullPage: true });
+  assert.equal(await page.locator('#table-cost').getAttribute('data-billed'), '0');
+  const rows = await wb.expressions('rows');
+  const columns = await wb.expressions('columns');
+  assert.deepEqual(columns, ['ZQ_SECRET_SCORE = 1', 'ZQ_SECRET_SCORE = 2', 'ZQ_SECRET_SCORE = 3', 'ZQ_SECRET_SCORE = 4']);
+  const cells = await wb.cells();
+  const at = (row, col) => cells.find((c) => c.row === String(row) && c.col === String(col));
+  for (const [r, row] of rows.entries()) {
+    for (const [c, column] of columns.entries()) {
+      const target = `(${row}) AND (${column})`;
+      const expected = query(target);
+      assert.equal(Number(at(r, c).figures.weighted), expected.WgtAud, target);
+      assert.equal(Number(at(r, c).figures.respondents), expected.Resps, target);
+      // 240 respondents: every cell is at most 60, and says so.
+      assert.match(at(r, c).reasons, /LowRespondents/, target);
+    }
+    assert.equal(Number(at(r, 'total').figures.weighted), query(row).WgtAud, row);
+  }
+  assert.equal(Number(at('total', 'total').figures.weighted), query('*').WgtAud);
+  await context.setOffline(false);
+
+  // No request after the page loaded carried any of the file.
+  const secrets = ['zq-secret', 'ZQ_SECRET_SCORE', lines[1], lines[1].split(',')[1], 'private-panel'];
+  for (const { url, body } of sent) {
+    for (const secret of secrets) {
+      assert.ok(!url.includes(secret) && !body.includes(secret), `${url} carries ${secret}`);
+    }
+  }
+  console.log(`local file: ${sent.length} requests after page load, none carrying the file`);
+  await context.close();
+  rmSync(dir, { recursive: true, force: true });
+  rmSync(native, { recursive: true, force: true });
+});
