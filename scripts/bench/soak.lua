@@ -27,7 +27,7 @@ function request()
   local body
   if survey == "DEMO" then
     body = string.format(
-      '{"SurveyCode":"DEMO","PopulationBaseCode":"ADULTS","TargetCodes":["AGE BETWEEN %d AND %d OR INCOME = %d","NOT (GENDER = %d) AND AGE <> %d"]}',
+      '{"SurveyCode":"DEMO","PopulationBaseCode":"ADULTS","TargetCodes":["AGE BETWEEN %d AND %d OR INCOME = %d","NOT (GENDER = %d) AND AGE != %d"]}',
       18 + q % 50, 30 + q % 60, 1 + q % 7, 1 + q % 2, q % 100000)
   else
     body = string.format(
