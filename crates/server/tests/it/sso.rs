@@ -580,6 +580,12 @@ async fn the_token_endpoint_answers_rfc_6749_errors() {
             "invalid_request",
         ),
         (
+            "another grant type, without an assertion",
+            form_type,
+            form(&[("grant_type", "password")]),
+            "unsupported_grant_type",
+        ),
+        (
             "another grant type",
             form_type,
             form(&[

@@ -67,6 +67,9 @@ impl From<TokenError> for GrantError {
 impl Sso {
     /// Exchanges `assertion` of `grant_type` for an access token of this server.
     pub async fn exchange(&self, grant_type: &str, assertion: &str) -> Result<Issued, GrantError> {
+        if ![JWT_BEARER, SAML2_BEARER].contains(&grant_type) {
+            return Err(GrantError::UnsupportedGrantType);
+        }
         if assertion.is_empty() {
             return Err(GrantError::InvalidRequest(
                 "assertion is missing".to_owned(),
