@@ -10,13 +10,10 @@
 //! send no 200); one that goes away once it is written stays billed and is logged with
 //! its request id, so the ledger reconciles with the access log.
 //!
-//! With a SQLite file the writer holds its own connection (rusqlite, on the same SQLite
-//! library as sqlx), so a batch is plain function calls on this thread; through sqlx's
-//! async driver each batch crossed two more threads (a writer task, then sqlx's worker)
-//! and copied its binds twice. PostgreSQL (and SQLite in memory, for tests) are written
-//! through the sqlx pool, driven from this thread on the server's runtime.
+//! The writer drives its batches through the sqlx pool (SQLite or PostgreSQL) from its
+//! own thread, on the server's runtime: one transaction, one multi-row INSERT per
+//! [`ROWS_PER_STATEMENT`] bills, then the idempotency rows, then the commit.
 
-use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, TryRecvError};
 use std::sync::Arc;
@@ -145,19 +142,16 @@ impl Drop for Running {
     }
 }
 
-/// Runs the write loop, starting it again (with a fresh connection) should it panic: the
-/// bills of the batch it was writing are answered 500, unbilled, and later ones go on.
-fn supervise(mut sink: Sink, pending: &mpsc::Receiver<Pending>) {
+/// Runs the write loop, starting it again should it panic: the bills of the batch it was
+/// writing are answered 500, unbilled (their transaction is rolled back when its
+/// connection goes back to the pool), and later ones go on.
+fn supervise(sink: Sink, pending: &mpsc::Receiver<Pending>) {
     loop {
-        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            write_loop(&mut sink, pending)
-        }));
+        let run =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| write_loop(&sink, pending)));
         match run {
             Ok(()) => return,
-            Err(_) => {
-                tracing::error!("ledger writer panicked; restarted with a fresh connection");
-                sink.reset();
-            }
+            Err(_) => tracing::error!("ledger writer panicked; restarted"),
         }
     }
 }
@@ -183,16 +177,9 @@ impl Ledger {
     /// are written on it).
     pub fn start(db: Database) -> (Ledger, LedgerWriter) {
         let (queue, pending) = mpsc::channel();
-        let sink = match db.sqlite_file().map(Path::to_path_buf) {
-            Some(file) => Sink::SqliteFile {
-                file,
-                pragmas: db.sqlite_pragmas(),
-                conn: None,
-            },
-            None => Sink::Pool {
-                db,
-                runtime: tokio::runtime::Handle::try_current().ok(),
-            },
+        let sink = Sink {
+            db,
+            runtime: tokio::runtime::Handle::try_current().ok(),
         };
         let alive = Arc::new(AtomicBool::new(true));
         let running = Arc::clone(&alive);
@@ -265,7 +252,7 @@ fn abandoned(request_id: &str) {
     );
 }
 
-fn write_loop(sink: &mut Sink, pending: &mpsc::Receiver<Pending>) {
+fn write_loop(sink: &Sink, pending: &mpsc::Receiver<Pending>) {
     let mut batch: Vec<Pending> = Vec::with_capacity(MAX_BATCH);
     // Blocks for the first bill; stops once every `Ledger` is dropped and all is written.
     while let Ok(first) = pending.recv() {
@@ -309,133 +296,24 @@ fn write_loop(sink: &mut Sink, pending: &mpsc::Receiver<Pending>) {
     }
 }
 
-/// Where the writer commits batches.
-enum Sink {
-    /// A SQLite file, through the writer's own connection (opened on first use and after
-    /// a failure).
-    SqliteFile {
-        file: PathBuf,
-        pragmas: [&'static str; 4],
-        conn: Option<rusqlite::Connection>,
-    },
-    /// The sqlx pool (PostgreSQL; SQLite in memory), on the runtime the ledger started on.
-    Pool {
-        db: Database,
-        runtime: Option<tokio::runtime::Handle>,
-    },
+/// Where the writer commits batches: the pool, on the runtime the ledger started on.
+struct Sink {
+    db: Database,
+    runtime: Option<tokio::runtime::Handle>,
 }
 
 impl Sink {
-    /// Drops the SQLite connection, so the next batch opens a fresh one.
-    fn reset(&mut self) {
-        if let Sink::SqliteFile { conn, .. } = self {
-            *conn = None;
-        }
-    }
-
-    fn write(&mut self, batch: &[Pending]) -> Result<(), String> {
-        match self {
-            Sink::SqliteFile {
-                file,
-                pragmas,
-                conn,
-            } => {
-                let written = write_sqlite(file, *pragmas, conn, batch);
-                if written.is_err() {
-                    // Don't keep a connection in an unknown state: a fresh one next time.
-                    *conn = None;
-                }
-                written.map_err(|error| error.to_string())
-            }
-            Sink::Pool { db, runtime } => match runtime {
-                Some(runtime) => runtime
-                    .block_on(write_batch(db, batch))
-                    .map_err(|error| error.to_string()),
-                None => Err("the ledger was started outside the server's runtime".to_owned()),
-            },
+    fn write(&self, batch: &[Pending]) -> Result<(), String> {
+        match &self.runtime {
+            Some(runtime) => runtime
+                .block_on(write_batch(&self.db, batch))
+                .map_err(|error| error.to_string()),
+            None => Err("the ledger was started outside the server's runtime".to_owned()),
         }
     }
 }
 
-const SQLITE_KEEP: &str = "UPDATE idempotency_keys SET status = 200, response = ?3 \
-     WHERE account_id = ?1 AND key = ?2";
-
-const SQLITE_INSERT: &str = "INSERT INTO ledger \
-     (at, account_id, key_id, user_id, idp, subject, survey, grp, base, targets, request_id) \
-     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)";
-
-/// One `BEGIN IMMEDIATE` ... `COMMIT` over a cached prepared statement, committed with
-/// the database's `synchronous` setting (FULL by default: the WAL is fsynced before
-/// `COMMIT` returns, so before any 200).
-fn write_sqlite(
-    file: &Path,
-    pragmas: [&'static str; 4],
-    conn: &mut Option<rusqlite::Connection>,
-    batch: &[Pending],
-) -> Result<(), rusqlite::Error> {
-    let conn = match conn {
-        Some(conn) => conn,
-        empty => empty.insert(open_sqlite(file, pragmas)?),
-    };
-    let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-    {
-        let mut insert = tx.prepare_cached(SQLITE_INSERT)?;
-        for (bill, _) in batch {
-            insert.execute(rusqlite::params![
-                bill.at,
-                bill.account_id,
-                bill.caller.key_id(),
-                bill.caller.user_id(),
-                bill.caller.idp(),
-                bill.caller.subject(),
-                &*bill.survey,
-                bill.group.as_deref(),
-                &*bill.base,
-                bill.targets,
-                &*bill.request_id,
-            ])?;
-        }
-        let mut keep = tx.prepare_cached(SQLITE_KEEP)?;
-        for (bill, _) in batch {
-            if let Some(kept) = &bill.idempotent {
-                keep.execute(rusqlite::params![
-                    bill.account_id,
-                    &*kept.key,
-                    &kept.body[..]
-                ])?;
-            }
-        }
-    }
-    // On any error above, dropping `tx` rolls the whole batch back.
-    tx.commit()
-}
-
-/// The ledger's own connection to the SQLite file, with the pool's settings but for the
-/// foreign-key check.
-fn open_sqlite(
-    file: &Path,
-    pragmas: [&'static str; 4],
-) -> Result<rusqlite::Connection, rusqlite::Error> {
-    let conn = rusqlite::Connection::open_with_flags(
-        file,
-        rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
-    )?;
-    for pragma in pragmas {
-        // `journal_mode` answers with a row; the others with none.
-        conn.query_row(pragma, [], |_| Ok(()))
-            .or_else(|error| match error {
-                rusqlite::Error::QueryReturnedNoRows => Ok(()),
-                error => Err(error),
-            })?;
-    }
-    // A bill's account is the one its authenticated key belongs to, and accounts are never
-    // deleted: checking the reference per row cost ~0.4 µs a bill, and a failure would only
-    // have failed every other bill of the batch with it.
-    conn.pragma_update(None, "foreign_keys", false)?;
-    Ok(conn)
-}
-
-/// The batch in one transaction on the pool (PostgreSQL; SQLite in memory).
+/// The batch in one transaction on the pool.
 async fn write_batch(db: &Database, batch: &[Pending]) -> Result<(), DbError> {
     let mut tx = db.pool().begin().await?;
     for chunk in batch.chunks(ROWS_PER_STATEMENT) {

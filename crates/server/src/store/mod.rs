@@ -66,7 +66,6 @@ pub struct Database {
     pool: AnyPool,
     backend: Backend,
     sqlite_file: Option<PathBuf>,
-    synchronous: Synchronous,
 }
 
 /// A database URL, never shown (it may hold a password).
@@ -165,7 +164,6 @@ impl Database {
             pool,
             backend,
             sqlite_file,
-            synchronous,
         })
     }
 
@@ -199,11 +197,6 @@ impl Database {
         self.sqlite_file.as_deref()
     }
 
-    /// The pragmas every SQLite connection of this database runs.
-    pub fn sqlite_pragmas(&self) -> [&'static str; 4] {
-        sqlite_pragmas(self.synchronous)
-    }
-
     /// Whether the database answers a trivial query.
     pub async fn ping(&self) -> Result<(), DbError> {
         sqlx::query("SELECT 1").execute(&self.pool).await?;
@@ -227,8 +220,7 @@ async fn main_file(pool: &AnyPool) -> Result<Option<PathBuf>, DbError> {
     Ok((!file.is_empty()).then(|| PathBuf::from(file)))
 }
 
-/// The settings of every SQLite connection (the pool's and the ledger's own, which then
-/// turns the foreign-key check off: see `ledger::open_sqlite`).
+/// The settings of every SQLite connection of the pool.
 fn sqlite_pragmas(synchronous: Synchronous) -> [&'static str; 4] {
     let synchronous = match synchronous {
         Synchronous::Full => "PRAGMA synchronous = FULL",
