@@ -163,11 +163,12 @@ const wrapped = {
     + `${assertion(evilChanges)}${withoutDeclaration(valid)}</samlp:Response>`,
 };
 
-/** A login response as samlify's IdP makes it for a browser, to an SP with `wants`. */
+/** A login response as samlify's IdP makes it, to an SP with `wants` whose assertion
+ * consumer is the token endpoint (the confirmation's Recipient, as RFC 7522 asks). */
 async function loginResponse(wants) {
   const to = samlify.ServiceProvider({
     entityID: audience,
-    assertionConsumerService: [{ Binding: Constants.namespace.binding.post, Location: `${audience}/acs` }],
+    assertionConsumerService: [{ Binding: Constants.namespace.binding.post, Location: `${audience}/v1/oauth/token` }],
     ...wants,
   });
   const made = await idp.createLoginResponse(
@@ -203,6 +204,7 @@ const cases = {
   confirmation_expired: sign(assertion({ SubjectConfirmationDataNotOnOrAfter: iso(now - 120) })),
   not_yet_valid: sign(assertion({ NotBefore: iso(now + lifetime) })),
   wrong_audience: sign(assertion({ Audience: 'https://elsewhere.test' })),
+  wrong_recipient: sign(assertion({ Recipient: `${audience}/acs` })),
   wrong_issuer: sign(assertion({ Issuer: 'https://other-idp.test/saml' })),
   unknown_condition: sign(assertion().replace(
     '</saml:AudienceRestriction>',

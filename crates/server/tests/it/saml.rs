@@ -7,7 +7,7 @@
 //! `valid_response`, `valid_response_both_signed`, `comment_in_name_id`, `unsigned`,
 //! `response_signed_only`, `tampered`, `wrapped_*`, `resigned`, `sha1`,
 //! `hmac_with_certificate`, `expired`, `confirmation_expired`, `not_yet_valid`,
-//! `wrong_audience`, `wrong_issuer`, `unknown_condition`, `not_bearer`, `no_name_id`).
+//! `wrong_audience`, `wrong_recipient`, `wrong_issuer`, `unknown_condition`, `not_bearer`, `no_name_id`).
 //! Needs node and `npm ci` in `tests/saml` (scripts/setup); fails without.
 
 use std::collections::BTreeMap;
@@ -80,6 +80,8 @@ pub fn idp_assertions(params: &IdpParams<'_>) -> IdpOutput {
 
 const ENTITY_ID: &str = "https://idp.crosstab.test/saml";
 const AUDIENCE: &str = "https://crosstab.test";
+/// The token endpoint the IdP's bearer confirmations name (RFC 7522).
+const RECIPIENT: &str = "https://crosstab.test/v1/oauth/token";
 const LIFETIME: i64 = 300;
 
 /// One IdP run shared by this module's tests, at the time it ran.
@@ -108,7 +110,7 @@ fn case(name: &str) -> &'static [u8] {
 }
 
 fn verify(name: &str) -> Result<crosstab_server::service::sso::saml::VerifiedAssertion, SamlError> {
-    verify_assertion(case(name), &idp(), AUDIENCE, signed().1)
+    verify_assertion(case(name), &idp(), AUDIENCE, RECIPIENT, signed().1)
 }
 
 #[test]
@@ -118,7 +120,7 @@ fn the_metadata_names_the_idp() {
     assert_eq!(signed().0.entity_id, ENTITY_ID);
     let again = SamlIdp::from_stored(&idp.to_stored()).expect("stored metadata reads");
     assert_eq!(again.entity_id(), ENTITY_ID);
-    assert!(verify_assertion(case("valid"), &again, AUDIENCE, signed().1).is_ok());
+    assert!(verify_assertion(case("valid"), &again, AUDIENCE, RECIPIENT, signed().1).is_ok());
 }
 
 #[test]
@@ -146,6 +148,7 @@ fn a_login_response_carrying_a_signed_assertion_is_accepted() {
         case("valid_response"),
         &idp(),
         AUDIENCE,
+        RECIPIENT,
         chrono::Utc::now().timestamp(),
     )
     .expect("samlify's login response verifies");
@@ -157,6 +160,7 @@ fn a_login_response_carrying_a_signed_assertion_is_accepted() {
         case("valid_response_both_signed"),
         &idp(),
         AUDIENCE,
+        RECIPIENT,
         chrono::Utc::now().timestamp(),
     )
     .expect("a response signed as well as its assertion verifies");
@@ -180,6 +184,7 @@ fn attacks_are_refused() {
             case("response_signed_only"),
             &idp(),
             AUDIENCE,
+            RECIPIENT,
             chrono::Utc::now().timestamp()
         ),
         Err(SamlError::Unsigned)
@@ -239,13 +244,13 @@ fn a_valid_assertion_checked_with_another_certificate_is_refused() {
     let other = SamlIdp::from_metadata(&other).expect("metadata with the other certificate");
     assert_eq!(other.entity_id(), idp_cert.entity_id());
     assert!(matches!(
-        verify_assertion(case("valid"), &other, AUDIENCE, signed().1),
+        verify_assertion(case("valid"), &other, AUDIENCE, RECIPIENT, signed().1),
         Err(SamlError::BadSignature(_))
     ));
     // ... and the attacker's own assertion verifies with the attacker's certificate, so
     // the refusal above is the certificate's doing.
     assert!(matches!(
-        verify_assertion(case("resigned"), &other, AUDIENCE, signed().1),
+        verify_assertion(case("resigned"), &other, AUDIENCE, RECIPIENT, signed().1),
         Ok(verified) if verified.subject == "mallory@evil.test"
     ));
 }
@@ -279,6 +284,10 @@ fn lapsed_and_misdirected_assertions_are_refused() {
         outcome("wrong_issuer"),
         Err(SamlError::WrongIssuer { found, .. }) if found == "https://other-idp.test/saml"
     ));
+    assert!(matches!(
+        outcome("wrong_recipient"),
+        Err(SamlError::WrongRecipient { found: Some(found), .. }) if found.ends_with("/acs")
+    ));
     assert!(matches!(outcome("not_bearer"), Err(SamlError::NotBearer)));
     assert!(matches!(
         outcome("unknown_condition"),
@@ -286,7 +295,13 @@ fn lapsed_and_misdirected_assertions_are_refused() {
     ));
     assert!(matches!(outcome("no_name_id"), Err(SamlError::NoSubject)));
     assert!(matches!(
-        verify_assertion(case("valid"), &idp(), "https://elsewhere.test", signed().1),
+        verify_assertion(
+            case("valid"),
+            &idp(),
+            "https://elsewhere.test",
+            RECIPIENT,
+            signed().1
+        ),
         Err(SamlError::WrongAudience { .. })
     ));
 }
@@ -295,7 +310,7 @@ fn lapsed_and_misdirected_assertions_are_refused() {
 fn the_window_allows_a_minute_of_clock_skew_and_no_more() {
     let (_, now) = *signed();
     let idp = idp();
-    let at = |time| verify_assertion(case("valid"), &idp, AUDIENCE, time);
+    let at = |time| verify_assertion(case("valid"), &idp, AUDIENCE, RECIPIENT, time);
     // NotOnOrAfter is now + LIFETIME, NotBefore now - 5.
     assert!(at(now + LIFETIME + CLOCK_SKEW_SECONDS - 1).is_ok());
     assert!(matches!(
@@ -314,12 +329,12 @@ fn hostile_documents_are_refused_unread() {
     let idp = idp();
     let laughs = r#"<?xml version="1.0"?><!DOCTYPE lolz [<!ENTITY lol "lol"><!ENTITY lol2 "&lol;&lol;&lol;&lol;&lol;&lol;&lol;&lol;&lol;&lol;"><!ENTITY lol3 "&lol2;&lol2;&lol2;&lol2;&lol2;&lol2;&lol2;&lol2;&lol2;&lol2;">]><saml:Assertion xmlns:saml="urn:oasis:names:tc:SAML:2.0:assertion">&lol3;</saml:Assertion>"#;
     assert!(matches!(
-        verify_assertion(laughs.as_bytes(), &idp, AUDIENCE, 0),
+        verify_assertion(laughs.as_bytes(), &idp, AUDIENCE, RECIPIENT, 0),
         Err(SamlError::Malformed(_))
     ));
     let deep = format!("{}{}", "<a>".repeat(20_000), "</a>".repeat(20_000));
     assert!(matches!(
-        verify_assertion(deep.as_bytes(), &idp, AUDIENCE, 0),
+        verify_assertion(deep.as_bytes(), &idp, AUDIENCE, RECIPIENT, 0),
         Err(SamlError::Malformed(_))
     ));
     let huge = format!(
@@ -327,15 +342,15 @@ fn hostile_documents_are_refused_unread() {
         "x".repeat(MAX_ASSERTION_BYTES)
     );
     assert!(matches!(
-        verify_assertion(huge.as_bytes(), &idp, AUDIENCE, 0),
+        verify_assertion(huge.as_bytes(), &idp, AUDIENCE, RECIPIENT, 0),
         Err(SamlError::TooLarge { .. })
     ));
     assert!(matches!(
-        verify_assertion(b"\xff\xfe<a/>", &idp, AUDIENCE, 0),
+        verify_assertion(b"\xff\xfe<a/>", &idp, AUDIENCE, RECIPIENT, 0),
         Err(SamlError::Malformed(_))
     ));
     assert!(matches!(
-        verify_assertion(b"<a", &idp, AUDIENCE, 0),
+        verify_assertion(b"<a", &idp, AUDIENCE, RECIPIENT, 0),
         Err(SamlError::Malformed(_))
     ));
 }
@@ -379,7 +394,7 @@ fn verifications_on_many_threads_agree() {
                     (0..25)
                         .map(|round| {
                             let name = if round % 2 == 0 { "valid" } else { "tampered" };
-                            verify_assertion(case(name), &idp, AUDIENCE, now).is_ok()
+                            verify_assertion(case(name), &idp, AUDIENCE, RECIPIENT, now).is_ok()
                         })
                         .collect::<Vec<_>>()
                 })

@@ -121,6 +121,8 @@ impl Sso {
         let registry = self.registry().await?;
         let now_ms = self.clock.now_ms();
         let mut refusals = Vec::new();
+        // RFC 7522: the bearer confirmation names this endpoint as its Recipient.
+        let token_endpoint = format!("{}/v1/oauth/token", self.public_url.trim_end_matches('/'));
         for idp in registry.idps.iter().filter(|idp| idp.kind == IdpKind::Saml) {
             let Some(metadata) = &idp.metadata else {
                 continue;
@@ -133,14 +135,19 @@ impl Sso {
                 }
             };
             let audience = idp.audience.as_deref().unwrap_or(&self.public_url);
-            let verified =
-                match saml::verify_assertion(&xml, &known, audience, now_ms.div_euclid(1000)) {
-                    Ok(verified) => verified,
-                    Err(error) => {
-                        refusals.push(format!("{}: {error}", idp.name));
-                        continue;
-                    }
-                };
+            let verified = match saml::verify_assertion(
+                &xml,
+                &known,
+                audience,
+                &token_endpoint,
+                now_ms.div_euclid(1000),
+            ) {
+                Ok(verified) => verified,
+                Err(error) => {
+                    refusals.push(format!("{}: {error}", idp.name));
+                    continue;
+                }
+            };
             let account = match &idp.account {
                 AccountRule::Fixed(account) => account.clone(),
                 AccountRule::Named(attribute) => verified

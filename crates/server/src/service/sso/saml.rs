@@ -115,6 +115,17 @@ pub enum SamlError {
     /// No subject confirmation by the bearer method.
     #[error("no bearer subject confirmation")]
     NotBearer,
+    /// The bearer confirmation names another recipient than this token endpoint (RFC
+    /// 7522 section 3: an assertion is for the endpoint it names, and only for it).
+    #[error(
+        "the bearer confirmation's Recipient is {found:?}, not this token endpoint {expected}"
+    )]
+    WrongRecipient {
+        /// The token endpoint's URL.
+        expected: String,
+        /// The `Recipient` the confirmation names, if any.
+        found: Option<String>,
+    },
     /// The subject has no `NameID`.
     #[error("the subject has no NameID")]
     NoSubject,
@@ -123,7 +134,9 @@ pub enum SamlError {
     Invalid(String),
 }
 
-/// Checks a SAML assertion from `idp` for `audience` at `now_unix` and returns what it says.
+/// Checks a SAML assertion from `idp` for `audience`, presented to the token endpoint at
+/// `recipient` (its URL, which the bearer confirmation must name), at `now_unix`, and
+/// returns what it says.
 ///
 /// `assertion_xml` is a bare `<saml:Assertion>` or a `<samlp:Response>` carrying exactly
 /// one; the assertion itself must be signed. Replay (the same `id` twice) is the caller's
@@ -132,12 +145,17 @@ pub fn verify_assertion(
     assertion_xml: &[u8],
     idp: &SamlIdp,
     audience: &str,
+    recipient: &str,
     now_unix: i64,
 ) -> Result<VerifiedAssertion, SamlError> {
     let text = document::read_text(assertion_xml, MAX_ASSERTION_BYTES)?;
     let shape = document::Shape::of(text)?;
     let signed = verified_content(text, idp)?;
-    statement::read(&signed, &shape.assertion_id, idp, audience, now_unix)
+    let expected = statement::Expected {
+        audience,
+        recipient,
+    };
+    statement::read(&signed, &shape.assertion_id, idp, &expected, now_unix)
 }
 
 /// What libxmlsec1 digested for the document's signatures, once each of them verified with
@@ -166,7 +184,13 @@ mod tests {
         let idp = metadata::tests::idp();
         let huge = vec![b' '; MAX_ASSERTION_BYTES + 1];
         assert!(matches!(
-            verify_assertion(&huge, &idp, "https://crosstab.test", 0),
+            verify_assertion(
+                &huge,
+                &idp,
+                "https://crosstab.test",
+                "https://crosstab.test/v1/oauth/token",
+                0
+            ),
             Err(SamlError::TooLarge { .. })
         ));
     }

@@ -9,15 +9,24 @@ use roxmltree::Node;
 use super::document::{self, children, is, only_child, simple_text, SAML, SAMLP};
 use super::{SamlError, SamlIdp, VerifiedAssertion, BEARER, CLOCK_SKEW_SECONDS};
 
+/// Who an assertion must be for: the audience it restricts itself to, and the token
+/// endpoint its bearer confirmation names as `Recipient`.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Expected<'a> {
+    pub audience: &'a str,
+    pub recipient: &'a str,
+}
+
 /// Reads the assertion `assertion_id` out of `signed` (what xmlsec verified: the assertion,
-/// or a signed response around it) and checks it for `idp`, `audience` and `now`.
+/// or a signed response around it) and checks it for `idp`, `expected` and `now`.
 pub(super) fn read(
     signed: &str,
     assertion_id: &str,
     idp: &SamlIdp,
-    audience: &str,
+    expected: &Expected<'_>,
     now: i64,
 ) -> Result<VerifiedAssertion, SamlError> {
+    let audience = expected.audience;
     let document = document::parse(signed)?;
     let root = document.root_element();
     let assertion = if is(&root, SAMLP, "Response") {
@@ -83,7 +92,7 @@ pub(super) fn read(
         .map(|name_id| name_id.trim().to_owned())
         .filter(|name_id| !name_id.is_empty())
         .ok_or(SamlError::NoSubject)?;
-    let confirmed_until = bearer_confirmation(subject, now)?;
+    let confirmed_until = bearer_confirmation(subject, expected.recipient, now)?;
 
     Ok(VerifiedAssertion {
         id: assertion_id.to_owned(),
@@ -142,15 +151,27 @@ fn time(element: Node<'_, '_>, name: &str) -> Result<Option<i64>, SamlError> {
 }
 
 /// Until when a bearer `SubjectConfirmation` of `subject` holds: one whose data has a
-/// `NotOnOrAfter` (RFC 7522 requires it) and whose window contains `now`. Without any bearer
-/// confirmation [`SamlError::NotBearer`]; with only lapsed ones the first one's error.
-fn bearer_confirmation(subject: Node<'_, '_>, now: i64) -> Result<i64, SamlError> {
+/// `NotOnOrAfter` and names `recipient` (RFC 7522 requires both) and whose window contains
+/// `now`. Without any bearer confirmation [`SamlError::NotBearer`]; with only unfit ones
+/// the first one's error.
+fn bearer_confirmation(subject: Node<'_, '_>, recipient: &str, now: i64) -> Result<i64, SamlError> {
     let mut first_error = None;
     for confirmation in children(subject, SAML, "SubjectConfirmation")
         .filter(|confirmation| confirmation.attribute("Method") == Some(BEARER))
     {
         let outcome = only_child(confirmation, SAML, "SubjectConfirmationData")
             .ok_or_else(|| SamlError::Invalid("a bearer confirmation without data".to_owned()))
+            .and_then(|data| {
+                let found = data.attribute("Recipient").map(str::trim);
+                if found == Some(recipient) {
+                    Ok(data)
+                } else {
+                    Err(SamlError::WrongRecipient {
+                        expected: recipient.to_owned(),
+                        found: found.map(str::to_owned),
+                    })
+                }
+            })
             .and_then(Window::of)
             .and_then(|window| {
                 let until = window.not_on_or_after.ok_or_else(|| {
