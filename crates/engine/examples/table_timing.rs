@@ -1,6 +1,6 @@
 //! Times a 20-row × 10-column table with every figure on the demo survey (50,000
-//! respondents) and prints the figures: the first table (plans and squared weights made)
-//! and the median of repeats. `cargo run --release -p crosstab-engine --example
+//! respondents) and prints the figures: the first table (plans and the survey's squared
+//! weights made) and the median of repeats. `cargo run --release -p crosstab-engine --example
 //! table_timing [REPEATS]`; `scripts/bench-npm.sh` runs it beside the npm package's.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -61,6 +61,23 @@ fn main() {
         })
         .collect();
     times.sort_by(f64::total_cmp);
+    // A 1 x 1 table: the fixed part (the base's sums; the squared weights are kept).
+    let mut small = request(&survey);
+    small.rows.truncate(1);
+    small.columns.truncate(1);
+    let small = small.validate().unwrap();
+    let mut small_times: Vec<f64> = (0..repeats)
+        .map(|_| {
+            let start = Instant::now();
+            std::hint::black_box(survey.table(&small).unwrap());
+            start.elapsed().as_secs_f64() * 1e3
+        })
+        .collect();
+    small_times.sort_by(f64::total_cmp);
+    println!(
+        "native table 1x1 (the fixed part): median {:.2} ms",
+        small_times[small_times.len() / 2]
+    );
     println!(
         "native table 20x10 on DEMO ({} respondents): first {:.2} ms, median {:.2} ms, min {:.2} ms over {repeats} (corner weight {})",
         survey.respondents(),

@@ -13,7 +13,7 @@ use crate::cache::SetCache;
 use crate::error::LoadError;
 use crate::eval::{plan, Codes, Column, Plan, Ranges, Source};
 use crate::format::{read_header, Header, Section, VariableHeader, Width};
-use crate::weights::Weights;
+use crate::weights::{Squares, Weights};
 
 /// Longest chain of named codes referring to named codes.
 pub(crate) const MAX_CODE_NESTING: usize = 16;
@@ -71,6 +71,8 @@ pub struct Survey {
     set_cache: Arc<SetCache>,
     /// Bytes of the base, group and code sets computed so far, taken from the budget.
     kept_bytes: AtomicUsize,
+    /// Squared weights for tables' sums of `w²`, made when a table first needs them.
+    squares: OnceLock<Squares>,
 }
 
 impl std::fmt::Debug for Survey {
@@ -158,6 +160,7 @@ impl Survey {
             code_sets: (0..code_exprs.len()).map(|_| OnceLock::new()).collect(),
             set_cache: SetCache::new(budget, header.respondents as usize),
             kept_bytes: AtomicUsize::new(0),
+            squares: OnceLock::new(),
             backing,
             header,
             variable_index,
@@ -456,6 +459,18 @@ impl Survey {
         self.set_cache.budget().take_anyway(bytes);
         self.kept_bytes.fetch_add(bytes, Ordering::Relaxed);
         set
+    }
+
+    /// Every respondent's squared weight, made on first use and counted against the
+    /// budget as the kept sets are.
+    pub(crate) fn squares(&self) -> &Squares {
+        self.squares.get_or_init(|| {
+            let squares = Squares::new(self.weight_source(), self.weights());
+            self.set_cache.budget().take_anyway(squares.bytes());
+            self.kept_bytes
+                .fetch_add(squares.bytes(), Ordering::Relaxed);
+            squares
+        })
     }
 }
 

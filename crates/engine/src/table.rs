@@ -129,8 +129,7 @@ impl Survey {
         let base = self
             .base_set(base)
             .ok_or_else(|| QueryError::UnknownPopulationBase(base.to_owned()))?;
-        let squares = Squares::new(self.weight_source(), self.weights());
-        Ok(self.sum_table(&squares, base, group, rows, columns))
+        Ok(self.sum_table(self.squares(), base, group, rows, columns))
     }
 
     fn sum_table(

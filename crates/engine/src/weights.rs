@@ -110,8 +110,8 @@ fn lay_out(integers: impl Iterator<Item = u128> + Clone, count: usize) -> Option
 }
 
 /// Every respondent's squared weight, for sums of `w²` (the table's reliability
-/// figures; `/v1` never needs them). Made from the weights when first needed, not kept
-/// in the file. With decimal weights the squares are exact integers
+/// figures; `/v1` never needs them). Made from the weights when a table first needs
+/// them and kept with the survey (counted against its memory budget), not in the file. With decimal weights the squares are exact integers
 /// `(w × 10^decimals)²` (below 2^106) in bit planes, summed in `u128` and divided once
 /// by `10^(2 × decimals)`; otherwise f64 squares summed in [`Summer`]'s lane order.
 /// Either way the same on every platform.
@@ -143,6 +143,14 @@ impl Squares {
             }
         }
         Squares::Floats(weights.iter().map(|w| w * w).collect())
+    }
+
+    /// Heap bytes held.
+    pub(crate) fn bytes(&self) -> usize {
+        match self {
+            Squares::Planes { words, .. } => std::mem::size_of_val(words.as_slice()),
+            Squares::Floats(squares) => std::mem::size_of_val(squares.as_slice()),
+        }
     }
 
     pub(crate) fn summer(&self) -> SquareSum<'_> {
