@@ -318,6 +318,18 @@ test('a private file: opened with the guided form, computed in the page, never s
     assert.equal(Number(at(r, 'total').figures.weighted), query(row).WgtAud, row);
   }
   assert.equal(Number(at('total', 'total').figures.weighted), query('*').WgtAud);
+
+  // The same file with its definition instead of the form: the same table.
+  await page.locator('#local-opened button').click();
+  await page.locator('#local-data').setInputFiles(csvPath);
+  await page.locator('#local-definition').setInputFiles(join(dir, 'survey.toml'));
+  await page.getByText('Using survey.toml.').waitFor();
+  await page.locator('#local-open').click();
+  await page.locator('#local-opened').waitFor();
+  assert.match(await page.locator('#local-opened').textContent(), /PRIV — Private panel \(240 respondents\), from private-panel\.csv \+ survey\.toml/);
+  await wb.run();
+  const again = await wb.cells();
+  assert.deepEqual(again.map((c) => c.figures.weighted), cells.map((c) => c.figures.weighted));
   await context.setOffline(false);
 
   // No request after the page loaded carried any of the file.

@@ -175,14 +175,16 @@ pub async fn read_bytes(file: &web_sys::File) -> Result<Vec<u8>, String> {
     Ok(js_sys::Uint8Array::new(&buffer).to_vec())
 }
 
-/// The first file chosen in the `<input type=file>` an event came from.
+/// The first file chosen in the `<input type=file>` an event came from. The input is
+/// emptied, so choosing the same file again (after closing it) is a change too.
 pub fn chosen_file(event: &web_sys::Event) -> Option<web_sys::File> {
-    event
+    let input = event
         .target()?
         .dyn_into::<web_sys::HtmlInputElement>()
-        .ok()?
-        .files()?
-        .get(0)
+        .ok()?;
+    let file = input.files()?.get(0);
+    input.set_value("");
+    file
 }
 
 #[cfg(test)]
