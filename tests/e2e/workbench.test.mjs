@@ -184,6 +184,8 @@ test('a table from the codebook by labels: every cell is /v1 for (row) AND (colu
   assert.ok(sheet.some((line) => String(line[0] ?? '').startsWith('* Unstable')), 'legend in the workbook');
   const [svgDownload] = await Promise.all([page.waitForEvent('download'), page.locator('#export-chart-svg').click()]);
   assert.match(readFileSync(await svgDownload.path(), 'utf8'), /^<svg xmlns="http:\/\/www.w3.org\/2000\/svg"/);
+  const [pngDownload] = await Promise.all([page.waitForEvent('download'), page.locator('#export-chart-png').click()]);
+  assert.deepEqual([...readFileSync(await pngDownload.path()).subarray(0, 4)], [0x89, 0x50, 0x4e, 0x47], 'a PNG');
 
   // Saved in this browser, and reloaded from there.
   await page.locator('#saved-tables summary').click();
