@@ -154,6 +154,10 @@ pub fn TableView(
                     "Hide empty rows"
                 </label>
             </div>
+            <p class="muted" id="figure-key">{move || {
+                let names: Vec<String> = figures.with(|f| f.shown.iter().map(|figure| figure.name(units)).collect());
+                if names.is_empty() { "No figure chosen: tick one above.".to_owned() } else { format!("Each cell, top to bottom: {}.", names.join(" · ")) }
+            }}</p>
             // Written as one piece of HTML: a 20 × 10 table with every figure is thousands
             // of nodes, which the page builds from markup several times faster.
             <div class="table-wrap" tabindex="0" role="region" aria-labelledby="table-title"
@@ -252,8 +256,9 @@ fn table_html(grid: &Grid, chosen: &Figures, caption: &str, run: u32) -> String 
                     });
                 let _ = write!(
                     out,
-                    "<span class=\"fig\" data-figure=\"{}\" data-value=\"{raw}\">{}</span>",
+                    "<span class=\"fig\" data-figure=\"{}\" data-value=\"{raw}\" title=\"{}\">{}</span>",
                     figure.id(),
+                    escape(&figure.name(grid.units)),
                     escape(&figure.text(cell, grid.units))
                 );
             }
@@ -306,7 +311,8 @@ mod tests {
         ));
         assert!(html.contains(
             "<td class=\"num unstable\" data-row=\"0\" data-col=\"1\">\
-            <span class=\"fig\" data-figure=\"weighted\" data-value=\"0.03\">0.0</span>"
+            <span class=\"fig\" data-figure=\"weighted\" data-value=\"0.03\" \
+            title=\"Weighted audience (×1,000)\">0.0</span>"
         ));
         assert!(html.contains("data-reasons=\"LowRespondents\" data-significance=\"Higher\""));
         assert!(html.contains(
