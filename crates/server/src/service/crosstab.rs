@@ -437,22 +437,10 @@ impl Crosstab {
         Ok(table)
     }
 
-    /// Commits every bill of one answer before it may go out. They are handed to the
-    /// writer together, so they commit in one batch as a rule; should a batch split and
-    /// its second part fail to write, the first stays billed and the answer is a 500.
+    /// Commits every bill of one answer before it may go out, in one transaction: all
+    /// of them or none.
     async fn bill_all(&self, bills: Vec<Bill>) -> Result<(), ServiceError> {
-        // A set aborts its tasks when dropped: a request whose client went away before
-        // the writer took its bills leaves them unbilled, as `Ledger::bill` does.
-        let mut pending = tokio::task::JoinSet::new();
-        for bill in bills {
-            let ledger = self.ledger.clone();
-            pending.spawn(async move { ledger.bill(bill).await });
-        }
-        while let Some(committed) = pending.join_next().await {
-            committed
-                .map_err(|error| ServiceError::Internal(format!("bill task failed: {error}")))??;
-        }
-        Ok(())
+        Ok(self.ledger.bill_all(bills).await?)
     }
 }
 

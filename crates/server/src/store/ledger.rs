@@ -121,7 +121,9 @@ pub enum LedgerError {
     Stopped,
 }
 
-type Pending = (Bill, oneshot::Sender<Result<(), String>>);
+/// The bills of one answer (one for a crosstab, several for a table), committed together
+/// or not at all, and where to say which.
+type Pending = (Vec<Bill>, oneshot::Sender<Result<(), String>>);
 
 /// The handle requests bill through. Cheap to clone.
 ///
@@ -212,13 +214,22 @@ impl Ledger {
     /// out; after it is committed, the bill stands and the drop is logged with the
     /// request id, so bills always reconcile with the 200s in the access log.
     pub async fn bill(&self, bill: Bill) -> Result<(), LedgerError> {
+        self.bill_all(vec![bill]).await
+    }
+
+    /// Records every bill of one answer durably, in one transaction: all are committed
+    /// or none is. Returns once they are; the same rules as [`Ledger::bill`].
+    pub async fn bill_all(&self, bills: Vec<Bill>) -> Result<(), LedgerError> {
+        let Some(first) = bills.first() else {
+            return Ok(());
+        };
         let (done, committed) = oneshot::channel();
         let mut awaiting = Awaiting {
-            request_id: Arc::clone(&bill.request_id),
+            request_id: Arc::clone(&first.request_id),
             committed,
         };
         self.queue
-            .send((bill, done))
+            .send((bills, done))
             .map_err(|_| LedgerError::Stopped)?;
         match (&mut awaiting.committed).await {
             Ok(Ok(())) => Ok(()),
@@ -253,14 +264,19 @@ fn abandoned(request_id: &str) {
 }
 
 fn write_loop(sink: &Sink, pending: &mpsc::Receiver<Pending>) {
-    let mut batch: Vec<Pending> = Vec::with_capacity(MAX_BATCH);
+    let mut batch: Vec<Pending> = Vec::new();
     // Blocks for the first bill; stops once every `Ledger` is dropped and all is written.
     while let Ok(first) = pending.recv() {
+        let mut bills = first.0.len();
         batch.push(first);
-        // Then every bill already waiting: under load the batch grows by itself.
-        while batch.len() < MAX_BATCH {
+        // Then every bill already waiting: under load the batch grows by itself (an
+        // answer's bills are never split, so one may take it past the bound).
+        while bills < MAX_BATCH {
             match pending.try_recv() {
-                Ok(next) => batch.push(next),
+                Ok(next) => {
+                    bills += next.0.len();
+                    batch.push(next);
+                }
                 Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
             }
         }
@@ -270,7 +286,7 @@ fn write_loop(sink: &Sink, pending: &mpsc::Receiver<Pending>) {
         batch.retain(|(_, done)| !done.is_closed());
         if batch.len() < before {
             tracing::info!(
-                bills = before - batch.len(),
+                answers = before - batch.len(),
                 "not billed: the client went away before the bill was written"
             );
         }
@@ -287,10 +303,12 @@ fn write_loop(sink: &Sink, pending: &mpsc::Receiver<Pending>) {
         if let Err(reason) = &result {
             tracing::error!(bills = batch.len(), %reason, "ledger write failed; requests answered 500");
         }
-        for (bill, done) in batch.drain(..) {
+        for (bills, done) in batch.drain(..) {
             if done.send(result.clone()).is_err() && result.is_ok() {
                 // Gone during the commit: billed, yet no 200 will be sent.
-                abandoned(&bill.request_id);
+                if let Some(bill) = bills.first() {
+                    abandoned(&bill.request_id);
+                }
             }
         }
     }
@@ -315,19 +333,19 @@ impl Sink {
 
 /// The batch in one transaction on the pool.
 async fn write_batch(db: &Database, batch: &[Pending]) -> Result<(), DbError> {
+    let bills: Vec<&Bill> = batch.iter().flat_map(|(bills, _)| bills).collect();
     // One statement commits atomically on its own: a batch that fits one INSERT and
     // keeps no idempotent answer takes one round trip instead of BEGIN, INSERT, COMMIT
     // (on a loaded machine each round trip waits for the database's process to run).
-    if batch.len() <= ROWS_PER_STATEMENT && batch.iter().all(|(bill, _)| bill.idempotent.is_none())
-    {
+    if bills.len() <= ROWS_PER_STATEMENT && bills.iter().all(|bill| bill.idempotent.is_none()) {
         let mut conn = db.pool().acquire().await?;
-        return insert_rows(&mut conn, batch, db.backend()).await;
+        return insert_rows(&mut conn, &bills, db.backend()).await;
     }
     let mut tx = db.pool().begin().await?;
-    for chunk in batch.chunks(ROWS_PER_STATEMENT) {
+    for chunk in bills.chunks(ROWS_PER_STATEMENT) {
         insert_rows(&mut tx, chunk, db.backend()).await?;
     }
-    for (bill, _) in batch {
+    for bill in &bills {
         if let Some(kept) = &bill.idempotent {
             sqlx::query(
                 "UPDATE idempotency_keys SET status = 200, response = $3 \
@@ -347,12 +365,12 @@ async fn write_batch(db: &Database, batch: &[Pending]) -> Result<(), DbError> {
 /// One multi-row INSERT of `chunk` (at most [`ROWS_PER_STATEMENT`] rows).
 async fn insert_rows(
     conn: &mut sqlx::AnyConnection,
-    chunk: &[Pending],
+    chunk: &[&Bill],
     backend: Backend,
 ) -> Result<(), DbError> {
     let sql = insert_sql(chunk.len(), backend);
     let mut query = sqlx::query::<Any>(&sql);
-    for (bill, _) in chunk {
+    for bill in chunk {
         query = query
             .bind(bill.at)
             .bind(bill.account_id)

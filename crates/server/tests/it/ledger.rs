@@ -1,5 +1,5 @@
-//! The ledger writes every bill it acknowledges, whatever the batch size (on a SQLite
-//! file: the writer thread's own connection, one transaction per batch).
+//! The ledger writes every bill it acknowledges, whatever the batch size (one transaction,
+//! or one statement, per batch), and an answer's bills all or none.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crosstab_server::grants::GrantSpec;
@@ -132,6 +132,26 @@ async fn batches_of_every_size_are_written_exactly() {
         })
         .collect();
     assert_eq!(written, expected);
+}
+
+/// A table's bills (one per billed call) commit together: larger than a batch, they are
+/// still one transaction, and one bad bill among them leaves every one unwritten.
+#[tokio::test]
+async fn an_answers_bills_are_written_all_or_none() {
+    let (_dir, db, account_id) = database().await;
+    let (ledger, writer) = Ledger::start(db.clone());
+    let mut unit: Vec<Bill> = (0..1500).map(|n| bill(account_id, n)).collect();
+    // The last names no account: the foreign key refuses it, and with it the whole unit.
+    if let Some(last) = unit.last_mut() {
+        last.account_id = account_id + 1000;
+    }
+    assert!(ledger.bill_all(unit).await.is_err());
+    assert_eq!(ledger::count(&db).await.unwrap(), 0);
+    let unit: Vec<Bill> = (0..1500).map(|n| bill(account_id, n)).collect();
+    ledger.bill_all(unit).await.unwrap();
+    assert_eq!(ledger::count(&db).await.unwrap(), 1500);
+    drop(ledger);
+    writer.finish().await;
 }
 
 /// A request dropped (its client gone) before its bill is written is not billed; the
