@@ -277,7 +277,7 @@ pub fn Usage() -> impl IntoView {
                     Some(Ok(rows)) => {
                         let total: u64 = rows.iter().map(|r| r.calls).sum();
                         // The backend names the user where it knows who ran the queries.
-                        let by_user = rows.iter().any(|r| r.user.is_some());
+                        let by_user = rows.iter().any(|r| r.user.is_some() || r.idp.is_some());
                         let label_columns = if by_user { "3" } else { "2" };
                         view! {
                             <table id="usage-table">
@@ -290,7 +290,7 @@ pub fn Usage() -> impl IntoView {
                                     {rows.into_iter().map(|r| view! {
                                         <tr>
                                             <td>{r.day}</td><td>{r.survey}</td>
-                                            {by_user.then(|| view! { <td>{r.user.unwrap_or_else(|| "(API key)".to_owned())}</td> })}
+                                            {by_user.then(|| view! { <td>{caller_label(r.user, r.idp)}</td> })}
                                             <td class="num">{r.calls}</td>
                                         </tr>
                                     }).collect_view()}
@@ -302,5 +302,14 @@ pub fn Usage() -> impl IntoView {
                 }}
             </section>
         }
+    }
+}
+
+/// Who made a usage row's calls: the app user, the identity provider's tokens, or a key.
+fn caller_label(user: Option<String>, idp: Option<String>) -> String {
+    match (user, idp) {
+        (Some(user), _) => user,
+        (None, Some(idp)) => format!("(single sign-on: {idp})"),
+        (None, None) => "(API key)".to_owned(),
     }
 }

@@ -347,9 +347,12 @@ pub struct UsageRow {
     pub day: String,
     /// The `SurveyCode`.
     pub survey: String,
-    /// The app user who ran the queries; absent for calls made with an API key directly.
+    /// The app user who ran the queries; absent for calls made with an API key or a token.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user: Option<String>,
+    /// The identity provider whose bearer tokens made the calls (single sign-on).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idp: Option<String>,
     /// Billed calls.
     pub calls: u64,
 }
@@ -659,6 +662,7 @@ mod tests {
             day: "2026-01-02".into(),
             survey: "DEMO".into(),
             user: None,
+            idp: None,
             calls: 7,
         };
         pinned(
@@ -669,6 +673,12 @@ mod tests {
         pinned(
             &row,
             json!({"day": "2026-01-02", "survey": "DEMO", "user": "ana", "calls": 7}),
+        );
+        row.user = None;
+        row.idp = Some("corp".into());
+        pinned(
+            &row,
+            json!({"day": "2026-01-02", "survey": "DEMO", "idp": "corp", "calls": 7}),
         );
     }
 

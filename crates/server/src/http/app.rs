@@ -370,6 +370,7 @@ async fn usage(
                 day: row.day,
                 survey: row.survey,
                 user: row.user,
+                idp: row.idp,
             })
         })
         .collect::<Result<_, ServiceError>>()?;

@@ -92,8 +92,10 @@ pub struct DailyUsage {
     pub day: String,
     /// The survey.
     pub survey: String,
-    /// The app user who made them, or `None` for calls made with keys.
+    /// The app user who made them, or `None` for calls made with keys or tokens.
     pub user: Option<String>,
+    /// The identity provider whose tokens made them, `None` for keys and app users.
+    pub idp: Option<String>,
     /// Billed calls.
     pub calls: i64,
 }
@@ -107,9 +109,10 @@ pub async fn daily(db: &Database, account_id: i64) -> Result<Vec<DailyUsage>, Db
         }
     };
     let rows = sqlx::query(&format!(
-        "SELECT {day} AS day, l.survey, u.username, COUNT(*) FROM ledger l \
+        "SELECT {day} AS day, l.survey, u.username, l.idp, COUNT(*) FROM ledger l \
          LEFT JOIN users u ON u.id = l.user_id WHERE l.account_id = $1 \
-         GROUP BY day, l.survey, u.username ORDER BY day DESC, l.survey, u.username"
+         GROUP BY day, l.survey, u.username, l.idp \
+         ORDER BY day DESC, l.survey, u.username, l.idp"
     ))
     .bind(account_id)
     .fetch_all(db.pool())
@@ -120,7 +123,8 @@ pub async fn daily(db: &Database, account_id: i64) -> Result<Vec<DailyUsage>, Db
                 day: row.try_get(0)?,
                 survey: row.try_get(1)?,
                 user: row.try_get(2)?,
-                calls: row.try_get(3)?,
+                idp: row.try_get(3)?,
+                calls: row.try_get(4)?,
             })
         })
         .collect()

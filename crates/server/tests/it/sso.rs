@@ -241,6 +241,26 @@ async fn access_and_id_tokens_of_a_real_provider_are_accepted_and_billed_to_the_
             ("corp-id".to_owned(), "alice".to_owned(), 1),
         ]
     );
+    // The account's usage page names the identity providers whose tokens made the calls.
+    let account_id: i64 = sqlx::query_scalar("SELECT id FROM accounts WHERE name = 'acme'")
+        .fetch_one(fx.db.pool())
+        .await
+        .unwrap();
+    let mut daily: Vec<(Option<String>, i64)> = usage::daily(&fx.db, account_id)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|row| row.user.is_none())
+        .map(|row| (row.idp, row.calls))
+        .collect();
+    daily.sort();
+    assert_eq!(
+        daily,
+        [
+            (Some("corp".to_owned()), 4),
+            (Some("corp-id".to_owned()), 1)
+        ]
+    );
 }
 
 #[tokio::test]
