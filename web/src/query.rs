@@ -110,17 +110,7 @@ pub fn QueryScreen(rerun: RwSignal<Option<CrosstabRequest>>) -> impl IntoView {
     // A re-run from history waits for its survey's codebook, then runs once.
     let pending_run = RwSignal::new(false);
 
-    leptos::task::spawn_local(async move {
-        let list = api::surveys().await;
-        if let Ok(list) = &list {
-            if survey.get_untracked().is_empty() {
-                if let Some(first) = list.first() {
-                    survey.set(first.code.clone());
-                }
-            }
-        }
-        surveys.set(Some(list));
-    });
+    load_surveys(surveys, survey);
 
     // Load the codebook whenever the survey changes, and default the group and base.
     Effect::new(move |_| {
@@ -360,6 +350,24 @@ pub fn QueryScreen(rerun: RwSignal<Option<CrosstabRequest>>) -> impl IntoView {
         </div>
         <ResultsView outcome=outcome />
     }
+}
+
+/// Fetches the surveys into `surveys`, picking the first when `survey` is still empty.
+pub(crate) fn load_surveys(
+    surveys: RwSignal<Option<Result<Vec<SurveySummary>, api::ApiFailure>>>,
+    survey: RwSignal<String>,
+) {
+    leptos::task::spawn_local(async move {
+        let list = api::surveys().await;
+        if let Ok(list) = &list {
+            if survey.get_untracked().is_empty() {
+                if let Some(first) = list.first() {
+                    survey.set(first.code.clone());
+                }
+            }
+        }
+        surveys.set(Some(list));
+    });
 }
 
 #[cfg(test)]

@@ -14,7 +14,7 @@ use crate::figures::Figures;
 use crate::grid::Arrangement;
 use crate::labels::{self, Labelled};
 use crate::local::{self, BaseDraft, GuidedDefinition, Opened};
-use crate::query::picks;
+use crate::query::{load_surveys, picks};
 use crate::saved::{self, Spec};
 use crate::table_view::{Computed, TableView};
 
@@ -132,17 +132,7 @@ pub fn WorkbenchScreen(signed_in: bool) -> impl IntoView {
     let notice = RwSignal::new(None::<String>);
 
     if signed_in {
-        leptos::task::spawn_local(async move {
-            let list = api::surveys().await;
-            if let Ok(list) = &list {
-                if survey.get_untracked().is_empty() {
-                    if let Some(first) = list.first() {
-                        survey.set(first.code.clone());
-                    }
-                }
-            }
-            surveys.set(Some(list));
-        });
+        load_surveys(surveys, survey);
         Effect::new(move |_| {
             let code = survey.get();
             if code.is_empty() {

@@ -30,8 +30,6 @@ use crosstab_engine::{Evict, MemoryBudget, Survey};
 
 /// Default most entries.
 pub const DEFAULT_ENTRIES: usize = 4096;
-/// Default most bytes of keys and bodies held, when the cache has a budget of its own.
-pub const DEFAULT_BYTES: usize = 32 << 20;
 /// Bodies larger than this are never cached (they would evict too much).
 const MAX_ENTRY_BYTES: usize = 1 << 20;
 /// Bytes an entry costs besides its key and body (the slot, the entry, the use index).
