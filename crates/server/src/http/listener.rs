@@ -103,22 +103,37 @@ pub async fn serve(
         connections.spawn(async move {
             let _slot = slot;
             tokio::pin!(connection);
+            // Both made once per connection, not per wake-up: a request wakes the task a
+            // few times, and a timer or a watch waiter registered each time is most of
+            // what an idle check would cost.
+            let stop = async move {
+                // A closed channel means the server is gone: close as well.
+                while stopping.changed().await.is_ok() {
+                    if *stopping.borrow() {
+                        return;
+                    }
+                }
+            };
+            tokio::pin!(stop);
+            let idle = tokio::time::sleep(idle_timeout);
+            tokio::pin!(idle);
             let mut closing = false;
             loop {
-                let idle_left = activity.idle_left(idle_timeout);
                 tokio::select! {
                     _ = connection.as_mut() => break,
-                    changed = stopping.changed(), if !closing => {
-                        // A closed channel means the server is gone: close as well.
-                        if changed.is_err() || *stopping.borrow() {
-                            connection.as_mut().graceful_shutdown();
-                            closing = true;
-                        }
+                    () = &mut stop, if !closing => {
+                        connection.as_mut().graceful_shutdown();
+                        closing = true;
                     }
-                    () = tokio::time::sleep(idle_left), if !closing => {
-                        if activity.idle_left(idle_timeout).is_zero() {
+                    // Activity moves the deadline only when the timer fires: then it
+                    // sleeps again until the connection has been idle for the whole time.
+                    () = idle.as_mut(), if !closing => {
+                        let left = activity.idle_left(idle_timeout);
+                        if left.is_zero() {
                             connection.as_mut().graceful_shutdown();
                             closing = true;
+                        } else {
+                            idle.as_mut().reset(tokio::time::Instant::now() + left);
                         }
                     }
                 }
@@ -232,8 +247,8 @@ impl AsyncWrite for Watched {
 struct Deadline {
     inner: Incoming,
     at: tokio::time::Instant,
-    /// Made on the first poll of a body that has one: a bodiless request (a GET) costs
-    /// no timer.
+    /// Made when the body first has to be waited for: a body that has arrived whole by
+    /// the time it is read (most) costs no timer.
     timer: Option<Pin<Box<tokio::time::Sleep>>>,
 }
 
@@ -258,6 +273,18 @@ impl HttpBody for Deadline {
         if self.inner.is_end_stream() {
             return Poll::Ready(None);
         }
+        if let Some(timer) = &mut self.timer {
+            if timer.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(Some(Err(axum::Error::new(BodyDeadline))));
+            }
+        }
+        let frame = Pin::new(&mut self.inner)
+            .poll_frame(cx)
+            .map_err(axum::Error::new);
+        if frame.is_ready() {
+            return frame;
+        }
+        // Waiting for more of the body: from here on the deadline must wake the request.
         let at = self.at;
         let timer = self
             .timer
@@ -265,9 +292,7 @@ impl HttpBody for Deadline {
         if timer.as_mut().poll(cx).is_ready() {
             return Poll::Ready(Some(Err(axum::Error::new(BodyDeadline))));
         }
-        Pin::new(&mut self.inner)
-            .poll_frame(cx)
-            .map_err(axum::Error::new)
+        Poll::Pending
     }
 
     fn is_end_stream(&self) -> bool {

@@ -257,19 +257,12 @@ impl Crosstab {
         let valid = validate_body(&body)?;
         let request = &valid.request;
         let group = request.group_filter();
-        // Entitlement: unknown and not granted look the same.
-        let survey = self
-            .catalog
-            .get(&request.survey_code)
-            .filter(|_| principal.grants.permits(&request.survey_code, group))
-            .filter(|survey| group.is_none_or(|g| survey.has_group(g)))
-            .ok_or(ApiError::ForbiddenSurvey)?;
-        if !survey.has_base(&request.population_base_code) {
-            return Err(ApiError::InvalidPopulationBase {
-                base: request.population_base_code.clone(),
-            }
-            .into());
-        }
+        let survey = self.entitled(
+            principal,
+            &request.survey_code,
+            group,
+            &request.population_base_code,
+        )?;
         let billable = Billable {
             survey: Arc::from(request.survey_code.as_str()),
             group: group.map(Arc::from),
@@ -384,18 +377,7 @@ impl Crosstab {
         let started = Instant::now();
         let request = &valid.request;
         let group = valid.group_filter();
-        let survey = self
-            .catalog
-            .get(&request.survey)
-            .filter(|_| principal.grants.permits(&request.survey, group))
-            .filter(|survey| group.is_none_or(|g| survey.has_group(g)))
-            .ok_or(ApiError::ForbiddenSurvey)?;
-        if !survey.has_base(&request.population_base) {
-            return Err(ApiError::InvalidPopulationBase {
-                base: request.population_base.clone(),
-            }
-            .into());
-        }
+        let survey = self.entitled(principal, &request.survey, group, &request.population_base)?;
         let calls = valid.billed_calls();
         let targets =
             valid.rows.len() * valid.columns.len() + valid.rows.len() + valid.columns.len();
@@ -439,6 +421,29 @@ impl Crosstab {
 
     /// Commits every bill of one answer before it may go out, in one transaction: all
     /// of them or none.
+    /// The survey `principal` may query with `group` and `base`, in the contract's order:
+    /// unknown and not granted look the same (403), then the base must exist.
+    fn entitled(
+        &self,
+        principal: &Principal,
+        survey_code: &str,
+        group: Option<&str>,
+        base: &str,
+    ) -> Result<Arc<Survey>, ApiError> {
+        let survey = self
+            .catalog
+            .get(survey_code)
+            .filter(|_| principal.grants.permits(survey_code, group))
+            .filter(|survey| group.is_none_or(|g| survey.has_group(g)))
+            .ok_or(ApiError::ForbiddenSurvey)?;
+        if !survey.has_base(base) {
+            return Err(ApiError::InvalidPopulationBase {
+                base: base.to_owned(),
+            });
+        }
+        Ok(survey)
+    }
+
     async fn bill_all(&self, bills: Vec<Bill>) -> Result<(), ServiceError> {
         Ok(self.ledger.bill_all(bills).await?)
     }

@@ -1,7 +1,7 @@
 //! The billing ledger: one row per `200` from `POST /v1/crosstab`, committed before the
 //! response is sent.
 //!
-//! Group commit: requests hand their bill to one writer thread and wait. The writer takes
+//! Group commit: requests hand their bill to one writer task and wait. The writer takes
 //! every bill pending at that moment, inserts them in one transaction, commits (one
 //! fsync for the lot) and then acknowledges each. Under load the batch grows by itself,
 //! so durability costs one commit per batch instead of one per request. If the
@@ -10,16 +10,19 @@
 //! send no 200); one that goes away once it is written stays billed and is logged with
 //! its request id, so the ledger reconciles with the access log.
 //!
-//! The writer drives its batches through the sqlx pool (SQLite or PostgreSQL) from its
-//! own thread, on the server's runtime: one transaction, one multi-row INSERT per
-//! [`ROWS_PER_STATEMENT`] bills, then the idempotency rows, then the commit.
+//! The writer is one task on the server's runtime with a connection of its own (SQLite
+//! or PostgreSQL): one transaction, one multi-row INSERT per [`ROWS_PER_STATEMENT`]
+//! bills, then the idempotency rows, then the commit.
 
+use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{self, TryRecvError};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use sqlx::Any;
+use futures_util::FutureExt;
+use sqlx::pool::PoolConnection;
+use sqlx::{Any, AnyConnection, Connection};
+use tokio::sync::mpsc::{self, error::TryRecvError};
 use tokio::sync::oneshot;
 
 use super::{Backend, Database, DbError};
@@ -131,7 +134,7 @@ type Pending = (Vec<Bill>, oneshot::Sender<Result<(), String>>);
 /// so it never holds more bills than there are requests in flight.
 #[derive(Debug, Clone)]
 pub struct Ledger {
-    queue: mpsc::Sender<Pending>,
+    queue: mpsc::UnboundedSender<Pending>,
     alive: Arc<AtomicBool>,
 }
 
@@ -147,10 +150,11 @@ impl Drop for Running {
 /// Runs the write loop, starting it again should it panic: the bills of the batch it was
 /// writing are answered 500, unbilled (their transaction is rolled back when its
 /// connection goes back to the pool), and later ones go on.
-fn supervise(sink: Sink, pending: &mpsc::Receiver<Pending>) {
+async fn supervise(db: Database, mut pending: mpsc::UnboundedReceiver<Pending>, _running: Running) {
     loop {
-        let run =
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| write_loop(&sink, pending)));
+        let run = AssertUnwindSafe(write_loop(&db, &mut pending))
+            .catch_unwind()
+            .await;
         match run {
             Ok(()) => return,
             Err(_) => tracing::error!("ledger writer panicked; restarted"),
@@ -158,52 +162,39 @@ fn supervise(sink: Sink, pending: &mpsc::Receiver<Pending>) {
     }
 }
 
-/// The writer thread; [`LedgerWriter::finish`] waits until every bill handed over is
+/// The writer task; [`LedgerWriter::finish`] waits until every bill handed over is
 /// committed (after the last [`Ledger`] handle is dropped).
 #[derive(Debug)]
-pub struct LedgerWriter(Option<std::thread::JoinHandle<()>>);
+pub struct LedgerWriter(Option<tokio::task::JoinHandle<()>>);
 
 impl LedgerWriter {
     /// Waits for the writer to drain and stop.
     pub async fn finish(self) {
-        let Some(thread) = self.0 else { return };
-        let joined = tokio::task::spawn_blocking(move || thread.join()).await;
-        if !matches!(joined, Ok(Ok(()))) {
+        let Some(task) = self.0 else { return };
+        if task.await.is_err() {
             tracing::error!("ledger writer failed");
         }
     }
 }
 
 impl Ledger {
-    /// Starts the writer on `db` (call it on the server's runtime: PostgreSQL batches
-    /// are written on it).
+    /// Starts the writer on `db`, as a task of the current runtime (outside one, no
+    /// writer runs: every bill is answered [`LedgerError::Stopped`], unbilled).
     pub fn start(db: Database) -> (Ledger, LedgerWriter) {
-        let (queue, pending) = mpsc::channel();
-        let sink = Sink {
-            db,
-            runtime: tokio::runtime::Handle::try_current().ok(),
-        };
+        let (queue, pending) = mpsc::unbounded_channel();
         let alive = Arc::new(AtomicBool::new(true));
-        let running = Arc::clone(&alive);
-        let spawned = std::thread::Builder::new()
-            .name("crosstab-ledger".to_owned())
-            .spawn(move || {
-                let _running = Running(running);
-                supervise(sink, &pending);
-            });
-        let thread = spawned
-            .inspect_err(|error| {
-                // No thread to be had: every bill is answered `Stopped` (500), unbilled.
+        let running = Running(Arc::clone(&alive));
+        let task = match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => Some(runtime.spawn(supervise(db, pending, running))),
+            Err(error) => {
                 tracing::error!(%error, "ledger writer not started");
-            })
-            .ok();
-        if thread.is_none() {
-            alive.store(false, Ordering::SeqCst);
-        }
-        (Ledger { queue, alive }, LedgerWriter(thread))
+                None
+            }
+        };
+        (Ledger { queue, alive }, LedgerWriter(task))
     }
 
-    /// Whether the writer thread is running (and so bills can be committed).
+    /// Whether the writer task is running (and so bills can be committed).
     pub fn is_alive(&self) -> bool {
         self.alive.load(Ordering::SeqCst)
     }
@@ -263,10 +254,11 @@ fn abandoned(request_id: &str) {
     );
 }
 
-fn write_loop(sink: &Sink, pending: &mpsc::Receiver<Pending>) {
+async fn write_loop(db: &Database, pending: &mut mpsc::UnboundedReceiver<Pending>) {
     let mut batch: Vec<Pending> = Vec::new();
-    // Blocks for the first bill; stops once every `Ledger` is dropped and all is written.
-    while let Ok(first) = pending.recv() {
+    let mut held = Held::default();
+    // Waits for the first bill; stops once every `Ledger` is dropped and all is written.
+    while let Some(first) = pending.recv().await {
         let mut bills = first.0.len();
         batch.push(first);
         // Then every bill already waiting: under load the batch grows by itself (an
@@ -294,7 +286,10 @@ fn write_loop(sink: &Sink, pending: &mpsc::Receiver<Pending>) {
             continue;
         }
         let started = Instant::now();
-        let result = sink.write(&batch).map_err(|error| error.to_string());
+        let result = held
+            .write(db, &batch)
+            .await
+            .map_err(|error| error.to_string());
         tracing::debug!(
             bills = batch.len(),
             us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
@@ -314,36 +309,55 @@ fn write_loop(sink: &Sink, pending: &mpsc::Receiver<Pending>) {
     }
 }
 
-/// Where the writer commits batches: the pool, on the runtime the ledger started on.
-struct Sink {
-    db: Database,
-    runtime: Option<tokio::runtime::Handle>,
-}
+/// The writer's own connection, kept from batch to batch: taking one from the pool and
+/// giving it back costs a round trip each (the pool tests it both ways), more than a
+/// small batch's INSERT.
+#[derive(Default)]
+struct Held(Option<(PoolConnection<Any>, Instant)>);
 
-impl Sink {
-    fn write(&self, batch: &[Pending]) -> Result<(), String> {
-        match &self.runtime {
-            Some(runtime) => runtime
-                .block_on(write_batch(&self.db, batch))
-                .map_err(|error| error.to_string()),
-            None => Err("the ledger was started outside the server's runtime".to_owned()),
+/// A connection idle longer than this is tested before a batch is written on it (the
+/// database may have restarted meanwhile): a failed test costs no bill, a failed write
+/// costs the batch's.
+const IDLE_TEST: Duration = Duration::from_secs(1);
+
+impl Held {
+    /// Writes `batch` on the held connection (taken from the pool first if need be); after
+    /// a failure the connection goes back to the pool, and the next batch takes another.
+    async fn write(&mut self, db: &Database, batch: &[Pending]) -> Result<(), DbError> {
+        if let Some((conn, used)) = &mut self.0 {
+            if used.elapsed() > IDLE_TEST && conn.ping().await.is_err() {
+                self.0 = None;
+            }
         }
+        let (conn, used) = match &mut self.0 {
+            Some(held) => held,
+            None => self.0.insert((db.pool().acquire().await?, Instant::now())),
+        };
+        let result = write_batch(conn, batch, db.backend()).await;
+        *used = Instant::now();
+        if result.is_err() {
+            self.0 = None;
+        }
+        result
     }
 }
 
 /// The batch in one transaction on the pool.
-async fn write_batch(db: &Database, batch: &[Pending]) -> Result<(), DbError> {
+async fn write_batch(
+    conn: &mut AnyConnection,
+    batch: &[Pending],
+    backend: Backend,
+) -> Result<(), DbError> {
     let bills: Vec<&Bill> = batch.iter().flat_map(|(bills, _)| bills).collect();
     // One statement commits atomically on its own: a batch that fits one INSERT and
     // keeps no idempotent answer takes one round trip instead of BEGIN, INSERT, COMMIT
     // (on a loaded machine each round trip waits for the database's process to run).
     if bills.len() <= ROWS_PER_STATEMENT && bills.iter().all(|bill| bill.idempotent.is_none()) {
-        let mut conn = db.pool().acquire().await?;
-        return insert_rows(&mut conn, &bills, db.backend()).await;
+        return insert_rows(conn, &bills, backend).await;
     }
-    let mut tx = db.pool().begin().await?;
+    let mut tx = conn.begin().await?;
     for chunk in bills.chunks(ROWS_PER_STATEMENT) {
-        insert_rows(&mut tx, chunk, db.backend()).await?;
+        insert_rows(&mut tx, chunk, backend).await?;
     }
     for bill in &bills {
         if let Some(kept) = &bill.idempotent {
