@@ -140,25 +140,7 @@ pub fn check_survey_import(data: &[u8]) -> bool {
 
 /// The definition every `sav_reader` input is imported with: the columns of the
 /// committed fixtures (`crates/engine/tests/fixtures/sav`), so their seeds import.
-const SAV_DEFINITION: &str = r#"code = "FUZZ"
-name = "Fuzzed SPSS file"
-respondents = "data.sav"
-id_column = "RESPID"
-weight_column = "WEIGHT"
-group_column = "REGION"
-
-[[codes]]
-code = "HAPPY"
-expr = "SAT >= 4"
-
-[[population_bases]]
-code = "ALL"
-expr = "*"
-
-[[population_bases]]
-code = "WOMEN"
-expr = "GENDER = 2"
-"#;
+const SAV_DEFINITION: &str = include_str!("../sav_definition.toml");
 
 /// A directory holding the SPSS definition, made once per process; each input overwrites
 /// its `data.sav`.

@@ -27,25 +27,7 @@ fn regressions(target: &str) -> Vec<(String, Vec<u8>)> {
 }
 
 /// The definition the `sav_reader` target imports every input with (`fuzz/src/lib.rs`).
-const SAV_DEFINITION: &str = r#"code = "FUZZ"
-name = "Fuzzed SPSS file"
-respondents = "data.sav"
-id_column = "RESPID"
-weight_column = "WEIGHT"
-group_column = "REGION"
-
-[[codes]]
-code = "HAPPY"
-expr = "SAT >= 4"
-
-[[population_bases]]
-code = "ALL"
-expr = "*"
-
-[[population_bases]]
-code = "WOMEN"
-expr = "GENDER = 2"
-"#;
+const SAV_DEFINITION: &str = include_str!("../../../fuzz/sav_definition.toml");
 
 /// Both open, both in ambers 0.4.6, reached through `import::prepare_file`:
 /// - `ambers-info-record-mul-overflow`: an info record (type 7) whose element size and
