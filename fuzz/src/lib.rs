@@ -166,19 +166,44 @@ fn sav_dir() -> &'static PathBuf {
 /// some damaged files and the import catches that (`catch_unwind`) and refuses the file;
 /// libFuzzer's hook would abort first and report a finding the product already handles.
 /// A panic in our own code, even inside such a call, still aborts.
+///
+/// "Inside" is decided by the innermost frame outside the standard library: a panic the
+/// standard library raises for the crate (`vec![0; n]` with a negative size read as
+/// `usize`: "capacity overflow") is located in `alloc`, yet raised by the crate's code.
 pub fn tolerate_panics_inside(krate: &'static str) {
     let abort = std::panic::take_hook();
     let marker = format!("{krate}-");
     std::panic::set_hook(Box::new(move |info| {
-        let inside = info.location().is_some_and(|at| {
-            at.file()
-                .rsplit(['/', '\\'])
+        let in_crate = |file: &str| {
+            file.rsplit(['/', '\\'])
                 .any(|part| part.starts_with(&marker))
-        });
+        };
+        let inside = match info.location() {
+            Some(at) if in_crate(at.file()) => true,
+            Some(at) if is_std(at.file()) => innermost_caller_file().is_some_and(|f| in_crate(&f)),
+            _ => false,
+        };
         if !inside {
             abort(info);
         }
     }));
+}
+
+/// Whether `file` is the standard library's source (`/rustc/<hash>/library/...`).
+fn is_std(file: &str) -> bool {
+    file.contains("/rustc/") || file.starts_with("library/")
+}
+
+/// The source file of the innermost frame of the current stack outside the standard
+/// library and this file (the hook), if the stack can be resolved.
+fn innermost_caller_file() -> Option<String> {
+    let trace = format!("{:?}", std::backtrace::Backtrace::force_capture());
+    trace
+        .split("file: \"")
+        .skip(1)
+        .filter_map(|rest| rest.split('"').next())
+        .find(|file| !is_std(file) && file.trim_start_matches("./") != file!())
+        .map(str::to_owned)
 }
 
 /// The SPSS `.sav`/`.zsav` reader, through the engine's file import (its only public

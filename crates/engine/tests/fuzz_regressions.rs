@@ -29,7 +29,7 @@ fn regressions(target: &str) -> Vec<(String, Vec<u8>)> {
 /// The definition the `sav_reader` target imports every input with (`fuzz/src/lib.rs`).
 const SAV_DEFINITION: &str = include_str!("../../../fuzz/sav_definition.toml");
 
-/// Both open, both in ambers 0.4.6, reached through `import::prepare_file`:
+/// All open, all in ambers 0.4.6, reached through `import::prepare_file`:
 /// - `ambers-info-record-mul-overflow`: an info record (type 7) whose element size and
 ///   count are negative; `InfoRecordHeader::data_len` multiplies them as `usize`, which
 ///   panics with overflow checks on (debug builds, the tests) and wraps in release builds
@@ -37,6 +37,9 @@ const SAV_DEFINITION: &str = include_str!("../../../fuzz/sav_definition.toml");
 /// - `ambers-variable-label-negative-length`: a variable record whose label length is
 ///   negative; `variable.rs:110` slices `label_bytes[..label_len]` with `usize::MAX`, a
 ///   panic in every build, release included.
+/// - `ambers-zsav-negative-block-size`: a `.zsav` whose trailer declares a negative
+///   uncompressed block size; `zlib.rs:96` makes `vec![0u8; size as usize]`, a
+///   "capacity overflow" panic in every build.
 ///
 /// The import refuses such files with an error (the engine catches the library's panic).
 #[test]
