@@ -139,7 +139,7 @@ enum Command {
         limits: LimitArgs,
         /// Behind a load balancer: the header it puts the client's address in (e.g.
         /// X-Forwarded-For; the last address in it counts). Only with a proxy that sets it.
-        #[arg(long, value_name = "HEADER")]
+        #[arg(long = "trust-proxy-header", value_name = "HEADER")]
         trusted_proxy_header: Option<axum::http::HeaderName>,
         /// Seconds a query may compute; past it, 503 `deadline_exceeded`, not billed.
         #[arg(long, value_name = "SECONDS", default_value_t = 10)]
