@@ -37,9 +37,10 @@ const SAV_DEFINITION: &str = include_str!("../../../fuzz/sav_definition.toml");
 /// - `ambers-variable-label-negative-length`: a variable record whose label length is
 ///   negative; `variable.rs:110` slices `label_bytes[..label_len]` with `usize::MAX`, a
 ///   panic in every build, release included.
-/// - `ambers-zsav-negative-block-size`: a `.zsav` whose trailer declares a negative
-///   uncompressed block size; `zlib.rs:96` makes `vec![0u8; size as usize]`, a
-///   "capacity overflow" panic in every build.
+/// - `ambers-zsav-negative-block-size`, `ambers-zsav-huge-block-size`: a `.zsav` whose
+///   block table declares a negative or a huge uncompressed block size, which
+///   `zlib.rs:96` allocates (`vec![0u8; size as usize]`); the engine now refuses such a
+///   table before the reader sees the file.
 ///
 /// The import refuses such files with an error (the engine catches the library's panic).
 #[test]

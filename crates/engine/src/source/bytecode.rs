@@ -40,6 +40,16 @@ fn i32_at(bytes: &[u8], big_endian: bool) -> i32 {
     }
 }
 
+/// Whether a system file's header is big-endian, told by its layout code (2 or 3);
+/// `None` when neither byte order gives one.
+fn big_endian(header: &[u8; HEADER_LEN]) -> Option<bool> {
+    match (i32_at(&header[64..], false), i32_at(&header[64..], true)) {
+        (2 | 3, _) => Some(false),
+        (_, 2 | 3) => Some(true),
+        _ => None,
+    }
+}
+
 /// Reads a count or size that must be non-negative.
 fn read_count(reader: &mut impl Read, big_endian: bool) -> io::Result<u64> {
     let mut word = [0u8; 4];
@@ -62,10 +72,8 @@ fn layout<R: Read + Seek>(reader: &mut BufReader<R>, file_len: u64) -> io::Resul
     if &header[..4] != b"$FL2" {
         return Ok(None);
     }
-    let big_endian = match (i32_at(&header[64..], false), i32_at(&header[64..], true)) {
-        (2 | 3, _) => false,
-        (_, 2 | 3) => true,
-        _ => return Ok(None),
+    let Some(big_endian) = big_endian(&header) else {
+        return Ok(None);
     };
     let Ok(cases) = u64::try_from(i32_at(&header[80..], big_endian)) else {
         return Ok(None);
@@ -80,6 +88,28 @@ fn layout<R: Read + Seek>(reader: &mut BufReader<R>, file_len: u64) -> io::Resul
     } else {
         f64::from_le_bytes(bias)
     };
+    let Some((data_at, slots)) = dictionary_end(reader, big_endian)? else {
+        return Ok(None);
+    };
+    if data_at > file_len || slots == 0 {
+        return Ok(None);
+    }
+    Ok(Some(Layout {
+        big_endian,
+        data_at,
+        slots,
+        cases,
+        bias,
+    }))
+}
+
+/// Walks the dictionary records that follow the header to the end of the dictionary:
+/// the offset of the first byte of data and the number of 8-byte slots per case; `None`
+/// at a record type the walk does not know.
+fn dictionary_end<R: Read + Seek>(
+    reader: &mut BufReader<R>,
+    big_endian: bool,
+) -> io::Result<Option<(u64, u64)>> {
     let mut slots = 0u64;
     loop {
         match read_count(reader, big_endian)? {
@@ -124,21 +154,91 @@ fn layout<R: Read + Seek>(reader: &mut BufReader<R>, file_len: u64) -> io::Resul
             }
             999 => {
                 skip(reader, 4)?;
-                let data_at = reader.stream_position()?;
-                if data_at > file_len || slots == 0 {
-                    return Ok(None);
-                }
-                return Ok(Some(Layout {
-                    big_endian,
-                    data_at,
-                    slots,
-                    cases,
-                    bias,
-                }));
+                return Ok(Some((reader.stream_position()?, slots)));
             }
             _ => return Ok(None),
         }
     }
+}
+
+/// Zlib compression (`.zsav`) in the header's compression field.
+const ZLIB: i32 = 2;
+/// Largest uncompressed `.zsav` block accepted: SPSS writes blocks of about 4 MB, and the
+/// reader allocates each block's declared size before decompressing it.
+const MAX_ZSAV_BLOCK: i64 = 64 << 20;
+
+fn i64_at(bytes: &[u8], big_endian: bool) -> i64 {
+    let mut word = [0u8; 8];
+    word.copy_from_slice(&bytes[..8]);
+    if big_endian {
+        i64::from_be_bytes(word)
+    } else {
+        i64::from_le_bytes(word)
+    }
+}
+
+fn invalid(message: &'static str) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, message)
+}
+
+/// For a `.zsav`: the block table (the trailer the zlib header at the end of the
+/// dictionary points to) must describe blocks inside the file, each at most
+/// [`MAX_ZSAV_BLOCK`] uncompressed. The reader trusts those sizes for its allocations, so
+/// a small damaged file could otherwise make it reserve gigabytes. Other files pass.
+fn check_zsav<R: Read + Seek>(reader: &mut BufReader<R>) -> io::Result<()> {
+    zsav_block_table(reader).map_err(|error| match error.kind() {
+        io::ErrorKind::UnexpectedEof => {
+            invalid("a .zsav cut short in its dictionary or block table")
+        }
+        _ => error,
+    })
+}
+
+fn zsav_block_table<R: Read + Seek>(reader: &mut BufReader<R>) -> io::Result<()> {
+    let file_len = reader.seek(SeekFrom::End(0))?;
+    reader.seek(SeekFrom::Start(0))?;
+    let mut header = [0u8; HEADER_LEN];
+    if reader.read_exact(&mut header).is_err() || !header.starts_with(b"$FL") {
+        return Ok(());
+    }
+    let Some(big_endian) = big_endian(&header) else {
+        return Ok(());
+    };
+    if i32_at(&header[COMPRESSION_AT..], big_endian) != ZLIB {
+        return Ok(());
+    }
+    let Some((data_at, _)) = dictionary_end(reader, big_endian)? else {
+        return Err(invalid("a .zsav dictionary with an unknown record type"));
+    };
+    let mut zheader = [0u8; 24];
+    reader.seek(SeekFrom::Start(data_at))?;
+    reader.read_exact(&mut zheader)?;
+    let trailer_at = i64_at(&zheader[8..], big_endian);
+    let trailer_at = u64::try_from(trailer_at)
+        .ok()
+        .filter(|&at| at.saturating_add(24) <= file_len)
+        .ok_or_else(|| invalid("a .zsav block table outside the file"))?;
+    reader.seek(SeekFrom::Start(trailer_at))?;
+    let mut head = [0u8; 24];
+    reader.read_exact(&mut head)?;
+    let blocks = u64::try_from(i32_at(&head[20..], big_endian))
+        .ok()
+        .filter(|&n| trailer_at + 24 + n.saturating_mul(24) <= file_len)
+        .ok_or_else(|| invalid("a .zsav block count the file cannot hold"))?;
+    for _ in 0..blocks {
+        let mut entry = [0u8; 24];
+        reader.read_exact(&mut entry)?;
+        let compressed_at = i64_at(&entry[8..], big_endian);
+        let uncompressed = i64::from(i32_at(&entry[16..], big_endian));
+        let compressed = i64::from(i32_at(&entry[20..], big_endian));
+        let inside = compressed_at >= 0
+            && compressed >= 0
+            && u64::try_from(compressed_at + compressed).is_ok_and(|end| end <= file_len);
+        if !inside || !(0..=MAX_ZSAV_BLOCK).contains(&uncompressed) {
+            return Err(invalid("a .zsav block outside the file or over 64 MiB"));
+        }
+    }
+    Ok(())
 }
 
 /// A bytecode-compressed file read as the uncompressed file it encodes (see the module).
@@ -359,10 +459,16 @@ pub(crate) enum Input<R: Read + Seek> {
 }
 
 impl<R: Read + Seek> Input<R> {
+    /// The file, decoded as it is read when bytecode-compressed; a `.zsav` whose block
+    /// table the reader would trust into a huge allocation is refused here.
     pub fn open(reader: R) -> io::Result<Input<R>> {
         Ok(match Inflated::open(reader)? {
             Ok(inflated) => Input::Inflated(inflated),
-            Err(plain) => Input::Plain(plain),
+            Err(mut plain) => {
+                check_zsav(&mut plain)?;
+                plain.seek(SeekFrom::Start(0))?;
+                Input::Plain(plain)
+            }
         })
     }
 }
@@ -395,6 +501,46 @@ mod tests {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("tests/fixtures/sav/labelled-rows.sav");
         std::fs::read(path).unwrap()
+    }
+
+    /// The offset of the first block table entry of a little-endian `.zsav`, and the
+    /// number of entries.
+    fn zsav_blocks(bytes: &[u8]) -> (usize, usize) {
+        let mut reader = BufReader::new(Cursor::new(bytes));
+        reader.seek(SeekFrom::Start(HEADER_LEN as u64)).unwrap();
+        let (data_at, _) = dictionary_end(&mut reader, false).unwrap().unwrap();
+        let data_at = usize::try_from(data_at).unwrap();
+        let trailer = usize::try_from(i64_at(&bytes[data_at + 8..], false)).unwrap();
+        let blocks = usize::try_from(i32_at(&bytes[trailer + 20..], false)).unwrap();
+        (trailer + 24, blocks)
+    }
+
+    #[test]
+    fn a_zsav_whose_block_table_claims_huge_or_outside_blocks_is_refused() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/sav/labelled.zsav");
+        let bytes = std::fs::read(path).unwrap();
+        assert!(matches!(
+            Input::open(Cursor::new(&bytes)).unwrap(),
+            Input::Plain(_)
+        ));
+        let (first, blocks) = zsav_blocks(&bytes);
+        assert!(blocks >= 1);
+        let patched = |at: usize, value: i32| {
+            let mut bytes = bytes.clone();
+            bytes[at..at + 4].copy_from_slice(&value.to_le_bytes());
+            bytes
+        };
+        // Uncompressed size over the bound, negative; compressed size past the end.
+        for damaged in [
+            patched(first + 16, 1 << 30),
+            patched(first + 16, -5),
+            patched(first + 20, i32::MAX),
+            patched(first + 20, -1),
+        ] {
+            let refused = Input::open(Cursor::new(&damaged)).unwrap_err();
+            assert_eq!(refused.kind(), io::ErrorKind::InvalidData, "{refused}");
+        }
     }
 
     #[test]

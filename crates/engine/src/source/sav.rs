@@ -147,10 +147,17 @@ fn open(path: &Path) -> Result<ambers::Scanner<SavInput<File>>, ImportError> {
         source,
     };
     let file = File::open(path).map_err(io)?;
-    scan(
-        SavInput::open(file).map_err(io)?,
-        &path.display().to_string(),
-    )
+    let name = path.display().to_string();
+    let input = SavInput::open(file).map_err(|error| match error.kind() {
+        // A damaged file, told before the reader saw it.
+        std::io::ErrorKind::InvalidData => source_error(
+            &name,
+            None,
+            format!("not a readable SPSS system file: {error}"),
+        ),
+        _ => io(error),
+    })?;
+    scan(input, &name)
 }
 
 fn scan<R: Read + Seek>(reader: R, file: &str) -> Result<ambers::Scanner<R>, ImportError> {
