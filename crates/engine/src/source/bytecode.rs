@@ -30,14 +30,22 @@ struct Layout {
     bias: f64,
 }
 
-fn i32_at(bytes: &[u8], big_endian: bool) -> i32 {
-    let mut word = [0u8; 4];
-    word.copy_from_slice(&bytes[..4]);
+/// The `N` bytes at the start of `bytes`, in little-endian order whatever the file's.
+fn le_word<const N: usize>(bytes: &[u8], big_endian: bool) -> [u8; N] {
+    let mut word = [0u8; N];
+    word.copy_from_slice(&bytes[..N]);
     if big_endian {
-        i32::from_be_bytes(word)
-    } else {
-        i32::from_le_bytes(word)
+        word.reverse();
     }
+    word
+}
+
+fn i32_at(bytes: &[u8], big_endian: bool) -> i32 {
+    i32::from_le_bytes(le_word(bytes, big_endian))
+}
+
+fn i64_at(bytes: &[u8], big_endian: bool) -> i64 {
+    i64::from_le_bytes(le_word(bytes, big_endian))
 }
 
 /// Whether a system file's header is big-endian, told by its layout code (2 or 3);
@@ -81,13 +89,7 @@ fn layout<R: Read + Seek>(reader: &mut BufReader<R>, file_len: u64) -> io::Resul
     if i32_at(&header[COMPRESSION_AT..], big_endian) != BYTECODE {
         return Ok(None);
     }
-    let mut bias = [0u8; 8];
-    bias.copy_from_slice(&header[84..92]);
-    let bias = if big_endian {
-        f64::from_be_bytes(bias)
-    } else {
-        f64::from_le_bytes(bias)
-    };
+    let bias = f64::from_le_bytes(le_word(&header[84..], big_endian));
     let Some((data_at, slots)) = dictionary_end(reader, big_endian)? else {
         return Ok(None);
     };
@@ -167,16 +169,6 @@ const ZLIB: i32 = 2;
 /// reader allocates each block's declared size before decompressing it.
 const MAX_ZSAV_BLOCK: i64 = 64 << 20;
 
-fn i64_at(bytes: &[u8], big_endian: bool) -> i64 {
-    let mut word = [0u8; 8];
-    word.copy_from_slice(&bytes[..8]);
-    if big_endian {
-        i64::from_be_bytes(word)
-    } else {
-        i64::from_le_bytes(word)
-    }
-}
-
 fn invalid(message: &'static str) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, message)
 }
@@ -231,9 +223,13 @@ fn zsav_block_table<R: Read + Seek>(reader: &mut BufReader<R>) -> io::Result<()>
         let compressed_at = i64_at(&entry[8..], big_endian);
         let uncompressed = i64::from(i32_at(&entry[16..], big_endian));
         let compressed = i64::from(i32_at(&entry[20..], big_endian));
+        // `checked_add`: an offset near `i64::MAX` must be refused, not overflow.
         let inside = compressed_at >= 0
             && compressed >= 0
-            && u64::try_from(compressed_at + compressed).is_ok_and(|end| end <= file_len);
+            && compressed_at
+                .checked_add(compressed)
+                .and_then(|end| u64::try_from(end).ok())
+                .is_some_and(|end| end <= file_len);
         if !inside || !(0..=MAX_ZSAV_BLOCK).contains(&uncompressed) {
             return Err(invalid("a .zsav block outside the file or over 64 MiB"));
         }
@@ -531,12 +527,16 @@ mod tests {
             bytes[at..at + 4].copy_from_slice(&value.to_le_bytes());
             bytes
         };
+        // A block offset so large that offset + size overflows.
+        let mut far = bytes.clone();
+        far[first + 8..first + 16].copy_from_slice(&(i64::MAX - 1).to_le_bytes());
         // Uncompressed size over the bound, negative; compressed size past the end.
         for damaged in [
             patched(first + 16, 1 << 30),
             patched(first + 16, -5),
             patched(first + 20, i32::MAX),
             patched(first + 20, -1),
+            far,
         ] {
             let refused = Input::open(Cursor::new(&damaged)).unwrap_err();
             assert_eq!(refused.kind(), io::ErrorKind::InvalidData, "{refused}");

@@ -419,8 +419,6 @@ impl Crosstab {
         Ok(table)
     }
 
-    /// Commits every bill of one answer before it may go out, in one transaction: all
-    /// of them or none.
     /// The survey `principal` may query with `group` and `base`, in the contract's order:
     /// unknown and not granted look the same (403), then the base must exist.
     fn entitled(
@@ -444,6 +442,8 @@ impl Crosstab {
         Ok(survey)
     }
 
+    /// Commits every bill of one answer before it may go out, in one transaction: all
+    /// of them or none.
     async fn bill_all(&self, bills: Vec<Bill>) -> Result<(), ServiceError> {
         Ok(self.ledger.bill_all(bills).await?)
     }
