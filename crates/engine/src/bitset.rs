@@ -5,11 +5,60 @@
 //! final pass must read the weights in order anyway; word-wise AND/OR/NOT vectorize.
 
 /// A set of respondents `0..len`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 pub struct Bitset {
-    words: Vec<u64>,
+    words: Words,
     len: usize,
 }
+
+/// Where a set's words live.
+#[derive(Debug)]
+enum Words {
+    Heap(Vec<u64>),
+    /// Pages of their own (see [`Bitset::into_own_pages`]).
+    #[cfg(feature = "fs")]
+    Pages(memmap2::MmapMut),
+}
+
+impl Words {
+    fn as_slice(&self) -> &[u64] {
+        match self {
+            Words::Heap(words) => words,
+            // A map is page-aligned and was made a whole number of words long.
+            #[cfg(feature = "fs")]
+            Words::Pages(map) => bytemuck::cast_slice(map),
+        }
+    }
+
+    fn as_mut_slice(&mut self) -> &mut [u64] {
+        match self {
+            Words::Heap(words) => words,
+            #[cfg(feature = "fs")]
+            Words::Pages(map) => bytemuck::cast_slice_mut(map),
+        }
+    }
+}
+
+impl Clone for Bitset {
+    fn clone(&self) -> Self {
+        Bitset {
+            words: Words::Heap(self.words().to_vec()),
+            len: self.len,
+        }
+    }
+}
+
+impl PartialEq for Bitset {
+    fn eq(&self, other: &Self) -> bool {
+        self.len == other.len && self.words() == other.words()
+    }
+}
+
+impl Eq for Bitset {}
+
+/// Bytes of a page; sets smaller than this stay on the heap.
+#[cfg(feature = "fs")]
+const PAGE: usize = 4096;
 
 /// Number of partial sums kept apart; fixed so every platform adds in the same order.
 const LANES: usize = 8;
@@ -18,7 +67,7 @@ impl Bitset {
     /// The empty set over `len` respondents.
     pub fn empty(len: usize) -> Self {
         Bitset {
-            words: vec![0; len.div_ceil(64)],
+            words: Words::Heap(vec![0; len.div_ceil(64)]),
             len,
         }
     }
@@ -26,7 +75,7 @@ impl Bitset {
     /// Every respondent.
     pub fn full(len: usize) -> Self {
         let mut set = Bitset {
-            words: vec![u64::MAX; len.div_ceil(64)],
+            words: Words::Heap(vec![u64::MAX; len.div_ceil(64)]),
             len,
         };
         set.clear_tail();
@@ -36,15 +85,56 @@ impl Bitset {
     /// Builds a set from whole words (bits past `len` are cleared).
     pub fn from_words(words: Vec<u64>, len: usize) -> Self {
         debug_assert_eq!(words.len(), len.div_ceil(64));
-        let mut set = Bitset { words, len };
+        let mut set = Bitset {
+            words: Words::Heap(words),
+            len,
+        };
         set.clear_tail();
         set
+    }
+
+    /// Bytes the set's words take in memory: whole pages once moved to pages of their own.
+    pub(crate) fn footprint(words: usize) -> usize {
+        let bytes = words * std::mem::size_of::<u64>();
+        #[cfg(feature = "fs")]
+        if bytes >= PAGE {
+            return bytes.next_multiple_of(PAGE);
+        }
+        bytes
+    }
+
+    /// Whether the set lives on pages of its own.
+    #[cfg(test)]
+    pub(crate) fn on_own_pages(&self) -> bool {
+        !matches!(self.words, Words::Heap(_))
+    }
+
+    /// The same set, moved to pages of its own when it spans at least one page, so that
+    /// dropping it gives its memory back to the system at once. A cache that keeps and
+    /// evicts sets all day would otherwise leave the allocator's pages dotted with the few
+    /// sets still kept, resident far beyond what the cache counts. Stays on the heap when
+    /// the system refuses a map (e.g. at its limit on maps per process).
+    pub(crate) fn into_own_pages(self) -> Bitset {
+        #[cfg(feature = "fs")]
+        {
+            let bytes = std::mem::size_of_val(self.words());
+            if bytes >= PAGE {
+                if let Ok(mut map) = memmap2::MmapMut::map_anon(bytes) {
+                    map.copy_from_slice(bytemuck::cast_slice(self.words()));
+                    return Bitset {
+                        words: Words::Pages(map),
+                        len: self.len,
+                    };
+                }
+            }
+        }
+        self
     }
 
     fn clear_tail(&mut self) {
         let rem = self.len % 64;
         if rem != 0 {
-            if let Some(last) = self.words.last_mut() {
+            if let Some(last) = self.words.as_mut_slice().last_mut() {
                 *last &= (1u64 << rem) - 1;
             }
         }
@@ -57,45 +147,47 @@ impl Bitset {
 
     /// The words, 64 respondents each.
     pub fn words(&self) -> &[u64] {
-        &self.words
+        self.words.as_slice()
     }
 
     /// Whether respondent `index` is a member.
     pub fn contains(&self, index: usize) -> bool {
-        index < self.len && self.words[index / 64] >> (index % 64) & 1 == 1
+        index < self.len && self.words()[index / 64] >> (index % 64) & 1 == 1
     }
 
     /// Adds respondent `index`.
     pub fn insert(&mut self, index: usize) {
         if index < self.len {
-            self.words[index / 64] |= 1 << (index % 64);
+            self.words.as_mut_slice()[index / 64] |= 1 << (index % 64);
         }
     }
 
     /// Number of members.
     pub fn count(&self) -> u64 {
-        self.words.iter().map(|w| u64::from(w.count_ones())).sum()
+        self.words().iter().map(|w| u64::from(w.count_ones())).sum()
     }
 
     /// Keeps the members also in `other`.
     pub fn and_with(&mut self, other: &Bitset) {
         self.words
+            .as_mut_slice()
             .iter_mut()
-            .zip(&other.words)
+            .zip(other.words())
             .for_each(|(a, b)| *a &= b);
     }
 
     /// Adds the members of `other`.
     pub fn or_with(&mut self, other: &Bitset) {
         self.words
+            .as_mut_slice()
             .iter_mut()
-            .zip(&other.words)
+            .zip(other.words())
             .for_each(|(a, b)| *a |= b);
     }
 
     /// Complement within the universe.
     pub fn negate(&mut self) {
-        self.words.iter_mut().for_each(|w| *w = !*w);
+        self.words.as_mut_slice().iter_mut().for_each(|w| *w = !*w);
         self.clear_tail();
     }
 
@@ -103,10 +195,10 @@ impl Bitset {
     pub fn tally(&self, filter: Option<&Bitset>, weights: &[f64]) -> Tally {
         match filter {
             Some(filter) => tally_words(
-                self.words.iter().zip(&filter.words).map(|(a, b)| a & b),
+                self.words().iter().zip(filter.words()).map(|(a, b)| a & b),
                 weights,
             ),
-            None => tally_words(self.words.iter().copied(), weights),
+            None => tally_words(self.words().iter().copied(), weights),
         }
     }
 }
@@ -264,6 +356,33 @@ fn fold_lanes(lanes: &[f64; LANES]) -> f64 {
 
 #[cfg(test)]
 mod tests {
+    #[cfg(feature = "fs")]
+    #[test]
+    fn a_set_on_pages_of_its_own_is_the_same_set() {
+        let mut set = Bitset::empty(100_000);
+        for index in (0..100_000).step_by(7) {
+            set.insert(index);
+        }
+        let paged = set.clone().into_own_pages();
+        assert!(paged.on_own_pages());
+        assert_eq!(paged, set);
+        assert_eq!(paged.count(), set.count());
+        let weights = vec![0.5; 100_000];
+        assert_eq!(paged.tally(None, &weights), set.tally(None, &weights));
+        let mut negated = paged.clone();
+        negated.negate();
+        assert_eq!(negated.count(), 100_000 - set.count());
+        assert_eq!(
+            Bitset::footprint(set.words().len()),
+            16_384,
+            "12,504 bytes: four whole pages"
+        );
+        // Smaller than a page: left on the heap, counted by its bytes.
+        let small = Bitset::full(1000).into_own_pages();
+        assert!(!small.on_own_pages());
+        assert_eq!(Bitset::footprint(small.words().len()), 128);
+    }
+
     use super::*;
 
     #[test]

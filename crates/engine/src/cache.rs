@@ -55,8 +55,17 @@ pub(crate) enum Lookup {
     Pass,
 }
 
-/// First sights remembered before the doorkeeper starts over; a few hundred KiB at most.
+/// Bytes an entry costs besides its set and keys: the entry, the `Arc`'s header and
+/// `Bitset`, the use tick and the maps' slack.
+const ENTRY_OVERHEAD: usize = 128;
+
+/// First sights remembered before the doorkeeper starts over.
 const DOORKEEPER_KEYS: usize = 1 << 14;
+
+/// Bytes of a full doorkeeper, which each loaded survey's set cache allocates whole at the
+/// start and counts against the budget for its life: a hash table of that many
+/// fingerprints has twice as many slots of a word and a control byte each.
+pub const DOORKEEPER_BYTES: usize = 2 * DOORKEEPER_KEYS * (std::mem::size_of::<u64>() + 1);
 
 /// Sets within the shared byte budget, which counts keys as well as sets (a listed key can
 /// be long).
@@ -88,10 +97,14 @@ struct Entry {
 impl SetCache {
     /// A cache of sets over `respondents` drawing on `budget` (and evictable by it).
     pub(crate) fn new(budget: &Arc<MemoryBudget>, respondents: usize) -> Arc<Self> {
+        budget.take_anyway(DOORKEEPER_BYTES);
         let cache = Arc::new(SetCache {
             budget: Arc::clone(budget),
             set_bytes: respondents.div_ceil(64) * 8,
-            inner: Mutex::new(Entries::default()),
+            inner: Mutex::new(Entries {
+                seen: HashSet::with_capacity(DOORKEEPER_KEYS),
+                ..Entries::default()
+            }),
         });
         let evict: Arc<dyn Evict> = cache.clone();
         budget.register(Arc::downgrade(&evict));
@@ -114,7 +127,12 @@ impl SetCache {
     }
 
     fn entry_bytes(&self, key: &SetKey) -> usize {
-        self.set_bytes + key.heap_bytes() + std::mem::size_of::<SetKey>()
+        let words = self.set_bytes / std::mem::size_of::<u64>();
+        // The key is held twice (the map and the use order), beside the entry and the
+        // shared set's header.
+        Bitset::footprint(words)
+            + 2 * (key.heap_bytes() + std::mem::size_of::<SetKey>())
+            + ENTRY_OVERHEAD
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Entries> {
@@ -152,12 +170,12 @@ impl SetCache {
     /// on the budget) to make room; returns it shared. A set the budget can't hold is
     /// returned without being kept.
     pub(crate) fn insert(&self, key: SetKey, set: Bitset) -> Arc<Bitset> {
-        let set = Arc::new(set);
         let bytes = self.entry_bytes(&key);
         // Room is made before this cache's lock is taken: making it may evict from here.
         if bytes > self.largest_entry() || !self.budget.take(bytes) {
-            return set;
+            return Arc::new(set);
         }
+        let set = Arc::new(set.into_own_pages());
         let used = self.budget.tick();
         let mut guard = self.lock();
         let entries = &mut *guard;
@@ -214,7 +232,7 @@ impl Evict for SetCache {
 impl Drop for SetCache {
     fn drop(&mut self) {
         let bytes = self.lock().bytes;
-        self.budget.give_back(bytes);
+        self.budget.give_back(bytes + DOORKEEPER_BYTES);
     }
 }
 
@@ -223,11 +241,11 @@ mod tests {
     use super::*;
 
     /// Bytes of one range entry over 512 respondents.
-    const RANGE_ENTRY: usize = 512 / 8 + std::mem::size_of::<SetKey>();
+    const RANGE_ENTRY: usize = 512 / 8 + 2 * std::mem::size_of::<SetKey>() + ENTRY_OVERHEAD;
 
     /// A cache with room for exactly eight range entries over 512 respondents.
     fn eight_entry_cache() -> Arc<SetCache> {
-        SetCache::new(&MemoryBudget::new(8 * RANGE_ENTRY), 512)
+        SetCache::new(&MemoryBudget::new(8 * RANGE_ENTRY + DOORKEEPER_BYTES), 512)
     }
 
     /// Asks for `key` twice (a first sight is never kept); whether it was computed.
@@ -284,13 +302,13 @@ mod tests {
     fn keys_count_toward_the_budget() {
         let cache = eight_entry_cache();
         // A key longer than a quarter of the budget is never kept, nor computed here.
-        let long = SetKey::Listed(0, (0..200).collect());
+        let long = SetKey::Listed(0, (0..20_000).collect());
         for _ in 0..3 {
             assert!(cache
                 .get_or_admit(long.clone(), || unreachable!())
                 .is_none());
         }
-        // 16 listed codes take 64 bytes more than a range: with seven ranges after it the
+        // 16 listed codes take 128 bytes more than a range (the key is held twice): with seven ranges after it the
         // budget overflows, and the listed key, least recently used, goes.
         let listed = SetKey::Listed(0, (0..16).collect());
         assert!(computed(&cache, listed.clone()));
@@ -302,13 +320,13 @@ mod tests {
 
     #[test]
     fn caches_on_one_budget_make_room_for_each_other_least_recently_used_first() {
-        let budget = MemoryBudget::new(8 * RANGE_ENTRY);
+        let budget = MemoryBudget::new(8 * RANGE_ENTRY + 2 * DOORKEEPER_BYTES);
         let (a, b) = (SetCache::new(&budget, 512), SetCache::new(&budget, 512));
         for n in 0..4 {
             assert!(computed(&a, range(n)));
             assert!(computed(&b, range(n)));
         }
-        assert_eq!(budget.used(), 8 * RANGE_ENTRY);
+        assert_eq!(budget.used(), 8 * RANGE_ENTRY + 2 * DOORKEEPER_BYTES);
         assert!(!computed(&a, range(0)), "kept");
         // b's newcomer pushes out the least recently used set of either cache: b's 0
         // (a's 0 was just used).
@@ -321,12 +339,12 @@ mod tests {
         // A dropped cache gives its bytes back: a keeps 0, 2, 3 and 1 (which pushed out
         // b's 1).
         drop(b);
-        assert_eq!(budget.used(), 4 * RANGE_ENTRY);
+        assert_eq!(budget.used(), 4 * RANGE_ENTRY + DOORKEEPER_BYTES);
     }
 
     #[test]
     fn sets_kept_for_good_shrink_the_evictable_ones() {
-        let budget = MemoryBudget::new(8 * RANGE_ENTRY);
+        let budget = MemoryBudget::new(8 * RANGE_ENTRY + DOORKEEPER_BYTES);
         let cache = SetCache::new(&budget, 512);
         for n in 0..8 {
             assert!(computed(&cache, range(n)));
@@ -335,6 +353,22 @@ mod tests {
         assert!(budget.used() <= budget.limit());
         assert_eq!(cache.lock().map.len(), 5, "three evicted");
         assert!(computed(&cache, range(0)), "the oldest went first");
+    }
+
+    #[cfg(feature = "fs")]
+    #[test]
+    fn a_kept_set_has_pages_of_its_own_and_is_counted_in_whole_pages() {
+        let budget = MemoryBudget::new(1 << 20);
+        let cache = SetCache::new(&budget, 40_000);
+        assert_eq!(budget.used(), DOORKEEPER_BYTES);
+        let set = cache.insert(range(0), Bitset::full(40_000));
+        assert!(set.on_own_pages());
+        assert_eq!(set.count(), 40_000);
+        // 5,000 bytes of words take two pages.
+        let entry = 8192 + 2 * std::mem::size_of::<SetKey>() + ENTRY_OVERHEAD;
+        assert_eq!(budget.used(), DOORKEEPER_BYTES + entry);
+        drop(cache);
+        assert_eq!(budget.used(), 0, "all given back");
     }
 
     #[test]

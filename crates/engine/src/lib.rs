@@ -29,6 +29,7 @@ mod weights;
 
 pub use bitset::{Bitset, Tally};
 pub use budget::{Evict, MemoryBudget};
+pub use cache::DOORKEEPER_BYTES;
 pub use codebook::Codebook;
 pub use definition::SourceFormat;
 pub use error::{ImportError, LoadError, QueryError};

@@ -32,8 +32,9 @@ use crosstab_engine::{Evict, MemoryBudget, Survey};
 pub const DEFAULT_ENTRIES: usize = 4096;
 /// Bodies larger than this are never cached (they would evict too much).
 const MAX_ENTRY_BYTES: usize = 1 << 20;
-/// Bytes an entry costs besides its key and body (the slot, the entry, the use index).
-const ENTRY_OVERHEAD: usize = 160;
+/// Bytes an entry costs besides its key and body: the slot and the use index (each with
+/// the key's handle), the shared entry, its survey code and the key's shared header.
+const ENTRY_OVERHEAD: usize = 320;
 
 /// One cached answer.
 #[derive(Debug)]
@@ -191,10 +192,13 @@ impl ResponseCache {
     }
 
     /// Remembers `entry` as the answer to request body `key`, replacing any older one.
-    pub fn insert(&self, key: Bytes, entry: Entry) {
+    pub fn insert(&self, key: Bytes, mut entry: Entry) {
         // A request body is often a slice of the connection's whole read buffer (up to
         // ~400 KiB): keep a copy of its own, or each entry would pin that buffer unseen.
+        // The answer too: it was written into a buffer grown by doubling, whose spare
+        // capacity the budget would not see.
         let key = Bytes::copy_from_slice(&key);
+        entry.body = Bytes::copy_from_slice(&entry.body);
         let size = entry.bytes(&key);
         if !self.enabled() || size > MAX_ENTRY_BYTES {
             return;
