@@ -38,15 +38,26 @@ impl FromRequestParts<Arc<HttpState>> for Authenticated {
             .headers
             .get(AUTH_HEADER)
             .and_then(|value| value.to_str().ok());
+        let refusals = super::listener::refusals(&parts.extensions);
         match state.services.auth.authenticate(token).await {
-            Ok(principal) => Ok(Authenticated(principal)),
+            Ok(principal) => {
+                if let Some(refusals) = refusals {
+                    refusals.accepted();
+                }
+                Ok(Authenticated(principal))
+            }
             // Past its pace of failures an address gets 429 for each further failure (and
             // good credentials from it still work: one guesser behind a shared address
-            // must not lock out everyone else there).
-            Err(AuthError::Unauthorized) => match limits.auth_failed(address) {
-                Some(retry_after_s) => Err(ApiError::RateLimited { retry_after_s }.into()),
-                None => Err(ApiError::Unauthorized.into()),
-            },
+            // must not lock out everyone else there). The connection slows down too.
+            Err(AuthError::Unauthorized) => {
+                if let Some(refusals) = refusals {
+                    refusals.refused();
+                }
+                match limits.auth_failed(address) {
+                    Some(retry_after_s) => Err(ApiError::RateLimited { retry_after_s }.into()),
+                    None => Err(ApiError::Unauthorized.into()),
+                }
+            }
             Err(AuthError::Store(error)) => Err(error.into()),
         }
     }

@@ -6,7 +6,7 @@
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -17,7 +17,6 @@ use axum::http::Request;
 use axum::Router;
 use hyper::body::{Frame, Incoming, SizeHint};
 use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Semaphore};
@@ -91,12 +90,20 @@ pub async fn serve(
         });
         let router = router.clone();
         let body_timeout = limits.body_timeout;
-        let service =
-            TowerToHyperService::new(router.map_request(move |request: Request<Incoming>| {
+        let refusals = Arc::new(Refusals::default());
+        let service = hyper::service::service_fn(move |request: Request<Incoming>| {
+            let router = router.clone();
+            let refusals = Arc::clone(&refusals);
+            async move {
+                if let Some(pause) = refusals.pause() {
+                    tokio::time::sleep(pause).await;
+                }
                 let mut request = request.map(|body| Body::new(Deadline::new(body, body_timeout)));
                 request.extensions_mut().insert(ConnectInfo(peer));
-                request
-            }));
+                request.extensions_mut().insert(refusals);
+                router.oneshot(request).await
+            }
+        });
         let connection = http.serve_connection(io, service);
         let mut stopping = stopping.clone();
         let idle_timeout = limits.idle_timeout;
@@ -155,6 +162,53 @@ pub async fn serve(
         );
         connections.shutdown().await;
     }
+}
+
+/// Requests refused for their credentials in a row on one connection. Past a few, each
+/// further request on it waits before it is answered, longer the more there were (up to
+/// [`Refusals::MAX_PAUSE`]): a flood of guessed keys over a few connections then gets a
+/// few answers a second instead of the machine, while its address's pace (which a shared
+/// address makes loose) is not needed to stop it. Good credentials start the count over.
+#[derive(Debug, Default)]
+pub struct Refusals(AtomicU32);
+
+impl Refusals {
+    /// Refusals in a row answered at once.
+    const FREE: u32 = 16;
+    /// The pause per refusal past the free ones.
+    const STEP: Duration = Duration::from_millis(10);
+    /// The longest pause.
+    const MAX_PAUSE: Duration = Duration::from_secs(1);
+
+    /// A request was refused for its credentials.
+    pub fn refused(&self) {
+        let _ = self
+            .0
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_add(1));
+    }
+
+    /// A request's credentials were good.
+    pub fn accepted(&self) {
+        if self.0.load(Ordering::Relaxed) != 0 {
+            self.0.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// How long the connection's next request waits, if at all.
+    fn pause(&self) -> Option<Duration> {
+        let past = self.0.load(Ordering::Relaxed).checked_sub(Self::FREE)?;
+        Some(
+            Self::STEP
+                .saturating_mul(past.saturating_add(1))
+                .min(Self::MAX_PAUSE),
+        )
+    }
+}
+
+/// The refusal count of the connection a request came on; `None` for a request that came
+/// through no listener (in-process tests).
+pub fn refusals(request_extensions: &axum::http::Extensions) -> Option<&Refusals> {
+    request_extensions.get::<Arc<Refusals>>().map(Arc::as_ref)
 }
 
 /// When a connection last moved a byte.
@@ -309,4 +363,27 @@ pub fn peer(request_extensions: &axum::http::Extensions) -> Option<SocketAddr> {
     request_extensions
         .get::<ConnectInfo<SocketAddr>>()
         .map(|ConnectInfo(address)| *address)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_connection_refused_again_and_again_waits_longer_and_good_credentials_reset_it() {
+        let refusals = Refusals::default();
+        for _ in 0..Refusals::FREE {
+            assert_eq!(refusals.pause(), None);
+            refusals.refused();
+        }
+        assert_eq!(refusals.pause(), Some(Duration::from_millis(10)));
+        refusals.refused();
+        assert_eq!(refusals.pause(), Some(Duration::from_millis(20)));
+        for _ in 0..1000 {
+            refusals.refused();
+        }
+        assert_eq!(refusals.pause(), Some(Refusals::MAX_PAUSE));
+        refusals.accepted();
+        assert_eq!(refusals.pause(), None);
+    }
 }

@@ -42,16 +42,24 @@ pub async fn token(
     };
     let assertion = params.get("assertion").map(String::as_str).unwrap_or("");
     match state.services.sso.exchange(grant_type, assertion).await {
-        Ok(issued) => no_store(
-            StatusCode::OK,
-            &TokenResponse::bearer(issued.access_token, issued.expires_in),
-        ),
+        Ok(issued) => {
+            if let Some(refusals) = super::listener::refusals(&parts.extensions) {
+                refusals.accepted();
+            }
+            no_store(
+                StatusCode::OK,
+                &TokenResponse::bearer(issued.access_token, issued.expires_in),
+            )
+        }
         Err(GrantError::InvalidRequest(message)) => invalid_request(&message),
         Err(GrantError::UnsupportedGrantType) => {
             oauth_error(OAuthErrorCode::UnsupportedGrantType, None)
         }
         Err(GrantError::InvalidGrant(reason)) => {
             tracing::info!(%reason, "token exchange refused");
+            if let Some(refusals) = super::listener::refusals(&parts.extensions) {
+                refusals.refused();
+            }
             match state.services.limits.auth_failed(address) {
                 Some(retry_after_s) => {
                     super::api_error_response(&crosstab_contract::ApiError::RateLimited {

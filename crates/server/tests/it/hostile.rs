@@ -216,6 +216,57 @@ fn an_address_that_fails_authentication_too_often_gets_429_for_each_further_fail
 }
 
 #[test]
+fn a_connection_that_keeps_sending_bad_keys_is_slowed_and_others_are_not() {
+    let temp = tempfile::tempdir().unwrap();
+    let (data, key) = small_data_dir(temp.path());
+    // The address's own pace out of the way: this is the connection's.
+    let server = Server::start(&data, &["--failed-auth-per-minute", "1000000000"]);
+    let one_connection = reqwest::blocking::Client::builder()
+        .pool_max_idle_per_host(1)
+        .build()
+        .unwrap();
+    let post = |client: &reqwest::blocking::Client, key: &str| {
+        client
+            .post(server.url("/v1/crosstab"))
+            .header("Service-Engine-Authorizer", key)
+            .json(&json!({"SurveyCode": "SMALL", "PopulationBaseCode": "ALL", "TargetCodes": ["WOMEN"]}))
+            .send()
+            .unwrap()
+            .status()
+    };
+    // Sends `n` forged keys on the one connection; how long their answers took.
+    let refused = |n: usize| {
+        let started = Instant::now();
+        for _ in 0..n {
+            let forged = keys::generate(KeyEnv::Live).token;
+            assert_eq!(
+                post(&one_connection, &forged),
+                reqwest::StatusCode::UNAUTHORIZED
+            );
+        }
+        started.elapsed()
+    };
+    // Sixteen refusals in a row are answered at once; then each further request on that
+    // connection waits 10 ms more than the last.
+    refused(16);
+    let slowed = refused(5);
+    assert!(
+        slowed >= Duration::from_millis(10 + 20 + 30 + 40 + 50),
+        "{slowed:?}"
+    );
+    // Another connection from the same address is not slowed: its first request is
+    // answered although the slowed one is still counting.
+    assert_eq!(billed_post(&server, &key).status(), reqwest::StatusCode::OK);
+    // Good credentials on the slowed connection are answered, and start the count over.
+    assert_eq!(post(&one_connection, &key), reqwest::StatusCode::OK);
+    let free = refused(16);
+    server.stop();
+    assert_eq!(bills(&data), 2);
+    // Sixteen free refusals again, none paused (paused, they would take 1.36 s at least).
+    assert!(free < Duration::from_millis(1360), "{free:?}");
+}
+
+#[test]
 fn an_address_that_tries_too_many_sign_ins_waits() {
     let temp = tempfile::tempdir().unwrap();
     let (data, _) = small_data_dir(temp.path());
