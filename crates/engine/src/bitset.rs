@@ -356,6 +356,8 @@ fn fold_lanes(lanes: &[f64; LANES]) -> f64 {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[cfg(feature = "fs")]
     #[test]
     fn a_set_on_pages_of_its_own_is_the_same_set() {
@@ -382,8 +384,6 @@ mod tests {
         assert!(!small.on_own_pages());
         assert_eq!(Bitset::footprint(small.words().len()), 128);
     }
-
-    use super::*;
 
     #[test]
     fn set_operations_respect_the_universe() {

@@ -308,8 +308,9 @@ mod tests {
                 .get_or_admit(long.clone(), || unreachable!())
                 .is_none());
         }
-        // 16 listed codes take 128 bytes more than a range (the key is held twice): with seven ranges after it the
-        // budget overflows, and the listed key, least recently used, goes.
+        // 16 listed codes take 128 bytes more than a range (the key is held twice): with
+        // seven ranges after it the budget overflows, and the listed key, least recently
+        // used, goes.
         let listed = SetKey::Listed(0, (0..16).collect());
         assert!(computed(&cache, listed.clone()));
         for n in 0..7 {

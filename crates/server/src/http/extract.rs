@@ -14,6 +14,7 @@ use crosstab_contract::{ApiError, AUTH_HEADER};
 use super::app::AppFailure;
 use super::HttpState;
 use crate::service::auth::AuthError;
+use crate::service::limits::RateLimits;
 use crate::service::principal::Principal;
 use crate::service::users::User;
 use crate::service::ServiceError;
@@ -38,28 +39,39 @@ impl FromRequestParts<Arc<HttpState>> for Authenticated {
             .headers
             .get(AUTH_HEADER)
             .and_then(|value| value.to_str().ok());
-        let refusals = super::listener::refusals(&parts.extensions);
         match state.services.auth.authenticate(token).await {
             Ok(principal) => {
-                if let Some(refusals) = refusals {
-                    refusals.accepted();
-                }
+                credentials_accepted(parts);
                 Ok(Authenticated(principal))
             }
-            // Past its pace of failures an address gets 429 for each further failure (and
-            // good credentials from it still work: one guesser behind a shared address
-            // must not lock out everyone else there). The connection slows down too.
-            Err(AuthError::Unauthorized) => {
-                if let Some(refusals) = refusals {
-                    refusals.refused();
-                }
-                match limits.auth_failed(address) {
-                    Some(retry_after_s) => Err(ApiError::RateLimited { retry_after_s }.into()),
-                    None => Err(ApiError::Unauthorized.into()),
-                }
-            }
+            Err(AuthError::Unauthorized) => match credentials_refused(parts, limits, address) {
+                Some(retry_after_s) => Err(ApiError::RateLimited { retry_after_s }.into()),
+                None => Err(ApiError::Unauthorized.into()),
+            },
             Err(AuthError::Store(error)) => Err(error.into()),
         }
+    }
+}
+
+/// Counts a refused credential against its connection (which then slows down) and its
+/// address; the seconds to wait when the address is past its pace, to be answered with
+/// 429 instead (good credentials from the same address still work: one guesser behind a
+/// shared address must not lock out everyone else there).
+pub fn credentials_refused(
+    parts: &Parts,
+    limits: &RateLimits,
+    address: Option<IpAddr>,
+) -> Option<u64> {
+    if let Some(refusals) = super::listener::refusals(&parts.extensions) {
+        refusals.refused();
+    }
+    limits.auth_failed(address)
+}
+
+/// Good credentials: the connection's count of refusals starts over.
+pub fn credentials_accepted(parts: &Parts) {
+    if let Some(refusals) = super::listener::refusals(&parts.extensions) {
+        refusals.accepted();
     }
 }
 

@@ -16,7 +16,7 @@ use crosstab_contract::oauth::{
     OAuthError, OAuthErrorCode, TokenResponse, MAX_TOKEN_REQUEST_BYTES,
 };
 
-use super::extract::ClientAddress;
+use super::extract::{credentials_accepted, credentials_refused, ClientAddress};
 use super::HttpState;
 use crate::service::sso::exchange::GrantError;
 
@@ -43,9 +43,7 @@ pub async fn token(
     let assertion = params.get("assertion").map(String::as_str).unwrap_or("");
     match state.services.sso.exchange(grant_type, assertion).await {
         Ok(issued) => {
-            if let Some(refusals) = super::listener::refusals(&parts.extensions) {
-                refusals.accepted();
-            }
+            credentials_accepted(&parts);
             no_store(
                 StatusCode::OK,
                 &TokenResponse::bearer(issued.access_token, issued.expires_in),
@@ -57,10 +55,7 @@ pub async fn token(
         }
         Err(GrantError::InvalidGrant(reason)) => {
             tracing::info!(%reason, "token exchange refused");
-            if let Some(refusals) = super::listener::refusals(&parts.extensions) {
-                refusals.refused();
-            }
-            match state.services.limits.auth_failed(address) {
+            match credentials_refused(&parts, &state.services.limits, address) {
                 Some(retry_after_s) => {
                     super::api_error_response(&crosstab_contract::ApiError::RateLimited {
                         retry_after_s,

@@ -197,12 +197,12 @@ impl ResponseCache {
         // ~400 KiB): keep a copy of its own, or each entry would pin that buffer unseen.
         // The answer too: it was written into a buffer grown by doubling, whose spare
         // capacity the budget would not see.
-        let key = Bytes::copy_from_slice(&key);
-        entry.body = Bytes::copy_from_slice(&entry.body);
         let size = entry.bytes(&key);
         if !self.enabled() || size > MAX_ENTRY_BYTES {
             return;
         }
+        let key = Bytes::copy_from_slice(&key);
+        entry.body = Bytes::copy_from_slice(&entry.body);
         let budget = &self.shared.budget;
         // A replaced answer's room is given back first, so replacing never evicts.
         let replaced = {
