@@ -32,11 +32,16 @@ use crosstab_engine::{Evict, MemoryBudget, Survey};
 pub const DEFAULT_ENTRIES: usize = 4096;
 /// Bodies larger than this are never cached (they would evict too much).
 const MAX_ENTRY_BYTES: usize = 1 << 20;
-/// Bytes an entry costs besides its key and body: the slot and the use index (each with
-/// the key's handle), the shared entry, its survey code and the key's shared header.
+/// Bytes an entry costs besides its request and answer: the shared entry (its header and
+/// fields), the text's shared header, the survey code and base it keeps alive, its slot
+/// in the map and in the use order (with their slack).
 const ENTRY_OVERHEAD: usize = 320;
 
 /// One cached answer.
+///
+/// The request body it answers and the answer itself are kept end to end in one block of
+/// their own size: a kept answer is few blocks on the heap, so the answers evicted all day
+/// leave few holes in the allocator's pages (resident memory the budget would not see).
 #[derive(Debug)]
 pub struct Entry {
     survey: Weak<Survey>,
@@ -48,26 +53,29 @@ pub struct Entry {
     pub base: Arc<str>,
     /// Number of target codes (for the bill).
     pub targets: i64,
-    /// The serialized 200 body.
-    pub body: Bytes,
+    /// The request body, then the serialized 200 body (empty until kept).
+    text: Bytes,
+    key_len: usize,
 }
 
 impl Entry {
-    /// A cacheable answer computed on `survey`.
+    /// A cacheable answer computed on `survey` for a request about `survey_code` (the
+    /// answer itself is given to [`ResponseCache::insert`], which copies it only if kept).
     pub fn new(
         survey: &Arc<Survey>,
+        survey_code: Arc<str>,
         group: Option<Arc<str>>,
         base: Arc<str>,
         targets: i64,
-        body: Bytes,
     ) -> Entry {
         Entry {
             survey: Arc::downgrade(survey),
-            survey_code: Arc::from(survey.code()),
+            survey_code,
             group,
             base,
             targets,
-            body,
+            text: Bytes::new(),
+            key_len: 0,
         }
     }
 
@@ -77,21 +85,52 @@ impl Entry {
         std::ptr::eq(self.survey.as_ptr(), Arc::as_ptr(survey))
     }
 
-    fn bytes(&self, key: &Bytes) -> usize {
-        key.len() + self.body.len() + ENTRY_OVERHEAD
+    /// The serialized 200 body (shares the entry's block: no copy).
+    pub fn body(&self) -> Bytes {
+        self.text.slice(self.key_len..)
+    }
+
+    /// The request body this answers.
+    fn key(&self) -> &[u8] {
+        &self.text[..self.key_len]
+    }
+
+    fn bytes(&self) -> usize {
+        self.text.len() + ENTRY_OVERHEAD
     }
 }
 
-#[derive(Debug)]
-struct Slot {
-    entry: Arc<Entry>,
-    used: u64,
+/// A kept entry as the map's key: hashed and compared by its request body, so a lookup by
+/// body needs no second copy of it.
+#[derive(Debug, Clone)]
+struct Keyed(Arc<Entry>);
+
+impl std::borrow::Borrow<[u8]> for Keyed {
+    fn borrow(&self) -> &[u8] {
+        self.0.key()
+    }
+}
+
+impl PartialEq for Keyed {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.key() == other.0.key()
+    }
+}
+
+impl Eq for Keyed {}
+
+impl std::hash::Hash for Keyed {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        // As `[u8]` hashes, which `Borrow<[u8]>` requires.
+        self.0.key().hash(state);
+    }
 }
 
 #[derive(Debug, Default)]
 struct Slots {
-    map: HashMap<Bytes, Slot>,
-    by_use: BTreeMap<u64, Bytes>,
+    /// Each entry and its last use.
+    map: HashMap<Keyed, u64>,
+    by_use: BTreeMap<u64, Arc<Entry>>,
     bytes: usize,
 }
 
@@ -112,9 +151,18 @@ impl Shared {
 impl Slots {
     /// Removes the least recently used entry; the bytes it held.
     fn pop_oldest(&mut self) -> Option<usize> {
-        let (_, key) = self.by_use.pop_first()?;
-        let slot = self.map.remove(&key)?;
-        let bytes = slot.entry.bytes(&key);
+        let (_, entry) = self.by_use.pop_first()?;
+        self.map.remove(entry.key())?;
+        let bytes = entry.bytes();
+        self.bytes -= bytes;
+        Some(bytes)
+    }
+
+    /// Removes the entry for `key`, if any; the bytes it held.
+    fn remove(&mut self, key: &[u8]) -> Option<usize> {
+        let (entry, used) = self.map.remove_entry(key)?;
+        self.by_use.remove(&used);
+        let bytes = entry.0.bytes();
         self.bytes -= bytes;
         Some(bytes)
     }
@@ -183,37 +231,36 @@ impl ResponseCache {
         let now = self.shared.budget.tick();
         let mut guard = self.shared.lock();
         let slots = &mut *guard;
-        let slot = slots.map.get_mut(key)?;
-        if let Some(key) = slots.by_use.remove(&slot.used) {
-            slots.by_use.insert(now, key);
+        let (keyed, used) = slots.map.get_key_value(key)?;
+        let entry = Arc::clone(&keyed.0);
+        let before = *used;
+        if let Some(kept) = slots.by_use.remove(&before) {
+            slots.by_use.insert(now, kept);
         }
-        slot.used = now;
-        Some(Arc::clone(&slot.entry))
+        if let Some(used) = slots.map.get_mut(key) {
+            *used = now;
+        }
+        Some(entry)
     }
 
-    /// Remembers `entry` as the answer to request body `key`, replacing any older one.
-    pub fn insert(&self, key: Bytes, mut entry: Entry) {
-        // A request body is often a slice of the connection's whole read buffer (up to
-        // ~400 KiB): keep a copy of its own, or each entry would pin that buffer unseen.
-        // The answer too: it was written into a buffer grown by doubling, whose spare
-        // capacity the budget would not see.
-        let size = entry.bytes(&key);
+    /// Remembers `answer` as `entry`'s answer to request body `key`, replacing any older
+    /// one.
+    pub fn insert(&self, key: &[u8], answer: &[u8], mut entry: Entry) {
+        let size = key.len() + answer.len() + ENTRY_OVERHEAD;
         if !self.enabled() || size > MAX_ENTRY_BYTES {
             return;
         }
-        let key = Bytes::copy_from_slice(&key);
-        entry.body = Bytes::copy_from_slice(&entry.body);
+        // A copy of exactly its own size: the request body is a slice of the connection's
+        // read buffer (up to ~400 KiB), and the answer was written into a buffer grown by
+        // doubling, neither of which the budget would see.
+        let mut text = Vec::with_capacity(key.len() + answer.len());
+        text.extend_from_slice(key);
+        text.extend_from_slice(answer);
+        entry.text = Bytes::from(text);
+        entry.key_len = key.len();
         let budget = &self.shared.budget;
         // A replaced answer's room is given back first, so replacing never evicts.
-        let replaced = {
-            let mut slots = self.shared.lock();
-            slots.map.remove(&key).map(|old| {
-                slots.by_use.remove(&old.used);
-                let bytes = old.entry.bytes(&key);
-                slots.bytes -= bytes;
-                bytes
-            })
-        };
+        let replaced = self.shared.lock().remove(key);
         if let Some(bytes) = replaced {
             budget.give_back(bytes);
         }
@@ -222,19 +269,15 @@ impl ResponseCache {
             return;
         }
         let used = budget.tick();
+        let entry = Arc::new(entry);
         let mut guard = self.shared.lock();
         let slots = &mut *guard;
-        let slot = Slot {
-            entry: Arc::new(entry),
-            used,
-        };
-        if let Some(old) = slots.map.insert(key.clone(), slot) {
-            slots.by_use.remove(&old.used);
-            let old_bytes = old.entry.bytes(&key);
-            slots.bytes -= old_bytes;
-            budget.give_back(old_bytes);
+        // Another request may have kept the same answer meanwhile.
+        if let Some(bytes) = slots.remove(key) {
+            budget.give_back(bytes);
         }
-        slots.by_use.insert(used, key);
+        slots.map.insert(Keyed(Arc::clone(&entry)), used);
+        slots.by_use.insert(used, entry);
         slots.bytes += size;
         while slots.map.len() > self.max_entries {
             match slots.pop_oldest() {
@@ -270,24 +313,32 @@ mod tests {
         Arc::new(Survey::from_bytes(&demo::compile(&config).unwrap()).unwrap())
     }
 
-    fn entry(survey: &Arc<Survey>, body: &'static [u8]) -> Entry {
-        Entry::new(survey, None, "ADULTS".into(), 1, Bytes::from_static(body))
+    fn entry(survey: &Arc<Survey>) -> Entry {
+        Entry::new(survey, "DEMO".into(), None, "ADULTS".into(), 1)
     }
 
     #[test]
-    fn a_key_sliced_from_a_larger_buffer_is_kept_as_a_copy() {
+    fn a_kept_answer_is_one_copy_of_its_own_size_of_the_request_and_the_answer() {
         let buffer = Bytes::from(vec![b'x'; 256 * 1024]);
-        let body = buffer.slice(1000..1100);
+        let request = buffer.slice(1000..1100);
+        let mut answer = Vec::with_capacity(4096);
+        answer.extend_from_slice(b"answer");
         let cache = ResponseCache::new(8, 1 << 20);
-        cache.insert(body.clone(), entry(&survey(1), b"answer"));
-        let slots = cache.shared.lock();
-        let (key, _) = slots.map.iter().next().unwrap();
+        cache.insert(&request, &answer, entry(&survey(1)));
+        let hit = cache.get(&request).unwrap();
+        assert_eq!(hit.key(), &request[..]);
+        assert_eq!(hit.body(), &b"answer"[..]);
+        assert_eq!(hit.text.len(), 106, "no spare capacity kept");
         let start = buffer.as_ptr() as usize;
-        let kept = key.as_ptr() as usize;
-        assert_eq!(key, &body);
+        let kept = hit.text.as_ptr() as usize;
         assert!(
             !(start..start + buffer.len()).contains(&kept),
-            "the cache key pins the request's read buffer"
+            "the cache pins the request's read buffer"
+        );
+        assert_eq!(
+            cache.shared.budget.used(),
+            106 + ENTRY_OVERHEAD,
+            "counted as the request, the answer and the overhead"
         );
     }
 
@@ -295,7 +346,7 @@ mod tests {
     fn an_entry_matches_only_its_own_survey_instance() {
         let (old, new) = (survey(1), survey(1));
         let cache = ResponseCache::new(8, 1 << 20);
-        cache.insert(Bytes::from_static(b"k"), entry(&old, b"old"));
+        cache.insert(b"k", b"old", entry(&old));
         let hit = cache.get(b"k").unwrap();
         assert!(hit.is_for(&old));
         // Same code, same data, but another loaded instance: not a match.
@@ -311,7 +362,7 @@ mod tests {
         let cache = ResponseCache::new(3, 1 << 20);
         let keys: [&'static [u8]; 5] = [b"a", b"b", b"c", b"d", b"e"];
         for key in keys {
-            cache.insert(Bytes::from_static(key), entry(&s, b"body"));
+            cache.insert(key, b"body", entry(&s));
         }
         assert_eq!(cache.len(), 3);
         assert!(cache.get(b"a").is_none() && cache.get(b"b").is_none());
@@ -319,14 +370,16 @@ mod tests {
         // Bytes bound: each entry is 1 + 4 bytes and the overhead.
         let small = ResponseCache::new(100, 2 * (5 + ENTRY_OVERHEAD) + 1);
         for key in keys {
-            small.insert(Bytes::from_static(key), entry(&s, b"body"));
+            small.insert(key, b"body", entry(&s));
         }
         assert_eq!(small.len(), 2);
-        // Replacing an entry does not grow the cache.
-        small.insert(Bytes::from_static(b"e"), entry(&s, b"body"));
+        // Replacing an entry does not grow the cache, and the new answer is the one kept.
+        small.insert(b"e", b"BODY", entry(&s));
         assert_eq!(small.len(), 2);
+        assert_eq!(small.get(b"e").unwrap().body(), &b"BODY"[..]);
+        assert_eq!(small.shared.budget.used(), 2 * (5 + ENTRY_OVERHEAD));
         let off = ResponseCache::new(0, 1 << 20);
-        off.insert(Bytes::from_static(b"a"), entry(&s, b"body"));
+        off.insert(b"a", b"body", entry(&s));
         assert!(off.is_empty() && off.get(b"a").is_none());
     }
 
@@ -337,12 +390,12 @@ mod tests {
         let cache = ResponseCache::within(100, &budget);
         let s = survey(3);
         for key in [&b"a"[..], b"b", b"c"] {
-            cache.insert(Bytes::copy_from_slice(key), entry(&s, b"body"));
+            cache.insert(key, b"body", entry(&s));
         }
         assert_eq!(budget.used(), 3 * per);
         // A hit makes "a" the most recently used: "b" goes first.
         assert!(cache.get(b"a").is_some());
-        cache.insert(Bytes::from_static(b"d"), entry(&s, b"body"));
+        cache.insert(b"d", b"body", entry(&s));
         assert!(cache.get(b"b").is_none() && cache.get(b"a").is_some());
         // Another cache on the budget taking room for good pushes answers out.
         budget.take_anyway(2 * per);

@@ -283,12 +283,12 @@ impl Crosstab {
         if let Some(survey) = cacheable {
             let entry = Entry::new(
                 &survey,
+                Arc::clone(&billable.survey),
                 billable.group.clone(),
                 Arc::clone(&billable.base),
                 billable.targets,
-                answer.clone(),
             );
-            self.cache.insert(body, entry);
+            self.cache.insert(&body, &answer, entry);
         }
         self.bill(principal, billable, request_id, kept(key, &answer))
             .await?;
@@ -327,9 +327,10 @@ impl Crosstab {
             base: Arc::clone(&hit.base),
             targets: hit.targets,
         };
-        self.bill(principal, billable, request_id, kept(key, &hit.body))
+        let answer = hit.body();
+        self.bill(principal, billable, request_id, kept(key, &answer))
             .await?;
-        Ok(Some(hit.body.clone()))
+        Ok(Some(answer))
     }
 
     /// The one place a bill is made: committed before the answer may go out.
