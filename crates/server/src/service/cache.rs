@@ -22,7 +22,8 @@
 //! cache on the budget holds an older entry, that one). `--response-cache-entries 0`
 //! disables it.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use axum::body::Bytes;
@@ -56,6 +57,8 @@ pub struct Entry {
     /// The request body, then the serialized 200 body (empty until kept).
     text: Bytes,
     key_len: usize,
+    /// The budget's tick of its last use (changed only under the cache's lock).
+    used: AtomicU64,
 }
 
 impl Entry {
@@ -76,6 +79,7 @@ impl Entry {
             targets,
             text: Bytes::new(),
             key_len: 0,
+            used: AtomicU64::new(0),
         }
     }
 
@@ -128,8 +132,8 @@ impl std::hash::Hash for Keyed {
 
 #[derive(Debug, Default)]
 struct Slots {
-    /// Each entry and its last use.
-    map: HashMap<Keyed, u64>,
+    /// Each entry, found by its request body.
+    map: HashSet<Keyed>,
     by_use: BTreeMap<u64, Arc<Entry>>,
     bytes: usize,
 }
@@ -152,7 +156,9 @@ impl Slots {
     /// Removes the least recently used entry; the bytes it held.
     fn pop_oldest(&mut self) -> Option<usize> {
         let (_, entry) = self.by_use.pop_first()?;
-        self.map.remove(entry.key())?;
+        if !self.map.remove(entry.key()) {
+            return None;
+        }
         let bytes = entry.bytes();
         self.bytes -= bytes;
         Some(bytes)
@@ -160,9 +166,9 @@ impl Slots {
 
     /// Removes the entry for `key`, if any; the bytes it held.
     fn remove(&mut self, key: &[u8]) -> Option<usize> {
-        let (entry, used) = self.map.remove_entry(key)?;
-        self.by_use.remove(&used);
-        let bytes = entry.0.bytes();
+        let Keyed(entry) = self.map.take(key)?;
+        self.by_use.remove(&entry.used.load(Ordering::Relaxed));
+        let bytes = entry.bytes();
         self.bytes -= bytes;
         Some(bytes)
     }
@@ -231,16 +237,12 @@ impl ResponseCache {
         let now = self.shared.budget.tick();
         let mut guard = self.shared.lock();
         let slots = &mut *guard;
-        let (keyed, used) = slots.map.get_key_value(key)?;
-        let entry = Arc::clone(&keyed.0);
-        let before = *used;
+        let Keyed(entry) = slots.map.get(key)?;
+        let before = entry.used.swap(now, Ordering::Relaxed);
         if let Some(kept) = slots.by_use.remove(&before) {
             slots.by_use.insert(now, kept);
         }
-        if let Some(used) = slots.map.get_mut(key) {
-            *used = now;
-        }
-        Some(entry)
+        Some(Arc::clone(entry))
     }
 
     /// Remembers `answer` as `entry`'s answer to request body `key`, replacing any older
@@ -269,6 +271,7 @@ impl ResponseCache {
             return;
         }
         let used = budget.tick();
+        entry.used = AtomicU64::new(used);
         let entry = Arc::new(entry);
         let mut guard = self.shared.lock();
         let slots = &mut *guard;
@@ -276,7 +279,7 @@ impl ResponseCache {
         if let Some(bytes) = slots.remove(key) {
             budget.give_back(bytes);
         }
-        slots.map.insert(Keyed(Arc::clone(&entry)), used);
+        slots.map.insert(Keyed(Arc::clone(&entry)));
         slots.by_use.insert(used, entry);
         slots.bytes += size;
         while slots.map.len() > self.max_entries {
