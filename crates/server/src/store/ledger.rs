@@ -388,35 +388,26 @@ async fn insert_rows(
     let rows = chunk.len().next_power_of_two();
     let sql = insert_sql(rows, backend);
     let mut query = sqlx::query::<Any>(&sql);
-    for bill in chunk {
+    // The rows past the chunk are NULL throughout, bound with a bill's types (PostgreSQL
+    // checks that each parameter keeps one type), and skipped by `at IS NOT NULL`.
+    for row in 0..rows {
+        let bill = chunk.get(row);
+        let caller = bill.map(|bill| &bill.caller);
         query = query
-            .bind(bill.at)
-            .bind(bill.account_id)
-            .bind(bill.caller.key_id().map(str::to_owned))
-            .bind(bill.caller.user_id())
-            .bind(bill.caller.idp().map(str::to_owned))
-            .bind(bill.caller.subject().map(str::to_owned))
-            .bind(bill.survey.to_string())
-            .bind(bill.group.as_deref().map(str::to_owned))
-            .bind(bill.base.to_string())
-            .bind(bill.targets)
-            .bind(bill.request_id.to_string());
-    }
-    // The rows left over: NULL throughout, typed as a bill's (PostgreSQL checks that
-    // each parameter keeps one type), and skipped by the statement's `at IS NOT NULL`.
-    for _ in chunk.len()..rows {
-        query = query
-            .bind(None::<i64>)
-            .bind(None::<i64>)
-            .bind(None::<String>)
-            .bind(None::<i64>)
-            .bind(None::<String>)
-            .bind(None::<String>)
-            .bind(None::<String>)
-            .bind(None::<String>)
-            .bind(None::<String>)
-            .bind(None::<i64>)
-            .bind(None::<String>);
+            .bind(bill.map(|bill| bill.at))
+            .bind(bill.map(|bill| bill.account_id))
+            .bind(caller.and_then(Caller::key_id).map(str::to_owned))
+            .bind(caller.and_then(Caller::user_id))
+            .bind(caller.and_then(Caller::idp).map(str::to_owned))
+            .bind(caller.and_then(Caller::subject).map(str::to_owned))
+            .bind(bill.map(|bill| bill.survey.to_string()))
+            .bind(
+                bill.and_then(|bill| bill.group.as_deref())
+                    .map(str::to_owned),
+            )
+            .bind(bill.map(|bill| bill.base.to_string()))
+            .bind(bill.map(|bill| bill.targets))
+            .bind(bill.map(|bill| bill.request_id.to_string()));
     }
     query.execute(&mut *conn).await?;
     Ok(())

@@ -95,7 +95,9 @@ async fn the_ledger_bills_into_the_file_the_url_names_even_when_it_needs_escapin
 #[tokio::test]
 async fn batches_of_every_size_are_written_exactly() {
     let (_dir, db, account_id) = database().await;
-    every_batch_size_is_written_exactly(&db, account_id).await;
+    let billed = every_batch_size_is_written_exactly(&db, account_id).await;
+    // Nothing else was written: not a padding row, not a bill twice.
+    assert_eq!(ledger::count(&db).await.unwrap(), billed);
 }
 
 /// The same on PostgreSQL, when `CROSSTAB_TEST_POSTGRES_URL` names one.
@@ -113,8 +115,8 @@ async fn batches_of_every_size_are_written_exactly_on_postgres() {
 
 /// Bills `account_id` in bursts that reach the writer as batches of every kind (one
 /// statement with room to spare, one full, several in a transaction), then checks that
-/// its ledger rows are exactly those bills.
-async fn every_batch_size_is_written_exactly(db: &Database, account_id: i64) {
+/// its ledger rows are exactly those bills; returns how many there were.
+async fn every_batch_size_is_written_exactly(db: &Database, account_id: i64) -> i64 {
     let (ledger, writer) = Ledger::start(db.clone());
     let mut expected = Vec::new();
     let mut next = 0;
@@ -158,6 +160,7 @@ async fn every_batch_size_is_written_exactly(db: &Database, account_id: i64) {
         })
         .collect();
     assert_eq!(written, expected);
+    next as i64
 }
 
 /// A table's bills (one per billed call) commit together: larger than a batch, they are
