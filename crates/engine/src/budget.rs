@@ -23,7 +23,7 @@ pub trait Evict: Send + Sync + std::fmt::Debug {
 /// The shared budget: a limit, what is taken, the use clock, and the caches to evict from.
 #[derive(Debug)]
 pub struct MemoryBudget {
-    limit: usize,
+    limit: AtomicUsize,
     used: AtomicUsize,
     clock: AtomicU64,
     caches: Mutex<Vec<Weak<dyn Evict>>>,
@@ -33,7 +33,7 @@ impl MemoryBudget {
     /// A budget of `limit` bytes.
     pub fn new(limit: usize) -> Arc<MemoryBudget> {
         Arc::new(MemoryBudget {
-            limit,
+            limit: AtomicUsize::new(limit),
             used: AtomicUsize::new(0),
             clock: AtomicU64::new(0),
             caches: Mutex::new(Vec::new()),
@@ -42,7 +42,14 @@ impl MemoryBudget {
 
     /// The limit in bytes.
     pub fn limit(&self) -> usize {
-        self.limit
+        self.limit.load(Ordering::Relaxed)
+    }
+
+    /// Moves the limit to `bytes`, evicting the least recently used entries until what is
+    /// taken fits (or nothing is left to evict).
+    pub fn set_limit(&self, bytes: usize) {
+        self.limit.store(bytes, Ordering::Relaxed);
+        while self.used() > bytes && self.evict_one() {}
     }
 
     /// Bytes taken now.
@@ -66,7 +73,7 @@ impl MemoryBudget {
     /// until they fit; false (nothing taken) when even an empty budget can't hold them
     /// or nothing is left to evict.
     pub fn take(&self, bytes: usize) -> bool {
-        if bytes > self.limit {
+        if bytes > self.limit() {
             return false;
         }
         loop {
@@ -84,7 +91,7 @@ impl MemoryBudget {
     /// to make room for them.
     pub fn take_anyway(&self, bytes: usize) {
         self.used.fetch_add(bytes, Ordering::Relaxed);
-        while self.used() > self.limit && self.evict_one() {}
+        while self.used() > self.limit() && self.evict_one() {}
     }
 
     /// Gives `bytes` back.
@@ -100,7 +107,8 @@ impl MemoryBudget {
     fn try_take(&self, bytes: usize) -> bool {
         self.used
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |used| {
-                used.checked_add(bytes).filter(|total| *total <= self.limit)
+                used.checked_add(bytes)
+                    .filter(|total| *total <= self.limit())
             })
             .is_ok()
     }

@@ -356,6 +356,24 @@ mod tests {
         assert!(computed(&cache, range(0)), "the oldest went first");
     }
 
+    #[test]
+    fn a_lowered_limit_evicts_the_least_recently_used_until_they_fit() {
+        let budget = MemoryBudget::new(8 * RANGE_ENTRY + DOORKEEPER_BYTES);
+        let cache = SetCache::new(&budget, 512);
+        for n in 0..8 {
+            assert!(computed(&cache, range(n)));
+        }
+        budget.set_limit(5 * RANGE_ENTRY + DOORKEEPER_BYTES);
+        assert_eq!(budget.used(), 5 * RANGE_ENTRY + DOORKEEPER_BYTES);
+        assert!(!computed(&cache, range(3)), "the newest five stay");
+        assert!(computed(&cache, range(2)), "the oldest three went");
+        assert_eq!(cache.lock().map.len(), 5, "2 came back in 4's place");
+        // Raised again, the room is there for new sets without evicting.
+        budget.set_limit(8 * RANGE_ENTRY + DOORKEEPER_BYTES);
+        assert!(computed(&cache, range(8)));
+        assert_eq!(cache.lock().map.len(), 6);
+    }
+
     #[cfg(feature = "fs")]
     #[test]
     fn a_kept_set_has_pages_of_its_own_and_is_counted_in_whole_pages() {

@@ -18,6 +18,7 @@ use crate::report::{self, Format};
 use crate::serve::{self, ServeError, ServeOptions};
 use crate::service::cache::{ResponseCache, DEFAULT_ENTRIES};
 use crate::service::limits::AddressLimits;
+use crate::service::memory;
 use crate::service::sso::jwks::KeySets;
 use crate::service::sso::saml::SamlIdp;
 use crate::service::sso::signing;
@@ -125,9 +126,11 @@ enum Command {
         /// Whole answers kept in memory for repeated requests (0: none).
         #[arg(long, env = "CROSSTAB_RESPONSE_CACHE_ENTRIES", default_value_t = DEFAULT_ENTRIES)]
         response_cache_entries: usize,
-        /// Bytes all caches together may hold (answers, and every survey's respondent
-        /// sets), least recently used evicted first, e.g. 2GiB, 512MiB, 1000000; default
-        /// an eighth of the machine's memory.
+        /// Bytes the process may keep resident besides the mapped survey files, e.g.
+        /// 2GiB, 512MiB, 1000000; default an eighth of the machine's memory. Its caches
+        /// (answers, every survey's respondent sets) get what the rest of the process
+        /// (connections, requests in flight, the database driver) leaves, least recently
+        /// used evicted first; they never get less than an eighth of it.
         #[arg(long, env = "CROSSTAB_CACHE_MEMORY", value_name = "BYTES", value_parser = parse_bytes)]
         cache_memory: Option<usize>,
         /// The address clients reach this service at, e.g. https://crosstab.example.com
@@ -528,18 +531,12 @@ fn parse_bytes(text: &str) -> Result<usize, String> {
 
 /// An eighth of the machine's memory (Linux's `MemTotal`).
 fn default_cache_memory() -> Result<usize, CliError> {
-    let unknown = |why: String| {
+    let bytes = memory::machine_memory().map_err(|why| {
         CliError::Usage(format!(
             "the machine's memory is unknown ({why}): give --cache-memory"
         ))
-    };
-    let info = std::fs::read_to_string("/proc/meminfo").map_err(|e| unknown(e.to_string()))?;
-    let kib: usize = info
-        .lines()
-        .find_map(|line| line.strip_prefix("MemTotal:"))
-        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
-        .ok_or_else(|| unknown("no MemTotal in /proc/meminfo".to_owned()))?;
-    Ok(kib.saturating_mul(1024) / 8)
+    })?;
+    Ok(bytes / 8)
 }
 
 fn parse_lifetime(text: &str) -> Result<Duration, String> {

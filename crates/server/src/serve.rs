@@ -17,6 +17,7 @@ use crate::http::listener::{self, Limits};
 use crate::http::{self, HttpOptions, HttpState};
 use crate::keys::KeyEnv;
 use crate::service::app::AppService;
+use crate::service::memory::{self, ResidentMemory};
 use crate::service::replicas::{self, SurveyCopies};
 use crate::service::upstream::{Unreachable, Upstream};
 use crate::service::users::{self, UserError};
@@ -148,6 +149,40 @@ fn log_refresh(refresh: &Refresh) {
     }
 }
 
+/// Moves the caches' limit to what the rest of the process leaves of the budget, every
+/// [`memory::READ_EVERY`], off the async workers (a falling limit evicts); says when the
+/// process outgrows its budget with the caches at their floor, and when it is back within.
+async fn hold_resident_memory(resident: ResidentMemory) {
+    let resident = Arc::new(std::sync::Mutex::new(resident));
+    let mut tick = tokio::time::interval(memory::READ_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut over = false;
+    loop {
+        tick.tick().await;
+        let resident = Arc::clone(&resident);
+        let reading = tokio::task::spawn_blocking(move || {
+            let bytes = memory::resident_anonymous()?;
+            // A panic elsewhere cannot leave the readings inconsistent: each is one push.
+            let mut resident = resident.lock().unwrap_or_else(|p| p.into_inner());
+            Some(resident.observe(bytes))
+        })
+        .await;
+        let Ok(Some(reading)) = reading else { continue };
+        if reading.over != over {
+            over = reading.over;
+            if over {
+                tracing::warn!(excess = reading.excess, caches = reading.limit, "the process holds more than --cache-memory besides its caches: they are at their floor");
+            } else {
+                tracing::info!(
+                    excess = reading.excess,
+                    caches = reading.limit,
+                    "the process is within --cache-memory again"
+                );
+            }
+        }
+    }
+}
+
 /// Runs the server until SIGINT or SIGTERM.
 pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
     std::fs::create_dir_all(&options.data_dir)?;
@@ -161,8 +196,16 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
     }
     tracing::info!(
         bytes = options.settings.memory.limit(),
-        "cache memory budget (answers and survey sets)"
+        "memory budget: the caches (answers, survey sets) get what the rest of the process leaves"
     );
+    let resident = if memory::resident_anonymous().is_some() {
+        Some(tokio::spawn(hold_resident_memory(ResidentMemory::new(
+            &options.settings.memory,
+        ))))
+    } else {
+        tracing::warn!("this system does not report resident memory: the caches are held to the bytes they count");
+        None
+    };
     let (catalog, refresh) = Catalog::within(store.clone(), &options.settings.memory);
     log_refresh(&refresh);
     let catalog = Arc::new(catalog);
@@ -239,6 +282,9 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
 
     listener::serve(listener, router, options.limits, shutdown_signal()).await;
     follower.abort();
+    if let Some(resident) = resident {
+        resident.abort();
+    }
     if let Some(pushed) = pushed {
         pushed.abort();
         let _ = pushed.await;

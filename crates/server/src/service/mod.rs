@@ -7,6 +7,7 @@ pub mod auth;
 pub mod cache;
 pub mod crosstab;
 pub mod limits;
+pub mod memory;
 pub mod principal;
 pub mod replicas;
 pub mod sso;

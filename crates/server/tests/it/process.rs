@@ -516,6 +516,33 @@ async fn access_log_has_every_request_once_and_never_a_key_or_body() {
     );
 }
 
+/// `--cache-memory` bounds the whole process's resident memory: a budget smaller than what
+/// the server holds besides its caches is measured (its resident memory read while it
+/// runs) and said in the log, the caches held at their floor.
+#[tokio::test]
+async fn a_budget_the_process_outgrows_is_measured_and_said() {
+    let temp = tempfile::tempdir().unwrap();
+    let (data, _key) = small_data_dir(temp.path());
+    let log = temp.path().join("server.log");
+    let server = Server::start_logging_to(&data, &["--cache-memory", "1MiB"], &log);
+    let said = "the process holds more than --cache-memory besides its caches";
+    let mut text = String::new();
+    for _ in 0..100 {
+        text = std::fs::read_to_string(&log).unwrap();
+        if text.contains(said) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    server.stop();
+    let line = text
+        .lines()
+        .find(|line| line.contains(said))
+        .unwrap_or_else(|| panic!("not said in 10 s:\n{text}"));
+    // The caches' limit is the floor, an eighth of 1 MiB.
+    assert!(line.contains("caches=131072"), "{line}");
+}
+
 /// Every environment variable the server reads is in `crosstab serve --help`, with the
 /// defaults the code uses.
 #[test]
