@@ -40,7 +40,8 @@ impl MemoryBudget {
         })
     }
 
-    /// The limit in bytes.
+    /// The limit in bytes now (the server moves it with what the rest of the process
+    /// holds: [`MemoryBudget::set_limit`]).
     pub fn limit(&self) -> usize {
         self.limit.load(Ordering::Relaxed)
     }
