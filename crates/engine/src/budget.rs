@@ -50,7 +50,7 @@ impl MemoryBudget {
     /// taken fits (or nothing is left to evict).
     pub fn set_limit(&self, bytes: usize) {
         self.limit.store(bytes, Ordering::Relaxed);
-        while self.used() > bytes && self.evict_one() {}
+        self.evict_to_limit();
     }
 
     /// Bytes taken now.
@@ -92,7 +92,7 @@ impl MemoryBudget {
     /// to make room for them.
     pub fn take_anyway(&self, bytes: usize) {
         self.used.fetch_add(bytes, Ordering::Relaxed);
-        while self.used() > self.limit() && self.evict_one() {}
+        self.evict_to_limit();
     }
 
     /// Gives `bytes` back.
@@ -112,6 +112,12 @@ impl MemoryBudget {
                     .filter(|total| *total <= self.limit())
             })
             .is_ok()
+    }
+
+    /// Evicts the least recently used entries until what is taken fits the limit (or
+    /// nothing is left to evict).
+    fn evict_to_limit(&self) {
+        while self.used() > self.limit() && self.evict_one() {}
     }
 
     /// Evicts the least recently used entry of all registered caches.
