@@ -248,6 +248,15 @@ mod tests {
         SetCache::new(&MemoryBudget::new(8 * RANGE_ENTRY + DOORKEEPER_BYTES), 512)
     }
 
+    /// [`eight_entry_cache`] holding ranges 0 to 7, 0 the least recently used.
+    fn full_eight_entry_cache() -> Arc<SetCache> {
+        let cache = eight_entry_cache();
+        for n in 0..8 {
+            assert!(computed(&cache, range(n)));
+        }
+        cache
+    }
+
     /// Asks for `key` twice (a first sight is never kept); whether it was computed.
     fn computed(cache: &SetCache, key: SetKey) -> bool {
         let mut made = false;
@@ -286,10 +295,7 @@ mod tests {
 
     #[test]
     fn the_least_recently_used_set_makes_room() {
-        let cache = eight_entry_cache();
-        for n in 0..8 {
-            assert!(computed(&cache, range(n)));
-        }
+        let cache = full_eight_entry_cache();
         assert!(!computed(&cache, range(0)), "kept");
         // Full: a ninth pushes out the least recently used (1, not 0 which was just used).
         assert!(computed(&cache, range(8)));
@@ -345,11 +351,8 @@ mod tests {
 
     #[test]
     fn sets_kept_for_good_shrink_the_evictable_ones() {
-        let budget = MemoryBudget::new(8 * RANGE_ENTRY + DOORKEEPER_BYTES);
-        let cache = SetCache::new(&budget, 512);
-        for n in 0..8 {
-            assert!(computed(&cache, range(n)));
-        }
+        let cache = full_eight_entry_cache();
+        let budget = cache.budget();
         budget.take_anyway(3 * RANGE_ENTRY);
         assert!(budget.used() <= budget.limit());
         assert_eq!(cache.lock().map.len(), 5, "three evicted");
@@ -358,11 +361,8 @@ mod tests {
 
     #[test]
     fn a_lowered_limit_evicts_the_least_recently_used_until_they_fit() {
-        let budget = MemoryBudget::new(8 * RANGE_ENTRY + DOORKEEPER_BYTES);
-        let cache = SetCache::new(&budget, 512);
-        for n in 0..8 {
-            assert!(computed(&cache, range(n)));
-        }
+        let cache = full_eight_entry_cache();
+        let budget = cache.budget();
         budget.set_limit(5 * RANGE_ENTRY + DOORKEEPER_BYTES);
         assert_eq!(budget.used(), 5 * RANGE_ENTRY + DOORKEEPER_BYTES);
         assert!(!computed(&cache, range(3)), "the newest five stay");
