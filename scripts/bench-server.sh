@@ -12,6 +12,8 @@
 #     OpenID provider (tests/oidc, trusted with `crosstab sso add-oidc`);
 #   - the ratios to docs (target >= 0.60, for the fixed request) and the p99 (< 10 ms),
 #     and the bearer call's req/s over the key call's (target >= 0.90);
+#   - the server process's CPU time per request of each kind (steadier than req/s, which
+#     also depends on how much of the shared cores wrk took);
 # then stops the server with SIGTERM and checks that bills = 200s + the requests logged
 # as billed after their client went away.
 #
@@ -41,8 +43,8 @@ command -v wrk >/dev/null || { echo "wrk is required (apt-get install wrk)" >&2;
 
 if [ -n "${BASELINE_BIN:-}" ]; then
     # The baseline first, then this build, each the whole procedure; both summaries last.
-    baseline="$(BIN="$BASELINE_BIN" BASELINE_BIN= "$0" "$@" | tail -11)"
-    current="$(BASELINE_BIN= "$0" "$@" | tail -11)"
+    baseline="$(BIN="$BASELINE_BIN" BASELINE_BIN= "$0" "$@" | tail -12)"
+    current="$(BASELINE_BIN= "$0" "$@" | tail -12)"
     echo "=== baseline ($BASELINE_BIN) ==="; echo "$baseline"
     echo "=== this build ==="; echo "$current"
     exit 0
@@ -115,7 +117,18 @@ wrk.headers["Service-Engine-Authorizer"] = "$key"
 LUA
 sed "s|\"$key\"|\"Bearer $token\"|" "$work/post.lua" >"$work/bearer.lua"
 
-run() { wrk -t"$threads" -c"$connections" -d"${duration}s" --latency "$@"; }
+# Server CPU (user + system, in clock ticks) the server process has used so far.
+ticks() { awk '{ print $14 + $15 }' "/proc/$server_pid/stat"; }
+# One wrk run; its output goes to $1, and the server's CPU over it to $1.cpu.
+run() {
+    local out="$1"; shift
+    local before; before="$(ticks)"
+    wrk -t"$threads" -c"$connections" -d"${duration}s" --latency "$@" >"$out"
+    echo $(( $(ticks) - before )) >"$out.cpu"
+}
+# Server CPU µs per request of a run: steadier than req/s, which also counts how much of
+# the shared cores the load generator took.
+cpu_us() { awk -v t="$(cat "$1.cpu")" -v hz="$(getconf CLK_TCK)" '/requests in/ { printf "%.1f", t * 1e6 / hz / $1 }' "$1"; }
 # p99 in ms from wrk's latency distribution.
 p99() { awk '$1=="99%" { v=$2; if (v ~ /us$/) { sub(/us/,"",v); v/=1000 } else if (v ~ /ms$/) { sub(/ms/,"",v) } else if (v ~ /s$/) { sub(/s/,"",v); v*=1000 } print v }'; }
 rps() { awk '/^Requests\/sec:/ { print $2 }'; }
@@ -130,11 +143,11 @@ load_before="$(cut -d' ' -f1-3 /proc/loadavg)"
 # ±10% between runs (other guests on the host), so one pair is a noisy ratio; the median
 # of the rounds' ratios is the figure.
 for round in $(seq 1 "$rounds"); do
-    run "$base/v1/docs" >"$work/docs.$round.txt"
-    run -s "$work/post.lua" "$base/v1/crosstab" >"$work/post.$round.txt"
-    run -s "$work/bearer.lua" "$base/v1/crosstab" >"$work/bearer.$round.txt"
+    run "$work/docs.$round.txt" "$base/v1/docs"
+    run "$work/post.$round.txt" -s "$work/post.lua" "$base/v1/crosstab"
+    run "$work/bearer.$round.txt" -s "$work/bearer.lua" "$base/v1/crosstab"
 done
-CROSSTAB_KEY="$key" run -s "$root/scripts/bench/crosstab-mix.lua" "$base/v1/crosstab" >"$work/mix.txt"
+CROSSTAB_KEY="$key" run "$work/mix.txt" -s "$root/scripts/bench/crosstab-mix.lua" "$base/v1/crosstab"
 load_after="$(cut -d' ' -f1-3 /proc/loadavg)"
 
 median() { sort -g | awk '{ v[NR]=$1 } END { if (NR%2) print v[(NR+1)/2]; else printf "%.2f\n", (v[NR/2]+v[NR/2+1])/2 }'; }
@@ -166,6 +179,10 @@ mix_rps="$(rps <"$work/mix.txt")"
 mix_p99="$(p99 <"$work/mix.txt")"
 mix_non2xx="$(awk '/Non-2xx/ { print $NF }' "$work/mix.txt")"
 mix_total="$(awk '/requests in/ { print $1 }' "$work/mix.txt")"
+docs_cpu="$(for f in "$work"/docs.*.txt; do cpu_us "$f"; echo; done | median)"
+post_cpu="$(for f in "$work"/post.*.txt; do cpu_us "$f"; echo; done | median)"
+bearer_cpu="$(for f in "$work"/bearer.*.txt; do cpu_us "$f"; echo; done | median)"
+mix_cpu="$(cpu_us "$work/mix.txt")"
 
 kill -TERM "$server_pid"; wait "$server_pid" || true; server_pid=""
 bills="$("$bin" usage --data-dir "$work/data" "${database[@]}" --format csv \
@@ -184,6 +201,7 @@ printf 'POST request mix   %10s req/s   p99 %s ms   (%s requests, non-2xx: %s; n
 printf 'ratio POST/docs    %10s         (median of the rounds:%s; target >= 0.60; request mix: %s)\n' "$ratio" "$ratios" "$mix_ratio"
 printf 'ratio bearer/key   %10s         (median of the rounds:%s; target >= 0.90)\n' "$bearer_ratio" "$bearer_ratios"
 printf 'p99 POST           %10s ms      (target < 10 ms; request mix: %s ms)\n' "$post_p99" "$mix_p99"
+printf 'server CPU/request %10s µs docs, %s µs POST, %s µs bearer, %s µs request mix (medians; the crosstab process only)\n' "$docs_cpu" "$post_cpu" "$bearer_cpu" "$mix_cpu"
 printf 'load average       %s before, %s after\n' "$load_before" "$load_after"
 printf 'bills in ledger    %10s         (200s logged by the server: %s; client gone after the bill was written: %s)\n' "$bills" "$warmup_and_run_oks" "$abandoned"
 if [ "$bills" -ne $(( warmup_and_run_oks + abandoned )) ]; then
