@@ -128,7 +128,7 @@ run() {
 }
 # Server CPU µs per request of a run: steadier than req/s, which also counts how much of
 # the shared cores the load generator took.
-cpu_us() { awk -v t="$(cat "$1.cpu")" -v hz="$(getconf CLK_TCK)" '/requests in/ { printf "%.1f", t * 1e6 / hz / $1 }' "$1"; }
+cpu_us() { awk -v t="$(cat "$1.cpu")" -v hz="$(getconf CLK_TCK)" '/requests in/ { printf "%.1f\n", t * 1e6 / hz / $1 }' "$1"; }
 # p99 in ms from wrk's latency distribution.
 p99() { awk '$1=="99%" { v=$2; if (v ~ /us$/) { sub(/us/,"",v); v/=1000 } else if (v ~ /ms$/) { sub(/ms/,"",v) } else if (v ~ /s$/) { sub(/s/,"",v); v*=1000 } print v }'; }
 rps() { awk '/^Requests\/sec:/ { print $2 }'; }
@@ -179,9 +179,9 @@ mix_rps="$(rps <"$work/mix.txt")"
 mix_p99="$(p99 <"$work/mix.txt")"
 mix_non2xx="$(awk '/Non-2xx/ { print $NF }' "$work/mix.txt")"
 mix_total="$(awk '/requests in/ { print $1 }' "$work/mix.txt")"
-docs_cpu="$(for f in "$work"/docs.*.txt; do cpu_us "$f"; echo; done | median)"
-post_cpu="$(for f in "$work"/post.*.txt; do cpu_us "$f"; echo; done | median)"
-bearer_cpu="$(for f in "$work"/bearer.*.txt; do cpu_us "$f"; echo; done | median)"
+docs_cpu="$(for f in "$work"/docs.*.txt; do cpu_us "$f"; done | median)"
+post_cpu="$(for f in "$work"/post.*.txt; do cpu_us "$f"; done | median)"
+bearer_cpu="$(for f in "$work"/bearer.*.txt; do cpu_us "$f"; done | median)"
 mix_cpu="$(cpu_us "$work/mix.txt")"
 
 kill -TERM "$server_pid"; wait "$server_pid" || true; server_pid=""
