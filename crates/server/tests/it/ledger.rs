@@ -5,7 +5,7 @@
 use crosstab_server::grants::GrantSpec;
 use crosstab_server::keys::KeyEnv;
 use crosstab_server::store::ledger::{self, Bill, Caller, Ledger};
-use crosstab_server::store::{self as db, accounts, Database};
+use crosstab_server::store::{self as db, accounts, users, Database};
 use sqlx::Row;
 use std::future::Future;
 
@@ -294,4 +294,69 @@ async fn a_bill_committed_for_a_request_gone_since_is_logged() {
             && line.contains(&*gone.request_id)),
         "{logged}"
     );
+}
+
+/// The ledger refers to accounts and users, so the database refuses to delete either (on
+/// PostgreSQL this rule stands in for the ledger's foreign keys).
+#[tokio::test]
+async fn accounts_and_users_are_never_deleted() {
+    let (_dir, db, account_id) = database().await;
+    deleting_is_refused(&db, account_id, "nora").await;
+}
+
+/// The same on PostgreSQL, when `CROSSTAB_TEST_POSTGRES_URL` names one.
+#[tokio::test]
+async fn accounts_and_users_are_never_deleted_on_postgres() {
+    let Ok(url) = std::env::var("CROSSTAB_TEST_POSTGRES_URL") else {
+        eprintln!("CROSSTAB_TEST_POSTGRES_URL not set: PostgreSQL test skipped");
+        return;
+    };
+    let db = Database::connect(&url).await.unwrap();
+    let name = format!("kept-{}", uuid::Uuid::new_v4().simple());
+    let account_id = account(&db, &name).await;
+    deleting_is_refused(&db, account_id, &name).await;
+}
+
+/// Bills `account_id` through a user made for it, then tries to delete both.
+async fn deleting_is_refused(db: &Database, account_id: i64, username: &str) {
+    let account: String = sqlx::query("SELECT name FROM accounts WHERE id = $1")
+        .bind(account_id)
+        .fetch_one(db.pool())
+        .await
+        .unwrap()
+        .try_get(0)
+        .unwrap();
+    users::create_or_reset(db, username, &account, "$argon2id$unused", 1)
+        .await
+        .unwrap();
+    let (ledger, writer) = Ledger::start(db.clone());
+    ledger.bill(bill(account_id, 7)).await.unwrap();
+    drop(ledger);
+    writer.finish().await;
+    for (table, id) in [("users", None), ("accounts", Some(account_id))] {
+        let delete = match id {
+            Some(id) => {
+                sqlx::query(&format!("DELETE FROM {table} WHERE id = $1"))
+                    .bind(id)
+                    .execute(db.pool())
+                    .await
+            }
+            None => {
+                sqlx::query(&format!("DELETE FROM {table} WHERE username = $1"))
+                    .bind(username)
+                    .execute(db.pool())
+                    .await
+            }
+        };
+        let error = delete.expect_err(table).to_string();
+        assert!(error.contains("never deleted"), "{table}: {error}");
+    }
+    let left: i64 = sqlx::query("SELECT COUNT(*) FROM ledger WHERE account_id = $1")
+        .bind(account_id)
+        .fetch_one(db.pool())
+        .await
+        .unwrap()
+        .try_get(0)
+        .unwrap();
+    assert_eq!(left, 1);
 }
