@@ -11,11 +11,13 @@
 //! its request id, so the ledger reconciles with the access log.
 //!
 //! The writer is one task on the server's runtime with a connection of its own (SQLite
-//! or PostgreSQL): one transaction, one multi-row INSERT per [`ROWS_PER_STATEMENT`]
-//! bills, then the idempotency rows, then the commit. An INSERT has room for a power of
-//! two of rows, the rows it does not fill left NULL and skipped: the connection prepares
-//! and keeps seven statements, not one per batch size (on SQLite, the 64 such
-//! statements held ~3 MiB, memory no cache budget saw).
+//! or PostgreSQL): one transaction (or a lone INSERT, which commits by itself), the bills,
+//! then the idempotency rows, then the commit. On PostgreSQL the bills are one INSERT of
+//! eleven column arrays, whatever the batch's size. On SQLite they are multi-row INSERTs
+//! of up to [`ROWS_PER_STATEMENT`] bills; each has room for a power of two of rows, the
+//! rows it does not fill left NULL and skipped: the connection prepares and keeps seven
+//! statements, not one per batch size (the 64 such statements held ~3 MiB, memory no
+//! cache budget saw).
 
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -32,7 +34,7 @@ use super::{Backend, Database, DbError};
 
 /// Most bills in one transaction.
 const MAX_BATCH: usize = 1024;
-/// Rows per INSERT statement on the pool (11 parameters each, well under every limit).
+/// Rows per INSERT statement on SQLite (11 parameters each, well under its limit).
 const ROWS_PER_STATEMENT: usize = 64;
 
 /// Who made a billed call for its account.
@@ -355,13 +357,15 @@ async fn write_batch(
     // One statement commits atomically on its own: a batch that fits one INSERT and
     // keeps no idempotent answer takes one round trip instead of BEGIN, INSERT, COMMIT
     // (on a loaded machine each round trip waits for the database's process to run).
-    if bills.len() <= ROWS_PER_STATEMENT && bills.iter().all(|bill| bill.idempotent.is_none()) {
-        return insert_rows(conn, &bills, backend).await;
+    let one_statement = match backend {
+        Backend::Sqlite => bills.len() <= ROWS_PER_STATEMENT,
+        Backend::Postgres => true,
+    };
+    if one_statement && bills.iter().all(|bill| bill.idempotent.is_none()) {
+        return insert_bills(conn, &bills, backend).await;
     }
     let mut tx = conn.begin().await?;
-    for chunk in bills.chunks(ROWS_PER_STATEMENT) {
-        insert_rows(&mut tx, chunk, backend).await?;
-    }
+    insert_bills(&mut tx, &bills, backend).await?;
     for bill in &bills {
         if let Some(kept) = &bill.idempotent {
             sqlx::query(
@@ -379,17 +383,100 @@ async fn write_batch(
     Ok(())
 }
 
-/// One multi-row INSERT of `chunk` (at most [`ROWS_PER_STATEMENT`] rows).
-async fn insert_rows(
-    conn: &mut sqlx::AnyConnection,
-    chunk: &[&Bill],
+/// Inserts `bills`: on SQLite by multi-row INSERTs of [`ROWS_PER_STATEMENT`] rows, on
+/// PostgreSQL by one INSERT of a column array each, whatever the batch's size (its
+/// server then reads 11 parameters instead of 11 per bill).
+async fn insert_bills(
+    conn: &mut AnyConnection,
+    bills: &[&Bill],
     backend: Backend,
 ) -> Result<(), DbError> {
+    match backend {
+        Backend::Sqlite => {
+            for chunk in bills.chunks(ROWS_PER_STATEMENT) {
+                insert_rows(conn, chunk).await?;
+            }
+        }
+        Backend::Postgres => insert_columns(conn, bills).await?,
+    }
+    Ok(())
+}
+
+/// One INSERT of `bills` as PostgreSQL arrays, a column each.
+async fn insert_columns(conn: &mut AnyConnection, bills: &[&Bill]) -> Result<(), DbError> {
+    let callers = || bills.iter().map(|bill| &bill.caller);
+    sqlx::query::<Any>(
+        "INSERT INTO ledger (at, account_id, key_id, user_id, idp, subject, survey, grp, base, targets, request_id) \
+         SELECT * FROM UNNEST($1::bigint[], $2::bigint[], $3::text[], $4::bigint[], $5::text[], \
+                              $6::text[], $7::text[], $8::text[], $9::text[], $10::bigint[], $11::text[])",
+    )
+    .bind(int_array(bills.iter().map(|bill| Some(bill.at))))
+    .bind(int_array(bills.iter().map(|bill| Some(bill.account_id))))
+    .bind(text_array(callers().map(Caller::key_id)))
+    .bind(int_array(callers().map(Caller::user_id)))
+    .bind(text_array(callers().map(Caller::idp)))
+    .bind(text_array(callers().map(Caller::subject)))
+    .bind(text_array(bills.iter().map(|bill| Some(&*bill.survey))))
+    .bind(text_array(bills.iter().map(|bill| bill.group.as_deref())))
+    .bind(text_array(bills.iter().map(|bill| Some(&*bill.base))))
+    .bind(int_array(bills.iter().map(|bill| Some(bill.targets))))
+    .bind(text_array(bills.iter().map(|bill| Some(&*bill.request_id))))
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// A PostgreSQL array literal of integers: `{1,NULL,3}`.
+fn int_array(values: impl Iterator<Item = Option<i64>>) -> String {
+    use std::fmt::Write;
+    let mut literal = String::from("{");
+    for (n, value) in values.enumerate() {
+        if n > 0 {
+            literal.push(',');
+        }
+        match value {
+            Some(value) => {
+                let _ = write!(literal, "{value}");
+            }
+            None => literal.push_str("NULL"),
+        }
+    }
+    literal.push('}');
+    literal
+}
+
+/// A PostgreSQL array literal of texts, every element quoted (so no text reads as
+/// `NULL`, a delimiter or a brace) with `"` and `\` escaped: `{"a","b\"c",NULL}`.
+fn text_array<'a>(values: impl Iterator<Item = Option<&'a str>>) -> String {
+    let mut literal = String::from("{");
+    for (n, value) in values.enumerate() {
+        if n > 0 {
+            literal.push(',');
+        }
+        match value {
+            Some(text) => {
+                literal.push('"');
+                for c in text.chars() {
+                    if c == '"' || c == '\\' {
+                        literal.push('\\');
+                    }
+                    literal.push(c);
+                }
+                literal.push('"');
+            }
+            None => literal.push_str("NULL"),
+        }
+    }
+    literal.push('}');
+    literal
+}
+
+/// One multi-row INSERT of `chunk` (at most [`ROWS_PER_STATEMENT`] rows), on SQLite.
+async fn insert_rows(conn: &mut sqlx::AnyConnection, chunk: &[&Bill]) -> Result<(), DbError> {
     let rows = chunk.len().next_power_of_two();
-    let sql = insert_sql(rows, backend);
+    let sql = insert_sql(rows);
     let mut query = sqlx::query::<Any>(&sql);
-    // The rows past the chunk are NULL throughout, bound with a bill's types (PostgreSQL
-    // checks that each parameter keeps one type), and skipped by `at IS NOT NULL`.
+    // The rows past the chunk are NULL throughout, and skipped by `column1 IS NOT NULL`.
     for row in 0..rows {
         let bill = chunk.get(row);
         let caller = bill.map(|bill| &bill.caller);
@@ -413,11 +500,10 @@ async fn insert_rows(
     Ok(())
 }
 
-/// Columns a bill fills.
-const COLUMNS: usize = 11;
-
-/// An INSERT of the bills among `rows` rows of parameters whose `at` is not NULL.
-fn insert_sql(rows: usize, backend: Backend) -> String {
+/// An INSERT of the bills among `rows` rows of parameters whose `at` is not NULL. Its
+/// parameters are anonymous `?`: SQLite looks numbered ones up by name, one linear scan
+/// per parameter, which is quadratic over a 704-parameter statement.
+fn insert_sql(rows: usize) -> String {
     let mut sql = String::from(
         "INSERT INTO ledger (at, account_id, key_id, user_id, idp, subject, survey, grp, base, targets, request_id) \
          SELECT * FROM (VALUES ",
@@ -426,28 +512,10 @@ fn insert_sql(rows: usize, backend: Backend) -> String {
         if row > 0 {
             sql.push_str(", ");
         }
-        match backend {
-            // Anonymous `?`: SQLite looks numbered parameters up by name, one linear scan
-            // per parameter, which is quadratic over a 512-parameter statement.
-            Backend::Sqlite => sql.push_str("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"),
-            Backend::Postgres => {
-                let first = row * COLUMNS + 1;
-                let params: Vec<String> =
-                    (first..first + COLUMNS).map(|n| format!("${n}")).collect();
-                sql.push('(');
-                sql.push_str(&params.join(", "));
-                sql.push(')');
-            }
-        }
+        sql.push_str("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
     }
-    sql.push_str(match backend {
-        // SQLite names a VALUES list's columns column1, column2, ...
-        Backend::Sqlite => ") WHERE column1 IS NOT NULL",
-        Backend::Postgres => {
-            ") AS bill (at, account_id, key_id, user_id, idp, subject, survey, grp, base, targets, request_id) \
-             WHERE at IS NOT NULL"
-        }
-    });
+    // SQLite names a VALUES list's columns column1, column2, ...
+    sql.push_str(") WHERE column1 IS NOT NULL");
     sql
 }
 

@@ -15,7 +15,12 @@ fn bill(account_id: i64, n: usize) -> Bill {
         account_id,
         caller: Caller::Key(format!("{n:016x}").into()),
         survey: "VEC".into(),
-        group: (n % 3 == 0).then(|| format!("G'\"{n}").into()),
+        // Quotes, backslashes, braces and commas, a group spelled NULL, and none.
+        group: match n % 3 {
+            0 => Some(format!("G'\"\\{{a,b}} é{n}").into()),
+            1 if n % 2 == 0 => Some("NULL".into()),
+            _ => None,
+        },
         base: "ALL".into(),
         targets: (n % 2 + 1) as i64,
         request_id: format!("{n:032x}").into(),
