@@ -28,7 +28,14 @@ pub async fn observe(
     next: Next,
 ) -> Response {
     let started = Instant::now();
-    let id: Arc<str> = Arc::from(uuid::Uuid::new_v4().simple().to_string());
+    // A v4 UUID from the thread's CSPRNG (seeded by the OS), not a `getrandom` call each.
+    let random: [u8; 16] = rand::Rng::gen(&mut rand::thread_rng());
+    let id: Arc<str> = Arc::from(
+        uuid::Builder::from_random_bytes(random)
+            .into_uuid()
+            .simple()
+            .to_string(),
+    );
     request.extensions_mut().insert(RequestId(Arc::clone(&id)));
     let method = request.method().clone();
     let path = request.uri().path().to_owned();
