@@ -428,42 +428,39 @@ async fn insert_columns(conn: &mut AnyConnection, bills: &[&Bill]) -> Result<(),
 
 /// A PostgreSQL array literal of integers: `{1,NULL,3}`.
 fn int_array(values: impl Iterator<Item = Option<i64>>) -> String {
-    use std::fmt::Write;
-    let mut literal = String::from("{");
-    for (n, value) in values.enumerate() {
-        if n > 0 {
-            literal.push(',');
-        }
-        match value {
-            Some(value) => {
-                let _ = write!(literal, "{value}");
-            }
-            None => literal.push_str("NULL"),
-        }
-    }
-    literal.push('}');
-    literal
+    array_literal(values, |literal, value| {
+        use std::fmt::Write;
+        let _ = write!(literal, "{value}");
+    })
 }
 
 /// A PostgreSQL array literal of texts, every element quoted (so no text reads as
 /// `NULL`, a delimiter or a brace) with `"` and `\` escaped: `{"a","b\"c",NULL}`.
 fn text_array<'a>(values: impl Iterator<Item = Option<&'a str>>) -> String {
+    array_literal(values, |literal, text| {
+        literal.push('"');
+        for c in text.chars() {
+            if c == '"' || c == '\\' {
+                literal.push('\\');
+            }
+            literal.push(c);
+        }
+        literal.push('"');
+    })
+}
+
+/// `{a,b,...}` of `values`, each written by `element`, `NULL` where there is none.
+fn array_literal<T>(
+    values: impl Iterator<Item = Option<T>>,
+    mut element: impl FnMut(&mut String, T),
+) -> String {
     let mut literal = String::from("{");
     for (n, value) in values.enumerate() {
         if n > 0 {
             literal.push(',');
         }
         match value {
-            Some(text) => {
-                literal.push('"');
-                for c in text.chars() {
-                    if c == '"' || c == '\\' {
-                        literal.push('\\');
-                    }
-                    literal.push(c);
-                }
-                literal.push('"');
-            }
+            Some(value) => element(&mut literal, value),
             None => literal.push_str("NULL"),
         }
     }

@@ -108,14 +108,23 @@ async fn batches_of_every_size_are_written_exactly() {
 /// The same on PostgreSQL, when `CROSSTAB_TEST_POSTGRES_URL` names one.
 #[tokio::test]
 async fn batches_of_every_size_are_written_exactly_on_postgres() {
-    let Ok(url) = std::env::var("CROSSTAB_TEST_POSTGRES_URL") else {
-        eprintln!("CROSSTAB_TEST_POSTGRES_URL not set: PostgreSQL test skipped");
+    let Some((db, account_id, _)) = postgres_account("batches").await else {
         return;
     };
-    let db = Database::connect(&url).await.unwrap();
-    let name = format!("batches-{}", uuid::Uuid::new_v4().simple());
-    let account_id = account(&db, &name).await;
     every_batch_size_is_written_exactly(&db, account_id).await;
+}
+
+/// The PostgreSQL database `CROSSTAB_TEST_POSTGRES_URL` names, with a new account to bill
+/// (its id and name, `prefix` and a random suffix); `None`, said, when the URL is unset.
+async fn postgres_account(prefix: &str) -> Option<(Database, i64, String)> {
+    let Ok(url) = std::env::var("CROSSTAB_TEST_POSTGRES_URL") else {
+        eprintln!("CROSSTAB_TEST_POSTGRES_URL not set: PostgreSQL test skipped");
+        return None;
+    };
+    let db = Database::connect(&url).await.unwrap();
+    let name = format!("{prefix}-{}", uuid::Uuid::new_v4().simple());
+    let account_id = account(&db, &name).await;
+    Some((db, account_id, name))
 }
 
 /// Bills `account_id` in bursts that reach the writer as batches of every kind (one
@@ -306,62 +315,44 @@ async fn a_bill_committed_for_a_request_gone_since_is_logged() {
 #[tokio::test]
 async fn accounts_and_users_are_never_deleted() {
     let (_dir, db, account_id) = database().await;
-    deleting_is_refused(&db, account_id, "nora").await;
+    deleting_is_refused(&db, account_id, "acme", "nora").await;
 }
 
 /// The same on PostgreSQL, when `CROSSTAB_TEST_POSTGRES_URL` names one.
 #[tokio::test]
 async fn accounts_and_users_are_never_deleted_on_postgres() {
-    let Ok(url) = std::env::var("CROSSTAB_TEST_POSTGRES_URL") else {
-        eprintln!("CROSSTAB_TEST_POSTGRES_URL not set: PostgreSQL test skipped");
+    let Some((db, account_id, name)) = postgres_account("kept").await else {
         return;
     };
-    let db = Database::connect(&url).await.unwrap();
-    let name = format!("kept-{}", uuid::Uuid::new_v4().simple());
-    let account_id = account(&db, &name).await;
-    deleting_is_refused(&db, account_id, &name).await;
+    deleting_is_refused(&db, account_id, &name, &name).await;
 }
 
-/// Bills `account_id` through a user made for it, then tries to delete both.
-async fn deleting_is_refused(db: &Database, account_id: i64, username: &str) {
-    let account: String = sqlx::query("SELECT name FROM accounts WHERE id = $1")
-        .bind(account_id)
-        .fetch_one(db.pool())
-        .await
-        .unwrap()
-        .try_get(0)
-        .unwrap();
-    users::create_or_reset(db, username, &account, "$argon2id$unused", 1)
+/// Bills `account_id` (named `account`) through a user made for it, then tries to delete
+/// both.
+async fn deleting_is_refused(db: &Database, account_id: i64, account: &str, username: &str) {
+    users::create_or_reset(db, username, account, "$argon2id$unused", 1)
         .await
         .unwrap();
     let (ledger, writer) = Ledger::start(db.clone());
     ledger.bill(bill(account_id, 7)).await.unwrap();
     drop(ledger);
     writer.finish().await;
-    for (table, id) in [("users", None), ("accounts", Some(account_id))] {
-        let delete = match id {
-            Some(id) => {
-                sqlx::query(&format!("DELETE FROM {table} WHERE id = $1"))
-                    .bind(id)
-                    .execute(db.pool())
-                    .await
-            }
-            None => {
-                sqlx::query(&format!("DELETE FROM {table} WHERE username = $1"))
-                    .bind(username)
-                    .execute(db.pool())
-                    .await
-            }
-        };
-        let error = delete.expect_err(table).to_string();
+    for (table, column, name) in [
+        ("users", "username", username),
+        ("accounts", "name", account),
+    ] {
+        let error = sqlx::query(&format!("DELETE FROM {table} WHERE {column} = $1"))
+            .bind(name)
+            .execute(db.pool())
+            .await
+            .expect_err(table)
+            .to_string();
         assert!(error.contains("never deleted"), "{table}: {error}");
     }
-    let left: i64 = sqlx::query("SELECT COUNT(*) FROM ledger WHERE account_id = $1")
+    let left: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM ledger WHERE account_id = $1")
         .bind(account_id)
         .fetch_one(db.pool())
         .await
-        .unwrap()
-        .try_get(0)
         .unwrap();
     assert_eq!(left, 1);
 }
