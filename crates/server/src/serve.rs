@@ -185,6 +185,9 @@ async fn hold_resident_memory(resident: ResidentMemory) {
 
 /// Runs the server until SIGINT or SIGTERM.
 pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
+    // Listened for from the first moment: a signal during start-up stops the server
+    // cleanly once it is up, instead of killing it half-way.
+    let shutdown = shutdown_signal()?;
     std::fs::create_dir_all(&options.data_dir)?;
     let db = Database::connect_with(&options.database, options.synchronous).await?;
     let store = SurveyStore::open(&options.data_dir)?;
@@ -280,7 +283,7 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
         }
     });
 
-    listener::serve(listener, router, options.limits, shutdown_signal()).await;
+    listener::serve(listener, router, options.limits, shutdown).await;
     follower.abort();
     if let Some(resident) = resident {
         resident.abort();
@@ -317,25 +320,26 @@ async fn check_upstream(upstream: Option<Upstream>) {
     }
 }
 
-async fn shutdown_signal() {
-    let interrupt = tokio::signal::ctrl_c();
+/// SIGINT or SIGTERM, whichever comes first; the handlers are in place when this returns.
+fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
     #[cfg(unix)]
-    {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut terminate) => {
-                tokio::select! {
-                    _ = interrupt => {}
-                    _ = terminate.recv() => {}
-                }
-            }
-            Err(_) => {
-                let _ = interrupt.await;
+    let signalled = {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut interrupt = signal(SignalKind::interrupt())?;
+        let mut terminate = signal(SignalKind::terminate())?;
+        async move {
+            tokio::select! {
+                _ = interrupt.recv() => {}
+                _ = terminate.recv() => {}
             }
         }
-    }
+    };
     #[cfg(not(unix))]
-    {
-        let _ = interrupt.await;
-    }
-    tracing::info!("shutting down: finishing in-flight requests");
+    let signalled = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    Ok(async move {
+        signalled.await;
+        tracing::info!("shutting down: finishing in-flight requests");
+    })
 }
