@@ -49,13 +49,7 @@ async fn account(db: &Database, name: &str) -> i64 {
     accounts::create_key(db, name, &[grant], KeyEnv::Live, None)
         .await
         .unwrap();
-    sqlx::query("SELECT id FROM accounts WHERE name = $1")
-        .bind(name)
-        .fetch_one(db.pool())
-        .await
-        .unwrap()
-        .try_get(0)
-        .unwrap()
+    accounts::account_id(db, name).await.unwrap().unwrap()
 }
 
 /// The pool, the ledger's own connection (and the key signal file beside them) all use
