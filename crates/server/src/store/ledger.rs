@@ -1,7 +1,7 @@
 //! The billing ledger: one row per `200` from `POST /v1/crosstab`, committed before the
 //! response is sent.
 //!
-//! Group commit: requests hand their bill to one writer task and wait. The writer takes
+//! Group commit: requests hand their bill to one writer and wait. The writer takes
 //! every bill pending at that moment, inserts them in one transaction, commits (one
 //! fsync for the lot) and then acknowledges each. Under load the batch grows by itself,
 //! so durability costs one commit per batch instead of one per request. If the
@@ -10,16 +10,15 @@
 //! send no 200); one that goes away once it is written stays billed and is logged with
 //! its request id, so the ledger reconciles with the access log.
 //!
-//! The writer is one task on the server's runtime with a connection of its own (SQLite
-//! or PostgreSQL): one transaction (or a lone INSERT, which commits by itself), the bills,
-//! then the idempotency rows, then the commit. On PostgreSQL the bills are one INSERT of
-//! eleven column arrays, whatever the batch's size. On SQLite they are multi-row INSERTs
-//! of up to [`ROWS_PER_STATEMENT`] bills; each has room for a power of two of rows, the
-//! rows it does not fill left NULL and skipped: the connection prepares and keeps seven
-//! statements, not one per batch size (the 64 such statements held ~3 MiB, memory no
-//! cache budget saw).
+//! On SQLite the writer is a thread of its own with its own connection, calling SQLite
+//! directly (`store/sqlite.rs`): `BEGIN IMMEDIATE`, one prepared single-row INSERT per
+//! bill, the idempotency rows, `COMMIT`, all plain calls on that thread. On PostgreSQL it
+//! is a task on the server's runtime with a pooled connection of its own: one INSERT of
+//! eleven column arrays, whatever the batch's size (in one transaction with the
+//! idempotency rows when there are any).
 
 use std::panic::AssertUnwindSafe;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -30,12 +29,11 @@ use sqlx::{Any, AnyConnection, Connection};
 use tokio::sync::mpsc::{self, error::TryRecvError};
 use tokio::sync::oneshot;
 
-use super::{Backend, Database, DbError};
+use super::sqlite::{self, Prepared, Value};
+use super::{Database, DbError};
 
 /// Most bills in one transaction.
 const MAX_BATCH: usize = 1024;
-/// Rows per INSERT statement on SQLite (11 parameters each, well under its limit).
-const ROWS_PER_STATEMENT: usize = 64;
 
 /// Who made a billed call for its account.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -152,9 +150,9 @@ impl Drop for Running {
     }
 }
 
-/// Runs the write loop, starting it again should it panic: the bills of the batch it was
-/// writing are answered 500, unbilled (their transaction is rolled back when its
-/// connection goes back to the pool), and later ones go on.
+/// Runs the write loop on the pool, starting it again should it panic: the bills of the
+/// batch it was writing are answered 500, unbilled (their transaction is rolled back when
+/// its connection goes back to the pool), and later ones go on.
 async fn supervise(db: Database, mut pending: mpsc::UnboundedReceiver<Pending>, _running: Running) {
     loop {
         let run = AssertUnwindSafe(write_loop(&db, &mut pending))
@@ -167,36 +165,93 @@ async fn supervise(db: Database, mut pending: mpsc::UnboundedReceiver<Pending>, 
     }
 }
 
-/// The writer task; [`LedgerWriter::finish`] waits until every bill handed over is
-/// committed (after the last [`Ledger`] handle is dropped).
+/// [`supervise`] for the SQLite writer thread: after a panic the connection is dropped
+/// (closing it rolls the open transaction back) and a fresh one is opened.
+fn supervise_file(
+    mut file: SqliteFile,
+    mut pending: mpsc::UnboundedReceiver<Pending>,
+    _running: Running,
+) {
+    loop {
+        let run = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            write_loop_file(&mut file, &mut pending);
+        }));
+        match run {
+            Ok(()) => return,
+            Err(_) => {
+                file.conn = None;
+                tracing::error!("ledger writer panicked; restarted");
+            }
+        }
+    }
+}
+
+/// The writer; [`LedgerWriter::finish`] waits until every bill handed over is committed
+/// (after the last [`Ledger`] handle is dropped).
 #[derive(Debug)]
-pub struct LedgerWriter(Option<tokio::task::JoinHandle<()>>);
+pub struct LedgerWriter(Writer);
+
+#[derive(Debug)]
+enum Writer {
+    /// SQLite's writer thread.
+    Thread(std::thread::JoinHandle<()>),
+    /// The pool's writer task.
+    Task(tokio::task::JoinHandle<()>),
+    /// None could be started.
+    None,
+}
 
 impl LedgerWriter {
     /// Waits for the writer to drain and stop.
     pub async fn finish(self) {
-        let Some(task) = self.0 else { return };
-        if task.await.is_err() {
+        let ended = match self.0 {
+            Writer::Thread(thread) => tokio::task::spawn_blocking(move || thread.join().is_ok())
+                .await
+                .unwrap_or(false),
+            Writer::Task(task) => task.await.is_ok(),
+            Writer::None => true,
+        };
+        if !ended {
             tracing::error!("ledger writer failed");
         }
     }
 }
 
 impl Ledger {
-    /// Starts the writer on `db`, as a task of the current runtime (outside one, no
-    /// writer runs: every bill is answered [`LedgerError::Stopped`], unbilled).
+    /// Starts the writer on `db`: a thread of its own on a SQLite file, a task of the
+    /// current runtime otherwise (outside one, no writer runs: every bill is answered
+    /// [`LedgerError::Stopped`], unbilled).
     pub fn start(db: Database) -> (Ledger, LedgerWriter) {
         let (queue, pending) = mpsc::unbounded_channel();
         let alive = Arc::new(AtomicBool::new(true));
         let running = Running(Arc::clone(&alive));
-        let task = match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => Some(runtime.spawn(supervise(db, pending, running))),
-            Err(error) => {
-                tracing::error!(%error, "ledger writer not started");
-                None
+        let writer = match db.sqlite_file() {
+            Some(path) => {
+                let file = SqliteFile {
+                    path: path.to_path_buf(),
+                    pragmas: super::sqlite_pragmas(db.synchronous),
+                    conn: None,
+                };
+                let spawned = std::thread::Builder::new()
+                    .name("crosstab-ledger".to_owned())
+                    .spawn(move || supervise_file(file, pending, running));
+                match spawned {
+                    Ok(thread) => Writer::Thread(thread),
+                    Err(error) => {
+                        tracing::error!(%error, "ledger writer not started");
+                        Writer::None
+                    }
+                }
             }
+            None => match tokio::runtime::Handle::try_current() {
+                Ok(runtime) => Writer::Task(runtime.spawn(supervise(db, pending, running))),
+                Err(error) => {
+                    tracing::error!(%error, "ledger writer not started");
+                    Writer::None
+                }
+            },
         };
-        (Ledger { queue, alive }, LedgerWriter(task))
+        (Ledger { queue, alive }, LedgerWriter(writer))
     }
 
     /// Whether the writer task is running (and so bills can be committed).
@@ -264,53 +319,175 @@ async fn write_loop(db: &Database, pending: &mut mpsc::UnboundedReceiver<Pending
     let mut held = Held::default();
     // Waits for the first bill; stops once every `Ledger` is dropped and all is written.
     while let Some(first) = pending.recv().await {
-        let mut bills = first.0.len();
-        batch.push(first);
-        // Then every bill already waiting: under load the batch grows by itself (an
-        // answer's bills are never split, so one may take it past the bound).
-        while bills < MAX_BATCH {
-            match pending.try_recv() {
-                Ok(next) => {
-                    bills += next.0.len();
-                    batch.push(next);
-                }
-                Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
-            }
-        }
-        // A requester that went away (its client disconnected) before its bill was
-        // written will send no 200, so it is not billed.
-        let before = batch.len();
-        batch.retain(|(_, done)| !done.is_closed());
-        if batch.len() < before {
-            tracing::info!(
-                answers = before - batch.len(),
-                "not billed: the client went away before the bill was written"
-            );
-        }
-        if batch.is_empty() {
+        if !gather(first, pending, &mut batch) {
             continue;
         }
         let started = Instant::now();
-        let result = held
-            .write(db, &batch)
-            .await
-            .map_err(|error| error.to_string());
-        tracing::debug!(
-            bills = batch.len(),
-            us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
-            "ledger batch"
-        );
-        if let Err(reason) = &result {
-            tracing::error!(bills = batch.len(), %reason, "ledger write failed; requests answered 500");
+        let result = held.write(db, &batch).await;
+        settle(&mut batch, result, started);
+    }
+}
+
+/// [`write_loop`] on the SQLite writer thread.
+fn write_loop_file(file: &mut SqliteFile, pending: &mut mpsc::UnboundedReceiver<Pending>) {
+    let mut batch: Vec<Pending> = Vec::new();
+    while let Some(first) = pending.blocking_recv() {
+        if !gather(first, pending, &mut batch) {
+            continue;
         }
-        for (bills, done) in batch.drain(..) {
-            if done.send(result.clone()).is_err() && result.is_ok() {
-                // Gone during the commit: billed, yet no 200 will be sent.
-                if let Some(bill) = bills.first() {
-                    abandoned(&bill.request_id);
-                }
+        let started = Instant::now();
+        let result = file.write(&batch);
+        settle(&mut batch, result, started);
+    }
+}
+
+/// Makes `batch` of `first` and every bill already waiting (under load the batch grows by
+/// itself; an answer's bills are never split, so one may take it past the bound), less
+/// those whose requester went away; whether any is left to write.
+fn gather(
+    first: Pending,
+    pending: &mut mpsc::UnboundedReceiver<Pending>,
+    batch: &mut Vec<Pending>,
+) -> bool {
+    let mut bills = first.0.len();
+    batch.push(first);
+    while bills < MAX_BATCH {
+        match pending.try_recv() {
+            Ok(next) => {
+                bills += next.0.len();
+                batch.push(next);
+            }
+            Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
+        }
+    }
+    // A requester that went away (its client disconnected) before its bill was written
+    // will send no 200, so it is not billed.
+    let before = batch.len();
+    batch.retain(|(_, done)| !done.is_closed());
+    if batch.len() < before {
+        tracing::info!(
+            answers = before - batch.len(),
+            "not billed: the client went away before the bill was written"
+        );
+    }
+    !batch.is_empty()
+}
+
+/// Tells every requester of `batch` how its write, begun at `started`, ended.
+fn settle(batch: &mut Vec<Pending>, result: Result<(), DbError>, started: Instant) {
+    let result = result.map_err(|error| error.to_string());
+    tracing::debug!(
+        bills = batch.len(),
+        us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
+        "ledger batch"
+    );
+    if let Err(reason) = &result {
+        tracing::error!(bills = batch.len(), %reason, "ledger write failed; requests answered 500");
+    }
+    for (bills, done) in batch.drain(..) {
+        if done.send(result.clone()).is_err() && result.is_ok() {
+            // Gone during the commit: billed, yet no 200 will be sent.
+            if let Some(bill) = bills.first() {
+                abandoned(&bill.request_id);
             }
         }
+    }
+}
+
+/// The SQLite file the writer thread bills into, and its connection (opened on first use
+/// and again after a failure, so none is kept in an unknown state).
+struct SqliteFile {
+    path: PathBuf,
+    pragmas: [&'static str; 4],
+    conn: Option<FileWriter>,
+}
+
+/// The writer thread's connection and its statements, prepared once.
+struct FileWriter {
+    conn: sqlite::Connection,
+    begin: Prepared,
+    insert: Prepared,
+    keep_answer: Prepared,
+    commit: Prepared,
+}
+
+impl SqliteFile {
+    /// The batch in one transaction, committed with the database's `synchronous` setting
+    /// (FULL by default: the WAL is fsynced before `COMMIT` returns, so before any 200).
+    fn write(&mut self, batch: &[Pending]) -> Result<(), DbError> {
+        let writer = match &mut self.conn {
+            Some(writer) => writer,
+            None => self
+                .conn
+                .insert(FileWriter::open(&self.path, &self.pragmas)?),
+        };
+        let written = writer.write(batch);
+        if written.is_err() {
+            // Closing the connection rolls back whatever of the batch was written.
+            self.conn = None;
+        }
+        Ok(written?)
+    }
+}
+
+impl FileWriter {
+    fn open(path: &Path, pragmas: &[&str]) -> Result<FileWriter, sqlite::SqliteError> {
+        let mut conn = sqlite::Connection::open(path)?;
+        for pragma in pragmas {
+            conn.execute_batch(pragma)?;
+        }
+        Ok(FileWriter {
+            begin: conn.prepare("BEGIN IMMEDIATE")?,
+            insert: conn.prepare(
+                "INSERT INTO ledger (at, account_id, key_id, user_id, idp, subject, survey, grp, base, targets, request_id) \
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            )?,
+            keep_answer: conn.prepare(
+                "UPDATE idempotency_keys SET status = 200, response = ?3 WHERE account_id = ?1 AND key = ?2",
+            )?,
+            commit: conn.prepare("COMMIT")?,
+            conn,
+        })
+    }
+
+    fn write(&mut self, batch: &[Pending]) -> Result<(), sqlite::SqliteError> {
+        fn text(text: Option<&str>) -> Value<'_> {
+            text.map_or(Value::Null, Value::Text)
+        }
+        fn int(int: Option<i64>) -> Value<'static> {
+            int.map_or(Value::Null, Value::Int)
+        }
+        self.conn.run(self.begin, &[])?;
+        for bill in batch.iter().flat_map(|(bills, _)| bills) {
+            let caller = &bill.caller;
+            self.conn.run(
+                self.insert,
+                &[
+                    Value::Int(bill.at),
+                    Value::Int(bill.account_id),
+                    text(caller.key_id()),
+                    int(caller.user_id()),
+                    text(caller.idp()),
+                    text(caller.subject()),
+                    Value::Text(&bill.survey),
+                    text(bill.group.as_deref()),
+                    Value::Text(&bill.base),
+                    Value::Int(bill.targets),
+                    Value::Text(&bill.request_id),
+                ],
+            )?;
+            if let Some(kept) = &bill.idempotent {
+                self.conn.run(
+                    self.keep_answer,
+                    &[
+                        Value::Int(bill.account_id),
+                        Value::Text(&kept.key),
+                        Value::Blob(&kept.body),
+                    ],
+                )?;
+            }
+        }
+        self.conn.run(self.commit, &[])
     }
 }
 
@@ -338,7 +515,7 @@ impl Held {
             Some(held) => held,
             None => self.0.insert((db.pool().acquire().await?, Instant::now())),
         };
-        let result = write_batch(conn, batch, db.backend()).await;
+        let result = write_batch(conn, batch).await;
         *used = Instant::now();
         if result.is_err() {
             self.0 = None;
@@ -347,25 +524,17 @@ impl Held {
     }
 }
 
-/// The batch in one transaction on the pool.
-async fn write_batch(
-    conn: &mut AnyConnection,
-    batch: &[Pending],
-    backend: Backend,
-) -> Result<(), DbError> {
+/// The batch on the pool (PostgreSQL): one INSERT, which commits by itself, unless it
+/// keeps idempotent answers too; then one transaction.
+async fn write_batch(conn: &mut AnyConnection, batch: &[Pending]) -> Result<(), DbError> {
     let bills: Vec<&Bill> = batch.iter().flat_map(|(bills, _)| bills).collect();
-    // One statement commits atomically on its own: a batch that fits one INSERT and
-    // keeps no idempotent answer takes one round trip instead of BEGIN, INSERT, COMMIT
-    // (on a loaded machine each round trip waits for the database's process to run).
-    let one_statement = match backend {
-        Backend::Sqlite => bills.len() <= ROWS_PER_STATEMENT,
-        Backend::Postgres => true,
-    };
-    if one_statement && bills.iter().all(|bill| bill.idempotent.is_none()) {
-        return insert_bills(conn, &bills, backend).await;
+    // On a loaded machine each round trip waits for the database's process to run: a
+    // lone statement saves BEGIN's and COMMIT's.
+    if bills.iter().all(|bill| bill.idempotent.is_none()) {
+        return insert_columns(conn, &bills).await;
     }
     let mut tx = conn.begin().await?;
-    insert_bills(&mut tx, &bills, backend).await?;
+    insert_columns(&mut tx, &bills).await?;
     for bill in &bills {
         if let Some(kept) = &bill.idempotent {
             sqlx::query(
@@ -383,26 +552,8 @@ async fn write_batch(
     Ok(())
 }
 
-/// Inserts `bills`: on SQLite by multi-row INSERTs of [`ROWS_PER_STATEMENT`] rows, on
-/// PostgreSQL by one INSERT of a column array each, whatever the batch's size (its
-/// server then reads 11 parameters instead of 11 per bill).
-async fn insert_bills(
-    conn: &mut AnyConnection,
-    bills: &[&Bill],
-    backend: Backend,
-) -> Result<(), DbError> {
-    match backend {
-        Backend::Sqlite => {
-            for chunk in bills.chunks(ROWS_PER_STATEMENT) {
-                insert_rows(conn, chunk).await?;
-            }
-        }
-        Backend::Postgres => insert_columns(conn, bills).await?,
-    }
-    Ok(())
-}
-
-/// One INSERT of `bills` as PostgreSQL arrays, a column each.
+/// One INSERT of `bills` as PostgreSQL arrays, a column each, whatever the batch's size
+/// (the server then reads 11 parameters instead of 11 per bill).
 async fn insert_columns(conn: &mut AnyConnection, bills: &[&Bill]) -> Result<(), DbError> {
     let callers = || bills.iter().map(|bill| &bill.caller);
     sqlx::query::<Any>(
@@ -466,54 +617,6 @@ fn array_literal<T>(
     }
     literal.push('}');
     literal
-}
-
-/// One multi-row INSERT of `chunk` (at most [`ROWS_PER_STATEMENT`] rows), on SQLite.
-async fn insert_rows(conn: &mut sqlx::AnyConnection, chunk: &[&Bill]) -> Result<(), DbError> {
-    let rows = chunk.len().next_power_of_two();
-    let sql = insert_sql(rows);
-    let mut query = sqlx::query::<Any>(&sql);
-    // The rows past the chunk are NULL throughout, and skipped by `column1 IS NOT NULL`.
-    for row in 0..rows {
-        let bill = chunk.get(row);
-        let caller = bill.map(|bill| &bill.caller);
-        query = query
-            .bind(bill.map(|bill| bill.at))
-            .bind(bill.map(|bill| bill.account_id))
-            .bind(caller.and_then(Caller::key_id).map(str::to_owned))
-            .bind(caller.and_then(Caller::user_id))
-            .bind(caller.and_then(Caller::idp).map(str::to_owned))
-            .bind(caller.and_then(Caller::subject).map(str::to_owned))
-            .bind(bill.map(|bill| bill.survey.to_string()))
-            .bind(
-                bill.and_then(|bill| bill.group.as_deref())
-                    .map(str::to_owned),
-            )
-            .bind(bill.map(|bill| bill.base.to_string()))
-            .bind(bill.map(|bill| bill.targets))
-            .bind(bill.map(|bill| bill.request_id.to_string()));
-    }
-    query.execute(&mut *conn).await?;
-    Ok(())
-}
-
-/// An INSERT of the bills among `rows` rows of parameters whose `at` is not NULL. Its
-/// parameters are anonymous `?`: SQLite looks numbered ones up by name, one linear scan
-/// per parameter, which is quadratic over a 704-parameter statement.
-fn insert_sql(rows: usize) -> String {
-    let mut sql = String::from(
-        "INSERT INTO ledger (at, account_id, key_id, user_id, idp, subject, survey, grp, base, targets, request_id) \
-         SELECT * FROM (VALUES ",
-    );
-    for row in 0..rows {
-        if row > 0 {
-            sql.push_str(", ");
-        }
-        sql.push_str("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
-    }
-    // SQLite names a VALUES list's columns column1, column2, ...
-    sql.push_str(") WHERE column1 IS NOT NULL");
-    sql
 }
 
 /// Number of bills in the ledger (for checks and tests).

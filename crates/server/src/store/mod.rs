@@ -14,6 +14,7 @@ pub mod ledger;
 pub mod saml_replay;
 pub mod sessions;
 pub mod signing_keys;
+mod sqlite;
 pub mod surveys;
 pub mod upstream_keys;
 pub mod usage;
@@ -54,6 +55,9 @@ pub enum DbError {
     /// Migrating the schema failed.
     #[error("database migration failed: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
+    /// A call into SQLite on the ledger's own connection failed.
+    #[error("database error: {0}")]
+    Sqlite(#[from] sqlite::SqliteError),
     /// A stored value breaks a rule the server keeps when writing it.
     #[error("corrupt database: {0}")]
     Corrupt(&'static str),
@@ -66,6 +70,7 @@ pub struct Database {
     pool: AnyPool,
     backend: Backend,
     sqlite_file: Option<PathBuf>,
+    synchronous: Synchronous,
 }
 
 /// A database URL, never shown (it may hold a password).
@@ -152,7 +157,9 @@ impl Database {
         let sqlite_file = match backend {
             Backend::Sqlite => {
                 SQLITE_MIGRATIONS.run(&pool).await?;
-                main_file(&pool).await?
+                // The ledger's writer and the key signal need the file (and each pooled
+                // connection would have a database of its own in memory).
+                Some(main_file(&pool).await?.ok_or(DbError::UnsupportedUrl)?)
             }
             Backend::Postgres => {
                 POSTGRES_MIGRATIONS.run(&pool).await?;
@@ -164,6 +171,7 @@ impl Database {
             pool,
             backend,
             sqlite_file,
+            synchronous,
         })
     }
 
