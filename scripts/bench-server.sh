@@ -20,7 +20,8 @@
 # Usage: scripts/bench-server.sh [DURATION_SECONDS per run (default 5)]
 # Env:   STORE (sqlite | postgres: a throwaway PostgreSQL cluster for the server),
 #        BIN (a crosstab binary to measure instead of this tree's release build),
-#        BASELINE_BIN (also measure that binary first, and print both summaries),
+#        BASELINE_BIN (also measure that binary first, and print both summaries; one
+#        older than single sign-on is measured without the bearer rows),
 #        CARGO_TARGET_DIR (where the release build goes), CONNECTIONS (64), THREADS (2),
 #        ROUNDS (7: docs/POST pairs; the figures are the medians over the rounds: the
 #        host's speed drifts by ±10% within a minute, so many short pairs give a steadier
@@ -93,6 +94,17 @@ base="$(sed -n 's/^crosstab listening on //p' "$work/stdout")"
 key="$(sed -n 's/^demo key: //p' "$work/stdout")"
 [ -n "$base" ] && [ -n "$key" ] || { echo "server did not start" >&2; cat "$work/server.log" >&2; exit 1; }
 
+cat >"$work/post.lua" <<LUA
+wrk.method = "POST"
+wrk.body = '{"SurveyCode":"DEMO","PopulationBaseCode":"ADULTS","TargetCodes":["F2554","GENDER = 1 AND AGE BETWEEN 18 AND 34"]}'
+wrk.headers["Content-Type"] = "application/json"
+wrk.headers["Service-Engine-Authorizer"] = "$key"
+LUA
+
+# A binary older than single sign-on (a baseline) has no `sso`: no bearer rows then.
+bearer=yes
+"$bin" sso --help >/dev/null 2>&1 || bearer=no
+if [ "$bearer" = yes ]; then
 # The test OpenID provider, trusted for account demo; its stdin is a FIFO this script holds
 # open, so it stops when the script ends, however it ends.
 mkfifo "$work/oidc.stdin"
@@ -108,14 +120,8 @@ idp_token="$(curl -sf "$issuer/token" -d grant_type=client_credentials -d client
 token="$(curl -sf "$base/v1/oauth/token" -d grant_type=urn:ietf:params:oauth:grant-type:jwt-bearer \
     --data-urlencode "assertion=$idp_token" | json_field access_token)"
 [ -n "$token" ] || { echo "no token from the token endpoint" >&2; exit 1; }
-
-cat >"$work/post.lua" <<LUA
-wrk.method = "POST"
-wrk.body = '{"SurveyCode":"DEMO","PopulationBaseCode":"ADULTS","TargetCodes":["F2554","GENDER = 1 AND AGE BETWEEN 18 AND 34"]}'
-wrk.headers["Content-Type"] = "application/json"
-wrk.headers["Service-Engine-Authorizer"] = "$key"
-LUA
 sed "s|\"$key\"|\"Bearer $token\"|" "$work/post.lua" >"$work/bearer.lua"
+fi
 
 # Server CPU (user + system, in clock ticks) the server process has used so far.
 ticks() { awk '{ print $14 + $15 }' "/proc/$server_pid/stat"; }
@@ -136,7 +142,7 @@ rps() { awk '/^Requests\/sec:/ { print $2 }'; }
 echo "warming up..." >&2
 wrk -t1 -c8 -d2s "$base/v1/docs" >/dev/null
 wrk -t1 -c8 -d2s -s "$work/post.lua" "$base/v1/crosstab" >/dev/null
-wrk -t1 -c8 -d2s -s "$work/bearer.lua" "$base/v1/crosstab" >/dev/null
+if [ "$bearer" = yes ]; then wrk -t1 -c8 -d2s -s "$work/bearer.lua" "$base/v1/crosstab" >/dev/null; fi
 
 load_before="$(cut -d' ' -f1-3 /proc/loadavg)"
 # Paired rounds, docs then the billed POST back to back: the machine's speed drifts by
@@ -145,7 +151,7 @@ load_before="$(cut -d' ' -f1-3 /proc/loadavg)"
 for round in $(seq 1 "$rounds"); do
     run "$work/docs.$round.txt" "$base/v1/docs"
     run "$work/post.$round.txt" -s "$work/post.lua" "$base/v1/crosstab"
-    run "$work/bearer.$round.txt" -s "$work/bearer.lua" "$base/v1/crosstab"
+    if [ "$bearer" = yes ]; then run "$work/bearer.$round.txt" -s "$work/bearer.lua" "$base/v1/crosstab"; fi
 done
 CROSSTAB_KEY="$key" run "$work/mix.txt" -s "$root/scripts/bench/crosstab-mix.lua" "$base/v1/crosstab"
 load_after="$(cut -d' ' -f1-3 /proc/loadavg)"
@@ -158,17 +164,24 @@ for round in $(seq 1 "$rounds"); do
     ratios="$ratios $r"
     post_total=$(( post_total + $(awk '/requests in/ { print $1 }' "$work/post.$round.txt") ))
     post_non2xx=$(( post_non2xx + $(awk '/Non-2xx/ { n=$NF } END { print n+0 }' "$work/post.$round.txt") ))
-    b="$(rps <"$work/bearer.$round.txt")"
-    br="$(awk -v b="$b" -v p="$p" 'BEGIN { printf "%.2f", b/p }')"
-    bearer_ratios="$bearer_ratios $br"
-    bearer_total=$(( bearer_total + $(awk '/requests in/ { print $1 }' "$work/bearer.$round.txt") ))
-    bearer_non2xx=$(( bearer_non2xx + $(awk '/Non-2xx/ { n=$NF } END { print n+0 }' "$work/bearer.$round.txt") ))
+    b="-"; br="-"
+    if [ "$bearer" = yes ]; then
+        b="$(rps <"$work/bearer.$round.txt")"
+        br="$(awk -v b="$b" -v p="$p" 'BEGIN { printf "%.2f", b/p }')"
+        bearer_ratios="$bearer_ratios $br"
+        bearer_total=$(( bearer_total + $(awk '/requests in/ { print $1 }' "$work/bearer.$round.txt") ))
+        bearer_non2xx=$(( bearer_non2xx + $(awk '/Non-2xx/ { n=$NF } END { print n+0 }' "$work/bearer.$round.txt") ))
+    fi
     printf 'round %s: GET /v1/docs %10s req/s p99 %s ms | POST /v1/crosstab %10s req/s p99 %s ms | ratio %s | bearer %10s req/s, /key %s\n' \
         "$round" "$d" "$(p99 <"$work/docs.$round.txt")" "$p" "$(p99 <"$work/post.$round.txt")" "$r" "$b" "$br"
 done
-bearer_rps="$(for f in "$work"/bearer.*.txt; do rps <"$f"; done | median)"
-bearer_p99="$(for f in "$work"/bearer.*.txt; do p99 <"$f"; done | median)"
-bearer_ratio="$(for r in $bearer_ratios; do echo "$r"; done | median)"
+bearer_rps="-"; bearer_p99="-"; bearer_ratio="-"; bearer_cpu="-"
+if [ "$bearer" = yes ]; then
+    bearer_rps="$(for f in "$work"/bearer.*.txt; do rps <"$f"; done | median)"
+    bearer_p99="$(for f in "$work"/bearer.*.txt; do p99 <"$f"; done | median)"
+    bearer_ratio="$(for r in $bearer_ratios; do echo "$r"; done | median)"
+    bearer_cpu="$(for f in "$work"/bearer.*.txt; do cpu_us "$f"; done | median)"
+fi
 docs_rps="$(for f in "$work"/docs.*.txt; do rps <"$f"; done | median)"
 post_rps="$(for f in "$work"/post.*.txt; do rps <"$f"; done | median)"
 docs_p99="$(for f in "$work"/docs.*.txt; do p99 <"$f"; done | median)"
@@ -181,7 +194,6 @@ mix_non2xx="$(awk '/Non-2xx/ { print $NF }' "$work/mix.txt")"
 mix_total="$(awk '/requests in/ { print $1 }' "$work/mix.txt")"
 docs_cpu="$(for f in "$work"/docs.*.txt; do cpu_us "$f"; done | median)"
 post_cpu="$(for f in "$work"/post.*.txt; do cpu_us "$f"; done | median)"
-bearer_cpu="$(for f in "$work"/bearer.*.txt; do cpu_us "$f"; done | median)"
 mix_cpu="$(cpu_us "$work/mix.txt")"
 
 kill -TERM "$server_pid"; wait "$server_pid" || true; server_pid=""

@@ -171,6 +171,17 @@ async fn every_batch_size_is_written_exactly(db: &Database, account_id: i64) -> 
     next as i64
 }
 
+/// SQLite is a file: in memory, each pooled connection and the ledger's own would each
+/// have a database of their own, so bills would vanish from every reader.
+#[tokio::test]
+async fn sqlite_in_memory_is_refused() {
+    let refused = Database::connect("sqlite::memory:").await;
+    assert!(
+        matches!(refused, Err(db::DbError::UnsupportedUrl)),
+        "{refused:?}"
+    );
+}
+
 /// A table's bills (one per billed call) commit together: larger than a batch, they are
 /// still one transaction, and one bad bill among them leaves every one unwritten.
 #[tokio::test]
