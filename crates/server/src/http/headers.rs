@@ -3,20 +3,14 @@
 //! (by hash: Trunk's loader), WebAssembly compilation, and only this origin.
 
 use std::path::Path;
-use std::sync::Arc;
 
-use axum::extract::{Request, State};
 use axum::http::header::{
     CONTENT_SECURITY_POLICY, REFERRER_POLICY, STRICT_TRANSPORT_SECURITY, X_CONTENT_TYPE_OPTIONS,
     X_FRAME_OPTIONS,
 };
-use axum::http::HeaderValue;
-use axum::middleware::Next;
-use axum::response::Response;
+use axum::http::{HeaderMap, HeaderValue};
 use base64::Engine as _;
 use sha2::{Digest, Sha256};
-
-use super::HttpState;
 
 /// The headers sent with every non-`/v1` response.
 #[derive(Debug, Clone)]
@@ -62,26 +56,24 @@ fn inline_scripts(page: &str) -> impl Iterator<Item = &str> {
     })
 }
 
-/// The middleware: adds the headers to responses outside `/v1`.
-pub async fn secure(State(state): State<Arc<HttpState>>, request: Request, next: Next) -> Response {
-    let api = request.uri().path().starts_with("/v1/");
-    let mut response = next.run(request).await;
-    let headers = response.headers_mut();
-    headers.insert(X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
-    if api {
-        return response;
+impl SecurityHeaders {
+    /// Adds the headers to a response: `nosniff` to every one, the rest outside `/v1`
+    /// (`api`). Called by [`super::observe`], the layer every response passes anyway.
+    pub fn apply(&self, api: bool, headers: &mut HeaderMap) {
+        headers.insert(X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+        if api {
+            return;
+        }
+        headers.insert(CONTENT_SECURITY_POLICY, self.csp.clone());
+        headers.insert(X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+        headers.insert(REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+        if self.hsts {
+            headers.insert(
+                STRICT_TRANSPORT_SECURITY,
+                HeaderValue::from_static("max-age=31536000; includeSubDomains"),
+            );
+        }
     }
-    let policy = &state.security;
-    headers.insert(CONTENT_SECURITY_POLICY, policy.csp.clone());
-    headers.insert(X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
-    headers.insert(REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
-    if policy.hsts {
-        headers.insert(
-            STRICT_TRANSPORT_SECURITY,
-            HeaderValue::from_static("max-age=31536000; includeSubDomains"),
-        );
-    }
-    response
 }
 
 #[cfg(test)]

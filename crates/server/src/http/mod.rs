@@ -92,10 +92,6 @@ pub fn router(state: Arc<HttpState>, app_dir: Option<&Path>) -> Router {
         .layer(CatchPanicLayer::custom(panic_response))
         .layer(axum::middleware::from_fn_with_state(
             Arc::clone(&state),
-            headers::secure,
-        ))
-        .layer(axum::middleware::from_fn_with_state(
-            Arc::clone(&state),
             observe::observe,
         ))
         .with_state(state)

@@ -1,5 +1,6 @@
 //! The outermost layer of every request: a fresh `X-Request-Id`, CORS origin headers on
-//! `/v1`, one access-log line (method, path, status, latency, account, request id;
+//! `/v1`, the security headers ([`super::headers`]; one layer fewer to pass than a
+//! middleware of their own), one access-log line (method, path, status, latency, account, request id;
 //! never a key or a body), and the cause of any 500 (a [`Fault`]).
 
 use std::sync::Arc;
@@ -41,9 +42,11 @@ pub async fn observe(
     let path = request.uri().path().to_owned();
     let origin = request.headers().get(ORIGIN).cloned();
     let mut response = next.run(request).await;
-    if path.starts_with("/v1/") {
+    let api = path.starts_with("/v1/");
+    if api {
         state.cors.decorate(origin.as_ref(), response.headers_mut());
     }
+    state.security.apply(api, response.headers_mut());
     if let Ok(value) = HeaderValue::from_str(&id) {
         response.headers_mut().insert(REQUEST_ID_HEADER, value);
     }
