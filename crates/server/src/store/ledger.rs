@@ -254,7 +254,7 @@ impl Ledger {
         (Ledger { queue, alive }, LedgerWriter(writer))
     }
 
-    /// Whether the writer task is running (and so bills can be committed).
+    /// Whether the writer is running (and so bills can be committed).
     pub fn is_alive(&self) -> bool {
         self.alive.load(Ordering::SeqCst)
     }
