@@ -14,7 +14,6 @@ use std::time::{Duration, Instant};
 use axum::body::{Body, Bytes, HttpBody};
 use axum::extract::ConnectInfo;
 use axum::http::Request;
-use axum::Router;
 use hyper::body::{Frame, Incoming, SizeHint};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -50,7 +49,7 @@ pub struct BodyDeadline;
 /// requests in flight finish for up to `limits.shutdown_grace` and closes the rest.
 pub async fn serve(
     listener: TcpListener,
-    router: Router,
+    router: super::HttpService,
     limits: Limits,
     shutdown: impl Future<Output = ()>,
 ) {

@@ -80,21 +80,21 @@ pub struct HttpOptions<'a> {
     pub trusted_proxy_header: Option<axum::http::HeaderName>,
 }
 
+/// The whole HTTP surface as one service: the router, observed.
+pub type HttpService = observe::Observe<Router>;
+
 /// The whole HTTP surface: `/v1`, `/app`, and, given `app_dir`, the app's files at `/`.
-pub fn router(state: Arc<HttpState>, app_dir: Option<&Path>) -> Router {
+pub fn router(state: Arc<HttpState>, app_dir: Option<&Path>) -> HttpService {
     // `/v1/` is outside the nest's match: without this, the app's page would answer it.
     let router = Router::new()
         .route("/ready", axum::routing::get(ready))
         .nest("/v1", v1::routes())
         .route("/v1/", axum::routing::any(not_found))
         .merge(app::routes(Arc::clone(&state), app_dir));
-    router
+    let routes = router
         .layer(CatchPanicLayer::custom(panic_response))
-        .layer(axum::middleware::from_fn_with_state(
-            Arc::clone(&state),
-            observe::observe,
-        ))
-        .with_state(state)
+        .with_state(Arc::clone(&state));
+    observe::Observe::new(state, routes)
 }
 
 /// The readiness probe (outside `/v1`: no key, not billed): 200 when the database

@@ -8,7 +8,6 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use axum::http::{Request, Response};
-use axum::Router;
 use crosstab_contract::vectors;
 use crosstab_engine::demo::{self, DemoConfig};
 use crosstab_engine::import;
@@ -17,7 +16,7 @@ use crosstab_engine::MemoryBudget;
 use crosstab_server::clock::{now_ms, ManualClock};
 use crosstab_server::grants::GrantSpec;
 use crosstab_server::http::cors::Cors;
-use crosstab_server::http::{self, HttpOptions, HttpState};
+use crosstab_server::http::{self, HttpOptions, HttpService, HttpState};
 use crosstab_server::keys::KeyEnv;
 use crosstab_server::service::app::AppService;
 use crosstab_server::service::upstream::Upstream;
@@ -40,7 +39,7 @@ pub struct Fixture {
     pub memory: Arc<MemoryBudget>,
     pub origins: Vec<String>,
     /// `/v1` and `/app` (queries in-process), no app files.
-    pub router: Router,
+    pub router: HttpService,
     /// Whole of VEC.
     pub whole: String,
     /// VEC group N only.
@@ -105,7 +104,8 @@ impl Fixture {
         let (services, _writer) =
             Services::start(db.clone(), Arc::new(catalog), settings, clock.clone());
         let origins: Vec<String> = origins.iter().map(|o| (*o).to_owned()).collect();
-        let mut fixture = Fixture {
+        let router = router_over(&services, &origins, None, None);
+        Fixture {
             dir,
             db,
             url: url.to_owned(),
@@ -113,27 +113,17 @@ impl Fixture {
             services,
             memory,
             origins,
-            router: Router::new(),
+            router,
             whole,
             north,
             other,
-        };
-        fixture.router = fixture.router_with(None, None);
-        fixture
+        }
     }
 
     /// The whole router over this fixture's services, with the app backend sending queries
     /// to `upstream` (none: in-process) and serving the app's files from `app_dir`.
-    pub fn router_with(&self, upstream: Option<Upstream>, app_dir: Option<&Path>) -> Router {
-        let app = AppService::new(Arc::clone(&self.services), upstream);
-        let options = HttpOptions {
-            cors: Cors::new(&self.origins),
-            app_dir,
-            https: false,
-            trusted_proxy_header: None,
-        };
-        let state = HttpState::new(Arc::clone(&self.services), app, options).unwrap();
-        http::router(state, app_dir)
+    pub fn router_with(&self, upstream: Option<Upstream>, app_dir: Option<&Path>) -> HttpService {
+        router_over(&self.services, &self.origins, upstream, app_dir)
     }
 
     pub async fn send(&self, request: Request<Body>) -> (Response<()>, Value) {
@@ -189,4 +179,23 @@ pub fn code(body: &Value) -> &str {
     body.pointer("/error/code")
         .and_then(Value::as_str)
         .unwrap_or("")
+}
+
+/// The whole HTTP surface over `services`, allowing `origins`, with the app backend sending
+/// queries to `upstream` (none: in-process) and serving the app's files from `app_dir`.
+fn router_over(
+    services: &Arc<Services>,
+    origins: &[String],
+    upstream: Option<Upstream>,
+    app_dir: Option<&Path>,
+) -> HttpService {
+    let app = AppService::new(Arc::clone(services), upstream);
+    let options = HttpOptions {
+        cors: Cors::new(origins),
+        app_dir,
+        https: false,
+        trusted_proxy_header: None,
+    };
+    let state = HttpState::new(Arc::clone(services), app, options).unwrap();
+    http::router(state, app_dir)
 }

@@ -4,12 +4,14 @@
 //! the upstream client's retry rules against a scripted upstream.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use std::convert::Infallible;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use axum::Router;
+use crosstab_server::http::HttpService;
 use crosstab_server::service::app::MAX_USABLE_KEYS;
 use crosstab_server::service::upstream::{self, Upstream};
 use crosstab_server::service::users;
@@ -26,7 +28,7 @@ const PASSWORD: &str = "correct horse battery";
 
 struct App {
     fx: Fixture,
-    router: Router,
+    router: HttpService,
 }
 
 /// The fixture's state with the app backend, forwarding to `upstream`.
@@ -51,11 +53,25 @@ async fn app_over(fx: Fixture, upstream: Option<Upstream>) -> App {
     App::serving(fx, upstream)
 }
 
-/// Serves `router` on a free loopback port; returns its origin.
-async fn listen(router: Router) -> String {
+/// Serves `service` on a free loopback port; returns its origin.
+async fn listen<S>(service: S) -> String
+where
+    S: tower::Service<Request<Body>, Response = axum::response::Response, Error = Infallible>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send,
+{
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
+    // Every connection gets a clone of the one service.
+    let make = tower::service_fn(
+        move |_: axum::serve::IncomingStream<'_, tokio::net::TcpListener>| {
+            let service = service.clone();
+            async move { Ok::<_, Infallible>(service) }
+        },
+    );
+    tokio::spawn(async move { axum::serve(listener, make).await.unwrap() });
     format!("http://{address}")
 }
 
