@@ -9,7 +9,8 @@
 //! not, and aborts with a message saying so.
 
 use std::path::PathBuf;
-use std::sync::OnceLock;
+
+use tempfile::TempDir;
 
 use crosstab_contract::{validate_body, validate_value, Expr, ValidRequest};
 use crosstab_engine::{import, Survey};
@@ -142,23 +143,27 @@ pub fn check_survey_import(data: &[u8]) -> bool {
 /// committed fixtures (`crates/engine/tests/fixtures/sav`), so their seeds import.
 const SAV_DEFINITION: &str = include_str!("../sav_definition.toml");
 
-/// A directory holding the SPSS definition, made once per process; each input overwrites
-/// its `data.sav`.
-fn sav_dir() -> &'static PathBuf {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let dir = match tempfile::Builder::new()
-            .prefix("crosstab-fuzz-sav-")
-            .tempdir()
-        {
-            Ok(dir) => dir.keep(),
-            Err(error) => panic!("harness setup, not a finding: temporary directory: {error}"),
-        };
-        if let Err(error) = std::fs::write(dir.join("survey.toml"), SAV_DEFINITION) {
-            panic!("harness setup, not a finding: writing the definition: {error}");
-        }
-        dir
-    })
+/// A directory holding the SPSS definition, one per thread: each input overwrites its
+/// `data.sav`, and the replay tests run side by side in one process.
+fn sav_dir() -> PathBuf {
+    thread_local! {
+        static DIR: TempDir = make_sav_dir();
+    }
+    DIR.with(|dir| dir.path().to_path_buf())
+}
+
+fn make_sav_dir() -> TempDir {
+    let dir = match tempfile::Builder::new()
+        .prefix("crosstab-fuzz-sav-")
+        .tempdir()
+    {
+        Ok(dir) => dir,
+        Err(error) => panic!("harness setup, not a finding: temporary directory: {error}"),
+    };
+    if let Err(error) = std::fs::write(dir.path().join("survey.toml"), SAV_DEFINITION) {
+        panic!("harness setup, not a finding: writing the definition: {error}");
+    }
+    dir
 }
 
 /// Lets panics raised inside the crate named `krate` unwind instead of aborting, and
