@@ -6,7 +6,8 @@
 #     billed, each bill committed durably before its 200), with the demo's one fixed
 #     request (answered from the server's response cache after the first time);
 #   - the same with a request mix that defeats the cache (scripts/bench/crosstab-mix.lua:
-#     every request a different target pair), i.e. the engine-bound figure;
+#     every request a different target pair, each round going on where the last stopped),
+#     i.e. the engine-bound figure;
 #   - the same fixed request with a single sign-on bearer token instead of the key: a
 #     token of this server, exchanged at the start for an access token of the test
 #     OpenID provider (tests/oidc, trusted with `crosstab sso add-oidc`);
@@ -23,9 +24,9 @@
 #        BASELINE_BIN (also measure that binary first, and print both summaries; one
 #        older than single sign-on is measured without the bearer rows),
 #        CARGO_TARGET_DIR (where the release build goes), CONNECTIONS (64), THREADS (2),
-#        ROUNDS (7: docs/POST pairs; the figures are the medians over the rounds: the
-#        host's speed drifts by ±10% within a minute, so many short pairs give a steadier
-#        median than a few long ones).
+#        ROUNDS (7 rounds of docs, POST, bearer and mix; the figures are the medians over
+#        the rounds: the host's speed drifts by ±10% within a minute, so many short rounds
+#        give a steadier median than a few long ones).
 #
 # Setup: wrk and the server run on the same machine and share its cores (2 here); the
 # server uses tokio's default (one worker per core) and wrk THREADS threads, so every
@@ -145,25 +146,32 @@ wrk -t1 -c8 -d2s -s "$work/post.lua" "$base/v1/crosstab" >/dev/null
 if [ "$bearer" = yes ]; then wrk -t1 -c8 -d2s -s "$work/bearer.lua" "$base/v1/crosstab" >/dev/null; fi
 
 load_before="$(cut -d' ' -f1-3 /proc/loadavg)"
-# Paired rounds, docs then the billed POST back to back: the machine's speed drifts by
-# ±10% between runs (other guests on the host), so one pair is a noisy ratio; the median
-# of the rounds' ratios is the figure.
+# Rounds of docs, the billed POST, the bearer call and the request mix back to back: the
+# machine's speed drifts by ±10% between runs (other guests on the host), so one pair is
+# a noisy ratio; the median of the rounds' ratios to their docs is the figure.
 for round in $(seq 1 "$rounds"); do
     run "$work/docs.$round.txt" "$base/v1/docs"
     run "$work/post.$round.txt" -s "$work/post.lua" "$base/v1/crosstab"
     if [ "$bearer" = yes ]; then run "$work/bearer.$round.txt" -s "$work/bearer.lua" "$base/v1/crosstab"; fi
+    CROSSTAB_KEY="$key" CROSSTAB_MIX_STATE="$work/mix.state" \
+        run "$work/mix.$round.txt" -s "$root/scripts/bench/crosstab-mix.lua" "$base/v1/crosstab"
 done
-CROSSTAB_KEY="$key" run "$work/mix.txt" -s "$root/scripts/bench/crosstab-mix.lua" "$base/v1/crosstab"
 load_after="$(cut -d' ' -f1-3 /proc/loadavg)"
 
 median() { sort -g | awk '{ v[NR]=$1 } END { if (NR%2) print v[(NR+1)/2]; else printf "%.2f\n", (v[NR/2]+v[NR/2+1])/2 }'; }
-ratios=""; bearer_ratios=""; post_total=0; post_non2xx=0; bearer_total=0; bearer_non2xx=0
+ratios=""; bearer_ratios=""; mix_ratios=""; post_total=0; post_non2xx=0; bearer_total=0; bearer_non2xx=0
+mix_total=0; mix_non2xx=0
 for round in $(seq 1 "$rounds"); do
     d="$(rps <"$work/docs.$round.txt")"; p="$(rps <"$work/post.$round.txt")"
     r="$(awk -v p="$p" -v d="$d" 'BEGIN { printf "%.2f", p/d }')"
     ratios="$ratios $r"
     post_total=$(( post_total + $(awk '/requests in/ { print $1 }' "$work/post.$round.txt") ))
     post_non2xx=$(( post_non2xx + $(awk '/Non-2xx/ { n=$NF } END { print n+0 }' "$work/post.$round.txt") ))
+    m="$(rps <"$work/mix.$round.txt")"
+    mr="$(awk -v m="$m" -v d="$d" 'BEGIN { printf "%.2f", m/d }')"
+    mix_ratios="$mix_ratios $mr"
+    mix_total=$(( mix_total + $(awk '/requests in/ { print $1 }' "$work/mix.$round.txt") ))
+    mix_non2xx=$(( mix_non2xx + $(awk '/Non-2xx/ { n=$NF } END { print n+0 }' "$work/mix.$round.txt") ))
     b="-"; br="-"
     if [ "$bearer" = yes ]; then
         b="$(rps <"$work/bearer.$round.txt")"
@@ -172,8 +180,9 @@ for round in $(seq 1 "$rounds"); do
         bearer_total=$(( bearer_total + $(awk '/requests in/ { print $1 }' "$work/bearer.$round.txt") ))
         bearer_non2xx=$(( bearer_non2xx + $(awk '/Non-2xx/ { n=$NF } END { print n+0 }' "$work/bearer.$round.txt") ))
     fi
-    printf 'round %s: GET /v1/docs %10s req/s p99 %s ms | POST /v1/crosstab %10s req/s p99 %s ms | ratio %s | bearer %10s req/s, /key %s\n' \
-        "$round" "$d" "$(p99 <"$work/docs.$round.txt")" "$p" "$(p99 <"$work/post.$round.txt")" "$r" "$b" "$br"
+    printf 'round %s: GET /v1/docs %10s req/s p99 %s ms | POST /v1/crosstab %10s req/s p99 %s ms | ratio %s | bearer %10s req/s, /key %s | mix %10s req/s p99 %s ms, /docs %s\n' \
+        "$round" "$d" "$(p99 <"$work/docs.$round.txt")" "$p" "$(p99 <"$work/post.$round.txt")" "$r" "$b" "$br" \
+        "$m" "$(p99 <"$work/mix.$round.txt")" "$mr"
 done
 bearer_rps="-"; bearer_p99="-"; bearer_ratio="-"; bearer_cpu="-"
 if [ "$bearer" = yes ]; then
@@ -188,13 +197,12 @@ docs_p99="$(for f in "$work"/docs.*.txt; do p99 <"$f"; done | median)"
 post_p99="$(for f in "$work"/post.*.txt; do p99 <"$f"; done | median)"
 post_p99_max="$(for f in "$work"/post.*.txt; do p99 <"$f"; done | sort -g | tail -1)"
 ratio="$(for r in $ratios; do echo "$r"; done | median)"
-mix_rps="$(rps <"$work/mix.txt")"
-mix_p99="$(p99 <"$work/mix.txt")"
-mix_non2xx="$(awk '/Non-2xx/ { print $NF }' "$work/mix.txt")"
-mix_total="$(awk '/requests in/ { print $1 }' "$work/mix.txt")"
+mix_rps="$(for f in "$work"/mix.*.txt; do rps <"$f"; done | median)"
+mix_p99="$(for f in "$work"/mix.*.txt; do p99 <"$f"; done | median)"
+mix_ratio="$(for r in $mix_ratios; do echo "$r"; done | median)"
 docs_cpu="$(for f in "$work"/docs.*.txt; do cpu_us "$f"; done | median)"
 post_cpu="$(for f in "$work"/post.*.txt; do cpu_us "$f"; done | median)"
-mix_cpu="$(cpu_us "$work/mix.txt")"
+mix_cpu="$(for f in "$work"/mix.*.txt; do cpu_us "$f"; done | median)"
 
 kill -TERM "$server_pid"; wait "$server_pid" || true; server_pid=""
 bills="$("$bin" usage --data-dir "$work/data" "${database[@]}" --format csv \
@@ -204,13 +212,13 @@ warmup_and_run_oks=$(( $(grep -c 'status=200 .*path=/v1/crosstab\|path=/v1/cross
 # no 200 sent; the server logs each, so bills = 200s + these, exactly.
 abandoned=$(( $(grep -c 'billed, but the client went away' "$work/server.log" || true) ))
 
-mix_ratio="$(awk -v p="$mix_rps" -v d="$docs_rps" 'BEGIN { printf "%.2f", p/d }')"
 echo "=== crosstab server benchmark on ${store} (${connections} connections, ${threads} wrk threads, ${rounds} rounds of ${duration}s each, $(nproc) cores; medians over the rounds) ==="
 printf 'GET  /v1/docs      %10s req/s   p99 %s ms\n' "$docs_rps" "$docs_p99"
 printf 'POST /v1/crosstab  %10s req/s   p99 %s ms, worst round %s ms   (%s requests, non-2xx: %s)\n' "$post_rps" "$post_p99" "$post_p99_max" "$post_total" "$post_non2xx"
 printf 'POST with bearer   %10s req/s   p99 %s ms   (%s requests, non-2xx: %s; a token of this server)\n' "$bearer_rps" "$bearer_p99" "$bearer_total" "$bearer_non2xx"
-printf 'POST request mix   %10s req/s   p99 %s ms   (%s requests, non-2xx: %s; no cache hits)\n' "$mix_rps" "$mix_p99" "$mix_total" "${mix_non2xx:-0}"
-printf 'ratio POST/docs    %10s         (median of the rounds:%s; target >= 0.60; request mix: %s)\n' "$ratio" "$ratios" "$mix_ratio"
+printf 'POST request mix   %10s req/s   p99 %s ms   (%s requests, non-2xx: %s; no cache hits)\n' "$mix_rps" "$mix_p99" "$mix_total" "$mix_non2xx"
+printf 'ratio POST/docs    %10s         (median of the rounds:%s; target >= 0.60)\n' "$ratio" "$ratios"
+printf 'ratio mix/docs     %10s         (median of the rounds:%s; target >= 0.60)\n' "$mix_ratio" "$mix_ratios"
 printf 'ratio bearer/key   %10s         (median of the rounds:%s; target >= 0.90)\n' "$bearer_ratio" "$bearer_ratios"
 printf 'p99 POST           %10s ms      (target < 10 ms; request mix: %s ms)\n' "$post_p99" "$mix_p99"
 printf 'server CPU/request %10s µs docs, %s µs POST, %s µs bearer, %s µs request mix (medians; the crosstab process only)\n' "$docs_cpu" "$post_cpu" "$bearer_cpu" "$mix_cpu"
