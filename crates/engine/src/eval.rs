@@ -509,6 +509,25 @@ mod tests {
     }
 
     #[test]
+    fn every_byte_range_matches_the_portable_packing() {
+        // Every code against one-byte ranges from every start, the ends included: the
+        // SIMD paths compare bytes unsigned by wrapping, so 0, 0x7F/0x80 and 255 are edges.
+        let rows: Vec<u8> = (0..=255u8)
+            .chain(0..=255u8)
+            .rev()
+            .take(5 * 64 + 7)
+            .collect();
+        for lo in 0..=255u32 {
+            for hi in (lo..=255).step_by(if lo % 17 == 0 { 1 } else { 13 }) {
+                let ranges = Ranges::one(lo, hi);
+                let mut out = vec![u64::MAX; BLOCK_WORDS];
+                fill_ranges_u8(&rows, &ranges, &mut out);
+                assert_eq!(out, portable(&rows, &ranges), "{lo}..={hi}");
+            }
+        }
+    }
+
+    #[test]
     fn ranges_past_a_byte_are_compared_at_full_width() {
         let ranges = Ranges::one(200, 300);
         assert!(ranges.narrow_u8().is_none());
