@@ -81,14 +81,8 @@ if [ "$store" = postgres ]; then
     "${as_pg[@]}" "$pg_bin/initdb" -D "$work/pg" -U crosstab --auth=trust >/dev/null
     "${as_pg[@]}" "$pg_bin/pg_ctl" -D "$work/pg" -l "$work/pg.log" -w \
         -o "-p $pg_port -k $work -c listen_addresses=127.0.0.1" start >/dev/null
-    # A new cluster has no old WAL segments to recycle: at this load it creates (writes
-    # 16 MB of zeros and fsyncs) a new one every ~2 s, and each stalls the ledger's
-    # commits by 12-50 ms. A cluster that has been running renames old segments instead.
-    # 64 segments (1 GB, max_wal_size) made and recycled here, in ~2 s, so the rounds
-    # measure a running database, not a new one.
-    for _ in $(seq 64); do echo "CREATE TABLE wal_warmup (); DROP TABLE wal_warmup; SELECT pg_switch_wal();"; done \
-        | "$pg_bin/psql" -qAt -h 127.0.0.1 -p "$pg_port" -U crosstab -d postgres >/dev/null
-    "$pg_bin/psql" -qAt -h 127.0.0.1 -p "$pg_port" -U crosstab -d postgres -c CHECKPOINT >/dev/null
+    # WAL segments made and recycled first, so the rounds measure a running database.
+    "$root/scripts/bench/pg-wal-warmup.sh" "$pg_bin" "$pg_port"
     database=(--database "postgres://crosstab@127.0.0.1:$pg_port/postgres")
 fi
 
