@@ -141,6 +141,11 @@ cpu_us() { awk -v t="$(cat "$1.cpu")" -v hz="$(getconf CLK_TCK)" '/requests in/ 
 # p99 in ms from wrk's latency distribution.
 p99() { awk '$1=="99%" { v=$2; if (v ~ /us$/) { sub(/us/,"",v); v/=1000 } else if (v ~ /ms$/) { sub(/ms/,"",v) } else if (v ~ /s$/) { sub(/s/,"",v); v*=1000 } print v }'; }
 rps() { awk '/^Requests\/sec:/ { print $2 }'; }
+# Requests sent, and the non-2xx among them, from wrk's output.
+requests() { awk '/requests in/ { print $1 }'; }
+non2xx() { awk '/Non-2xx/ { n=$NF } END { print n+0 }'; }
+# $1 / $2 to two places.
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a/b }'; }
 
 echo "warming up..." >&2
 wrk -t1 -c8 -d2s "$base/v1/docs" >/dev/null
@@ -165,22 +170,22 @@ ratios=""; bearer_ratios=""; mix_ratios=""; post_total=0; post_non2xx=0; bearer_
 mix_total=0; mix_non2xx=0
 for round in $(seq 1 "$rounds"); do
     d="$(rps <"$work/docs.$round.txt")"; p="$(rps <"$work/post.$round.txt")"
-    r="$(awk -v p="$p" -v d="$d" 'BEGIN { printf "%.2f", p/d }')"
+    r="$(ratio "$p" "$d")"
     ratios="$ratios $r"
-    post_total=$(( post_total + $(awk '/requests in/ { print $1 }' "$work/post.$round.txt") ))
-    post_non2xx=$(( post_non2xx + $(awk '/Non-2xx/ { n=$NF } END { print n+0 }' "$work/post.$round.txt") ))
+    post_total=$(( post_total + $(requests <"$work/post.$round.txt") ))
+    post_non2xx=$(( post_non2xx + $(non2xx <"$work/post.$round.txt") ))
     m="$(rps <"$work/mix.$round.txt")"
-    mr="$(awk -v m="$m" -v d="$d" 'BEGIN { printf "%.2f", m/d }')"
+    mr="$(ratio "$m" "$d")"
     mix_ratios="$mix_ratios $mr"
-    mix_total=$(( mix_total + $(awk '/requests in/ { print $1 }' "$work/mix.$round.txt") ))
-    mix_non2xx=$(( mix_non2xx + $(awk '/Non-2xx/ { n=$NF } END { print n+0 }' "$work/mix.$round.txt") ))
+    mix_total=$(( mix_total + $(requests <"$work/mix.$round.txt") ))
+    mix_non2xx=$(( mix_non2xx + $(non2xx <"$work/mix.$round.txt") ))
     b="-"; br="-"
     if [ "$bearer" = yes ]; then
         b="$(rps <"$work/bearer.$round.txt")"
-        br="$(awk -v b="$b" -v p="$p" 'BEGIN { printf "%.2f", b/p }')"
+        br="$(ratio "$b" "$p")"
         bearer_ratios="$bearer_ratios $br"
-        bearer_total=$(( bearer_total + $(awk '/requests in/ { print $1 }' "$work/bearer.$round.txt") ))
-        bearer_non2xx=$(( bearer_non2xx + $(awk '/Non-2xx/ { n=$NF } END { print n+0 }' "$work/bearer.$round.txt") ))
+        bearer_total=$(( bearer_total + $(requests <"$work/bearer.$round.txt") ))
+        bearer_non2xx=$(( bearer_non2xx + $(non2xx <"$work/bearer.$round.txt") ))
     fi
     printf 'round %s: GET /v1/docs %10s req/s p99 %s ms | POST /v1/crosstab %10s req/s p99 %s ms | ratio %s | bearer %10s req/s, /key %s | mix %10s req/s p99 %s ms, /docs %s\n' \
         "$round" "$d" "$(p99 <"$work/docs.$round.txt")" "$p" "$(p99 <"$work/post.$round.txt")" "$r" "$b" "$br" \
