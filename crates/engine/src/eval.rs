@@ -119,18 +119,78 @@ pub(crate) enum Plan<'a> {
     Or(Vec<Plan<'a>>),
 }
 
+/// How a plan's bits go into a block: replacing its words, or combined into them (so an
+/// AND or OR needs no scratch block and no second pass over one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Write {
+    /// `word = bits`.
+    Set,
+    /// `word &= bits`.
+    And,
+    /// `word |= bits`.
+    Or,
+}
+
+impl Write {
+    #[inline(always)]
+    fn apply(self, word: &mut u64, bits: u64) {
+        match self {
+            Write::Set => *word = bits,
+            Write::And => *word &= bits,
+            Write::Or => *word |= bits,
+        }
+    }
+}
+
 impl Plan<'_> {
     /// Fills `out` (at most [`BLOCK_WORDS`]) with the bits of the respondents from word
     /// `first` on; bits past the last respondent may be set (callers AND with a filter or
     /// clear the tail).
     pub(crate) fn fill(&self, first: usize, out: &mut [u64]) {
+        self.write(first, out, Write::Set);
+    }
+
+    /// [`Plan::fill`], the bits going into `out` as `write` says.
+    pub(crate) fn write(&self, first: usize, out: &mut [u64], write: Write) {
+        match (self, write) {
+            (
+                Plan::Ranges {
+                    codes: Codes::U8(c),
+                    ranges,
+                },
+                _,
+            ) => {
+                fill_ranges_u8(rows(c, first, out.len()), ranges, out, write);
+            }
+            (Plan::And(items), Write::Set | Write::And) => {
+                combine(items, first, out, write, Write::And, 0);
+            }
+            (Plan::Or(items), Write::Set | Write::Or) => {
+                combine(items, first, out, write, Write::Or, u64::MAX);
+            }
+            (Plan::Set(set), _) => write_words(set, first, out, write),
+            (Plan::Cached(set), _) => write_words(set, first, out, write),
+            (_, Write::Set) => self.set(first, out),
+            (_, Write::And | Write::Or) => {
+                let mut scratch = [0u64; BLOCK_WORDS];
+                let scratch = &mut scratch[..out.len()];
+                self.set(first, scratch);
+                for (word, bits) in out.iter_mut().zip(scratch.iter()) {
+                    write.apply(word, *bits);
+                }
+            }
+        }
+    }
+
+    /// [`Plan::fill`] for the plans that have no way of their own to combine.
+    fn set(&self, first: usize, out: &mut [u64]) {
         match self {
             Plan::All => out.fill(u64::MAX),
             Plan::Empty => out.fill(0),
             Plan::Set(set) => copy_words(set, first, out),
             Plan::Cached(set) => copy_words(set, first, out),
             Plan::Ranges { codes, ranges } => match codes {
-                Codes::U8(c) => fill_ranges_u8(rows(c, first, out.len()), ranges, out),
+                Codes::U8(c) => fill_ranges_u8(rows(c, first, out.len()), ranges, out, Write::Set),
                 Codes::U16(c) => pack_rows(rows(c, first, out.len()), out, |x| {
                     ranges.holds(u32::from(x))
                 }),
@@ -152,8 +212,8 @@ impl Plan<'_> {
                 inner.fill(first, out);
                 out.iter_mut().for_each(|word| *word = !*word);
             }
-            Plan::And(items) => combine(items, first, out, |a, b| a & b, 0),
-            Plan::Or(items) => combine(items, first, out, |a, b| a | b, u64::MAX),
+            Plan::And(items) => combine(items, first, out, Write::Set, Write::And, 0),
+            Plan::Or(items) => combine(items, first, out, Write::Set, Write::Or, u64::MAX),
         }
     }
 
@@ -265,6 +325,19 @@ fn listed_codes(runs: &[(u32, u32)]) -> Vec<u32> {
     runs.iter().flat_map(|(lo, hi)| *lo..=*hi).collect()
 }
 
+/// [`copy_words`], the words going into `out` as `write` says.
+fn write_words(set: &Bitset, first: usize, out: &mut [u64], write: Write) {
+    if write == Write::Set {
+        return copy_words(set, first, out);
+    }
+    let words = set.words();
+    let start = first.min(words.len());
+    let mut from = words[start..].iter();
+    for word in out.iter_mut() {
+        write.apply(word, from.next().copied().unwrap_or(0));
+    }
+}
+
 fn copy_words(set: &Bitset, first: usize, out: &mut [u64]) {
     let words = set.words();
     let start = first.min(words.len());
@@ -273,30 +346,28 @@ fn copy_words(set: &Bitset, first: usize, out: &mut [u64]) {
     out[have..].fill(0);
 }
 
-/// Fills `out` with the first item, then folds in the others; stops early once every
-/// word is `settled` (no later item can change it).
+/// Writes the first item into `out` as `write` says, then folds in the others with `op`
+/// (`write` is `Set` or `op` itself); stops early once every word is `settled` (no later
+/// item can change it).
 fn combine(
     items: &[Plan<'_>],
     first: usize,
     out: &mut [u64],
-    op: fn(u64, u64) -> u64,
+    write: Write,
+    op: Write,
     settled: u64,
 ) {
     let Some((head, rest)) = items.split_first() else {
-        out.fill(!settled);
+        let empty = !settled;
+        out.iter_mut().for_each(|word| write.apply(word, empty));
         return;
     };
-    head.fill(first, out);
-    let mut scratch = [0u64; BLOCK_WORDS];
+    head.write(first, out, write);
     for item in rest {
         if out.iter().all(|word| *word == settled) {
             break;
         }
-        let scratch = &mut scratch[..out.len()];
-        item.fill(first, scratch);
-        for (word, other) in out.iter_mut().zip(scratch.iter()) {
-            *word = op(*word, *other);
-        }
+        item.write(first, out, op);
     }
 }
 
@@ -308,21 +379,37 @@ fn rows<T>(codes: &[T], first: usize, words: usize) -> &[T] {
 
 /// Byte codes against up to four ranges: with AVX2 (or WebAssembly SIMD) each 32 (16)
 /// codes are compared at once and their mask bits taken straight into the word.
-fn fill_ranges_u8(rows: &[u8], ranges: &Ranges, out: &mut [u64]) {
+fn fill_ranges_u8(rows: &[u8], ranges: &Ranges, out: &mut [u64], write: Write) {
+    match write {
+        Write::Set => ranges_u8(rows, ranges, out, |word, bits| *word = bits),
+        Write::And => ranges_u8(rows, ranges, out, |word, bits| *word &= bits),
+        Write::Or => ranges_u8(rows, ranges, out, |word, bits| *word |= bits),
+    }
+}
+
+/// [`fill_ranges_u8`] with each word's bits going in by `write`.
+#[inline(always)]
+fn ranges_u8(rows: &[u8], ranges: &Ranges, out: &mut [u64], write: impl Fn(&mut u64, u64)) {
     #[cfg(target_arch = "x86_64")]
     if let Some(narrow) = ranges.narrow_u8() {
         if std::arch::is_x86_feature_detected!("avx2") {
             let narrow = &narrow[..ranges.len];
             // SAFETY: the CPU supports AVX2, checked just above.
             #[allow(unsafe_code)]
-            return unsafe { x86::ranges_u8_avx2(rows, narrow, out) };
+            return unsafe { x86::ranges_u8_avx2(rows, narrow, out, write) };
         }
     }
     #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
     if let Some(narrow) = ranges.narrow_u8() {
-        return wasm::ranges_u8_simd128(rows, &narrow[..ranges.len], out);
+        return wasm::ranges_u8_simd128(rows, &narrow[..ranges.len], out, write);
     }
-    pack_rows(rows, out, |x| ranges.holds(u32::from(x)));
+    let mut chunks = rows.chunks(64);
+    for word in out.iter_mut() {
+        let bits = chunks.next().map_or(0, |chunk| {
+            pack_word(chunk, |x: u8| ranges.holds(u32::from(x)))
+        });
+        write(word, bits);
+    }
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -347,7 +434,12 @@ mod x86 {
     }
 
     #[target_feature(enable = "avx2")]
-    pub(super) fn ranges_u8_avx2(rows: &[u8], ranges: &[(u8, u8)], out: &mut [u64]) {
+    pub(super) fn ranges_u8_avx2(
+        rows: &[u8],
+        ranges: &[(u8, u8)],
+        out: &mut [u64],
+        write: impl Fn(&mut u64, u64),
+    ) {
         let mut bounds = [(_mm256_setzero_si256(), _mm256_setzero_si256()); super::MAX_RANGES];
         for (slot, (lo, span)) in bounds.iter_mut().zip(ranges) {
             *slot = (_mm256_set1_epi8(*lo as i8), _mm256_set1_epi8(*span as i8));
@@ -365,14 +457,18 @@ mod x86 {
                     _mm256_loadu_si256(chunk.as_ptr().add(32).cast()),
                 )
             };
-            *word = u64::from(hits(low, bounds)) | u64::from(hits(high, bounds)) << 32;
+            write(
+                word,
+                u64::from(hits(low, bounds)) | u64::from(hits(high, bounds)) << 32,
+            );
         }
         if let Some(word) = words.next() {
-            *word = super::pack_word(tail, |x: u8| {
+            let bits = super::pack_word(tail, |x: u8| {
                 ranges.iter().any(|(lo, span)| x.wrapping_sub(*lo) <= *span)
             });
+            write(word, bits);
         }
-        words.for_each(|word| *word = 0);
+        words.for_each(|word| write(word, 0));
     }
 }
 
@@ -391,7 +487,13 @@ mod wasm {
         u64::from(u8x16_bitmask(hit))
     }
 
-    pub(super) fn ranges_u8_simd128(rows: &[u8], ranges: &[(u8, u8)], out: &mut [u64]) {
+    #[inline(always)]
+    pub(super) fn ranges_u8_simd128(
+        rows: &[u8],
+        ranges: &[(u8, u8)],
+        out: &mut [u64],
+        write: impl Fn(&mut u64, u64),
+    ) {
         let zero = u8x16_splat(0);
         let mut bounds = [(zero, zero); super::MAX_RANGES];
         for (slot, (lo, span)) in bounds.iter_mut().zip(ranges) {
@@ -409,14 +511,15 @@ mod wasm {
                 let codes = unsafe { v128_load(sixteen.as_ptr().cast()) };
                 bits |= hits(codes, bounds) << (quarter * 16);
             }
-            *word = bits;
+            write(word, bits);
         }
         if let Some(word) = words.next() {
-            *word = super::pack_word(tail, |x: u8| {
+            let bits = super::pack_word(tail, |x: u8| {
                 ranges.iter().any(|(lo, span)| x.wrapping_sub(*lo) <= *span)
             });
+            write(word, bits);
         }
-        words.for_each(|word| *word = 0);
+        words.for_each(|word| write(word, 0));
     }
 }
 
@@ -503,8 +606,26 @@ mod tests {
             }
             ranges.len = case.len();
             let mut out = vec![u64::MAX; BLOCK_WORDS];
-            fill_ranges_u8(&rows, &ranges, &mut out);
-            assert_eq!(out, portable(&rows, &ranges), "{case:?}");
+            fill_ranges_u8(&rows, &ranges, &mut out, Write::Set);
+            let expected = portable(&rows, &ranges);
+            assert_eq!(out, expected, "{case:?}");
+            // Combined into what a block holds: each word as the AND or the OR.
+            let before: Vec<u64> = (0..BLOCK_WORDS as u64)
+                .map(|i| i.wrapping_mul(0x9E37_79B9_7F4A_7C15))
+                .collect();
+            for (write, op) in [
+                (Write::And, (|a, b| a & b) as fn(u64, u64) -> u64),
+                (Write::Or, |a, b| a | b),
+            ] {
+                let mut out = before.clone();
+                fill_ranges_u8(&rows, &ranges, &mut out, write);
+                let want: Vec<u64> = before
+                    .iter()
+                    .zip(&expected)
+                    .map(|(a, b)| op(*a, *b))
+                    .collect();
+                assert_eq!(out, want, "{write:?} {case:?}");
+            }
         }
     }
 
@@ -521,7 +642,7 @@ mod tests {
             for hi in (lo..=255).step_by(if lo % 17 == 0 { 1 } else { 13 }) {
                 let ranges = Ranges::one(lo, hi);
                 let mut out = vec![u64::MAX; BLOCK_WORDS];
-                fill_ranges_u8(&rows, &ranges, &mut out);
+                fill_ranges_u8(&rows, &ranges, &mut out, Write::Set);
                 assert_eq!(out, portable(&rows, &ranges), "{lo}..={hi}");
             }
         }
@@ -533,7 +654,7 @@ mod tests {
         assert!(ranges.narrow_u8().is_none());
         let rows: Vec<u8> = (0..=255).collect();
         let mut out = vec![0u64; 4];
-        fill_ranges_u8(&rows, &ranges, &mut out);
+        fill_ranges_u8(&rows, &ranges, &mut out, Write::Set);
         assert_eq!(out, portable(&rows, &ranges)[..4]);
         assert_eq!(out.iter().map(|w| w.count_ones()).sum::<u32>(), 56);
     }

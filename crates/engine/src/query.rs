@@ -5,7 +5,7 @@ use crosstab_contract::{CrosstabResponse, CrosstabResult, Expr, Stability, Valid
 use crate::bitset::{Bitset, Tally};
 use crate::cache::SetKey;
 use crate::error::QueryError;
-use crate::eval::{plan, Plan, BLOCK_WORDS};
+use crate::eval::{plan, Plan, Write, BLOCK_WORDS};
 use crate::survey::Survey;
 use crate::weights::{add_blocks, BlockSum};
 
@@ -155,8 +155,6 @@ pub(crate) fn for_each_filter_block(
 
 /// Fills `out` with block `index` of `plan`'s respondents within `filter`.
 pub(crate) fn fill_within(plan: &Plan<'_>, index: usize, filter: &[u64], out: &mut [u64]) {
-    plan.fill(index * BLOCK_WORDS, out);
-    for (word, keep) in out.iter_mut().zip(filter) {
-        *word &= keep;
-    }
+    out.copy_from_slice(filter);
+    plan.write(index * BLOCK_WORDS, out, Write::And);
 }
