@@ -410,10 +410,76 @@ fn plane_sums_pair(first: &[u64], second: &[u64], planes: &[u64]) -> [(u64, u64)
         #[allow(unsafe_code)]
         return unsafe { plane_sums_pair_avx2(first, second, planes) };
     }
-    #[cfg(target_arch = "wasm32")]
-    return [plane_sums(first, planes), plane_sums(second, planes)];
-    #[cfg(not(target_arch = "wasm32"))]
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+    return plane_sums_pair_simd128(first, second, planes);
+    #[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
     plane_sums_pair_portable(first, second, planes)
+}
+
+/// [`plane_sums_pair_portable`] with WebAssembly SIMD: each plane vector is loaded once
+/// for both targets, four words a step.
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+fn plane_sums_pair_simd128(first: &[u64], second: &[u64], planes: &[u64]) -> [(u64, u64); 2] {
+    use std::arch::wasm32::{
+        u16x8_add, u16x8_extadd_pairwise_u8x16, u16x8_splat, u32x4_extadd_pairwise_u16x8,
+        u32x4_extract_lane, u8x16_add, u8x16_popcnt, u8x16_splat, v128, v128_and, v128_load,
+    };
+    let count = |words: &[u64]| -> u64 { words.iter().map(|w| u64::from(w.count_ones())).sum() };
+    let len = first.len().min(second.len()).min(BLOCK_WORDS);
+    let (first, second) = (&first[..len], &second[..len]);
+    let load = |four: &[u64], at: usize| -> v128 {
+        let pair = &four[at..at + 2];
+        // SAFETY: `pair` is two u64s, 16 readable bytes; v128.load takes any alignment.
+        #[allow(unsafe_code)]
+        unsafe {
+            v128_load(pair.as_ptr().cast())
+        }
+    };
+    let total = |wide: v128| -> u64 {
+        let lanes = u32x4_extadd_pairwise_u16x8(wide);
+        u64::from(u32x4_extract_lane::<0>(lanes))
+            + u64::from(u32x4_extract_lane::<1>(lanes))
+            + u64::from(u32x4_extract_lane::<2>(lanes))
+            + u64::from(u32x4_extract_lane::<3>(lanes))
+    };
+    let (mut s0, mut s1) = (0u64, 0u64);
+    for (bit, plane) in planes.chunks_exact(BLOCK_WORDS).enumerate() {
+        let plane = &plane[..len];
+        let (mut w0, mut w1) = (u16x8_splat(0), u16x8_splat(0));
+        let (mut o0, mut o1) = (0u64, 0u64);
+        // 32 words a round: each byte lane gains at most 16 × 8 = 128, within a u8.
+        for ((a32, b32), p32) in first
+            .chunks(32)
+            .zip(second.chunks(32))
+            .zip(plane.chunks(32))
+        {
+            let (mut n0, mut n1) = (u8x16_splat(0), u8x16_splat(0));
+            let mut a4 = a32.chunks_exact(4);
+            let mut b4 = b32.chunks_exact(4);
+            let mut p4 = p32.chunks_exact(4);
+            for ((a, b), p) in (&mut a4).zip(&mut b4).zip(&mut p4) {
+                let (p_lo, p_hi) = (load(p, 0), load(p, 2));
+                n0 = u8x16_add(n0, u8x16_popcnt(v128_and(load(a, 0), p_lo)));
+                n1 = u8x16_add(n1, u8x16_popcnt(v128_and(load(b, 0), p_lo)));
+                n0 = u8x16_add(n0, u8x16_popcnt(v128_and(load(a, 2), p_hi)));
+                n1 = u8x16_add(n1, u8x16_popcnt(v128_and(load(b, 2), p_hi)));
+            }
+            let rest = a4
+                .remainder()
+                .iter()
+                .zip(b4.remainder())
+                .zip(p4.remainder());
+            for ((a, b), p) in rest {
+                o0 += u64::from((a & p).count_ones());
+                o1 += u64::from((b & p).count_ones());
+            }
+            w0 = u16x8_add(w0, u16x8_extadd_pairwise_u8x16(n0));
+            w1 = u16x8_add(w1, u16x8_extadd_pairwise_u8x16(n1));
+        }
+        s0 += (total(w0) + o0) << bit;
+        s1 += (total(w1) + o1) << bit;
+    }
+    [(count(first), s0), (count(second), s1)]
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -428,7 +494,10 @@ fn plane_sums_pair_avx2(first: &[u64], second: &[u64], planes: &[u64]) -> [(u64,
     plane_sums_pair_portable(first, second, planes)
 }
 
-#[cfg(not(target_arch = "wasm32"))]
+#[cfg_attr(
+    all(target_arch = "wasm32", target_feature = "simd128"),
+    allow(dead_code)
+)]
 #[inline(always)]
 fn plane_sums_pair_portable(first: &[u64], second: &[u64], planes: &[u64]) -> [(u64, u64); 2] {
     let count = |words: &[u64]| -> u64 { words.iter().map(|w| u64::from(w.count_ones())).sum() };
