@@ -475,17 +475,8 @@ mod x86 {
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
 mod wasm {
     use std::arch::wasm32::{
-        u8x16_bitmask, u8x16_le, u8x16_splat, u8x16_sub, v128, v128_load, v128_or,
+        u8x16_bitmask, u8x16_eq, u8x16_le, u8x16_splat, u8x16_sub, v128, v128_load, v128_or,
     };
-
-    #[inline(always)]
-    fn hits(codes: v128, bounds: &[(v128, v128)]) -> u64 {
-        let mut hit = u8x16_splat(0);
-        for (lo, span) in bounds {
-            hit = v128_or(hit, u8x16_le(u8x16_sub(codes, *lo), *span));
-        }
-        u64::from(u8x16_bitmask(hit))
-    }
 
     #[inline(always)]
     pub(super) fn ranges_u8_simd128(
@@ -494,12 +485,44 @@ mod wasm {
         out: &mut [u64],
         write: impl Fn(&mut u64, u64),
     ) {
-        let zero = u8x16_splat(0);
-        let mut bounds = [(zero, zero); super::MAX_RANGES];
-        for (slot, (lo, span)) in bounds.iter_mut().zip(ranges) {
-            *slot = (u8x16_splat(*lo), u8x16_splat(*span));
+        // One code or one range (most comparisons) with its bounds in locals, not read
+        // from a list for every sixteen codes.
+        match ranges {
+            [(lo, 0)] => {
+                let lo = u8x16_splat(*lo);
+                fill(rows, ranges, out, write, |codes| u8x16_eq(codes, lo));
+            }
+            [(lo, span)] => {
+                let (lo, span) = (u8x16_splat(*lo), u8x16_splat(*span));
+                fill(rows, ranges, out, write, |codes| {
+                    u8x16_le(u8x16_sub(codes, lo), span)
+                });
+            }
+            _ => {
+                let zero = u8x16_splat(0);
+                let mut bounds = [(zero, zero); super::MAX_RANGES];
+                for (slot, (lo, span)) in bounds.iter_mut().zip(ranges) {
+                    *slot = (u8x16_splat(*lo), u8x16_splat(*span));
+                }
+                let bounds = &bounds[..ranges.len()];
+                fill(rows, ranges, out, write, |codes| {
+                    bounds.iter().fold(zero, |hit, (lo, span)| {
+                        v128_or(hit, u8x16_le(u8x16_sub(codes, *lo), *span))
+                    })
+                });
+            }
         }
-        let bounds = &bounds[..ranges.len()];
+    }
+
+    /// Each word of `out` from 64 codes, `hits` giving a true lane per matching code.
+    #[inline(always)]
+    fn fill(
+        rows: &[u8],
+        ranges: &[(u8, u8)],
+        out: &mut [u64],
+        write: impl Fn(&mut u64, u64),
+        hits: impl Fn(v128) -> v128,
+    ) {
         let chunks = rows.chunks_exact(64);
         let tail = chunks.remainder();
         let mut words = out.iter_mut();
@@ -509,7 +532,7 @@ mod wasm {
                 // SAFETY: `sixteen` is 16 readable bytes; v128.load takes any alignment.
                 #[allow(unsafe_code)]
                 let codes = unsafe { v128_load(sixteen.as_ptr().cast()) };
-                bits |= hits(codes, bounds) << (quarter * 16);
+                bits |= u64::from(u8x16_bitmask(hits(codes))) << (quarter * 16);
             }
             write(word, bits);
         }
