@@ -84,6 +84,12 @@ test("demo survey (20,000 respondents): codes x bases x groups and expressions, 
     ...numeric.map((v) => `${v.name} BETWEEN ${v.min} AND ${(v.min + v.max) / 2}`),
     ...numeric.map((v) => `NOT ${v.name} > ${v.min}`),
     `(${flags[0]} AND ${flags[1]}) OR NOT ${flags[2]}`,
+    // Conjunctions of byte-coded comparisons, each leaf ANDing its mask words into the
+    // block: two ranges, a code and two ranges (!=), three leaves, under NOT.
+    `${numeric[0].name} BETWEEN ${numeric[0].min} AND ${(numeric[0].min + numeric[0].max) / 2} AND ${numeric[1].name} >= ${numeric[1].min + 1}`,
+    `${flags[3]} AND ${numeric[2].name} != ${numeric[2].min + 1}`,
+    `${flags[4]} AND ${flags[5]} AND ${numeric[3].name} <= ${(numeric[3].min + numeric[3].max) / 2}`,
+    `NOT (${flags[6]} AND ${numeric[1].name} < ${numeric[1].max})`,
     "NOSUCHVARIABLE = 1",
   ];
   const requests = [];
