@@ -153,24 +153,19 @@ impl Plan<'_> {
     /// [`Plan::fill`], the bits going into `out` as `write` says.
     pub(crate) fn write(&self, first: usize, out: &mut [u64], write: Write) {
         match (self, write) {
+            (_, Write::Set) => self.set(first, out),
             (
                 Plan::Ranges {
                     codes: Codes::U8(c),
                     ranges,
                 },
                 _,
-            ) => {
-                fill_ranges_u8(rows(c, first, out.len()), ranges, out, write);
-            }
-            (Plan::And(items), Write::Set | Write::And) => {
-                combine(items, first, out, write, Write::And, 0);
-            }
-            (Plan::Or(items), Write::Set | Write::Or) => {
-                combine(items, first, out, write, Write::Or, u64::MAX);
-            }
+            ) => fill_ranges_u8(rows(c, first, out.len()), ranges, out, write),
             (Plan::Set(set), _) => write_words(set, first, out, write),
             (Plan::Cached(set), _) => write_words(set, first, out, write),
-            (_, Write::Set) => self.set(first, out),
+            (Plan::And(items), Write::And) => combine(items, first, out, write, Write::And, 0),
+            (Plan::Or(items), Write::Or) => combine(items, first, out, write, Write::Or, u64::MAX),
+            // The rest have no way of their own to combine: made whole, then combined.
             (_, Write::And | Write::Or) => {
                 let mut scratch = [0u64; BLOCK_WORDS];
                 let scratch = &mut scratch[..out.len()];
@@ -182,7 +177,7 @@ impl Plan<'_> {
         }
     }
 
-    /// [`Plan::fill`] for the plans that have no way of their own to combine.
+    /// [`Plan::fill`]: `out` replaced by the plan's words.
     fn set(&self, first: usize, out: &mut [u64]) {
         match self {
             Plan::All => out.fill(u64::MAX),
@@ -325,11 +320,9 @@ fn listed_codes(runs: &[(u32, u32)]) -> Vec<u32> {
     runs.iter().flat_map(|(lo, hi)| *lo..=*hi).collect()
 }
 
-/// [`copy_words`], the words going into `out` as `write` says.
+/// The words of `set` from word `first` on combined into `out` by `write` (words past
+/// the set's end count as 0).
 fn write_words(set: &Bitset, first: usize, out: &mut [u64], write: Write) {
-    if write == Write::Set {
-        return copy_words(set, first, out);
-    }
     let words = set.words();
     let start = first.min(words.len());
     let mut from = words[start..].iter();
@@ -380,6 +373,7 @@ fn rows<T>(codes: &[T], first: usize, words: usize) -> &[T] {
 /// Byte codes against up to four ranges: with AVX2 (or WebAssembly SIMD) each 32 (16)
 /// codes are compared at once and their mask bits taken straight into the word.
 fn fill_ranges_u8(rows: &[u8], ranges: &Ranges, out: &mut [u64], write: Write) {
+    // One kernel per mode, so the word loop itself never branches on it.
     match write {
         Write::Set => ranges_u8(rows, ranges, out, |word, bits| *word = bits),
         Write::And => ranges_u8(rows, ranges, out, |word, bits| *word &= bits),
@@ -403,13 +397,7 @@ fn ranges_u8(rows: &[u8], ranges: &Ranges, out: &mut [u64], write: impl Fn(&mut 
     if let Some(narrow) = ranges.narrow_u8() {
         return wasm::ranges_u8_simd128(rows, &narrow[..ranges.len], out, write);
     }
-    let mut chunks = rows.chunks(64);
-    for word in out.iter_mut() {
-        let bits = chunks.next().map_or(0, |chunk| {
-            pack_word(chunk, |x: u8| ranges.holds(u32::from(x)))
-        });
-        write(word, bits);
-    }
+    pack_block(rows, out, |x| ranges.holds(u32::from(x)), write);
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -555,21 +543,30 @@ fn pack_rows<T: Copy, F: Fn(T) -> bool>(rows: &[T], out: &mut [u64], hit: F) {
         #[allow(unsafe_code)]
         return unsafe { pack_rows_avx2(rows, out, hit) };
     }
-    pack_block(rows, out, hit);
+    pack_block(rows, out, hit, |word, bits| *word = bits);
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 fn pack_rows_avx2<T: Copy, F: Fn(T) -> bool>(rows: &[T], out: &mut [u64], hit: F) {
-    pack_block(rows, out, hit);
+    pack_block(rows, out, hit, |word, bits| *word = bits);
 }
 
-/// Packs `hit(code)` of each row into `out`, 64 rows a word; words past the rows are 0.
+/// Packs `hit(code)` of each row, 64 rows a word, into `out` by `write`; words past the
+/// rows get 0.
 #[inline(always)]
-fn pack_block<T: Copy>(rows: &[T], out: &mut [u64], hit: impl Fn(T) -> bool) {
+fn pack_block<T: Copy>(
+    rows: &[T],
+    out: &mut [u64],
+    hit: impl Fn(T) -> bool,
+    write: impl Fn(&mut u64, u64),
+) {
     let mut chunks = rows.chunks(64);
     for word in out.iter_mut() {
-        *word = chunks.next().map_or(0, |chunk| pack_word(chunk, &hit));
+        write(
+            word,
+            chunks.next().map_or(0, |chunk| pack_word(chunk, &hit)),
+        );
     }
 }
 
@@ -606,7 +603,12 @@ mod tests {
 
     fn portable(rows: &[u8], ranges: &Ranges) -> Vec<u64> {
         let mut out = vec![0u64; BLOCK_WORDS];
-        pack_block(rows, &mut out, |x| ranges.holds(u32::from(x)));
+        pack_block(
+            rows,
+            &mut out,
+            |x| ranges.holds(u32::from(x)),
+            |w, bits| *w = bits,
+        );
         out
     }
 

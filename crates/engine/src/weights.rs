@@ -416,32 +416,42 @@ fn plane_sums_pair(first: &[u64], second: &[u64], planes: &[u64]) -> [(u64, u64)
     plane_sums_pair_portable(first, second, planes)
 }
 
+/// Two words of `pair` as one WebAssembly vector.
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+#[inline(always)]
+fn load_pair(pair: &[u64]) -> std::arch::wasm32::v128 {
+    let pair = &pair[..2];
+    // SAFETY: `pair` is two u64s, 16 readable bytes; v128.load takes any alignment.
+    #[allow(unsafe_code)]
+    unsafe {
+        std::arch::wasm32::v128_load(pair.as_ptr().cast())
+    }
+}
+
+/// The sum of a vector's eight u16 lanes.
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+#[inline(always)]
+fn lane_total(wide: std::arch::wasm32::v128) -> u64 {
+    use std::arch::wasm32::{u32x4_extadd_pairwise_u16x8, u32x4_extract_lane};
+    let lanes = u32x4_extadd_pairwise_u16x8(wide);
+    u64::from(u32x4_extract_lane::<0>(lanes))
+        + u64::from(u32x4_extract_lane::<1>(lanes))
+        + u64::from(u32x4_extract_lane::<2>(lanes))
+        + u64::from(u32x4_extract_lane::<3>(lanes))
+}
+
 /// [`plane_sums_pair_portable`] with WebAssembly SIMD: each plane vector is loaded once
 /// for both targets, four words a step.
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
 fn plane_sums_pair_simd128(first: &[u64], second: &[u64], planes: &[u64]) -> [(u64, u64); 2] {
     use std::arch::wasm32::{
-        u16x8_add, u16x8_extadd_pairwise_u8x16, u16x8_splat, u32x4_extadd_pairwise_u16x8,
-        u32x4_extract_lane, u8x16_add, u8x16_popcnt, u8x16_splat, v128, v128_and, v128_load,
+        u16x8_add, u16x8_extadd_pairwise_u8x16, u16x8_splat, u8x16_add, u8x16_popcnt, u8x16_splat,
+        v128, v128_and,
     };
     let count = |words: &[u64]| -> u64 { words.iter().map(|w| u64::from(w.count_ones())).sum() };
     let len = first.len().min(second.len()).min(BLOCK_WORDS);
     let (first, second) = (&first[..len], &second[..len]);
-    let load = |four: &[u64], at: usize| -> v128 {
-        let pair = &four[at..at + 2];
-        // SAFETY: `pair` is two u64s, 16 readable bytes; v128.load takes any alignment.
-        #[allow(unsafe_code)]
-        unsafe {
-            v128_load(pair.as_ptr().cast())
-        }
-    };
-    let total = |wide: v128| -> u64 {
-        let lanes = u32x4_extadd_pairwise_u16x8(wide);
-        u64::from(u32x4_extract_lane::<0>(lanes))
-            + u64::from(u32x4_extract_lane::<1>(lanes))
-            + u64::from(u32x4_extract_lane::<2>(lanes))
-            + u64::from(u32x4_extract_lane::<3>(lanes))
-    };
+    let load = |four: &[u64], at: usize| -> v128 { load_pair(&four[at..]) };
     let (mut s0, mut s1) = (0u64, 0u64);
     for (bit, plane) in planes.chunks_exact(BLOCK_WORDS).enumerate() {
         let plane = &plane[..len];
@@ -476,8 +486,8 @@ fn plane_sums_pair_simd128(first: &[u64], second: &[u64], planes: &[u64]) -> [(u
             w0 = u16x8_add(w0, u16x8_extadd_pairwise_u8x16(n0));
             w1 = u16x8_add(w1, u16x8_extadd_pairwise_u8x16(n1));
         }
-        s0 += (total(w0) + o0) << bit;
-        s1 += (total(w1) + o1) << bit;
+        s0 += (lane_total(w0) + o0) << bit;
+        s1 += (lane_total(w1) + o1) << bit;
     }
     [(count(first), s0), (count(second), s1)]
 }
@@ -542,21 +552,13 @@ fn plane_sums(members: &[u64], planes: &[u64]) -> (u64, u64) {
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
 fn plane_sums_simd128(members: &[u64], planes: &[u64]) -> (u64, u64) {
     use std::arch::wasm32::{
-        u16x8_add, u16x8_extadd_pairwise_u8x16, u16x8_splat, u32x4_extadd_pairwise_u16x8,
-        u32x4_extract_lane, u8x16_add, u8x16_popcnt, u8x16_splat, v128, v128_and, v128_load,
+        u16x8_add, u16x8_extadd_pairwise_u8x16, u16x8_splat, u8x16_add, u8x16_popcnt, u8x16_splat,
+        v128_and,
     };
     let count: u64 = members.iter().map(|w| u64::from(w.count_ones())).sum();
     if count == 0 {
         return (0, 0);
     }
-    let load = |pair: &[u64]| -> v128 {
-        debug_assert_eq!(pair.len(), 2);
-        // SAFETY: `pair` is two u64s, 16 readable bytes; v128.load takes any alignment.
-        #[allow(unsafe_code)]
-        unsafe {
-            v128_load(pair.as_ptr().cast())
-        }
-    };
     let mut sum = 0u64;
     for (bit, plane) in planes.chunks_exact(BLOCK_WORDS).enumerate() {
         let plane = &plane[..members.len().min(BLOCK_WORDS)];
@@ -567,20 +569,14 @@ fn plane_sums_simd128(members: &[u64], planes: &[u64]) -> (u64, u64) {
             let mut narrow = u8x16_splat(0);
             let (mut m2, mut p2) = (m32.chunks_exact(2), p32.chunks_exact(2));
             for (m, p) in (&mut m2).zip(&mut p2) {
-                narrow = u8x16_add(narrow, u8x16_popcnt(v128_and(load(m), load(p))));
+                narrow = u8x16_add(narrow, u8x16_popcnt(v128_and(load_pair(m), load_pair(p))));
             }
             for (m, p) in m2.remainder().iter().zip(p2.remainder()) {
                 odd += u64::from((m & p).count_ones());
             }
             wide = u16x8_add(wide, u16x8_extadd_pairwise_u8x16(narrow));
         }
-        let lanes = u32x4_extadd_pairwise_u16x8(wide);
-        let ones = u64::from(u32x4_extract_lane::<0>(lanes))
-            + u64::from(u32x4_extract_lane::<1>(lanes))
-            + u64::from(u32x4_extract_lane::<2>(lanes))
-            + u64::from(u32x4_extract_lane::<3>(lanes))
-            + odd;
-        sum += ones << bit;
+        sum += (lane_total(wide) + odd) << bit;
     }
     (count, sum)
 }
