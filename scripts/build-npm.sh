@@ -65,6 +65,15 @@ bindgen "$OUT/build/full.wasm" "$PKG/node" nodejs
 bindgen "$OUT/build/full.wasm" "$PKG/web" web
 bindgen "$OUT/build/validator.wasm" "$PKG/validator/node" nodejs
 bindgen "$OUT/build/validator.wasm" "$PKG/validator/web" web
+# wasm-bindgen copies the engine's JS modules (crates/wasm/js) as ES modules, which the
+# nodejs target require()s: the Node build gets them as CommonJS.
+for snippet in $(find "$PKG/node/snippets" -name '*.js'); do
+  sed -i -E 's/^export function ([A-Za-z0-9_]+)/exports.\1 = function \1/' "$snippet"
+  if grep -q '^export ' "$snippet"; then
+    echo "$snippet: an export the CommonJS conversion does not handle" >&2
+    exit 1
+  fi
+done
 # wasm-bindgen declares `[Symbol.dispose]()` on classes, which only type-checks with
 # `lib: esnext.disposable`; drop the declaration (the method still exists at runtime) so
 # the types check under any ES2020+ lib, without `skipLibCheck`.
@@ -142,6 +151,7 @@ for (const dir of ["node", "web", "validator/node", "validator/web"]) {
     files.push(`${dir}/${f}`);
   }
   if (dir.endsWith("node")) files.push(`${dir}/crosstab_wasm.mjs`, `${dir}/crosstab_wasm.d.mts`);
+  if (!dir.startsWith("validator")) files.push(`${dir}/snippets/`);
 }
 const pkg = {
   name: "crosstab-wasm",

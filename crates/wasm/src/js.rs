@@ -315,10 +315,56 @@ mod engine {
     use wasm_bindgen::prelude::*;
 
     use crosstab_contract::app::TableRequest;
-    use crosstab_contract::ApiError;
+    use crosstab_contract::{ApiError, CrosstabResponse, CrosstabResult};
 
     use super::{api_error, error, json_text, string_arg, to_js, validate_js, INVALID_ARGUMENT};
     use crate::survey::{INVALID_SURVEY, INVALID_SURVEY_SOURCE};
+
+    #[wasm_bindgen(module = "/js/answer.js")]
+    extern "C" {
+        /// The answer object of one or two targets' figures (`w1` unset for one; an unset
+        /// description is the empty one, which then crosses without a text decoding).
+        #[wasm_bindgen(js_name = crosstabAnswer)]
+        #[allow(clippy::too_many_arguments)]
+        fn crosstab_answer(
+            code: f64,
+            description: Option<&str>,
+            units: u32,
+            w0: f64,
+            r0: f64,
+            s0: u8,
+            w1: Option<f64>,
+            r1: f64,
+            s1: u8,
+        ) -> JsValue;
+    }
+
+    /// `response` as a plain JS object: built in JS from its figures when it has the
+    /// contract's one or two results, all finite (as every engine answer has); otherwise
+    /// through JSON, which writes a non-finite figure as `null` as the server would.
+    fn answer_js(response: &CrosstabResponse) -> Result<JsValue, JsValue> {
+        // Figures as JS numbers: codes and counts are far below 2^53, so exact.
+        let figures = |r: &CrosstabResult| (r.wgt_aud, r.resps as f64, r.stbl as u8);
+        let (first, second) = match response.results.as_slice() {
+            [a] if a.wgt_aud.is_finite() => (figures(a), None),
+            [a, b] if a.wgt_aud.is_finite() && b.wgt_aud.is_finite() => {
+                (figures(a), Some(figures(b)))
+            }
+            _ => return to_js(response),
+        };
+        let (w1, r1, s1) = second.map_or((None, 0.0, 0), |(w, r, s)| (Some(w), r, s));
+        Ok(crosstab_answer(
+            response.result_code as f64,
+            Some(response.result_description.as_str()).filter(|text| !text.is_empty()),
+            response.audience_report_units,
+            first.0,
+            first.1,
+            first.2,
+            w1,
+            r1,
+            s1,
+        ))
+    }
 
     /// A survey loaded in memory, answering requests with the server's engine.
     #[wasm_bindgen]
@@ -393,7 +439,7 @@ mod engine {
             let answer =
                 validate_js(&request).and_then(|valid| crate::crosstab(&self.inner, &valid));
             match answer {
-                Ok(response) => to_js(&response),
+                Ok(response) => answer_js(&response),
                 Err(api) => Err(api_error(&api)),
             }
         }
