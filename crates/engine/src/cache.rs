@@ -13,6 +13,8 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex};
 
+use crosstab_contract::Expr;
+
 use crate::bitset::Bitset;
 use crate::budget::{Evict, MemoryBudget};
 
@@ -23,17 +25,26 @@ pub(crate) enum SetKey {
     Range(usize, u32, u32),
     /// These codes of variable `index`.
     Listed(usize, Vec<u32>),
-    /// A whole composite target, by its canonical text.
-    Target(String),
+    /// A whole composite target, by [`SetKey::target`]'s bytes.
+    Target(Vec<u8>),
 }
 
 impl SetKey {
+    /// The key of composite target `expr`: bytes that differ whenever two expressions
+    /// differ (a tag per node, names and lists with their lengths, numbers by their bits).
+    /// Not its canonical text: formatting the numbers cost more than the rest of keying.
+    pub(crate) fn target(expr: &Expr) -> SetKey {
+        let mut bytes = Vec::with_capacity(64);
+        encode(expr, &mut bytes);
+        SetKey::Target(bytes)
+    }
+
     /// Bytes this key holds beyond its own size.
     fn heap_bytes(&self) -> usize {
         match self {
             SetKey::Range(..) => 0,
             SetKey::Listed(_, codes) => codes.len() * std::mem::size_of::<u32>(),
-            SetKey::Target(text) => text.len(),
+            SetKey::Target(bytes) => bytes.len(),
         }
     }
 
@@ -41,6 +52,55 @@ impl SetKey {
         let mut hasher = DefaultHasher::new();
         self.hash(&mut hasher);
         hasher.finish()
+    }
+}
+
+/// Appends `expr`'s key bytes to `out` (see [`SetKey::target`]): every part is fixed in
+/// width or preceded by its length, so no two expressions write the same bytes.
+fn encode(expr: &Expr, out: &mut Vec<u8>) {
+    fn name(text: &str, out: &mut Vec<u8>) {
+        length(text.len(), out);
+        out.extend_from_slice(text.as_bytes());
+    }
+    fn length(n: usize, out: &mut Vec<u8>) {
+        out.extend_from_slice(&(n as u64).to_le_bytes());
+    }
+    fn number(value: f64, out: &mut Vec<u8>) {
+        out.extend_from_slice(&value.to_bits().to_le_bytes());
+    }
+    match expr {
+        Expr::All => out.push(0),
+        Expr::Code(code) => {
+            out.push(1);
+            name(code, out);
+        }
+        Expr::Compare { var, op, value } => {
+            out.push(2);
+            name(var, out);
+            out.push(*op as u8);
+            number(*value, out);
+        }
+        Expr::In { var, values } => {
+            out.push(3);
+            name(var, out);
+            length(values.len(), out);
+            values.iter().for_each(|&value| number(value, out));
+        }
+        Expr::Between { var, low, high } => {
+            out.push(4);
+            name(var, out);
+            number(*low, out);
+            number(*high, out);
+        }
+        Expr::Not(inner) => {
+            out.push(5);
+            encode(inner, out);
+        }
+        Expr::And(items) | Expr::Or(items) => {
+            out.push(if matches!(expr, Expr::And(_)) { 6 } else { 7 });
+            length(items.len(), out);
+            items.iter().for_each(|item| encode(item, out));
+        }
     }
 }
 
@@ -277,6 +337,42 @@ mod tests {
 
     fn range(n: u32) -> SetKey {
         SetKey::Range(0, n, n)
+    }
+
+    #[test]
+    fn target_keys_are_equal_exactly_for_equal_expressions() {
+        let key = |text: &str| SetKey::target(&Expr::parse(text).unwrap());
+        let texts = [
+            "A AND B",
+            "B AND A",
+            "A OR B",
+            "AB AND C",
+            "A AND BC",
+            "A AND B AND C",
+            "(A AND B) AND C",
+            "NOT (A AND B)",
+            "NOT A AND B",
+            "AGE = 1 AND A",
+            "AGE = 2 AND A",
+            "AGE >= 1 AND A",
+            "AGE BETWEEN 1 AND 2 AND A",
+            "AGE BETWEEN 1 AND 3 AND A",
+            "AGE IN (1, 2) AND A",
+            "AGE IN (1, 2, 3) AND A",
+            "AGE IN (2, 1) AND A",
+            "AGEX IN (1, 2) AND A",
+            "* OR A",
+        ];
+        let keys: Vec<SetKey> = texts.iter().map(|text| key(text)).collect();
+        for (i, a) in keys.iter().enumerate() {
+            for (j, b) in keys.iter().enumerate() {
+                let same = Expr::parse(texts[i]).unwrap() == Expr::parse(texts[j]).unwrap();
+                assert_eq!(a == b, same, "{} / {}", texts[i], texts[j]);
+            }
+        }
+        // The same expression written differently has the same key.
+        assert_eq!(key("AGE = 1.0 AND (A)"), key("AGE = 1 AND A"));
+        assert_eq!(key("AGE in (1,2) and A"), key("AGE IN (1, 2) AND A"));
     }
 
     #[test]

@@ -77,7 +77,7 @@ impl Survey {
         match target {
             Expr::Not(_) | Expr::And(_) | Expr::Or(_) => {
                 let plan = plan(self, target);
-                let key = SetKey::Target(target.to_string());
+                let key = SetKey::target(target);
                 match self
                     .set_cache()
                     .get_or_admit(key, || plan.materialize(self.respondents()))
