@@ -278,7 +278,8 @@ fn describe_char(c: char) -> String {
 
 fn lex(input: &str) -> Result<Vec<Token>, ParseError> {
     let chars: Vec<char> = input.chars().collect();
-    let mut tokens = Vec::new();
+    // Room for a typical target's tokens (`AGE BETWEEN 18 AND 34 AND F2554` has 7) at once.
+    let mut tokens = Vec::with_capacity(16);
     let mut i = 0;
     while i < chars.len() {
         let c = chars[i];

@@ -279,7 +279,7 @@ fn parse_axis(axis: TableAxisKind, items: &[TableAxis]) -> Result<Vec<Expr>, Tab
             {
                 return Err(TableError::LabelTooLong { axis, index });
             }
-            let name = format!("{}[{index}].expression", axis.as_str());
+            let name = format_args!("{}[{index}].expression", axis.as_str());
             parse_target(&name, &item.expression).map_err(|Refusal { message, hint }| {
                 TableError::InvalidExpression {
                     axis,

@@ -174,8 +174,9 @@ pub(crate) fn check_identifier(field: &str, text: &str, is_group: bool) -> Resul
 }
 
 /// Parses one target expression, `name` (such as `TargetCodes[0]`) naming it in messages:
-/// not blank, at most [`MAX_TARGET_CODE_CHARS`] characters, and in the grammar.
-pub(crate) fn parse_target(name: &str, code: &str) -> Result<Expr, Refusal> {
+/// not blank, at most [`MAX_TARGET_CODE_CHARS`] characters, and in the grammar. The name
+/// is written out only for a refusal.
+pub(crate) fn parse_target(name: &dyn std::fmt::Display, code: &str) -> Result<Expr, Refusal> {
     if code.trim().is_empty() {
         return Err(Refusal {
             message: format!("{name} is empty."),
@@ -241,7 +242,7 @@ fn target_codes(object: &Map<String, Value>) -> Result<(Vec<String>, Vec<Expr>),
     }
     let mut targets = Vec::with_capacity(codes.len());
     for (index, code) in codes.iter().enumerate() {
-        let expr = parse_target(&format!("TargetCodes[{index}]"), code)
+        let expr = parse_target(&format_args!("TargetCodes[{index}]"), code)
             .map_err(|refusal| invalid_targets(refusal.message, refusal.hint))?;
         targets.push(expr);
     }
