@@ -30,12 +30,15 @@ pub(crate) enum SetKey {
 }
 
 impl SetKey {
-    /// The key of composite target `expr`: bytes that differ whenever two expressions
-    /// differ (a tag per node, names and lists with their lengths, numbers by their bits).
-    /// Not its canonical text: formatting the numbers cost more than the rest of keying.
+    /// The key of composite target `expr`: bytes that are equal exactly when the
+    /// expressions are (a tag per node, names and lists with their lengths, numbers by
+    /// their bits). Bytes rather than the canonical text, whose number formatting would
+    /// cost more than the rest of keying.
     pub(crate) fn target(expr: &Expr) -> SetKey {
         let mut bytes = Vec::with_capacity(64);
         encode(expr, &mut bytes);
+        // The budget counts the key's length: hold no more than that.
+        bytes.shrink_to_fit();
         SetKey::Target(bytes)
     }
 
@@ -66,7 +69,13 @@ fn encode(expr: &Expr, out: &mut Vec<u8>) {
         out.extend_from_slice(&(n as u64).to_le_bytes());
     }
     fn number(value: f64, out: &mut Vec<u8>) {
-        out.extend_from_slice(&value.to_bits().to_le_bytes());
+        // -0 becomes 0, which it equals (and so selects the same respondents).
+        out.extend_from_slice(&(value + 0.0).to_bits().to_le_bytes());
+    }
+    fn list(tag: u8, items: &[Expr], out: &mut Vec<u8>) {
+        out.push(tag);
+        length(items.len(), out);
+        items.iter().for_each(|item| encode(item, out));
     }
     match expr {
         Expr::All => out.push(0),
@@ -96,11 +105,8 @@ fn encode(expr: &Expr, out: &mut Vec<u8>) {
             out.push(5);
             encode(inner, out);
         }
-        Expr::And(items) | Expr::Or(items) => {
-            out.push(if matches!(expr, Expr::And(_)) { 6 } else { 7 });
-            length(items.len(), out);
-            items.iter().for_each(|item| encode(item, out));
-        }
+        Expr::And(items) => list(6, items, out),
+        Expr::Or(items) => list(7, items, out),
     }
 }
 
@@ -372,6 +378,7 @@ mod tests {
         }
         // The same expression written differently has the same key.
         assert_eq!(key("AGE = 1.0 AND (A)"), key("AGE = 1 AND A"));
+        assert_eq!(key("AGE = -0 AND A"), key("AGE = 0 AND A"));
         assert_eq!(key("AGE in (1,2) and A"), key("AGE IN (1, 2) AND A"));
     }
 
