@@ -278,8 +278,8 @@ fn describe_char(c: char) -> String {
 
 fn lex(input: &str) -> Result<Vec<Token>, ParseError> {
     let chars: Vec<char> = input.chars().collect();
-    // Room for a typical target's tokens (`AGE BETWEEN 18 AND 34 AND F2554` has 7) at once.
-    let mut tokens = Vec::with_capacity(16);
+    // Room at once for a typical target's tokens (`AGE BETWEEN 18 AND 34 AND F2554` has 7).
+    let mut tokens = Vec::with_capacity((chars.len() / 2 + 1).min(16));
     let mut i = 0;
     while i < chars.len() {
         let c = chars[i];

@@ -279,14 +279,15 @@ fn parse_axis(axis: TableAxisKind, items: &[TableAxis]) -> Result<Vec<Expr>, Tab
             {
                 return Err(TableError::LabelTooLong { axis, index });
             }
-            let name = format_args!("{}[{index}].expression", axis.as_str());
-            parse_target(&name, &item.expression).map_err(|Refusal { message, hint }| {
-                TableError::InvalidExpression {
-                    axis,
-                    index,
-                    message,
-                    hint,
-                }
+            parse_target(
+                &format_args!("{}[{index}].expression", axis.as_str()),
+                &item.expression,
+            )
+            .map_err(|Refusal { message, hint }| TableError::InvalidExpression {
+                axis,
+                index,
+                message,
+                hint,
             })
         })
         .collect()
