@@ -66,14 +66,17 @@ bindgen "$OUT/build/full.wasm" "$PKG/web" web
 bindgen "$OUT/build/validator.wasm" "$PKG/validator/node" nodejs
 bindgen "$OUT/build/validator.wasm" "$PKG/validator/web" web
 # wasm-bindgen copies the engine's JS modules (crates/wasm/js) as ES modules, which the
-# nodejs target require()s: the Node build gets them as CommonJS.
-for snippet in $(find "$PKG/node/snippets" -name '*.js'); do
-  sed -i -E 's/^export function ([A-Za-z0-9_]+)/exports.\1 = function \1/' "$snippet"
-  if grep -q '^export ' "$snippet"; then
-    echo "$snippet: an export the CommonJS conversion does not handle" >&2
+# nodejs target require()s: the Node build gets them as CommonJS. Those modules export
+# top-level functions only (`export function name(`), and import nothing.
+while IFS= read -r -d '' snippet; do
+  names="$(sed -n -E 's/^export function ([A-Za-z0-9_$]+)\(.*/\1/p' "$snippet")"
+  sed -i -E 's/^export function /function /' "$snippet"
+  if grep -Eq '^[[:space:]]*(import|export)\b' "$snippet"; then
+    echo "$snippet: an import or export the CommonJS conversion does not handle" >&2
     exit 1
   fi
-done
+  for name in $names; do echo "exports.$name = $name;" >>"$snippet"; done
+done < <(find "$PKG/node" -path '*/snippets/*' -name '*.js' -print0)
 # wasm-bindgen declares `[Symbol.dispose]()` on classes, which only type-checks with
 # `lib: esnext.disposable`; drop the declaration (the method still exists at runtime) so
 # the types check under any ES2020+ lib, without `skipLibCheck`.
@@ -137,6 +140,7 @@ say "package.json and README"
 cp "$ROOT/crates/wasm/npm/README.md" "$PKG/README.md"
 VERSION="$VERSION" node - "$PKG/package.json" <<'EOF'
 const fs = require("fs");
+const path = require("path");
 const entry = (dir) => ({
   node: {
     import: { types: `./${dir}node/crosstab_wasm.d.mts`, default: `./${dir}node/crosstab_wasm.mjs` },
@@ -151,7 +155,7 @@ for (const dir of ["node", "web", "validator/node", "validator/web"]) {
     files.push(`${dir}/${f}`);
   }
   if (dir.endsWith("node")) files.push(`${dir}/crosstab_wasm.mjs`, `${dir}/crosstab_wasm.d.mts`);
-  if (!dir.startsWith("validator")) files.push(`${dir}/snippets/`);
+  if (fs.existsSync(path.join(path.dirname(process.argv[2]), dir, "snippets"))) files.push(`${dir}/snippets/`);
 }
 const pkg = {
   name: "crosstab-wasm",

@@ -10,6 +10,8 @@ import test from "node:test";
 
 import { answer, jsonMatches, loadVectors, native, requirePackage, vectorSurveySource } from "./helpers.mjs";
 
+const pkg = requirePackage();
+
 function compare(label, requests, jsAnswers, nativeAnswers) {
   assert.equal(jsAnswers.length, nativeAnswers.length);
   const failures = [];
@@ -23,6 +25,17 @@ function compare(label, requests, jsAnswers, nativeAnswers) {
     }
     if (js.status !== 200) {
       if (!jsonMatches(nat.body, js.body)) failures.push(`${label} ${JSON.stringify(request)}: envelope differs`);
+      return;
+    }
+    // The answer is built in JS from the figures, not parsed from the server's JSON: the
+    // same members as native's (whose JSON helper sorts them), in the order of the
+    // contract's type (as the package's parseResponse writes it back).
+    const members = (o, order = (keys) => keys) =>
+      JSON.stringify([order(Object.keys(o)), ...(o.Results ?? []).map((r) => order(Object.keys(r)))]);
+    const sorted = (keys) => [...keys].sort();
+    const typed = pkg.parseResponse(200, js.body).response;
+    if (members(js.body, sorted) !== members(nat.body, sorted) || !typed || members(js.body) !== members(typed)) {
+      failures.push(`${label} ${JSON.stringify(request)}: members ${members(js.body)} vs ${typed ? members(typed) : "unparsed"}`);
       return;
     }
     for (const key of ["ResultCode", "ResultDescription", "AudienceReportUnits"]) {
