@@ -44,33 +44,9 @@ fs.writeFileSync(file, JSON.stringify({ warmup, requests }));
 const bytes = fs.readFileSync(compiled);
 const median = (values) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)];
 
-// The list once on a fresh survey (its caches cold), timed: the median µs per request.
+// The list once on a fresh survey, whose caches have seen none of it (after the warm-up
+// requests, untimed): the median µs per request, and the answers.
 function pass() {
-  const survey = pkg.Survey.fromCompiled(bytes);
-  const times = [];
-  for (const r of [...warmup, ...requests]) {
-    const start = process.hrtime.bigint();
-    survey.crosstab(r);
-    times.push(Number(process.hrtime.bigint() - start) / 1000);
-  }
-  survey.free();
-  return median(times);
-}
-
-// V8 runs new WebAssembly on its baseline compiler and moves each function to its
-// optimizing tier only once it has run hot for a while: here, after three or four
-// hundred requests. The figure is the engine's once V8 has settled (as in a page that
-// has answered a few hundred requests; the native engine is compiled ahead of time), so
-// eight passes over the list (about 800 requests) run first.
-const jitPasses = Array.from({ length: 8 }, pass);
-
-// One round of each side: Node on a fresh survey, then native in a fresh process.
-function nodeRound() {
-  // The whole list once on a survey of its own, so V8 has compiled the hot WebAssembly
-  // with its optimizing tier; then a fresh survey, whose caches have seen none of it.
-  const rehearsal = pkg.Survey.fromCompiled(bytes);
-  for (const r of [...warmup, ...requests]) rehearsal.crosstab(r);
-  rehearsal.free();
   const survey = pkg.Survey.fromCompiled(bytes);
   for (const r of warmup) survey.crosstab(r);
   const times = [];
@@ -84,6 +60,15 @@ function nodeRound() {
   survey.free();
   return { us: median(times), responses };
 }
+
+// V8 runs new WebAssembly on its baseline compiler and moves each function to its
+// optimizing tier only once it has run hot for a while: here, after three or four
+// hundred requests. The figure is the engine's once V8 has settled (as in a page that
+// has answered a few hundred requests; the native engine is compiled ahead of time), so
+// eight passes over the list (about 800 requests) run first.
+const jitPasses = Array.from({ length: 8 }, () => pass().us);
+
+// One round of each side: Node (a pass), then native in a fresh process.
 function nativeRound() {
   const cargo = execFileSync(
     "cargo",
@@ -99,7 +84,7 @@ const rounds = Number(process.env.ROUNDS ?? 5);
 const perRound = [];
 let same = true;
 for (let round = 0; round < rounds; round++) {
-  const node = nodeRound();
+  const node = pass();
   const nat = nativeRound();
   same &&= node.responses.every((r, i) => jsonMatches(nat.responses[i], r));
   perRound.push({ node: node.us, native: nat.validateAndEngineUs, engine: nat.engineUs });
