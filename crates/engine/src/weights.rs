@@ -9,7 +9,7 @@
 //! final division by `10^decimals`, so the sum is the true sum of the decimals rounded
 //! once to f64. Weights that are not such decimals are summed as f64 ([`Summer`]).
 
-use crate::bitset::{Summer, Tally};
+use crate::bitset::{ones, Summer, Tally};
 use crate::eval::BLOCK_WORDS;
 
 /// Most decimals tried; weights with more are summed as f64.
@@ -448,7 +448,6 @@ fn plane_sums_pair_simd128(first: &[u64], second: &[u64], planes: &[u64]) -> [(u
         u16x8_add, u16x8_extadd_pairwise_u8x16, u16x8_splat, u8x16_add, u8x16_popcnt, u8x16_splat,
         v128, v128_and,
     };
-    let count = |words: &[u64]| -> u64 { words.iter().map(|w| u64::from(w.count_ones())).sum() };
     let len = first.len().min(second.len()).min(BLOCK_WORDS);
     let (first, second) = (&first[..len], &second[..len]);
     let load = |four: &[u64], at: usize| -> v128 { load_pair(&four[at..]) };
@@ -489,7 +488,7 @@ fn plane_sums_pair_simd128(first: &[u64], second: &[u64], planes: &[u64]) -> [(u
         s0 += (lane_total(w0) + o0) << bit;
         s1 += (lane_total(w1) + o1) << bit;
     }
-    [(count(first), s0), (count(second), s1)]
+    [(ones(first), s0), (ones(second), s1)]
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -510,7 +509,6 @@ fn plane_sums_pair_avx2(first: &[u64], second: &[u64], planes: &[u64]) -> [(u64,
 )]
 #[inline(always)]
 fn plane_sums_pair_portable(first: &[u64], second: &[u64], planes: &[u64]) -> [(u64, u64); 2] {
-    let count = |words: &[u64]| -> u64 { words.iter().map(|w| u64::from(w.count_ones())).sum() };
     let (mut s0, mut s1) = (0u64, 0u64);
     for (bit, plane) in planes.chunks_exact(BLOCK_WORDS).enumerate() {
         let (mut o0, mut o1) = (0u64, 0u64);
@@ -521,7 +519,7 @@ fn plane_sums_pair_portable(first: &[u64], second: &[u64], planes: &[u64]) -> [(
         s0 += o0 << bit;
         s1 += o1 << bit;
     }
-    [(count(first), s0), (count(second), s1)]
+    [(ones(first), s0), (ones(second), s1)]
 }
 
 /// Count and scaled weight sum of `members` over one block's planes.
@@ -555,7 +553,7 @@ fn plane_sums_simd128(members: &[u64], planes: &[u64]) -> (u64, u64) {
         u16x8_add, u16x8_extadd_pairwise_u8x16, u16x8_splat, u8x16_add, u8x16_popcnt, u8x16_splat,
         v128_and,
     };
-    let count: u64 = members.iter().map(|w| u64::from(w.count_ones())).sum();
+    let count = ones(members);
     if count == 0 {
         return (0, 0);
     }
@@ -602,7 +600,7 @@ fn plane_sums_avx512(members: &[u64], planes: &[u64]) -> (u64, u64) {
 )]
 #[inline(always)]
 fn plane_sums_portable(members: &[u64], planes: &[u64]) -> (u64, u64) {
-    let count: u64 = members.iter().map(|w| u64::from(w.count_ones())).sum();
+    let count = ones(members);
     if count == 0 {
         return (0, 0);
     }
