@@ -12,8 +12,8 @@ use std::sync::Arc;
 use axum::body::{Body, Bytes};
 use axum::extract::{Path as UrlPath, Query, Request, State};
 use axum::http::header::{
-    ACCESS_CONTROL_ALLOW_CREDENTIALS, ACCESS_CONTROL_ALLOW_ORIGIN, CONTENT_TYPE, HOST, ORIGIN,
-    RETRY_AFTER, SET_COOKIE, VARY,
+    ACCESS_CONTROL_ALLOW_CREDENTIALS, ACCESS_CONTROL_ALLOW_ORIGIN, CACHE_CONTROL, CONTENT_TYPE,
+    HOST, ORIGIN, RETRY_AFTER, SET_COOKIE, VARY,
 };
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
@@ -26,6 +26,7 @@ use crosstab_contract::app::{
 use crosstab_contract::{ErrorDetail, ErrorEnvelope};
 use serde::de::DeserializeOwned;
 use tower_http::services::{ServeDir, ServeFile};
+use tower_http::set_header::SetResponseHeader;
 
 use super::error::fault;
 use super::extract::{session_token, set_cookie, ClientAddress, SessionUser};
@@ -141,7 +142,14 @@ pub fn routes(state: Arc<HttpState>, app_dir: Option<&Path>) -> Router<Arc<HttpS
     match app_dir {
         Some(dir) => {
             let files = ServeDir::new(dir).fallback(ServeFile::new(dir.join("index.html")));
-            router.fallback_service(files)
+            // Trunk names the worker's files without a hash: every file is checked again
+            // before use (a 304 when unchanged), so a deploy never pairs a new page with
+            // an old worker.
+            router.fallback_service(SetResponseHeader::overriding(
+                files,
+                CACHE_CONTROL,
+                HeaderValue::from_static("no-cache"),
+            ))
         }
         None => router,
     }

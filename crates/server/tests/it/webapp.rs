@@ -794,6 +794,43 @@ async fn api_paths_never_fall_back_to_the_app_page() {
     assert_eq!(status("GET", "/v1/docs").await.0, StatusCode::OK);
 }
 
+/// The app's files (the worker's are named without a hash) are checked again before each
+/// use, so a deploy never pairs a new page with an old worker; unchanged, they answer 304.
+#[tokio::test]
+async fn the_apps_files_are_revalidated_before_use() {
+    let fx = Fixture::new().await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("index.html"), "<!doctype html>").unwrap();
+    std::fs::write(dir.path().join("crosstab-web-worker.js"), "// worker").unwrap();
+    let router = fx.router_with(None, Some(dir.path()));
+    let get = |path: &str, since: Option<String>| {
+        let mut request = Request::get(path);
+        if let Some(since) = since {
+            request = request.header("if-modified-since", since);
+        }
+        let request = request.body(Body::empty()).unwrap();
+        let router = router.clone();
+        async move { router.oneshot(request).await.unwrap() }
+    };
+    for path in ["/", "/crosstab-web-worker.js", "/some/screen"] {
+        let response = get(path, None).await;
+        assert_eq!(response.status(), StatusCode::OK, "{path}");
+        assert_eq!(response.headers()["cache-control"], "no-cache", "{path}");
+    }
+    let first = get("/crosstab-web-worker.js", None).await;
+    let modified = first.headers()["last-modified"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let again = get("/crosstab-web-worker.js", Some(modified)).await;
+    assert_eq!(again.status(), StatusCode::NOT_MODIFIED);
+    assert!(get("/v1/docs", None)
+        .await
+        .headers()
+        .get("cache-control")
+        .is_none());
+}
+
 /// The app creates keys up to a limit of usable ones per account (a revoked one frees a
 /// place); past it, 409 `too_many_keys`, and nothing is created.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
