@@ -283,6 +283,8 @@ test('a private file: opened with the guided form, computed in the page, never s
   // Signed out, and offline once the page is loaded: nothing needs the server.
   await page.locator('#open-local').click();
   await page.getByRole('heading', { name: 'Build a table' }).waitFor();
+  // The in-page engine (the app's worker, loaded on first use) is in; then offline.
+  await page.locator('#local-engine', { hasText: 'ready' }).waitFor();
   await context.setOffline(true);
   assert.match(await page.locator('#local-private').textContent(), /never uploaded, and nothing is billed/);
   await page.locator('#local-data').setInputFiles(csvPath);

@@ -2,7 +2,7 @@
 //! the legend; its chart as SVG (and PNG, drawn from the SVG on a canvas). One line per
 //! row and figure, one column per banner column, as survey tools lay tables out.
 
-use rust_xlsxwriter::{Format, Workbook, XlsxError};
+use crosstab_web_worker::{Cell, Sheet, SheetLine};
 use wasm_bindgen::{JsCast, JsValue};
 
 use crate::figures::{self, Figure, Figures};
@@ -32,47 +32,33 @@ impl Caption {
     }
 }
 
-/// One value of a file's line.
-#[derive(Debug, Clone, PartialEq)]
-enum Value {
-    Number(f64),
-    Text(String),
-    Empty,
-}
-
-/// A line of the body: the row's label (on its first line only), what the line shows,
-/// and a value per column.
-struct BodyLine {
-    row: String,
-    what: String,
-    values: Vec<Value>,
-}
-
-fn body(grid: &Grid, figures: &Figures) -> Vec<BodyLine> {
+/// The body: a line per row and figure, a value per column; `decimals` are the screen's.
+fn body(grid: &Grid, figures: &Figures) -> Vec<SheetLine> {
     let mut out = Vec::new();
     for line in &grid.lines {
         let mut first = true;
-        let mut push = |what: String, values: Vec<Value>| {
-            out.push(BodyLine {
+        let mut push = |what: String, values: Vec<Cell>| {
+            let decimals = Figure::ALL
+                .iter()
+                .find(|f| what == f.name(grid.units))
+                .map_or(0, |f| f.decimals(grid.units));
+            out.push(SheetLine {
                 row: if first {
                     line.head.label.clone()
                 } else {
                     String::new()
                 },
                 what,
+                decimals,
                 values,
             });
             first = false;
         };
         for figure in &figures.shown {
-            let number = |v: Option<f64>| v.map_or(Value::Empty, Value::Number);
+            let number = |v: Option<f64>| v.map_or(Cell::Empty, Cell::Number);
             if *figure == Figure::Interval {
-                let low = line.cells.iter().map(|c| Value::Number(c.ci_low)).collect();
-                let high = line
-                    .cells
-                    .iter()
-                    .map(|c| Value::Number(c.ci_high))
-                    .collect();
+                let low = line.cells.iter().map(|c| Cell::Number(c.ci_low)).collect();
+                let high = line.cells.iter().map(|c| Cell::Number(c.ci_high)).collect();
                 push("95% interval, low".to_owned(), low);
                 push("95% interval, high".to_owned(), high);
             } else {
@@ -81,12 +67,12 @@ fn body(grid: &Grid, figures: &Figures) -> Vec<BodyLine> {
             }
         }
         if figures.stability || figures.significance {
-            let marks: Vec<Value> = line
+            let marks: Vec<Cell> = line
                 .cells
                 .iter()
                 .map(|c| match figures::marks(c, figures) {
-                    m if m.is_empty() => Value::Empty,
-                    m => Value::Text(m),
+                    m if m.is_empty() => Cell::Empty,
+                    m => Cell::Text(m),
                 })
                 .collect();
             push("Markers".to_owned(), marks);
@@ -138,9 +124,9 @@ pub fn to_csv(grid: &Grid, figures: &Figures, caption: &Caption) -> String {
     out.push_str(&csv_line(head_row(grid)));
     for line in body(grid, figures) {
         let values = line.values.into_iter().map(|v| match v {
-            Value::Number(n) => n.to_string(),
-            Value::Text(t) => t,
-            Value::Empty => String::new(),
+            Cell::Number(n) => n.to_string(),
+            Cell::Text(t) => t,
+            Cell::Empty => String::new(),
         });
         out.push_str(&csv_line([line.row, line.what].into_iter().chain(values)));
     }
@@ -151,67 +137,19 @@ pub fn to_csv(grid: &Grid, figures: &Figures, caption: &Caption) -> String {
     out
 }
 
-/// The table as an XLSX workbook: the same lines as the CSV, numbers as numbers (shown
-/// with the screen's decimals, stored with every digit).
-pub fn to_xlsx(grid: &Grid, figures: &Figures, caption: &Caption) -> Result<Vec<u8>, XlsxError> {
-    let mut workbook = Workbook::new();
-    let sheet = workbook.add_worksheet();
-    sheet.set_name("Table")?;
-    let bold = Format::new().set_bold();
-    let mut row: u32 = 0;
-    for (name, value) in caption.lines() {
-        sheet.write_string_with_format(row, 0, name, &bold)?;
-        sheet.write_string(row, 1, value)?;
-        row += 1;
-    }
-    row += 1;
-    for (col, text) in head_row(grid).iter().enumerate() {
-        sheet.write_string_with_format(row, column(col)?, text, &bold)?;
-    }
-    sheet.set_freeze_panes(row + 1, 2)?;
-    row += 1;
-    let decimals = |places: u8| {
-        let pattern = match places {
-            0 => "#,##0".to_owned(),
-            n => format!("#,##0.{}", "0".repeat(usize::from(n))),
-        };
-        Format::new().set_num_format(pattern)
-    };
-    for line in body(grid, figures) {
-        let places = Figure::ALL
+/// The table as the lines of a spreadsheet (the worker writes them as XLSX): the same
+/// lines as the CSV, numbers as numbers.
+pub fn sheet(grid: &Grid, figures: &Figures, caption: &Caption) -> Sheet {
+    Sheet {
+        caption: caption
+            .lines()
             .iter()
-            .find(|f| line.what == f.name(grid.units))
-            .map_or(0, |f| f.decimals(grid.units));
-        let format = decimals(places);
-        sheet.write_string_with_format(row, 0, &line.row, &bold)?;
-        sheet.write_string(row, 1, &line.what)?;
-        for (index, value) in line.values.iter().enumerate() {
-            let col = column(index + 2)?;
-            match value {
-                Value::Number(n) => {
-                    sheet.write_number_with_format(row, col, *n, &format)?;
-                }
-                Value::Text(t) => {
-                    sheet.write_string(row, col, t)?;
-                }
-                Value::Empty => {}
-            }
-        }
-        row += 1;
+            .map(|(name, value)| ((*name).to_owned(), (*value).to_owned()))
+            .collect(),
+        head: head_row(grid),
+        lines: body(grid, figures),
+        legend: figures::legend(figures, grid.threshold),
     }
-    row += 1;
-    sheet.write_string_with_format(row, 0, "Legend", &bold)?;
-    for legend in figures::legend(figures, grid.threshold) {
-        row += 1;
-        sheet.write_string(row, 0, &legend)?;
-    }
-    sheet.set_column_width(0, 36)?;
-    sheet.set_column_width(1, 24)?;
-    workbook.save_to_buffer()
-}
-
-fn column(index: usize) -> Result<u16, XlsxError> {
-    u16::try_from(index).map_err(|_| XlsxError::ParameterError("too many columns".to_owned()))
 }
 
 /// The figure a chart shows: the first shown of those that compare across rows, else
@@ -439,9 +377,31 @@ mod tests {
     }
 
     #[test]
-    fn xlsx_is_a_zip_workbook() {
+    fn the_sheet_has_the_csv_lines_and_the_worker_makes_it_a_zip_workbook() {
         let grid = Grid::of(&table(), Arrangement::default());
-        let bytes = to_xlsx(&grid, &Figures::all(), &caption()).unwrap();
+        let sheet = sheet(&grid, &Figures::all(), &caption());
+        let csv = to_csv(&grid, &Figures::all(), &caption());
+        assert_eq!(sheet.caption.len(), 4);
+        assert_eq!(sheet.head, head_row(&grid));
+        // The CSV has the caption, a blank line, the head, then a line per sheet line.
+        assert_eq!(
+            csv.lines().count(),
+            4 + 1 + 1 + sheet.lines.len() + 1 + sheet.legend.len()
+        );
+        let weighted = sheet
+            .lines
+            .iter()
+            .find(|l| l.what == Figure::Weighted.name(grid.units))
+            .unwrap();
+        assert_eq!(weighted.decimals, Figure::Weighted.decimals(grid.units));
+        let (reply, payload) = crosstab_web_worker::answer(
+            crosstab_web_worker::Call::Xlsx(sheet),
+            crosstab_web_worker::Payload::None,
+        );
+        assert_eq!(reply, Ok(crosstab_web_worker::Reply::Xlsx));
+        let crosstab_web_worker::Payload::Bytes(bytes) = payload else {
+            panic!("no workbook");
+        };
         assert_eq!(&bytes[..2], b"PK");
         assert!(bytes.len() > 1000);
     }

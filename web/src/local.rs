@@ -1,86 +1,233 @@
-//! Private local data: a survey file opened in the page and answered by the engine
-//! compiled into the app. Nothing of the file leaves the browser: it is read with the
-//! File API, compiled and queried here, and no request carries it.
+//! Private local data: a survey file opened in the page and answered by the engine in
+//! the app's worker (`web/worker`, started on first use). Nothing of the file leaves the
+//! browser: it is read with the File API and handed to the worker, this page's own
+//! thread, which compiles and queries it; no request carries it.
 
 use std::cell::RefCell;
+use std::collections::HashMap;
 use std::rc::Rc;
 
-use crosstab_contract::app::{Codebook, Table, TableRequest};
-use crosstab_contract::ApiError;
-use crosstab_engine::Survey;
-use serde::Serialize;
-use wasm_bindgen::JsCast;
+use crosstab_contract::app::{Table, TableRequest};
+use crosstab_web_worker::{Answer, Call, Payload, Reply, Sheet};
+pub use crosstab_web_worker::{BaseDraft, GuidedDefinition, Opened};
+use futures_channel::oneshot;
+use wasm_bindgen::closure::Closure;
+use wasm_bindgen::{JsCast, JsValue};
 use wasm_bindgen_futures::JsFuture;
 
+/// The worker's script (Trunk's loader for `web/worker`, next to `index.html`).
+const WORKER_SCRIPT: &str = "./crosstab-web-worker_loader.js";
+
 thread_local! {
-    /// The survey opened from a file, if any (one at a time), and what the screen shows
-    /// of it: kept while the researcher moves between screens.
-    static OPENED: RefCell<Option<(Rc<Survey>, Opened)>> = const { RefCell::new(None) };
+    /// What the screen shows of the survey opened in the worker, if any: kept while the
+    /// researcher moves between screens.
+    static OPENED: RefCell<Option<Opened>> = const { RefCell::new(None) };
+    /// The worker, once started.
+    static WORKER: RefCell<Option<Rc<Worker>>> = const { RefCell::new(None) };
 }
 
-/// What the screen shows of the opened survey.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Opened {
-    /// Its codebook (labels, bases, groups).
-    pub codebook: Codebook,
-    /// Where it came from: the file names, for the screen only.
-    pub from: String,
+/// Calls waiting for the worker's answer, by id.
+type Waiting = Rc<RefCell<HashMap<u32, oneshot::Sender<Result<(String, JsValue), String>>>>>;
+
+/// Calls posted before the worker said it is ready (`None` once it has), which it would
+/// otherwise miss.
+type Unsent = Rc<RefCell<Option<Vec<js_sys::Object>>>>;
+
+/// The worker and the calls it has not answered yet.
+struct Worker {
+    worker: web_sys::Worker,
+    waiting: Waiting,
+    unsent: Unsent,
+    next: std::cell::Cell<u32>,
+    _on_message: Closure<dyn FnMut(web_sys::MessageEvent)>,
+    _on_error: Closure<dyn FnMut(web_sys::ErrorEvent)>,
 }
 
-/// Makes `survey` the opened one; returns what the screen shows of it.
-fn open(survey: Survey, from: String) -> Opened {
-    let opened = Opened {
-        codebook: survey.codebook(),
-        from,
-    };
-    OPENED.with(|slot| *slot.borrow_mut() = Some((Rc::new(survey), opened.clone())));
-    opened
+impl Worker {
+    /// The worker, started on first use.
+    fn get() -> Result<Rc<Worker>, String> {
+        if let Some(worker) = WORKER.with(|slot| slot.borrow().clone()) {
+            return Ok(worker);
+        }
+        let worker = Rc::new(Worker::start()?);
+        WORKER.with(|slot| *slot.borrow_mut() = Some(Rc::clone(&worker)));
+        Ok(worker)
+    }
+
+    fn start() -> Result<Worker, String> {
+        let worker = web_sys::Worker::new(WORKER_SCRIPT)
+            .map_err(|_| "The page's worker could not be started.".to_owned())?;
+        let waiting: Waiting = Rc::default();
+        let unsent: Unsent = Rc::new(RefCell::new(Some(Vec::new())));
+        let answered = Rc::clone(&waiting);
+        let held = Rc::clone(&unsent);
+        let ready_worker = worker.clone();
+        let on_message = Closure::<dyn FnMut(web_sys::MessageEvent)>::new(
+            move |event: web_sys::MessageEvent| {
+                let message = event.data();
+                let field = |name: &str| {
+                    js_sys::Reflect::get(&message, &JsValue::from_str(name))
+                        .unwrap_or(JsValue::UNDEFINED)
+                };
+                if field("ready").is_truthy() {
+                    for message in held.borrow_mut().take().unwrap_or_default() {
+                        if let Err(error) = ready_worker.post_message(&message) {
+                            web_sys::console::error_1(&error);
+                        }
+                    }
+                    return;
+                }
+                let Some(id) = field("id")
+                    .as_f64()
+                    .and_then(|id| u32::try_from(id as i64).ok())
+                else {
+                    return;
+                };
+                let answer = field("answer").as_string().unwrap_or_default();
+                if let Some(sender) = answered.borrow_mut().remove(&id) {
+                    let _ = sender.send(Ok((answer, field("data"))));
+                }
+            },
+        );
+        // A worker that fails (its script not found, a panic) answers nothing more: every
+        // waiting call is told so, and the next call starts a new worker.
+        let failed = Rc::clone(&waiting);
+        let on_error =
+            Closure::<dyn FnMut(web_sys::ErrorEvent)>::new(move |event: web_sys::ErrorEvent| {
+                let reason = format!("The page's worker stopped: {}", event.message());
+                WORKER.with(|slot| *slot.borrow_mut() = None);
+                for (_, sender) in failed.borrow_mut().drain() {
+                    let _ = sender.send(Err(reason.clone()));
+                }
+            });
+        worker.set_onmessage(Some(on_message.as_ref().unchecked_ref()));
+        worker.set_onerror(Some(on_error.as_ref().unchecked_ref()));
+        Ok(Worker {
+            worker,
+            waiting,
+            unsent,
+            next: std::cell::Cell::new(0),
+            _on_message: on_message,
+            _on_error: on_error,
+        })
+    }
+
+    /// Posts `call` with `payload` beside it; the worker's answer and its payload.
+    async fn call(&self, call: &Call, payload: Payload) -> Result<(Reply, JsValue), String> {
+        let id = self.next.get();
+        self.next.set(id.wrapping_add(1));
+        let message = js_sys::Object::new();
+        let set = |name: &str, value: &JsValue| {
+            let _ = js_sys::Reflect::set(&message, &JsValue::from_str(name), value);
+        };
+        set("id", &JsValue::from(id));
+        let call = serde_json::to_string(call).map_err(|error| error.to_string())?;
+        set("call", &JsValue::from_str(&call));
+        match payload {
+            Payload::None => {}
+            Payload::Text(text) => set("data", &JsValue::from_str(&text)),
+            Payload::Bytes(bytes) => {
+                set("data", &js_sys::Uint8Array::from(bytes.as_slice()).into())
+            }
+        }
+        let (sender, answer) = oneshot::channel();
+        self.waiting.borrow_mut().insert(id, sender);
+        if let Some(unsent) = self.unsent.borrow_mut().as_mut() {
+            unsent.push(message);
+        } else if self.worker.post_message(&message).is_err() {
+            self.waiting.borrow_mut().remove(&id);
+            return Err("The page's worker could not be given the call.".into());
+        }
+        let (answer, data) = answer
+            .await
+            .map_err(|_| "The page's worker stopped.".to_owned())??;
+        let answer: Answer = serde_json::from_str(&answer).map_err(|error| {
+            format!("The page's worker answered what the page cannot read: {error}")
+        })?;
+        Ok((answer?, data))
+    }
+}
+
+/// Posts `call` to the worker (started first if need be).
+async fn call(call: Call, payload: Payload) -> Result<(Reply, JsValue), String> {
+    Worker::get()?.call(&call, payload).await
+}
+
+/// Starts the worker (its module is loaded on first use); returns once it runs, after
+/// which opening and computing need no network.
+pub async fn start() -> Result<(), String> {
+    match call(Call::Start, Payload::None).await? {
+        (Reply::Started, _) => Ok(()),
+        (other, _) => Err(format!("The page's worker answered {other:?} to a start.")),
+    }
+}
+
+/// Makes the worker's answer to an open call the opened survey.
+fn opened_by(answer: Result<(Reply, JsValue), String>) -> Result<Opened, String> {
+    match answer? {
+        (Reply::Opened(opened), _) => {
+            OPENED.with(|slot| *slot.borrow_mut() = Some(opened.clone()));
+            Ok(opened)
+        }
+        (other, _) => Err(format!("The page's worker answered {other:?} to an open.")),
+    }
 }
 
 /// What the screen shows of the opened survey, if any.
 pub fn opened() -> Option<Opened> {
-    OPENED.with(|slot| slot.borrow().as_ref().map(|(_, opened)| opened.clone()))
+    OPENED.with(|slot| slot.borrow().clone())
 }
 
-/// Closes the opened survey (its data is dropped from memory).
+/// Closes the opened survey (the worker drops its data).
 pub fn close() {
     OPENED.with(|slot| *slot.borrow_mut() = None);
-}
-
-/// The opened survey, if any.
-pub fn survey() -> Option<Rc<Survey>> {
-    OPENED.with(|slot| slot.borrow().as_ref().map(|(survey, _)| Rc::clone(survey)))
+    if WORKER.with(|slot| slot.borrow().is_some()) {
+        leptos::task::spawn_local(async {
+            if let Err(message) = call(Call::Close, Payload::None).await {
+                web_sys::console::error_1(&JsValue::from_str(&message));
+            }
+        });
+    }
 }
 
 /// Compiles a TOML definition and its CSV, as `crosstab survey import` would.
-pub fn open_csv(definition: &str, csv: &str, from: String) -> Result<Opened, String> {
-    let survey =
-        crosstab_engine::survey_from_csv(definition, csv).map_err(|error| error.to_string())?;
-    Ok(open(survey, from))
+pub async fn open_csv(definition: String, csv: String, from: String) -> Result<Opened, String> {
+    opened_by(call(Call::OpenCsv { definition, from }, Payload::Text(csv)).await)
+}
+
+/// Compiles the definition the guided form stands for and its CSV.
+pub async fn open_guided(
+    definition: GuidedDefinition,
+    csv: String,
+    from: String,
+) -> Result<Opened, String> {
+    opened_by(call(Call::OpenGuided { definition, from }, Payload::Text(csv)).await)
 }
 
 /// Loads a compiled survey (the file `crosstab survey import` installs).
-pub fn open_compiled(bytes: &[u8], from: String) -> Result<Opened, String> {
-    let survey = Survey::from_bytes(bytes).map_err(|error| error.to_string())?;
-    Ok(open(survey, from))
+pub async fn open_compiled(bytes: Vec<u8>, from: String) -> Result<Opened, String> {
+    opened_by(call(Call::OpenCompiled { from }, Payload::Bytes(bytes)).await)
 }
 
 /// Computes a table from the opened survey, as the server would for a whole-survey grant
 /// (but nothing is billed: `billedCalls` is 0).
-pub fn table(request: &TableRequest) -> Result<Table, ApiError> {
-    let valid = request.clone().validate().map_err(ApiError::from)?;
-    let survey = survey()
-        .filter(|s| s.code() == valid.request.survey)
-        .ok_or(ApiError::ForbiddenSurvey)?;
-    if valid.group_filter().is_some_and(|g| !survey.has_group(g)) {
-        return Err(ApiError::ForbiddenSurvey);
+pub async fn table(request: TableRequest) -> Result<Table, String> {
+    match call(Call::Table(request), Payload::None).await? {
+        (Reply::Table(table), _) => Ok(*table),
+        (other, _) => Err(format!("The page's worker answered {other:?} to a table.")),
     }
-    if !survey.has_base(&valid.request.population_base) {
-        return Err(ApiError::InvalidPopulationBase {
-            base: valid.request.population_base.clone(),
-        });
+}
+
+/// A sheet as an XLSX workbook, written by the worker.
+pub async fn xlsx(sheet: Sheet) -> Result<Vec<u8>, String> {
+    match call(Call::Xlsx(sheet), Payload::None).await? {
+        (Reply::Xlsx, data) if data.is_instance_of::<js_sys::Uint8Array>() => {
+            Ok(js_sys::Uint8Array::from(data).to_vec())
+        }
+        (other, _) => Err(format!(
+            "The page's worker answered {other:?} to a workbook."
+        )),
     }
-    survey.table(&valid).map_err(ApiError::from)
 }
 
 /// The column names of a CSV's header row.
@@ -96,66 +243,6 @@ pub fn csv_columns(csv: &str) -> Result<Vec<String>, String> {
         return Err("A survey file needs at least an id column and a weight column.".into());
     }
     Ok(columns)
-}
-
-/// One population base of the guided form.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct BaseDraft {
-    /// `PopulationBaseCode`.
-    pub code: String,
-    /// Display label.
-    pub label: String,
-    /// Its expression (`*` for everyone).
-    pub expr: String,
-}
-
-/// The guided form's answers: what a definition needs when the file came alone.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GuidedDefinition {
-    /// The `SurveyCode`.
-    pub code: String,
-    /// Display name.
-    pub name: String,
-    /// The id column.
-    pub id_column: String,
-    /// The weight column.
-    pub weight_column: String,
-    /// The group column, if any.
-    pub group_column: Option<String>,
-    /// At least one base.
-    pub bases: Vec<BaseDraft>,
-}
-
-/// The definition file the guided form stands for.
-#[derive(Serialize)]
-struct DefinitionFile<'a> {
-    code: &'a str,
-    name: &'a str,
-    respondents: &'a str,
-    id_column: &'a str,
-    weight_column: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    group_column: Option<&'a str>,
-    population_bases: &'a [BaseDraft],
-}
-
-impl GuidedDefinition {
-    /// The TOML definition (the engine checks it, as import does).
-    pub fn to_toml(&self) -> Result<String, String> {
-        if self.bases.is_empty() {
-            return Err("Give at least one population base.".into());
-        }
-        let file = DefinitionFile {
-            code: self.code.trim(),
-            name: self.name.trim(),
-            respondents: "respondents.csv",
-            id_column: &self.id_column,
-            weight_column: &self.weight_column,
-            group_column: self.group_column.as_deref().filter(|g| !g.is_empty()),
-            population_bases: &self.bases,
-        };
-        toml::to_string(&file).map_err(|error| error.to_string())
-    }
 }
 
 /// The text of a file the user picked.
@@ -191,102 +278,11 @@ pub fn chosen_file(event: &web_sys::Event) -> Option<web_sys::File> {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crosstab_contract::app::TableAxis;
 
     const CSV: &str = "RESPID,WEIGHT,REGION,GENDER\n1,1.5,1,1\n2,2.5,2,2\n3,1,2,2\n";
 
-    fn guided() -> GuidedDefinition {
-        GuidedDefinition {
-            code: "PRIV".into(),
-            name: "Private \"panel\"".into(),
-            id_column: "RESPID".into(),
-            weight_column: "WEIGHT".into(),
-            group_column: Some("REGION".into()),
-            bases: vec![
-                BaseDraft {
-                    code: "ALL".into(),
-                    label: "Everyone".into(),
-                    expr: "*".into(),
-                },
-                BaseDraft {
-                    code: "WOMEN".into(),
-                    label: "Women".into(),
-                    expr: "GENDER = 2".into(),
-                },
-            ],
-        }
-    }
-
     #[test]
-    fn the_guided_form_writes_a_definition_the_engine_imports() {
-        let toml = guided().to_toml().unwrap();
-        let opened = open_csv(&toml, CSV, "test".into()).unwrap();
-        assert_eq!(opened.codebook.code, "PRIV");
-        assert_eq!(opened.codebook.name, "Private \"panel\"");
-        assert_eq!(opened.codebook.respondents, 3);
-        let bases: Vec<(&str, u64, f64)> = opened
-            .codebook
-            .bases
-            .iter()
-            .map(|b| (b.code.as_str(), b.respondents, b.weighted))
-            .collect();
-        assert_eq!(bases, [("ALL", 3, 5.0), ("WOMEN", 2, 3.5)]);
-        let groups: Vec<&str> = opened
-            .codebook
-            .groups
-            .iter()
-            .map(|g| g.value.as_str())
-            .collect();
-        assert_eq!(groups, ["1", "2"]);
-        // A table's cells are the crosstabs of (row) AND (column), unbilled.
-        let axis = |expression: &str| TableAxis {
-            expression: expression.into(),
-            label: None,
-        };
-        let request = TableRequest {
-            survey: "PRIV".into(),
-            population_base: "ALL".into(),
-            group: None,
-            rows: vec![axis("GENDER = 2"), axis("GENDER = 1")],
-            columns: vec![axis("REGION = 2")],
-        };
-        let answer = table(&request).unwrap();
-        assert_eq!(answer.billed_calls, 0);
-        assert_eq!(
-            (answer.cells[0][0].resps, answer.cells[0][0].weight),
-            (2, 3.5)
-        );
-        assert_eq!(
-            (answer.cells[1][0].resps, answer.cells[1][0].weight),
-            (0, 0.0)
-        );
-        assert_eq!(answer.row_totals[1].weight, 1.5);
-        // Within a group: respondent 1 (a man, group 1) is left out.
-        let in_group = table(&TableRequest {
-            group: Some("2".into()),
-            ..request.clone()
-        })
-        .unwrap();
-        assert_eq!(in_group.row_totals[1].resps, 0);
-        assert_eq!(in_group.total.weight, 3.5);
-        let elsewhere = TableRequest {
-            survey: "DEMO".into(),
-            ..request
-        };
-        assert_eq!(table(&elsewhere).unwrap_err(), ApiError::ForbiddenSurvey);
-        close();
-        assert!(survey().is_none());
-    }
-
-    #[test]
-    fn a_form_without_bases_or_a_bad_file_says_why() {
-        let mut form = guided();
-        form.bases.clear();
-        assert!(form.to_toml().unwrap_err().contains("base"));
-        let mut form = guided();
-        form.weight_column = "NOPE".into();
-        let error = open_csv(&form.to_toml().unwrap(), CSV, "test".into()).unwrap_err();
-        assert!(error.contains("NOPE"), "{error}");
+    fn a_csv_header_gives_the_columns() {
         assert_eq!(
             csv_columns(CSV).unwrap(),
             ["RESPID", "WEIGHT", "REGION", "GENDER"]

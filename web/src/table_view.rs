@@ -79,15 +79,21 @@ pub fn TableView(
                     "text/csv",
                     export::to_csv(&grid, &chosen, caption).as_bytes(),
                 ),
-                "xlsx" => export::to_xlsx(&grid, &chosen, caption)
-                    .map_err(|error| error.to_string())
-                    .and_then(|bytes| {
-                        export::download(
-                            &name,
-                            "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
-                            &bytes,
-                        )
-                    }),
+                "xlsx" => {
+                    // The worker writes the workbook (it holds the XLSX writer).
+                    let sheet = export::sheet(&grid, &chosen, caption);
+                    leptos::task::spawn_local(async move {
+                        let result = crate::local::xlsx(sheet).await.and_then(|bytes| {
+                            export::download(
+                                &name,
+                                "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
+                                &bytes,
+                            )
+                        });
+                        export_error.set(result.err());
+                    });
+                    Ok(())
+                }
                 "svg" => export::download(&name, "image/svg+xml", chart().as_bytes()),
                 _ => export::download_png(&name, &chart()),
             }

@@ -240,19 +240,17 @@ pub fn WorkbenchScreen(signed_in: bool) -> impl IntoView {
             }
             Err(message) => outcome.set(Outcome::Failed(message)),
         };
-        match from {
-            Source::Local => done(local::table(&request).map_err(|e| e.to_string())),
-            Source::Server => {
-                outcome.set(Outcome::Running);
-                leptos::task::spawn_local(async move {
-                    let answer = api::table(&request).await.map_err(|f| f.message);
-                    // Another run started meanwhile: this answer is stale.
-                    if runs.get_untracked() == run {
-                        done(answer);
-                    }
-                });
+        outcome.set(Outcome::Running);
+        leptos::task::spawn_local(async move {
+            let answer = match from {
+                Source::Local => local::table(request).await,
+                Source::Server => api::table(&request).await.map_err(|f| f.message),
+            };
+            // Another run started meanwhile: this answer is stale.
+            if runs.get_untracked() == run {
+                done(answer);
             }
-        }
+        });
     };
     let run = move |_| {
         if problem.get_untracked().is_some() || outcome.get_untracked() == Outcome::Running {
@@ -571,6 +569,9 @@ fn LocalOpen(opened: RwSignal<Option<Opened>>) -> impl IntoView {
     let columns = RwSignal::new(Vec::<String>::new());
     let error = RwSignal::new(None::<String>);
     let busy = RwSignal::new(false);
+    // The in-page engine (the app's worker) is loaded when this panel first shows.
+    let engine = RwSignal::new(None::<Result<(), String>>);
+    leptos::task::spawn_local(async move { engine.set(Some(local::start().await)) });
     let code = RwSignal::new(String::new());
     let name = RwSignal::new(String::new());
     let id_column = RwSignal::new(String::new());
@@ -638,7 +639,7 @@ fn LocalOpen(opened: RwSignal<Option<Opened>>) -> impl IntoView {
                 busy.set(false);
             } else {
                 let result = match local::read_bytes(&file).await {
-                    Ok(bytes) => local::open_compiled(&bytes, file_name),
+                    Ok(bytes) => local::open_compiled(bytes, file_name).await,
                     Err(message) => Err(message),
                 };
                 finish(result);
@@ -663,22 +664,24 @@ fn LocalOpen(opened: RwSignal<Option<Opened>>) -> impl IntoView {
             return;
         };
         busy.set(true);
-        let result = match definition.get_untracked() {
-            Some((definition_name, toml)) => {
-                local::open_csv(&toml, &text, format!("{data_name} + {definition_name}"))
-            }
-            None => GuidedDefinition {
-                code: code.get_untracked(),
-                name: name.get_untracked(),
-                id_column: id_column.get_untracked(),
-                weight_column: weight_column.get_untracked(),
-                group_column: Some(group_column.get_untracked()).filter(|g| !g.is_empty()),
-                bases: bases.get_untracked(),
-            }
-            .to_toml()
-            .and_then(|toml| local::open_csv(&toml, &text, data_name)),
+        let definition = definition.get_untracked();
+        let guided = GuidedDefinition {
+            code: code.get_untracked(),
+            name: name.get_untracked(),
+            id_column: id_column.get_untracked(),
+            weight_column: weight_column.get_untracked(),
+            group_column: Some(group_column.get_untracked()).filter(|g| !g.is_empty()),
+            bases: bases.get_untracked(),
         };
-        finish(result);
+        leptos::task::spawn_local(async move {
+            let result = match definition {
+                Some((definition_name, toml)) => {
+                    local::open_csv(toml, text, format!("{data_name} + {definition_name}")).await
+                }
+                None => local::open_guided(guided, text, data_name).await,
+            };
+            finish(result);
+        });
     };
     let column_select = move |id: &'static str, value: RwSignal<String>, optional: bool| {
         view! {
@@ -696,6 +699,11 @@ fn LocalOpen(opened: RwSignal<Option<Opened>>) -> impl IntoView {
         <div class="local" aria-labelledby="local-title">
             <h2 id="local-title">"Open a survey file"</h2>
             <p class="private" id="local-private">"Your file stays on this computer: it is read and computed in this page, never uploaded, and nothing is billed. Once it is open, tables work offline."</p>
+            <p class="status" role="status" id="local-engine">{move || match engine.get() {
+                None => "Loading the in-page engine…".to_owned(),
+                Some(Ok(())) => "The in-page engine is ready: from here on, nothing needs the network.".to_owned(),
+                Some(Err(message)) => format!("The in-page engine could not be loaded: {message}"),
+            }}</p>
             {move || opened.get().map(|survey| view! {
                 <p class="opened" role="status" id="local-opened">
                     {format!("Open: {} — {} ({} respondents), from {}.", survey.codebook.code, survey.codebook.name,
@@ -758,7 +766,7 @@ fn LocalOpen(opened: RwSignal<Option<Opened>>) -> impl IntoView {
                             </fieldset>
                         }.into_any(),
                     }}
-                    <button type="submit" id="local-open" disabled=move || busy.get()>"Open"</button>
+                    <button type="submit" id="local-open" disabled=move || busy.get() || engine.with(|e| !matches!(e, Some(Ok(()))))>"Open"</button>
                 </form>
             })}
             {move || error.get().map(|message| view! { <p class="error" role="alert" id="local-error">{message}</p> })}

@@ -1,0 +1,298 @@
+//! The survey opened from a file, and the answer to each call.
+
+use std::cell::RefCell;
+
+use crosstab_contract::app::{Table, TableRequest};
+use crosstab_contract::ApiError;
+use crosstab_engine::Survey;
+use serde::Serialize;
+
+use crate::protocol::{Answer, Call, GuidedDefinition, Opened, Payload, Reply};
+use crate::xlsx;
+
+thread_local! {
+    /// The survey opened from a file, if any (one at a time).
+    static OPENED: RefCell<Option<Survey>> = const { RefCell::new(None) };
+}
+
+/// Answers `call`, with the file that came with it in `payload`; the workbook's bytes
+/// come back in the returned payload.
+pub fn answer(call: Call, payload: Payload) -> (Answer, Payload) {
+    match (call, payload) {
+        (Call::Start, Payload::None) => (Ok(Reply::Started), Payload::None),
+        (Call::OpenCsv { definition, from }, Payload::Text(csv)) => (
+            open_csv(&definition, &csv, from).map(Reply::Opened),
+            Payload::None,
+        ),
+        (Call::OpenGuided { definition, from }, Payload::Text(csv)) => (
+            definition
+                .to_toml()
+                .and_then(|toml| open_csv(&toml, &csv, from))
+                .map(Reply::Opened),
+            Payload::None,
+        ),
+        (Call::OpenCompiled { from }, Payload::Bytes(bytes)) => (
+            open_compiled(&bytes, from).map(Reply::Opened),
+            Payload::None,
+        ),
+        (Call::Table(request), Payload::None) => (
+            table(&request)
+                .map(|table| Reply::Table(Box::new(table)))
+                .map_err(|error| error.to_string()),
+            Payload::None,
+        ),
+        (Call::Close, Payload::None) => {
+            OPENED.with(|slot| *slot.borrow_mut() = None);
+            (Ok(Reply::Closed), Payload::None)
+        }
+        (Call::Xlsx(sheet), Payload::None) => match xlsx::workbook(&sheet) {
+            Ok(bytes) => (Ok(Reply::Xlsx), Payload::Bytes(bytes)),
+            Err(error) => (Err(error.to_string()), Payload::None),
+        },
+        (call, _) => (
+            Err(format!("the worker got {call:?} without the file it needs")),
+            Payload::None,
+        ),
+    }
+}
+
+/// Makes `survey` the opened one; returns what the screen shows of it.
+fn open(survey: Survey, from: String) -> Opened {
+    let opened = Opened {
+        codebook: survey.codebook(),
+        from,
+    };
+    OPENED.with(|slot| *slot.borrow_mut() = Some(survey));
+    opened
+}
+
+/// Compiles a TOML definition and its CSV, as `crosstab survey import` would.
+fn open_csv(definition: &str, csv: &str, from: String) -> Result<Opened, String> {
+    let survey =
+        crosstab_engine::survey_from_csv(definition, csv).map_err(|error| error.to_string())?;
+    Ok(open(survey, from))
+}
+
+/// Loads a compiled survey (the file `crosstab survey import` installs).
+fn open_compiled(bytes: &[u8], from: String) -> Result<Opened, String> {
+    let survey = Survey::from_bytes(bytes).map_err(|error| error.to_string())?;
+    Ok(open(survey, from))
+}
+
+/// Computes a table from the opened survey, as the server would for a whole-survey grant
+/// (but nothing is billed: `billedCalls` is 0).
+fn table(request: &TableRequest) -> Result<Table, ApiError> {
+    let valid = request.clone().validate().map_err(ApiError::from)?;
+    OPENED.with(|slot| {
+        let opened = slot.borrow();
+        let survey = opened
+            .as_ref()
+            .filter(|s| s.code() == valid.request.survey)
+            .ok_or(ApiError::ForbiddenSurvey)?;
+        if valid.group_filter().is_some_and(|g| !survey.has_group(g)) {
+            return Err(ApiError::ForbiddenSurvey);
+        }
+        if !survey.has_base(&valid.request.population_base) {
+            return Err(ApiError::InvalidPopulationBase {
+                base: valid.request.population_base.clone(),
+            });
+        }
+        survey.table(&valid).map_err(ApiError::from)
+    })
+}
+
+/// The definition file the guided form stands for.
+#[derive(Serialize)]
+struct DefinitionFile<'a> {
+    code: &'a str,
+    name: &'a str,
+    respondents: &'a str,
+    id_column: &'a str,
+    weight_column: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    group_column: Option<&'a str>,
+    population_bases: &'a [crate::protocol::BaseDraft],
+}
+
+impl GuidedDefinition {
+    /// The TOML definition (the engine checks it, as import does).
+    pub fn to_toml(&self) -> Result<String, String> {
+        if self.bases.is_empty() {
+            return Err("Give at least one population base.".into());
+        }
+        let file = DefinitionFile {
+            code: self.code.trim(),
+            name: self.name.trim(),
+            respondents: "respondents.csv",
+            id_column: &self.id_column,
+            weight_column: &self.weight_column,
+            group_column: self.group_column.as_deref().filter(|g| !g.is_empty()),
+            population_bases: &self.bases,
+        };
+        toml::to_string(&file).map_err(|error| error.to_string())
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::protocol::{BaseDraft, Cell, Sheet, SheetLine};
+    use crosstab_contract::app::TableAxis;
+
+    const CSV: &str = "RESPID,WEIGHT,REGION,GENDER\n1,1.5,1,1\n2,2.5,2,2\n3,1,2,2\n";
+
+    fn guided() -> GuidedDefinition {
+        GuidedDefinition {
+            code: "PRIV".into(),
+            name: "Private \"panel\"".into(),
+            id_column: "RESPID".into(),
+            weight_column: "WEIGHT".into(),
+            group_column: Some("REGION".into()),
+            bases: vec![
+                BaseDraft {
+                    code: "ALL".into(),
+                    label: "Everyone".into(),
+                    expr: "*".into(),
+                },
+                BaseDraft {
+                    code: "WOMEN".into(),
+                    label: "Women".into(),
+                    expr: "GENDER = 2".into(),
+                },
+            ],
+        }
+    }
+
+    fn opened(answer: (Answer, Payload)) -> Opened {
+        match answer {
+            (Ok(Reply::Opened(opened)), Payload::None) => opened,
+            other => panic!("not opened: {other:?}"),
+        }
+    }
+
+    fn table_of(request: &TableRequest) -> Result<Table, String> {
+        match answer(Call::Table(request.clone()), Payload::None) {
+            (Ok(Reply::Table(table)), Payload::None) => Ok(*table),
+            (Err(message), Payload::None) => Err(message),
+            other => panic!("not a table: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_guided_form_writes_a_definition_the_engine_imports() {
+        let call = Call::OpenGuided {
+            definition: guided(),
+            from: "test".into(),
+        };
+        let opened = opened(answer(call, Payload::Text(CSV.into())));
+        assert_eq!(opened.codebook.code, "PRIV");
+        assert_eq!(opened.codebook.name, "Private \"panel\"");
+        assert_eq!(opened.codebook.respondents, 3);
+        let bases: Vec<(&str, u64, f64)> = opened
+            .codebook
+            .bases
+            .iter()
+            .map(|b| (b.code.as_str(), b.respondents, b.weighted))
+            .collect();
+        assert_eq!(bases, [("ALL", 3, 5.0), ("WOMEN", 2, 3.5)]);
+        let groups: Vec<&str> = opened
+            .codebook
+            .groups
+            .iter()
+            .map(|g| g.value.as_str())
+            .collect();
+        assert_eq!(groups, ["1", "2"]);
+        // A table's cells are the crosstabs of (row) AND (column), unbilled.
+        let axis = |expression: &str| TableAxis {
+            expression: expression.into(),
+            label: None,
+        };
+        let request = TableRequest {
+            survey: "PRIV".into(),
+            population_base: "ALL".into(),
+            group: None,
+            rows: vec![axis("GENDER = 2"), axis("GENDER = 1")],
+            columns: vec![axis("REGION = 2")],
+        };
+        let answer_ = table_of(&request).unwrap();
+        assert_eq!(answer_.billed_calls, 0);
+        assert_eq!(
+            (answer_.cells[0][0].resps, answer_.cells[0][0].weight),
+            (2, 3.5)
+        );
+        assert_eq!(
+            (answer_.cells[1][0].resps, answer_.cells[1][0].weight),
+            (0, 0.0)
+        );
+        assert_eq!(answer_.row_totals[1].weight, 1.5);
+        // Within a group: respondent 1 (a man, group 1) is left out.
+        let in_group = table_of(&TableRequest {
+            group: Some("2".into()),
+            ..request.clone()
+        })
+        .unwrap();
+        assert_eq!(in_group.row_totals[1].resps, 0);
+        assert_eq!(in_group.total.weight, 3.5);
+        let elsewhere = TableRequest {
+            survey: "DEMO".into(),
+            ..request.clone()
+        };
+        assert_eq!(
+            table_of(&elsewhere).unwrap_err(),
+            ApiError::ForbiddenSurvey.to_string()
+        );
+        assert_eq!(answer(Call::Start, Payload::None).0, Ok(Reply::Started));
+        assert_eq!(answer(Call::Close, Payload::None).0, Ok(Reply::Closed));
+        assert_eq!(
+            table_of(&request).unwrap_err(),
+            ApiError::ForbiddenSurvey.to_string()
+        );
+    }
+
+    #[test]
+    fn a_form_without_bases_or_a_bad_file_or_a_missing_file_says_why() {
+        let mut form = guided();
+        form.bases.clear();
+        assert!(form.to_toml().unwrap_err().contains("base"));
+        let mut form = guided();
+        form.weight_column = "NOPE".into();
+        let call = Call::OpenCsv {
+            definition: form.to_toml().unwrap(),
+            from: "test".into(),
+        };
+        let error = answer(call, Payload::Text(CSV.into())).0.unwrap_err();
+        assert!(error.contains("NOPE"), "{error}");
+        let without_file = Call::OpenCompiled { from: "x".into() };
+        assert!(answer(without_file, Payload::None)
+            .0
+            .unwrap_err()
+            .contains("without the file"));
+        let not_a_survey = Call::OpenCompiled { from: "x".into() };
+        assert!(answer(not_a_survey, Payload::Bytes(b"nope".to_vec()))
+            .0
+            .is_err());
+    }
+
+    #[test]
+    fn a_sheet_becomes_a_workbook() {
+        let sheet = Sheet {
+            caption: vec![("Survey".into(), "DEMO".into())],
+            head: vec!["Row".into(), "Figure".into(), "Total".into()],
+            lines: vec![SheetLine {
+                row: "Women".into(),
+                what: "Weighted (000)".into(),
+                decimals: 1,
+                values: vec![Cell::Number(1.25)],
+            }],
+            legend: vec!["* unstable".into()],
+        };
+        let (reply, payload) = answer(Call::Xlsx(sheet), Payload::None);
+        assert_eq!(reply, Ok(Reply::Xlsx));
+        let Payload::Bytes(bytes) = payload else {
+            panic!("no workbook")
+        };
+        // An XLSX file is a zip archive.
+        assert_eq!(&bytes[..2], b"PK");
+    }
+}
