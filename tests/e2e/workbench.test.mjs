@@ -254,6 +254,24 @@ test('timing: a 20 × 10 table on the demo survey with every figure, from click 
   await context.close();
 });
 
+const ENGINE_READY = 'The in-page engine is ready: from here on, opening and computing need no network.';
+
+test('the in-page engine: when its module cannot be fetched the panel says so, and it loads on a retry', async () => {
+  const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+  const page = await context.newPage();
+  await page.goto(server.origin);
+  await page.getByRole('heading', { name: 'Sign in' }).waitFor();
+  const refuse = (route) => route.abort();
+  await context.route('**/crosstab-web-worker_loader.js', refuse);
+  await page.locator('#open-local').click();
+  await page.locator('#local-engine', { hasText: 'could not be loaded' }).waitFor();
+  assert.ok(await page.locator('#local-open').count() === 0 || await page.locator('#local-open').isDisabled());
+  await context.unroute('**/crosstab-web-worker_loader.js', refuse);
+  await page.locator('#local-engine-retry').click();
+  await page.locator('#local-engine', { hasText: ENGINE_READY }).waitFor();
+  await context.close();
+});
+
 test('a private file: opened with the guided form, computed in the page, never sent, equal to the native engine', async () => {
   // A small panel with values no request could carry by chance.
   const dir = mkdtempSync(join(tmpdir(), 'crosstab-private-'));
@@ -279,12 +297,15 @@ test('a private file: opened with the guided form, computed in the page, never s
   await page.goto(server.origin);
   await page.getByRole('heading', { name: 'Sign in' }).waitFor();
   const sent = [];
-  page.on('request', (request) => sent.push({ url: request.url(), body: request.postData() ?? '' }));
-  // Signed out, and offline once the page is loaded: nothing needs the server.
+  // The context's requests, the worker's among them (the file goes to the worker).
+  context.on('request', (request) => sent.push({ url: request.url(), body: request.postData() ?? '' }));
+  // Signed out, and offline once the engine is in: nothing needs the server.
   await page.locator('#open-local').click();
   await page.getByRole('heading', { name: 'Build a table' }).waitFor();
-  // The in-page engine (the app's worker, loaded on first use) is in; then offline.
-  await page.locator('#local-engine', { hasText: 'ready' }).waitFor();
+  await page.locator('#local-engine', { hasText: ENGINE_READY }).waitFor();
+  // The listener sees the worker's own module being fetched: it would see the worker's
+  // requests.
+  assert.ok(sent.some(({ url }) => url.endsWith('/crosstab-web-worker_bg.wasm')), 'the worker module was fetched after the page load');
   await context.setOffline(true);
   assert.match(await page.locator('#local-private').textContent(), /never uploaded, and nothing is billed/);
   await page.locator('#local-data').setInputFiles(csvPath);

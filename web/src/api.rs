@@ -193,10 +193,10 @@ fn fresh_idempotency_key() -> Option<String> {
 }
 
 /// Waits `ms` milliseconds (a `setTimeout` promise).
-async fn sleep(ms: f64) {
+pub(crate) async fn sleep(ms: f64) {
     let promise = js_sys::Promise::new(&mut |resolve, _| {
         if let Some(window) = web_sys::window() {
-            // Whole milliseconds within i32: the waits are at most LONGEST_RETRY_WAIT_MS.
+            // Whole milliseconds within i32: the waits are at most a minute.
             let _ =
                 window.set_timeout_with_callback_and_timeout_and_arguments_0(&resolve, ms as i32);
         }

@@ -2,7 +2,7 @@
 //! the legend; its chart as SVG (and PNG, drawn from the SVG on a canvas). One line per
 //! row and figure, one column per banner column, as survey tools lay tables out.
 
-use crosstab_web_worker::{Cell, Sheet, SheetLine};
+use crosstab_web_worker::{Call, Cell, Payload, Reply, Sheet, SheetLine};
 use wasm_bindgen::{JsCast, JsValue};
 
 use crate::figures::{self, Figure, Figures};
@@ -135,6 +135,18 @@ pub fn to_csv(grid: &Grid, figures: &Figures, caption: &Caption) -> String {
         out.push_str(&csv_line([legend]));
     }
     out
+}
+
+/// A sheet as an XLSX workbook, written by the app's worker (it holds the XLSX writer).
+pub async fn to_xlsx(sheet: Sheet) -> Result<Vec<u8>, String> {
+    match crate::worker::call(&Call::Xlsx(sheet), Payload::None).await? {
+        (Reply::Xlsx, data) if data.is_instance_of::<js_sys::Uint8Array>() => {
+            Ok(js_sys::Uint8Array::from(data).to_vec())
+        }
+        (other, _) => Err(format!(
+            "The in-page engine answered {other:?} to a workbook."
+        )),
+    }
 }
 
 /// The table as the lines of a spreadsheet (the worker writes them as XLSX): the same

@@ -1,189 +1,73 @@
 //! Private local data: a survey file opened in the page and answered by the engine in
-//! the app's worker (`web/worker`, started on first use). Nothing of the file leaves the
-//! browser: it is read with the File API and handed to the worker, this page's own
-//! thread, which compiles and queries it; no request carries it.
+//! the app's worker (`crate::worker`, started on first use). Nothing of the file leaves
+//! the browser: it is read with the File API and handed to the worker, a thread of this
+//! page's own origin, which compiles and queries it; no request carries it.
 
-use std::cell::RefCell;
-use std::collections::HashMap;
-use std::rc::Rc;
+use std::cell::{Cell, RefCell};
 
 use crosstab_contract::app::{Table, TableRequest};
-use crosstab_web_worker::{Answer, Call, Payload, Reply, Sheet};
 pub use crosstab_web_worker::{BaseDraft, GuidedDefinition, Opened};
-use futures_channel::oneshot;
-use wasm_bindgen::closure::Closure;
+use crosstab_web_worker::{Call, Payload, Reply};
 use wasm_bindgen::{JsCast, JsValue};
 use wasm_bindgen_futures::JsFuture;
 
-/// The worker's script (Trunk's loader for `web/worker`, next to `index.html`).
-const WORKER_SCRIPT: &str = "./crosstab-web-worker_loader.js";
+use crate::worker;
 
 thread_local! {
-    /// What the screen shows of the survey opened in the worker, if any: kept while the
-    /// researcher moves between screens.
-    static OPENED: RefCell<Option<Opened>> = const { RefCell::new(None) };
-    /// The worker, once started.
-    static WORKER: RefCell<Option<Rc<Worker>>> = const { RefCell::new(None) };
+    /// What the screen shows of the survey opened in the worker, if any, and which
+    /// worker holds it: kept while the researcher moves between screens.
+    static OPENED: RefCell<Option<(Opened, u32)>> = const { RefCell::new(None) };
+    /// How many times a survey was closed: an open posted before the latest close is
+    /// not the opened survey, whatever it answers.
+    static CLOSES: Cell<u32> = const { Cell::new(0) };
 }
 
-/// Calls waiting for the worker's answer, by id.
-type Waiting = Rc<RefCell<HashMap<u32, oneshot::Sender<Result<(String, JsValue), String>>>>>;
-
-/// Calls posted before the worker said it is ready (`None` once it has), which it would
-/// otherwise miss.
-type Unsent = Rc<RefCell<Option<Vec<js_sys::Object>>>>;
-
-/// The worker and the calls it has not answered yet.
-struct Worker {
-    worker: web_sys::Worker,
-    waiting: Waiting,
-    unsent: Unsent,
-    next: std::cell::Cell<u32>,
-    _on_message: Closure<dyn FnMut(web_sys::MessageEvent)>,
-    _on_error: Closure<dyn FnMut(web_sys::ErrorEvent)>,
-}
-
-impl Worker {
-    /// The worker, started on first use.
-    fn get() -> Result<Rc<Worker>, String> {
-        if let Some(worker) = WORKER.with(|slot| slot.borrow().clone()) {
-            return Ok(worker);
-        }
-        let worker = Rc::new(Worker::start()?);
-        WORKER.with(|slot| *slot.borrow_mut() = Some(Rc::clone(&worker)));
-        Ok(worker)
-    }
-
-    fn start() -> Result<Worker, String> {
-        let worker = web_sys::Worker::new(WORKER_SCRIPT)
-            .map_err(|_| "The page's worker could not be started.".to_owned())?;
-        let waiting: Waiting = Rc::default();
-        let unsent: Unsent = Rc::new(RefCell::new(Some(Vec::new())));
-        let answered = Rc::clone(&waiting);
-        let held = Rc::clone(&unsent);
-        let ready_worker = worker.clone();
-        let on_message = Closure::<dyn FnMut(web_sys::MessageEvent)>::new(
-            move |event: web_sys::MessageEvent| {
-                let message = event.data();
-                let field = |name: &str| {
-                    js_sys::Reflect::get(&message, &JsValue::from_str(name))
-                        .unwrap_or(JsValue::UNDEFINED)
-                };
-                if field("ready").is_truthy() {
-                    for message in held.borrow_mut().take().unwrap_or_default() {
-                        if let Err(error) = ready_worker.post_message(&message) {
-                            web_sys::console::error_1(&error);
-                        }
-                    }
-                    return;
-                }
-                let Some(id) = field("id")
-                    .as_f64()
-                    .and_then(|id| u32::try_from(id as i64).ok())
-                else {
-                    return;
-                };
-                let answer = field("answer").as_string().unwrap_or_default();
-                if let Some(sender) = answered.borrow_mut().remove(&id) {
-                    let _ = sender.send(Ok((answer, field("data"))));
-                }
-            },
-        );
-        // A worker that fails (its script not found, a panic) answers nothing more: every
-        // waiting call is told so, and the next call starts a new worker.
-        let failed = Rc::clone(&waiting);
-        let on_error =
-            Closure::<dyn FnMut(web_sys::ErrorEvent)>::new(move |event: web_sys::ErrorEvent| {
-                let reason = format!("The page's worker stopped: {}", event.message());
-                WORKER.with(|slot| *slot.borrow_mut() = None);
-                for (_, sender) in failed.borrow_mut().drain() {
-                    let _ = sender.send(Err(reason.clone()));
-                }
-            });
-        worker.set_onmessage(Some(on_message.as_ref().unchecked_ref()));
-        worker.set_onerror(Some(on_error.as_ref().unchecked_ref()));
-        Ok(Worker {
-            worker,
-            waiting,
-            unsent,
-            next: std::cell::Cell::new(0),
-            _on_message: on_message,
-            _on_error: on_error,
-        })
-    }
-
-    /// Posts `call` with `payload` beside it; the worker's answer and its payload.
-    async fn call(&self, call: &Call, payload: Payload) -> Result<(Reply, JsValue), String> {
-        let id = self.next.get();
-        self.next.set(id.wrapping_add(1));
-        let message = js_sys::Object::new();
-        let set = |name: &str, value: &JsValue| {
-            let _ = js_sys::Reflect::set(&message, &JsValue::from_str(name), value);
-        };
-        set("id", &JsValue::from(id));
-        let call = serde_json::to_string(call).map_err(|error| error.to_string())?;
-        set("call", &JsValue::from_str(&call));
-        match payload {
-            Payload::None => {}
-            Payload::Text(text) => set("data", &JsValue::from_str(&text)),
-            Payload::Bytes(bytes) => {
-                set("data", &js_sys::Uint8Array::from(bytes.as_slice()).into())
-            }
-        }
-        let (sender, answer) = oneshot::channel();
-        self.waiting.borrow_mut().insert(id, sender);
-        if let Some(unsent) = self.unsent.borrow_mut().as_mut() {
-            unsent.push(message);
-        } else if self.worker.post_message(&message).is_err() {
-            self.waiting.borrow_mut().remove(&id);
-            return Err("The page's worker could not be given the call.".into());
-        }
-        let (answer, data) = answer
-            .await
-            .map_err(|_| "The page's worker stopped.".to_owned())??;
-        let answer: Answer = serde_json::from_str(&answer).map_err(|error| {
-            format!("The page's worker answered what the page cannot read: {error}")
-        })?;
-        Ok((answer?, data))
-    }
-}
-
-/// Posts `call` to the worker (started first if need be).
-async fn call(call: Call, payload: Payload) -> Result<(Reply, JsValue), String> {
-    Worker::get()?.call(&call, payload).await
-}
+/// The worker started since the survey was opened, if it was.
+const RESTARTED: &str = "The in-page engine restarted, and the file with it: open it again.";
 
 /// Starts the worker (its module is loaded on first use); returns once it runs, after
 /// which opening and computing need no network.
 pub async fn start() -> Result<(), String> {
-    match call(Call::Start, Payload::None).await? {
+    match worker::call(&Call::Start, Payload::None).await? {
         (Reply::Started, _) => Ok(()),
-        (other, _) => Err(format!("The page's worker answered {other:?} to a start.")),
+        (other, _) => Err(format!("The in-page engine answered {other:?} to a start.")),
     }
 }
 
-/// Makes the worker's answer to an open call the opened survey.
-fn opened_by(answer: Result<(Reply, JsValue), String>) -> Result<Opened, String> {
-    match answer? {
-        (Reply::Opened(opened), _) => {
-            OPENED.with(|slot| *slot.borrow_mut() = Some(opened.clone()));
+/// Posts an open call; the opened survey, unless it was closed meanwhile.
+async fn open(call: Call, payload: Payload) -> Result<Opened, String> {
+    let closes = CLOSES.with(Cell::get);
+    let answer = worker::call(&call, payload).await?;
+    if CLOSES.with(Cell::get) != closes {
+        return Err("The file was closed while it was opening.".into());
+    }
+    match (answer, worker::generation()) {
+        ((Reply::Opened(opened), _), Some(generation)) => {
+            OPENED.with(|slot| *slot.borrow_mut() = Some((opened.clone(), generation)));
             Ok(opened)
         }
-        (other, _) => Err(format!("The page's worker answered {other:?} to an open.")),
+        ((Reply::Opened(_), _), None) => Err(RESTARTED.into()),
+        ((other, _), _) => Err(format!("The in-page engine answered {other:?} to an open.")),
     }
 }
 
-/// What the screen shows of the opened survey, if any.
+/// What the screen shows of the opened survey, if any (none once the worker that held
+/// it has stopped).
 pub fn opened() -> Option<Opened> {
-    OPENED.with(|slot| slot.borrow().clone())
+    OPENED.with(|slot| {
+        let held = slot.borrow();
+        let (opened, generation) = held.as_ref()?;
+        (worker::generation() == Some(*generation)).then(|| opened.clone())
+    })
 }
 
 /// Closes the opened survey (the worker drops its data).
 pub fn close() {
     OPENED.with(|slot| *slot.borrow_mut() = None);
-    if WORKER.with(|slot| slot.borrow().is_some()) {
+    CLOSES.with(|closes| closes.set(closes.get().wrapping_add(1)));
+    if worker::running() {
         leptos::task::spawn_local(async {
-            if let Err(message) = call(Call::Close, Payload::None).await {
+            if let Err(message) = worker::call(&Call::Close, Payload::None).await {
                 web_sys::console::error_1(&JsValue::from_str(&message));
             }
         });
@@ -192,7 +76,7 @@ pub fn close() {
 
 /// Compiles a TOML definition and its CSV, as `crosstab survey import` would.
 pub async fn open_csv(definition: String, csv: String, from: String) -> Result<Opened, String> {
-    opened_by(call(Call::OpenCsv { definition, from }, Payload::Text(csv)).await)
+    open(Call::OpenCsv { definition, from }, Payload::Text(csv)).await
 }
 
 /// Compiles the definition the guided form stands for and its CSV.
@@ -201,32 +85,23 @@ pub async fn open_guided(
     csv: String,
     from: String,
 ) -> Result<Opened, String> {
-    opened_by(call(Call::OpenGuided { definition, from }, Payload::Text(csv)).await)
+    open(Call::OpenGuided { definition, from }, Payload::Text(csv)).await
 }
 
 /// Loads a compiled survey (the file `crosstab survey import` installs).
 pub async fn open_compiled(bytes: Vec<u8>, from: String) -> Result<Opened, String> {
-    opened_by(call(Call::OpenCompiled { from }, Payload::Bytes(bytes)).await)
+    open(Call::OpenCompiled { from }, Payload::Bytes(bytes)).await
 }
 
 /// Computes a table from the opened survey, as the server would for a whole-survey grant
 /// (but nothing is billed: `billedCalls` is 0).
 pub async fn table(request: TableRequest) -> Result<Table, String> {
-    match call(Call::Table(request), Payload::None).await? {
-        (Reply::Table(table), _) => Ok(*table),
-        (other, _) => Err(format!("The page's worker answered {other:?} to a table.")),
+    if OPENED.with(|slot| slot.borrow().is_some()) && opened().is_none() {
+        return Err(RESTARTED.into());
     }
-}
-
-/// A sheet as an XLSX workbook, written by the worker.
-pub async fn xlsx(sheet: Sheet) -> Result<Vec<u8>, String> {
-    match call(Call::Xlsx(sheet), Payload::None).await? {
-        (Reply::Xlsx, data) if data.is_instance_of::<js_sys::Uint8Array>() => {
-            Ok(js_sys::Uint8Array::from(data).to_vec())
-        }
-        (other, _) => Err(format!(
-            "The page's worker answered {other:?} to a workbook."
-        )),
+    match worker::call(&Call::Table(request), Payload::None).await? {
+        (Reply::Table(table), _) => Ok(*table),
+        (other, _) => Err(format!("The in-page engine answered {other:?} to a table.")),
     }
 }
 

@@ -18,6 +18,7 @@ mod table_view;
 #[cfg(test)]
 mod testing;
 mod workbench;
+mod worker;
 
 use leptos::prelude::*;
 

@@ -80,10 +80,9 @@ pub fn TableView(
                     export::to_csv(&grid, &chosen, caption).as_bytes(),
                 ),
                 "xlsx" => {
-                    // The worker writes the workbook (it holds the XLSX writer).
                     let sheet = export::sheet(&grid, &chosen, caption);
                     leptos::task::spawn_local(async move {
-                        let result = crate::local::xlsx(sheet).await.and_then(|bytes| {
+                        let result = export::to_xlsx(sheet).await.and_then(|bytes| {
                             export::download(
                                 &name,
                                 "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",

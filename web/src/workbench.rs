@@ -569,9 +569,14 @@ fn LocalOpen(opened: RwSignal<Option<Opened>>) -> impl IntoView {
     let columns = RwSignal::new(Vec::<String>::new());
     let error = RwSignal::new(None::<String>);
     let busy = RwSignal::new(false);
-    // The in-page engine (the app's worker) is loaded when this panel first shows.
+    // The in-page engine (the app's worker) is loaded when this panel first shows, and
+    // again on request after a failure.
     let engine = RwSignal::new(None::<Result<(), String>>);
-    leptos::task::spawn_local(async move { engine.set(Some(local::start().await)) });
+    let load_engine = move || {
+        engine.set(None);
+        leptos::task::spawn_local(async move { engine.set(Some(local::start().await)) });
+    };
+    load_engine();
     let code = RwSignal::new(String::new());
     let name = RwSignal::new(String::new());
     let id_column = RwSignal::new(String::new());
@@ -700,9 +705,12 @@ fn LocalOpen(opened: RwSignal<Option<Opened>>) -> impl IntoView {
             <h2 id="local-title">"Open a survey file"</h2>
             <p class="private" id="local-private">"Your file stays on this computer: it is read and computed in this page, never uploaded, and nothing is billed. Once it is open, tables work offline."</p>
             <p class="status" role="status" id="local-engine">{move || match engine.get() {
-                None => "Loading the in-page engine…".to_owned(),
-                Some(Ok(())) => "The in-page engine is ready: from here on, nothing needs the network.".to_owned(),
-                Some(Err(message)) => format!("The in-page engine could not be loaded: {message}"),
+                None => "Loading the in-page engine…".into_any(),
+                Some(Ok(())) => "The in-page engine is ready: from here on, opening and computing need no network.".into_any(),
+                Some(Err(message)) => view! {
+                    {message}" "
+                    <button type="button" class="link-button" id="local-engine-retry" on:click=move |_| load_engine()>"Try again"</button>
+                }.into_any(),
             }}</p>
             {move || opened.get().map(|survey| view! {
                 <p class="opened" role="status" id="local-opened">

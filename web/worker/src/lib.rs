@@ -6,7 +6,7 @@
 //!
 //! The page posts a [`Call`] (as JSON, with a file's text or bytes beside it) and gets
 //! an [`Answer`] (the workbook's bytes beside it). Nothing of a file leaves the browser:
-//! the worker is this page's own thread.
+//! the worker is a thread of the page's own origin.
 
 mod local;
 mod protocol;
@@ -16,3 +16,19 @@ pub use local::answer;
 pub use protocol::{
     Answer, BaseDraft, Call, Cell, GuidedDefinition, Opened, Payload, Reply, Sheet, SheetLine,
 };
+
+/// The protocol's version: a hash of the file that defines it, so a page and a worker
+/// built from different definitions (a tab loaded before a deploy) know it.
+pub const PROTOCOL: u64 = fnv1a(include_bytes!("protocol.rs"));
+
+/// 64-bit FNV-1a of `bytes`.
+const fn fnv1a(bytes: &[u8]) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut i = 0;
+    while i < bytes.len() {
+        hash ^= bytes[i] as u64;
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+        i += 1;
+    }
+    hash
+}

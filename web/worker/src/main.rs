@@ -1,4 +1,4 @@
-//! The worker's entry: once its handler is set it says `{ready: true}`; then each message
+//! The worker's entry: once its handler is set it says `{ready: true, protocol}`; then each message
 //! from the page is a call (`{id, call, data}`: the call as JSON, the file beside it as
 //! text or bytes), answered with `{id, answer, data}` in the order it came.
 
@@ -35,7 +35,8 @@ fn main() {
                     ),
                 };
             let answer = serde_json::to_string(&answer).unwrap_or_else(|error| {
-                format!(r#"{{"Err":"the worker could not write its answer: {error}"}}"#)
+                let reason = format!("the worker could not write its answer: {error}");
+                serde_json::json!({ "Err": reason }).to_string()
             });
             let reply = js_sys::Object::new();
             let set = |name: &str, value: &JsValue| {
@@ -53,9 +54,15 @@ fn main() {
     scope.set_onmessage(Some(on_message.as_ref().unchecked_ref()));
     // The handler lives as long as the worker.
     on_message.forget();
-    // Messages posted before the handler was set are lost: the page waits for this.
+    // Messages posted before the handler was set are lost: the page waits for this, and
+    // checks that it speaks this worker's protocol.
     let ready = js_sys::Object::new();
     let _ = js_sys::Reflect::set(&ready, &JsValue::from_str("ready"), &JsValue::TRUE);
+    let _ = js_sys::Reflect::set(
+        &ready,
+        &JsValue::from_str("protocol"),
+        &JsValue::from_str(&crosstab_web_worker::PROTOCOL.to_string()),
+    );
     if let Err(error) = scope.post_message(&ready) {
         web_sys::console::error_1(&error);
     }

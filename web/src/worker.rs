@@ -1,0 +1,221 @@
+//! The page's side of the app's worker (`web/worker`): a second WebAssembly module, run
+//! in a Web Worker of this origin and started on first use, which holds the engine for
+//! surveys opened from files and the XLSX writer.
+//!
+//! A call goes as `{id, call, data}` (the call as JSON, a file's text or bytes beside
+//! it) and its answer comes back as `{id, answer, data}`. Calls wait until the worker
+//! says it is ready (messages posted before its handler is set would be lost) and its
+//! protocol is this page's. A worker that fails, or is not ready within a minute, fails
+//! every call waiting on it; the next call starts a new one (a new `generation`).
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use crosstab_web_worker::{Answer, Call, Payload, Reply, PROTOCOL};
+use futures_channel::oneshot;
+use wasm_bindgen::closure::Closure;
+use wasm_bindgen::{JsCast, JsValue};
+
+/// The worker's script: Trunk's loader for `web/worker`, at the root as the page's own
+/// module is (the page may be served at any path).
+const SCRIPT: &str = "/crosstab-web-worker_loader.js";
+
+/// How long a new worker may take to say it is ready (its module is fetched and compiled
+/// first).
+const START_MS: f64 = 60_000.0;
+
+thread_local! {
+    /// The worker, once started.
+    static WORKER: RefCell<Option<Rc<Worker>>> = const { RefCell::new(None) };
+    /// How many workers were started: a survey opened in one is gone with it.
+    static GENERATION: Cell<u32> = const { Cell::new(0) };
+}
+
+/// Calls waiting for the worker's answer, by id.
+type Waiting = Rc<RefCell<HashMap<u32, oneshot::Sender<Result<(String, JsValue), String>>>>>;
+
+/// Calls posted before the worker said it is ready (`None` once it has).
+type Unsent = Rc<RefCell<Option<Vec<(u32, js_sys::Object)>>>>;
+
+/// The worker and the calls it has not answered yet.
+struct Worker {
+    worker: web_sys::Worker,
+    generation: u32,
+    waiting: Waiting,
+    unsent: Unsent,
+    next: Cell<u32>,
+    _on_message: Closure<dyn FnMut(web_sys::MessageEvent)>,
+    _on_error: Closure<dyn FnMut(web_sys::Event)>,
+}
+
+/// Posts `call` with `payload` beside it to the worker (started first if need be); its
+/// answer and the payload that came with it.
+pub async fn call(call: &Call, payload: Payload) -> Result<(Reply, JsValue), String> {
+    let worker = match WORKER.with(|slot| slot.borrow().clone()) {
+        Some(worker) => worker,
+        None => start()?,
+    };
+    worker.call(call, payload).await
+}
+
+/// The worker now running, if any, counted from the page's load: a survey opened in an
+/// earlier one is gone.
+pub fn generation() -> Option<u32> {
+    WORKER.with(|slot| slot.borrow().as_ref().map(|worker| worker.generation))
+}
+
+/// Whether a worker is running.
+pub fn running() -> bool {
+    generation().is_some()
+}
+
+fn start() -> Result<Rc<Worker>, String> {
+    let worker = web_sys::Worker::new(SCRIPT)
+        .map_err(|_| "The in-page engine could not be started.".to_owned())?;
+    let generation = GENERATION.with(|g| {
+        g.set(g.get().wrapping_add(1));
+        g.get()
+    });
+    let waiting: Waiting = Rc::default();
+    let unsent: Unsent = Rc::new(RefCell::new(Some(Vec::new())));
+    let on_message = {
+        let (waiting, unsent, worker) = (Rc::clone(&waiting), Rc::clone(&unsent), worker.clone());
+        Closure::<dyn FnMut(web_sys::MessageEvent)>::new(move |event: web_sys::MessageEvent| {
+            let message = event.data();
+            let field = |name: &str| {
+                js_sys::Reflect::get(&message, &JsValue::from_str(name))
+                    .unwrap_or(JsValue::UNDEFINED)
+            };
+            if field("ready").is_truthy() {
+                if field("protocol").as_string() != Some(PROTOCOL.to_string()) {
+                    // A tab loaded before a deploy, meeting the new worker.
+                    fail(
+                        generation,
+                        "The app was updated since this page was loaded: reload the page.",
+                    );
+                    return;
+                }
+                for (id, message) in unsent.borrow_mut().take().unwrap_or_default() {
+                    post(&worker, &waiting, id, &message);
+                }
+                return;
+            }
+            let id = field("id")
+                .as_f64()
+                .and_then(|id| u32::try_from(id as i64).ok());
+            let sender = id.and_then(|id| waiting.borrow_mut().remove(&id));
+            match sender {
+                Some(sender) => {
+                    let answer = field("answer").as_string().unwrap_or_default();
+                    let _ = sender.send(Ok((answer, field("data"))));
+                }
+                None => web_sys::console::error_1(&JsValue::from_str(
+                    "the in-page engine answered a call nobody is waiting for",
+                )),
+            }
+        })
+    };
+    // A script that cannot be fetched gives a plain `Event`; an error thrown in the
+    // worker, an `ErrorEvent` with its message.
+    let on_error = Closure::<dyn FnMut(web_sys::Event)>::new(move |event: web_sys::Event| {
+        let reason = match event.dyn_ref::<web_sys::ErrorEvent>() {
+            Some(error) => format!("The in-page engine stopped: {}", error.message()),
+            None => "The in-page engine could not be loaded.".to_owned(),
+        };
+        fail(generation, &reason);
+    });
+    worker.set_onmessage(Some(on_message.as_ref().unchecked_ref()));
+    worker.set_onerror(Some(on_error.as_ref().unchecked_ref()));
+    let worker = Rc::new(Worker {
+        worker,
+        generation,
+        waiting,
+        unsent,
+        next: Cell::new(0),
+        _on_message: on_message,
+        _on_error: on_error,
+    });
+    WORKER.with(|slot| *slot.borrow_mut() = Some(Rc::clone(&worker)));
+    // A module that fails to load in the worker rejects a promise there, which the page
+    // never hears of: past the wait, the calls still queued fail instead of hanging.
+    let queued = Rc::clone(&worker.unsent);
+    leptos::task::spawn_local(async move {
+        crate::api::sleep(START_MS).await;
+        if queued.borrow().is_some() {
+            fail(
+                generation,
+                "The in-page engine did not start within a minute.",
+            );
+        }
+    });
+    Ok(worker)
+}
+
+/// Posts call `id`'s `message`; if it cannot be posted, the call fails.
+fn post(worker: &web_sys::Worker, waiting: &Waiting, id: u32, message: &js_sys::Object) {
+    if worker.post_message(message).is_err() {
+        if let Some(sender) = waiting.borrow_mut().remove(&id) {
+            let _ = sender.send(Err("The in-page engine could not be given the call.".into()));
+        }
+    }
+}
+
+/// Gives up on worker `generation` (if it is still the one running): every call waiting
+/// on it is told `reason`, and the next call starts a new one.
+fn fail(generation: u32, reason: &str) {
+    let worker = WORKER.with(|slot| {
+        let mut slot = slot.borrow_mut();
+        match slot.as_ref() {
+            Some(worker) if worker.generation == generation => slot.take(),
+            _ => None,
+        }
+    });
+    if let Some(worker) = worker {
+        worker.worker.terminate();
+        worker.unsent.borrow_mut().take();
+        for (_, sender) in worker.waiting.borrow_mut().drain() {
+            let _ = sender.send(Err(reason.to_owned()));
+        }
+    }
+}
+
+impl Worker {
+    async fn call(&self, call: &Call, payload: Payload) -> Result<(Reply, JsValue), String> {
+        let id = self.next.get();
+        self.next.set(id.wrapping_add(1));
+        let message = js_sys::Object::new();
+        let set = |name: &str, value: &JsValue| {
+            let _ = js_sys::Reflect::set(&message, &JsValue::from_str(name), value);
+        };
+        set("id", &JsValue::from(id));
+        let call = serde_json::to_string(call).map_err(|error| error.to_string())?;
+        set("call", &JsValue::from_str(&call));
+        match payload {
+            Payload::None => {}
+            Payload::Text(text) => set("data", &JsValue::from_str(&text)),
+            Payload::Bytes(bytes) => {
+                set("data", &js_sys::Uint8Array::from(bytes.as_slice()).into())
+            }
+        }
+        let (sender, answer) = oneshot::channel();
+        self.waiting.borrow_mut().insert(id, sender);
+        let queued = match self.unsent.borrow_mut().as_mut() {
+            Some(unsent) => {
+                unsent.push((id, message.clone()));
+                true
+            }
+            None => false,
+        };
+        if !queued {
+            post(&self.worker, &self.waiting, id, &message);
+        }
+        let (answer, data) = answer
+            .await
+            .map_err(|_| "The in-page engine stopped.".to_owned())??;
+        let answer: Answer = serde_json::from_str(&answer).map_err(|error| {
+            format!("The in-page engine answered what the page cannot read: {error}")
+        })?;
+        Ok((answer?, data))
+    }
+}
