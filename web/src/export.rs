@@ -2,7 +2,7 @@
 //! the legend; its chart as SVG (and PNG, drawn from the SVG on a canvas). One line per
 //! row and figure, one column per banner column, as survey tools lay tables out.
 
-use crosstab_web_worker::{Call, Cell, Payload, Reply, Sheet, SheetLine};
+use crosstab_web_worker::{Call, Cell, Reply, Sheet, SheetLine};
 use wasm_bindgen::{JsCast, JsValue};
 
 use crate::figures::{self, Figure, Figures};
@@ -139,7 +139,7 @@ pub fn to_csv(grid: &Grid, figures: &Figures, caption: &Caption) -> String {
 
 /// A sheet as an XLSX workbook, written by the app's worker (it holds the XLSX writer).
 pub async fn to_xlsx(sheet: Sheet) -> Result<Vec<u8>, String> {
-    match crate::worker::call(&Call::Xlsx(sheet), Payload::None).await? {
+    match crate::worker::call(&Call::Xlsx(sheet), &JsValue::UNDEFINED).await? {
         (Reply::Xlsx, data) if data.is_instance_of::<js_sys::Uint8Array>() => {
             Ok(js_sys::Uint8Array::from(data).to_vec())
         }

@@ -7,7 +7,7 @@ use std::cell::{Cell, RefCell};
 
 use crosstab_contract::app::{Table, TableRequest};
 pub use crosstab_web_worker::{BaseDraft, GuidedDefinition, Opened};
-use crosstab_web_worker::{Call, Payload, Reply};
+use crosstab_web_worker::{Call, Reply};
 use wasm_bindgen::{JsCast, JsValue};
 use wasm_bindgen_futures::JsFuture;
 
@@ -28,16 +28,17 @@ const RESTARTED: &str = "The in-page engine restarted, and the file with it: ope
 /// Starts the worker (its module is loaded on first use); returns once it runs, after
 /// which opening and computing need no network.
 pub async fn start() -> Result<(), String> {
-    match worker::call(&Call::Start, Payload::None).await? {
+    match worker::call(&Call::Start, &JsValue::UNDEFINED).await? {
         (Reply::Started, _) => Ok(()),
         (other, _) => Err(format!("The in-page engine answered {other:?} to a start.")),
     }
 }
 
-/// Posts an open call; the opened survey, unless it was closed meanwhile.
-async fn open(call: Call, payload: Payload) -> Result<Opened, String> {
+/// Posts an open call with its file beside it; the opened survey, unless it was closed
+/// meanwhile.
+async fn open(call: Call, file: &JsValue) -> Result<Opened, String> {
     let closes = CLOSES.with(Cell::get);
-    let answer = worker::call(&call, payload).await?;
+    let answer = worker::call(&call, file).await?;
     if CLOSES.with(Cell::get) != closes {
         return Err("The file was closed while it was opening.".into());
     }
@@ -67,7 +68,7 @@ pub fn close() {
     CLOSES.with(|closes| closes.set(closes.get().wrapping_add(1)));
     if worker::running() {
         leptos::task::spawn_local(async {
-            if let Err(message) = worker::call(&Call::Close, Payload::None).await {
+            if let Err(message) = worker::call(&Call::Close, &JsValue::UNDEFINED).await {
                 web_sys::console::error_1(&JsValue::from_str(&message));
             }
         });
@@ -76,7 +77,7 @@ pub fn close() {
 
 /// Compiles a TOML definition and its CSV, as `crosstab survey import` would.
 pub async fn open_csv(definition: String, csv: String, from: String) -> Result<Opened, String> {
-    open(Call::OpenCsv { definition, from }, Payload::Text(csv)).await
+    open(Call::OpenCsv { definition, from }, &JsValue::from_str(&csv)).await
 }
 
 /// Compiles the definition the guided form stands for and its CSV.
@@ -85,12 +86,16 @@ pub async fn open_guided(
     csv: String,
     from: String,
 ) -> Result<Opened, String> {
-    open(Call::OpenGuided { definition, from }, Payload::Text(csv)).await
+    open(
+        Call::OpenGuided { definition, from },
+        &JsValue::from_str(&csv),
+    )
+    .await
 }
 
-/// Loads a compiled survey (the file `crosstab survey import` installs).
-pub async fn open_compiled(bytes: Vec<u8>, from: String) -> Result<Opened, String> {
-    open(Call::OpenCompiled { from }, Payload::Bytes(bytes)).await
+/// Loads a compiled survey (the file `crosstab survey import` installs), its bytes as read.
+pub async fn open_compiled(bytes: js_sys::Uint8Array, from: String) -> Result<Opened, String> {
+    open(Call::OpenCompiled { from }, &bytes).await
 }
 
 /// Computes a table from the opened survey, as the server would for a whole-survey grant
@@ -99,7 +104,7 @@ pub async fn table(request: TableRequest) -> Result<Table, String> {
     if OPENED.with(|slot| slot.borrow().is_some()) && opened().is_none() {
         return Err(RESTARTED.into());
     }
-    match worker::call(&Call::Table(request), Payload::None).await? {
+    match worker::call(&Call::Table(request), &JsValue::UNDEFINED).await? {
         (Reply::Table(table), _) => Ok(*table),
         (other, _) => Err(format!("The in-page engine answered {other:?} to a table.")),
     }
@@ -129,12 +134,13 @@ pub async fn read_text(file: &web_sys::File) -> Result<String, String> {
         .ok_or_else(|| format!("{} is not text.", file.name()))
 }
 
-/// The bytes of a file the user picked.
-pub async fn read_bytes(file: &web_sys::File) -> Result<Vec<u8>, String> {
+/// The bytes of a file the user picked, left in JS memory: they go to the worker as they
+/// are (a survey file may be hundreds of megabytes).
+pub async fn read_bytes(file: &web_sys::File) -> Result<js_sys::Uint8Array, String> {
     let buffer = JsFuture::from(file.array_buffer())
         .await
         .map_err(|_| format!("{} could not be read.", file.name()))?;
-    Ok(js_sys::Uint8Array::new(&buffer).to_vec())
+    Ok(js_sys::Uint8Array::new(&buffer))
 }
 
 /// The first file chosen in the `<input type=file>` an event came from. The input is

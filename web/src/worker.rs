@@ -2,8 +2,8 @@
 //! in a Web Worker of this origin and started on first use, which holds the engine for
 //! surveys opened from files and the XLSX writer.
 //!
-//! A call goes as `{id, call, data}` (the call as JSON, a file's text or bytes beside
-//! it) and its answer comes back as `{id, answer, data}`. Calls wait until the worker
+//! A call goes as JSON with a file's text or bytes beside it, and its answer comes back
+//! by the call's id (`crosstab_web_worker::wire`). Calls wait until the worker
 //! says it is ready (messages posted before its handler is set would be lost) and its
 //! protocol is this page's. A worker that fails, or is not ready within a minute, fails
 //! every call waiting on it; the next call starts a new one (a new `generation`).
@@ -12,7 +12,8 @@ use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::rc::Rc;
 
-use crosstab_web_worker::{Answer, Call, Payload, Reply, PROTOCOL};
+use crosstab_web_worker::wire::{self, ToPage};
+use crosstab_web_worker::{Answer, Call, Reply, PROTOCOL};
 use futures_channel::oneshot;
 use wasm_bindgen::closure::Closure;
 use wasm_bindgen::{JsCast, JsValue};
@@ -49,14 +50,15 @@ struct Worker {
     _on_error: Closure<dyn FnMut(web_sys::Event)>,
 }
 
-/// Posts `call` with `payload` beside it to the worker (started first if need be); its
-/// answer and the payload that came with it.
-pub async fn call(call: &Call, payload: Payload) -> Result<(Reply, JsValue), String> {
+/// Posts `call` with `data` beside it (a file's text or bytes, as read; `undefined` if
+/// none) to the worker (started first if need be); its answer and the data that came
+/// with it.
+pub async fn call(call: &Call, data: &JsValue) -> Result<(Reply, JsValue), String> {
     let worker = match WORKER.with(|slot| slot.borrow().clone()) {
         Some(worker) => worker,
         None => start()?,
     };
-    worker.call(call, payload).await
+    worker.call(call, data).await
 }
 
 /// The worker now running, if any, counted from the page's load: a survey opened in an
@@ -82,37 +84,30 @@ fn start() -> Result<Rc<Worker>, String> {
     let on_message = {
         let (waiting, unsent, worker) = (Rc::clone(&waiting), Rc::clone(&unsent), worker.clone());
         Closure::<dyn FnMut(web_sys::MessageEvent)>::new(move |event: web_sys::MessageEvent| {
-            let message = event.data();
-            let field = |name: &str| {
-                js_sys::Reflect::get(&message, &JsValue::from_str(name))
-                    .unwrap_or(JsValue::UNDEFINED)
-            };
-            if field("ready").is_truthy() {
-                if field("protocol").as_string() != Some(PROTOCOL.to_string()) {
-                    // A tab loaded before a deploy, meeting the new worker.
-                    fail(
-                        generation,
-                        "The app was updated since this page was loaded: reload the page.",
-                    );
-                    return;
+            match wire::to_page(&event.data()) {
+                ToPage::Ready { protocol } => {
+                    if protocol != Some(PROTOCOL.to_string()) {
+                        // A tab loaded before a deploy, meeting the new worker.
+                        fail(
+                            generation,
+                            "The app was updated since this page was loaded: reload the page.",
+                        );
+                        return;
+                    }
+                    for (id, message) in unsent.borrow_mut().take().unwrap_or_default() {
+                        post(&worker, &waiting, id, &message);
+                    }
                 }
-                for (id, message) in unsent.borrow_mut().take().unwrap_or_default() {
-                    post(&worker, &waiting, id, &message);
+                ToPage::Answer { id, answer, data } => {
+                    match id.and_then(|id| waiting.borrow_mut().remove(&id)) {
+                        Some(sender) => {
+                            let _ = sender.send(Ok((answer, data)));
+                        }
+                        None => web_sys::console::error_1(&JsValue::from_str(
+                            "the in-page engine answered a call nobody is waiting for",
+                        )),
+                    }
                 }
-                return;
-            }
-            let id = field("id")
-                .as_f64()
-                .and_then(|id| u32::try_from(id as i64).ok());
-            let sender = id.and_then(|id| waiting.borrow_mut().remove(&id));
-            match sender {
-                Some(sender) => {
-                    let answer = field("answer").as_string().unwrap_or_default();
-                    let _ = sender.send(Ok((answer, field("data"))));
-                }
-                None => web_sys::console::error_1(&JsValue::from_str(
-                    "the in-page engine answered a call nobody is waiting for",
-                )),
             }
         })
     };
@@ -181,33 +176,16 @@ fn fail(generation: u32, reason: &str) {
 }
 
 impl Worker {
-    async fn call(&self, call: &Call, payload: Payload) -> Result<(Reply, JsValue), String> {
+    async fn call(&self, call: &Call, data: &JsValue) -> Result<(Reply, JsValue), String> {
         let id = self.next.get();
         self.next.set(id.wrapping_add(1));
-        let message = js_sys::Object::new();
-        let set = |name: &str, value: &JsValue| {
-            let _ = js_sys::Reflect::set(&message, &JsValue::from_str(name), value);
-        };
-        set("id", &JsValue::from(id));
         let call = serde_json::to_string(call).map_err(|error| error.to_string())?;
-        set("call", &JsValue::from_str(&call));
-        match payload {
-            Payload::None => {}
-            Payload::Text(text) => set("data", &JsValue::from_str(&text)),
-            Payload::Bytes(bytes) => {
-                set("data", &js_sys::Uint8Array::from(bytes.as_slice()).into())
-            }
-        }
+        let message = wire::call(id, &call, data);
         let (sender, answer) = oneshot::channel();
         self.waiting.borrow_mut().insert(id, sender);
-        let queued = match self.unsent.borrow_mut().as_mut() {
-            Some(unsent) => {
-                unsent.push((id, message.clone()));
-                true
-            }
-            None => false,
-        };
-        if !queued {
+        if let Some(unsent) = self.unsent.borrow_mut().as_mut() {
+            unsent.push((id, message));
+        } else {
             post(&self.worker, &self.waiting, id, &message);
         }
         let (answer, data) = answer

@@ -10,6 +10,7 @@
 
 mod local;
 mod protocol;
+pub mod wire;
 mod xlsx;
 
 pub use local::answer;
