@@ -172,7 +172,23 @@ test('a table from the codebook by labels: every cell is /v1 for (row) AND (colu
   const [csvDownload] = await Promise.all([page.waitForEvent('download'), page.locator('#export-table-csv').click()]);
   const csv = readFileSync(await csvDownload.path(), 'utf8');
   assert.match(csv, /Row,Figure,Total,Census region: Northeast · REGION = 1/);
-  const [xlsxDownload] = await Promise.all([page.waitForEvent('download'), page.locator('#export-table-xlsx').click()]);
+  // The XLSX writer lives in the worker, loaded on this first export: the button says so
+  // (and takes no second click) until the file is ready.
+  let releaseLoader;
+  const loaderHeld = new Promise((resolve) => { releaseLoader = resolve; });
+  const holdLoader = async (route) => { await loaderHeld; await route.continue(); };
+  await context.route('**/crosstab-web-worker_loader.js', holdLoader);
+  const xlsxButton = page.locator('#export-table-xlsx');
+  const xlsxDownloaded = page.waitForEvent('download');
+  await xlsxButton.click();
+  await page.locator('#export-table-xlsx', { hasText: 'Preparing XLSX…' }).waitFor();
+  assert.equal(await xlsxButton.isDisabled(), true, 'no second export while one is prepared');
+  assert.equal(await xlsxButton.getAttribute('aria-busy'), 'true');
+  releaseLoader();
+  const xlsxDownload = await xlsxDownloaded;
+  await context.unroute('**/crosstab-web-worker_loader.js', holdLoader);
+  await page.locator('#export-table-xlsx', { hasText: 'Export XLSX' }).waitFor();
+  assert.equal(await xlsxButton.isDisabled(), false);
   assert.match(xlsxDownload.suggestedFilename(), /\.xlsx$/);
   const book = XLSX.read(readFileSync(await xlsxDownload.path()));
   const sheet = XLSX.utils.sheet_to_json(book.Sheets[book.SheetNames[0]], { header: 1, defval: null });
@@ -256,19 +272,32 @@ test('timing: a 20 × 10 table on the demo survey with every figure, from click 
 
 const ENGINE_READY = 'The in-page engine is ready: from here on, opening and computing need no network.';
 
-test('the in-page engine: when its module cannot be fetched the panel says so, and it loads on a retry', async () => {
+test('the in-page engine: when its module cannot be fetched the panel says so, and it loads on a retry or with the next compiled file', async () => {
   const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
-  const page = await context.newPage();
-  await page.goto(server.origin);
-  await page.getByRole('heading', { name: 'Sign in' }).waitFor();
   const refuse = (route) => route.abort();
-  await context.route('**/crosstab-web-worker_loader.js', refuse);
-  await page.locator('#open-local').click();
-  await page.locator('#local-engine', { hasText: 'could not be loaded' }).waitFor();
-  assert.ok(await page.locator('#local-open').count() === 0 || await page.locator('#local-open').isDisabled());
-  await context.unroute('**/crosstab-web-worker_loader.js', refuse);
-  await page.locator('#local-engine-retry').click();
-  await page.locator('#local-engine', { hasText: ENGINE_READY }).waitFor();
+  const failedPanel = async () => {
+    const page = await context.newPage();
+    await context.route('**/crosstab-web-worker_loader.js', refuse);
+    await page.goto(server.origin);
+    await page.getByRole('heading', { name: 'Sign in' }).waitFor();
+    await page.locator('#open-local').click();
+    await page.locator('#local-engine', { hasText: 'could not be loaded' }).waitFor();
+    assert.ok(await page.locator('#local-open').count() === 0 || await page.locator('#local-open').isDisabled());
+    await context.unroute('**/crosstab-web-worker_loader.js', refuse);
+    return page;
+  };
+  const retried = await failedPanel();
+  await retried.locator('#local-engine-retry').click();
+  await retried.locator('#local-engine', { hasText: ENGINE_READY }).waitFor();
+
+  // A compiled survey chosen after the failure loads the engine again, then opens.
+  const chosen = await failedPanel();
+  const surveys = join(server.dataDir, 'surveys');
+  const compiled = readdirSync(surveys).find((f) => f.startsWith('DEMO.'));
+  await chosen.locator('#local-data').setInputFiles(join(surveys, compiled));
+  await chosen.locator('#local-opened').waitFor();
+  await chosen.locator('#local-engine', { hasText: ENGINE_READY }).waitFor();
+  assert.equal(await chosen.locator('#local-error').count(), 0);
   await context.close();
 });
 

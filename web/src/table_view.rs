@@ -38,6 +38,8 @@ pub fn TableView(
         run,
     } = computed;
     let export_error = RwSignal::new(None::<String>);
+    // An XLSX on its way: the first one also waits for the worker that writes it to load.
+    let preparing_xlsx = RwSignal::new(false);
     let grid = {
         let table = table.clone();
         Memo::new(move |_| Grid::of(&table, arrangement.get()))
@@ -80,6 +82,10 @@ pub fn TableView(
                     export::to_csv(&grid, &chosen, caption).as_bytes(),
                 ),
                 "xlsx" => {
+                    if preparing_xlsx.get_untracked() {
+                        return Ok(());
+                    }
+                    preparing_xlsx.set(true);
                     let sheet = export::sheet(&grid, &chosen, caption);
                     leptos::task::spawn_local(async move {
                         let result = export::to_xlsx(sheet).await.and_then(|bytes| {
@@ -89,6 +95,7 @@ pub fn TableView(
                                 &bytes,
                             )
                         });
+                        preparing_xlsx.set(false);
                         export_error.set(result.err());
                     });
                     Ok(())
@@ -179,7 +186,10 @@ pub fn TableView(
             </figure>
             <div class="row">
                 <button class="secondary" id="export-table-csv" on:click=move |_| download("csv")>"Export CSV"</button>
-                <button class="secondary" id="export-table-xlsx" on:click=move |_| download("xlsx")>"Export XLSX"</button>
+                <button class="secondary" id="export-table-xlsx" on:click=move |_| download("xlsx")
+                    disabled=move || preparing_xlsx.get() aria-busy=move || preparing_xlsx.get().to_string()>
+                    {move || if preparing_xlsx.get() { "Preparing XLSX…" } else { "Export XLSX" }}
+                </button>
                 <button class="secondary" id="export-chart-svg" on:click=move |_| download("svg")>"Chart as SVG"</button>
                 <button class="secondary" id="export-chart-png" on:click=move |_| download("png")>"Chart as PNG"</button>
             </div>

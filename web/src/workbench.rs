@@ -643,6 +643,18 @@ fn LocalOpen(opened: RwSignal<Option<Opened>>) -> impl IntoView {
                 }
                 busy.set(false);
             } else {
+                // A compiled survey goes straight to the engine: if it is not in yet (or
+                // failed to load), this waits for it (or loads it again), and the panel
+                // says so.
+                if !matches!(engine.get_untracked(), Some(Ok(()))) {
+                    engine.set(None);
+                    let started = local::start().await;
+                    engine.set(Some(started.clone()));
+                    if let Err(message) = started {
+                        finish(Err(message));
+                        return;
+                    }
+                }
                 let result = match local::read_bytes(&file).await {
                     Ok(bytes) => local::open_compiled(bytes, file_name).await,
                     Err(message) => Err(message),
