@@ -29,24 +29,35 @@ function setup(thread)
   table.insert(threads, thread)
 end
 
+-- A thread's bodies repeat after 8,400 of its requests.
+local PERIOD = 8400
+local requests = {}
+
+-- Each thread formats its whole cycle of requests once, here: formatting one per request
+-- cost wrk 4-5 µs of the shared cores each time (15% of its own CPU), which the fixed
+-- requests of the other runs don't pay. The sequence sent is the same.
 function init(args)
   counter = tonumber(offset) or 0
   parity = tonumber(parity) or 0
+  local headers = {
+    ["Content-Type"] = "application/json",
+    ["Service-Engine-Authorizer"] = key,
+  }
+  for place = 0, PERIOD - 1 do
+    local n = 2 * place + parity
+    local a = 18 + n % 60
+    local b = a + math.floor(n / 60) % 40
+    local c = 1 + math.floor(n / 2400) % 7
+    local body = string.format(
+      '{"SurveyCode":"DEMO","PopulationBaseCode":"ADULTS","TargetCodes":["AGE BETWEEN %d AND %d","GENDER = 2 AND INCOME >= %d"]}',
+      a, b, c)
+    requests[place] = wrk.format("POST", nil, headers, body)
+  end
 end
 
 function request()
   counter = counter + 1
-  local n = 2 * counter + parity
-  local a = 18 + n % 60
-  local b = a + math.floor(n / 60) % 40
-  local c = 1 + math.floor(n / 2400) % 7
-  local body = string.format(
-    '{"SurveyCode":"DEMO","PopulationBaseCode":"ADULTS","TargetCodes":["AGE BETWEEN %d AND %d","GENDER = 2 AND INCOME >= %d"]}',
-    a, b, c)
-  return wrk.format("POST", nil, {
-    ["Content-Type"] = "application/json",
-    ["Service-Engine-Authorizer"] = key,
-  }, body)
+  return requests[counter % PERIOD]
 end
 
 function done(summary, latency, requests)
