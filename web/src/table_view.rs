@@ -39,6 +39,7 @@ pub fn TableView(
     } = computed;
     let export_error = RwSignal::new(None::<String>);
     // An XLSX on its way: the first one also waits for the worker that writes it to load.
+    // Meanwhile the button is aria-disabled, not disabled, so it keeps the keyboard's focus.
     let preparing_xlsx = RwSignal::new(false);
     let grid = {
         let table = table.clone();
@@ -187,7 +188,7 @@ pub fn TableView(
             <div class="row">
                 <button class="secondary" id="export-table-csv" on:click=move |_| download("csv")>"Export CSV"</button>
                 <button class="secondary" id="export-table-xlsx" on:click=move |_| download("xlsx")
-                    disabled=move || preparing_xlsx.get() aria-busy=move || preparing_xlsx.get().to_string()>
+                    aria-disabled=move || preparing_xlsx.get().to_string()>
                     {move || if preparing_xlsx.get() { "Preparing XLSX…" } else { "Export XLSX" }}
                 </button>
                 <button class="secondary" id="export-chart-svg" on:click=move |_| download("svg")>"Chart as SVG"</button>

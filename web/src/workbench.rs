@@ -569,11 +569,12 @@ fn LocalOpen(opened: RwSignal<Option<Opened>>) -> impl IntoView {
     let columns = RwSignal::new(Vec::<String>::new());
     let error = RwSignal::new(None::<String>);
     let busy = RwSignal::new(false);
-    // The in-page engine (the app's worker) is loaded when this panel first shows, and
-    // again on request after a failure.
+    // The in-page engine (the app's worker) is loaded when this panel first shows, again
+    // on request after a failure, and when a compiled file is chosen without it.
     let engine = RwSignal::new(None::<Result<(), String>>);
     let load_engine = move || {
         engine.set(None);
+        error.set(None);
         leptos::task::spawn_local(async move { engine.set(Some(local::start().await)) });
     };
     load_engine();
@@ -646,7 +647,7 @@ fn LocalOpen(opened: RwSignal<Option<Opened>>) -> impl IntoView {
                 // A compiled survey goes straight to the engine: if it is not in yet (or
                 // failed to load), this waits for it (or loads it again), and the panel
                 // says so.
-                if !matches!(engine.get_untracked(), Some(Ok(()))) {
+                if !matches!(engine.get_untracked(), Some(Ok(()))) || !crate::worker::running() {
                     engine.set(None);
                     let started = local::start().await;
                     engine.set(Some(started.clone()));
