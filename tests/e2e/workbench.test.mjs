@@ -286,7 +286,13 @@ const ENGINE_READY = 'The in-page engine is ready: from here on, opening and com
 
 test('the in-page engine: when its module cannot be fetched the panel says so, and it loads on a retry or with the next compiled file', async () => {
   const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+  const dir = mkdtempSync(join(tmpdir(), 'crosstab-engine-'));
+  const csvPath = join(dir, 'tiny.csv');
+  writeFileSync(csvPath, 'RESPID,WEIGHT,REGION\nr1,1.5,1\nr2,2.5,2\n');
+  const surveys = join(server.dataDir, 'surveys');
+  const compiled = join(surveys, readdirSync(surveys).find((f) => f.startsWith('DEMO.')));
   const refuse = (route) => route.abort();
+  // A panel whose engine could not be loaded; its loader is refused until `unroute`.
   const failedPanel = async () => {
     const page = await context.newPage();
     await context.route('**/crosstab-web-worker_loader.js', refuse);
@@ -294,23 +300,34 @@ test('the in-page engine: when its module cannot be fetched the panel says so, a
     await page.getByRole('heading', { name: 'Sign in' }).waitFor();
     await page.locator('#open-local').click();
     await page.locator('#local-engine', { hasText: 'could not be loaded' }).waitFor();
-    assert.ok(await page.locator('#local-open').count() === 0 || await page.locator('#local-open').isDisabled());
-    await context.unroute('**/crosstab-web-worker_loader.js', refuse);
     return page;
   };
+  const unroute = () => context.unroute('**/crosstab-web-worker_loader.js', refuse);
+
+  // A CSV is read without the engine, but its Open waits for it.
   const retried = await failedPanel();
+  await retried.locator('#local-data').setInputFiles(csvPath);
+  await retried.locator('#local-open').waitFor();
+  assert.equal(await retried.locator('#local-open').isDisabled(), true, 'no Open without the engine');
+  // A compiled file chosen while the engine can't load is refused, saying why.
+  await retried.locator('#local-data').setInputFiles(compiled);
+  await retried.locator('#local-error', { hasText: 'could not be loaded' }).waitFor();
+  assert.equal(await retried.locator('#local-opened').count(), 0);
+  await unroute();
+  // The retry loads it, and the old error goes.
   await retried.locator('#local-engine-retry').click();
   await retried.locator('#local-engine', { hasText: ENGINE_READY }).waitFor();
+  assert.equal(await retried.locator('#local-error').count(), 0);
 
   // A compiled survey chosen after the failure loads the engine again, then opens.
   const chosen = await failedPanel();
-  const surveys = join(server.dataDir, 'surveys');
-  const compiled = readdirSync(surveys).find((f) => f.startsWith('DEMO.'));
-  await chosen.locator('#local-data').setInputFiles(join(surveys, compiled));
+  await unroute();
+  await chosen.locator('#local-data').setInputFiles(compiled);
   await chosen.locator('#local-opened').waitFor();
   await chosen.locator('#local-engine', { hasText: ENGINE_READY }).waitFor();
   assert.equal(await chosen.locator('#local-error').count(), 0);
   await context.close();
+  rmSync(dir, { recursive: true, force: true });
 });
 
 test('a private file: opened with the guided form, computed in the page, never sent, equal to the native engine', async () => {
