@@ -572,10 +572,18 @@ fn LocalOpen(opened: RwSignal<Option<Opened>>) -> impl IntoView {
     // The in-page engine (the app's worker) is loaded when this panel first shows, again
     // on request after a failure, and when a compiled file is chosen without it.
     let engine = RwSignal::new(None::<Result<(), String>>);
-    let load_engine = move || {
+    // Starts the engine, the panel saying so meanwhile and then how it went.
+    let start_engine = move || async move {
         engine.set(None);
+        let started = local::start().await;
+        engine.set(Some(started.clone()));
+        started
+    };
+    let load_engine = move || {
         error.set(None);
-        leptos::task::spawn_local(async move { engine.set(Some(local::start().await)) });
+        leptos::task::spawn_local(async move {
+            let _ = start_engine().await;
+        });
     };
     load_engine();
     let code = RwSignal::new(String::new());
@@ -648,10 +656,7 @@ fn LocalOpen(opened: RwSignal<Option<Opened>>) -> impl IntoView {
                 // failed to load), this waits for it (or loads it again), and the panel
                 // says so.
                 if !matches!(engine.get_untracked(), Some(Ok(()))) || !crate::worker::running() {
-                    engine.set(None);
-                    let started = local::start().await;
-                    engine.set(Some(started.clone()));
-                    if let Err(message) = started {
+                    if let Err(message) = start_engine().await {
                         finish(Err(message));
                         return;
                     }
