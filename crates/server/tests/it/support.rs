@@ -45,6 +45,13 @@ pub fn key_id(key: &str) -> &str {
     key.split('_').nth(2).unwrap()
 }
 
+/// The secret part of a key: everything after `ctx_<env>_<id>_` (it may itself hold `_`).
+pub fn key_secret(key: &str) -> &str {
+    let secret = key.splitn(4, '_').nth(3).unwrap();
+    assert!(secret.len() >= 40, "{key}");
+    secret
+}
+
 /// `crosstab serve` on 127.0.0.1, a free port.
 pub struct Server {
     child: Child,
