@@ -13,9 +13,11 @@
 //! On SQLite the writer is a thread of its own with its own connection, calling SQLite
 //! directly (`store/sqlite.rs`): `BEGIN IMMEDIATE`, one prepared single-row INSERT per
 //! bill, the idempotency rows, `COMMIT`, all plain calls on that thread. On PostgreSQL it
-//! is a task on the server's runtime with a pooled connection of its own: one INSERT of
-//! eleven column arrays, whatever the batch's size (in one transaction with the
-//! idempotency rows when there are any).
+//! is a thread too, running a runtime of its own with a connection of its own (outside
+//! the pool): one INSERT of eleven column arrays, whatever the batch's size (in one
+//! transaction with the idempotency rows when there are any). On the server's runtime,
+//! the database's answer to a commit would wait until a worker busy with requests polled
+//! the network again, and every bill of the batch with it.
 
 use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
@@ -24,8 +26,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::FutureExt;
-use sqlx::pool::PoolConnection;
-use sqlx::{Any, AnyConnection, Connection};
+use sqlx::postgres::PgConnection;
+use sqlx::Connection;
 use tokio::sync::mpsc::{self, error::TryRecvError};
 use tokio::sync::oneshot;
 
@@ -150,9 +152,9 @@ impl Drop for Running {
     }
 }
 
-/// Runs the write loop on the pool, starting it again should it panic: the bills of the
-/// batch it was writing are answered 500, unbilled (their transaction is rolled back when
-/// its connection goes back to the pool), and later ones go on.
+/// Runs the write loop for PostgreSQL, starting it again should it panic: the bills of
+/// the batch it was writing are answered 500, unbilled (their transaction is rolled back
+/// when its connection is dropped), and later ones go on.
 async fn supervise(db: Database, mut pending: mpsc::UnboundedReceiver<Pending>, _running: Running) {
     loop {
         let run = AssertUnwindSafe(write_loop(&db, &mut pending))
@@ -186,31 +188,21 @@ fn supervise_file(
     }
 }
 
-/// The writer; [`LedgerWriter::finish`] waits until every bill handed over is committed
-/// (after the last [`Ledger`] handle is dropped).
+/// The writer's thread (`None` if it could not be started); [`LedgerWriter::finish`]
+/// waits until every bill handed over is committed (after the last [`Ledger`] handle is
+/// dropped).
 #[derive(Debug)]
-pub struct LedgerWriter(Writer);
-
-#[derive(Debug)]
-enum Writer {
-    /// SQLite's writer thread.
-    Thread(std::thread::JoinHandle<()>),
-    /// The pool's writer task.
-    Task(tokio::task::JoinHandle<()>),
-    /// None could be started.
-    None,
-}
+pub struct LedgerWriter(Option<std::thread::JoinHandle<()>>);
 
 impl LedgerWriter {
     /// Waits for the writer to drain and stop.
     pub async fn finish(self) {
-        let ended = match self.0 {
-            Writer::Thread(thread) => tokio::task::spawn_blocking(move || thread.join().is_ok())
-                .await
-                .unwrap_or(false),
-            Writer::Task(task) => task.await.is_ok(),
-            Writer::None => true,
+        let Some(thread) = self.0 else {
+            return;
         };
+        let ended = tokio::task::spawn_blocking(move || thread.join().is_ok())
+            .await
+            .unwrap_or(false);
         if !ended {
             tracing::error!("ledger writer failed");
         }
@@ -218,38 +210,40 @@ impl LedgerWriter {
 }
 
 impl Ledger {
-    /// Starts the writer on `db`: a thread of its own on a SQLite file, a task of the
-    /// current runtime otherwise (outside one, no writer runs: every bill is answered
-    /// [`LedgerError::Stopped`], unbilled).
+    /// Starts the writer on `db`: a thread of its own, calling SQLite on a SQLite file and
+    /// running a runtime of its own otherwise. Should the thread not start, every bill is
+    /// answered [`LedgerError::Stopped`], unbilled.
     pub fn start(db: Database) -> (Ledger, LedgerWriter) {
         let (queue, pending) = mpsc::unbounded_channel();
         let alive = Arc::new(AtomicBool::new(true));
         let running = Running(Arc::clone(&alive));
-        let writer = match db.sqlite_file() {
+        let thread = std::thread::Builder::new().name("crosstab-ledger".to_owned());
+        let spawned = match db.sqlite_file() {
             Some(path) => {
                 let file = SqliteFile {
                     path: path.to_path_buf(),
                     pragmas: super::sqlite_pragmas(db.synchronous),
                     conn: None,
                 };
-                let spawned = std::thread::Builder::new()
-                    .name("crosstab-ledger".to_owned())
-                    .spawn(move || supervise_file(file, pending, running));
-                match spawned {
-                    Ok(thread) => Writer::Thread(thread),
-                    Err(error) => {
-                        tracing::error!(%error, "ledger writer not started");
-                        Writer::None
-                    }
-                }
+                thread.spawn(move || supervise_file(file, pending, running))
             }
-            None => match tokio::runtime::Handle::try_current() {
-                Ok(runtime) => Writer::Task(runtime.spawn(supervise(db, pending, running))),
-                Err(error) => {
-                    tracing::error!(%error, "ledger writer not started");
-                    Writer::None
+            None => thread.spawn(move || {
+                match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(runtime) => runtime.block_on(supervise(db, pending, running)),
+                    // `running` dropped: the writer reads as stopped.
+                    Err(error) => tracing::error!(%error, "ledger writer not started"),
                 }
-            },
+            }),
+        };
+        let writer = match spawned {
+            Ok(thread) => Some(thread),
+            Err(error) => {
+                tracing::error!(%error, "ledger writer not started");
+                None
+            }
         };
         (Ledger { queue, alive }, LedgerWriter(writer))
     }
@@ -491,11 +485,9 @@ impl FileWriter {
     }
 }
 
-/// The writer's own connection, kept from batch to batch: taking one from the pool and
-/// giving it back costs a round trip each (the pool tests it both ways), more than a
-/// small batch's INSERT.
+/// The writer's own connection, kept from batch to batch and opened again after a failure.
 #[derive(Default)]
-struct Held(Option<(PoolConnection<Any>, Instant)>);
+struct Held(Option<(PgConnection, Instant)>);
 
 /// A connection idle longer than this is tested before a batch is written on it (the
 /// database may have restarted meanwhile): a failed test costs no bill, a failed write
@@ -503,8 +495,8 @@ struct Held(Option<(PoolConnection<Any>, Instant)>);
 const IDLE_TEST: Duration = Duration::from_secs(1);
 
 impl Held {
-    /// Writes `batch` on the held connection (taken from the pool first if need be); after
-    /// a failure the connection goes back to the pool, and the next batch takes another.
+    /// Writes `batch` on the held connection (opened first if need be); after a failure
+    /// the connection is dropped, and the next batch opens another.
     async fn write(&mut self, db: &Database, batch: &[Pending]) -> Result<(), DbError> {
         if let Some((conn, used)) = &mut self.0 {
             if used.elapsed() > IDLE_TEST && conn.ping().await.is_err() {
@@ -513,7 +505,9 @@ impl Held {
         }
         let (conn, used) = match &mut self.0 {
             Some(held) => held,
-            None => self.0.insert((db.pool().acquire().await?, Instant::now())),
+            None => self
+                .0
+                .insert((db.connect_postgres().await?, Instant::now())),
         };
         let result = write_batch(conn, batch).await;
         *used = Instant::now();
@@ -524,9 +518,9 @@ impl Held {
     }
 }
 
-/// The batch on the pool (PostgreSQL): one INSERT, which commits by itself, unless it
-/// keeps idempotent answers too; then one transaction.
-async fn write_batch(conn: &mut AnyConnection, batch: &[Pending]) -> Result<(), DbError> {
+/// The batch on PostgreSQL: one INSERT, which commits by itself, unless it keeps
+/// idempotent answers too; then one transaction.
+async fn write_batch(conn: &mut PgConnection, batch: &[Pending]) -> Result<(), DbError> {
     let bills: Vec<&Bill> = batch.iter().flat_map(|(bills, _)| bills).collect();
     // On a loaded machine each round trip waits for the database's process to run: a
     // lone statement saves BEGIN's and COMMIT's.
@@ -542,8 +536,8 @@ async fn write_batch(conn: &mut AnyConnection, batch: &[Pending]) -> Result<(), 
                  WHERE account_id = $1 AND key = $2",
             )
             .bind(bill.account_id)
-            .bind(kept.key.to_string())
-            .bind(kept.body.to_vec())
+            .bind(&*kept.key)
+            .bind(&kept.body[..])
             .execute(&mut *tx)
             .await?;
         }
@@ -552,71 +546,31 @@ async fn write_batch(conn: &mut AnyConnection, batch: &[Pending]) -> Result<(), 
     Ok(())
 }
 
-/// One INSERT of `bills` as PostgreSQL arrays, a column each, whatever the batch's size
-/// (the server then reads 11 parameters instead of 11 per bill).
-async fn insert_columns(conn: &mut AnyConnection, bills: &[&Bill]) -> Result<(), DbError> {
-    let callers = || bills.iter().map(|bill| &bill.caller);
-    sqlx::query::<Any>(
+/// One INSERT of `bills` as arrays, a column each, whatever the batch's size (the server
+/// then reads 11 parameters, in binary, instead of 11 per bill).
+async fn insert_columns(conn: &mut PgConnection, bills: &[&Bill]) -> Result<(), DbError> {
+    fn column<'a, T>(bills: &[&'a Bill], value: impl Fn(&'a Bill) -> T) -> Vec<T> {
+        bills.iter().map(|&bill| value(bill)).collect()
+    }
+    sqlx::query(
         "INSERT INTO ledger (at, account_id, key_id, user_id, idp, subject, survey, grp, base, targets, request_id) \
          SELECT * FROM UNNEST($1::bigint[], $2::bigint[], $3::text[], $4::bigint[], $5::text[], \
                               $6::text[], $7::text[], $8::text[], $9::text[], $10::bigint[], $11::text[])",
     )
-    .bind(int_array(bills.iter().map(|bill| Some(bill.at))))
-    .bind(int_array(bills.iter().map(|bill| Some(bill.account_id))))
-    .bind(text_array(callers().map(Caller::key_id)))
-    .bind(int_array(callers().map(Caller::user_id)))
-    .bind(text_array(callers().map(Caller::idp)))
-    .bind(text_array(callers().map(Caller::subject)))
-    .bind(text_array(bills.iter().map(|bill| Some(&*bill.survey))))
-    .bind(text_array(bills.iter().map(|bill| bill.group.as_deref())))
-    .bind(text_array(bills.iter().map(|bill| Some(&*bill.base))))
-    .bind(int_array(bills.iter().map(|bill| Some(bill.targets))))
-    .bind(text_array(bills.iter().map(|bill| Some(&*bill.request_id))))
+    .bind(column(bills, |bill| bill.at))
+    .bind(column(bills, |bill| bill.account_id))
+    .bind(column(bills, |bill| bill.caller.key_id()))
+    .bind(column(bills, |bill| bill.caller.user_id()))
+    .bind(column(bills, |bill| bill.caller.idp()))
+    .bind(column(bills, |bill| bill.caller.subject()))
+    .bind(column(bills, |bill| &*bill.survey))
+    .bind(column(bills, |bill| bill.group.as_deref()))
+    .bind(column(bills, |bill| &*bill.base))
+    .bind(column(bills, |bill| bill.targets))
+    .bind(column(bills, |bill| &*bill.request_id))
     .execute(&mut *conn)
     .await?;
     Ok(())
-}
-
-/// A PostgreSQL array literal of integers: `{1,NULL,3}`.
-fn int_array(values: impl Iterator<Item = Option<i64>>) -> String {
-    array_literal(values, |literal, value| {
-        use std::fmt::Write;
-        let _ = write!(literal, "{value}");
-    })
-}
-
-/// A PostgreSQL array literal of texts, every element quoted (so no text reads as
-/// `NULL`, a delimiter or a brace) with `"` and `\` escaped: `{"a","b\"c",NULL}`.
-fn text_array<'a>(values: impl Iterator<Item = Option<&'a str>>) -> String {
-    array_literal(values, |literal, text| {
-        literal.push('"');
-        for c in text.chars() {
-            if c == '"' || c == '\\' {
-                literal.push('\\');
-            }
-            literal.push(c);
-        }
-        literal.push('"');
-    })
-}
-
-/// `{a,b,...}` of `values`, each written by `element`, `NULL` where there is none.
-fn array_literal<T>(
-    values: impl Iterator<Item = Option<T>>,
-    mut element: impl FnMut(&mut String, T),
-) -> String {
-    let mut literal = String::from("{");
-    for (n, value) in values.enumerate() {
-        if n > 0 {
-            literal.push(',');
-        }
-        match value {
-            Some(value) => element(&mut literal, value),
-            None => literal.push_str("NULL"),
-        }
-    }
-    literal.push('}');
-    literal
 }
 
 /// Number of bills in the ledger (for checks and tests).

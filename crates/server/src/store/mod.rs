@@ -25,7 +25,8 @@ use std::time::Duration;
 
 use sqlx::any::AnyPoolOptions;
 use sqlx::migrate::Migrator;
-use sqlx::AnyPool;
+use sqlx::postgres::PgConnection;
+use sqlx::{AnyPool, Connection};
 
 static SQLITE_MIGRATIONS: Migrator = sqlx::migrate!("./migrations/sqlite");
 static POSTGRES_MIGRATIONS: Migrator = sqlx::migrate!("./migrations/postgres");
@@ -33,6 +34,9 @@ static POSTGRES_MIGRATIONS: Migrator = sqlx::migrate!("./migrations/postgres");
 /// Every PostgreSQL statement's time limit (SQLite waits at most `busy_timeout` for its
 /// lock, and runs in this process).
 const POSTGRES_STATEMENT_TIMEOUT: &str = "SET statement_timeout = 10000";
+
+/// The longest wait for a connection, from the pool or a new one.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Which database engine a URL names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,6 +62,9 @@ pub enum DbError {
     /// A call into SQLite on the ledger's own connection failed.
     #[error("database error: {0}")]
     Sqlite(#[from] sqlite::SqliteError),
+    /// No connection was made in time.
+    #[error("database not connected within {0:?}")]
+    ConnectTimedOut(Duration),
     /// A stored value breaks a rule the server keeps when writing it.
     #[error("corrupt database: {0}")]
     Corrupt(&'static str),
@@ -129,7 +136,7 @@ impl Database {
             return Err(DbError::UnsupportedUrl);
         };
         let mut options = AnyPoolOptions::new()
-            .acquire_timeout(Duration::from_secs(10))
+            .acquire_timeout(CONNECT_TIMEOUT)
             .max_connections(match backend {
                 Backend::Sqlite => 4,
                 Backend::Postgres => 16,
@@ -203,6 +210,25 @@ impl Database {
     /// The SQLite database file, when this is one.
     pub fn sqlite_file(&self) -> Option<&Path> {
         self.sqlite_file.as_deref()
+    }
+
+    /// On PostgreSQL, a connection of its own, outside the pool, with the pool's settings,
+    /// for a task on a runtime of its own (a connection is driven by the runtime that
+    /// opened it, and the server's polls the network only between requests' tasks).
+    pub(crate) async fn connect_postgres(&self) -> Result<PgConnection, DbError> {
+        if self.backend != Backend::Postgres {
+            return Err(DbError::UnsupportedUrl);
+        }
+        let connect = async {
+            let mut conn = PgConnection::connect(&self.url.0).await?;
+            sqlx::query(POSTGRES_STATEMENT_TIMEOUT)
+                .execute(&mut conn)
+                .await?;
+            Ok(conn)
+        };
+        tokio::time::timeout(CONNECT_TIMEOUT, connect)
+            .await
+            .map_err(|_| DbError::ConnectTimedOut(CONNECT_TIMEOUT))?
     }
 
     /// Whether the database answers a trivial query.
