@@ -160,7 +160,7 @@ test("bad arguments to the other helpers", () => {
   assert.equal(pkg.parseResponse(200, ok, { TargetCodes: throwing }).kind, "success");
   const start = performance.now();
   assert.equal(pkg.parseResponse(200, ok, { TargetCodes: new Array(2 ** 32 - 1) }).kind, "invalid");
-  assert.ok(performance.now() - start < 100, "walked the holes");
+  assert.ok(performance.now() - start < 1000, "walked the holes");
   const cyclic = {};
   cyclic.self = cyclic;
   assert.equal(pkg.parseResponse(200, cyclic).kind, "invalid");

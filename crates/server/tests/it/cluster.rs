@@ -89,6 +89,7 @@ async fn replicas_behind_nginx_bill_every_200_once_through_kills_reimports_and_a
     let (Some(pg_bin), Some(nginx_bin)) = (Postgres::binaries(), Nginx::binary()) else {
         panic!("CROSSTAB_TEST_CLUSTER=1 needs Debian's postgresql and nginx (scripts/setup)");
     };
+    let _heavy = HEAVY.lock().await;
     let temp = tempfile::tempdir().unwrap();
     let pg = Postgres::start(pg_bin, &temp.path().join("pg"));
     let url = pg.url();

@@ -38,6 +38,7 @@ fn plan(i: usize, whole: &str, east: &str) -> (Option<String>, Value, StatusCode
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_clients_bills_equal_successes() {
+    let _heavy = HEAVY.lock().await;
     let temp = tempfile::tempdir().unwrap();
     let (data, whole) = small_data_dir(temp.path());
     let east = create_key(&data, "east", &["--grant", "SMALL:E"]);

@@ -305,6 +305,9 @@ async fn over_its_rate_or_daily_quota_an_account_gets_429_and_nothing_is_billed(
         .await
         .unwrap());
     let mut statuses = Vec::new();
+    // The rate is kept on the real clock: 2 a second lets a third call in 500 ms after
+    // the first.
+    let started = std::time::Instant::now();
     for _ in 0..5 {
         let (response, got) = fx.post(Some(&fx.whole), &body).await;
         if response.status() == StatusCode::TOO_MANY_REQUESTS {
@@ -318,9 +321,19 @@ async fn over_its_rate_or_daily_quota_an_account_gets_429_and_nothing_is_billed(
         }
         statuses.push(response.status());
     }
+    let took = started.elapsed();
     let oks = statuses.iter().filter(|s| **s == StatusCode::OK).count();
-    assert_eq!(oks, 2, "{statuses:?}");
-    assert_eq!(fx.bills().await, 2);
+    if took < std::time::Duration::from_millis(500) {
+        assert_eq!(oks, 2, "{statuses:?}");
+    }
+    assert!(oks >= 2, "{statuses:?} in {took:?}");
+    assert!(
+        statuses
+            .iter()
+            .all(|s| *s == StatusCode::OK || *s == StatusCode::TOO_MANY_REQUESTS),
+        "{statuses:?}"
+    );
+    assert_eq!(fx.bills().await, i64::try_from(oks).unwrap());
 
     // A daily quota counts the calls already billed today, and rejected calls use none.
     assert!(accounts::set_limits(&fx.db, "north", limits(None, Some(3)))

@@ -221,8 +221,9 @@ async fn a_bill_whose_requester_went_away_before_the_write_is_not_written() {
         let kept = kept.clone();
         tokio::spawn(async move { ledger.bill(kept).await })
     };
-    // Let the writer take that bill alone and block on the lock.
-    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    // Let the writer take that bill alone and block on the lock (a second: its thread
+    // may wait for a core on a loaded machine).
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
     // The next bill is queued, then its requester goes away (the future is dropped).
     let gone = tokio::time::timeout(
         std::time::Duration::from_millis(50),

@@ -54,7 +54,8 @@ async fn unauthorized_for_every_unusable_key_and_never_billed() {
     assert!(accounts::revoke_key(&fx.db, &revoked_id).await.unwrap());
     let expired = key(&fx.db, "acme", &["VEC"], KeyEnv::Live, Some(fx.now() - 1)).await;
     // Same id, another secret; and the right secret under the other environment.
-    let forged = format!("{}{}", &fx.whole[..fx.whole.len() - 2], "AA");
+    let last = if fx.whole.ends_with('A') { 'E' } else { 'A' };
+    let forged = format!("{}{last}", &fx.whole[..fx.whole.len() - 1]);
     let wrong_env = fx.whole.replacen("ctx_live_", "ctx_test_", 1);
     let unknown = crosstab_server::keys::generate(KeyEnv::Live).token;
     let cases: Vec<(&str, Option<&str>)> = vec![
