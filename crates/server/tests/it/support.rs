@@ -276,10 +276,10 @@ impl Postgres {
     pub fn start(bin: std::path::PathBuf, dir: &Path) -> Postgres {
         std::fs::create_dir_all(dir).unwrap();
         let _ = Command::new("chown").args(["nobody"]).arg(dir).status();
-        let postgres = Postgres {
+        let mut postgres = Postgres {
             bin,
             dir: dir.to_path_buf(),
-            port: free_port(),
+            port: 0,
         };
         let status = postgres
             .as_postgres("initdb")
@@ -288,6 +288,8 @@ impl Postgres {
             .status()
             .unwrap();
         assert!(status.success(), "initdb failed");
+        // Picked only now: initdb takes seconds, in which another test could bind it.
+        postgres.port = free_port();
         postgres.start_again();
         postgres
     }
