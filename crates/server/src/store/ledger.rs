@@ -232,7 +232,12 @@ impl Ledger {
                     .enable_all()
                     .build()
                 {
-                    Ok(runtime) => runtime.block_on(supervise(db, pending, running)),
+                    Ok(runtime) => {
+                        runtime.block_on(supervise(db, pending, running));
+                        // A connect's DNS lookup may still be running on a blocking
+                        // thread; the writer's end waits for no more than a second of it.
+                        runtime.shutdown_timeout(Duration::from_secs(1));
+                    }
                     // `running` dropped: the writer reads as stopped.
                     Err(error) => tracing::error!(%error, "ledger writer not started"),
                 }
@@ -319,6 +324,12 @@ async fn write_loop(db: &Database, pending: &mut mpsc::UnboundedReceiver<Pending
         let started = Instant::now();
         let result = held.write(db, &batch).await;
         settle(&mut batch, result, started);
+    }
+    // Every bill is written: the connection is ended as the database expects.
+    if let Some((conn, _)) = held.0.take() {
+        if let Err(error) = conn.close().await {
+            tracing::debug!(%error, "ledger connection not closed cleanly");
+        }
     }
 }
 

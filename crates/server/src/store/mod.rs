@@ -2,8 +2,10 @@
 //! grants, users, sessions, the ledger, usage, identity
 //! providers and the token-signing keys), on SQLite (the default, a file in the
 //! data dir, WAL) or PostgreSQL, both through sqlx's `Any` driver with embedded
-//! migrations. Queries use `$N` placeholders, which both backends accept; the few
-//! dialect differences are decided here, never by callers.
+//! migrations (but for the ledger's writers: SQLite's calls the library itself,
+//! PostgreSQL's holds a connection of sqlx's PostgreSQL driver). Queries use `$N`
+//! placeholders, which both backends accept; the few dialect differences are decided
+//! here, never by callers.
 
 pub mod accounts;
 pub mod changes;
@@ -37,6 +39,9 @@ const POSTGRES_STATEMENT_TIMEOUT: &str = "SET statement_timeout = 10000";
 
 /// The longest wait for a connection, from the pool or a new one.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The longest pause between two attempts to connect to a database that refuses.
+const MAX_CONNECT_BACKOFF: Duration = Duration::from_secs(1);
 
 /// Which database engine a URL names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -139,7 +144,8 @@ impl Database {
             .acquire_timeout(CONNECT_TIMEOUT)
             .max_connections(match backend {
                 Backend::Sqlite => 4,
-                Backend::Postgres => 16,
+                // With the ledger writer's own connection, 16 a server.
+                Backend::Postgres => 15,
             });
         options = options.after_connect(move |conn, _| {
             Box::pin(async move {
@@ -215,16 +221,30 @@ impl Database {
     /// On PostgreSQL, a connection of its own, outside the pool, with the pool's settings,
     /// for a task on a runtime of its own (a connection is driven by the runtime that
     /// opened it, and the server's polls the network only between requests' tasks).
+    /// Like the pool, it tries again while the database refuses or is starting up, so a
+    /// short restart delays the ledger rather than failing its bills.
     pub(crate) async fn connect_postgres(&self) -> Result<PgConnection, DbError> {
         if self.backend != Backend::Postgres {
             return Err(DbError::UnsupportedUrl);
         }
         let connect = async {
-            let mut conn = PgConnection::connect(&self.url.0).await?;
-            sqlx::query(POSTGRES_STATEMENT_TIMEOUT)
-                .execute(&mut conn)
-                .await?;
-            Ok(conn)
+            let mut backoff = Duration::from_millis(10);
+            loop {
+                match PgConnection::connect(&self.url.0).await {
+                    Ok(mut conn) => {
+                        sqlx::query(POSTGRES_STATEMENT_TIMEOUT)
+                            .execute(&mut conn)
+                            .await?;
+                        return Ok(conn);
+                    }
+                    Err(sqlx::Error::Io(error))
+                        if error.kind() == std::io::ErrorKind::ConnectionRefused => {}
+                    Err(sqlx::Error::Database(error)) if error.is_transient_in_connect_phase() => {}
+                    Err(error) => return Err(DbError::Sqlx(error)),
+                }
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(MAX_CONNECT_BACKOFF);
+            }
         };
         tokio::time::timeout(CONNECT_TIMEOUT, connect)
             .await

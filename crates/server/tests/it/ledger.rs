@@ -362,3 +362,39 @@ async fn deleting_is_refused(db: &Database, account_id: i64, account: &str, user
         .unwrap();
     assert_eq!(left, 1);
 }
+
+/// A bill handed over while PostgreSQL restarts waits for it and is written once it is
+/// back: the writer's new connection tries again while the database refuses.
+#[tokio::test]
+async fn a_bill_during_a_short_postgres_restart_is_written_when_it_is_back() {
+    let Some(pg_bin) = crate::support::Postgres::binaries() else {
+        eprintln!("PostgreSQL not installed: skipped");
+        return;
+    };
+    let temp = tempfile::tempdir().unwrap();
+    let postgres = crate::support::Postgres::start(pg_bin, &temp.path().join("pg"));
+    let (db, account_id) = database_at(&postgres.url()).await;
+    let (ledger, writer) = Ledger::start(db.clone());
+    ledger.bill(bill(account_id, 1)).await.unwrap();
+
+    postgres.stop();
+    // Past a second idle the writer tests its connection before a batch: the dead one is
+    // dropped unused, and the batch waits for a new one.
+    tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
+    let during = {
+        let ledger = ledger.clone();
+        tokio::spawn(async move { ledger.bill(bill(account_id, 2)).await })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert!(
+        !during.is_finished(),
+        "answered while the database was down"
+    );
+    postgres.start_again();
+    during.await.unwrap().unwrap();
+
+    drop(ledger);
+    writer.finish().await;
+    assert_eq!(ledger::count(&db).await.unwrap(), 2);
+    db.close().await;
+}
