@@ -34,7 +34,7 @@ fn cache_dir() -> PathBuf {
 /// The compiled demo survey of this shape, generated once.
 fn cached(config: DemoConfig) -> PathBuf {
     let path = cache_dir().join(format!(
-        "demo-{}x{}-{}-planes.ctxs",
+        "demo-{}x{}-{}-two-bits.ctxs",
         config.respondents, config.flags, config.seed
     ));
     if !path.exists() {

@@ -123,8 +123,9 @@ expr = "GENDER = 2"
 
 /// The compiled survey and the raw columns for the Python side, made once per size.
 fn prepare(dir: &Path, n: usize) -> PathBuf {
-    // Named for the file layout with weight planes, so a file compiled before is not reused.
-    let survey_path = dir.join(format!("peers-{n}-planes.ctxs"));
+    // Named for the file layout (weight planes, two-bit columns), so a file compiled
+    // before is not reused.
+    let survey_path = dir.join(format!("peers-{n}-two-bits.ctxs"));
     let data_dir = dir.join(format!("data-{n}"));
     if survey_path.exists() && data_dir.join("done").exists() {
         return survey_path;

@@ -53,7 +53,43 @@ struct EncodedVariable {
     label: Option<String>,
     value_labels: Vec<(f64, String)>,
     dict: Vec<f64>,
-    codes: CodeVec,
+    codes: StoredCodes,
+}
+
+/// A column's codes as the file stores them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum StoredCodes {
+    /// [`Width::TwoBits`]: bit 0 of every code, then bit 1, 64 respondents a word.
+    TwoBits(Vec<u64>),
+    Integers(CodeVec),
+}
+
+impl StoredCodes {
+    /// The narrowest form of `codes` for a column of `distinct` values.
+    fn new(distinct: usize, codes: CodeVec) -> StoredCodes {
+        match codes {
+            CodeVec::U8(codes) if Width::for_distinct(distinct) == Width::TwoBits => {
+                StoredCodes::TwoBits(two_bit_planes(&codes))
+            }
+            codes => StoredCodes::Integers(codes),
+        }
+    }
+}
+
+/// Codes of at most two bits as two planes of `⌈rows / 64⌉` words: bit 0 of each code,
+/// then bit 1.
+fn two_bit_planes(codes: &[u8]) -> Vec<u64> {
+    let words = codes.len().div_ceil(64);
+    let mut planes = vec![0u64; 2 * words];
+    let (low, high) = planes.split_at_mut(words);
+    for ((chunk, low), high) in codes.chunks(64).zip(low).zip(high) {
+        for (i, code) in chunk.iter().enumerate() {
+            debug_assert!(*code <= 3, "a two-bit column holds codes 0 to 3");
+            *low |= u64::from(code & 1) << i;
+            *high |= u64::from(code >> 1 & 1) << i;
+        }
+    }
+    planes
 }
 
 /// Collects a survey column by column, then writes the compiled file.
@@ -109,8 +145,8 @@ impl SurveyBuilder {
             name,
             label,
             value_labels,
+            codes: StoredCodes::new(dict.len(), codes),
             dict,
-            codes,
         });
     }
 
@@ -182,11 +218,14 @@ impl SurveyBuilder {
             .map(|variable| {
                 let dict = writer.section(bytemuck::cast_slice(&variable.dict));
                 let (width, codes) = match &variable.codes {
-                    CodeVec::U8(codes) => (Width::U8, writer.section(codes)),
-                    CodeVec::U16(codes) => {
+                    StoredCodes::TwoBits(planes) => {
+                        (Width::TwoBits, writer.section(bytemuck::cast_slice(planes)))
+                    }
+                    StoredCodes::Integers(CodeVec::U8(codes)) => (Width::U8, writer.section(codes)),
+                    StoredCodes::Integers(CodeVec::U16(codes)) => {
                         (Width::U16, writer.section(bytemuck::cast_slice(codes)))
                     }
-                    CodeVec::U32(codes) => {
+                    StoredCodes::Integers(CodeVec::U32(codes)) => {
                         (Width::U32, writer.section(bytemuck::cast_slice(codes)))
                     }
                 };
@@ -295,7 +334,9 @@ pub(crate) fn encode_column(values: &[f64]) -> (Vec<f64>, CodeVec) {
         }
     };
     let codes = match Width::for_distinct(dict.len()) {
-        Width::U8 => CodeVec::U8(values.iter().map(|v| code_of(*v) as u8).collect()),
+        Width::TwoBits | Width::U8 => {
+            CodeVec::U8(values.iter().map(|v| code_of(*v) as u8).collect())
+        }
         Width::U16 => CodeVec::U16(values.iter().map(|v| code_of(*v) as u16).collect()),
         Width::U32 => CodeVec::U32(values.iter().map(|v| code_of(*v)).collect()),
     };
@@ -311,6 +352,25 @@ mod tests {
         let (dict, codes) = encode_column(&[3.0, f64::NAN, 1.0, 3.0, -0.0, 0.0]);
         assert_eq!(dict, vec![0.0, 1.0, 3.0]);
         assert_eq!(codes, CodeVec::U8(vec![3, 0, 2, 3, 1, 1]));
+    }
+
+    #[test]
+    fn three_values_are_stored_as_two_bit_planes() {
+        let rows: Vec<u8> = (0..130).map(|row| (row * 7 % 4) as u8).collect();
+        let StoredCodes::TwoBits(planes) = StoredCodes::new(3, CodeVec::U8(rows.clone())) else {
+            panic!("expected two bit planes")
+        };
+        assert_eq!(planes.len(), 2 * 3);
+        for (row, code) in rows.iter().enumerate() {
+            let bit = |word: u64| (word >> (row % 64) & 1) as u8;
+            let (low, high) = (bit(planes[row / 64]), bit(planes[3 + row / 64]));
+            assert_eq!(low | high << 1, *code, "row {row}");
+        }
+        // Past the last respondent every bit is clear (code 0, missing).
+        assert_eq!(planes[2] >> 2, 0);
+        assert_eq!(planes[5] >> 2, 0);
+        let four = StoredCodes::new(4, CodeVec::U8(vec![4, 1]));
+        assert_eq!(four, StoredCodes::Integers(CodeVec::U8(vec![4, 1])));
     }
 
     #[test]

@@ -21,6 +21,11 @@ pub(crate) struct Column<'a> {
 /// Respondent codes at their stored width (0 = missing, k = `dict[k - 1]`).
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Codes<'a> {
+    /// Bit 0 and bit 1 of each code, 64 respondents a word (codes 0 to 3).
+    TwoBits {
+        low: &'a [u64],
+        high: &'a [u64],
+    },
     U8(&'a [u8]),
     U16(&'a [u16]),
     U32(&'a [u32]),
@@ -29,6 +34,10 @@ pub(crate) enum Codes<'a> {
 impl Codes<'_> {
     pub(crate) fn get(&self, row: usize) -> u32 {
         match self {
+            Codes::TwoBits { low, high } => {
+                let bit = |plane: &[u64]| plane.get(row / 64).map_or(0, |w| (w >> (row % 64)) & 1);
+                (bit(low) | bit(high) << 1) as u32
+            }
             Codes::U8(codes) => codes.get(row).map_or(0, |c| u32::from(*c)),
             Codes::U16(codes) => codes.get(row).map_or(0, |c| u32::from(*c)),
             Codes::U32(codes) => codes.get(row).copied().unwrap_or(0),
@@ -79,6 +88,13 @@ impl Ranges {
         self.as_slice()
             .iter()
             .any(|(lo, hi)| code.wrapping_sub(*lo) <= hi - lo)
+    }
+
+    /// Which of the codes 0 to 3 lie in the ranges: bit `k` for code `k`.
+    fn matching(&self) -> u8 {
+        (0..4u32)
+            .filter(|code| self.holds(*code))
+            .fold(0, |bits, code| bits | 1 << code)
     }
 
     /// The ranges as `(lo, hi - lo)` bytes, when every bound fits one.
@@ -161,6 +177,20 @@ impl Plan<'_> {
                 },
                 _,
             ) => fill_ranges_u8(rows(c, first, out.len()), ranges, out, write),
+            (
+                Plan::Ranges {
+                    codes: Codes::TwoBits { low, high },
+                    ranges,
+                },
+                _,
+            ) => two_bit_words(low, high, first, ranges.matching(), out, write),
+            (
+                Plan::Table {
+                    codes: Codes::TwoBits { low, high },
+                    table,
+                },
+                _,
+            ) => two_bit_words(low, high, first, table_matching(table), out, write),
             (Plan::Set(set), _) => write_words(set, first, out, write),
             (Plan::Cached(set), _) => write_words(set, first, out, write),
             (Plan::And(items), Write::And) => combine(items, first, out, write, Write::And, 0),
@@ -185,6 +215,9 @@ impl Plan<'_> {
             Plan::Set(set) => copy_words(set, first, out),
             Plan::Cached(set) => copy_words(set, first, out),
             Plan::Ranges { codes, ranges } => match codes {
+                Codes::TwoBits { low, high } => {
+                    two_bit_words(low, high, first, ranges.matching(), out, Write::Set);
+                }
                 Codes::U8(c) => fill_ranges_u8(rows(c, first, out.len()), ranges, out, Write::Set),
                 Codes::U16(c) => pack_rows(rows(c, first, out.len()), out, |x| {
                     ranges.holds(u32::from(x))
@@ -194,6 +227,9 @@ impl Plan<'_> {
             Plan::Table { codes, table } => {
                 let hit = |x: u32| table.get(x as usize).copied().unwrap_or(false);
                 match codes {
+                    Codes::TwoBits { low, high } => {
+                        two_bit_words(low, high, first, table_matching(table), out, Write::Set);
+                    }
                     Codes::U8(c) => {
                         pack_rows(rows(c, first, out.len()), out, |x| hit(u32::from(x)))
                     }
@@ -368,6 +404,45 @@ fn combine(
 fn rows<T>(codes: &[T], first: usize, words: usize) -> &[T] {
     let start = (first * 64).min(codes.len());
     &codes[start..(start + words * 64).min(codes.len())]
+}
+
+/// Which of the codes 0 to 3 `table` marks: bit `k` for code `k`.
+fn table_matching(table: &[bool]) -> u8 {
+    (0..4usize)
+        .filter(|code| table.get(*code).copied().unwrap_or(false))
+        .fold(0, |bits, code| bits | 1 << code)
+}
+
+/// Two-bit codes against the set of codes `matching` (bit `k` for code `k`; code 0,
+/// missing, never matches): each word is a function of one word of each plane, so 64
+/// respondents cost a few instructions and a quarter of the bytes their byte codes would
+/// read. Words past the planes get 0.
+fn two_bit_words(
+    low: &[u64],
+    high: &[u64],
+    first: usize,
+    matching: u8,
+    out: &mut [u64],
+    write: Write,
+) {
+    let all_if = |code: u8| 0u64.wrapping_sub(u64::from(matching >> code & 1));
+    let (one, two, three) = (all_if(1), all_if(2), all_if(3));
+    let plane = |words: &[u64]| {
+        let start = first.min(words.len());
+        let end = (start + out.len()).min(words.len());
+        (start, end)
+    };
+    let ((lo_start, lo_end), (hi_start, hi_end)) = (plane(low), plane(high));
+    let pairs = low[lo_start..lo_end].iter().zip(&high[hi_start..hi_end]);
+    let have = pairs.len();
+    let bits = |(l, h): (&u64, &u64)| (one & l & !h) | (two & !l & h) | (three & l & h);
+    // One loop per mode, so the word loop itself never branches on it.
+    match write {
+        Write::Set => out.iter_mut().zip(pairs).for_each(|(w, p)| *w = bits(p)),
+        Write::And => out.iter_mut().zip(pairs).for_each(|(w, p)| *w &= bits(p)),
+        Write::Or => out.iter_mut().zip(pairs).for_each(|(w, p)| *w |= bits(p)),
+    }
+    out[have..].iter_mut().for_each(|word| write.apply(word, 0));
 }
 
 /// Byte codes against up to four ranges: with AVX2 (or WebAssembly SIMD) each 32 (16)
@@ -671,6 +746,62 @@ mod tests {
                 assert_eq!(out, portable(&rows, &ranges), "{lo}..={hi}");
             }
         }
+    }
+
+    #[test]
+    fn two_bit_codes_match_their_rows_in_every_mode() {
+        // 5 words of rows; blocks start at word 0 and 3, the second running past the end.
+        let rows: Vec<u8> = (0..5 * 64 - 9).map(|i| (i * 7 % 13 % 4) as u8).collect();
+        let words = rows.len().div_ceil(64);
+        let (mut low, mut high) = (vec![0u64; words], vec![0u64; words]);
+        for (row, code) in rows.iter().enumerate() {
+            low[row / 64] |= u64::from(code & 1) << (row % 64);
+            high[row / 64] |= u64::from(code >> 1) << (row % 64);
+        }
+        let codes = Codes::TwoBits {
+            low: &low,
+            high: &high,
+        };
+        for (row, code) in rows.iter().enumerate() {
+            assert_eq!(codes.get(row), u32::from(*code));
+        }
+        for matching in 0..16u8 {
+            for first in [0, 3] {
+                let expected: Vec<u64> = (first..first + 4)
+                    .map(|word| {
+                        let rows = rows.get(word * 64..).unwrap_or(&[]);
+                        rows.iter()
+                            .take(64)
+                            .enumerate()
+                            .filter(|(_, code)| **code > 0 && matching >> **code & 1 == 1)
+                            .fold(0u64, |bits, (i, _)| bits | 1 << i)
+                    })
+                    .collect();
+                let before: Vec<u64> = (0..4u64)
+                    .map(|i| (i + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15))
+                    .collect();
+                for (write, op) in [
+                    (Write::Set, (|_, b| b) as fn(u64, u64) -> u64),
+                    (Write::And, |a, b| a & b),
+                    (Write::Or, |a, b| a | b),
+                ] {
+                    let mut out = before.clone();
+                    two_bit_words(&low, &high, first, matching, &mut out, write);
+                    let want: Vec<u64> = before
+                        .iter()
+                        .zip(&expected)
+                        .map(|(a, b)| op(*a, *b))
+                        .collect();
+                    assert_eq!(out, want, "{matching:04b} from word {first}, {write:?}");
+                }
+            }
+        }
+        let mut ranges = Ranges::one(1, 1);
+        assert_eq!(ranges.matching(), 0b0010);
+        ranges.ranges[1] = (3, 3);
+        ranges.len = 2;
+        assert_eq!(ranges.matching(), 0b1010);
+        assert_eq!(table_matching(&[false, true, true]), 0b0110);
     }
 
     #[test]

@@ -13,7 +13,11 @@ use serde::{Deserialize, Serialize};
 use crate::error::LoadError;
 
 pub(crate) const MAGIC: &[u8; 8] = b"CTXSURV\x01";
-pub(crate) const FORMAT_VERSION: u32 = 1;
+/// Written in every file; 2 added two-bit columns ([`Width::TwoBits`]).
+pub(crate) const FORMAT_VERSION: u32 = 2;
+/// Versions this build reads: a version 1 file is a version 2 file without two-bit
+/// columns.
+const READABLE_VERSIONS: [u32; 2] = [1, 2];
 
 /// A byte range of the file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -22,9 +26,13 @@ pub(crate) struct Section {
     pub len: u64,
 }
 
-/// Width of a variable's codes: 1, 2 or 4 bytes.
+/// Width of a variable's codes: 2 bits, or 1, 2 or 4 bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) enum Width {
+    /// Two bit planes of `⌈n / 64⌉` words each (bit 0 of every code, then bit 1), for a
+    /// variable of at most three values: a yes/no question and its missing answers read
+    /// a quarter of the bytes they would as bytes.
+    TwoBits,
     U8,
     U16,
     U32,
@@ -33,7 +41,9 @@ pub(crate) enum Width {
 impl Width {
     pub fn for_distinct(distinct: usize) -> Width {
         // Code 0 is "missing", so a width holds one fewer value than it can count.
-        if distinct < usize::from(u8::MAX) {
+        if distinct <= TWO_BIT_VALUES {
+            Width::TwoBits
+        } else if distinct < usize::from(u8::MAX) {
             Width::U8
         } else if distinct < usize::from(u16::MAX) {
             Width::U16
@@ -42,14 +52,19 @@ impl Width {
         }
     }
 
-    pub fn bytes(self) -> u64 {
+    /// Size of one element of the section and how many `respondents` take.
+    pub fn layout(self, respondents: u64) -> (u64, u64) {
         match self {
-            Width::U8 => 1,
-            Width::U16 => 2,
-            Width::U32 => 4,
+            Width::TwoBits => (8, 2 * respondents.div_ceil(64)),
+            Width::U8 => (1, respondents),
+            Width::U16 => (2, respondents),
+            Width::U32 => (4, respondents),
         }
     }
 }
+
+/// The most distinct values a [`Width::TwoBits`] column holds (codes 1 to 3).
+pub(crate) const TWO_BIT_VALUES: usize = 3;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub(crate) struct Header {
@@ -232,7 +247,7 @@ pub(crate) fn read_header(bytes: &[u8]) -> Result<Header, LoadError> {
         .ok_or_else(|| LoadError::Corrupt("header length past the end of the file".into()))?;
     let header: Header =
         serde_json::from_slice(json).map_err(|e| LoadError::Corrupt(format!("header: {e}")))?;
-    if header.format != FORMAT_VERSION {
+    if !READABLE_VERSIONS.contains(&header.format) {
         return Err(LoadError::UnsupportedVersion(header.format));
     }
     check_sections(&header, bytes.len() as u64)?;
@@ -274,12 +289,8 @@ fn check_sections(header: &Header, file_len: u64) -> Result<(), LoadError> {
     }
     for variable in &header.variables {
         check(&variable.name, variable.dict, 8, None)?;
-        check(
-            &variable.name,
-            variable.codes,
-            variable.width.bytes(),
-            Some(n),
-        )?;
+        let (element, count) = variable.width.layout(n);
+        check(&variable.name, variable.codes, element, Some(count))?;
     }
     Ok(())
 }

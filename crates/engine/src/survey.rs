@@ -271,6 +271,7 @@ impl Survey {
         for variable in &header.variables {
             section_slice::<f64>(bytes, variable.dict)?;
             match variable.width {
+                Width::TwoBits => section_slice::<u64>(bytes, variable.codes).map(drop)?,
                 Width::U8 => section_slice::<u8>(bytes, variable.codes).map(drop)?,
                 Width::U16 => section_slice::<u16>(bytes, variable.codes).map(drop)?,
                 Width::U32 => section_slice::<u32>(bytes, variable.codes).map(drop)?,
@@ -379,6 +380,11 @@ impl Survey {
 
     pub(crate) fn column_of(&self, variable: &VariableHeader) -> Column<'_> {
         let codes = match variable.width {
+            Width::TwoBits => {
+                let planes: &[u64] = self.slice(variable.codes);
+                let (low, high) = planes.split_at(planes.len() / 2);
+                Codes::TwoBits { low, high }
+            }
             Width::U8 => Codes::U8(self.slice(variable.codes)),
             Width::U16 => Codes::U16(self.slice(variable.codes)),
             Width::U32 => Codes::U32(self.slice(variable.codes)),

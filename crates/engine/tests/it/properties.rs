@@ -8,16 +8,39 @@ use crosstab_contract::{CmpOp, Expr};
 use crosstab_engine::{survey_from_csv, Bitset, Survey};
 use proptest::prelude::*;
 
-const VARS: [&str; 3] = ["A", "B", "C"];
+const VARS: [&str; 4] = ["A", "B", "C", "D"];
 
-/// One respondent: weight, then A, B and C (None = missing).
-type Row = (f64, Option<i32>, Option<i32>, Option<i32>);
+/// One respondent: weight, then A, B, C and D (None = missing).
+type Row = (f64, Option<i32>, Option<i32>, Option<i32>, Option<i32>);
 
-/// Random survey: rows of (weight, A, B, C) with small value ranges and missing cells;
-/// C is wide so it uses 16-bit codes.
+/// Random survey: rows of (weight, A, B, C, D) with small value ranges and missing
+/// cells; C is wide so it uses 16-bit codes, D has at most three values so it is stored
+/// in two bit planes.
 fn arb_rows() -> impl Strategy<Value = Vec<Row>> {
-    let cell = |max: i32| proptest::option::weighted(0.85, -2..max);
-    proptest::collection::vec((0.0f64..1000.0, cell(5), cell(3), cell(400)), 1..200)
+    let cell = |min: i32, max: i32| proptest::option::weighted(0.85, min..max);
+    proptest::collection::vec(
+        (
+            0.0f64..1000.0,
+            cell(-2, 5),
+            cell(-2, 3),
+            cell(-2, 400),
+            cell(-1, 2),
+        ),
+        1..200,
+    )
+}
+
+/// The value of `var` in `row` as the test wrote it, not as the survey stores it.
+fn cell(rows: &[Row], var: &str, row: usize) -> Option<f64> {
+    let (_, a, b, c, d) = rows.get(row)?;
+    let value = match var {
+        "A" => a,
+        "B" => b,
+        "C" => c,
+        "D" => d,
+        _ => &None,
+    };
+    value.map(f64::from)
 }
 
 fn arb_expr() -> impl Strategy<Value = Expr> {
@@ -57,9 +80,10 @@ fn arb_expr() -> impl Strategy<Value = Expr> {
 const K: &str = "A >= 1 AND NOT B = 0";
 
 /// The row-by-row truth on a random survey, whose one named code is [`K`].
-fn naive(survey: &Survey, expr: &Expr, row: usize) -> bool {
-    eval_row(survey, expr, row, &|_, row| {
-        naive(survey, &Expr::parse(K).unwrap(), row)
+fn naive(rows: &[Row], expr: &Expr, row: usize) -> bool {
+    let value = |var: &str, row: usize| cell(rows, var, row);
+    eval_row(&value, expr, row, &|_, row| {
+        naive(rows, &Expr::parse(K).unwrap(), row)
     })
 }
 
@@ -68,10 +92,17 @@ fn build(rows: &[Row]) -> Survey {
         "code = \"P\"\nname = \"p\"\nrespondents = \"r.csv\"\nid_column = \"ID\"\nweight_column = \"W\"\n\
          [[codes]]\ncode = \"K\"\nexpr = \"{K}\"\n[[population_bases]]\ncode = \"ALL\"\nexpr = \"*\"\n"
     );
-    let mut csv = String::from("ID,W,A,B,C\n");
+    let mut csv = String::from("ID,W,A,B,C,D\n");
     let cell = |v: &Option<i32>| v.map_or(String::new(), |v| v.to_string());
-    for (i, (w, a, b, c)) in rows.iter().enumerate() {
-        let _ = writeln!(csv, "r{i},{w},{},{},{}", cell(a), cell(b), cell(c));
+    for (i, (w, a, b, c, d)) in rows.iter().enumerate() {
+        let _ = writeln!(
+            csv,
+            "r{i},{w},{},{},{},{}",
+            cell(a),
+            cell(b),
+            cell(c),
+            cell(d)
+        );
     }
     survey_from_csv(&toml, &csv).unwrap()
 }
@@ -86,7 +117,7 @@ proptest! {
         let tally = survey.tally(&expr, &everyone);
         let (mut count, mut weight) = (0u64, 0.0f64);
         for row in 0..survey.respondents() {
-            if naive(&survey, &expr, row) {
+            if naive(&rows, &expr, row) {
                 count += 1;
                 weight += survey.weights()[row];
             }
@@ -111,7 +142,9 @@ proptest! {
     ) {
         let rows: Vec<Row> = rows
             .into_iter()
-            .map(|(w, a, b, c)| (if decimal { (w * 100.0).round() / 100.0 } else { w }, a, b, c))
+            .map(|(w, a, b, c, d)| {
+                (if decimal { (w * 100.0).round() / 100.0 } else { w }, a, b, c, d)
+            })
             .collect();
         let survey = build(&rows);
         let everyone = Bitset::full(survey.respondents());
@@ -136,13 +169,13 @@ proptest! {
     fn decimal_weights_sum_exactly(rows in arb_rows(), expr in arb_expr()) {
         let rows: Vec<Row> = rows
             .into_iter()
-            .map(|(w, a, b, c)| ((w * 100.0).round() / 100.0, a, b, c))
+            .map(|(w, a, b, c, d)| ((w * 100.0).round() / 100.0, a, b, c, d))
             .collect();
         let survey = build(&rows);
         let everyone = Bitset::full(survey.respondents());
         let (mut count, mut cents) = (0u64, 0u64);
         for row in 0..survey.respondents() {
-            if naive(&survey, &expr, row) {
+            if naive(&rows, &expr, row) {
                 count += 1;
                 cents += (survey.weights()[row] * 100.0).round() as u64;
             }
@@ -199,7 +232,7 @@ fn multi_block_surveys_match_naive_evaluation() {
             let tally = survey.tally(&expr, filter);
             let (mut count, mut weight) = (0u64, 0.0f64);
             for row in 0..survey.respondents() {
-                let hit = eval_row(&survey, &expr, row, &naive_code);
+                let hit = eval_row(&|var, row| survey.value(var, row), &expr, row, &naive_code);
                 if hit && filter.contains(row) {
                     count += 1;
                     weight += survey.weights()[row];
@@ -214,19 +247,23 @@ fn multi_block_surveys_match_naive_evaluation() {
     }
 }
 
-fn eval_row(survey: &Survey, expr: &Expr, row: usize, code: &dyn Fn(&str, usize) -> bool) -> bool {
+/// Whether `row` matches `expr`, from each variable's `value` and each named `code`.
+fn eval_row(
+    value: &dyn Fn(&str, usize) -> Option<f64>,
+    expr: &Expr,
+    row: usize,
+    code: &dyn Fn(&str, usize) -> bool,
+) -> bool {
     match expr {
         Expr::All => true,
         Expr::Code(name) => code(name, row),
-        Expr::Compare { var, op, value } => {
-            survey.value(var, row).is_some_and(|v| op.holds(v, *value))
+        Expr::Compare { var, op, value: c } => value(var, row).is_some_and(|v| op.holds(v, *c)),
+        Expr::In { var, values } => value(var, row).is_some_and(|v| values.contains(&v)),
+        Expr::Between { var, low, high } => {
+            value(var, row).is_some_and(|v| *low <= v && v <= *high)
         }
-        Expr::In { var, values } => survey.value(var, row).is_some_and(|v| values.contains(&v)),
-        Expr::Between { var, low, high } => survey
-            .value(var, row)
-            .is_some_and(|v| *low <= v && v <= *high),
-        Expr::Not(inner) => !eval_row(survey, inner, row, code),
-        Expr::And(items) => items.iter().all(|e| eval_row(survey, e, row, code)),
-        Expr::Or(items) => items.iter().any(|e| eval_row(survey, e, row, code)),
+        Expr::Not(inner) => !eval_row(value, inner, row, code),
+        Expr::And(items) => items.iter().all(|e| eval_row(value, e, row, code)),
+        Expr::Or(items) => items.iter().any(|e| eval_row(value, e, row, code)),
     }
 }
