@@ -523,7 +523,10 @@ fn run_size(dir: &Path, n: usize, instances: usize) -> Value {
 /// another survey, answers the warm-up requests, then each request once (never-seen
 /// targets: cold), and prints one JSON line:
 /// median µs of validation plus crosstab and of crosstab alone, and every response.
-fn cold_requests(requests: &Path, compiled: &Path) {
+/// With `--passes N`, it also answers the list on `N` more fresh surveys in the same
+/// process and adds each pass's median (crosstab alone, `passesEngineUs`): the native
+/// figure once the process has settled, as Node's is after its settling passes.
+fn cold_requests(requests: &Path, compiled: &Path, passes: usize) {
     let bytes = std::fs::read(compiled).unwrap();
     let input: Value = serde_json::from_slice(&std::fs::read(requests).unwrap()).unwrap();
     let warmup = input["warmup"].as_array().unwrap();
@@ -553,12 +556,36 @@ fn cold_requests(requests: &Path, compiled: &Path) {
         engine.push((total - validated).as_secs_f64() * 1e6);
         responses.push(serde_json::to_value(&response).unwrap());
     }
+    let valid: Vec<ValidRequest> = warmup
+        .iter()
+        .chain(list)
+        .map(|request| validate_value(request).unwrap())
+        .collect();
+    let (warmup, list) = valid.split_at(warmup.len());
+    let settled: Vec<f64> = (0..passes)
+        .map(|_| {
+            let survey = Survey::from_bytes(&bytes).unwrap();
+            for request in warmup {
+                black_box(survey.crosstab(request).unwrap());
+            }
+            let times = list
+                .iter()
+                .map(|request| {
+                    let start = Instant::now();
+                    black_box(survey.crosstab(black_box(request)).unwrap());
+                    start.elapsed().as_secs_f64() * 1e6
+                })
+                .collect();
+            median_of(times)
+        })
+        .collect();
     println!(
         "{}",
         json!({
             "validateAndEngineUs": median_of(whole),
             "engineUs": median_of(engine),
             "responses": responses,
+            "passesEngineUs": settled,
         })
     );
 }
@@ -569,12 +596,13 @@ fn main() {
     let target =
         std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| PathBuf::from("target"), PathBuf::from);
     let mut out = target.join("crosstab-bench").join("peers");
-    let (mut requests, mut compiled) = (None, None);
+    let (mut requests, mut compiled, mut passes) = (None, None, 0usize);
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--cold-requests" => requests = args.next().map(PathBuf::from),
             "--compiled" => compiled = args.next().map(PathBuf::from),
+            "--passes" => passes = args.next().unwrap().parse().unwrap(),
             "--sizes" => {
                 sizes = args
                     .next()
@@ -589,7 +617,7 @@ fn main() {
         }
     }
     if let (Some(requests), Some(compiled)) = (requests, compiled) {
-        return cold_requests(&requests, &compiled);
+        return cold_requests(&requests, &compiled, passes);
     }
     std::fs::create_dir_all(&out).unwrap();
     println!("== crosstab cold queries (medians over {instances} never-seen targets per shape) ==");
