@@ -12,8 +12,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::LoadError;
 
-pub(crate) const MAGIC: &[u8; 8] = b"CTXSURV\x01";
-/// Written in every file; 2 added two-bit columns ([`Width::TwoBits`]).
+/// The file's first bytes; the eighth is its format version.
+const MAGIC: &[u8; 7] = b"CTXSURV";
+/// Written in every file (byte 8 and the header's `format`); 2 added two-bit columns
+/// ([`Width::TwoBits`]). In the magic bytes too, so a build that reads only older
+/// versions refuses a newer file as such before it parses the header.
 pub(crate) const FORMAT_VERSION: u32 = 2;
 /// Versions this build reads: a version 1 file is a version 2 file without two-bit
 /// columns.
@@ -179,6 +182,7 @@ impl<'a> Writer<'a> {
         rebase(&mut header, body_start);
         let json = serde_json::to_vec(&header)?;
         out.write_all(MAGIC)?;
+        out.write_all(&[FORMAT_VERSION as u8])?;
         out.write_all(&(json.len() as u64).to_le_bytes())?;
         out.write_all(&json)?;
         let mut at = 16 + json.len() as u64;
@@ -232,11 +236,12 @@ fn align8(n: u64) -> u64 {
 
 /// Reads and checks the header of a compiled file.
 pub(crate) fn read_header(bytes: &[u8]) -> Result<Header, LoadError> {
-    if bytes.len() < 16 || bytes[..7] != MAGIC[..7] {
+    if bytes.len() < 16 || bytes[..7] != MAGIC[..] {
         return Err(LoadError::NotASurvey);
     }
-    if bytes[7] != MAGIC[7] {
-        return Err(LoadError::UnsupportedVersion(u32::from(bytes[7])));
+    let version = u32::from(bytes[7]);
+    if !READABLE_VERSIONS.contains(&version) {
+        return Err(LoadError::UnsupportedVersion(version));
     }
     let mut len = [0u8; 8];
     len.copy_from_slice(&bytes[8..16]);
@@ -247,8 +252,16 @@ pub(crate) fn read_header(bytes: &[u8]) -> Result<Header, LoadError> {
         .ok_or_else(|| LoadError::Corrupt("header length past the end of the file".into()))?;
     let header: Header =
         serde_json::from_slice(json).map_err(|e| LoadError::Corrupt(format!("header: {e}")))?;
-    if !READABLE_VERSIONS.contains(&header.format) {
-        return Err(LoadError::UnsupportedVersion(header.format));
+    if header.format != version {
+        return Err(LoadError::Corrupt(format!(
+            "header of format {} in a file of version {version}",
+            header.format
+        )));
+    }
+    if version < 2 && header.variables.iter().any(|v| v.width == Width::TwoBits) {
+        return Err(LoadError::Corrupt(
+            "a two-bit column in a version 1 file".into(),
+        ));
     }
     check_sections(&header, bytes.len() as u64)?;
     Ok(header)

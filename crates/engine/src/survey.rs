@@ -28,6 +28,16 @@ enum Backing {
 }
 
 impl Backing {
+    /// A copy of `bytes` in 8-aligned memory.
+    fn copied(bytes: &[u8]) -> Backing {
+        let mut words = vec![0u64; bytes.len().div_ceil(8)];
+        bytemuck::cast_slice_mut::<u64, u8>(&mut words)[..bytes.len()].copy_from_slice(bytes);
+        Backing::Owned {
+            words,
+            len: bytes.len(),
+        }
+    }
+
     /// Maps an installed survey file.
     #[cfg(feature = "fs")]
     fn map(path: &std::path::Path) -> Result<Backing, LoadError> {
@@ -89,7 +99,7 @@ impl Survey {
     /// Loads a compiled survey from bytes (copied once into aligned memory), with a cache
     /// budget of its own (a quarter of the survey, within 1-256 MiB).
     pub fn from_bytes(bytes: &[u8]) -> Result<Survey, LoadError> {
-        Survey::from_bytes_within(bytes, &own_budget(bytes.len()))
+        Survey::from_backing(Backing::copied(bytes), None)
     }
 
     /// Loads a compiled survey from bytes, its caches drawing on `budget`.
@@ -97,24 +107,14 @@ impl Survey {
         bytes: &[u8],
         budget: &Arc<MemoryBudget>,
     ) -> Result<Survey, LoadError> {
-        let mut words = vec![0u64; bytes.len().div_ceil(8)];
-        bytemuck::cast_slice_mut::<u64, u8>(&mut words)[..bytes.len()].copy_from_slice(bytes);
-        Survey::from_backing(
-            Backing::Owned {
-                words,
-                len: bytes.len(),
-            },
-            budget,
-        )
+        Survey::from_backing(Backing::copied(bytes), Some(budget))
     }
 
     /// Opens an installed survey file by memory map (loading reads only the header), with
     /// a cache budget of its own.
     #[cfg(feature = "fs")]
     pub fn open(path: &std::path::Path) -> Result<Survey, LoadError> {
-        let backing = Backing::map(path)?;
-        let budget = own_budget(backing.bytes().len());
-        Survey::from_backing(backing, &budget)
+        Survey::from_backing(Backing::map(path)?, None)
     }
 
     /// Opens an installed survey file by memory map, its caches drawing on `budget`.
@@ -123,11 +123,19 @@ impl Survey {
         path: &std::path::Path,
         budget: &Arc<MemoryBudget>,
     ) -> Result<Survey, LoadError> {
-        Survey::from_backing(Backing::map(path)?, budget)
+        Survey::from_backing(Backing::map(path)?, Some(budget))
     }
 
-    fn from_backing(backing: Backing, budget: &Arc<MemoryBudget>) -> Result<Survey, LoadError> {
+    /// The survey in `backing`, its caches drawing on `budget` (`None`: one of its own).
+    fn from_backing(
+        backing: Backing,
+        budget: Option<&Arc<MemoryBudget>>,
+    ) -> Result<Survey, LoadError> {
         let header = read_header(backing.bytes())?;
+        let budget = match budget {
+            Some(budget) => Arc::clone(budget),
+            None => own_budget(backing.bytes().len(), &header),
+        };
         let index = |names: &mut dyn Iterator<Item = &String>, what: &str| {
             let mut map = HashMap::new();
             for (i, name) in names.enumerate() {
@@ -158,7 +166,7 @@ impl Survey {
             base_sets: (0..base_exprs.len()).map(|_| OnceLock::new()).collect(),
             group_sets: (0..header.groups.len()).map(|_| OnceLock::new()).collect(),
             code_sets: (0..code_exprs.len()).map(|_| OnceLock::new()).collect(),
-            set_cache: SetCache::new(budget, header.respondents as usize),
+            set_cache: SetCache::new(&budget, header.respondents as usize),
             kept_bytes: AtomicUsize::new(0),
             squares: OnceLock::new(),
             backing,
@@ -330,6 +338,10 @@ impl Survey {
 
     /// Respondent `row`'s value of `variable`, `None` where missing or unknown.
     pub fn value(&self, variable: &str, row: usize) -> Option<f64> {
+        // Two-bit columns have words for rows up to the next multiple of 64.
+        if row >= self.respondents() {
+            return None;
+        }
         let column = self.column(*self.variable_index.get(variable)?)?;
         let code = column.codes.get(row) as usize;
         column.dict.get(code.checked_sub(1)?).copied()
@@ -507,10 +519,13 @@ impl Drop for Survey {
     }
 }
 
-/// The budget of a survey loaded on its own: a quarter of the file, within bounds, so
-/// resident memory stays near the file's.
-fn own_budget(file_len: usize) -> Arc<MemoryBudget> {
-    MemoryBudget::new((file_len / 4).clamp(1 << 20, 256 << 20))
+/// The budget of a survey loaded on its own: a quarter of the file, counting a byte a
+/// respondent for every column (two-bit columns take less, but their sets don't), within
+/// bounds, so resident memory stays near the file's.
+fn own_budget(file_len: usize, header: &Header) -> Arc<MemoryBudget> {
+    let respondents = usize::try_from(header.respondents).unwrap_or(usize::MAX);
+    let cells = respondents.saturating_mul(header.variables.len());
+    MemoryBudget::new((file_len.max(cells) / 4).clamp(1 << 20, 256 << 20))
 }
 
 /// `section` of `bytes` as a slice of `T`: in bounds and aligned, or why not.

@@ -1,8 +1,9 @@
 //! Respondent data from a source file, encoded column by column as it streams in.
 //!
 //! Every source (CSV, SPSS) pushes each case's values into one [`ColumnEncoder`] per
-//! variable, so an import holds the survey's columns at their compiled width (one to
-//! four bytes a cell) and never the file's rows.
+//! variable, so an import holds the survey's columns as codes of one to four bytes a
+//! cell (a column of at most three values becomes two bit planes only when it is
+//! written) and never the file's rows.
 
 use std::collections::HashMap;
 

@@ -253,8 +253,92 @@ fn corrupt_sections_are_load_errors_that_say_so() {
         with_header(&bytes, |h| h["weights"]["len"] = json!(8)),
         "weights shorter than the respondents",
     );
+    // X has two values, so its codes are two bit planes of one word each.
+    assert_eq!(
+        Survey::from_bytes(&bytes).unwrap().variable_names().next(),
+        Some("X")
+    );
+    corrupt(
+        with_header(&bytes, |h| h["variables"][0]["codes"]["len"] = json!(8)),
+        "two-bit planes shorter than the respondents",
+    );
+    corrupt(
+        with_header(&bytes, |h| h["variables"][0]["width"] = json!("U8")),
+        "two-bit planes read as bytes",
+    );
     // The untouched file still loads: the rewriting itself is sound.
     assert!(Survey::from_bytes(&with_header(&bytes, |_| {})).is_ok());
+}
+
+/// A version 1 file (from before two-bit columns) still loads; one claiming a two-bit
+/// column, or whose header and first bytes disagree on the version, is corrupt.
+#[test]
+fn version_1_files_load_and_two_bit_columns_need_version_2() {
+    let as_version_1 = |bytes: &[u8]| {
+        let mut out = with_header(bytes, |h| h["format"] = json!(1));
+        out[7] = 1;
+        out
+    };
+    // Four values in each column: byte codes, as version 1 wrote them.
+    let wide = "ID,W,G,X,Y\nr1,1,A,1,10\nr2,2,B,2,20\nr3,3,A,3,30\nr4,4,B,4,40\n";
+    let current = compile(TOML, wide).unwrap();
+    assert_eq!(current[7], 2, "written as version 2");
+    let old = Survey::from_bytes(&as_version_1(&current)).unwrap();
+    assert_eq!(old.value("Y", 3), Some(40.0));
+    let request = validate_value(&json!({
+        "SurveyCode": "T", "PopulationBaseCode": "ALL", "TargetCodes": ["X >= 2", "Y = 10"],
+    }))
+    .unwrap();
+    assert_eq!(
+        old.crosstab(&request).unwrap(),
+        Survey::from_bytes(&current)
+            .unwrap()
+            .crosstab(&request)
+            .unwrap()
+    );
+    let narrow = compile(TOML, CSV).unwrap();
+    for (bytes, what) in [
+        (
+            as_version_1(&narrow),
+            "a two-bit column in a version 1 file",
+        ),
+        (
+            with_header(&narrow, |h| h["format"] = json!(1)),
+            "a version 1 header in a version 2 file",
+        ),
+    ] {
+        match Survey::from_bytes(&bytes) {
+            Err(e) => assert!(e.to_string().contains("corrupt"), "{what}: {e}"),
+            Ok(_) => panic!("{what}: loaded"),
+        }
+    }
+}
+
+/// Bits set past the last respondent in a two-bit column (a hostile file; a compiled one
+/// has none) answer for nobody.
+#[test]
+fn two_bit_planes_past_the_last_respondent_count_for_nobody() {
+    let bytes = compile(TOML, CSV).unwrap();
+    let len = usize::try_from(u64::from_le_bytes(bytes[8..16].try_into().unwrap())).unwrap();
+    let header: serde_json::Value = serde_json::from_slice(&bytes[16..16 + len]).unwrap();
+    let offset =
+        usize::try_from(header["variables"][0]["codes"]["offset"].as_u64().unwrap()).unwrap();
+    let mut hostile = bytes.clone();
+    // Rows 56-63 of X's low plane: code 1 (X = 1) for eight respondents who don't exist.
+    hostile[offset + 7] = 0xff;
+    let survey = Survey::from_bytes(&hostile).unwrap();
+    assert_eq!(survey.value("X", 60), None);
+    let request = validate_value(&json!({
+        "SurveyCode": "T", "PopulationBaseCode": "ALL", "TargetCodes": ["X = 1", "NOT X = 2"],
+    }))
+    .unwrap();
+    assert_eq!(
+        survey.crosstab(&request).unwrap(),
+        Survey::from_bytes(&bytes)
+            .unwrap()
+            .crosstab(&request)
+            .unwrap()
+    );
 }
 
 #[test]
