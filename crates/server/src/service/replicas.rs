@@ -5,11 +5,12 @@
 //! under a memory map) and serves it from its catalog, on start, on each announcement and
 //! every few seconds.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use crosstab_engine::store::{Catalog, SurveyStore};
+use crosstab_engine::ImportError;
 use sha2::{Digest, Sha256};
 
 use super::ServiceError;
@@ -25,6 +26,9 @@ pub struct SurveyCopies {
     catalog: Arc<Catalog>,
     /// The blob each survey's local copy holds.
     held: Mutex<HashMap<String, String>>,
+    /// Blobs this build could not install (from a newer build, or damaged): skipped
+    /// until their survey is published again, not fetched every round.
+    refused: Mutex<HashSet<String>>,
     /// One copy round at a time.
     round: tokio::sync::Mutex<()>,
 }
@@ -37,11 +41,15 @@ impl SurveyCopies {
             store,
             catalog,
             held: Mutex::new(HashMap::new()),
+            refused: Mutex::new(HashSet::new()),
             round: tokio::sync::Mutex::new(()),
         }
     }
 
     /// Brings every published survey's local copy up to date; returns the codes copied.
+    /// A survey this build cannot install is logged and skipped (any older copy stays
+    /// served): one unreadable survey must not keep a replica from serving the others,
+    /// or from starting.
     pub async fn sync(&self) -> Result<Vec<String>, ServiceError> {
         let _round = self.round.lock().await;
         let mut copied = Vec::new();
@@ -52,11 +60,30 @@ impl SurveyCopies {
                 .unwrap_or_else(|p| p.into_inner())
                 .get(&published.code)
                 .cloned();
-            if held.as_deref() == Some(published.sha256.as_str()) {
+            let refused = self
+                .refused
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .contains(&published.sha256);
+            if held.as_deref() == Some(published.sha256.as_str()) || refused {
                 continue;
             }
-            if self.copy(&published).await? {
-                copied.push(published.code.clone());
+            match self.copy(&published).await? {
+                Copy::Installed => copied.push(published.code.clone()),
+                Copy::Unchanged => {}
+                Copy::Refused(reason) => {
+                    tracing::error!(
+                        survey = %published.code,
+                        sha256 = %published.sha256,
+                        %reason,
+                        "a survey published in the database was not installed (compiled by a newer build?); any older copy stays served"
+                    );
+                    self.refused
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .insert(published.sha256);
+                    continue;
+                }
             }
             self.held
                 .lock()
@@ -72,8 +99,8 @@ impl SurveyCopies {
         Ok(copied)
     }
 
-    /// Installs `published` unless the local file is that blob already; whether it did.
-    async fn copy(&self, published: &Published) -> Result<bool, ServiceError> {
+    /// Installs `published` unless the local file is that blob already.
+    async fn copy(&self, published: &Published) -> Result<Copy, ServiceError> {
         let local = self.store.path_of(&published.code);
         let want = published.sha256.clone();
         let same =
@@ -81,31 +108,46 @@ impl SurveyCopies {
                 .await
                 .map_err(|error| ServiceError::Internal(format!("hashing task: {error}")))?;
         if same {
-            return Ok(false);
+            return Ok(Copy::Unchanged);
         }
         let Some(blob) = surveys::fetch(&self.db, &published.sha256).await? else {
             // Replaced meanwhile: the next round copies the current one.
-            return Ok(false);
+            return Ok(Copy::Unchanged);
         };
         let store = self.store.clone();
         let want = published.sha256.clone();
-        tokio::task::spawn_blocking(move || {
+        let installed = tokio::task::spawn_blocking(move || {
             let got = to_hex(&Sha256::digest(&blob));
             if got != want {
-                return Err(ServiceError::Internal(format!(
-                    "a survey blob hashes to {got}, not {want}"
-                )));
+                return Ok(Copy::Refused(format!("the blob hashes to {got}")));
             }
-            store
-                .install(&blob)
-                .map(|_| ())
-                .map_err(|error| ServiceError::Internal(format!("survey not installed: {error}")))
+            match store.install(&blob) {
+                Ok(_) => Ok(Copy::Installed),
+                // The data dir failing is this machine's trouble, not the survey's.
+                Err(error @ ImportError::Io { .. }) => Err(ServiceError::Internal(format!(
+                    "survey not installed: {error}"
+                ))),
+                Err(error) => Ok(Copy::Refused(error.to_string())),
+            }
         })
         .await
         .map_err(|error| ServiceError::Internal(format!("install task: {error}")))??;
-        tracing::info!(survey = %published.code, sha256 = %published.sha256, "survey copied from the database");
-        Ok(true)
+        if matches!(installed, Copy::Installed) {
+            tracing::info!(survey = %published.code, sha256 = %published.sha256, "survey copied from the database");
+        }
+        Ok(installed)
     }
+}
+
+/// What a round did with one published survey.
+enum Copy {
+    /// Installed in the data dir.
+    Installed,
+    /// The local copy is that blob already (or the blob was replaced meanwhile).
+    Unchanged,
+    /// Not installed, and why: the file is one this build cannot read, or not the blob
+    /// published. (A data dir that fails to take it is an error of the round instead.)
+    Refused(String),
 }
 
 /// The SHA-256 of the file at `path`, hex (`None` if it cannot be read).

@@ -232,3 +232,58 @@ async fn postgres_published_surveys_reach_every_server() {
     }
     listening.abort();
 }
+
+/// A survey in the database that this build can't read (compiled by a newer build, or
+/// damaged) is skipped and logged: the copy round goes on to the surveys after it, and the
+/// next round doesn't fail on it either.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_published_survey_this_build_cannot_read_is_skipped() {
+    use std::sync::Arc;
+
+    use crosstab_engine::import;
+    use crosstab_engine::store::{Catalog, SurveyStore};
+    use crosstab_server::clock::now_ms;
+    use crosstab_server::keys::to_hex;
+    use crosstab_server::service::replicas::{self, SurveyCopies};
+    use crosstab_server::store::surveys;
+    use sha2::{Digest, Sha256};
+
+    let Ok(url) = std::env::var("CROSSTAB_TEST_POSTGRES_URL") else {
+        eprintln!("CROSSTAB_TEST_POSTGRES_URL not set: PostgreSQL test skipped");
+        return;
+    };
+    let db = Database::connect(&url).await.unwrap();
+    // A version this build doesn't know, under a code that sorts before the readable one.
+    let newer = b"CTXSURV\x09 a survey from a later build".to_vec();
+    surveys::publish(
+        &db,
+        "NEWER",
+        &to_hex(&Sha256::digest(&newer)),
+        &newer,
+        now_ms(),
+    )
+    .await
+    .unwrap();
+    let toml = "code = \"READABLE\"\nname = \"r\"\nrespondents = \"r.csv\"\n\
+                id_column = \"ID\"\nweight_column = \"W\"\n\
+                [[population_bases]]\ncode = \"ALL\"\nexpr = \"*\"\n";
+    let bytes = import::compile(toml, "s.toml", &b"ID,W,X\nr1,1,1\nr2,2,2\n"[..], "r.csv").unwrap();
+    let publisher = tempfile::tempdir().unwrap();
+    let published = SurveyStore::open(publisher.path()).unwrap();
+    published.install(&bytes).unwrap();
+    replicas::publish(&db, &published, "READABLE", now_ms())
+        .await
+        .unwrap();
+
+    let replica = tempfile::tempdir().unwrap();
+    let store = SurveyStore::open(replica.path()).unwrap();
+    let (catalog, _) = Catalog::new(store.clone());
+    let catalog = Arc::new(catalog);
+    let copies = SurveyCopies::new(db.clone(), store, Arc::clone(&catalog));
+    let copied = copies.sync().await.unwrap();
+    assert!(copied.contains(&"READABLE".to_owned()), "{copied:?}");
+    assert!(!copied.contains(&"NEWER".to_owned()), "{copied:?}");
+    assert_eq!(catalog.get("READABLE").unwrap().respondents(), 2);
+    assert!(catalog.get("NEWER").is_none());
+    assert!(copies.sync().await.unwrap().is_empty(), "nothing new");
+}
