@@ -525,8 +525,8 @@ fn run_size(dir: &Path, n: usize, instances: usize) -> Value {
 /// median µs of validation plus crosstab and of crosstab alone, and every response.
 /// With `--passes N`, it also answers the list on `N` more fresh surveys in the same
 /// process and adds each pass's median of validation plus crosstab (`passesUs`, the
-/// figure Node's is compared with): the native one once the process has settled, as
-/// Node's is after its settling passes.
+/// figure Node's is compared with) and of crosstab alone (`passesEngineUs`): the native
+/// figures once the process has settled, as Node's is after its settling passes.
 fn cold_requests(requests: &Path, compiled: &Path, passes: usize) {
     let bytes = std::fs::read(compiled).unwrap();
     let input: Value = serde_json::from_slice(&std::fs::read(requests).unwrap()).unwrap();
@@ -557,24 +557,25 @@ fn cold_requests(requests: &Path, compiled: &Path, passes: usize) {
         engine.push((total - validated).as_secs_f64() * 1e6);
         responses.push(serde_json::to_value(&response).unwrap());
     }
-    let settled: Vec<f64> = (0..passes)
-        .map(|_| {
-            let survey = Survey::from_bytes(&bytes).unwrap();
-            for request in warmup {
-                black_box(survey.crosstab(&validate_value(request).unwrap()).unwrap());
-            }
-            let times = list
-                .iter()
-                .map(|request| {
-                    let start = Instant::now();
-                    let valid = validate_value(black_box(request)).unwrap();
-                    black_box(survey.crosstab(&valid).unwrap());
-                    start.elapsed().as_secs_f64() * 1e6
-                })
-                .collect();
-            median_of(times)
-        })
-        .collect();
+    let (mut settled, mut settled_engine) = (Vec::new(), Vec::new());
+    for _ in 0..passes {
+        let survey = Survey::from_bytes(&bytes).unwrap();
+        for request in warmup {
+            black_box(survey.crosstab(&validate_value(request).unwrap()).unwrap());
+        }
+        let (mut whole, mut engine) = (Vec::new(), Vec::new());
+        for request in list {
+            let start = Instant::now();
+            let valid = validate_value(black_box(request)).unwrap();
+            let validated = start.elapsed();
+            black_box(survey.crosstab(&valid).unwrap());
+            let total = start.elapsed();
+            whole.push(total.as_secs_f64() * 1e6);
+            engine.push((total - validated).as_secs_f64() * 1e6);
+        }
+        settled.push(median_of(whole));
+        settled_engine.push(median_of(engine));
+    }
     println!(
         "{}",
         json!({
@@ -582,6 +583,7 @@ fn cold_requests(requests: &Path, compiled: &Path, passes: usize) {
             "engineUs": median_of(engine),
             "responses": responses,
             "passesUs": settled,
+            "passesEngineUs": settled_engine,
         })
     );
 }

@@ -97,7 +97,8 @@ impl std::fmt::Debug for Survey {
 
 impl Survey {
     /// Loads a compiled survey from bytes (copied once into aligned memory), with a cache
-    /// budget of its own (a quarter of the survey, within 1-256 MiB).
+    /// budget of its own (a quarter of the survey at a byte a respondent for every column,
+    /// within 1-256 MiB).
     pub fn from_bytes(bytes: &[u8]) -> Result<Survey, LoadError> {
         Survey::from_backing(Backing::copied(bytes), None)
     }
@@ -523,9 +524,16 @@ impl Drop for Survey {
 /// respondent for every column (two-bit columns take less, but their sets don't), within
 /// bounds, so resident memory stays near the file's.
 fn own_budget(file_len: usize, header: &Header) -> Arc<MemoryBudget> {
+    MemoryBudget::new(own_budget_bytes(file_len, header))
+}
+
+fn own_budget_bytes(file_len: usize, header: &Header) -> usize {
     let respondents = usize::try_from(header.respondents).unwrap_or(usize::MAX);
-    let cells = respondents.saturating_mul(header.variables.len());
-    MemoryBudget::new((file_len.max(cells) / 4).clamp(1 << 20, 256 << 20))
+    // At most four times the file: columns may share a section in a crafted file.
+    let cells = respondents
+        .saturating_mul(header.variables.len())
+        .min(file_len.saturating_mul(4));
+    (file_len.max(cells) / 4).clamp(1 << 20, 256 << 20)
 }
 
 /// `section` of `bytes` as a slice of `T`: in bounds and aligned, or why not.
@@ -538,4 +546,33 @@ fn section_slice<T: bytemuck::Pod>(bytes: &[u8], section: Section) -> Result<&[T
         .get(start..end)
         .ok_or_else(|| corrupt("past the end"))?;
     bytemuck::try_cast_slice(bytes).map_err(|e| corrupt(&format!("{e:?}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::demo::{compile, DemoConfig};
+
+    #[test]
+    fn a_surveys_own_budget_counts_a_byte_a_cell_within_four_times_its_file() {
+        let respondents = 20_000;
+        let bytes = compile(&DemoConfig {
+            respondents,
+            flags: 300,
+            seed: 1,
+        })
+        .unwrap();
+        let mut header = read_header(&bytes).unwrap();
+        let cells = respondents * header.variables.len();
+        // Its yes/no questions are two-bit columns: the file is smaller than its cells.
+        assert!(
+            bytes.len() * 2 < cells,
+            "{} bytes, {cells} cells",
+            bytes.len()
+        );
+        assert_eq!(own_budget_bytes(bytes.len(), &header), cells / 4);
+        // A header claiming far more cells than the file could hold gets the file's size.
+        header.respondents = 1 << 40;
+        assert_eq!(own_budget_bytes(bytes.len(), &header), bytes.len());
+    }
 }
