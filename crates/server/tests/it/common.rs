@@ -48,6 +48,16 @@ pub struct Fixture {
     pub other: String,
 }
 
+/// The throwaway PostgreSQL's URL (`CROSSTAB_TEST_POSTGRES_URL`); `None`, and the test
+/// says it is skipped, when it is unset.
+pub fn postgres_url() -> Option<String> {
+    let url = std::env::var("CROSSTAB_TEST_POSTGRES_URL").ok();
+    if url.is_none() {
+        eprintln!("CROSSTAB_TEST_POSTGRES_URL not set: PostgreSQL test skipped");
+    }
+    url
+}
+
 pub fn grant(text: &str) -> GrantSpec {
     text.parse().unwrap()
 }

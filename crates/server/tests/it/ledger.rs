@@ -9,6 +9,8 @@ use crosstab_server::store::{self as db, accounts, users, Database};
 use sqlx::Row;
 use std::future::Future;
 
+use super::common::postgres_url;
+
 fn bill(account_id: i64, n: usize) -> Bill {
     Bill {
         at: 1_700_000_000_000 + n as i64,
@@ -111,10 +113,7 @@ async fn batches_of_every_size_are_written_exactly_on_postgres() {
 /// The PostgreSQL database `CROSSTAB_TEST_POSTGRES_URL` names, with a new account to bill
 /// (its id and name, `prefix` and a random suffix); `None`, said, when the URL is unset.
 async fn postgres_account(prefix: &str) -> Option<(Database, i64, String)> {
-    let Ok(url) = std::env::var("CROSSTAB_TEST_POSTGRES_URL") else {
-        eprintln!("CROSSTAB_TEST_POSTGRES_URL not set: PostgreSQL test skipped");
-        return None;
-    };
+    let url = postgres_url()?;
     let db = Database::connect(&url).await.unwrap();
     let name = format!("{prefix}-{}", uuid::Uuid::new_v4().simple());
     let account_id = account(&db, &name).await;

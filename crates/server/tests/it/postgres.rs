@@ -11,8 +11,7 @@ use crate::common::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_keys_grants_ledger_and_usage() {
-    let Ok(url) = std::env::var("CROSSTAB_TEST_POSTGRES_URL") else {
-        eprintln!("CROSSTAB_TEST_POSTGRES_URL not set: PostgreSQL test skipped");
+    let Some(url) = postgres_url() else {
         return;
     };
     let fx = Fixture::on(&url, tempfile::tempdir().unwrap(), &[]).await;
@@ -170,39 +169,24 @@ async fn postgres_published_surveys_reach_every_server() {
     use std::sync::Arc;
 
     use crosstab_engine::demo::{self, DemoConfig};
-    use crosstab_engine::store::{Catalog, SurveyStore};
-    use crosstab_server::clock::now_ms;
-    use crosstab_server::service::replicas::{self, SurveyCopies};
 
-    let Ok(url) = std::env::var("CROSSTAB_TEST_POSTGRES_URL") else {
-        eprintln!("CROSSTAB_TEST_POSTGRES_URL not set: PostgreSQL test skipped");
+    let Some(url) = postgres_url() else {
         return;
     };
     let db = Database::connect(&url).await.unwrap();
     // A compiled demo survey (code DEMO) of `respondents`, installed where it is
     // published from.
     let version = |respondents: usize| {
-        let bytes = demo::compile(&DemoConfig {
+        demo::compile(&DemoConfig {
             respondents,
             flags: 4,
             seed: 3,
         })
-        .unwrap();
-        let publisher = tempfile::tempdir().unwrap();
-        let store = SurveyStore::open(publisher.path()).unwrap();
-        assert_eq!(store.install(&bytes).unwrap().code(), "DEMO");
-        (publisher, store)
+        .unwrap()
     };
-    let (_first_dir, first) = version(300);
-    replicas::publish(&db, &first, "DEMO", now_ms())
-        .await
-        .unwrap();
+    publish(&db, &version(300), "DEMO").await;
 
-    let replica = tempfile::tempdir().unwrap();
-    let store = SurveyStore::open(replica.path()).unwrap();
-    let (catalog, _) = Catalog::new(store.clone());
-    let catalog = Arc::new(catalog);
-    let copies = Arc::new(SurveyCopies::new(db.clone(), store, Arc::clone(&catalog)));
+    let (_replica, catalog, copies) = replica(&db);
     let copied = copies.sync().await.unwrap();
     assert!(copied.contains(&"DEMO".to_owned()), "{copied:?}");
     assert_eq!(catalog.get("DEMO").unwrap().respondents(), 300);
@@ -218,10 +202,7 @@ async fn postgres_published_surveys_reach_every_server() {
         .follow_changes(Some(Arc::clone(&copies)))
         .unwrap();
     tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-    let (_second_dir, second) = version(350);
-    replicas::publish(&db, &second, "DEMO", now_ms())
-        .await
-        .unwrap();
+    publish(&db, &version(350), "DEMO").await;
     let started = std::time::Instant::now();
     while catalog.get("DEMO").unwrap().respondents() != 350 {
         assert!(
@@ -238,18 +219,13 @@ async fn postgres_published_surveys_reach_every_server() {
 /// next round doesn't fail on it either.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_published_survey_this_build_cannot_read_is_skipped() {
-    use std::sync::Arc;
-
     use crosstab_engine::import;
-    use crosstab_engine::store::{Catalog, SurveyStore};
     use crosstab_server::clock::now_ms;
     use crosstab_server::keys::to_hex;
-    use crosstab_server::service::replicas::{self, SurveyCopies};
     use crosstab_server::store::surveys;
     use sha2::{Digest, Sha256};
 
-    let Ok(url) = std::env::var("CROSSTAB_TEST_POSTGRES_URL") else {
-        eprintln!("CROSSTAB_TEST_POSTGRES_URL not set: PostgreSQL test skipped");
+    let Some(url) = postgres_url() else {
         return;
     };
     let db = Database::connect(&url).await.unwrap();
@@ -268,22 +244,46 @@ async fn a_published_survey_this_build_cannot_read_is_skipped() {
                 id_column = \"ID\"\nweight_column = \"W\"\n\
                 [[population_bases]]\ncode = \"ALL\"\nexpr = \"*\"\n";
     let bytes = import::compile(toml, "s.toml", &b"ID,W,X\nr1,1,1\nr2,2,2\n"[..], "r.csv").unwrap();
-    let publisher = tempfile::tempdir().unwrap();
-    let published = SurveyStore::open(publisher.path()).unwrap();
-    published.install(&bytes).unwrap();
-    replicas::publish(&db, &published, "READABLE", now_ms())
-        .await
-        .unwrap();
+    publish(&db, &bytes, "READABLE").await;
 
-    let replica = tempfile::tempdir().unwrap();
-    let store = SurveyStore::open(replica.path()).unwrap();
-    let (catalog, _) = Catalog::new(store.clone());
-    let catalog = Arc::new(catalog);
-    let copies = SurveyCopies::new(db.clone(), store, Arc::clone(&catalog));
+    let (_replica, catalog, copies) = replica(&db);
     let copied = copies.sync().await.unwrap();
     assert!(copied.contains(&"READABLE".to_owned()), "{copied:?}");
     assert!(!copied.contains(&"NEWER".to_owned()), "{copied:?}");
     assert_eq!(catalog.get("READABLE").unwrap().respondents(), 2);
     assert!(catalog.get("NEWER").is_none());
     assert!(copies.sync().await.unwrap().is_empty(), "nothing new");
+}
+
+/// Publishes the compiled survey `bytes` (code `code`) as `survey import --database` does.
+async fn publish(db: &Database, bytes: &[u8], code: &str) {
+    use crosstab_engine::store::SurveyStore;
+    use crosstab_server::clock::now_ms;
+    use crosstab_server::service::replicas;
+
+    let publisher = tempfile::tempdir().unwrap();
+    let store = SurveyStore::open(publisher.path()).unwrap();
+    assert_eq!(store.install(bytes).unwrap().code(), code);
+    replicas::publish(db, &store, code, now_ms()).await.unwrap();
+}
+
+/// A replica's data dir, catalog and survey copies, copying from `db`.
+fn replica(
+    db: &Database,
+) -> (
+    tempfile::TempDir,
+    std::sync::Arc<crosstab_engine::store::Catalog>,
+    std::sync::Arc<crosstab_server::service::replicas::SurveyCopies>,
+) {
+    use std::sync::Arc;
+
+    use crosstab_engine::store::{Catalog, SurveyStore};
+    use crosstab_server::service::replicas::SurveyCopies;
+
+    let dir = tempfile::tempdir().unwrap();
+    let store = SurveyStore::open(dir.path()).unwrap();
+    let (catalog, _) = Catalog::new(store.clone());
+    let catalog = Arc::new(catalog);
+    let copies = Arc::new(SurveyCopies::new(db.clone(), store, Arc::clone(&catalog)));
+    (dir, catalog, copies)
 }

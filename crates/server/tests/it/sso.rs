@@ -18,7 +18,7 @@ use crosstab_server::store::identity_providers::{self, AccountRule, IdentityProv
 use crosstab_server::store::{signing_keys, usage};
 use serde_json::{json, Value};
 
-use super::common::{code, request, Fixture};
+use super::common::{code, postgres_url, request, Fixture};
 use super::support::{cli, cli_output, Server};
 
 /// The audience the provider's access tokens are minted for (a resource indicator).
@@ -868,8 +868,7 @@ async fn a_saml_assertion_is_exchanged_once_for_a_token_that_is_billed_to_its_ac
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sso_on_postgres() {
-    let Ok(url) = std::env::var("CROSSTAB_TEST_POSTGRES_URL") else {
-        eprintln!("CROSSTAB_TEST_POSTGRES_URL not set: PostgreSQL SSO test skipped");
+    let Some(url) = postgres_url() else {
         return;
     };
     let provider = Provider::start();
