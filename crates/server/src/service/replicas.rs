@@ -69,9 +69,9 @@ impl SurveyCopies {
                 continue;
             }
             match self.copy(&published).await? {
-                Copy::Installed => copied.push(published.code.clone()),
-                Copy::Unchanged => {}
-                Copy::Refused(reason) => {
+                Outcome::Installed => copied.push(published.code.clone()),
+                Outcome::Unchanged => {}
+                Outcome::Refused(reason) => {
                     tracing::error!(
                         survey = %published.code,
                         sha256 = %published.sha256,
@@ -100,7 +100,7 @@ impl SurveyCopies {
     }
 
     /// Installs `published` unless the local file is that blob already.
-    async fn copy(&self, published: &Published) -> Result<Copy, ServiceError> {
+    async fn copy(&self, published: &Published) -> Result<Outcome, ServiceError> {
         let local = self.store.path_of(&published.code);
         let want = published.sha256.clone();
         let same =
@@ -108,31 +108,31 @@ impl SurveyCopies {
                 .await
                 .map_err(|error| ServiceError::Internal(format!("hashing task: {error}")))?;
         if same {
-            return Ok(Copy::Unchanged);
+            return Ok(Outcome::Unchanged);
         }
         let Some(blob) = surveys::fetch(&self.db, &published.sha256).await? else {
             // Replaced meanwhile: the next round copies the current one.
-            return Ok(Copy::Unchanged);
+            return Ok(Outcome::Unchanged);
         };
         let store = self.store.clone();
         let want = published.sha256.clone();
         let installed = tokio::task::spawn_blocking(move || {
             let got = to_hex(&Sha256::digest(&blob));
             if got != want {
-                return Ok(Copy::Refused(format!("the blob hashes to {got}")));
+                return Ok(Outcome::Refused(format!("the blob hashes to {got}")));
             }
             match store.install(&blob) {
-                Ok(_) => Ok(Copy::Installed),
+                Ok(_) => Ok(Outcome::Installed),
                 // The data dir failing is this machine's trouble, not the survey's.
                 Err(error @ ImportError::Io { .. }) => Err(ServiceError::Internal(format!(
                     "survey not installed: {error}"
                 ))),
-                Err(error) => Ok(Copy::Refused(error.to_string())),
+                Err(error) => Ok(Outcome::Refused(error.to_string())),
             }
         })
         .await
         .map_err(|error| ServiceError::Internal(format!("install task: {error}")))??;
-        if matches!(installed, Copy::Installed) {
+        if matches!(installed, Outcome::Installed) {
             tracing::info!(survey = %published.code, sha256 = %published.sha256, "survey copied from the database");
         }
         Ok(installed)
@@ -140,7 +140,7 @@ impl SurveyCopies {
 }
 
 /// What a round did with one published survey.
-enum Copy {
+enum Outcome {
     /// Installed in the data dir.
     Installed,
     /// The local copy is that blob already (or the blob was replaced meanwhile).
