@@ -5,7 +5,7 @@
 //! under a memory map) and serves it from its catalog, on start, on each announcement and
 //! every few seconds.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
@@ -24,11 +24,10 @@ pub struct SurveyCopies {
     db: Database,
     store: SurveyStore,
     catalog: Arc<Catalog>,
-    /// The blob each survey's local copy holds.
-    held: Mutex<HashMap<String, String>>,
-    /// Blobs this build could not install (from a newer build, or damaged): skipped
-    /// until their survey is published again, not fetched every round.
-    refused: Mutex<HashSet<String>>,
+    /// The blob each survey was last dealt with at: installed, already there, or refused
+    /// (from a newer build, or damaged). Not fetched again until its survey is published
+    /// anew.
+    settled: Mutex<HashMap<String, String>>,
     /// One copy round at a time.
     round: tokio::sync::Mutex<()>,
 }
@@ -40,8 +39,7 @@ impl SurveyCopies {
             db,
             store,
             catalog,
-            held: Mutex::new(HashMap::new()),
-            refused: Mutex::new(HashSet::new()),
+            settled: Mutex::new(HashMap::new()),
             round: tokio::sync::Mutex::new(()),
         }
     }
@@ -54,18 +52,13 @@ impl SurveyCopies {
         let _round = self.round.lock().await;
         let mut copied = Vec::new();
         for published in surveys::list(&self.db).await? {
-            let held = self
-                .held
+            let settled = self
+                .settled
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .get(&published.code)
                 .cloned();
-            let refused = self
-                .refused
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .contains(&published.sha256);
-            if held.as_deref() == Some(published.sha256.as_str()) || refused {
+            if settled.as_deref() == Some(published.sha256.as_str()) {
                 continue;
             }
             match self.copy(&published).await? {
@@ -78,14 +71,9 @@ impl SurveyCopies {
                         %reason,
                         "a survey published in the database was not installed (compiled by a newer build?); any older copy stays served"
                     );
-                    self.refused
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .insert(published.sha256);
-                    continue;
                 }
             }
-            self.held
+            self.settled
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .insert(published.code, published.sha256);
