@@ -92,9 +92,7 @@ impl Ranges {
 
     /// Which of the codes 0 to 3 lie in the ranges: bit `k` for code `k`.
     fn matching(&self) -> u8 {
-        (0..4u32)
-            .filter(|code| self.holds(*code))
-            .fold(0, |bits, code| bits | 1 << code)
+        two_bit_codes_where(|code| self.holds(code))
     }
 
     /// The ranges as `(lo, hi - lo)` bytes, when every bound fits one.
@@ -408,8 +406,13 @@ fn rows<T>(codes: &[T], first: usize, words: usize) -> &[T] {
 
 /// Which of the codes 0 to 3 `table` marks: bit `k` for code `k`.
 fn table_matching(table: &[bool]) -> u8 {
-    (0..4usize)
-        .filter(|code| table.get(*code).copied().unwrap_or(false))
+    two_bit_codes_where(|code| table.get(code as usize).copied().unwrap_or(false))
+}
+
+/// The codes 0 to 3 for which `hit` holds: bit `k` for code `k`.
+fn two_bit_codes_where(hit: impl Fn(u32) -> bool) -> u8 {
+    (0..4u32)
+        .filter(|code| hit(*code))
         .fold(0, |bits, code| bits | 1 << code)
 }
 
