@@ -2,12 +2,17 @@
 //! of sleeping through expiry and lock-out periods.
 
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
 /// Unix milliseconds: the unit of every time column.
 pub trait Clock: Send + Sync + std::fmt::Debug {
     /// Now, in Unix milliseconds.
     fn now_ms(&self) -> i64;
+
+    /// Time since a fixed point, never going back: what rate limits pace by, since a
+    /// wall clock set back by an hour would hold a paced caller off for that hour.
+    fn monotonic(&self) -> Duration;
 }
 
 /// The machine's clock.
@@ -17,6 +22,11 @@ pub struct SystemClock;
 impl Clock for SystemClock {
     fn now_ms(&self) -> i64 {
         now_ms()
+    }
+
+    fn monotonic(&self) -> Duration {
+        static ORIGIN: OnceLock<Instant> = OnceLock::new();
+        ORIGIN.get_or_init(Instant::now).elapsed()
     }
 }
 
@@ -39,6 +49,11 @@ impl ManualClock {
 impl Clock for ManualClock {
     fn now_ms(&self) -> i64 {
         self.0.load(Ordering::SeqCst)
+    }
+
+    /// The Unix time itself: a test moves this clock forward only.
+    fn monotonic(&self) -> Duration {
+        Duration::from_millis(u64::try_from(self.now_ms()).unwrap_or(0))
     }
 }
 

@@ -7,11 +7,13 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 use std::num::NonZeroU32;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crosstab_contract::ApiError;
-use governor::clock::{Clock as _, DefaultClock};
-use governor::{DefaultDirectRateLimiter, DefaultKeyedRateLimiter, Quota, RateLimiter};
+use governor::middleware::NoOpMiddleware;
+use governor::state::keyed::DefaultKeyedStateStore;
+use governor::state::{InMemoryState, NotKeyed};
+use governor::{Quota, RateLimiter};
 
 use super::principal::Principal;
 use super::ServiceError;
@@ -33,10 +35,27 @@ pub struct AddressLimits {
     pub sign_in_per_minute: u32,
 }
 
+/// The service's [`Clock`] as the rate limiters read time, so that tests move their time
+/// as they move the rest of the service's.
+#[derive(Debug, Clone)]
+struct PaceClock(Arc<dyn Clock>);
+
+impl governor::clock::Clock for PaceClock {
+    type Instant = Duration;
+
+    fn now(&self) -> Duration {
+        self.0.monotonic()
+    }
+}
+
+type AccountRate = RateLimiter<NotKeyed, InMemoryState, PaceClock, NoOpMiddleware<Duration>>;
+type AddressRate =
+    RateLimiter<IpAddr, DefaultKeyedStateStore<IpAddr>, PaceClock, NoOpMiddleware<Duration>>;
+
 /// One account's state: its rate limiter, and its billed calls today.
 #[derive(Debug)]
 struct Account {
-    per_second: Option<(u32, Arc<DefaultDirectRateLimiter>)>,
+    per_second: Option<(u32, Arc<AccountRate>)>,
     day: i64,
     /// Calls billed today plus those admitted and not yet settled.
     used: u64,
@@ -69,30 +88,34 @@ impl Drop for Admission<'_> {
     }
 }
 
-/// A per-address limiter and the addresses it currently refuses.
+/// A per-address limiter and the addresses it currently refuses, until when (on the
+/// clock's [`Clock::monotonic`] time).
 #[derive(Debug)]
 struct AddressPace {
-    limiter: DefaultKeyedRateLimiter<IpAddr>,
-    blocked: Mutex<HashMap<IpAddr, Instant>>,
+    clock: PaceClock,
+    limiter: AddressRate,
+    blocked: Mutex<HashMap<IpAddr, Duration>>,
 }
 
 impl AddressPace {
-    fn new(per_minute: u32) -> AddressPace {
+    fn new(per_minute: u32, clock: &Arc<dyn Clock>) -> AddressPace {
         let quota = Quota::per_minute(NonZeroU32::new(per_minute).unwrap_or(NonZeroU32::MIN));
+        let clock = PaceClock(Arc::clone(clock));
         AddressPace {
-            limiter: RateLimiter::keyed(quota),
+            limiter: RateLimiter::new(quota, DefaultKeyedStateStore::default(), clock.clone()),
+            clock,
             blocked: Mutex::new(HashMap::new()),
         }
     }
 
-    fn blocked(&self) -> MutexGuard<'_, HashMap<IpAddr, Instant>> {
+    fn blocked(&self) -> MutexGuard<'_, HashMap<IpAddr, Duration>> {
         // Deadlines only: a map a panic left half-written is still usable.
         self.blocked.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Seconds `address` must still wait, without counting an attempt.
     fn waiting(&self, address: IpAddr) -> Option<u64> {
-        let now = Instant::now();
+        let now = self.clock.0.monotonic();
         let mut blocked = self.blocked();
         match blocked.get(&address) {
             Some(until) if *until > now => Some(seconds_until(*until - now)),
@@ -107,21 +130,21 @@ impl AddressPace {
     /// Counts an attempt by `address`: the seconds to wait if it is one too many.
     fn attempt(&self, address: IpAddr) -> Option<u64> {
         let not_until = self.limiter.check_key(&address).err()?;
-        let wait = not_until.wait_time_from(DefaultClock::default().now());
+        let now = self.clock.0.monotonic();
+        let wait = not_until.wait_time_from(now);
         let mut blocked = self.blocked();
         if blocked.len() >= MAX_BLOCKED {
-            let now = Instant::now();
             blocked.retain(|_, until| *until > now);
         }
         if blocked.len() < MAX_BLOCKED {
-            blocked.insert(address, Instant::now() + wait);
+            blocked.insert(address, now + wait);
         }
         Some(seconds_until(wait))
     }
 
     fn forget_idle(&self) {
         self.limiter.retain_recent();
-        let now = Instant::now();
+        let now = self.clock.0.monotonic();
         self.blocked().retain(|_, until| *until > now);
     }
 }
@@ -146,10 +169,10 @@ impl RateLimits {
     pub fn new(db: Database, clock: Arc<dyn Clock>, addresses: AddressLimits) -> RateLimits {
         RateLimits {
             db,
+            failed_auth: AddressPace::new(addresses.failed_auth_per_minute, &clock),
+            sign_in: AddressPace::new(addresses.sign_in_per_minute, &clock),
             clock,
             accounts: Mutex::new(HashMap::new()),
-            failed_auth: AddressPace::new(addresses.failed_auth_per_minute),
-            sign_in: AddressPace::new(addresses.sign_in_per_minute),
         }
     }
 
@@ -203,11 +226,13 @@ impl RateLimits {
             let current = account.per_second.as_ref().map(|(r, _)| *r);
             if current != Some(rate) {
                 let quota = Quota::per_second(NonZeroU32::new(rate).unwrap_or(NonZeroU32::MIN));
-                account.per_second = Some((rate, Arc::new(RateLimiter::direct(quota))));
+                let clock = PaceClock(Arc::clone(&self.clock));
+                let limiter = RateLimiter::direct_with_clock(quota, clock);
+                account.per_second = Some((rate, Arc::new(limiter)));
             }
             if let Some((_, limiter)) = &account.per_second {
                 if let Err(not_until) = limiter.check() {
-                    let wait = not_until.wait_time_from(DefaultClock::default().now());
+                    let wait = not_until.wait_time_from(self.clock.monotonic());
                     return Err(ApiError::RateLimited {
                         retry_after_s: seconds_until(wait),
                     }
@@ -264,6 +289,7 @@ impl RateLimits {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::clock::ManualClock;
 
     #[test]
     fn retry_after_is_whole_seconds_and_at_least_one() {
@@ -274,16 +300,26 @@ mod tests {
     }
 
     #[test]
-    fn an_address_over_its_pace_waits_and_others_do_not() {
-        let pace = AddressPace::new(3);
+    fn an_address_over_its_pace_waits_its_turn_and_others_do_not() {
+        let clock = ManualClock::at(1_700_000_000_000);
+        let pace = AddressPace::new(3, &(Arc::clone(&clock) as Arc<dyn Clock>));
         let (a, b): (IpAddr, IpAddr) = ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
         for _ in 0..3 {
             assert_eq!(pace.attempt(a), None);
         }
-        let wait = pace.attempt(a).unwrap();
-        assert!((1..=20).contains(&wait), "{wait}");
-        assert!(pace.waiting(a).is_some());
+        // Three a minute: the fourth waits 20 s for the first of them to wear off.
+        assert_eq!(pace.attempt(a), Some(20));
+        assert_eq!(pace.waiting(a), Some(20));
         assert_eq!(pace.waiting(b), None);
         assert_eq!(pace.attempt(b), None);
+        clock.advance(19_001);
+        assert_eq!(pace.waiting(a), Some(1));
+        clock.advance(999);
+        assert_eq!(pace.waiting(a), None);
+        assert_eq!(pace.attempt(a), None);
+        assert_eq!(pace.attempt(a), Some(20));
+        // Forgetting idle addresses keeps one still blocked.
+        pace.forget_idle();
+        assert_eq!(pace.waiting(a), Some(20));
     }
 }
