@@ -274,7 +274,7 @@ fn check_sections(header: &Header, file_len: u64) -> Result<(), LoadError> {
     let check = |what: &str, section: Section, element: u64, expected_len: Option<u64>| {
         let end = section.offset.checked_add(section.len);
         let fits = end.is_some_and(|end| end <= file_len);
-        let aligned = section.offset % 8 == 0 && section.len % element == 0;
+        let aligned = section.offset.is_multiple_of(8) && section.len.is_multiple_of(element);
         let sized =
             expected_len.is_none_or(|count| Some(section.len) == count.checked_mul(element));
         if fits && aligned && sized {

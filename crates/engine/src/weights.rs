@@ -393,227 +393,243 @@ pub(crate) fn add_blocks(
     }
 }
 
-/// [`plane_sums`] of two targets' blocks at once, reading each plane word once.
+/// [`plane_sums`] of two targets' blocks, plane by plane: the second target reads each
+/// plane's words where the first has just brought them into the nearest cache.
 fn plane_sums_pair(first: &[u64], second: &[u64], planes: &[u64]) -> [(u64, u64); 2] {
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx512f")
-        && std::arch::is_x86_feature_detected!("avx512vpopcntdq")
-    {
-        // SAFETY: the CPU supports AVX-512F and VPOPCNTDQ, checked just above.
-        #[allow(unsafe_code)]
-        return unsafe { plane_sums_pair_avx512(first, second, planes) };
-    }
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("popcnt")
-    {
-        // SAFETY: the CPU supports AVX2 and POPCNT, checked just above.
-        #[allow(unsafe_code)]
-        return unsafe { plane_sums_pair_avx2(first, second, planes) };
-    }
-    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-    return plane_sums_pair_simd128(first, second, planes);
-    #[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
-    plane_sums_pair_portable(first, second, planes)
-}
-
-/// Two words of `pair` as one WebAssembly vector.
-#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-#[inline(always)]
-fn load_pair(pair: &[u64]) -> std::arch::wasm32::v128 {
-    let pair = &pair[..2];
-    // SAFETY: `pair` is two u64s, 16 readable bytes; v128.load takes any alignment.
-    #[allow(unsafe_code)]
-    unsafe {
-        std::arch::wasm32::v128_load(pair.as_ptr().cast())
-    }
-}
-
-/// The sum of a vector's eight u16 lanes.
-#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-#[inline(always)]
-fn lane_total(wide: std::arch::wasm32::v128) -> u64 {
-    use std::arch::wasm32::{u32x4_extadd_pairwise_u16x8, u32x4_extract_lane};
-    let lanes = u32x4_extadd_pairwise_u16x8(wide);
-    u64::from(u32x4_extract_lane::<0>(lanes))
-        + u64::from(u32x4_extract_lane::<1>(lanes))
-        + u64::from(u32x4_extract_lane::<2>(lanes))
-        + u64::from(u32x4_extract_lane::<3>(lanes))
-}
-
-/// [`plane_sums_pair_portable`] with WebAssembly SIMD: each plane vector is loaded once
-/// for both targets, four words a step.
-#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-fn plane_sums_pair_simd128(first: &[u64], second: &[u64], planes: &[u64]) -> [(u64, u64); 2] {
-    use std::arch::wasm32::{
-        u16x8_add, u16x8_extadd_pairwise_u8x16, u16x8_splat, u8x16_add, u8x16_popcnt, u8x16_splat,
-        v128, v128_and,
-    };
     let len = first.len().min(second.len()).min(BLOCK_WORDS);
     let (first, second) = (&first[..len], &second[..len]);
-    let load = |four: &[u64], at: usize| -> v128 { load_pair(&four[at..]) };
-    let (mut s0, mut s1) = (0u64, 0u64);
-    for (bit, plane) in planes.chunks_exact(BLOCK_WORDS).enumerate() {
-        let plane = &plane[..len];
-        let (mut w0, mut w1) = (u16x8_splat(0), u16x8_splat(0));
-        let (mut o0, mut o1) = (0u64, 0u64);
-        // 32 words a round: each byte lane gains at most 16 × 8 = 128, within a u8.
-        for ((a32, b32), p32) in first
-            .chunks(32)
-            .zip(second.chunks(32))
-            .zip(plane.chunks(32))
-        {
-            let (mut n0, mut n1) = (u8x16_splat(0), u8x16_splat(0));
-            let mut a4 = a32.chunks_exact(4);
-            let mut b4 = b32.chunks_exact(4);
-            let mut p4 = p32.chunks_exact(4);
-            for ((a, b), p) in (&mut a4).zip(&mut b4).zip(&mut p4) {
-                let (p_lo, p_hi) = (load(p, 0), load(p, 2));
-                n0 = u8x16_add(n0, u8x16_popcnt(v128_and(load(a, 0), p_lo)));
-                n1 = u8x16_add(n1, u8x16_popcnt(v128_and(load(b, 0), p_lo)));
-                n0 = u8x16_add(n0, u8x16_popcnt(v128_and(load(a, 2), p_hi)));
-                n1 = u8x16_add(n1, u8x16_popcnt(v128_and(load(b, 2), p_hi)));
-            }
-            let rest = a4
-                .remainder()
-                .iter()
-                .zip(b4.remainder())
-                .zip(p4.remainder());
-            for ((a, b), p) in rest {
-                o0 += u64::from((a & p).count_ones());
-                o1 += u64::from((b & p).count_ones());
-            }
-            w0 = u16x8_add(w0, u16x8_extadd_pairwise_u8x16(n0));
-            w1 = u16x8_add(w1, u16x8_extadd_pairwise_u8x16(n1));
-        }
-        s0 += (lane_total(w0) + o0) << bit;
-        s1 += (lane_total(w1) + o1) << bit;
-    }
-    [(ones(first), s0), (ones(second), s1)]
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512vpopcntdq,popcnt")]
-fn plane_sums_pair_avx512(first: &[u64], second: &[u64], planes: &[u64]) -> [(u64, u64); 2] {
-    plane_sums_pair_portable(first, second, planes)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,popcnt")]
-fn plane_sums_pair_avx2(first: &[u64], second: &[u64], planes: &[u64]) -> [(u64, u64); 2] {
-    plane_sums_pair_portable(first, second, planes)
-}
-
-#[cfg_attr(
-    all(target_arch = "wasm32", target_feature = "simd128"),
-    allow(dead_code)
-)]
-#[inline(always)]
-fn plane_sums_pair_portable(first: &[u64], second: &[u64], planes: &[u64]) -> [(u64, u64); 2] {
-    let (mut s0, mut s1) = (0u64, 0u64);
-    for (bit, plane) in planes.chunks_exact(BLOCK_WORDS).enumerate() {
-        let (mut o0, mut o1) = (0u64, 0u64);
-        for ((a, b), p) in first.iter().zip(second).zip(plane) {
-            o0 += u64::from((a & p).count_ones());
-            o1 += u64::from((b & p).count_ones());
-        }
-        s0 += o0 << bit;
-        s1 += o1 << bit;
-    }
+    let [s0, s1] = plane_counts_here([first, second], planes);
     [(ones(first), s0), (ones(second), s1)]
 }
 
 /// Count and scaled weight sum of `members` over one block's planes.
 fn plane_sums(members: &[u64], planes: &[u64]) -> (u64, u64) {
+    let members = &members[..members.len().min(BLOCK_WORDS)];
+    let count = ones(members);
+    if count == 0 {
+        return (0, 0);
+    }
+    let [sum] = plane_counts_here([members], planes);
+    (count, sum)
+}
+
+/// [`plane_counts`] by the fastest way this CPU has.
+#[inline(always)]
+fn plane_counts_here<const K: usize>(members: [&[u64]; K], planes: &[u64]) -> [u64; K] {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx512f")
         && std::arch::is_x86_feature_detected!("avx512vpopcntdq")
     {
         // SAFETY: the CPU supports AVX-512F and VPOPCNTDQ, checked just above.
         #[allow(unsafe_code)]
-        return unsafe { plane_sums_avx512(members, planes) };
+        return unsafe { plane_counts_avx512(members, planes) };
     }
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("popcnt")
-    {
-        // SAFETY: the CPU supports AVX2 and POPCNT, checked just above.
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU supports AVX2, checked just above.
         #[allow(unsafe_code)]
-        return unsafe { plane_sums_avx2(members, planes) };
+        return unsafe { carry_save_avx2(members, planes) };
     }
-    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-    return plane_sums_simd128(members, planes);
-    #[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
-    plane_sums_portable(members, planes)
+    carry_save(members, planes)
 }
 
-/// [`plane_sums_portable`] with WebAssembly SIMD: two words at a time, bits counted per
-/// byte (`i8x16.popcnt`) and widened before they could overflow.
-#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-fn plane_sums_simd128(members: &[u64], planes: &[u64]) -> (u64, u64) {
-    use std::arch::wasm32::{
-        u16x8_add, u16x8_extadd_pairwise_u8x16, u16x8_splat, u8x16_add, u8x16_popcnt, u8x16_splat,
-        v128_and,
-    };
-    let count = ones(members);
-    if count == 0 {
-        return (0, 0);
-    }
-    let mut sum = 0u64;
-    for (bit, plane) in planes.chunks_exact(BLOCK_WORDS).enumerate() {
-        let plane = &plane[..members.len().min(BLOCK_WORDS)];
-        let mut wide = u16x8_splat(0);
-        let mut odd = 0u64;
-        // 32 words a round: each byte lane gains at most 16 × 8 = 128, within a u8.
-        for (m32, p32) in members.chunks(32).zip(plane.chunks(32)) {
-            let mut narrow = u8x16_splat(0);
-            let (mut m2, mut p2) = (m32.chunks_exact(2), p32.chunks_exact(2));
-            for (m, p) in (&mut m2).zip(&mut p2) {
-                narrow = u8x16_add(narrow, u8x16_popcnt(v128_and(load_pair(m), load_pair(p))));
-            }
-            for (m, p) in m2.remainder().iter().zip(p2.remainder()) {
-                odd += u64::from((m & p).count_ones());
-            }
-            wide = u16x8_add(wide, u16x8_extadd_pairwise_u8x16(narrow));
-        }
-        sum += (lane_total(wide) + odd) << bit;
-    }
-    (count, sum)
-}
-
-/// [`plane_sums_portable`] compiled for AVX2: the compiler counts bits in vectors.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,popcnt")]
-fn plane_sums_avx2(members: &[u64], planes: &[u64]) -> (u64, u64) {
-    plane_sums_portable(members, planes)
-}
-
-/// [`plane_sums_portable`] compiled for AVX-512: eight words counted per instruction.
+/// [`plane_counts`] compiled for AVX-512 with VPOPCNTDQ: eight words counted per
+/// instruction, which no adder tree beats.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512vpopcntdq,popcnt")]
-fn plane_sums_avx512(members: &[u64], planes: &[u64]) -> (u64, u64) {
-    plane_sums_portable(members, planes)
+fn plane_counts_avx512<const K: usize>(members: [&[u64]; K], planes: &[u64]) -> [u64; K] {
+    plane_counts(members, planes)
 }
 
-// WebAssembly with SIMD always takes `plane_sums_simd128`.
-#[cfg_attr(
-    all(target_arch = "wasm32", target_feature = "simd128"),
-    allow(dead_code)
-)]
+/// [`carry_save`] compiled for AVX2: four words a vector.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,popcnt")]
+fn carry_save_avx2<const K: usize>(members: [&[u64]; K], planes: &[u64]) -> [u64; K] {
+    carry_save(members, planes)
+}
+
+/// `Σ_b 2^b · popcount(members_k ∧ plane_b)` for each of the `K` member sets (as long as
+/// one another, at most [`BLOCK_WORDS`] words) over one block's planes, counting every
+/// word: the reference the adder tree of [`carry_save`] must equal.
+#[cfg(any(target_arch = "x86_64", test))]
 #[inline(always)]
-fn plane_sums_portable(members: &[u64], planes: &[u64]) -> (u64, u64) {
-    let count = ones(members);
-    if count == 0 {
-        return (0, 0);
-    }
-    let mut sum = 0u64;
+fn plane_counts<const K: usize>(members: [&[u64]; K], planes: &[u64]) -> [u64; K] {
+    let mut sums = [0u64; K];
     for (bit, plane) in planes.chunks_exact(BLOCK_WORDS).enumerate() {
-        let ones: u64 = members
-            .iter()
-            .zip(plane)
-            .map(|(m, p)| u64::from((m & p).count_ones()))
-            .sum();
-        sum += ones << bit;
+        for (sum, words) in sums.iter_mut().zip(members) {
+            let ones: u64 = words
+                .iter()
+                .zip(plane)
+                .map(|(m, p)| u64::from((m & p).count_ones()))
+                .sum();
+            *sum += ones << bit;
+        }
     }
-    (count, sum)
+    sums
+}
+
+/// Vectors a plane's adder tree takes in a round before it counts bits once.
+const ROUND: usize = 8;
+
+/// What the adder tree needs of a vector of [`LANES`] words.
+trait Vector: Copy + Default {
+    /// The first [`LANES`] of `words` (which has at least that many).
+    fn load(words: &[u64]) -> Self;
+    fn and(self, other: Self) -> Self;
+    fn xor(self, other: Self) -> Self;
+    fn or(self, other: Self) -> Self;
+    /// Bits set.
+    fn count(self) -> u64;
+}
+
+/// Words a vector holds: an AVX2 register's four where the compiler may use one.
+#[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
+const LANES: usize = 4;
+#[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
+type Lanes = [u64; LANES];
+
+#[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
+impl Vector for [u64; LANES] {
+    #[inline(always)]
+    fn load(words: &[u64]) -> Self {
+        std::array::from_fn(|i| words[i])
+    }
+    #[inline(always)]
+    fn and(self, other: Self) -> Self {
+        std::array::from_fn(|i| self[i] & other[i])
+    }
+    #[inline(always)]
+    fn xor(self, other: Self) -> Self {
+        std::array::from_fn(|i| self[i] ^ other[i])
+    }
+    #[inline(always)]
+    fn or(self, other: Self) -> Self {
+        std::array::from_fn(|i| self[i] | other[i])
+    }
+    #[inline(always)]
+    fn count(self) -> u64 {
+        self.iter().map(|w| u64::from(w.count_ones())).sum()
+    }
+}
+
+/// One WebAssembly SIMD vector: the compiler does not make word arrays into them.
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+const LANES: usize = 2;
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+type Lanes = Wasm;
+
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+#[derive(Clone, Copy)]
+struct Wasm(std::arch::wasm32::v128);
+
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+impl Default for Wasm {
+    fn default() -> Self {
+        Wasm(std::arch::wasm32::u64x2_splat(0))
+    }
+}
+
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+impl Vector for Wasm {
+    #[inline(always)]
+    fn load(words: &[u64]) -> Self {
+        let words = &words[..LANES];
+        // SAFETY: `words` is two u64s, 16 readable bytes; v128.load takes any alignment.
+        #[allow(unsafe_code)]
+        unsafe {
+            Wasm(std::arch::wasm32::v128_load(words.as_ptr().cast()))
+        }
+    }
+    #[inline(always)]
+    fn and(self, other: Self) -> Self {
+        Wasm(std::arch::wasm32::v128_and(self.0, other.0))
+    }
+    #[inline(always)]
+    fn xor(self, other: Self) -> Self {
+        Wasm(std::arch::wasm32::v128_xor(self.0, other.0))
+    }
+    #[inline(always)]
+    fn or(self, other: Self) -> Self {
+        Wasm(std::arch::wasm32::v128_or(self.0, other.0))
+    }
+    #[inline(always)]
+    fn count(self) -> u64 {
+        use std::arch::wasm32::u64x2_extract_lane;
+        u64::from(u64x2_extract_lane::<0>(self.0).count_ones())
+            + u64::from(u64x2_extract_lane::<1>(self.0).count_ones())
+    }
+}
+
+/// The carry-save adder: the high (carry) and low (sum) bits of `a + b + c`, lane by lane.
+#[inline(always)]
+fn csa<V: Vector>(a: V, b: V, c: V) -> (V, V) {
+    let u = a.xor(b);
+    (a.and(b).or(u.and(c)), u.xor(c))
+}
+
+/// The bit counters of one member set on one plane: `ones + 2·twos + 4·fours` bits not
+/// yet counted, plus `eights` counted.
+#[derive(Clone, Copy, Default)]
+struct Counters<V> {
+    ones: V,
+    twos: V,
+    fours: V,
+    eights: u64,
+}
+
+impl<V: Vector> Counters<V> {
+    /// Adds the eight vectors `input(0..8)` (Harley and Seal's adder tree): seven
+    /// carry-save adds and one bit count, where counting each vector would take eight.
+    #[inline(always)]
+    fn add(&mut self, input: impl Fn(usize) -> V) {
+        let (twos_a, ones) = csa(self.ones, input(0), input(1));
+        let (twos_b, ones) = csa(ones, input(2), input(3));
+        let (fours_a, twos) = csa(self.twos, twos_a, twos_b);
+        let (twos_a, ones) = csa(ones, input(4), input(5));
+        let (twos_b, ones) = csa(ones, input(6), input(7));
+        let (fours_b, twos) = csa(twos, twos_a, twos_b);
+        let (eights, fours) = csa(self.fours, fours_a, fours_b);
+        *self = Counters {
+            ones,
+            twos,
+            fours,
+            eights: self.eights + eights.count(),
+        };
+    }
+
+    #[inline(always)]
+    fn total(&self) -> u64 {
+        8 * self.eights + 4 * self.fours.count() + 2 * self.twos.count() + self.ones.count()
+    }
+}
+
+/// [`plane_counts`] by carry-save adds: each round of eight vectors of a plane goes
+/// through an adder tree and only its carries out of the top are counted; the words past
+/// the last whole round are counted one by one. Integer sums, so every path agrees.
+#[inline(always)]
+fn carry_save<const K: usize>(members: [&[u64]; K], planes: &[u64]) -> [u64; K] {
+    let len = members.iter().map(|m| m.len()).min().unwrap_or(0);
+    let mut sums = [0u64; K];
+    for (bit, plane) in planes.chunks_exact(BLOCK_WORDS).enumerate() {
+        let (plane_rounds, plane_rest) = plane[..len].as_chunks::<{ LANES * ROUND }>();
+        for (sum, words) in sums.iter_mut().zip(members) {
+            let (rounds, rest) = words[..len].as_chunks::<{ LANES * ROUND }>();
+            let mut counters = Counters::<Lanes>::default();
+            for (m, p) in rounds.iter().zip(plane_rounds) {
+                counters.add(|v| {
+                    let at = v * LANES;
+                    Lanes::load(&m[at..]).and(Lanes::load(&p[at..]))
+                });
+            }
+            let rest: u64 = rest
+                .iter()
+                .zip(plane_rest)
+                .map(|(m, p)| u64::from((m & p).count_ones()))
+                .sum();
+            *sum += (counters.total() + rest) << bit;
+        }
+    }
+    sums
 }
 
 #[cfg(test)]
@@ -664,10 +680,42 @@ mod tests {
         let bits = made.bits as usize;
         for (block, words) in members.chunks(BLOCK_WORDS).enumerate() {
             let slice = &made.words[block * bits * BLOCK_WORDS..][..bits * BLOCK_WORDS];
+            let [reference] = plane_counts([words], slice);
             assert_eq!(
                 plane_sums(words, slice),
-                plane_sums_portable(words, slice),
+                (ones(words), reference),
                 "block {block}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_adder_tree_counts_what_counting_each_word_counts() {
+        let weights = weights(64 * BLOCK_WORDS);
+        let made = planes(&weights).unwrap();
+        let first: Vec<u64> = (0..BLOCK_WORDS as u64)
+            .map(|i| i.wrapping_mul(0x9E37_79B9_7F4A_7C15))
+            .collect();
+        let second: Vec<u64> = first.iter().map(|w| !w.rotate_left(7)).collect();
+        let full = vec![u64::MAX; BLOCK_WORDS];
+        // Whole rounds, a rest past them, a rest alone, and nothing.
+        for len in [BLOCK_WORDS, 200, LANES * ROUND, LANES * ROUND + 3, 5, 0] {
+            let pair = [&first[..len], &second[..len]];
+            assert_eq!(
+                carry_save(pair, &made.words),
+                plane_counts(pair, &made.words),
+                "{len}"
+            );
+            assert_eq!(
+                plane_sums_pair(pair[0], pair[1], &made.words),
+                [0, 1].map(|k| (ones(pair[k]), plane_counts(pair, &made.words)[k])),
+                "{len}"
+            );
+            // Every bit of every plane set, so every counter of the tree carries.
+            let ones_only = [&full[..len]];
+            assert_eq!(
+                carry_save(ones_only, &made.words),
+                plane_counts(ones_only, &made.words)
             );
         }
     }

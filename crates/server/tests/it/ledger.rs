@@ -20,7 +20,7 @@ fn bill(account_id: i64, n: usize) -> Bill {
         // Quotes, backslashes, braces and commas, a group spelled NULL, and none.
         group: match n % 3 {
             0 => Some(format!("G'\"\\{{a,b}} é{n}").into()),
-            1 if n % 2 == 0 => Some("NULL".into()),
+            1 if n.is_multiple_of(2) => Some("NULL".into()),
             _ => None,
         },
         base: "ALL".into(),
