@@ -393,79 +393,117 @@ pub(crate) fn add_blocks(
     }
 }
 
-/// [`plane_sums`] of two targets' blocks, plane by plane: the second target reads each
-/// plane's words where the first has just brought them into the nearest cache.
+/// [`plane_sums`] of two targets' blocks at once.
 fn plane_sums_pair(first: &[u64], second: &[u64], planes: &[u64]) -> [(u64, u64); 2] {
-    let len = first.len().min(second.len()).min(BLOCK_WORDS);
-    let (first, second) = (&first[..len], &second[..len]);
-    let [s0, s1] = plane_counts_here([first, second], planes);
-    [(ones(first), s0), (ones(second), s1)]
-}
-
-/// Count and scaled weight sum of `members` over one block's planes.
-fn plane_sums(members: &[u64], planes: &[u64]) -> (u64, u64) {
-    let members = &members[..members.len().min(BLOCK_WORDS)];
-    let count = ones(members);
-    if count == 0 {
-        return (0, 0);
-    }
-    let [sum] = plane_counts_here([members], planes);
-    (count, sum)
-}
-
-/// [`plane_counts`] by the fastest way this CPU has.
-#[inline(always)]
-fn plane_counts_here<const K: usize>(members: [&[u64]; K], planes: &[u64]) -> [u64; K] {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx512f")
         && std::arch::is_x86_feature_detected!("avx512vpopcntdq")
     {
         // SAFETY: the CPU supports AVX-512F and VPOPCNTDQ, checked just above.
         #[allow(unsafe_code)]
-        return unsafe { plane_counts_avx512(members, planes) };
+        return unsafe { plane_sums_pair_avx512(first, second, planes) };
     }
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") {
-        // SAFETY: the CPU supports AVX2, checked just above.
+    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("popcnt")
+    {
+        // SAFETY: the CPU supports AVX2 and POPCNT, checked just above.
         #[allow(unsafe_code)]
-        return unsafe { carry_save_avx2(members, planes) };
+        return unsafe { plane_sums_pair_avx2(first, second, planes) };
     }
-    carry_save(members, planes)
+    let len = first.len().min(second.len());
+    let (first, second) = (&first[..len], &second[..len]);
+    let [s0, s1] = carry_save([first, second], planes);
+    [(ones(first), s0), (ones(second), s1)]
 }
 
-/// [`plane_counts`] compiled for AVX-512 with VPOPCNTDQ: eight words counted per
-/// instruction, which no adder tree beats.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512vpopcntdq,popcnt")]
-fn plane_counts_avx512<const K: usize>(members: [&[u64]; K], planes: &[u64]) -> [u64; K] {
-    plane_counts(members, planes)
+fn plane_sums_pair_avx512(first: &[u64], second: &[u64], planes: &[u64]) -> [(u64, u64); 2] {
+    plane_sums_pair_portable(first, second, planes)
 }
 
-/// [`carry_save`] compiled for AVX2: four words a vector.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,popcnt")]
-fn carry_save_avx2<const K: usize>(members: [&[u64]; K], planes: &[u64]) -> [u64; K] {
-    carry_save(members, planes)
+fn plane_sums_pair_avx2(first: &[u64], second: &[u64], planes: &[u64]) -> [(u64, u64); 2] {
+    plane_sums_pair_portable(first, second, planes)
 }
 
-/// `Σ_b 2^b · popcount(members_k ∧ plane_b)` for each of the `K` member sets (as long as
-/// one another, at most [`BLOCK_WORDS`] words) over one block's planes, counting every
-/// word: the reference the adder tree of [`carry_save`] must equal.
+/// Both targets' sums reading each plane word once: compiled for AVX2 or AVX-512 the
+/// compiler counts bits in vectors (nibble lookups, or VPOPCNTDQ), as fast there as
+/// [`carry_save`]'s tree or faster (measured), and it is the tests' reference.
 #[cfg(any(target_arch = "x86_64", test))]
 #[inline(always)]
-fn plane_counts<const K: usize>(members: [&[u64]; K], planes: &[u64]) -> [u64; K] {
-    let mut sums = [0u64; K];
+fn plane_sums_pair_portable(first: &[u64], second: &[u64], planes: &[u64]) -> [(u64, u64); 2] {
+    let (mut s0, mut s1) = (0u64, 0u64);
     for (bit, plane) in planes.chunks_exact(BLOCK_WORDS).enumerate() {
-        for (sum, words) in sums.iter_mut().zip(members) {
-            let ones: u64 = words
-                .iter()
-                .zip(plane)
-                .map(|(m, p)| u64::from((m & p).count_ones()))
-                .sum();
-            *sum += ones << bit;
+        let (mut o0, mut o1) = (0u64, 0u64);
+        for ((a, b), p) in first.iter().zip(second).zip(plane) {
+            o0 += u64::from((a & p).count_ones());
+            o1 += u64::from((b & p).count_ones());
         }
+        s0 += o0 << bit;
+        s1 += o1 << bit;
     }
-    sums
+    [(ones(first), s0), (ones(second), s1)]
+}
+
+/// Count and scaled weight sum of `members` over one block's planes.
+fn plane_sums(members: &[u64], planes: &[u64]) -> (u64, u64) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx512f")
+        && std::arch::is_x86_feature_detected!("avx512vpopcntdq")
+    {
+        // SAFETY: the CPU supports AVX-512F and VPOPCNTDQ, checked just above.
+        #[allow(unsafe_code)]
+        return unsafe { plane_sums_avx512(members, planes) };
+    }
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("popcnt")
+    {
+        // SAFETY: the CPU supports AVX2 and POPCNT, checked just above.
+        #[allow(unsafe_code)]
+        return unsafe { plane_sums_avx2(members, planes) };
+    }
+    let count = ones(members);
+    if count == 0 {
+        return (0, 0);
+    }
+    let [sum] = carry_save([members], planes);
+    (count, sum)
+}
+
+/// [`plane_sums_portable`] compiled for AVX2: the compiler counts bits in vectors.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,popcnt")]
+fn plane_sums_avx2(members: &[u64], planes: &[u64]) -> (u64, u64) {
+    plane_sums_portable(members, planes)
+}
+
+/// [`plane_sums_portable`] compiled for AVX-512: eight words counted per instruction.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512vpopcntdq,popcnt")]
+fn plane_sums_avx512(members: &[u64], planes: &[u64]) -> (u64, u64) {
+    plane_sums_portable(members, planes)
+}
+
+/// [`plane_sums_pair_portable`] for one target.
+#[cfg(any(target_arch = "x86_64", test))]
+#[inline(always)]
+fn plane_sums_portable(members: &[u64], planes: &[u64]) -> (u64, u64) {
+    let count = ones(members);
+    if count == 0 {
+        return (0, 0);
+    }
+    let mut sum = 0u64;
+    for (bit, plane) in planes.chunks_exact(BLOCK_WORDS).enumerate() {
+        let ones: u64 = members
+            .iter()
+            .zip(plane)
+            .map(|(m, p)| u64::from((m & p).count_ones()))
+            .sum();
+        sum += ones << bit;
+    }
+    (count, sum)
 }
 
 /// Vectors a plane's adder tree takes in a round before it counts bits once.
@@ -482,7 +520,7 @@ trait Vector: Copy + Default {
     fn count(self) -> u64;
 }
 
-/// Words a vector holds: an AVX2 register's four where the compiler may use one.
+/// Words a vector holds: four, which the compiler may keep in one register.
 #[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
 const LANES: usize = 4;
 #[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
@@ -603,12 +641,17 @@ impl<V: Vector> Counters<V> {
     }
 }
 
-/// [`plane_counts`] by carry-save adds: each round of eight vectors of a plane goes
+/// The sums of [`plane_sums_pair_portable`] by carry-save adds: each round of eight vectors of a plane goes
 /// through an adder tree and only its carries out of the top are counted; the words past
 /// the last whole round are counted one by one. Integer sums, so every path agrees.
 #[inline(always)]
 fn carry_save<const K: usize>(members: [&[u64]; K], planes: &[u64]) -> [u64; K] {
-    let len = members.iter().map(|m| m.len()).min().unwrap_or(0);
+    let len = members
+        .iter()
+        .map(|m| m.len())
+        .min()
+        .unwrap_or(0)
+        .min(BLOCK_WORDS);
     let mut sums = [0u64; K];
     for (bit, plane) in planes.chunks_exact(BLOCK_WORDS).enumerate() {
         let (plane_rounds, plane_rest) = plane[..len].as_chunks::<{ LANES * ROUND }>();
@@ -680,10 +723,9 @@ mod tests {
         let bits = made.bits as usize;
         for (block, words) in members.chunks(BLOCK_WORDS).enumerate() {
             let slice = &made.words[block * bits * BLOCK_WORDS..][..bits * BLOCK_WORDS];
-            let [reference] = plane_counts([words], slice);
             assert_eq!(
                 plane_sums(words, slice),
-                (ones(words), reference),
+                plane_sums_portable(words, slice),
                 "block {block}"
             );
         }
@@ -700,23 +742,16 @@ mod tests {
         let full = vec![u64::MAX; BLOCK_WORDS];
         // Whole rounds, a rest past them, a rest alone, and nothing.
         for len in [BLOCK_WORDS, 200, LANES * ROUND, LANES * ROUND + 3, 5, 0] {
-            let pair = [&first[..len], &second[..len]];
-            assert_eq!(
-                carry_save(pair, &made.words),
-                plane_counts(pair, &made.words),
-                "{len}"
-            );
-            assert_eq!(
-                plane_sums_pair(pair[0], pair[1], &made.words),
-                [0, 1].map(|k| (ones(pair[k]), plane_counts(pair, &made.words)[k])),
-                "{len}"
-            );
+            let (a, b) = (&first[..len], &second[..len]);
+            let reference = plane_sums_pair_portable(a, b, &made.words);
+            let sums = reference.map(|(_, sum)| sum);
+            assert_eq!(carry_save([a, b], &made.words), sums, "{len}");
+            assert_eq!(plane_sums_pair(a, b, &made.words), reference, "{len}");
+            assert_eq!(carry_save([a], &made.words), [sums[0]], "{len}");
             // Every bit of every plane set, so every counter of the tree carries.
-            let ones_only = [&full[..len]];
-            assert_eq!(
-                carry_save(ones_only, &made.words),
-                plane_counts(ones_only, &made.words)
-            );
+            let all = &full[..len];
+            let (_, sum) = plane_sums_portable(all, &made.words);
+            assert_eq!(carry_save([all], &made.words), [sum], "{len}");
         }
     }
 }
