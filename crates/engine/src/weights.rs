@@ -507,7 +507,7 @@ fn plane_sums_portable(members: &[u64], planes: &[u64]) -> (u64, u64) {
 }
 
 /// Vectors a plane's adder tree takes in a round before it counts bits once.
-const ROUND: usize = 8;
+const ROUND: usize = 4;
 
 /// What the adder tree needs of a vector of [`LANES`] words.
 trait Vector: Copy + Default {
@@ -605,43 +605,38 @@ fn csa<V: Vector>(a: V, b: V, c: V) -> (V, V) {
     (a.and(b).or(u.and(c)), u.xor(c))
 }
 
-/// The bit counters of one member set on one plane: `ones + 2·twos + 4·fours` bits not
-/// yet counted, plus `eights` counted.
+/// The bit counters of one member set on one plane: `ones + 2·twos` bits not yet
+/// counted, plus `fours` counted.
 #[derive(Clone, Copy, Default)]
 struct Counters<V> {
     ones: V,
     twos: V,
-    fours: V,
-    eights: u64,
+    fours: u64,
 }
 
 impl<V: Vector> Counters<V> {
-    /// Adds the eight vectors `input(0..8)` (Harley and Seal's adder tree): seven
-    /// carry-save adds and one bit count, where counting each vector would take eight.
+    /// Adds the four vectors `input(0..4)` (Harley and Seal's adder tree, in its smallest
+    /// round): three carry-save adds and one bit count, where counting each vector would
+    /// take four. Larger rounds count less often, but V8 then spills their counters.
     #[inline(always)]
     fn add(&mut self, input: impl Fn(usize) -> V) {
         let (twos_a, ones) = csa(self.ones, input(0), input(1));
         let (twos_b, ones) = csa(ones, input(2), input(3));
-        let (fours_a, twos) = csa(self.twos, twos_a, twos_b);
-        let (twos_a, ones) = csa(ones, input(4), input(5));
-        let (twos_b, ones) = csa(ones, input(6), input(7));
-        let (fours_b, twos) = csa(twos, twos_a, twos_b);
-        let (eights, fours) = csa(self.fours, fours_a, fours_b);
+        let (fours, twos) = csa(self.twos, twos_a, twos_b);
         *self = Counters {
             ones,
             twos,
-            fours,
-            eights: self.eights + eights.count(),
+            fours: self.fours + fours.count(),
         };
     }
 
     #[inline(always)]
     fn total(&self) -> u64 {
-        8 * self.eights + 4 * self.fours.count() + 2 * self.twos.count() + self.ones.count()
+        4 * self.fours + 2 * self.twos.count() + self.ones.count()
     }
 }
 
-/// The sums of [`plane_sums_pair_portable`] by carry-save adds: each round of eight vectors of a plane goes
+/// The sums of [`plane_sums_pair_portable`] by carry-save adds: each round of four vectors of a plane goes
 /// through an adder tree and only its carries out of the top are counted; the words past
 /// the last whole round are counted one by one. Integer sums, so every path agrees.
 #[inline(always)]
