@@ -410,6 +410,11 @@ fn plane_sums_pair(first: &[u64], second: &[u64], planes: &[u64]) -> [(u64, u64)
         #[allow(unsafe_code)]
         return unsafe { plane_sums_pair_avx2(first, second, planes) };
     }
+    plane_sums_pair_tree(first, second, planes)
+}
+
+/// [`plane_sums_pair`] by [`carry_save`]'s tree.
+fn plane_sums_pair_tree(first: &[u64], second: &[u64], planes: &[u64]) -> [(u64, u64); 2] {
     let len = first.len().min(second.len());
     let (first, second) = (&first[..len], &second[..len]);
     let [s0, s1] = carry_save([first, second], planes);
@@ -464,6 +469,11 @@ fn plane_sums(members: &[u64], planes: &[u64]) -> (u64, u64) {
         #[allow(unsafe_code)]
         return unsafe { plane_sums_avx2(members, planes) };
     }
+    plane_sums_tree(members, planes)
+}
+
+/// [`plane_sums`] by [`carry_save`]'s tree.
+fn plane_sums_tree(members: &[u64], planes: &[u64]) -> (u64, u64) {
     let count = ones(members);
     if count == 0 {
         return (0, 0);
@@ -735,18 +745,20 @@ mod tests {
             .collect();
         let second: Vec<u64> = first.iter().map(|w| !w.rotate_left(7)).collect();
         let full = vec![u64::MAX; BLOCK_WORDS];
+        // Every member in every plane, so every counter of the tree carries.
+        let dense = vec![u64::MAX; made.words.len()];
         // Whole rounds, a rest past them, a rest alone, and nothing.
         for len in [BLOCK_WORDS, 200, LANES * ROUND, LANES * ROUND + 3, 5, 0] {
             let (a, b) = (&first[..len], &second[..len]);
             let reference = plane_sums_pair_portable(a, b, &made.words);
-            let sums = reference.map(|(_, sum)| sum);
-            assert_eq!(carry_save([a, b], &made.words), sums, "{len}");
+            assert_eq!(plane_sums_pair_tree(a, b, &made.words), reference, "{len}");
             assert_eq!(plane_sums_pair(a, b, &made.words), reference, "{len}");
-            assert_eq!(carry_save([a], &made.words), [sums[0]], "{len}");
-            // Every bit of every plane set, so every counter of the tree carries.
+            assert_eq!(plane_sums_tree(a, &made.words), reference[0], "{len}");
+            assert_eq!(plane_sums_tree(b, &made.words), reference[1], "{len}");
             let all = &full[..len];
-            let (_, sum) = plane_sums_portable(all, &made.words);
-            assert_eq!(carry_save([all], &made.words), [sum], "{len}");
+            let reference = plane_sums_portable(all, &dense);
+            assert_eq!(plane_sums_tree(all, &dense), reference, "{len}");
+            assert_eq!(plane_sums_pair_tree(all, a, &dense)[0], reference, "{len}");
         }
     }
 }

@@ -318,8 +318,12 @@ mod tests {
         assert_eq!(pace.waiting(a), None);
         assert_eq!(pace.attempt(a), None);
         assert_eq!(pace.attempt(a), Some(20));
-        // Forgetting idle addresses keeps one still blocked.
+        // Forgetting idle addresses keeps one still blocked, and drops it once it is not.
         pace.forget_idle();
         assert_eq!(pace.waiting(a), Some(20));
+        clock.advance(120_000);
+        pace.forget_idle();
+        assert!(pace.blocked().is_empty());
+        assert!(pace.limiter.is_empty());
     }
 }
