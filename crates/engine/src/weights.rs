@@ -556,7 +556,7 @@ impl Vector for [u64; LANES] {
     }
     #[inline(always)]
     fn count(self) -> u64 {
-        self.iter().map(|w| u64::from(w.count_ones())).sum()
+        ones(&self)
     }
 }
 
