@@ -8,15 +8,17 @@
 //! protocol is this page's. A worker that fails, or is not ready within a minute, fails
 //! every call waiting on it; the next call starts a new one (a new `generation`).
 
+mod calls;
+
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
 use std::rc::Rc;
 
 use crosstab_web_worker::wire::{self, ToPage};
 use crosstab_web_worker::{Answer, Call, Reply, PROTOCOL};
-use futures_channel::oneshot;
 use wasm_bindgen::closure::Closure;
 use wasm_bindgen::{JsCast, JsValue};
+
+use calls::{Calls, Unexpected};
 
 /// The worker's script: Trunk's loader for `web/worker`, at the root as the page's own
 /// module is (the page may be served at any path).
@@ -33,19 +35,14 @@ thread_local! {
     static GENERATION: Cell<u32> = const { Cell::new(0) };
 }
 
-/// Calls waiting for the worker's answer, by id.
-type Waiting = Rc<RefCell<HashMap<u32, oneshot::Sender<Result<(String, JsValue), String>>>>>;
-
-/// Calls posted before the worker said it is ready (`None` once it has).
-type Unsent = Rc<RefCell<Option<Vec<(u32, js_sys::Object)>>>>;
+/// The calls to the worker now running, with the answer's JSON and the data beside it.
+type Open = Rc<RefCell<Calls<js_sys::Object, (String, JsValue)>>>;
 
 /// The worker and the calls it has not answered yet.
 struct Worker {
     worker: web_sys::Worker,
     generation: u32,
-    waiting: Waiting,
-    unsent: Unsent,
-    next: Cell<u32>,
+    calls: Open,
     _on_message: Closure<dyn FnMut(web_sys::MessageEvent)>,
     _on_error: Closure<dyn FnMut(web_sys::Event)>,
 }
@@ -79,10 +76,9 @@ fn start() -> Result<Rc<Worker>, String> {
         g.set(g.get().wrapping_add(1));
         g.get()
     });
-    let waiting: Waiting = Rc::default();
-    let unsent: Unsent = Rc::new(RefCell::new(Some(Vec::new())));
+    let calls: Open = Rc::default();
     let on_message = {
-        let (waiting, unsent, worker) = (Rc::clone(&waiting), Rc::clone(&unsent), worker.clone());
+        let (calls, worker) = (Rc::clone(&calls), worker.clone());
         Closure::<dyn FnMut(web_sys::MessageEvent)>::new(move |event: web_sys::MessageEvent| {
             match wire::to_page(&event.data()) {
                 ToPage::Ready { protocol } => {
@@ -94,18 +90,16 @@ fn start() -> Result<Rc<Worker>, String> {
                         );
                         return;
                     }
-                    for (id, message) in unsent.borrow_mut().take().unwrap_or_default() {
-                        post(&worker, &waiting, id, &message);
+                    let held = calls.borrow_mut().ready();
+                    for (id, message) in held {
+                        post(&worker, &calls, id, &message);
                     }
                 }
                 ToPage::Answer { id, answer, data } => {
-                    match id.and_then(|id| waiting.borrow_mut().remove(&id)) {
-                        Some(sender) => {
-                            let _ = sender.send(Ok((answer, data)));
-                        }
-                        None => web_sys::console::error_1(&JsValue::from_str(
+                    if let Err(Unexpected) = calls.borrow_mut().answer(id, (answer, data)) {
+                        web_sys::console::error_1(&JsValue::from_str(
                             "the in-page engine answered a call nobody is waiting for",
-                        )),
+                        ));
                     }
                 }
             }
@@ -125,19 +119,17 @@ fn start() -> Result<Rc<Worker>, String> {
     let worker = Rc::new(Worker {
         worker,
         generation,
-        waiting,
-        unsent,
-        next: Cell::new(0),
+        calls,
         _on_message: on_message,
         _on_error: on_error,
     });
     WORKER.with(|slot| *slot.borrow_mut() = Some(Rc::clone(&worker)));
     // A module that fails to load in the worker rejects a promise there, which the page
     // never hears of: past the wait, the calls still queued fail instead of hanging.
-    let queued = Rc::clone(&worker.unsent);
+    let calls = Rc::clone(&worker.calls);
     leptos::task::spawn_local(async move {
         crate::api::sleep(START_MS).await;
-        if queued.borrow().is_some() {
+        if calls.borrow().holding() {
             fail(
                 generation,
                 "The in-page engine did not start within a minute.",
@@ -148,11 +140,11 @@ fn start() -> Result<Rc<Worker>, String> {
 }
 
 /// Posts call `id`'s `message`; if it cannot be posted, the call fails.
-fn post(worker: &web_sys::Worker, waiting: &Waiting, id: u32, message: &js_sys::Object) {
+fn post(worker: &web_sys::Worker, calls: &Open, id: u32, message: &js_sys::Object) {
     if worker.post_message(message).is_err() {
-        if let Some(sender) = waiting.borrow_mut().remove(&id) {
-            let _ = sender.send(Err("The in-page engine could not be given the call.".into()));
-        }
+        calls
+            .borrow_mut()
+            .refuse(id, "The in-page engine could not be given the call.");
     }
 }
 
@@ -168,25 +160,19 @@ fn fail(generation: u32, reason: &str) {
     });
     if let Some(worker) = worker {
         worker.worker.terminate();
-        worker.unsent.borrow_mut().take();
-        for (_, sender) in worker.waiting.borrow_mut().drain() {
-            let _ = sender.send(Err(reason.to_owned()));
-        }
+        worker.calls.borrow_mut().fail(reason);
     }
 }
 
 impl Worker {
     async fn call(&self, call: &Call, data: &JsValue) -> Result<(Reply, JsValue), String> {
-        let id = self.next.get();
-        self.next.set(id.wrapping_add(1));
         let call = serde_json::to_string(call).map_err(|error| error.to_string())?;
-        let message = wire::call(id, &call, data);
-        let (sender, answer) = oneshot::channel();
-        self.waiting.borrow_mut().insert(id, sender);
-        if let Some(unsent) = self.unsent.borrow_mut().as_mut() {
-            unsent.push((id, message));
-        } else {
-            post(&self.worker, &self.waiting, id, &message);
+        let (answer, now) = self
+            .calls
+            .borrow_mut()
+            .open(|id| wire::call(id, &call, data));
+        if let Some((id, message)) = now {
+            post(&self.worker, &self.calls, id, &message);
         }
         let (answer, data) = answer
             .await
