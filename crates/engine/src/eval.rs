@@ -490,7 +490,7 @@ mod x86 {
     /// both ends.
     #[inline]
     #[target_feature(enable = "avx2")]
-    fn hits(codes: __m256i, bounds: &[(__m256i, __m256i)]) -> u32 {
+    fn hits<const K: usize>(codes: __m256i, bounds: &[(__m256i, __m256i); K]) -> u32 {
         let mut hit = _mm256_setzero_si256();
         for (lo, span) in bounds {
             let d = _mm256_sub_epi8(codes, *lo);
@@ -499,6 +499,7 @@ mod x86 {
         _mm256_movemask_epi8(hit) as u32
     }
 
+    /// Byte codes against `ranges` (`lo`, `span`; at most [`super::MAX_RANGES`]).
     #[target_feature(enable = "avx2")]
     pub(super) fn ranges_u8_avx2(
         rows: &[u8],
@@ -506,11 +507,50 @@ mod x86 {
         out: &mut [u64],
         write: impl Fn(&mut u64, u64),
     ) {
-        let mut bounds = [(_mm256_setzero_si256(), _mm256_setzero_si256()); super::MAX_RANGES];
+        // A kernel per count of ranges: its bounds stay in registers and the compare
+        // loop is unrolled, where a loop over a slice reloads them for every 32 codes.
+        match *ranges {
+            [(lo, 0)] => {
+                let lo = _mm256_set1_epi8(lo as i8);
+                fill(rows, ranges, out, write, |codes| {
+                    _mm256_movemask_epi8(_mm256_cmpeq_epi8(codes, lo)) as u32
+                });
+            }
+            [_] => fill_bounds::<1>(rows, ranges, out, write),
+            [_, _] => fill_bounds::<2>(rows, ranges, out, write),
+            [_, _, _] => fill_bounds::<3>(rows, ranges, out, write),
+            [_, _, _, _] => fill_bounds::<4>(rows, ranges, out, write),
+            _ => fill(rows, &[], out, write, |_| 0),
+        }
+    }
+
+    /// [`fill`] with the `K` ranges of `ranges` as vectors.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn fill_bounds<const K: usize>(
+        rows: &[u8],
+        ranges: &[(u8, u8)],
+        out: &mut [u64],
+        write: impl Fn(&mut u64, u64),
+    ) {
+        let mut bounds = [(_mm256_setzero_si256(), _mm256_setzero_si256()); K];
         for (slot, (lo, span)) in bounds.iter_mut().zip(ranges) {
             *slot = (_mm256_set1_epi8(*lo as i8), _mm256_set1_epi8(*span as i8));
         }
-        let bounds = &bounds[..ranges.len()];
+        fill(rows, ranges, out, write, |codes| hits(codes, &bounds));
+    }
+
+    /// Each word of `out` from 64 of `rows`, `hits` giving the mask of 32 codes (the
+    /// tail, fewer than 64 codes, against `ranges`).
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn fill(
+        rows: &[u8],
+        ranges: &[(u8, u8)],
+        out: &mut [u64],
+        write: impl Fn(&mut u64, u64),
+        hits: impl Fn(__m256i) -> u32,
+    ) {
         let chunks = rows.chunks_exact(64);
         let tail = chunks.remainder();
         let mut words = out.iter_mut();
@@ -523,10 +563,7 @@ mod x86 {
                     _mm256_loadu_si256(chunk.as_ptr().add(32).cast()),
                 )
             };
-            write(
-                word,
-                u64::from(hits(low, bounds)) | u64::from(hits(high, bounds)) << 32,
-            );
+            write(word, u64::from(hits(low)) | u64::from(hits(high)) << 32);
         }
         if let Some(word) = words.next() {
             let bits = super::pack_word(tail, |x: u8| {
@@ -551,33 +588,40 @@ mod wasm {
         out: &mut [u64],
         write: impl Fn(&mut u64, u64),
     ) {
-        // One code or one range (most comparisons) with its bounds in locals, not read
-        // from a list for every sixteen codes.
-        match ranges {
+        // One code, or `K` ranges with their bounds in locals (the compare loop unrolled),
+        // not read from a list for every sixteen codes.
+        match *ranges {
             [(lo, 0)] => {
-                let lo = u8x16_splat(*lo);
+                let lo = u8x16_splat(lo);
                 fill(rows, ranges, out, write, |codes| u8x16_eq(codes, lo));
             }
-            [(lo, span)] => {
-                let (lo, span) = (u8x16_splat(*lo), u8x16_splat(*span));
-                fill(rows, ranges, out, write, |codes| {
-                    u8x16_le(u8x16_sub(codes, lo), span)
-                });
-            }
-            _ => {
-                let zero = u8x16_splat(0);
-                let mut bounds = [(zero, zero); super::MAX_RANGES];
-                for (slot, (lo, span)) in bounds.iter_mut().zip(ranges) {
-                    *slot = (u8x16_splat(*lo), u8x16_splat(*span));
-                }
-                let bounds = &bounds[..ranges.len()];
-                fill(rows, ranges, out, write, |codes| {
-                    bounds.iter().fold(zero, |hit, (lo, span)| {
-                        v128_or(hit, u8x16_le(u8x16_sub(codes, *lo), *span))
-                    })
-                });
-            }
+            [_] => fill_bounds::<1>(rows, ranges, out, write),
+            [_, _] => fill_bounds::<2>(rows, ranges, out, write),
+            [_, _, _] => fill_bounds::<3>(rows, ranges, out, write),
+            [_, _, _, _] => fill_bounds::<4>(rows, ranges, out, write),
+            _ => fill(rows, &[], out, write, |_| u8x16_splat(0)),
         }
+    }
+
+    /// [`fill`] with the `K` ranges of `ranges` as vectors: `code - lo` wraps below `lo`,
+    /// so one unsigned `<= span` checks both ends.
+    #[inline(always)]
+    fn fill_bounds<const K: usize>(
+        rows: &[u8],
+        ranges: &[(u8, u8)],
+        out: &mut [u64],
+        write: impl Fn(&mut u64, u64),
+    ) {
+        let zero = u8x16_splat(0);
+        let mut bounds = [(zero, zero); K];
+        for (slot, (lo, span)) in bounds.iter_mut().zip(ranges) {
+            *slot = (u8x16_splat(*lo), u8x16_splat(*span));
+        }
+        fill(rows, ranges, out, write, |codes| {
+            bounds.iter().fold(zero, |hit, (lo, span)| {
+                v128_or(hit, u8x16_le(u8x16_sub(codes, *lo), *span))
+            })
+        });
     }
 
     /// Each word of `out` from 64 codes, `hits` giving a true lane per matching code.
@@ -695,15 +739,19 @@ mod tests {
         let rows: Vec<u8> = (0..BLOCK_WORDS * 64 - 37)
             .map(|i| (i * 7919 % 251) as u8)
             .collect();
-        let cases: [&[(u32, u32)]; 5] = [
+        // Every count of ranges the SIMD kernels have one for (none to four), and single
+        // codes (their own kernel).
+        let cases: [&[(u32, u32)]; 7] = [
+            &[],
             &[(0, 0)],
             &[(3, 3)],
             &[(1, 100), (102, 250)],
             &[(5, 9), (20, 20), (200, 255)],
+            &[(1, 2), (10, 10), (50, 60), (128, 200)],
             &[(0, 255)],
         ];
         for case in cases {
-            let mut ranges = Ranges::one(case[0].0, case[0].1);
+            let mut ranges = Ranges::one(0, 0);
             for (slot, run) in ranges.ranges.iter_mut().zip(case) {
                 *slot = *run;
             }
