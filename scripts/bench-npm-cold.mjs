@@ -5,13 +5,14 @@
 // "Cold" is the survey's caches, not V8's: the rounds begin once V8 has compiled the hot
 // WebAssembly with its optimizing tier (the first passes' figures are printed too).
 // Run by scripts/bench-npm.sh after scripts/build-npm.sh. Target: Node within 2x native.
-// Usage: [ROUNDS=5] node scripts/bench-npm-cold.mjs [--json]
+// Usage: [ROUNDS=5] [PAIRS=41] node scripts/bench-npm-cold.mjs [--json]
 
-import { execFileSync } from "node:child_process";
+import { execFileSync, spawn } from "node:child_process";
 import fs from "node:fs";
 import { createRequire } from "node:module";
 import os from "node:os";
 import path from "node:path";
+import readline from "node:readline";
 
 import { OUT, jsonMatches, native } from "../tests/npm/helpers.mjs";
 
@@ -99,6 +100,45 @@ for (let round = 0; round < rounds; round++) {
 // Native once its process has settled too (Node's passes come after eight others): the
 // median of 15 passes on fresh surveys in one process, printed beside the ratio.
 const settled = median(nativeRound(15).passesUs);
+
+// Pass by pass: a native process kept running answers the list on a fresh survey each
+// time it is asked, in turn with Node's passes (each side first in every other pair), so
+// the two figures of a pair are taken milliseconds apart, at the same speed of the host,
+// whose slow and fast spells last seconds and differ by up to 2x. Both sides have settled.
+async function pairedPasses(count) {
+  const child = spawn(
+    "cargo",
+    ["bench", "--quiet", "-p", "crosstab-engine", "--bench", "peers", "--", "--cold-requests", file, "--compiled", compiled, "--serve"],
+    { cwd: ROOT, stdio: ["pipe", "pipe", "inherit"] },
+  );
+  const waiting = [];
+  readline.createInterface({ input: child.stdout }).on("line", (line) => waiting.shift()?.(JSON.parse(line)));
+  const exited = new Promise((resolve) => child.on("exit", resolve));
+  exited.then(() => waiting.splice(0).forEach((resolve) => resolve(null)));
+  const nativePass = async () => {
+    const answer = new Promise((resolve) => waiting.push(resolve));
+    child.stdin.write("pass\n");
+    const result = await answer;
+    if (!result) throw new Error("the native side stopped");
+    return result.us;
+  };
+  const pairs = [];
+  for (let i = 0; i < count; i++) {
+    if (i % 2) {
+      const node = pass().us;
+      pairs.push({ node, native: await nativePass() });
+    } else {
+      const native = await nativePass();
+      pairs.push({ node: pass().us, native });
+    }
+  }
+  child.stdin.end();
+  await exited;
+  return pairs;
+}
+const pairs = await pairedPasses(Number(process.env.PAIRS ?? 41));
+const pairRatios = pairs.map((p) => p.node / p.native).sort((a, b) => a - b);
+const quartile = (q) => pairRatios[Math.floor(q * (pairRatios.length - 1))];
 fs.rmSync(dir, { recursive: true, force: true });
 const nodeUs = median(perRound.map((r) => r.node));
 const nativeUs = median(perRound.map((r) => r.native));
@@ -112,6 +152,9 @@ const result = {
   nativeEngineUs: median(perRound.map((r) => r.engine)),
   ratio: nodeUs / nativeUs,
   nativeSettledUs: settled,
+  pairedRatio: median(pairRatios),
+  pairedQuartiles: [quartile(0.25), quartile(0.75)],
+  pairs,
   perRound,
   jitPasses,
   same,
@@ -131,6 +174,9 @@ if (process.argv.includes("--json")) {
   );
   console.log(
     `  native validate+crosstab once its process has settled (median of 15 passes on fresh surveys): ${f(settled)} µs; Node ÷ that ${(nodeUs / settled).toFixed(2)}x`,
+  );
+  console.log(
+    `  pass by pass, both settled (${pairs.length} pairs, a Node pass beside a native pass on a fresh survey, milliseconds apart): Node ${f(median(pairs.map((p) => p.node)))} µs, native ${f(median(pairs.map((p) => p.native)))} µs, Node ÷ native ${result.pairedRatio.toFixed(2)}x (median of the pairs' ratios; quartiles ${result.pairedQuartiles.map((x) => x.toFixed(2)).join("-")}; target <= 2)`,
   );
 }
 if (!same) process.exit(1);

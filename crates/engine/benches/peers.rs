@@ -523,11 +523,15 @@ fn run_size(dir: &Path, n: usize, instances: usize) -> Value {
 /// another survey, answers the warm-up requests, then each request once (never-seen
 /// targets: cold), and prints one JSON line:
 /// median µs of validation plus crosstab and of crosstab alone, and every response.
+/// With `--serve`, it answers the list once on a fresh survey for each line it reads
+/// and prints that pass's medians (`us`, `engineUs`) on a line of their own, until its
+/// input ends: so another process can take turns with it pass by pass.
+///
 /// With `--passes N`, it also answers the list on `N` more fresh surveys in the same
 /// process and adds each pass's median of validation plus crosstab (`passesUs`, the
 /// figure Node's is compared with) and of crosstab alone (`passesEngineUs`): the native
 /// figures once the process has settled, as Node's is after its settling passes.
-fn cold_requests(requests: &Path, compiled: &Path, passes: usize) {
+fn cold_requests(requests: &Path, compiled: &Path, passes: usize, serve: bool) {
     let bytes = std::fs::read(compiled).unwrap();
     let input: Value = serde_json::from_slice(&std::fs::read(requests).unwrap()).unwrap();
     let warmup = input["warmup"].as_array().unwrap();
@@ -542,6 +546,20 @@ fn cold_requests(requests: &Path, compiled: &Path, passes: usize) {
         );
     }
     drop(rehearsal);
+    if serve {
+        for line in std::io::stdin().lines() {
+            if line.is_err() {
+                break;
+            }
+            let (whole, engine, _) = fresh_pass(&bytes, warmup, list);
+            // Stdout flushes at each line.
+            println!(
+                "{}",
+                json!({"us": median_of(whole), "engineUs": median_of(engine)})
+            );
+        }
+        return;
+    }
     let (whole, engine, responses) = fresh_pass(&bytes, warmup, list);
     let (mut settled, mut settled_engine) = (Vec::new(), Vec::new());
     for _ in 0..passes {
@@ -588,13 +606,14 @@ fn main() {
     let target =
         std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| PathBuf::from("target"), PathBuf::from);
     let mut out = target.join("crosstab-bench").join("peers");
-    let (mut requests, mut compiled, mut passes) = (None, None, 0usize);
+    let (mut requests, mut compiled, mut passes, mut serve) = (None, None, 0usize, false);
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--cold-requests" => requests = args.next().map(PathBuf::from),
             "--compiled" => compiled = args.next().map(PathBuf::from),
             "--passes" => passes = args.next().unwrap().parse().unwrap(),
+            "--serve" => serve = true,
             "--sizes" => {
                 sizes = args
                     .next()
@@ -609,7 +628,7 @@ fn main() {
         }
     }
     if let (Some(requests), Some(compiled)) = (requests, compiled) {
-        return cold_requests(&requests, &compiled, passes);
+        return cold_requests(&requests, &compiled, passes, serve);
     }
     std::fs::create_dir_all(&out).unwrap();
     println!("== crosstab cold queries (medians over {instances} never-seen targets per shape) ==");
