@@ -658,23 +658,25 @@ fn carry_save<const K: usize>(members: [&[u64]; K], planes: &[u64]) -> [u64; K] 
         .unwrap_or(0)
         .min(BLOCK_WORDS);
     let mut sums = [0u64; K];
+    let rounds = members.map(|words| words[..len].as_chunks::<{ LANES * ROUND }>());
     for (bit, plane) in planes.chunks_exact(BLOCK_WORDS).enumerate() {
         let (plane_rounds, plane_rest) = plane[..len].as_chunks::<{ LANES * ROUND }>();
-        for (sum, words) in sums.iter_mut().zip(members) {
-            let (rounds, rest) = words[..len].as_chunks::<{ LANES * ROUND }>();
-            let mut counters = Counters::<Lanes>::default();
-            for (m, p) in rounds.iter().zip(plane_rounds) {
-                counters.add(|v| {
-                    let at = v * LANES;
-                    Lanes::load(&m[at..]).and(Lanes::load(&p[at..]))
-                });
+        let mut counters = [Counters::<Lanes>::default(); K];
+        for (at, p) in plane_rounds.iter().enumerate() {
+            // The plane's vectors are loaded once for every set.
+            let p: [Lanes; ROUND] = std::array::from_fn(|v| Lanes::load(&p[v * LANES..]));
+            for (counter, (sets, _)) in counters.iter_mut().zip(&rounds) {
+                let m = &sets[at];
+                counter.add(|v| Lanes::load(&m[v * LANES..]).and(p[v]));
             }
+        }
+        for ((sum, counter), (_, rest)) in sums.iter_mut().zip(&counters).zip(&rounds) {
             let rest: u64 = rest
                 .iter()
                 .zip(plane_rest)
                 .map(|(m, p)| u64::from((m & p).count_ones()))
                 .sum();
-            *sum += (counters.total() + rest) << bit;
+            *sum += (counter.total() + rest) << bit;
         }
     }
     sums
