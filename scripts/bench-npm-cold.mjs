@@ -104,7 +104,8 @@ const settled = median(nativeRound(15).passesUs);
 // Pass by pass: a native process kept running answers the list on a fresh survey each
 // time it is asked, in turn with Node's passes (each side first in every other pair), so
 // the two figures of a pair are taken milliseconds apart, at the same speed of the host,
-// whose slow and fast spells last seconds and differ by up to 2x. Both sides have settled.
+// whose slow and fast spells last seconds and differ by up to 2x. Both sides have settled:
+// the native process answers a few untimed passes first, as Node did.
 async function pairedPasses(count) {
   const child = spawn(
     "cargo",
@@ -112,31 +113,51 @@ async function pairedPasses(count) {
     { cwd: ROOT, stdio: ["pipe", "pipe", "inherit"] },
   );
   const waiting = [];
-  readline.createInterface({ input: child.stdout }).on("line", (line) => waiting.shift()?.(JSON.parse(line)));
-  const exited = new Promise((resolve) => child.on("exit", resolve));
-  exited.then(() => waiting.splice(0).forEach((resolve) => resolve(null)));
-  const nativePass = async () => {
-    const answer = new Promise((resolve) => waiting.push(resolve));
+  let gone = null;
+  const stop = (reason) => {
+    gone ??= reason;
+    waiting.splice(0).forEach(({ reject }) => reject(new Error(`the native side stopped: ${gone}`)));
+  };
+  readline.createInterface({ input: child.stdout }).on("line", (line) => {
+    const next = waiting.shift();
+    if (!next) return stop(`it printed a line nobody asked for: ${line}`);
+    try {
+      next.resolve(JSON.parse(line).us);
+    } catch {
+      next.reject(new Error(`the native side printed ${line}`));
+    }
+  });
+  child.stdin.on("error", (error) => stop(error.message));
+  const exited = new Promise((resolve) => child.on("exit", (code, signal) => resolve(code ?? signal)));
+  exited.then((code) => stop(`exit ${code}`));
+  const nativePass = () => {
+    if (gone) return Promise.reject(new Error(`the native side stopped: ${gone}`));
+    const answer = new Promise((resolve, reject) => waiting.push({ resolve, reject }));
     child.stdin.write("pass\n");
-    const result = await answer;
-    if (!result) throw new Error("the native side stopped");
-    return result.us;
+    return answer;
   };
   const pairs = [];
-  for (let i = 0; i < count; i++) {
-    if (i % 2) {
-      const node = pass().us;
-      pairs.push({ node, native: await nativePass() });
-    } else {
-      const native = await nativePass();
-      pairs.push({ node: pass().us, native });
+  try {
+    for (let i = 0; i < 3; i++) await nativePass();
+    for (let i = 0; i < count; i++) {
+      if (i % 2) {
+        const node = pass().us;
+        pairs.push({ node, native: await nativePass() });
+      } else {
+        const native = await nativePass();
+        pairs.push({ node: pass().us, native });
+      }
     }
+  } finally {
+    child.stdin.end();
   }
-  child.stdin.end();
-  await exited;
+  const code = await exited;
+  if (code !== 0) throw new Error(`the native side ended with ${code}`);
   return pairs;
 }
-const pairs = await pairedPasses(Number(process.env.PAIRS ?? 41));
+const pairCount = Number(process.env.PAIRS ?? 41);
+if (!Number.isInteger(pairCount) || pairCount < 1) throw new Error(`PAIRS must be a whole number above 0, not ${process.env.PAIRS}`);
+const pairs = await pairedPasses(pairCount);
 const pairRatios = pairs.map((p) => p.node / p.native).sort((a, b) => a - b);
 const quartile = (q) => pairRatios[Math.floor(q * (pairRatios.length - 1))];
 fs.rmSync(dir, { recursive: true, force: true });

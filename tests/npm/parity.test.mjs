@@ -92,6 +92,11 @@ test("demo survey (20,000 respondents): codes x bases x groups and expressions, 
   const codes = codebook.codes.map((c) => c.code);
   const flags = codebook.variables.filter((v) => v.distinct <= 2).slice(0, 12).map((v) => `${v.name} = 1`);
   const numeric = codebook.variables.filter((v) => v.distinct > 2 && v.min !== undefined).slice(0, 4);
+  // The numeric variable of the most values (AGE in the demo), for lists of separate codes.
+  const wide = codebook.variables
+    .filter((v) => v.min !== undefined)
+    .reduce((a, b) => (b.max - b.min > a.max - a.min ? b : a));
+  assert.ok(wide.max - wide.min >= 20, `${wide.name} spans too few values for the lists`);
   const expressions = [
     ...flags,
     ...numeric.map((v) => `${v.name} BETWEEN ${v.min} AND ${(v.min + v.max) / 2}`),
@@ -103,6 +108,10 @@ test("demo survey (20,000 respondents): codes x bases x groups and expressions, 
     `${flags[3]} AND ${numeric[2].name} != ${numeric[2].min + 1}`,
     `${flags[4]} AND ${flags[5]} AND ${numeric[3].name} <= ${(numeric[3].min + numeric[3].max) / 2}`,
     `NOT (${flags[6]} AND ${numeric[1].name} < ${numeric[1].max})`,
+    // Byte codes against one code and against three, four and five separate runs (each
+    // count of ranges has a SIMD kernel of its own; five take the per-code table).
+    `${wide.name} = ${wide.min + 2}`,
+    ...[3, 4, 5].map((n) => `${wide.name} IN (${Array.from({ length: n }, (_, i) => wide.min + 2 + 4 * i).join(", ")})`),
     "NOSUCHVARIABLE = 1",
   ];
   const requests = [];

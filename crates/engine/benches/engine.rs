@@ -117,8 +117,10 @@ fn main() {
     }
 
     // Uncached: the same survey with no memory for sets, so every query evaluates every
-    // leaf from the columns, as a question never asked before does; repeated, so the
-    // figure is steady where one first query is a single noisy sample.
+    // leaf of its targets from the columns, as a question never asked before does (the
+    // base is kept, as always; the cache answers before the doorkeeper's hashing, which a
+    // real first sight also pays); repeated, so the figure is steady where one first
+    // query is a single noisy sample.
     let uncached = Survey::open_within(&demo_path, &MemoryBudget::new(0)).unwrap();
     let two = validate_value(&json!({
         "SurveyCode": "DEMO", "PopulationBaseCode": "ADULTS",

@@ -63,7 +63,8 @@ impl<M, A> Calls<M, A> {
         self.held.take().unwrap_or_default()
     }
 
-    /// Whether calls are still held for the worker to be ready.
+    /// Whether the worker has neither said it is ready nor failed: a call made now is
+    /// held (whether or not any is yet).
     pub fn holding(&self) -> bool {
         self.held.is_some()
     }
