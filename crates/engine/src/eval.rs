@@ -540,8 +540,7 @@ mod x86 {
         fill(rows, ranges, out, write, |codes| hits(codes, &bounds));
     }
 
-    /// Each word of `out` from 64 of `rows`, `hits` giving the mask of 32 codes (the
-    /// tail, fewer than 64 codes, against `ranges`).
+    /// [`super::fill_by_chunks`] with `hits` giving the mask of 32 codes.
     #[inline]
     #[target_feature(enable = "avx2")]
     fn fill(
@@ -551,10 +550,7 @@ mod x86 {
         write: impl Fn(&mut u64, u64),
         hits: impl Fn(__m256i) -> u32,
     ) {
-        let chunks = rows.chunks_exact(64);
-        let tail = chunks.remainder();
-        let mut words = out.iter_mut();
-        for (chunk, word) in chunks.zip(&mut words) {
+        super::fill_by_chunks(rows, ranges, out, write, |chunk| {
             // SAFETY: `chunk` holds 64 bytes: both 32-byte unaligned loads are inside it.
             #[allow(unsafe_code)]
             let (low, high) = unsafe {
@@ -563,15 +559,8 @@ mod x86 {
                     _mm256_loadu_si256(chunk.as_ptr().add(32).cast()),
                 )
             };
-            write(word, u64::from(hits(low)) | u64::from(hits(high)) << 32);
-        }
-        if let Some(word) = words.next() {
-            let bits = super::pack_word(tail, |x: u8| {
-                ranges.iter().any(|(lo, span)| x.wrapping_sub(*lo) <= *span)
-            });
-            write(word, bits);
-        }
-        words.for_each(|word| write(word, 0));
+            u64::from(hits(low)) | u64::from(hits(high)) << 32
+        });
     }
 }
 
@@ -624,7 +613,7 @@ mod wasm {
         });
     }
 
-    /// Each word of `out` from 64 codes, `hits` giving a true lane per matching code.
+    /// [`super::fill_by_chunks`] with `hits` giving a true lane per matching code.
     #[inline(always)]
     fn fill(
         rows: &[u8],
@@ -633,10 +622,7 @@ mod wasm {
         write: impl Fn(&mut u64, u64),
         hits: impl Fn(v128) -> v128,
     ) {
-        let chunks = rows.chunks_exact(64);
-        let tail = chunks.remainder();
-        let mut words = out.iter_mut();
-        for (chunk, word) in chunks.zip(&mut words) {
+        super::fill_by_chunks(rows, ranges, out, write, |chunk| {
             let mut bits = 0u64;
             for (quarter, sixteen) in chunk.chunks_exact(16).enumerate() {
                 // SAFETY: `sixteen` is 16 readable bytes; v128.load takes any alignment.
@@ -644,16 +630,38 @@ mod wasm {
                 let codes = unsafe { v128_load(sixteen.as_ptr().cast()) };
                 bits |= u64::from(u8x16_bitmask(hits(codes))) << (quarter * 16);
             }
-            write(word, bits);
-        }
-        if let Some(word) = words.next() {
-            let bits = super::pack_word(tail, |x: u8| {
-                ranges.iter().any(|(lo, span)| x.wrapping_sub(*lo) <= *span)
-            });
-            write(word, bits);
-        }
-        words.for_each(|word| write(word, 0));
+            bits
+        });
     }
+}
+
+/// Each word of `out` from 64 of `rows`, `word` giving its bits from 64 codes (the tail,
+/// fewer than 64 codes, checked against `ranges` one by one; words past the rows get 0):
+/// the frame the SIMD compare kernels fill.
+#[cfg(any(
+    target_arch = "x86_64",
+    all(target_arch = "wasm32", target_feature = "simd128")
+))]
+#[inline(always)]
+fn fill_by_chunks(
+    rows: &[u8],
+    ranges: &[(u8, u8)],
+    out: &mut [u64],
+    write: impl Fn(&mut u64, u64),
+    word: impl Fn(&[u8; 64]) -> u64,
+) {
+    let (chunks, tail) = rows.as_chunks::<64>();
+    let mut words = out.iter_mut();
+    for (chunk, out_word) in chunks.iter().zip(&mut words) {
+        write(out_word, word(chunk));
+    }
+    if let Some(out_word) = words.next() {
+        let bits = pack_word(tail, |x: u8| {
+            ranges.iter().any(|(lo, span)| x.wrapping_sub(*lo) <= *span)
+        });
+        write(out_word, bits);
+    }
+    words.for_each(|out_word| write(out_word, 0));
 }
 
 /// Packs `hit(code)` of each row into `out`, with the CPU's widest vectors when it has
