@@ -646,9 +646,10 @@ impl<V: Vector> Counters<V> {
     }
 }
 
-/// The sums of [`plane_sums_pair_portable`] by carry-save adds: each round of four vectors of a plane goes
-/// through an adder tree and only its carries out of the top are counted; the words past
-/// the last whole round are counted one by one. Integer sums, so every path agrees.
+/// The scaled weight sum of each of the `K` member sets (what [`plane_sums_portable`]
+/// sums) by carry-save adds: each round of four vectors of a plane goes through an adder
+/// tree, one per set, and only its carries out of the top are counted; the words past the
+/// last whole round are counted one by one. Integer sums, so every path agrees.
 #[inline(always)]
 fn carry_save<const K: usize>(members: [&[u64]; K], planes: &[u64]) -> [u64; K] {
     let len = members
