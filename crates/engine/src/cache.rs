@@ -8,9 +8,8 @@
 //! [`MemoryBudget`]: the least recently used entries of any cache make room, so a burst of
 //! one-off conditions cannot shut the popular ones out.
 
-use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::hash::{Hash, Hasher};
+use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
 use std::sync::{Arc, Mutex};
 
 use crosstab_contract::Expr;
@@ -49,12 +48,6 @@ impl SetKey {
             SetKey::Listed(_, codes) => codes.len() * std::mem::size_of::<u32>(),
             SetKey::Target(bytes) => bytes.len(),
         }
-    }
-
-    fn fingerprint(&self) -> u64 {
-        let mut hasher = DefaultHasher::new();
-        self.hash(&mut hasher);
-        hasher.finish()
     }
 }
 
@@ -143,14 +136,39 @@ pub(crate) struct SetCache {
     inner: Mutex<Entries>,
 }
 
+/// Keys hash with foldhash, seeded per process (keys come from requests): a cold query
+/// hashes every leaf's key twice, and SipHash cost it about half a microsecond.
+type KeyHash = foldhash::fast::RandomState;
+
 #[derive(Debug, Default)]
 struct Entries {
     bytes: usize,
-    map: HashMap<SetKey, Entry>,
+    map: HashMap<SetKey, Entry, KeyHash>,
     /// The keys by last use (the budget's clock ticks on every hit and insert).
     by_use: BTreeMap<u64, SetKey>,
-    /// Fingerprints of keys seen once and not kept.
-    seen: HashSet<u64>,
+    /// Fingerprints (the map's hash) of keys seen once and not kept.
+    seen: HashSet<u64, BuildHasherDefault<Fingerprint>>,
+}
+
+/// Hashes a fingerprint as itself: it already is a keyed hash.
+#[derive(Debug, Default)]
+struct Fingerprint(u64);
+
+impl Hasher for Fingerprint {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        // Only `u64`s are hashed here; any other bytes are folded in all the same.
+        for &byte in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(byte);
+        }
+    }
+
+    fn write_u64(&mut self, fingerprint: u64) {
+        self.0 = fingerprint;
+    }
 }
 
 #[derive(Debug)]
@@ -168,7 +186,7 @@ impl SetCache {
             budget: Arc::clone(budget),
             set_bytes: respondents.div_ceil(64) * 8,
             inner: Mutex::new(Entries {
-                seen: HashSet::with_capacity(DOORKEEPER_KEYS),
+                seen: HashSet::with_capacity_and_hasher(DOORKEEPER_KEYS, Default::default()),
                 ..Entries::default()
             }),
         });
@@ -221,7 +239,7 @@ impl SetCache {
         if too_large {
             return Lookup::Pass;
         }
-        let fingerprint = key.fingerprint();
+        let fingerprint = entries.map.hasher().hash_one(key);
         if entries.seen.remove(&fingerprint) {
             return Lookup::Admit;
         }
