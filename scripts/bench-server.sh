@@ -14,7 +14,9 @@
 #   - the ratios to docs (target >= 0.60, for the fixed request) and the p99 (< 10 ms),
 #     and the bearer call's req/s over the key call's (target >= 0.90);
 #   - the server process's CPU time per request of each kind (steadier than req/s, which
-#     also depends on how much of the shared cores wrk took);
+#     also depends on how much of the shared cores wrk took), the cores' idle time per
+#     request (time the run waited, on the ledger's commits, rather than computed) and,
+#     on PostgreSQL, the database's CPU per request;
 # then stops the server with SIGTERM and checks that bills = 200s + the requests logged
 # as billed after their client went away.
 #
@@ -45,8 +47,8 @@ command -v wrk >/dev/null || { echo "wrk is required (apt-get install wrk)" >&2;
 
 if [ -n "${BASELINE_BIN:-}" ]; then
     # The baseline first, then this build, each the whole procedure; both summaries last.
-    baseline="$(BIN="$BASELINE_BIN" BASELINE_BIN= "$0" "$@" | tail -12)"
-    current="$(BASELINE_BIN= "$0" "$@" | tail -12)"
+    baseline="$(BIN="$BASELINE_BIN" BASELINE_BIN= "$0" "$@" | sed -n '/^=== crosstab server benchmark/,$p')"
+    current="$(BASELINE_BIN= "$0" "$@" | sed -n '/^=== crosstab server benchmark/,$p')"
     echo "=== baseline ($BASELINE_BIN) ==="; echo "$baseline"
     echo "=== this build ==="; echo "$current"
     exit 0
@@ -128,16 +130,33 @@ fi
 
 # Server CPU (user + system, in clock ticks) the server process has used so far.
 ticks() { awk '{ print $14 + $15 }' "/proc/$server_pid/stat"; }
-# One wrk run; its output goes to $1, and the server's CPU over it to $1.cpu.
+# Idle time of all the machine's cores so far (idle + I/O wait, in clock ticks).
+idle_ticks() { awk '/^cpu / { print $5 + $6 }' /proc/stat; }
+# CPU the PostgreSQL cluster's processes (the postmaster and its children) have used so
+# far; 0 on SQLite.
+db_ticks() {
+    if [ -z "$pg_bin" ]; then echo 0; return; fi
+    local postmaster; postmaster="$(head -1 "$work/pg/postmaster.pid")"
+    for p in "$postmaster" $(pgrep -P "$postmaster"); do
+        awk '{ print $14 + $15 }' "/proc/$p/stat" 2>/dev/null || true
+    done | awk '{ s += $1 } END { print s + 0 }'
+}
+# One wrk run; its output goes to $1, and over it the server's CPU to $1.cpu, the cores'
+# idle time to $1.idle and the database's CPU to $1.db.
 run() {
     local out="$1"; shift
-    local before; before="$(ticks)"
+    local before idle db; before="$(ticks)"; idle="$(idle_ticks)"; db="$(db_ticks)"
     wrk -t"$threads" -c"$connections" -d"${duration}s" --latency "$@" >"$out"
     echo $(( $(ticks) - before )) >"$out.cpu"
+    echo $(( $(idle_ticks) - idle )) >"$out.idle"
+    echo $(( $(db_ticks) - db )) >"$out.db"
 }
-# Server CPU µs per request of a run: steadier than req/s, which also counts how much of
-# the shared cores the load generator took.
-cpu_us() { awk -v t="$(cat "$1.cpu")" -v hz="$(getconf CLK_TCK)" '/requests in/ { printf "%.1f\n", t * 1e6 / hz / $1 }' "$1"; }
+# Ticks in $1.$2 as µs per request of run $1. Server CPU per request is steadier than
+# req/s, which also counts how much of the shared cores the load generator took; idle
+# cores while every connection has a request out mean the run waited (on the ledger's
+# commits) rather than ran out of CPU.
+per_request_us() { awk -v t="$(cat "$1.$2")" -v hz="$(getconf CLK_TCK)" '/requests in/ { printf "%.1f\n", t * 1e6 / hz / $1 }' "$1"; }
+cpu_us() { per_request_us "$1" cpu; }
 # p99 in ms from wrk's latency distribution.
 p99() { awk '$1=="99%" { v=$2; if (v ~ /us$/) { sub(/us/,"",v); v/=1000 } else if (v ~ /ms$/) { sub(/ms/,"",v) } else if (v ~ /s$/) { sub(/s/,"",v); v*=1000 } print v }'; }
 rps() { awk '/^Requests\/sec:/ { print $2 }'; }
@@ -210,6 +229,10 @@ mix_ratio="$(for r in $mix_ratios; do echo "$r"; done | median)"
 docs_cpu="$(for f in "$work"/docs.*.txt; do cpu_us "$f"; done | median)"
 post_cpu="$(for f in "$work"/post.*.txt; do cpu_us "$f"; done | median)"
 mix_cpu="$(for f in "$work"/mix.*.txt; do cpu_us "$f"; done | median)"
+# Medians over the rounds of $2 (idle or db) per request of the runs named $1.
+per_request_median() { for f in "$work"/"$1".*.txt; do per_request_us "$f" "$2"; done | median; }
+idle_line="$(per_request_median docs idle) µs docs, $(per_request_median post idle) µs POST, $(per_request_median mix idle) µs request mix"
+db_line="$(per_request_median post db) µs POST, $(per_request_median mix db) µs request mix"
 
 kill -TERM "$server_pid"; wait "$server_pid" || true; server_pid=""
 bills="$("$bin" usage --data-dir "$work/data" "${database[@]}" --format csv \
@@ -229,6 +252,10 @@ printf 'ratio mix/docs     %10s         (median of the rounds:%s; target >= 0.60
 printf 'ratio bearer/key   %10s         (median of the rounds:%s; target >= 0.90)\n' "$bearer_ratio" "$bearer_ratios"
 printf 'p99 POST           %10s ms      (target < 10 ms; request mix: %s ms)\n' "$post_p99" "$mix_p99"
 printf 'server CPU/request %10s µs docs, %s µs POST, %s µs bearer, %s µs request mix (medians; the crosstab process only)\n' "$docs_cpu" "$post_cpu" "$bearer_cpu" "$mix_cpu"
+printf 'cores idle/request %s (medians, both cores: time the run waited rather than computed)\n' "$idle_line"
+if [ -n "$pg_bin" ]; then
+    printf 'database CPU/req.  %s (medians; the PostgreSQL processes)\n' "$db_line"
+fi
 printf 'load average       %s before, %s after\n' "$load_before" "$load_after"
 printf 'bills in ledger    %10s         (200s logged by the server: %s; client gone after the bill was written: %s)\n' "$bills" "$warmup_and_run_oks" "$abandoned"
 if [ "$bills" -ne $(( warmup_and_run_oks + abandoned )) ]; then
