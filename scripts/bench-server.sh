@@ -130,22 +130,27 @@ fi
 
 # Server CPU (user + system, in clock ticks) the server process has used so far.
 ticks() { awk '{ print $14 + $15 }' "/proc/$server_pid/stat"; }
-# Idle time of all the machine's cores so far (idle + I/O wait, in clock ticks).
-idle_ticks() { awk '/^cpu / { print $5 + $6 }' /proc/stat; }
-# CPU the PostgreSQL cluster's processes (the postmaster and its children) have used so
-# far; 0 on SQLite.
+# Idle time of all the machine's cores so far (idle + I/O wait, in clock ticks); read by
+# the shell, since mawk prints a count past 2^31 (months of uptime) with an exponent.
+idle_ticks() { local _c _u _n _s idle iowait _rest; read -r _c _u _n _s idle iowait _rest </proc/stat; echo $(( idle + iowait )); }
+# CPU the PostgreSQL cluster's processes have used so far: the postmaster, its children
+# now, and those it has reaped (an autovacuum worker may end within a run); 0 on SQLite.
 db_ticks() {
     if [ -z "$pg_bin" ]; then echo 0; return; fi
     local postmaster; postmaster="$(head -1 "$work/pg/postmaster.pid")"
-    for p in "$postmaster" $(pgrep -P "$postmaster"); do
-        awk '{ print $14 + $15 }' "/proc/$p/stat" 2>/dev/null || true
-    done | awk '{ s += $1 } END { print s + 0 }'
+    {
+        awk '{ print $14 + $15 + $16 + $17 }' "/proc/$postmaster/stat"
+        for p in $(pgrep -P "$postmaster"); do
+            awk '{ print $14 + $15 }' "/proc/$p/stat" 2>/dev/null || true
+        done
+    } | awk '{ s += $1 } END { print s + 0 }'
 }
 # One wrk run; its output goes to $1, and over it the server's CPU to $1.cpu, the cores'
-# idle time to $1.idle and the database's CPU to $1.db.
+# idle time to $1.idle and the database's CPU to $1.db (read first: its processes take a
+# moment to list, which the idle time should not count).
 run() {
     local out="$1"; shift
-    local before idle db; before="$(ticks)"; idle="$(idle_ticks)"; db="$(db_ticks)"
+    local before idle db; db="$(db_ticks)"; before="$(ticks)"; idle="$(idle_ticks)"
     wrk -t"$threads" -c"$connections" -d"${duration}s" --latency "$@" >"$out"
     echo $(( $(ticks) - before )) >"$out.cpu"
     echo $(( $(idle_ticks) - idle )) >"$out.idle"
@@ -252,7 +257,7 @@ printf 'ratio mix/docs     %10s         (median of the rounds:%s; target >= 0.60
 printf 'ratio bearer/key   %10s         (median of the rounds:%s; target >= 0.90)\n' "$bearer_ratio" "$bearer_ratios"
 printf 'p99 POST           %10s ms      (target < 10 ms; request mix: %s ms)\n' "$post_p99" "$mix_p99"
 printf 'server CPU/request %10s µs docs, %s µs POST, %s µs bearer, %s µs request mix (medians; the crosstab process only)\n' "$docs_cpu" "$post_cpu" "$bearer_cpu" "$mix_cpu"
-printf 'cores idle/request %s (medians, both cores: time the run waited rather than computed)\n' "$idle_line"
+printf 'cores idle/request %s (medians, all %s cores: time the run waited rather than computed)\n' "$idle_line" "$(nproc)"
 if [ -n "$pg_bin" ]; then
     printf 'database CPU/req.  %s (medians; the PostgreSQL processes)\n' "$db_line"
 fi

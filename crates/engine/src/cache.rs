@@ -136,7 +136,7 @@ pub(crate) struct SetCache {
     inner: Mutex<Entries>,
 }
 
-/// Keys hash with foldhash, seeded per process (keys come from requests): a cold query
+/// Keys hash with foldhash, seeded per cache (keys come from requests): a cold query
 /// hashes every leaf's key twice, and SipHash cost it about half a microsecond.
 type KeyHash = foldhash::fast::RandomState;
 
@@ -160,7 +160,8 @@ impl Hasher for Fingerprint {
     }
 
     fn write(&mut self, bytes: &[u8]) {
-        // Only `u64`s are hashed here; any other bytes are folded in all the same.
+        // Only `u64` fingerprints are hashed here (`write_u64`); were anything else, its
+        // bytes would still be folded into one word.
         for &byte in bytes {
             self.0 = self.0.rotate_left(8) ^ u64::from(byte);
         }
