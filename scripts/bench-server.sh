@@ -64,6 +64,7 @@ work="$(mktemp -d)"
 server_pid=""
 oidc_pid=""
 pg_bin=""
+postmaster=""
 as_pg=()
 cleanup() {
     if [ -n "$server_pid" ] && kill -0 "$server_pid" 2>/dev/null; then kill -TERM "$server_pid" 2>/dev/null || true; wait "$server_pid" 2>/dev/null || true; fi
@@ -85,6 +86,7 @@ if [ "$store" = postgres ]; then
         -o "-p $pg_port -k $work -c listen_addresses=127.0.0.1" start >/dev/null
     # WAL segments made and recycled first, so the rounds measure a running database.
     "$root/scripts/bench/pg-wal-warmup.sh" "$pg_bin" "$pg_port"
+    postmaster="$(head -1 "$work/pg/postmaster.pid")"
     database=(--database "postgres://crosstab@127.0.0.1:$pg_port/postgres")
 fi
 
@@ -136,8 +138,7 @@ idle_ticks() { local _c _u _n _s idle iowait _rest; read -r _c _u _n _s idle iow
 # CPU the PostgreSQL cluster's processes have used so far: the postmaster, its children
 # now, and those it has reaped (an autovacuum worker may end within a run); 0 on SQLite.
 db_ticks() {
-    if [ -z "$pg_bin" ]; then echo 0; return; fi
-    local postmaster; postmaster="$(head -1 "$work/pg/postmaster.pid")"
+    if [ -z "$postmaster" ]; then echo 0; return; fi
     {
         awk '{ print $14 + $15 + $16 + $17 }' "/proc/$postmaster/stat"
         for p in $(pgrep -P "$postmaster"); do
@@ -161,7 +162,8 @@ run() {
 # cores while every connection has a request out mean the run waited (on the ledger's
 # commits) rather than ran out of CPU.
 per_request_us() { awk -v t="$(cat "$1.$2")" -v hz="$(getconf CLK_TCK)" '/requests in/ { printf "%.1f\n", t * 1e6 / hz / $1 }' "$1"; }
-cpu_us() { per_request_us "$1" cpu; }
+# The median over the rounds of $2 (cpu, idle or db) per request of the runs named $1.
+per_request_median() { for f in "$work"/"$1".*.txt; do per_request_us "$f" "$2"; done | median; }
 # p99 in ms from wrk's latency distribution.
 p99() { awk '$1=="99%" { v=$2; if (v ~ /us$/) { sub(/us/,"",v); v/=1000 } else if (v ~ /ms$/) { sub(/ms/,"",v) } else if (v ~ /s$/) { sub(/s/,"",v); v*=1000 } print v }'; }
 rps() { awk '/^Requests\/sec:/ { print $2 }'; }
@@ -220,7 +222,7 @@ if [ "$bearer" = yes ]; then
     bearer_rps="$(for f in "$work"/bearer.*.txt; do rps <"$f"; done | median)"
     bearer_p99="$(for f in "$work"/bearer.*.txt; do p99 <"$f"; done | median)"
     bearer_ratio="$(for r in $bearer_ratios; do echo "$r"; done | median)"
-    bearer_cpu="$(for f in "$work"/bearer.*.txt; do cpu_us "$f"; done | median)"
+    bearer_cpu="$(per_request_median bearer cpu)"
 fi
 docs_rps="$(for f in "$work"/docs.*.txt; do rps <"$f"; done | median)"
 post_rps="$(for f in "$work"/post.*.txt; do rps <"$f"; done | median)"
@@ -231,11 +233,9 @@ ratio="$(for r in $ratios; do echo "$r"; done | median)"
 mix_rps="$(for f in "$work"/mix.*.txt; do rps <"$f"; done | median)"
 mix_p99="$(for f in "$work"/mix.*.txt; do p99 <"$f"; done | median)"
 mix_ratio="$(for r in $mix_ratios; do echo "$r"; done | median)"
-docs_cpu="$(for f in "$work"/docs.*.txt; do cpu_us "$f"; done | median)"
-post_cpu="$(for f in "$work"/post.*.txt; do cpu_us "$f"; done | median)"
-mix_cpu="$(for f in "$work"/mix.*.txt; do cpu_us "$f"; done | median)"
-# Medians over the rounds of $2 (idle or db) per request of the runs named $1.
-per_request_median() { for f in "$work"/"$1".*.txt; do per_request_us "$f" "$2"; done | median; }
+docs_cpu="$(per_request_median docs cpu)"
+post_cpu="$(per_request_median post cpu)"
+mix_cpu="$(per_request_median mix cpu)"
 idle_line="$(per_request_median docs idle) µs docs, $(per_request_median post idle) µs POST, $(per_request_median mix idle) µs request mix"
 db_line="$(per_request_median post db) µs POST, $(per_request_median mix db) µs request mix"
 
