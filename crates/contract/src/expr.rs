@@ -276,107 +276,134 @@ fn describe_char(c: char) -> String {
     }
 }
 
+/// Reads `input` a character at a time, counting characters for error positions (the
+/// text is read in place: only names become strings).
+struct Cursor<'a> {
+    text: &'a str,
+    /// Byte offset of the next character.
+    byte: usize,
+    /// 0-based character index of the next character.
+    index: usize,
+}
+
+impl Cursor<'_> {
+    fn peek(&self) -> Option<char> {
+        self.text[self.byte..].chars().next()
+    }
+
+    fn bump(&mut self) {
+        if let Some(c) = self.peek() {
+            self.byte += c.len_utf8();
+            self.index += 1;
+        }
+    }
+
+    /// Skips ASCII characters while `keep` holds (the runs of names and numbers).
+    fn skip_ascii(&mut self, keep: impl Fn(u8) -> bool) {
+        let run = self.text.as_bytes()[self.byte..]
+            .iter()
+            .take_while(|b| keep(**b))
+            .count();
+        self.byte += run;
+        self.index += run;
+    }
+
+    /// What is at the next character, for an error message.
+    fn found(&self) -> String {
+        self.peek().map_or_else(|| END.to_owned(), describe_char)
+    }
+}
+
 fn lex(input: &str) -> Result<Vec<Token>, ParseError> {
-    let chars: Vec<char> = input.chars().collect();
     // Room at once for a typical target's tokens (`AGE BETWEEN 18 AND 34 AND F2554` has 7).
-    let mut tokens = Vec::with_capacity((chars.len() / 2 + 1).min(16));
-    let mut i = 0;
-    while i < chars.len() {
-        let c = chars[i];
-        let at = i + 1;
+    let mut tokens = Vec::with_capacity((input.len() / 2 + 1).min(16));
+    let mut cursor = Cursor {
+        text: input,
+        byte: 0,
+        index: 0,
+    };
+    while let Some(c) = cursor.peek() {
+        let at = cursor.index + 1;
         let single = |kind| Token { kind, at };
         match c {
-            c if c.is_whitespace() => {
-                i += 1;
-                continue;
-            }
+            c if c.is_whitespace() => {}
             '(' => tokens.push(single(Kind::LParen)),
             ')' => tokens.push(single(Kind::RParen)),
             ',' => tokens.push(single(Kind::Comma)),
             '*' => tokens.push(single(Kind::Star)),
             '=' => tokens.push(single(Kind::Op(CmpOp::Eq))),
             '!' | '<' | '>' => {
-                let has_eq = chars.get(i + 1) == Some(&'=');
+                cursor.bump();
+                let has_eq = cursor.peek() == Some('=');
                 let op = match (c, has_eq) {
                     ('!', true) => CmpOp::Ne,
                     ('<', true) => CmpOp::Le,
                     ('<', false) => CmpOp::Lt,
                     ('>', true) => CmpOp::Ge,
                     ('>', false) => CmpOp::Gt,
-                    _ => {
-                        return Err(ParseError::new(
-                            at + 1,
-                            "'=' after '!'",
-                            found_at(&chars, i + 1),
-                        ))
-                    }
+                    _ => return Err(ParseError::new(at + 1, "'=' after '!'", cursor.found())),
                 };
                 tokens.push(single(Kind::Op(op)));
                 if has_eq {
-                    i += 1;
+                    cursor.bump();
                 }
+                continue;
             }
             '-' | '0'..='9' => {
-                let start = i;
+                let start = cursor.byte;
                 if c == '-' {
-                    i += 1;
+                    cursor.bump();
                 }
-                let digits_from = i;
-                while chars.get(i).is_some_and(char::is_ascii_digit) {
-                    i += 1;
+                let digits_from = cursor.index;
+                cursor.skip_ascii(|b| b.is_ascii_digit());
+                if cursor.index == digits_from {
+                    return Err(ParseError::new(cursor.index + 1, "a digit", cursor.found()));
                 }
-                if i == digits_from {
-                    return Err(ParseError::new(i + 1, "a digit", found_at(&chars, i)));
-                }
-                if chars.get(i) == Some(&'.') {
-                    i += 1;
-                    let fraction_from = i;
-                    while chars.get(i).is_some_and(char::is_ascii_digit) {
-                        i += 1;
-                    }
-                    if i == fraction_from {
+                if cursor.peek() == Some('.') {
+                    cursor.bump();
+                    let fraction_from = cursor.index;
+                    cursor.skip_ascii(|b| b.is_ascii_digit());
+                    if cursor.index == fraction_from {
                         return Err(ParseError::new(
-                            i + 1,
+                            cursor.index + 1,
                             "a digit after '.'",
-                            found_at(&chars, i),
+                            cursor.found(),
                         ));
                     }
                 }
-                let text: String = chars[start..i].iter().collect();
-                let value: f64 = text.parse().map_err(|_| {
-                    ParseError::new(at, "a number", format!("'{}'", shorten(&text)))
-                })?;
+                let text = &input[start..cursor.byte];
+                let value: f64 = text
+                    .parse()
+                    .map_err(|_| ParseError::new(at, "a number", format!("'{}'", shorten(text))))?;
                 if !value.is_finite() {
                     return Err(ParseError::new(
                         at,
                         "a finite number",
-                        format!("'{}'", shorten(&text)),
+                        format!("'{}'", shorten(text)),
                     ));
                 }
-                tokens.push(Token {
-                    kind: Kind::Number(value),
-                    at,
-                });
+                tokens.push(single(Kind::Number(value)));
                 continue;
             }
             c if c.is_ascii_alphabetic() || c == '_' => {
-                let start = i;
-                while chars
-                    .get(i)
-                    .is_some_and(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '.')
-                {
-                    i += 1;
-                }
-                let word: String = chars[start..i].iter().collect();
-                let kind = match word.to_ascii_uppercase().as_str() {
-                    "AND" => Kind::And,
-                    "OR" => Kind::Or,
-                    "NOT" => Kind::Not,
-                    "IN" => Kind::In,
-                    "BETWEEN" => Kind::Between,
-                    _ => Kind::Name(word),
+                let start = cursor.byte;
+                cursor.skip_ascii(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'.');
+                let word = &input[start..cursor.byte];
+                let keyword = |name: &str| word.eq_ignore_ascii_case(name);
+                let kind = if keyword("AND") {
+                    Kind::And
+                } else if keyword("OR") {
+                    Kind::Or
+                } else if keyword("NOT") {
+                    Kind::Not
+                } else if keyword("IN") {
+                    Kind::In
+                } else if keyword("BETWEEN") {
+                    Kind::Between
+                } else {
+                    Kind::Name(word.to_owned())
                 };
-                tokens.push(Token { kind, at });
+                tokens.push(single(kind));
                 continue;
             }
             other => {
@@ -387,16 +414,9 @@ fn lex(input: &str) -> Result<Vec<Token>, ParseError> {
                 ))
             }
         }
-        i += 1;
+        cursor.bump();
     }
     Ok(tokens)
-}
-
-fn found_at(chars: &[char], i: usize) -> String {
-    chars.get(i).map_or_else(
-        || "the end of the expression".to_owned(),
-        |c| describe_char(*c),
-    )
 }
 
 struct Parser {
@@ -461,21 +481,31 @@ impl Parser {
     }
 
     fn expr(&mut self, depth: usize) -> Result<Expr, ParseError> {
-        let mut items = vec![self.and(depth)?];
-        while self.next_is(&Kind::Or) {
-            self.pos += 1;
-            items.push(self.and(depth)?);
-        }
-        Ok(collapse(items, Expr::Or))
+        self.joined(depth, &Kind::Or, Parser::and, Expr::Or)
     }
 
     fn and(&mut self, depth: usize) -> Result<Expr, ParseError> {
-        let mut items = vec![self.unary(depth)?];
-        while self.next_is(&Kind::And) {
-            self.pos += 1;
-            items.push(self.unary(depth)?);
+        self.joined(depth, &Kind::And, Parser::unary, Expr::And)
+    }
+
+    /// `item ( keyword item )*`: the lone item as it is, two or more made one by `make`.
+    fn joined(
+        &mut self,
+        depth: usize,
+        keyword: &Kind,
+        item: fn(&mut Parser, usize) -> Result<Expr, ParseError>,
+        make: fn(Vec<Expr>) -> Expr,
+    ) -> Result<Expr, ParseError> {
+        let first = item(self, depth)?;
+        if !self.next_is(keyword) {
+            return Ok(first);
         }
-        Ok(collapse(items, Expr::And))
+        let mut items = vec![first];
+        while self.next_is(keyword) {
+            self.pos += 1;
+            items.push(item(self, depth)?);
+        }
+        Ok(make(items))
     }
 
     fn unary(&mut self, depth: usize) -> Result<Expr, ParseError> {
@@ -488,71 +518,74 @@ impl Parser {
     }
 
     fn primary(&mut self, depth: usize) -> Result<Expr, ParseError> {
-        let Some(token) = self.peek().cloned() else {
-            return Err(self.error_here("a name, '*', NOT or '('"));
-        };
-        match token.kind {
-            Kind::LParen => {
-                let depth = self.enter(depth)?;
+        if let Some(name) = self.take_name() {
+            return self.after_name(name);
+        }
+        if self.next_is(&Kind::LParen) {
+            let depth = self.enter(depth)?;
+            self.pos += 1;
+            let inner = self.expr(depth)?;
+            self.expect(&Kind::RParen, "')'")?;
+            return Ok(inner);
+        }
+        if self.next_is(&Kind::Star) {
+            self.pos += 1;
+            return Ok(Expr::All);
+        }
+        Err(self.error_here("a name, '*', NOT or '('"))
+    }
+
+    /// The name at the cursor, moved out of its token (the parser never reads a token
+    /// twice), and the cursor past it.
+    fn take_name(&mut self) -> Option<String> {
+        match self.tokens.get_mut(self.pos) {
+            Some(Token {
+                kind: Kind::Name(name),
+                ..
+            }) => {
+                let name = std::mem::take(name);
                 self.pos += 1;
-                let inner = self.expr(depth)?;
-                self.expect(&Kind::RParen, "')'")?;
-                Ok(inner)
+                Some(name)
             }
-            Kind::Star => {
-                self.pos += 1;
-                Ok(Expr::All)
-            }
-            Kind::Name(name) => {
-                self.pos += 1;
-                self.after_name(name)
-            }
-            _ => Err(self.error_here("a name, '*', NOT or '('")),
+            _ => None,
         }
     }
 
     fn after_name(&mut self, var: String) -> Result<Expr, ParseError> {
-        let Some(token) = self.peek().cloned() else {
-            return Ok(Expr::Code(var));
-        };
-        match token.kind {
-            Kind::Op(op) => {
+        if let Some(Token {
+            kind: Kind::Op(op), ..
+        }) = self.peek()
+        {
+            let op = *op;
+            self.pos += 1;
+            let value = self.number()?;
+            return Ok(Expr::Compare { var, op, value });
+        }
+        if self.next_is(&Kind::In) {
+            self.pos += 1;
+            self.expect(&Kind::LParen, "'(' after IN")?;
+            let mut values = vec![self.number()?];
+            while self.next_is(&Kind::Comma) {
                 self.pos += 1;
-                let value = self.number()?;
-                Ok(Expr::Compare { var, op, value })
+                values.push(self.number()?);
             }
-            Kind::In => {
-                self.pos += 1;
-                self.expect(&Kind::LParen, "'(' after IN")?;
-                let mut values = vec![self.number()?];
-                while self.next_is(&Kind::Comma) {
-                    self.pos += 1;
-                    values.push(self.number()?);
-                }
-                self.expect(&Kind::RParen, "',' or ')'")?;
-                Ok(Expr::In { var, values })
-            }
-            Kind::Between => {
-                self.pos += 1;
-                let low = self.number()?;
-                self.expect(&Kind::And, "AND in BETWEEN … AND …")?;
-                let high = self.number()?;
-                Ok(Expr::Between { var, low, high })
-            }
-            Kind::Number(_) | Kind::Name(_) | Kind::Star | Kind::LParen => {
+            self.expect(&Kind::RParen, "',' or ')'")?;
+            return Ok(Expr::In { var, values });
+        }
+        if self.next_is(&Kind::Between) {
+            self.pos += 1;
+            let low = self.number()?;
+            self.expect(&Kind::And, "AND in BETWEEN … AND …")?;
+            let high = self.number()?;
+            return Ok(Expr::Between { var, low, high });
+        }
+        match self.peek().map(|token| &token.kind) {
+            Some(Kind::Number(_) | Kind::Name(_) | Kind::Star | Kind::LParen) => {
                 Err(self
                     .error_here("an operator (=, !=, <, <=, >, >=), IN, BETWEEN, AND, OR or ')'"))
             }
             _ => Ok(Expr::Code(var)),
         }
-    }
-}
-
-fn collapse(mut items: Vec<Expr>, make: fn(Vec<Expr>) -> Expr) -> Expr {
-    if items.len() == 1 {
-        items.remove(0)
-    } else {
-        make(items)
     }
 }
 
