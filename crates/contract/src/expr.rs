@@ -112,11 +112,11 @@ pub enum NameKind {
 impl Expr {
     /// Parses a target expression.
     pub fn parse(input: &str) -> Result<Expr, ParseError> {
-        let tokens = lex(input)?;
+        let (tokens, chars) = lex(input)?;
         let mut parser = Parser {
             tokens,
             pos: 0,
-            end: input.chars().count() + 1,
+            end: chars + 1,
         };
         let expr = parser.expr(0)?;
         match parser.peek() {
@@ -276,6 +276,29 @@ fn describe_char(c: char) -> String {
     }
 }
 
+/// Powers of ten exact in f64.
+const EXACT_POWERS_OF_TEN: [f64; 16] = [
+    1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
+];
+
+/// A lexed number (`-`? digits (`.` digits)?) of at most 15 digits, without the general
+/// parser: its digits and its power of ten are exact in f64, so one division rounds it
+/// correctly, as `str::parse` would.
+fn short_decimal(text: &str) -> Option<f64> {
+    let (negative, unsigned) = match text.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, text),
+    };
+    let (whole, fraction) = unsigned.split_once('.').unwrap_or((unsigned, ""));
+    if whole.len() + fraction.len() > 15 {
+        return None;
+    }
+    let digits = whole.bytes().chain(fraction.bytes());
+    let integer = digits.fold(0u64, |n, digit| n * 10 + u64::from(digit - b'0'));
+    let value = integer as f64 / EXACT_POWERS_OF_TEN[fraction.len()];
+    Some(if negative { -value } else { value })
+}
+
 /// Reads `input` a character at a time, counting characters for error positions (the
 /// text is read in place: only names become strings).
 struct Cursor<'a> {
@@ -314,7 +337,8 @@ impl Cursor<'_> {
     }
 }
 
-fn lex(input: &str) -> Result<Vec<Token>, ParseError> {
+/// The tokens of `input`, and its length in characters.
+fn lex(input: &str) -> Result<(Vec<Token>, usize), ParseError> {
     // Room at once for a typical target's tokens (`AGE BETWEEN 18 AND 34 AND F2554` has 7).
     let mut tokens = Vec::with_capacity((input.len() / 2 + 1).min(16));
     let mut cursor = Cursor {
@@ -372,9 +396,12 @@ fn lex(input: &str) -> Result<Vec<Token>, ParseError> {
                     }
                 }
                 let text = &input[start..cursor.byte];
-                let value: f64 = text
-                    .parse()
-                    .map_err(|_| ParseError::new(at, "a number", format!("'{}'", shorten(text))))?;
+                let value = match short_decimal(text) {
+                    Some(value) => value,
+                    None => text.parse().map_err(|_| {
+                        ParseError::new(at, "a number", format!("'{}'", shorten(text)))
+                    })?,
+                };
                 if !value.is_finite() {
                     return Err(ParseError::new(
                         at,
@@ -416,7 +443,7 @@ fn lex(input: &str) -> Result<Vec<Token>, ParseError> {
         }
         cursor.bump();
     }
-    Ok(tokens)
+    Ok((tokens, cursor.index))
 }
 
 struct Parser {
@@ -756,6 +783,17 @@ mod tests {
         #[test]
         fn never_panics_on_arbitrary_text(text in "\\PC{0,64}") {
             let _ = Expr::parse(&text);
+        }
+
+        #[test]
+        fn short_numbers_read_as_the_general_parser_reads_them(
+            text in "-?[0-9]{1,9}(\\.[0-9]{1,9})?",
+        ) {
+            let general: f64 = text.parse().unwrap();
+            match short_decimal(&text) {
+                Some(short) => prop_assert_eq!(short.to_bits(), general.to_bits()),
+                None => prop_assert!(text.bytes().filter(u8::is_ascii_digit).count() > 15),
+            }
         }
     }
 }
