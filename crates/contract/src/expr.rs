@@ -215,7 +215,7 @@ impl ParseError {
     }
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, PartialEq)]
 enum Kind {
     LParen,
     RParen,
@@ -231,7 +231,7 @@ enum Kind {
     Between,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 struct Token {
     kind: Kind,
     /// 1-based character position.
@@ -276,24 +276,29 @@ fn describe_char(c: char) -> String {
     }
 }
 
+/// Most digits [`short_decimal`] reads: the integer they spell is below 10^15 < 2^53,
+/// exact in f64.
+const SHORT_DIGITS: usize = 15;
+
 /// Powers of ten exact in f64.
-const EXACT_POWERS_OF_TEN: [f64; 16] = [
+const EXACT_POWERS_OF_TEN: [f64; SHORT_DIGITS + 1] = [
     1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
 ];
 
-/// A lexed number (`-`? digits (`.` digits)?) of at most 15 digits, without the general
-/// parser: its digits and its power of ten are exact in f64, so one division rounds it
-/// correctly, as `str::parse` would.
+/// A lexed number (`-`? digits (`.` digits)?) of at most [`SHORT_DIGITS`] digits, without
+/// the general parser: the integer its digits spell and its power of ten are exact in f64,
+/// so one division rounds it correctly, as `str::parse` would.
 fn short_decimal(text: &str) -> Option<f64> {
     let (negative, unsigned) = match text.strip_prefix('-') {
         Some(rest) => (true, rest),
         None => (false, text),
     };
     let (whole, fraction) = unsigned.split_once('.').unwrap_or((unsigned, ""));
-    if whole.len() + fraction.len() > 15 {
+    if whole.len() + fraction.len() > SHORT_DIGITS {
         return None;
     }
     let digits = whole.bytes().chain(fraction.bytes());
+    debug_assert!(digits.clone().all(|b| b.is_ascii_digit()), "lexed: {text}");
     let integer = digits.fold(0u64, |n, digit| n * 10 + u64::from(digit - b'0'));
     let value = integer as f64 / EXACT_POWERS_OF_TEN[fraction.len()];
     Some(if negative { -value } else { value })
@@ -321,11 +326,12 @@ impl Cursor<'_> {
         }
     }
 
-    /// Skips ASCII characters while `keep` holds (the runs of names and numbers).
+    /// Skips ASCII characters while `keep` holds (the runs of names and numbers): a byte
+    /// counts as a character only when it is ASCII.
     fn skip_ascii(&mut self, keep: impl Fn(u8) -> bool) {
         let run = self.text.as_bytes()[self.byte..]
             .iter()
-            .take_while(|b| keep(**b))
+            .take_while(|b| b.is_ascii() && keep(**b))
             .count();
         self.byte += run;
         self.index += run;
@@ -508,15 +514,15 @@ impl Parser {
     }
 
     fn expr(&mut self, depth: usize) -> Result<Expr, ParseError> {
-        self.joined(depth, &Kind::Or, Parser::and, Expr::Or)
+        self.chain(depth, &Kind::Or, Parser::and, Expr::Or)
     }
 
     fn and(&mut self, depth: usize) -> Result<Expr, ParseError> {
-        self.joined(depth, &Kind::And, Parser::unary, Expr::And)
+        self.chain(depth, &Kind::And, Parser::unary, Expr::And)
     }
 
     /// `item ( keyword item )*`: the lone item as it is, two or more made one by `make`.
-    fn joined(
+    fn chain(
         &mut self,
         depth: usize,
         keyword: &Kind,
@@ -687,6 +693,9 @@ mod tests {
             ("A ! 1", 4, "'=' after '!'"),
             ("A = 1.", 7, "a digit after '.'"),
             ("é = 1", 1, "a name, a number, an operator or a parenthesis"),
+            // Positions count characters, not bytes: U+3000 is one (three bytes).
+            ("A\u{3000}= x", 5, "a number"),
+            ("\u{3000}\u{3000}A !", 6, "'=' after '!'"),
             (
                 "A 1",
                 3,
@@ -701,6 +710,31 @@ mod tests {
                 "{text}"
             );
         }
+    }
+
+    #[test]
+    fn short_numbers_at_their_bounds() {
+        for text in [
+            "0",
+            "-0",
+            "-0.000",
+            "000000000000001",
+            "999999999999999",
+            "-99999999.9999999",
+            "0.00000000000001",
+            "0.1",
+            "4.35",
+        ] {
+            let general: f64 = text.parse().unwrap();
+            assert_eq!(
+                short_decimal(text).map(f64::to_bits),
+                Some(general.to_bits()),
+                "{text}"
+            );
+        }
+        // Sixteen digits go to the general parser.
+        assert_eq!(short_decimal("1234567890123456"), None);
+        assert_eq!(short_decimal("0.000000000000001"), None);
     }
 
     #[test]
