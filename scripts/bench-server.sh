@@ -157,16 +157,16 @@ run() {
     echo $(( $(idle_ticks) - idle )) >"$out.idle"
     echo $(( $(db_ticks) - db )) >"$out.db"
 }
-# Ticks in $1.$2 as µs per request of run $1. Server CPU per request is steadier than
-# req/s, which also counts how much of the shared cores the load generator took; idle
-# cores while every connection has a request out mean the run waited (on the ledger's
-# commits) rather than ran out of CPU.
-per_request_us() { awk -v t="$(cat "$1.$2")" -v hz="$(getconf CLK_TCK)" '/requests in/ { printf "%.1f\n", t * 1e6 / hz / $1 }' "$1"; }
-# The median over the rounds of $2 (cpu, idle or db) per request of the runs named $1.
-per_request_median() { for f in "$work"/"$1".*.txt; do per_request_us "$f" "$2"; done | median; }
-# p99 in ms from wrk's latency distribution.
-p99() { awk '$1=="99%" { v=$2; if (v ~ /us$/) { sub(/us/,"",v); v/=1000 } else if (v ~ /ms$/) { sub(/ms/,"",v) } else if (v ~ /s$/) { sub(/s/,"",v); v*=1000 } print v }'; }
-rps() { awk '/^Requests\/sec:/ { print $2 }'; }
+# The ticks of $1 (cpu, idle or db) over run $2 as µs per request. Server CPU per request
+# is steadier than req/s, which also counts how much of the shared cores the load
+# generator took; idle cores while every connection has a request out mean the run waited
+# (on the ledger's commits) rather than ran out of CPU.
+per_request_us() { awk -v t="$(cat "$2.$1")" -v hz="$(getconf CLK_TCK)" '/requests in/ { printf "%.1f\n", t * 1e6 / hz / $1 }' "$2"; }
+# p99 in ms from wrk's latency distribution in run $1.
+p99() { awk '$1=="99%" { v=$2; if (v ~ /us$/) { sub(/us/,"",v); v/=1000 } else if (v ~ /ms$/) { sub(/ms/,"",v) } else if (v ~ /s$/) { sub(/s/,"",v); v*=1000 } print v }' "$1"; }
+rps() { awk '/^Requests\/sec:/ { print $2 }' "$1"; }
+# A reading of every round's run named $1: the command after it, given each run's file.
+over_rounds() { local name="$1"; shift; for f in "$work"/"$name".*.txt; do "$@" "$f"; done; }
 # Requests sent, and the non-2xx among them, from wrk's output.
 requests() { awk '/requests in/ { print $1 }'; }
 non2xx() { awk '/Non-2xx/ { n=$NF } END { print n+0 }'; }
@@ -195,49 +195,49 @@ median() { sort -g | awk '{ v[NR]=$1 } END { if (NR%2) print v[(NR+1)/2]; else p
 ratios=""; bearer_ratios=""; mix_ratios=""; post_total=0; post_non2xx=0; bearer_total=0; bearer_non2xx=0
 mix_total=0; mix_non2xx=0
 for round in $(seq 1 "$rounds"); do
-    d="$(rps <"$work/docs.$round.txt")"; p="$(rps <"$work/post.$round.txt")"
+    d="$(rps "$work/docs.$round.txt")"; p="$(rps "$work/post.$round.txt")"
     r="$(ratio "$p" "$d")"
     ratios="$ratios $r"
     post_total=$(( post_total + $(requests <"$work/post.$round.txt") ))
     post_non2xx=$(( post_non2xx + $(non2xx <"$work/post.$round.txt") ))
-    m="$(rps <"$work/mix.$round.txt")"
+    m="$(rps "$work/mix.$round.txt")"
     mr="$(ratio "$m" "$d")"
     mix_ratios="$mix_ratios $mr"
     mix_total=$(( mix_total + $(requests <"$work/mix.$round.txt") ))
     mix_non2xx=$(( mix_non2xx + $(non2xx <"$work/mix.$round.txt") ))
     b="-"; br="-"
     if [ "$bearer" = yes ]; then
-        b="$(rps <"$work/bearer.$round.txt")"
+        b="$(rps "$work/bearer.$round.txt")"
         br="$(ratio "$b" "$p")"
         bearer_ratios="$bearer_ratios $br"
         bearer_total=$(( bearer_total + $(requests <"$work/bearer.$round.txt") ))
         bearer_non2xx=$(( bearer_non2xx + $(non2xx <"$work/bearer.$round.txt") ))
     fi
     printf 'round %s: GET /v1/docs %10s req/s p99 %s ms | POST /v1/crosstab %10s req/s p99 %s ms | ratio %s | bearer %10s req/s, /key %s | mix %10s req/s p99 %s ms, /docs %s\n' \
-        "$round" "$d" "$(p99 <"$work/docs.$round.txt")" "$p" "$(p99 <"$work/post.$round.txt")" "$r" "$b" "$br" \
-        "$m" "$(p99 <"$work/mix.$round.txt")" "$mr"
+        "$round" "$d" "$(p99 "$work/docs.$round.txt")" "$p" "$(p99 "$work/post.$round.txt")" "$r" "$b" "$br" \
+        "$m" "$(p99 "$work/mix.$round.txt")" "$mr"
 done
 bearer_rps="-"; bearer_p99="-"; bearer_ratio="-"; bearer_cpu="-"
 if [ "$bearer" = yes ]; then
-    bearer_rps="$(for f in "$work"/bearer.*.txt; do rps <"$f"; done | median)"
-    bearer_p99="$(for f in "$work"/bearer.*.txt; do p99 <"$f"; done | median)"
+    bearer_rps="$(over_rounds bearer rps | median)"
+    bearer_p99="$(over_rounds bearer p99 | median)"
     bearer_ratio="$(for r in $bearer_ratios; do echo "$r"; done | median)"
-    bearer_cpu="$(per_request_median bearer cpu)"
+    bearer_cpu="$(over_rounds bearer per_request_us cpu | median)"
 fi
-docs_rps="$(for f in "$work"/docs.*.txt; do rps <"$f"; done | median)"
-post_rps="$(for f in "$work"/post.*.txt; do rps <"$f"; done | median)"
-docs_p99="$(for f in "$work"/docs.*.txt; do p99 <"$f"; done | median)"
-post_p99="$(for f in "$work"/post.*.txt; do p99 <"$f"; done | median)"
-post_p99_max="$(for f in "$work"/post.*.txt; do p99 <"$f"; done | sort -g | tail -1)"
+docs_rps="$(over_rounds docs rps | median)"
+post_rps="$(over_rounds post rps | median)"
+docs_p99="$(over_rounds docs p99 | median)"
+post_p99="$(over_rounds post p99 | median)"
+post_p99_max="$(over_rounds post p99 | sort -g | tail -1)"
 ratio="$(for r in $ratios; do echo "$r"; done | median)"
-mix_rps="$(for f in "$work"/mix.*.txt; do rps <"$f"; done | median)"
-mix_p99="$(for f in "$work"/mix.*.txt; do p99 <"$f"; done | median)"
+mix_rps="$(over_rounds mix rps | median)"
+mix_p99="$(over_rounds mix p99 | median)"
 mix_ratio="$(for r in $mix_ratios; do echo "$r"; done | median)"
-docs_cpu="$(per_request_median docs cpu)"
-post_cpu="$(per_request_median post cpu)"
-mix_cpu="$(per_request_median mix cpu)"
-idle_line="$(per_request_median docs idle) µs docs, $(per_request_median post idle) µs POST, $(per_request_median mix idle) µs request mix"
-db_line="$(per_request_median post db) µs POST, $(per_request_median mix db) µs request mix"
+docs_cpu="$(over_rounds docs per_request_us cpu | median)"
+post_cpu="$(over_rounds post per_request_us cpu | median)"
+mix_cpu="$(over_rounds mix per_request_us cpu | median)"
+idle_line="$(over_rounds docs per_request_us idle | median) µs docs, $(over_rounds post per_request_us idle | median) µs POST, $(over_rounds mix per_request_us idle | median) µs request mix"
+db_line="$(over_rounds post per_request_us db | median) µs POST, $(over_rounds mix per_request_us db | median) µs request mix"
 
 kill -TERM "$server_pid"; wait "$server_pid" || true; server_pid=""
 bills="$("$bin" usage --data-dir "$work/data" "${database[@]}" --format csv \
