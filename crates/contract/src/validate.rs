@@ -29,6 +29,15 @@ pub fn validate_body(body: &[u8]) -> Result<ValidRequest, ApiError> {
     if body.len() > crate::limits::MAX_BODY_BYTES {
         return Err(ApiError::PayloadTooLarge);
     }
+    match well_formed(body) {
+        Some(valid) => Ok(valid),
+        None => read_whole(body),
+    }
+}
+
+/// Any body read as a JSON `Value` and then checked member by member: the path that
+/// decides every error.
+fn read_whole(body: &[u8]) -> Result<ValidRequest, ApiError> {
     let value = from_slice_strict(body).map_err(|error| match error {
         StrictJsonError::Syntax(error) => ApiError::InvalidRequest {
             field: None,
@@ -53,6 +62,53 @@ pub fn validate_body(body: &[u8]) -> Result<ValidRequest, ApiError> {
         },
     })?;
     validate_value(&value)
+}
+
+/// The common case, a body that breaks no rule, read straight into its fields: no
+/// `Value` tree is built. `None` whenever anything is amiss (even an unknown member, which
+/// could repeat), and the full reading then decides, so errors never depend on this path.
+fn well_formed(body: &[u8]) -> Option<ValidRequest> {
+    /// The request's members and nothing else (`deny_unknown_fields`): derived structs
+    /// refuse a repeated member themselves.
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Members {
+        #[serde(rename = "SurveyCode")]
+        survey_code: String,
+        #[serde(rename = "AuthorizationGroup", default)]
+        authorization_group: Option<String>,
+        #[serde(rename = "PopulationBaseCode")]
+        population_base_code: String,
+        #[serde(rename = "TargetCodes")]
+        target_codes: Vec<String>,
+    }
+    // A derived struct also reads a JSON array of its fields in order.
+    if body.iter().find(|byte| !byte.is_ascii_whitespace()) != Some(&b'{') {
+        return None;
+    }
+    let members: Members = serde_json::from_slice(body).ok()?;
+    check_identifier("SurveyCode", &members.survey_code, false).ok()?;
+    if let Some(group) = &members.authorization_group {
+        check_identifier("AuthorizationGroup", group, true).ok()?;
+    }
+    check_identifier("PopulationBaseCode", &members.population_base_code, false).ok()?;
+    if !(MIN_TARGET_CODES..=MAX_TARGET_CODES).contains(&members.target_codes.len()) {
+        return None;
+    }
+    let targets = members
+        .target_codes
+        .iter()
+        .map(|code| parse_target(&"TargetCodes", code).ok())
+        .collect::<Option<Vec<Expr>>>()?;
+    Some(ValidRequest {
+        request: CrosstabRequest {
+            survey_code: members.survey_code,
+            authorization_group: members.authorization_group,
+            population_base_code: members.population_base_code,
+            target_codes: members.target_codes,
+        },
+        targets,
+    })
 }
 
 /// Validates any JSON value as a `CrosstabRequest`. The first rule broken, in the order
@@ -272,5 +328,148 @@ mod tests {
         let detail = validate_body(nested).unwrap_err().envelope().error.unwrap();
         assert_eq!(detail.field, None);
         assert!(detail.message.contains("'a'"), "{}", detail.message);
+    }
+
+    /// Bodies a valid request is read from without a `Value` tree: escapes, a null group,
+    /// members in any order, whitespace around them.
+    #[test]
+    fn well_formed_bodies_skip_the_value_tree() {
+        let bodies: [&[u8]; 4] = [
+            br#"{"SurveyCode":"DEMO","PopulationBaseCode":"ADULTS","TargetCodes":["F2554"]}"#,
+            br#" { "TargetCodes" : ["GENDER\u0020= 2", "AGE BETWEEN 18 AND 34"], "AuthorizationGroup": null, "PopulationBaseCode": "ADULTS", "SurveyCode": "DEMO" } "#,
+            br#"{"Survey\u0043ode":"DEMO","AuthorizationGroup":"_ALL_","PopulationBaseCode":"ADULTS","TargetCodes":["F2554","NOT F2554"]}"#,
+            b"\n\t{\"SurveyCode\":\"DEMO\",\"PopulationBaseCode\":\"ADULTS\",\"TargetCodes\":[\"F2554\"]}\r\n",
+        ];
+        for body in bodies {
+            let fast = well_formed(body).unwrap();
+            assert_eq!(fast, read_whole(body).unwrap());
+            assert_eq!(fast.request.survey_code, "DEMO");
+        }
+    }
+
+    mod the_two_readings_agree {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn key() -> impl Strategy<Value = String> {
+            prop::sample::select(vec![
+                "SurveyCode",
+                "PopulationBaseCode",
+                "TargetCodes",
+                "AuthorizationGroup",
+                r"Survey\u0043ode",
+                "surveycode",
+                "Extra",
+            ])
+            .prop_map(str::to_owned)
+        }
+
+        fn text() -> impl Strategy<Value = String> {
+            prop::sample::select(vec![
+                "DEMO",
+                "ADULTS",
+                "_ALL_",
+                "a.b-c",
+                "",
+                "bad code",
+                "\u{e9}",
+                "F2554",
+                "GENDER = 2",
+                "AGE BETWEEN 18 AND",
+                "   ",
+                r"\u0047ENDER = 1",
+                r"\ud800",
+                "NOT (AGE < 30 OR INCOME >= 4.5) AND F2554",
+            ])
+            .prop_map(|text| format!("\"{text}\""))
+            .boxed()
+            .prop_union(
+                // Longer than an identifier or a target code may be.
+                prop::sample::select(vec![65_usize, 2000])
+                    .prop_map(|n| format!("\"{}\"", "A".repeat(n)))
+                    .boxed(),
+            )
+        }
+
+        fn value() -> impl Strategy<Value = String> {
+            let leaf = prop_oneof![
+                4 => text(),
+                1 => Just("null".to_owned()),
+                1 => Just("1".to_owned()),
+                1 => Just("true".to_owned()),
+                1 => Just(r#"{"a":1,"a":2}"#.to_owned()),
+            ];
+            prop_oneof![
+                3 => leaf.clone(),
+                2 => prop::collection::vec(leaf, 0..4).prop_map(|items| format!("[{}]", items.join(","))),
+            ]
+        }
+
+        fn member() -> impl Strategy<Value = (String, String)> {
+            (key(), value())
+        }
+
+        /// Mostly objects of request members, some repeated or unknown; some arrays, some
+        /// with something after the object, some cut short.
+        fn body() -> impl Strategy<Value = String> {
+            let members = prop::collection::vec(member(), 0..6);
+            (members, 0..8_u8).prop_map(|(members, shape)| {
+                let joined = members
+                    .iter()
+                    .map(|(key, value)| format!("\"{key}\":{value}"))
+                    .collect::<Vec<_>>()
+                    .join(",");
+                match shape {
+                    // The values alone, in an array: a struct's other reading in serde.
+                    0 => format!(
+                        "[{}]",
+                        members
+                            .into_iter()
+                            .map(|(_, value)| value)
+                            .collect::<Vec<_>>()
+                            .join(",")
+                    ),
+                    1 => format!("{{{joined}}} x"),
+                    2 => format!("{{{joined}"),
+                    3 => format!(" \u{c}{{{joined}}}"),
+                    _ => format!("{{{joined}}}"),
+                }
+            })
+        }
+
+        /// A request likely to be valid, for the fast path to be taken often.
+        fn request() -> impl Strategy<Value = String> {
+            let group = prop_oneof![
+                Just(String::new()),
+                Just(r#""AuthorizationGroup":null,"#.to_owned()),
+                text().prop_map(|group| format!(r#""AuthorizationGroup":{group},"#)),
+            ];
+            let targets = prop::collection::vec(text(), 0..4);
+            let extra = prop_oneof![
+                4 => Just(""),
+                1 => Just(r#","Extra":{"a":1,"a":2}"#),
+                1 => Just(r#","Extra":1"#),
+            ];
+            (group, text(), targets, extra, any::<bool>()).prop_map(
+                |(group, base, targets, extra, as_array)| {
+                    let targets = targets.join(",");
+                    if as_array {
+                        format!(r#"["DEMO",null,{base},[{targets}]]"#)
+                    } else {
+                        format!(
+                            r#"{{{group}"SurveyCode":"DEMO","PopulationBaseCode":{base},"TargetCodes":[{targets}]{extra}}}"#
+                        )
+                    }
+                },
+            )
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(4000))]
+            #[test]
+            fn on_any_body(body in prop_oneof![body(), request()]) {
+                prop_assert_eq!(validate_body(body.as_bytes()), read_whole(body.as_bytes()));
+            }
+        }
     }
 }
