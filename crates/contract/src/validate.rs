@@ -1,6 +1,8 @@
 //! The one validation function the server and the WASM validator share.
 
-use serde_json::{Map, Value};
+use std::borrow::Cow;
+
+use serde_json::Value;
 
 use crate::error::ApiError;
 use crate::expr::Expr;
@@ -29,15 +31,51 @@ pub fn validate_body(body: &[u8]) -> Result<ValidRequest, ApiError> {
     if body.len() > crate::limits::MAX_BODY_BYTES {
         return Err(ApiError::PayloadTooLarge);
     }
-    match well_formed(body) {
-        Some(valid) => Ok(valid),
-        None => read_whole(body),
+    match read_members(body) {
+        Some(members) => check_request(members),
+        None => read_tree(body),
     }
 }
 
-/// Any body read as a JSON `Value` and then checked member by member: the path that
-/// decides every error.
-fn read_whole(body: &[u8]) -> Result<ValidRequest, ApiError> {
+/// Reads a body that holds the request's members and nothing else straight into them,
+/// without a JSON `Value` tree; `None` for any other body (an unknown member too, which
+/// could repeat a name inside it), left to [`read_tree`]. Either way the same rules
+/// ([`check_request`]) then judge the members.
+fn read_members(body: &[u8]) -> Option<Request<'static>> {
+    /// Derived structs refuse a repeated member themselves.
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Members {
+        #[serde(rename = "SurveyCode")]
+        survey_code: Option<String>,
+        #[serde(rename = "AuthorizationGroup")]
+        authorization_group: Option<String>,
+        #[serde(rename = "PopulationBaseCode")]
+        population_base_code: Option<String>,
+        #[serde(rename = "TargetCodes")]
+        target_codes: Option<Vec<String>>,
+    }
+    // A derived struct also reads a JSON array of its fields in order. (A form feed is
+    // taken for a blank here, but JSON has none, so such a body fails below.)
+    if body.iter().find(|byte| !byte.is_ascii_whitespace()) != Some(&b'{') {
+        return None;
+    }
+    let members: Members = serde_json::from_slice(body).ok()?;
+    let text =
+        |text: Option<String>| text.map_or(Member::Missing, |text| Member::Text(text.into()));
+    Some(Request {
+        survey: text(members.survey_code),
+        group: text(members.authorization_group),
+        base: text(members.population_base_code),
+        targets: members
+            .target_codes
+            .map_or(Member::Missing, |codes| Member::Items(Items::Texts(codes))),
+    })
+}
+
+/// Reads any body as a JSON `Value` (refusing a member named twice at any depth) and
+/// validates that.
+fn read_tree(body: &[u8]) -> Result<ValidRequest, ApiError> {
     let value = from_slice_strict(body).map_err(|error| match error {
         StrictJsonError::Syntax(error) => ApiError::InvalidRequest {
             field: None,
@@ -64,53 +102,6 @@ fn read_whole(body: &[u8]) -> Result<ValidRequest, ApiError> {
     validate_value(&value)
 }
 
-/// The common case, a body that breaks no rule, read straight into its fields: no
-/// `Value` tree is built. `None` whenever anything is amiss (even an unknown member, which
-/// could repeat), and the full reading then decides, so errors never depend on this path.
-fn well_formed(body: &[u8]) -> Option<ValidRequest> {
-    /// The request's members and nothing else (`deny_unknown_fields`): derived structs
-    /// refuse a repeated member themselves.
-    #[derive(serde::Deserialize)]
-    #[serde(deny_unknown_fields)]
-    struct Members {
-        #[serde(rename = "SurveyCode")]
-        survey_code: String,
-        #[serde(rename = "AuthorizationGroup", default)]
-        authorization_group: Option<String>,
-        #[serde(rename = "PopulationBaseCode")]
-        population_base_code: String,
-        #[serde(rename = "TargetCodes")]
-        target_codes: Vec<String>,
-    }
-    // A derived struct also reads a JSON array of its fields in order.
-    if body.iter().find(|byte| !byte.is_ascii_whitespace()) != Some(&b'{') {
-        return None;
-    }
-    let members: Members = serde_json::from_slice(body).ok()?;
-    check_identifier("SurveyCode", &members.survey_code, false).ok()?;
-    if let Some(group) = &members.authorization_group {
-        check_identifier("AuthorizationGroup", group, true).ok()?;
-    }
-    check_identifier("PopulationBaseCode", &members.population_base_code, false).ok()?;
-    if !(MIN_TARGET_CODES..=MAX_TARGET_CODES).contains(&members.target_codes.len()) {
-        return None;
-    }
-    let targets = members
-        .target_codes
-        .iter()
-        .map(|code| parse_target(&"TargetCodes", code).ok())
-        .collect::<Option<Vec<Expr>>>()?;
-    Some(ValidRequest {
-        request: CrosstabRequest {
-            survey_code: members.survey_code,
-            authorization_group: members.authorization_group,
-            population_base_code: members.population_base_code,
-            target_codes: members.target_codes,
-        },
-        targets,
-    })
-}
-
 /// Validates any JSON value as a `CrosstabRequest`. The first rule broken, in the order
 /// of the spec's field table, decides the error.
 pub fn validate_value(value: &Value) -> Result<ValidRequest, ApiError> {
@@ -124,13 +115,74 @@ pub fn validate_value(value: &Value) -> Result<ValidRequest, ApiError> {
             hint: Some(OBJECT_HINT.to_owned()),
         });
     };
-    let survey_code = required_identifier(object, "SurveyCode", false)?;
-    let authorization_group = match object.get("AuthorizationGroup") {
-        None | Some(Value::Null) => None,
-        Some(_) => Some(required_identifier(object, "AuthorizationGroup", true)?),
+    let member = |field: &str| Member::of(object.get(field));
+    check_request(Request {
+        survey: member("SurveyCode"),
+        group: member("AuthorizationGroup"),
+        base: member("PopulationBaseCode"),
+        targets: member("TargetCodes"),
+    })
+}
+
+/// The request's members, however the body was read.
+struct Request<'a> {
+    survey: Member<'a>,
+    group: Member<'a>,
+    base: Member<'a>,
+    targets: Member<'a>,
+}
+
+/// One member as the rules see it.
+enum Member<'a> {
+    /// Absent, or `null`.
+    Missing,
+    /// A string: borrowed from a `Value` tree, or owned when read straight from the body.
+    Text(Cow<'a, str>),
+    /// An array.
+    Items(Items<'a>),
+    /// Any other JSON value, by its kind as a message says it ("a number", ...).
+    Other(&'static str),
+}
+
+/// An array member's items.
+enum Items<'a> {
+    /// Read into a `Value` tree: each may be of any kind.
+    Values(&'a [Value]),
+    /// Read straight from the body: strings only.
+    Texts(Vec<String>),
+}
+
+impl<'a> Member<'a> {
+    fn of(value: Option<&'a Value>) -> Self {
+        match value {
+            None | Some(Value::Null) => Member::Missing,
+            Some(Value::String(text)) => Member::Text(Cow::Borrowed(text)),
+            Some(Value::Array(items)) => Member::Items(Items::Values(items)),
+            Some(other) => Member::Other(kind_of(other)),
+        }
+    }
+
+    /// The member's kind in a message ("a string", "an array", ...).
+    fn kind(&self) -> &'static str {
+        match self {
+            Member::Missing => "null",
+            Member::Text(_) => "a string",
+            Member::Items(_) => "an array",
+            Member::Other(kind) => kind,
+        }
+    }
+}
+
+/// The rules, member by member in the order of the spec's field table: the first broken
+/// decides the error.
+fn check_request(request: Request<'_>) -> Result<ValidRequest, ApiError> {
+    let survey_code = identifier("SurveyCode", request.survey, false)?;
+    let authorization_group = match request.group {
+        Member::Missing => None,
+        group => Some(identifier("AuthorizationGroup", group, true)?),
     };
-    let population_base_code = required_identifier(object, "PopulationBaseCode", false)?;
-    let (target_codes, targets) = target_codes(object)?;
+    let population_base_code = identifier("PopulationBaseCode", request.base, false)?;
+    let (target_codes, targets) = target_codes(request.targets)?;
     Ok(ValidRequest {
         request: CrosstabRequest {
             survey_code,
@@ -154,36 +206,30 @@ pub fn kind_of(value: &Value) -> &'static str {
     }
 }
 
-fn required<'a>(object: &'a Map<String, Value>, field: &str) -> Result<&'a Value, ApiError> {
-    match object.get(field) {
-        None | Some(Value::Null) => Err(ApiError::invalid(
-            field,
-            format!("{field} is required."),
-            Some(OBJECT_HINT.to_owned()),
-        )),
-        Some(value) => Ok(value),
-    }
+fn missing(field: &str) -> ApiError {
+    ApiError::invalid(
+        field,
+        format!("{field} is required."),
+        Some(OBJECT_HINT.to_owned()),
+    )
 }
 
 /// Checks an identifier member: survey code, population base code or group.
-fn required_identifier(
-    object: &Map<String, Value>,
-    field: &str,
-    is_group: bool,
-) -> Result<String, ApiError> {
-    let Value::String(text) = required(object, field)? else {
-        return Err(ApiError::invalid(
-            field,
-            format!(
-                "{field} must be a string, not {}.",
-                kind_of(required(object, field)?)
-            ),
-            Some(IDENTIFIER_HINT.to_owned()),
-        ));
+fn identifier(field: &str, member: Member<'_>, is_group: bool) -> Result<String, ApiError> {
+    let text = match member {
+        Member::Missing => return Err(missing(field)),
+        Member::Text(text) => text,
+        other => {
+            return Err(ApiError::invalid(
+                field,
+                format!("{field} must be a string, not {}.", other.kind()),
+                Some(IDENTIFIER_HINT.to_owned()),
+            ))
+        }
     };
-    check_identifier(field, text, is_group)
+    check_identifier(field, &text, is_group)
         .map_err(|refusal| ApiError::invalid(field, refusal.message, Some(refusal.hint)))?;
-    Ok(text.clone())
+    Ok(text.into_owned())
 }
 
 /// Why a member was refused: the error's message and hint.
@@ -259,50 +305,59 @@ fn invalid_targets(message: String, hint: String) -> ApiError {
     ApiError::InvalidTargetCodes { message, hint }
 }
 
-fn target_codes(object: &Map<String, Value>) -> Result<(Vec<String>, Vec<Expr>), ApiError> {
+fn target_codes(member: Member<'_>) -> Result<(Vec<String>, Vec<Expr>), ApiError> {
     const FIELD: &str = "TargetCodes";
-    let value = required(object, FIELD)?;
-    let Value::Array(items) = value else {
-        return Err(ApiError::invalid(
-            FIELD,
-            format!(
-                "{FIELD} must be an array of strings, not {}.",
-                kind_of(value)
-            ),
-            Some("Send TargetCodes as an array of 1 or 2 strings.".to_owned()),
-        ));
+    let items = match member {
+        Member::Missing => return Err(missing(FIELD)),
+        Member::Items(items) => items,
+        other => {
+            return Err(ApiError::invalid(
+                FIELD,
+                format!("{FIELD} must be an array of strings, not {}.", other.kind()),
+                Some("Send TargetCodes as an array of 1 or 2 strings.".to_owned()),
+            ))
+        }
     };
-    if !(MIN_TARGET_CODES..=MAX_TARGET_CODES).contains(&items.len()) {
+    let count = match &items {
+        Items::Values(values) => values.len(),
+        Items::Texts(texts) => texts.len(),
+    };
+    if !(MIN_TARGET_CODES..=MAX_TARGET_CODES).contains(&count) {
         return Err(invalid_targets(
             format!(
-                "TargetCodes must have {MIN_TARGET_CODES} or {MAX_TARGET_CODES} entries, not {}.",
-                items.len()
+                "TargetCodes must have {MIN_TARGET_CODES} or {MAX_TARGET_CODES} entries, not {count}."
             ),
             "Send one or two target codes per request; split larger queries into several requests."
                 .to_owned(),
         ));
     }
-    let mut codes = Vec::with_capacity(items.len());
-    for (index, item) in items.iter().enumerate() {
-        let Value::String(code) = item else {
-            return Err(ApiError::invalid(
-                FIELD,
-                format!(
-                    "TargetCodes[{index}] must be a string, not {}.",
-                    kind_of(item)
-                ),
-                Some("Send each target code as a string.".to_owned()),
-            ));
-        };
-        codes.push(code);
-    }
-    let mut targets = Vec::with_capacity(codes.len());
-    for (index, code) in codes.iter().enumerate() {
-        let expr = parse_target(&format_args!("TargetCodes[{index}]"), code)
-            .map_err(|refusal| invalid_targets(refusal.message, refusal.hint))?;
-        targets.push(expr);
-    }
-    Ok((codes.into_iter().cloned().collect(), targets))
+    let codes = match items {
+        Items::Texts(texts) => texts,
+        Items::Values(values) => values
+            .iter()
+            .enumerate()
+            .map(|(index, item)| match item {
+                Value::String(code) => Ok(code.clone()),
+                other => Err(ApiError::invalid(
+                    FIELD,
+                    format!(
+                        "TargetCodes[{index}] must be a string, not {}.",
+                        kind_of(other)
+                    ),
+                    Some("Send each target code as a string.".to_owned()),
+                )),
+            })
+            .collect::<Result<_, _>>()?,
+    };
+    let targets = codes
+        .iter()
+        .enumerate()
+        .map(|(index, code)| {
+            parse_target(&format_args!("TargetCodes[{index}]"), code)
+                .map_err(|refusal| invalid_targets(refusal.message, refusal.hint))
+        })
+        .collect::<Result<_, _>>()?;
+    Ok((codes, targets))
 }
 
 #[cfg(test)]
@@ -330,10 +385,10 @@ mod tests {
         assert!(detail.message.contains("'a'"), "{}", detail.message);
     }
 
-    /// Bodies a valid request is read from without a `Value` tree: escapes, a null group,
-    /// members in any order, whitespace around them.
+    /// Bodies of the request's members alone are read without a `Value` tree: escapes, a
+    /// null group, members in any order, whitespace around them.
     #[test]
-    fn well_formed_bodies_skip_the_value_tree() {
+    fn bodies_of_members_alone_skip_the_value_tree() {
         let bodies: [&[u8]; 4] = [
             br#"{"SurveyCode":"DEMO","PopulationBaseCode":"ADULTS","TargetCodes":["F2554"]}"#,
             br#" { "TargetCodes" : ["GENDER\u0020= 2", "AGE BETWEEN 18 AND 34"], "AuthorizationGroup": null, "PopulationBaseCode": "ADULTS", "SurveyCode": "DEMO" } "#,
@@ -341,8 +396,8 @@ mod tests {
             b"\n\t{\"SurveyCode\":\"DEMO\",\"PopulationBaseCode\":\"ADULTS\",\"TargetCodes\":[\"F2554\"]}\r\n",
         ];
         for body in bodies {
-            let fast = well_formed(body).unwrap();
-            assert_eq!(fast, read_whole(body).unwrap());
+            let fast = check_request(read_members(body).unwrap()).unwrap();
+            assert_eq!(fast, read_tree(body).unwrap());
             assert_eq!(fast.request.survey_code, "DEMO");
         }
     }
@@ -350,6 +405,7 @@ mod tests {
     mod the_two_readings_agree {
         use super::*;
         use proptest::prelude::*;
+        use proptest::test_runner::TestRunner;
 
         fn key() -> impl Strategy<Value = String> {
             prop::sample::select(vec![
@@ -437,39 +493,75 @@ mod tests {
             })
         }
 
-        /// A request likely to be valid, for the fast path to be taken often.
+        /// Blanks JSON allows between tokens.
+        fn gap() -> impl Strategy<Value = &'static str> {
+            prop::sample::select(vec!["", "", " ", "\n\t ", "\r\n"])
+        }
+
+        /// A request likely to be valid, for the fast path to be taken often: as an
+        /// object, or as the array of its values (which a derived struct would read).
         fn request() -> impl Strategy<Value = String> {
             let group = prop_oneof![
                 Just(String::new()),
                 Just(r#""AuthorizationGroup":null,"#.to_owned()),
                 text().prop_map(|group| format!(r#""AuthorizationGroup":{group},"#)),
             ];
-            let targets = prop::collection::vec(text(), 0..4);
+            let targets = || prop::collection::vec(text(), 0..4).prop_map(|codes| codes.join(","));
             let extra = prop_oneof![
                 4 => Just(""),
                 1 => Just(r#","Extra":{"a":1,"a":2}"#),
                 1 => Just(r#","Extra":1"#),
             ];
-            (group, text(), targets, extra, any::<bool>()).prop_map(
-                |(group, base, targets, extra, as_array)| {
-                    let targets = targets.join(",");
-                    if as_array {
-                        format!(r#"["DEMO",null,{base},[{targets}]]"#)
-                    } else {
-                        format!(
-                            r#"{{{group}"SurveyCode":"DEMO","PopulationBaseCode":{base},"TargetCodes":[{targets}]{extra}}}"#
-                        )
-                    }
+            let object = (group, text(), targets(), extra, gap(), gap()).prop_map(
+                |(group, base, targets, extra, outer, inner)| {
+                    format!(
+                        r#"{outer}{{{group}"SurveyCode"{inner}:{inner}"DEMO",{inner}"PopulationBaseCode":{base}{inner},"TargetCodes":[{targets}]{extra}}}{outer}"#
+                    )
                 },
-            )
+            );
+            let array = (text(), targets())
+                .prop_map(|(base, targets)| format!(r#"["DEMO",null,{base},[{targets}]]"#));
+            prop_oneof![4 => object, 1 => array]
         }
 
-        proptest! {
-            #![proptest_config(ProptestConfig::with_cases(4000))]
-            #[test]
-            fn on_any_body(body in prop_oneof![body(), request()]) {
-                prop_assert_eq!(validate_body(body.as_bytes()), read_whole(body.as_bytes()));
-            }
+        /// Any body, now and then with one byte made invalid UTF-8. (All stay under
+        /// `MAX_BODY_BYTES`, which only `validate_body` checks.)
+        fn bytes() -> impl Strategy<Value = Vec<u8>> {
+            (
+                prop_oneof![body(), request()],
+                prop::option::weighted(0.1, any::<usize>()),
+            )
+                .prop_map(|(body, spoilt)| {
+                    let mut bytes = body.into_bytes();
+                    if let Some(at) = spoilt.filter(|_| !bytes.is_empty()) {
+                        let at = at % bytes.len();
+                        bytes[at] = 0xFF;
+                    }
+                    bytes
+                })
+        }
+
+        /// `validate_body` answers every body as the `Value` reading alone would, and
+        /// takes the way round the tree often enough for that to mean something.
+        #[test]
+        fn on_any_body() {
+            let cases = 4000;
+            let mut runner = TestRunner::new(ProptestConfig::with_cases(cases));
+            let without_tree = std::cell::Cell::new(0_u32);
+            runner
+                .run(&bytes(), |body| {
+                    if read_members(&body).is_some() {
+                        without_tree.set(without_tree.get() + 1);
+                    }
+                    prop_assert_eq!(validate_body(&body), read_tree(&body));
+                    Ok(())
+                })
+                .unwrap();
+            assert!(
+                without_tree.get() > cases / 10,
+                "only {} of {cases} bodies were read without the tree",
+                without_tree.get()
+            );
         }
     }
 }
