@@ -400,6 +400,33 @@ mod tests {
             assert_eq!(fast, read_tree(body).unwrap());
             assert_eq!(fast.request.survey_code, "DEMO");
         }
+        // Read without the tree and refused by the rules, as the tree's reading refuses.
+        let refused: [&[u8]; 2] = [
+            br#"{"SurveyCode":"DEMO","PopulationBaseCode":"","TargetCodes":["F2554"]}"#,
+            br#"{"SurveyCode":"DEMO","PopulationBaseCode":"DEMO","TargetCodes":[]}"#,
+        ];
+        for body in refused {
+            let fast = check_request(read_members(body).unwrap());
+            assert!(fast.is_err());
+            assert_eq!(fast, read_tree(body));
+        }
+    }
+
+    /// Any other body goes through the tree: the array form (which a derived struct would
+    /// read), an unknown member (which could repeat a name inside it), a wrong type.
+    #[test]
+    fn other_bodies_are_read_into_the_tree() {
+        let bodies: [&[u8]; 3] = [
+            br#"["DEMO",null,"ADULTS",["F2554"]]"#,
+            br#"{"SurveyCode":"DEMO","PopulationBaseCode":"DEMO","TargetCodes":["F2554"],"Extra":{"a":1,"a":2}}"#,
+            br#"{"SurveyCode":1,"PopulationBaseCode":"DEMO","TargetCodes":["F2554"]}"#,
+        ];
+        for body in bodies {
+            assert!(read_members(body).is_none());
+            let answer = validate_body(body);
+            assert!(answer.is_err());
+            assert_eq!(answer, read_tree(body));
+        }
     }
 
     mod the_two_readings_agree {
@@ -546,7 +573,11 @@ mod tests {
         #[test]
         fn on_any_body() {
             let cases = 4000;
-            let mut runner = TestRunner::new(ProptestConfig::with_cases(cases));
+            // As `proptest!` would: a failing case is kept beside this file and tried first.
+            let mut runner = TestRunner::new(ProptestConfig {
+                source_file: Some(file!()),
+                ..ProptestConfig::with_cases(cases)
+            });
             let without_tree = std::cell::Cell::new(0_u32);
             runner
                 .run(&bytes(), |body| {
