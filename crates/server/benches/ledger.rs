@@ -110,7 +110,6 @@ fn bill(account_id: i64, key: &Arc<str>, n: u64) -> Bill {
         base: "ADULTS".into(),
         targets: 2,
         request_id: format!("{n:032x}").into(),
-        idempotent: None,
     }
 }
 

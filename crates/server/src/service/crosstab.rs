@@ -18,7 +18,7 @@ use super::principal::Principal;
 use super::{RequestId, ServiceError};
 use crate::clock::Clock;
 use crate::store::idempotency::{self, Reservation};
-use crate::store::ledger::{Bill, KeptAnswer, Ledger};
+use crate::store::ledger::{Bill, KeptAnswer, Ledger, LedgerError};
 use crate::store::Database;
 
 /// Surveys larger than this are queried on the blocking pool, off the async workers.
@@ -48,36 +48,70 @@ enum Held {
     Answered(Bytes),
 }
 
-/// A reserved key: given back when its request ends unbilled (however it ends: dropped
-/// with its client too), so a retry is answered anew.
+/// A reserved key: given back when its request ends unbilled, before its error is
+/// answered (or, dropped with its client, as soon as may be), so a retry is answered anew.
 struct Reserved {
     db: Database,
     account_id: i64,
     key: Arc<str>,
-    billed: bool,
+    /// This reservation's own token (see [`idempotency::Claim::owner`]).
+    owner: Arc<str>,
+    /// Billed or given back: nothing left to do when dropped.
+    settled: bool,
 }
 
 impl Reserved {
     /// The bill's transaction stored the answer with the key: it stays.
     fn billed(mut self) {
-        self.billed = true;
+        self.settled = true;
+    }
+
+    /// Gives the key back now, so a retry sent as soon as the error arrives finds it free.
+    async fn give_back(mut self) {
+        release(
+            self.db.clone(),
+            self.account_id,
+            Arc::clone(&self.key),
+            Arc::clone(&self.owner),
+        )
+        .await;
+        // Only now: dropped during the release (its client gone), `drop` gives it back.
+        self.settled = true;
+    }
+
+    /// The answer to keep with the key in the bill's transaction.
+    fn keeping(&self, body: &Bytes) -> KeptAnswer {
+        KeptAnswer {
+            account_id: self.account_id,
+            key: Arc::clone(&self.key),
+            owner: Arc::clone(&self.owner),
+            body: body.clone(),
+        }
     }
 }
 
 impl Drop for Reserved {
     fn drop(&mut self) {
-        if self.billed {
+        if self.settled {
             return;
         }
-        let (db, account_id, key) = (self.db.clone(), self.account_id, Arc::clone(&self.key));
+        let (db, account_id, key, owner) = (
+            self.db.clone(),
+            self.account_id,
+            Arc::clone(&self.key),
+            Arc::clone(&self.owner),
+        );
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move {
-                if let Err(error) = idempotency::release(&db, account_id, &key).await {
-                    // Held until it counts as abandoned (twice the query deadline).
-                    tracing::warn!(%error, "an unbilled idempotency key was not given back");
-                }
-            });
+            runtime.spawn(release(db, account_id, key, owner));
         }
+    }
+}
+
+/// Gives back `owner`'s unbilled reservation of `key`.
+async fn release(db: Database, account_id: i64, key: Arc<str>, owner: Arc<str>) {
+    if let Err(error) = idempotency::release(&db, account_id, &key, &owner).await {
+        // Held until it counts as abandoned (twice the query deadline).
+        tracing::warn!(%error, "an unbilled idempotency key was not given back");
     }
 }
 
@@ -173,27 +207,51 @@ impl Crosstab {
             }
             None => None,
         };
-        let key = reservation.as_ref().map(|r| &r.key);
+        match self
+            .billed_answer(principal, body, request_id, reservation.as_ref())
+            .await
+        {
+            Ok(answer) => {
+                if let Some(reservation) = reservation {
+                    reservation.billed();
+                }
+                Ok(Answer {
+                    body: answer,
+                    replayed: false,
+                })
+            }
+            Err(error) => {
+                if let Some(reservation) = reservation {
+                    reservation.give_back().await;
+                }
+                Err(error)
+            }
+        }
+    }
+
+    /// The answer, from the cache or computed, billed (with the answer kept for `held`'s
+    /// key, if the request sent one).
+    async fn billed_answer(
+        &self,
+        principal: &Principal,
+        body: Bytes,
+        request_id: &RequestId,
+        held: Option<&Reserved>,
+    ) -> Result<Bytes, ServiceError> {
         // Within the account's rate and quota first: nothing over them is even computed.
         let admission = self.limits.admit(principal).await?;
         let answer = match self
-            .cached_answer(principal, &body, request_id, key)
+            .cached_answer(principal, &body, request_id, held)
             .await?
         {
             Some(answer) => answer,
             None => {
-                self.computed_answer(principal, body, request_id, key)
+                self.computed_answer(principal, body, request_id, held)
                     .await?
             }
         };
         admission.billed();
-        if let Some(reservation) = reservation {
-            reservation.billed();
-        }
-        Ok(Answer {
-            body: answer,
-            replayed: false,
-        })
+        Ok(answer)
     }
 
     /// Takes `key` for this request, or finds the answer it was given (waiting, within
@@ -205,15 +263,20 @@ impl Crosstab {
         body: &[u8],
     ) -> Result<Held, ServiceError> {
         let hash = crate::keys::to_hex(&Sha256::digest(body));
+        let owner: Arc<str> = Arc::from(crate::keys::to_hex(&rand::random::<[u8; 16]>()));
+        let claim = idempotency::Claim {
+            account_id: principal.account_id,
+            key,
+            body_sha256: &hash,
+            owner: &owner,
+        };
         let started = Instant::now();
         loop {
             let now = self.clock.now_ms();
             let abandoned = i64::try_from(self.deadline.as_millis()).unwrap_or(i64::MAX) * 2;
             let reservation = idempotency::reserve(
                 &self.db,
-                principal.account_id,
-                key,
-                &hash,
+                claim,
                 now,
                 now - IDEMPOTENCY_KEPT_MS,
                 now.saturating_sub(abandoned),
@@ -225,7 +288,8 @@ impl Crosstab {
                         db: self.db.clone(),
                         account_id: principal.account_id,
                         key: Arc::clone(key),
-                        billed: false,
+                        owner,
+                        settled: false,
                     }))
                 }
                 Reservation::Answered { status: 200, body } => {
@@ -251,7 +315,7 @@ impl Crosstab {
         principal: &Principal,
         body: Bytes,
         request_id: &RequestId,
-        key: Option<&Arc<str>>,
+        held: Option<&Reserved>,
     ) -> Result<Bytes, ServiceError> {
         let started = Instant::now();
         let valid = validate_body(&body)?;
@@ -290,8 +354,8 @@ impl Crosstab {
             );
             self.cache.insert(&body, &answer, entry);
         }
-        self.bill(principal, billable, request_id, kept(key, &answer))
-            .await?;
+        let kept = held.map(|held| held.keeping(&answer));
+        self.bill(principal, billable, request_id, kept).await?;
         Ok(answer)
     }
 
@@ -303,7 +367,7 @@ impl Crosstab {
         principal: &Principal,
         body: &Bytes,
         request_id: &RequestId,
-        key: Option<&Arc<str>>,
+        held: Option<&Reserved>,
     ) -> Result<Option<Bytes>, ServiceError> {
         let Some(hit) = self.cache.get(body) else {
             return Ok(None);
@@ -328,8 +392,8 @@ impl Crosstab {
             targets: hit.targets,
         };
         let answer = hit.body();
-        self.bill(principal, billable, request_id, kept(key, &answer))
-            .await?;
+        let kept = held.map(|held| held.keeping(&answer));
+        self.bill(principal, billable, request_id, kept).await?;
         Ok(Some(answer))
     }
 
@@ -339,19 +403,22 @@ impl Crosstab {
         principal: &Principal,
         billable: Billable,
         request_id: &RequestId,
-        idempotent: Option<KeptAnswer>,
+        kept: Option<KeptAnswer>,
     ) -> Result<(), ServiceError> {
-        let bill = self.bill_of(principal, billable, request_id, idempotent);
-        Ok(self.ledger.bill(bill).await?)
+        let bill = self.bill_of(principal, billable, request_id);
+        let billed = match kept {
+            None => self.ledger.bill(bill).await,
+            Some(kept) => self.ledger.bill_keeping(bill, kept).await,
+        };
+        match billed {
+            // Its key was taken over by a retry once this request counted as abandoned
+            // (twice the deadline): this one is past its deadline, and unbilled.
+            Err(LedgerError::KeyLost) => Err(ApiError::DeadlineExceeded.into()),
+            billed => Ok(billed?),
+        }
     }
 
-    fn bill_of(
-        &self,
-        principal: &Principal,
-        billable: Billable,
-        request_id: &RequestId,
-        idempotent: Option<KeptAnswer>,
-    ) -> Bill {
+    fn bill_of(&self, principal: &Principal, billable: Billable, request_id: &RequestId) -> Bill {
         Bill {
             at: self.clock.now_ms(),
             account_id: principal.account_id,
@@ -361,7 +428,6 @@ impl Crosstab {
             base: billable.base,
             targets: billable.targets,
             request_id: Arc::clone(&request_id.0),
-            idempotent,
         }
     }
 
@@ -399,7 +465,6 @@ impl Crosstab {
                         ..billable()
                     },
                     request_id,
-                    None,
                 )
             })
             .collect();
@@ -463,14 +528,6 @@ async fn compute_table(
         .map_err(|_| ApiError::DeadlineExceeded)?
         .map_err(|error| ServiceError::Internal(format!("table task failed: {error}")))?
         .map_err(ServiceError::from)
-}
-
-/// The answer to keep with the request's `Idempotency-Key`, if it sent one.
-fn kept(key: Option<&Arc<str>>, body: &Bytes) -> Option<KeptAnswer> {
-    key.map(|key| KeptAnswer {
-        key: Arc::clone(key),
-        body: body.clone(),
-    })
 }
 
 /// The engine's answer, on the blocking pool for large surveys; past `deadline` there,

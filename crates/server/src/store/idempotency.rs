@@ -24,54 +24,74 @@ pub enum Reservation {
     OtherBody,
 }
 
-/// Reserves `key` for `account_id`'s request whose body hashes to `body_sha256`, unless
-/// it is held: a held key older than `expired_before` (Unix ms) counts as free, and so
-/// does an unanswered one older than `abandoned_before` (its request died unanswered).
+/// A request's claim on a key: its account, the key, the SHA-256 of its body, and the
+/// random token that names this request's reservation (its owner).
+#[derive(Debug, Clone, Copy)]
+pub struct Claim<'a> {
+    /// The account that sent the key.
+    pub account_id: i64,
+    /// The `Idempotency-Key`.
+    pub key: &'a str,
+    /// The SHA-256 of the request body, in hex.
+    pub body_sha256: &'a str,
+    /// This request's own token: only its bill may answer the key, only it may give it back.
+    pub owner: &'a str,
+}
+
+/// Reserves `claim.key` for its request, unless it is held: a held key older than
+/// `expired_before` (Unix ms) counts as free, and so does an unanswered one older than
+/// `abandoned_before` (its request died unanswered).
 pub async fn reserve(
     db: &Database,
-    account_id: i64,
-    key: &str,
-    body_sha256: &str,
+    claim: Claim<'_>,
     now: i64,
     expired_before: i64,
     abandoned_before: i64,
 ) -> Result<Reservation, DbError> {
-    let mut tx = db.pool().begin().await?;
-    sqlx::query(
-        "DELETE FROM idempotency_keys WHERE account_id = $1 AND key = $2 \
-         AND (created_at < $3 OR (status IS NULL AND created_at < $4))",
-    )
-    .bind(account_id)
-    .bind(key)
-    .bind(expired_before)
-    .bind(abandoned_before)
-    .execute(&mut *tx)
-    .await?;
-    let inserted = sqlx::query(
-        "INSERT INTO idempotency_keys (account_id, key, body_sha256, created_at) \
-         VALUES ($1, $2, $3, $4) ON CONFLICT (account_id, key) DO NOTHING",
-    )
-    .bind(account_id)
-    .bind(key)
-    .bind(body_sha256)
-    .bind(now)
-    .execute(&mut *tx)
-    .await?
-    .rows_affected();
-    let reservation = if inserted == 1 {
-        Reservation::Reserved
-    } else {
+    loop {
+        let mut tx = db.pool().begin().await?;
+        sqlx::query(
+            "DELETE FROM idempotency_keys WHERE account_id = $1 AND key = $2 \
+             AND (created_at < $3 OR (status IS NULL AND created_at < $4))",
+        )
+        .bind(claim.account_id)
+        .bind(claim.key)
+        .bind(expired_before)
+        .bind(abandoned_before)
+        .execute(&mut *tx)
+        .await?;
+        let inserted = sqlx::query(
+            "INSERT INTO idempotency_keys (account_id, key, body_sha256, created_at, owner) \
+             VALUES ($1, $2, $3, $4, $5) ON CONFLICT (account_id, key) DO NOTHING",
+        )
+        .bind(claim.account_id)
+        .bind(claim.key)
+        .bind(claim.body_sha256)
+        .bind(now)
+        .bind(claim.owner)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        if inserted == 1 {
+            tx.commit().await?;
+            return Ok(Reservation::Reserved);
+        }
         let row = sqlx::query(
             "SELECT body_sha256, status, response FROM idempotency_keys \
              WHERE account_id = $1 AND key = $2",
         )
-        .bind(account_id)
-        .bind(key)
-        .fetch_one(&mut *tx)
+        .bind(claim.account_id)
+        .bind(claim.key)
+        .fetch_optional(&mut *tx)
         .await?;
+        // Given back between the INSERT and the SELECT (READ COMMITTED sees both): try again.
+        let Some(row) = row else {
+            tx.rollback().await?;
+            continue;
+        };
         let held: String = row.try_get(0)?;
         let status: Option<i64> = row.try_get(1)?;
-        if held != body_sha256 {
+        let reservation = if held != claim.body_sha256 {
             Reservation::OtherBody
         } else if let Some(status) = status {
             Reservation::Answered {
@@ -81,19 +101,27 @@ pub async fn reserve(
             }
         } else {
             Reservation::InProgress
-        }
-    };
-    tx.commit().await?;
-    Ok(reservation)
+        };
+        tx.commit().await?;
+        return Ok(reservation);
+    }
 }
 
-/// Gives back a reservation whose request was not billed (so a retry is answered anew).
-pub async fn release(db: &Database, account_id: i64, key: &str) -> Result<(), DbError> {
+/// Gives back `owner`'s reservation of `key`, if its request was not billed (so a retry
+/// is answered anew); a key another request has taken over since is left alone.
+pub async fn release(
+    db: &Database,
+    account_id: i64,
+    key: &str,
+    owner: &str,
+) -> Result<(), DbError> {
     sqlx::query(
-        "DELETE FROM idempotency_keys WHERE account_id = $1 AND key = $2 AND status IS NULL",
+        "DELETE FROM idempotency_keys \
+         WHERE account_id = $1 AND key = $2 AND owner = $3 AND status IS NULL",
     )
     .bind(account_id)
     .bind(key)
+    .bind(owner)
     .execute(db.pool())
     .await?;
     Ok(())

@@ -19,6 +19,7 @@
 //! the database's answer to a commit would wait until a worker busy with requests polled
 //! the network again, and every bill of the batch with it.
 
+use std::collections::HashSet;
 use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -104,16 +105,19 @@ pub struct Bill {
     pub targets: i64,
     /// The request's `X-Request-Id`.
     pub request_id: Arc<str>,
-    /// With an `Idempotency-Key`: the key, and the answer to keep with it.
-    pub idempotent: Option<KeptAnswer>,
 }
 
 /// The answer a billed request with an `Idempotency-Key` got, kept in the bill's
-/// transaction so a retry can be given it.
+/// transaction so a retry can be given it; kept only while the request still holds the
+/// key (else the bill is not written either).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeptAnswer {
+    /// The account that holds the key.
+    pub account_id: i64,
     /// The key (reserved by [`super::idempotency::reserve`]).
     pub key: Arc<str>,
+    /// The token of the request's reservation.
+    pub owner: Arc<str>,
     /// The 200 body.
     pub body: axum::body::Bytes,
 }
@@ -127,11 +131,31 @@ pub enum LedgerError {
     /// The writer has stopped (the server is shutting down).
     #[error("ledger writer stopped")]
     Stopped,
+    /// The request's `Idempotency-Key` is no longer its own (given back, or taken over by
+    /// a retry once this request counted as abandoned); nothing was billed.
+    #[error("the idempotency key is no longer this request's")]
+    KeyLost,
+}
+
+/// Why one answer's bills were not committed.
+#[derive(Debug, Clone)]
+enum Refusal {
+    /// The batch's transaction failed.
+    Write(String),
+    /// Its idempotency key is not its request's any more.
+    KeyLost,
 }
 
 /// The bills of one answer (one for a crosstab, several for a table), committed together
-/// or not at all, and where to say which.
-type Pending = (Vec<Bill>, oneshot::Sender<Result<(), String>>);
+/// or not at all, the answer to keep with its idempotency key, and where to say which.
+struct Pending {
+    bills: Vec<Bill>,
+    kept: Option<KeptAnswer>,
+    done: oneshot::Sender<Result<(), Refusal>>,
+}
+
+/// Which answers of a batch were left out because their key was lost, by place.
+type Lost = Vec<bool>;
 
 /// The handle requests bill through. Cheap to clone.
 ///
@@ -264,12 +288,23 @@ impl Ledger {
     /// out; after it is committed, the bill stands and the drop is logged with the
     /// request id, so bills always reconcile with the 200s in the access log.
     pub async fn bill(&self, bill: Bill) -> Result<(), LedgerError> {
-        self.bill_all(vec![bill]).await
+        self.submit(vec![bill], None).await
+    }
+
+    /// [`Ledger::bill`], keeping `kept` with the request's idempotency key in the same
+    /// transaction; if the request no longer holds the key, nothing is billed
+    /// ([`LedgerError::KeyLost`]).
+    pub async fn bill_keeping(&self, bill: Bill, kept: KeptAnswer) -> Result<(), LedgerError> {
+        self.submit(vec![bill], Some(kept)).await
     }
 
     /// Records every bill of one answer durably, in one transaction: all are committed
     /// or none is. Returns once they are; the same rules as [`Ledger::bill`].
     pub async fn bill_all(&self, bills: Vec<Bill>) -> Result<(), LedgerError> {
+        self.submit(bills, None).await
+    }
+
+    async fn submit(&self, bills: Vec<Bill>, kept: Option<KeptAnswer>) -> Result<(), LedgerError> {
         let Some(first) = bills.first() else {
             return Ok(());
         };
@@ -279,11 +314,12 @@ impl Ledger {
             committed,
         };
         self.queue
-            .send((bills, done))
+            .send(Pending { bills, kept, done })
             .map_err(|_| LedgerError::Stopped)?;
         match (&mut awaiting.committed).await {
             Ok(Ok(())) => Ok(()),
-            Ok(Err(reason)) => Err(LedgerError::Write(reason)),
+            Ok(Err(Refusal::Write(reason))) => Err(LedgerError::Write(reason)),
+            Ok(Err(Refusal::KeyLost)) => Err(LedgerError::KeyLost),
             Err(_) => Err(LedgerError::Stopped),
         }
     }
@@ -292,7 +328,7 @@ impl Ledger {
 /// A request waiting for its bill's commit.
 struct Awaiting {
     request_id: Arc<str>,
-    committed: oneshot::Receiver<Result<(), String>>,
+    committed: oneshot::Receiver<Result<(), Refusal>>,
 }
 
 impl Drop for Awaiting {
@@ -354,12 +390,12 @@ fn gather(
     pending: &mut mpsc::UnboundedReceiver<Pending>,
     batch: &mut Vec<Pending>,
 ) -> bool {
-    let mut bills = first.0.len();
+    let mut bills = first.bills.len();
     batch.push(first);
     while bills < MAX_BATCH {
         match pending.try_recv() {
             Ok(next) => {
-                bills += next.0.len();
+                bills += next.bills.len();
                 batch.push(next);
             }
             Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
@@ -368,7 +404,7 @@ fn gather(
     // A requester that went away (its client disconnected) before its bill was written
     // will send no 200, so it is not billed.
     let before = batch.len();
-    batch.retain(|(_, done)| !done.is_closed());
+    batch.retain(|answer| !answer.done.is_closed());
     if batch.len() < before {
         tracing::info!(
             answers = before - batch.len(),
@@ -379,20 +415,29 @@ fn gather(
 }
 
 /// Tells every requester of `batch` how its write, begun at `started`, ended.
-fn settle(batch: &mut Vec<Pending>, result: Result<(), DbError>, started: Instant) {
-    let result = result.map_err(|error| error.to_string());
+fn settle(batch: &mut Vec<Pending>, result: Result<Lost, DbError>, started: Instant) {
     tracing::debug!(
         bills = batch.len(),
         us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
         "ledger batch"
     );
-    if let Err(reason) = &result {
-        tracing::error!(bills = batch.len(), %reason, "ledger write failed; requests answered 500");
-    }
-    for (bills, done) in batch.drain(..) {
-        if done.send(result.clone()).is_err() && result.is_ok() {
+    let (result, lost) = match result {
+        Ok(lost) => (Ok(()), lost),
+        Err(error) => {
+            let reason = error.to_string();
+            tracing::error!(bills = batch.len(), %reason, "ledger write failed; requests answered 500");
+            (Err(Refusal::Write(reason)), Lost::new())
+        }
+    };
+    for (place, answer) in batch.drain(..).enumerate() {
+        let outcome = match lost.get(place) {
+            Some(true) => Err(Refusal::KeyLost),
+            _ => result.clone(),
+        };
+        let billed = outcome.is_ok();
+        if answer.done.send(outcome).is_err() && billed {
             // Gone during the commit: billed, yet no 200 will be sent.
-            if let Some(bill) = bills.first() {
+            if let Some(bill) = answer.bills.first() {
                 abandoned(&bill.request_id);
             }
         }
@@ -418,8 +463,9 @@ struct FileWriter {
 
 impl SqliteFile {
     /// The batch in one transaction, committed with the database's `synchronous` setting
-    /// (FULL by default: the WAL is fsynced before `COMMIT` returns, so before any 200).
-    fn write(&mut self, batch: &[Pending]) -> Result<(), DbError> {
+    /// (FULL by default: the WAL is fsynced before `COMMIT` returns, so before any 200);
+    /// which answers were left out, their key lost.
+    fn write(&mut self, batch: &[Pending]) -> Result<Lost, DbError> {
         let writer = match &mut self.conn {
             Some(writer) => writer,
             None => self
@@ -448,14 +494,15 @@ impl FileWriter {
                  VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             )?,
             keep_answer: conn.prepare(
-                "UPDATE idempotency_keys SET status = 200, response = ?3 WHERE account_id = ?1 AND key = ?2",
+                "UPDATE idempotency_keys SET status = 200, response = ?4 \
+                 WHERE account_id = ?1 AND key = ?2 AND owner = ?3 AND status IS NULL",
             )?,
             commit: conn.prepare("COMMIT")?,
             conn,
         })
     }
 
-    fn write(&mut self, batch: &[Pending]) -> Result<(), sqlite::SqliteError> {
+    fn write(&mut self, batch: &[Pending]) -> Result<Lost, sqlite::SqliteError> {
         fn text(text: Option<&str>) -> Value<'_> {
             text.map_or(Value::Null, Value::Text)
         }
@@ -463,7 +510,28 @@ impl FileWriter {
             int.map_or(Value::Null, Value::Int)
         }
         self.conn.run(self.begin, &[])?;
-        for bill in batch.iter().flat_map(|(bills, _)| bills) {
+        // An answer's key first: its bills are written only if the answer was kept.
+        let mut lost = Lost::with_capacity(batch.len());
+        for answer in batch {
+            let kept = match &answer.kept {
+                None => true,
+                Some(kept) => {
+                    self.conn.run(
+                        self.keep_answer,
+                        &[
+                            Value::Int(kept.account_id),
+                            Value::Text(&kept.key),
+                            Value::Text(&kept.owner),
+                            Value::Blob(&kept.body),
+                        ],
+                    )?;
+                    self.conn.changes() == 1
+                }
+            };
+            lost.push(!kept);
+        }
+        let written = batch.iter().zip(&lost).filter(|(_, lost)| !**lost);
+        for bill in written.flat_map(|(answer, _)| &answer.bills) {
             let caller = &bill.caller;
             self.conn.run(
                 self.insert,
@@ -481,18 +549,9 @@ impl FileWriter {
                     Value::Text(&bill.request_id),
                 ],
             )?;
-            if let Some(kept) = &bill.idempotent {
-                self.conn.run(
-                    self.keep_answer,
-                    &[
-                        Value::Int(bill.account_id),
-                        Value::Text(&kept.key),
-                        Value::Blob(&kept.body),
-                    ],
-                )?;
-            }
         }
-        self.conn.run(self.commit, &[])
+        self.conn.run(self.commit, &[])?;
+        Ok(lost)
     }
 }
 
@@ -508,7 +567,7 @@ const IDLE_TEST: Duration = Duration::from_secs(1);
 impl Held {
     /// Writes `batch` on the held connection (opened first if need be); after a failure
     /// the connection is dropped, and the next batch opens another.
-    async fn write(&mut self, db: &Database, batch: &[Pending]) -> Result<(), DbError> {
+    async fn write(&mut self, db: &Database, batch: &[Pending]) -> Result<Lost, DbError> {
         if let Some((conn, used)) = &mut self.0 {
             if used.elapsed() > IDLE_TEST && conn.ping().await.is_err() {
                 self.0 = None;
@@ -530,31 +589,56 @@ impl Held {
 }
 
 /// The batch on PostgreSQL: one INSERT, which commits by itself, unless it keeps
-/// idempotent answers too; then one transaction.
-async fn write_batch(conn: &mut PgConnection, batch: &[Pending]) -> Result<(), DbError> {
-    let bills: Vec<&Bill> = batch.iter().flat_map(|(bills, _)| bills).collect();
+/// idempotent answers too; then one transaction, keeping the answers first (one UPDATE
+/// for all) and billing only the answers kept.
+async fn write_batch(conn: &mut PgConnection, batch: &[Pending]) -> Result<Lost, DbError> {
+    let kept: Vec<&KeptAnswer> = batch
+        .iter()
+        .filter_map(|answer| answer.kept.as_ref())
+        .collect();
     // On a loaded machine each round trip waits for the database's process to run: a
     // lone statement saves BEGIN's and COMMIT's.
-    if bills.iter().all(|bill| bill.idempotent.is_none()) {
-        return insert_columns(conn, &bills).await;
+    if kept.is_empty() {
+        let bills: Vec<&Bill> = batch.iter().flat_map(|answer| &answer.bills).collect();
+        insert_columns(conn, &bills).await?;
+        return Ok(vec![false; batch.len()]);
     }
     let mut tx = conn.begin().await?;
-    insert_columns(&mut tx, &bills).await?;
-    for bill in &bills {
-        if let Some(kept) = &bill.idempotent {
-            sqlx::query(
-                "UPDATE idempotency_keys SET status = 200, response = $3 \
-                 WHERE account_id = $1 AND key = $2",
-            )
-            .bind(bill.account_id)
-            .bind(&*kept.key)
-            .bind(&kept.body[..])
-            .execute(&mut *tx)
-            .await?;
-        }
+    let owners: Vec<String> = sqlx::query_scalar(
+        "UPDATE idempotency_keys AS k SET status = 200, response = a.response \
+         FROM UNNEST($1::bigint[], $2::text[], $3::text[], $4::bytea[]) \
+              AS a (account_id, key, owner, response) \
+         WHERE k.account_id = a.account_id AND k.key = a.key AND k.owner = a.owner \
+           AND k.status IS NULL \
+         RETURNING k.owner",
+    )
+    .bind(kept.iter().map(|k| k.account_id).collect::<Vec<_>>())
+    .bind(kept.iter().map(|k| &*k.key).collect::<Vec<_>>())
+    .bind(kept.iter().map(|k| &*k.owner).collect::<Vec<_>>())
+    .bind(kept.iter().map(|k| &k.body[..]).collect::<Vec<_>>())
+    .fetch_all(&mut *tx)
+    .await?;
+    let kept_now: HashSet<&str> = owners.iter().map(String::as_str).collect();
+    let lost: Lost = batch
+        .iter()
+        .map(|answer| {
+            answer
+                .kept
+                .as_ref()
+                .is_some_and(|kept| !kept_now.contains(&*kept.owner))
+        })
+        .collect();
+    let bills: Vec<&Bill> = batch
+        .iter()
+        .zip(&lost)
+        .filter(|(_, lost)| !**lost)
+        .flat_map(|(answer, _)| &answer.bills)
+        .collect();
+    if !bills.is_empty() {
+        insert_columns(&mut tx, &bills).await?;
     }
     tx.commit().await?;
-    Ok(())
+    Ok(lost)
 }
 
 /// One INSERT of `bills` as arrays, a column each, whatever the batch's size (the server

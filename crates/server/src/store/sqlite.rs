@@ -162,6 +162,14 @@ impl Connection {
         outcome
     }
 
+    /// How many rows the last INSERT, UPDATE or DELETE run on this connection changed.
+    pub fn changes(&self) -> u64 {
+        // SAFETY: the handle is open; the call only reads the connection's counter.
+        #[allow(unsafe_code)]
+        let changes = unsafe { ffi::sqlite3_changes64(self.db.as_ptr()) };
+        u64::try_from(changes).unwrap_or(0)
+    }
+
     fn bind_and_step(
         &self,
         statement: NonNull<ffi::sqlite3_stmt>,

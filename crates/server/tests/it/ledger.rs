@@ -4,7 +4,8 @@
 
 use crosstab_server::grants::GrantSpec;
 use crosstab_server::keys::KeyEnv;
-use crosstab_server::store::ledger::{self, Bill, Caller, Ledger};
+use crosstab_server::store::idempotency::{self, Claim, Reservation};
+use crosstab_server::store::ledger::{self, Bill, Caller, KeptAnswer, Ledger, LedgerError};
 use crosstab_server::store::{self as db, accounts, users, Database};
 use sqlx::Row;
 use std::future::Future;
@@ -26,7 +27,6 @@ fn bill(account_id: i64, n: usize) -> Bill {
         base: "ALL".into(),
         targets: (n % 2 + 1) as i64,
         request_id: format!("{n:032x}").into(),
-        idempotent: None,
     }
 }
 
@@ -163,11 +163,147 @@ async fn every_batch_size_is_written_exactly(db: &Database, account_id: i64) -> 
             base: row.try_get::<String, _>(5).unwrap().into(),
             targets: row.try_get(6).unwrap(),
             request_id: row.try_get::<String, _>(7).unwrap().into(),
-            idempotent: None,
         })
         .collect();
     assert_eq!(written, expected);
     next as i64
+}
+
+#[tokio::test]
+async fn only_an_idempotency_keys_holder_is_billed() {
+    let (_dir, db, account_id) = database().await;
+    only_the_keys_holder_is_billed(&db, account_id).await;
+}
+
+/// The same on PostgreSQL, when `CROSSTAB_TEST_POSTGRES_URL` names one.
+#[tokio::test]
+async fn only_an_idempotency_keys_holder_is_billed_on_postgres() {
+    let Some((db, account_id, _)) = postgres_account("holder").await else {
+        return;
+    };
+    only_the_keys_holder_is_billed(&db, account_id).await;
+}
+
+/// A request whose `Idempotency-Key` was given back, or taken over by a retry once the
+/// request counted as abandoned, is not billed when its bill arrives late, whatever else
+/// its batch holds; giving a key back never frees another request's; the holder's bill
+/// keeps its answer for the retries.
+async fn only_the_keys_holder_is_billed(db: &Database, account_id: i64) {
+    let claim = |key, owner| Claim {
+        account_id,
+        key,
+        body_sha256: "ab",
+        owner,
+    };
+    let kept = |key: &str, owner: &str, body: &'static [u8]| KeptAnswer {
+        account_id,
+        key: key.into(),
+        owner: owner.into(),
+        body: axum::body::Bytes::from_static(body),
+    };
+    // Never expired; abandoned when created before `abandoned` (-1: none is).
+    let reserve = |key, owner, now, abandoned| {
+        idempotency::reserve(db, claim(key, owner), now, -1, abandoned)
+    };
+    assert_eq!(
+        reserve("k", "first", 0, -1).await.unwrap(),
+        Reservation::Reserved
+    );
+    assert_eq!(
+        reserve("k", "second", 1, -1).await.unwrap(),
+        Reservation::InProgress
+    );
+    // Taken over at 100, the first counting as abandoned (created at 0, before 50).
+    assert_eq!(
+        reserve("k", "second", 100, 50).await.unwrap(),
+        Reservation::Reserved
+    );
+    // The first one's late give-back leaves the retry's reservation alone.
+    idempotency::release(db, account_id, "k", "first")
+        .await
+        .unwrap();
+    assert_eq!(
+        reserve("k", "third", 101, 50).await.unwrap(),
+        Reservation::InProgress
+    );
+    // A key given back by its holder.
+    assert_eq!(
+        reserve("g", "gone", 100, -1).await.unwrap(),
+        Reservation::Reserved
+    );
+    idempotency::release(db, account_id, "g", "gone")
+        .await
+        .unwrap();
+
+    let (ledger, writer) = Ledger::start(db.clone());
+    // Late bills of both lost holders, the holder's and plain bills, all at once (so some
+    // share a batch): only the holder's and the plain ones are written.
+    let mut tasks = Vec::new();
+    for n in 0..40 {
+        let ledger = ledger.clone();
+        let (bill, kept) = match n % 4 {
+            0 => (
+                bill(account_id, n),
+                Some(kept("k", "first", b"{\"late\":1}")),
+            ),
+            1 => (
+                bill(account_id, n),
+                Some(kept("g", "gone", b"{\"gone\":1}")),
+            ),
+            2 if n == 2 => (
+                bill(account_id, n),
+                Some(kept("k", "second", b"{\"kept\":1}")),
+            ),
+            _ => (bill(account_id, n), None),
+        };
+        tasks.push(tokio::spawn(async move {
+            let billed = match kept {
+                Some(kept) => ledger.bill_keeping(bill.clone(), kept).await,
+                None => ledger.bill(bill.clone()).await,
+            };
+            (bill, billed)
+        }));
+    }
+    let mut written = Vec::new();
+    for (n, task) in tasks.into_iter().enumerate() {
+        let (bill, billed) = task.await.unwrap();
+        match n % 4 {
+            0 | 1 => assert!(
+                matches!(billed, Err(LedgerError::KeyLost)),
+                "{n}: {billed:?}"
+            ),
+            _ => {
+                billed.unwrap();
+                written.push(bill.request_id.to_string());
+            }
+        }
+    }
+    drop(ledger);
+    writer.finish().await;
+    let mut billed: Vec<String> =
+        sqlx::query("SELECT request_id FROM ledger WHERE account_id = $1")
+            .bind(account_id)
+            .fetch_all(db.pool())
+            .await
+            .unwrap()
+            .iter()
+            .map(|row| row.try_get(0).unwrap())
+            .collect();
+    billed.sort();
+    written.sort();
+    assert_eq!(billed, written);
+    // The retry gets the holder's answer; the key given back is free.
+    assert_eq!(
+        reserve("k", "third", 102, 50).await.unwrap(),
+        Reservation::Answered {
+            status: 200,
+            body: b"{\"kept\":1}".to_vec()
+        }
+    );
+    assert_eq!(
+        reserve("g", "again", 102, 50).await.unwrap(),
+        Reservation::Reserved
+    );
 }
 
 /// SQLite is a file: in memory, each pooled connection and the ledger's own would each
