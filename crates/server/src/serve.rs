@@ -18,7 +18,7 @@ use crate::http::{self, HttpOptions, HttpState};
 use crate::keys::KeyEnv;
 use crate::service::app::AppService;
 use crate::service::memory::{self, ResidentMemory};
-use crate::service::replicas::{self, SurveyCopies};
+use crate::service::replicas::{self, Copier, SurveyCopies};
 use crate::service::upstream::{Unreachable, Upstream};
 use crate::service::users::{self, UserError};
 use crate::service::Services;
@@ -257,17 +257,17 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
     tracing::info!(%address, surveys = %surveys.join(", "), allowed_origins = %origins, "crosstab serving /v1");
     println!("crosstab listening on http://{address}");
 
-    let pushed = services.follow_changes(copies.clone());
+    let copier = copies.map(|copies| Arc::new(Copier::spawn(copies)));
+    let pushed = services.follow_changes(copier.clone());
     let follower = tokio::spawn(async move {
         let mut tick = tokio::time::interval(REFRESH_EVERY);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         for round in 0u64.. {
             tick.tick().await;
-            // A backstop to the announcements, every 10 s.
-            if let Some(copies) = copies.as_ref().filter(|_| round % 10 == 9) {
-                if let Err(error) = copies.sync().await {
-                    tracing::warn!(%error, "published surveys not copied");
-                }
+            // A backstop to the announcements, every 10 s (copied beside this loop, so
+            // the key revision below is still read every second).
+            if let Some(copier) = copier.as_ref().filter(|_| round % 10 == 9) {
+                copier.nudge();
             }
             let catalog = Arc::clone(&catalog);
             if let Ok(refresh) = tokio::task::spawn_blocking(move || catalog.refresh()).await {

@@ -134,10 +134,11 @@ impl Services {
 
     /// On a database that pushes its changes (PostgreSQL): a task that applies them as
     /// they come (and, on a reconnection, everything, as some may have been missed):
-    /// key changes drop the key cache, published surveys are copied into `copies`.
+    /// key changes drop the key cache at once, published surveys nudge `copier` (which
+    /// copies beside this task, so a long copy never delays a key's revocation).
     pub fn follow_changes(
         self: &Arc<Self>,
-        copies: Option<Arc<replicas::SurveyCopies>>,
+        copier: Option<Arc<replicas::Copier>>,
     ) -> Option<tokio::task::JoinHandle<()>> {
         use crate::store::changes::{Change, ChangeFeed};
         let mut feed = ChangeFeed::of(&self.db)?;
@@ -149,10 +150,8 @@ impl Services {
                 if matches!(change, Change::Keys | Change::Resync) {
                     services.auth.changed();
                 }
-                if let (Change::Surveys | Change::Resync, Some(copies)) = (change, &copies) {
-                    if let Err(error) = copies.sync().await {
-                        tracing::warn!(%error, "published surveys not copied");
-                    }
+                if let (Change::Surveys | Change::Resync, Some(copier)) = (change, &copier) {
+                    copier.nudge();
                 }
             }
         }))

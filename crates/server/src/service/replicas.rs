@@ -45,9 +45,10 @@ impl SurveyCopies {
     }
 
     /// Brings every published survey's local copy up to date; returns the codes copied.
-    /// A survey this build cannot install is logged and skipped (any older copy stays
-    /// served): one unreadable survey must not keep a replica from serving the others,
-    /// or from starting.
+    /// A survey this build cannot install, or that fails to copy (the database or the
+    /// data dir failing), is logged and skipped, any older copy staying served (a failed
+    /// one is tried again next round): one survey must not keep a replica from copying
+    /// the others, or from starting. Only failing to list the surveys is an error.
     pub async fn sync(&self) -> Result<Vec<String>, ServiceError> {
         let _round = self.round.lock().await;
         let mut copied = Vec::new();
@@ -61,10 +62,19 @@ impl SurveyCopies {
             if settled.as_deref() == Some(published.sha256.as_str()) {
                 continue;
             }
-            match self.copy(&published).await? {
-                Outcome::Installed => copied.push(published.code.clone()),
-                Outcome::Unchanged => {}
-                Outcome::Refused(reason) => {
+            match self.copy(&published).await {
+                Ok(Outcome::Installed) => copied.push(published.code.clone()),
+                Ok(Outcome::Unchanged) => {}
+                Err(error) => {
+                    tracing::warn!(
+                        survey = %published.code,
+                        sha256 = %published.sha256,
+                        %error,
+                        "a survey published in the database was not copied; tried again next round"
+                    );
+                    continue;
+                }
+                Ok(Outcome::Refused(reason)) => {
                     tracing::error!(
                         survey = %published.code,
                         sha256 = %published.sha256,
@@ -98,14 +108,13 @@ impl SurveyCopies {
         if same {
             return Ok(Outcome::Unchanged);
         }
-        let Some(blob) = surveys::fetch(&self.db, &published.sha256).await? else {
+        let Some((blob, got)) = surveys::fetch(&self.db, &published.sha256).await? else {
             // Replaced meanwhile: the next round copies the current one.
             return Ok(Outcome::Unchanged);
         };
         let store = self.store.clone();
         let want = published.sha256.clone();
         let installed = tokio::task::spawn_blocking(move || {
-            let got = to_hex(&Sha256::digest(&blob));
             if got != want {
                 return Ok(Outcome::Refused(format!("the blob hashes to {got}")));
             }
@@ -124,6 +133,43 @@ impl SurveyCopies {
             tracing::info!(survey = %published.code, sha256 = %published.sha256, "survey copied from the database");
         }
         Ok(installed)
+    }
+}
+
+/// Runs copy rounds one after another when nudged, beside whatever nudges it (so a long
+/// copy never holds back the changes that follow it); nudges that arrive during a round
+/// make one more round, not one each. Stops when dropped.
+#[derive(Debug)]
+pub struct Copier {
+    nudge: Arc<tokio::sync::Notify>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Copier {
+    /// Starts the task copying into `copies`.
+    pub fn spawn(copies: Arc<SurveyCopies>) -> Copier {
+        let nudge = Arc::new(tokio::sync::Notify::new());
+        let nudged = Arc::clone(&nudge);
+        let task = tokio::spawn(async move {
+            loop {
+                nudged.notified().await;
+                if let Err(error) = copies.sync().await {
+                    tracing::warn!(%error, "published surveys not copied");
+                }
+            }
+        });
+        Copier { nudge, task }
+    }
+
+    /// Asks for a round (now, or after the one running).
+    pub fn nudge(&self) {
+        self.nudge.notify_one();
+    }
+}
+
+impl Drop for Copier {
+    fn drop(&mut self) {
+        self.task.abort();
     }
 }
 

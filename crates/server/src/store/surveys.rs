@@ -2,6 +2,7 @@
 //! in chunks, and the blob each survey code serves now. Publishing announces itself on
 //! [`super::changes::SURVEYS_CHANNEL`] when it commits.
 
+use sha2::{Digest, Sha256};
 use sqlx::Row;
 
 use super::{Database, DbError};
@@ -87,19 +88,41 @@ pub async fn list(db: &Database) -> Result<Vec<Published>, DbError> {
         .collect()
 }
 
-/// The blob `sha256`, whole (`None` if it is no longer stored).
-pub async fn fetch(db: &Database, sha256: &str) -> Result<Option<Vec<u8>>, DbError> {
-    let rows = sqlx::query("SELECT chunk FROM survey_blobs WHERE sha256 = $1 ORDER BY seq")
-        .bind(sha256)
-        .fetch_all(db.pool())
-        .await?;
-    if rows.is_empty() {
+/// The blob `sha256`, whole, and the SHA-256 its bytes hash to, hex (`None` if it is no
+/// longer stored). Read a chunk per statement, so a large survey is never one statement
+/// past the statement timeout, nor held twice over.
+pub async fn fetch(db: &Database, sha256: &str) -> Result<Option<(Vec<u8>, String)>, DbError> {
+    let sizes = sqlx::query(
+        "SELECT seq, octet_length(chunk) FROM survey_blobs WHERE sha256 = $1 ORDER BY seq",
+    )
+    .bind(sha256)
+    .fetch_all(db.pool())
+    .await?;
+    if sizes.is_empty() {
         return Ok(None);
     }
-    let mut blob = Vec::new();
-    for row in &rows {
-        let chunk: Vec<u8> = row.try_get(0)?;
+    let mut total = 0usize;
+    let mut seqs = Vec::with_capacity(sizes.len());
+    for row in &sizes {
+        let size: i32 = row.try_get(1)?;
+        total += usize::try_from(size).map_err(|_| DbError::Corrupt("a negative chunk size"))?;
+        seqs.push(row.try_get::<i32, _>(0)?);
+    }
+    let mut blob = Vec::with_capacity(total);
+    let mut hasher = Sha256::new();
+    for seq in seqs {
+        let chunk: Option<Vec<u8>> =
+            sqlx::query_scalar("SELECT chunk FROM survey_blobs WHERE sha256 = $1 AND seq = $2")
+                .bind(sha256)
+                .bind(seq)
+                .fetch_optional(db.pool())
+                .await?;
+        // Deleted meanwhile (the survey published anew): none of it is the blob.
+        let Some(chunk) = chunk else {
+            return Ok(None);
+        };
+        hasher.update(&chunk);
         blob.extend_from_slice(&chunk);
     }
-    Ok(Some(blob))
+    Ok(Some((blob, crate::keys::to_hex(&hasher.finalize()))))
 }

@@ -4,6 +4,7 @@
 
 use axum::http::StatusCode;
 use crosstab_server::keys::KeyEnv;
+use crosstab_server::service::replicas::Copier;
 use crosstab_server::service::users::{self, SignIn};
 use crosstab_server::store::{accounts, usage, Backend, Database};
 
@@ -197,10 +198,8 @@ async fn postgres_published_surveys_reach_every_server() {
 
     // A server listening for announcements picks a new version up within 2 s.
     let fx = Fixture::on(&url, tempfile::tempdir().unwrap(), &[]).await;
-    let listening = fx
-        .services
-        .follow_changes(Some(Arc::clone(&copies)))
-        .unwrap();
+    let copier = Arc::new(Copier::spawn(Arc::clone(&copies)));
+    let listening = fx.services.follow_changes(Some(copier)).unwrap();
     tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     publish(&db, &version(350), "DEMO").await;
     let started = std::time::Instant::now();
@@ -212,6 +211,145 @@ async fn postgres_published_surveys_reach_every_server() {
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
     listening.abort();
+}
+
+/// A survey copy held up (its chunks locked by another transaction) does not hold back
+/// the changes announced after it: a key revoked meanwhile is refused within 1 s, and the
+/// copy completes once the lock is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_survey_copy_does_not_delay_a_revocation() {
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use crosstab_engine::demo::{self, DemoConfig};
+    use crosstab_server::store::changes::SURVEYS_CHANNEL;
+
+    let Some(url) = postgres_url() else {
+        return;
+    };
+    // A database of its own: the lock below must hold up no other test.
+    let url = database_of_its_own(&url).await;
+    let db = Database::connect(&url).await.unwrap();
+    let config = DemoConfig {
+        respondents: 320,
+        flags: 4,
+        seed: 5,
+    };
+    publish(&db, &demo::compile(&config).unwrap(), "DEMO").await;
+    let fx = Fixture::on(&url, tempfile::tempdir().unwrap(), &[]).await;
+    let account = format!("slow-{}", uuid::Uuid::new_v4().simple());
+    let whole = key(&db, &account, &["VEC"], KeyEnv::Live, None).await;
+    let body = request("VEC", None, "ALL", &["WOMEN"]);
+    assert_eq!(
+        fx.post(Some(&whole), &body).await.0.status(),
+        StatusCode::OK
+    );
+
+    // Hold every chunk, then announce the survey: this replica's copy waits on the lock.
+    let mut locker = db.pool().begin().await.unwrap();
+    sqlx::query("LOCK TABLE survey_blobs IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut *locker)
+        .await
+        .unwrap();
+    let (_replica, catalog, copies) = replica(&db);
+    let copier = Arc::new(Copier::spawn(copies));
+    let listening = fx.services.follow_changes(Some(copier)).unwrap();
+    let waiting_on_lock = || async {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT count(*) FROM pg_stat_activity \
+             WHERE wait_event_type = 'Lock' AND query LIKE '%FROM survey_blobs%'",
+        )
+        .fetch_one(db.pool())
+        .await
+        .unwrap()
+    };
+    let started = Instant::now();
+    while waiting_on_lock().await == 0 {
+        sqlx::query("SELECT pg_notify($1, 'DEMO')")
+            .bind(SURVEYS_CHANNEL)
+            .execute(db.pool())
+            .await
+            .unwrap();
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "the copy never started"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // The key is cached again (every change so far has been applied)...
+    assert_eq!(
+        fx.post(Some(&whole), &body).await.0.status(),
+        StatusCode::OK
+    );
+    // ...and revoked through the database while the copy waits: refused within 1 s.
+    assert!(accounts::revoke_key(&db, whole.split('_').nth(2).unwrap())
+        .await
+        .unwrap());
+    let revoked = Instant::now();
+    loop {
+        let status = fx.post(Some(&whole), &body).await.0.status();
+        if status == StatusCode::UNAUTHORIZED {
+            break;
+        }
+        assert!(
+            revoked.elapsed() < Duration::from_secs(1),
+            "revocation held up: {status}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(waiting_on_lock().await > 0, "the copy was still held up");
+
+    locker.rollback().await.unwrap();
+    let released = Instant::now();
+    while catalog.get("DEMO").is_none_or(|s| s.respondents() != 320) {
+        assert!(
+            released.elapsed() < Duration::from_secs(5),
+            "not copied once free"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    listening.abort();
+}
+
+/// A published blob whose bytes do not hash to its SHA-256 (changed in the database) is
+/// not installed, even when they are a readable survey, and the round copies the others.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blob_that_does_not_match_its_hash_is_not_installed() {
+    use crosstab_engine::demo::{self, DemoConfig};
+
+    let Some(url) = postgres_url() else {
+        return;
+    };
+    let url = database_of_its_own(&url).await;
+    let db = Database::connect(&url).await.unwrap();
+    let demo = |respondents| {
+        demo::compile(&DemoConfig {
+            respondents,
+            flags: 4,
+            seed: 7,
+        })
+        .unwrap()
+    };
+    publish(&db, &demo(310), "DEMO").await;
+    // Another survey's bytes, readable by themselves: only the hash tells them apart.
+    let damaged = sqlx::query("UPDATE survey_blobs SET chunk = $1")
+        .bind(demo(311))
+        .execute(db.pool())
+        .await
+        .unwrap();
+    assert_eq!(damaged.rows_affected(), 1);
+    let toml = "code = \"INTACT\"\nname = \"i\"\nrespondents = \"r.csv\"\n\
+                id_column = \"ID\"\nweight_column = \"W\"\n\
+                [[population_bases]]\ncode = \"ALL\"\nexpr = \"*\"\n";
+    let intact =
+        crosstab_engine::import::compile(toml, "s.toml", &b"ID,W\nr1,1\n"[..], "r.csv").unwrap();
+    publish(&db, &intact, "INTACT").await;
+
+    let (_replica, catalog, copies) = replica(&db);
+    let copied = copies.sync().await.unwrap();
+    assert_eq!(copied, vec!["INTACT".to_owned()]);
+    assert!(catalog.get("DEMO").is_none(), "a damaged blob was served");
 }
 
 /// A survey in the database that this build can't read (compiled by a newer build, or
@@ -253,6 +391,19 @@ async fn a_published_survey_this_build_cannot_read_is_skipped() {
     assert_eq!(catalog.get("READABLE").unwrap().respondents(), 2);
     assert!(catalog.get("NEWER").is_none());
     assert!(copies.sync().await.unwrap().is_empty(), "nothing new");
+}
+
+/// The URL of a new, empty database beside the one `url` names.
+async fn database_of_its_own(url: &str) -> String {
+    let (server, _) = url.rsplit_once('/').unwrap();
+    let name = format!("own_{}", uuid::Uuid::new_v4().simple());
+    let admin = Database::connect(url).await.unwrap();
+    sqlx::query(&format!("CREATE DATABASE {name}"))
+        .execute(admin.pool())
+        .await
+        .unwrap();
+    admin.close().await;
+    format!("{server}/{name}")
 }
 
 /// Publishes the compiled survey `bytes` (code `code`) as `survey import --database` does.
