@@ -277,6 +277,9 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
                 tracing::warn!(%error, "key revision not read");
             }
             services.limits.forget_idle();
+            if let Err(error) = services.limits.share_quotas().await {
+                tracing::warn!(%error, "daily quotas not brought in step with the ledger");
+            }
             if let Err(error) = services.purge_expired().await {
                 tracing::warn!(%error, "expired idempotency keys not purged");
             }

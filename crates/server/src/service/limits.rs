@@ -23,6 +23,14 @@ use crate::store::{usage, Database};
 
 const DAY_MS: i64 = 86_400_000;
 
+/// A bill is committed (or refused) within this of the time it carries: the ledger's
+/// rows older than this are final, and counted once.
+const SETTLED_MS: i64 = 60_000;
+
+/// An account whose calls were admitted within this keeps its quota count in step with
+/// the database's (every replica's bills).
+const SHARED_WHILE_ACTIVE_MS: i64 = 60_000;
+
 /// Addresses remembered as blocked at most (past this, the soonest to end are dropped).
 const MAX_BLOCKED: usize = 100_000;
 
@@ -59,6 +67,42 @@ struct Account {
     day: i64,
     /// Calls billed today plus those admitted and not yet settled.
     used: u64,
+    /// Calls admitted here and not yet billed or given back.
+    pending: u64,
+    /// The ledger's final count so far today.
+    tally: Tally,
+    /// When a call was last admitted (Unix ms), and whether the account has a quota.
+    last_admitted: i64,
+    has_quota: bool,
+}
+
+/// An account's calls in the ledger today before `before` (Unix ms): final (see
+/// [`SETTLED_MS`]), so counted once, and a refresh reads only the minutes since.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Tally {
+    counted: u64,
+    before: i64,
+}
+
+impl Tally {
+    /// Nothing counted yet on `day`.
+    fn day(day: i64) -> Tally {
+        Tally {
+            counted: 0,
+            before: day * DAY_MS,
+        }
+    }
+}
+
+impl Account {
+    /// Today's count from the ledger, read from `read` (unless another read moved the
+    /// tally meanwhile): the ledger's calls and this replica's not yet billed.
+    fn apply(&mut self, read: Tally, (tally, recent): (Tally, u64)) {
+        if self.tally == read {
+            self.tally = tally;
+            self.used = tally.counted + recent + self.pending;
+        }
+    }
 }
 
 /// An admitted request: settle it with [`Admission::billed`] once billed, else dropping
@@ -73,7 +117,12 @@ pub struct Admission<'a> {
 impl Admission<'_> {
     /// The call was billed: its place in the quota stays taken.
     pub fn billed(mut self) {
-        self.reserved = None;
+        if let Some((account_id, day, calls)) = self.reserved.take() {
+            let mut accounts = self.limits.accounts();
+            if let Some(account) = accounts.get_mut(&account_id).filter(|a| a.day == day) {
+                account.pending = account.pending.saturating_sub(calls);
+            }
+        }
     }
 }
 
@@ -83,6 +132,7 @@ impl Drop for Admission<'_> {
             let mut accounts = self.limits.accounts();
             if let Some(account) = accounts.get_mut(&account_id).filter(|a| a.day == day) {
                 account.used = account.used.saturating_sub(calls);
+                account.pending = account.pending.saturating_sub(calls);
             }
         }
     }
@@ -203,13 +253,18 @@ impl RateLimits {
         }
         let now = self.clock.now_ms();
         let day = now.div_euclid(DAY_MS);
-        let seeded = self
+        let known = self
             .accounts()
             .get(&account_id)
-            .is_some_and(|account| account.day == day);
-        // Today's billed calls, once a day per account (not under the lock: it's a query).
-        let billed_today = match (seeded, limits.daily_quota) {
-            (false, Some(_)) => Some(usage::calls_since(&self.db, account_id, day * DAY_MS).await?),
+            .filter(|account| account.day == day)
+            .map(|account| (account.tally, account.last_admitted));
+        // Today's count from the ledger (every replica's bills) when this replica's is
+        // not kept in step: the day's first call here, or the first after a quiet minute
+        // (read before deciding, not under the lock: it's a query).
+        let tally = known.map_or(Tally::day(day), |(tally, _)| tally);
+        let stale = known.is_none_or(|(_, last)| now - last > SHARED_WHILE_ACTIVE_MS);
+        let fresh = match limits.daily_quota {
+            Some(_) if stale => Some(self.read_tally(account_id, tally, now).await?),
             _ => None,
         };
         let mut accounts = self.accounts();
@@ -217,11 +272,21 @@ impl RateLimits {
             per_second: None,
             day,
             used: 0,
+            pending: 0,
+            tally: Tally::day(day),
+            last_admitted: now,
+            has_quota: false,
         });
-        if account.day != day || billed_today.is_some() {
+        if account.day != day {
             account.day = day;
-            account.used = billed_today.unwrap_or(0);
+            account.used = 0;
+            account.pending = 0;
+            account.tally = Tally::day(day);
         }
+        if let Some(fresh) = fresh {
+            account.apply(tally, fresh);
+        }
+        account.has_quota = limits.daily_quota.is_some();
         if let Some(rate) = limits.per_second {
             let current = account.per_second.as_ref().map(|(r, _)| *r);
             if current != Some(rate) {
@@ -257,10 +322,56 @@ impl RateLimits {
             .into());
         }
         account.used += calls;
+        account.pending += calls;
+        account.last_admitted = now;
         Ok(Admission {
             limits: self,
             reserved: Some((account_id, day, calls)),
         })
+    }
+
+    /// Brings the daily count of every account with a quota that called lately in step
+    /// with the ledger, which holds every replica's bills: run every second, so replicas
+    /// together go past a quota by at most about a second of the others' calls. Reads
+    /// only the last minutes of each account's bills (older ones are counted once).
+    pub async fn share_quotas(&self) -> Result<(), ServiceError> {
+        let now = self.clock.now_ms();
+        let day = now.div_euclid(DAY_MS);
+        let active: Vec<(i64, Tally)> = self
+            .accounts()
+            .iter()
+            .filter(|(_, a)| a.has_quota && a.day == day)
+            .filter(|(_, a)| now - a.last_admitted <= SHARED_WHILE_ACTIVE_MS)
+            .map(|(id, a)| (*id, a.tally))
+            .collect();
+        for (account_id, tally) in active {
+            let fresh = self.read_tally(account_id, tally, now).await?;
+            if let Some(account) = self
+                .accounts()
+                .get_mut(&account_id)
+                .filter(|a| a.day == day)
+            {
+                account.apply(tally, fresh);
+            }
+        }
+        Ok(())
+    }
+
+    /// `tally` moved up to the bills now final, and the calls billed since.
+    async fn read_tally(
+        &self,
+        account_id: i64,
+        mut tally: Tally,
+        now: i64,
+    ) -> Result<(Tally, u64), ServiceError> {
+        let settled = now - SETTLED_MS;
+        if settled - tally.before >= SETTLED_MS {
+            tally.counted +=
+                usage::calls_between(&self.db, account_id, tally.before, settled).await?;
+            tally.before = settled;
+        }
+        let recent = usage::calls_since(&self.db, account_id, tally.before).await?;
+        Ok((tally, recent))
     }
 
     /// Counts a failed authentication by `address`: the seconds to wait if one too many.

@@ -140,3 +140,21 @@ pub async fn calls_since(db: &Database, account_id: i64, since: i64) -> Result<u
             .await?;
     u64::try_from(calls).map_err(|_| DbError::Corrupt("a negative count"))
 }
+
+/// Account `account_id`'s billed calls at or after `from` and before `to` (Unix ms).
+pub async fn calls_between(
+    db: &Database,
+    account_id: i64,
+    from: i64,
+    to: i64,
+) -> Result<u64, DbError> {
+    let calls: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM ledger WHERE account_id = $1 AND at >= $2 AND at < $3",
+    )
+    .bind(account_id)
+    .bind(from)
+    .bind(to)
+    .fetch_one(db.pool())
+    .await?;
+    u64::try_from(calls).map_err(|_| DbError::Corrupt("a negative count"))
+}

@@ -361,6 +361,72 @@ async fn over_its_rate_or_daily_quota_an_account_gets_429_and_nothing_is_billed(
     );
 }
 
+/// Replicas share one ledger: calls another replica billed count against the quota here
+/// once the counts are brought in step (every second in `serve`, and before the first
+/// call after a quiet minute), counted once however old they grow.
+#[tokio::test]
+async fn a_daily_quota_counts_the_calls_other_replicas_billed() {
+    use crosstab_server::clock::Clock;
+    use crosstab_server::store::ledger::{Bill, Caller, Ledger};
+
+    let fx = Fixture::new().await;
+    let quota = |account, calls| {
+        let limits = AccountLimits {
+            per_second: None,
+            daily_quota: Some(calls),
+        };
+        accounts::set_limits(&fx.db, account, limits)
+    };
+    assert!(quota("north", 7).await.unwrap());
+    assert!(quota("acme", 4).await.unwrap());
+    let north = common::request("VEC", Some("N"), "ALL", &["WOMEN"]);
+    let whole = common::request("VEC", None, "ALL", &["WOMEN"]);
+    let post = |key: &String, body: &serde_json::Value| {
+        let (fx, key, body) = (&fx, key.clone(), body.clone());
+        async move { fx.post(Some(&key), &body).await.0.status() }
+    };
+    // `calls` billed now to the account of `key` by another replica, into the same ledger.
+    let elsewhere = |key: &'static str, calls: usize| {
+        let fx = &fx;
+        async move {
+            let token = if key == "north" { &fx.north } else { &fx.whole };
+            let account_id = accounts::account_id(&fx.db, key).await.unwrap().unwrap();
+            let (ledger, writer) = Ledger::start(fx.db.clone());
+            for n in 0..calls {
+                let bill = Bill {
+                    at: fx.clock.now_ms(),
+                    account_id,
+                    caller: Caller::Key(token.split('_').nth(2).unwrap().into()),
+                    survey: "VEC".into(),
+                    group: None,
+                    base: "ALL".into(),
+                    targets: 1,
+                    request_id: format!("elsewhere-{key}-{n}").into(),
+                };
+                ledger.bill(bill).await.unwrap();
+            }
+            drop(ledger);
+            writer.finish().await;
+        }
+    };
+
+    // In step every second: 1 here, 5 elsewhere, 1 here, and the quota of 7 is used.
+    assert_eq!(post(&fx.north, &north).await, StatusCode::OK);
+    elsewhere("north", 5).await;
+    fx.services.limits.share_quotas().await.unwrap();
+    assert_eq!(post(&fx.north, &north).await, StatusCode::OK);
+    assert_eq!(post(&fx.north, &north).await, StatusCode::TOO_MANY_REQUESTS);
+
+    // After a quiet minute, the next call reads the ledger first, counting the calls
+    // made meanwhile once, now settled: 1 here, 2 elsewhere, 1 here of 4.
+    assert_eq!(post(&fx.whole, &whole).await, StatusCode::OK);
+    elsewhere("acme", 2).await;
+    fx.clock.advance(180_000);
+    assert_eq!(post(&fx.whole, &whole).await, StatusCode::OK);
+    assert_eq!(post(&fx.whole, &whole).await, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(fx.bills().await, 11);
+}
+
 #[tokio::test]
 async fn a_flood_of_random_keys_reads_no_key_from_the_database() {
     let fx = Fixture::new().await;
