@@ -62,6 +62,33 @@ async fn a_retry_with_the_same_key_and_body_is_answered_again_and_billed_once() 
     assert_eq!(fx.bills().await, 3);
 }
 
+/// Keys past their day are purged (what `serve` runs every second), and only those.
+#[tokio::test]
+async fn keys_past_their_day_are_purged() {
+    let fx = Fixture::new().await;
+    let body = common::request("VEC", None, "ALL", &["WOMEN"]);
+    let stored = || async {
+        sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM idempotency_keys")
+            .fetch_one(fx.db.pool())
+            .await
+            .unwrap()
+    };
+    assert_eq!(
+        fx.send(keyed(&fx.whole, "old", &body)).await.0.status(),
+        StatusCode::OK
+    );
+    fx.clock.advance(12 * 60 * 60 * 1000);
+    assert_eq!(
+        fx.send(keyed(&fx.whole, "new", &body)).await.0.status(),
+        StatusCode::OK
+    );
+    assert_eq!(fx.services.purge_expired().await.unwrap(), 0);
+    assert_eq!(stored().await, 2);
+    fx.clock.advance(12 * 60 * 60 * 1000 + 1);
+    assert_eq!(fx.services.purge_expired().await.unwrap(), 1);
+    assert_eq!(stored().await, 1);
+}
+
 #[tokio::test]
 async fn an_unbilled_answer_gives_the_key_back() {
     let fx = Fixture::new().await;

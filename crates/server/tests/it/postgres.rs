@@ -312,6 +312,52 @@ async fn a_slow_survey_copy_does_not_delay_a_revocation() {
     listening.abort();
 }
 
+/// The feed's next change, within 5 s.
+async fn next(
+    feed: &mut crosstab_server::store::changes::ChangeFeed,
+) -> crosstab_server::store::changes::Change {
+    tokio::time::timeout(std::time::Duration::from_secs(5), feed.next())
+        .await
+        .expect("no change within 5 s")
+}
+
+/// The change feed, its connection killed, reconnects and says so (`Resync`: the
+/// server then forgets every cached key, since changes made meanwhile were not heard),
+/// and hears the changes announced after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_change_feed_reconnects_and_says_to_reload() {
+    use crosstab_server::store::changes::{Change, ChangeFeed, KEYS_CHANNEL};
+
+    let Some(url) = postgres_url() else {
+        return;
+    };
+    let url = database_of_its_own(&url).await;
+    let db = Database::connect(&url).await.unwrap();
+    let mut feed = ChangeFeed::of(&db).unwrap();
+    assert_eq!(next(&mut feed).await, Change::Resync, "connected");
+    let announce = || async {
+        sqlx::query("SELECT pg_notify($1, '')")
+            .bind(KEYS_CHANNEL)
+            .execute(db.pool())
+            .await
+            .unwrap();
+    };
+    announce().await;
+    assert_eq!(next(&mut feed).await, Change::Keys);
+
+    let killed: Vec<bool> = sqlx::query_scalar(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE datname = current_database() AND query LIKE 'LISTEN%'",
+    )
+    .fetch_all(db.pool())
+    .await
+    .unwrap();
+    assert_eq!(killed, vec![true], "one listener to kill");
+    assert_eq!(next(&mut feed).await, Change::Resync, "reconnected");
+    announce().await;
+    assert_eq!(next(&mut feed).await, Change::Keys, "listening again");
+}
+
 /// A published blob whose bytes do not hash to its SHA-256 (changed in the database) is
 /// not installed, even when they are a readable survey, and the round copies the others.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
