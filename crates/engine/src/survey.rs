@@ -83,6 +83,9 @@ pub struct Survey {
     kept_bytes: AtomicUsize,
     /// Squared weights for tables' sums of `w²`, made when a table first needs them.
     squares: OnceLock<Squares>,
+    /// Whether the weight planes (if any) keep every sum below 2^53, as the sums assume:
+    /// checked once, on first use (a file not written by this build may break it).
+    planes_fit: OnceLock<bool>,
 }
 
 impl std::fmt::Debug for Survey {
@@ -170,6 +173,7 @@ impl Survey {
             set_cache: SetCache::new(&budget, header.respondents as usize),
             kept_bytes: AtomicUsize::new(0),
             squares: OnceLock::new(),
+            planes_fit: OnceLock::new(),
             backing,
             header,
             variable_index,
@@ -412,14 +416,23 @@ impl Survey {
         &self.set_cache
     }
 
-    /// Where weighted sums come from: the exact bit planes when the file has them.
+    /// Where weighted sums come from: the exact bit planes when the file has them (and
+    /// they keep every sum below 2^53; else, a damaged or crafted file, its f64 weights).
     pub(crate) fn weight_source(&self) -> Weights<'_> {
-        match self.header.weight_planes {
-            Some(planes) => Weights::Planes {
-                decimals: planes.decimals,
-                bits: planes.bits,
-                words: self.slice(planes.section),
-            },
+        let planes = self.header.weight_planes.map(|planes| Weights::Planes {
+            decimals: planes.decimals,
+            bits: planes.bits,
+            words: self.slice(planes.section),
+        });
+        match planes {
+            Some(Weights::Planes { bits, words, .. })
+                if !*self
+                    .planes_fit
+                    .get_or_init(|| crate::weights::planes_fit(words, bits)) =>
+            {
+                Weights::Floats(self.weights())
+            }
+            Some(planes) => planes,
             None => Weights::Floats(self.weights()),
         }
     }
@@ -574,5 +587,36 @@ mod tests {
         // A header claiming far more cells than the file could hold gets the file's size.
         header.respondents = 1 << 40;
         assert_eq!(own_budget_bytes(bytes.len(), &header), bytes.len());
+    }
+
+    /// Weight planes that would carry a sum past 2^53 (a damaged or crafted file) are not
+    /// used: the f64 weights answer instead, and nothing overflows or panics.
+    #[test]
+    fn planes_past_their_bound_give_way_to_the_weights() {
+        // Weights of nine decimals: 44 planes, so planes of all ones pass 2^53.
+        let mut csv = String::from("ID,W,X\n");
+        for n in 0..100 {
+            csv.push_str(&format!("r{n},{}.123456789,{}\n", 12_000 + n, n % 3));
+        }
+        let toml = "code = \"S\"\nname = \"s\"\nrespondents = \"r.csv\"\n\
+                    id_column = \"ID\"\nweight_column = \"W\"\n\
+                    [[population_bases]]\ncode = \"ALL\"\nexpr = \"*\"\n";
+        let mut bytes = crate::import::compile(toml, "s.toml", csv.as_bytes(), "r.csv").unwrap();
+        let planes = read_header(&bytes).unwrap().weight_planes.unwrap().section;
+        let intact = Survey::from_bytes(&bytes).unwrap();
+        let (start, end) = (
+            planes.offset as usize,
+            (planes.offset + planes.len) as usize,
+        );
+        bytes[start..end].fill(0xff);
+        let crafted = Survey::from_bytes(&bytes).unwrap();
+        assert!(matches!(intact.weight_source(), Weights::Planes { .. }));
+        assert!(matches!(crafted.weight_source(), Weights::Floats(_)));
+        let target = Expr::parse("X = 1").unwrap();
+        let all = intact.base_set("ALL").unwrap().clone();
+        let (exact, fallback) = (intact.tally(&target, &all), crafted.tally(&target, &all));
+        assert_eq!(exact.count, 33);
+        assert_eq!(exact.count, fallback.count);
+        assert!((exact.weight - fallback.weight).abs() <= exact.weight * 1e-12);
     }
 }

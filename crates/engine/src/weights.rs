@@ -219,6 +219,20 @@ impl SquareSum<'_> {
     }
 }
 
+/// Whether the planes' whole sum, `Σ_b 2^b · popcount(plane_b)` over every block, is at
+/// most 2^53, as [`planes`] makes them: then no subset's sum, nor any partial sum on the
+/// way, overflows a `u64`, and dividing it rounds once.
+pub(crate) fn planes_fit(words: &[u64], bits: u32) -> bool {
+    let mut total = 0u128;
+    for block in words.chunks(bits as usize * BLOCK_WORDS) {
+        for (bit, plane) in block.chunks(BLOCK_WORDS).enumerate() {
+            let ones: u64 = plane.iter().map(|word| u64::from(word.count_ones())).sum();
+            total += u128::from(ones) << bit;
+        }
+    }
+    total <= 1 << 53
+}
+
 /// `Σ_b 2^b · popcount(members ∧ plane_b)` in `u128`, for planes of up to 128 bits.
 fn wide_plane_sum(members: &[u64], planes: &[u64]) -> u128 {
     if members.iter().all(|word| *word == 0) {
@@ -227,8 +241,9 @@ fn wide_plane_sum(members: &[u64], planes: &[u64]) -> u128 {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx512f")
         && std::arch::is_x86_feature_detected!("avx512vpopcntdq")
+        && std::arch::is_x86_feature_detected!("popcnt")
     {
-        // SAFETY: the CPU supports AVX-512F and VPOPCNTDQ, checked just above.
+        // SAFETY: the CPU supports AVX-512F, VPOPCNTDQ and POPCNT, checked just above.
         #[allow(unsafe_code)]
         return unsafe { wide_plane_sum_avx512(members, planes) };
     }
@@ -398,8 +413,9 @@ fn plane_sums_pair(first: &[u64], second: &[u64], planes: &[u64]) -> [(u64, u64)
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx512f")
         && std::arch::is_x86_feature_detected!("avx512vpopcntdq")
+        && std::arch::is_x86_feature_detected!("popcnt")
     {
-        // SAFETY: the CPU supports AVX-512F and VPOPCNTDQ, checked just above.
+        // SAFETY: the CPU supports AVX-512F, VPOPCNTDQ and POPCNT, checked just above.
         #[allow(unsafe_code)]
         return unsafe { plane_sums_pair_avx512(first, second, planes) };
     }
@@ -457,8 +473,9 @@ fn plane_sums(members: &[u64], planes: &[u64]) -> (u64, u64) {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx512f")
         && std::arch::is_x86_feature_detected!("avx512vpopcntdq")
+        && std::arch::is_x86_feature_detected!("popcnt")
     {
-        // SAFETY: the CPU supports AVX-512F and VPOPCNTDQ, checked just above.
+        // SAFETY: the CPU supports AVX-512F, VPOPCNTDQ and POPCNT, checked just above.
         #[allow(unsafe_code)]
         return unsafe { plane_sums_avx512(members, planes) };
     }
