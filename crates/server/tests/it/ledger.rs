@@ -280,18 +280,8 @@ async fn only_the_keys_holder_is_billed(db: &Database, account_id: i64) {
     }
     drop(ledger);
     writer.finish().await;
-    let mut billed: Vec<String> =
-        sqlx::query("SELECT request_id FROM ledger WHERE account_id = $1")
-            .bind(account_id)
-            .fetch_all(db.pool())
-            .await
-            .unwrap()
-            .iter()
-            .map(|row| row.try_get(0).unwrap())
-            .collect();
-    billed.sort();
     written.sort();
-    assert_eq!(billed, written);
+    assert_eq!(request_ids(db, account_id).await, written);
     // The retry gets the holder's answer; the key given back is free.
     assert_eq!(
         reserve("k", "third", 102, 50).await.unwrap(),
@@ -375,14 +365,22 @@ async fn a_bill_whose_requester_went_away_before_the_write_is_not_written() {
     waiting.await.unwrap().unwrap();
     drop(ledger);
     writer.finish().await;
-    let ids: Vec<String> = sqlx::query("SELECT request_id FROM ledger")
-        .fetch_all(db.pool())
-        .await
-        .unwrap()
-        .iter()
-        .map(|row| row.try_get(0).unwrap())
-        .collect();
-    assert_eq!(ids, vec![kept.request_id.to_string()]);
+    assert_eq!(
+        request_ids(&db, account_id).await,
+        vec![kept.request_id.to_string()]
+    );
+}
+
+/// The request ids of `account_id`'s bills, sorted.
+async fn request_ids(db: &Database, account_id: i64) -> Vec<String> {
+    let mut ids: Vec<String> =
+        sqlx::query_scalar("SELECT request_id FROM ledger WHERE account_id = $1")
+            .bind(account_id)
+            .fetch_all(db.pool())
+            .await
+            .unwrap();
+    ids.sort();
+    ids
 }
 
 /// Everything logged in this test binary (one global subscriber: the writer logs from
