@@ -58,6 +58,19 @@ pub fn postgres_url() -> Option<String> {
     url
 }
 
+/// The URL of a new, empty database beside the one `url` names.
+pub async fn database_of_its_own(url: &str) -> String {
+    let (server, _) = url.rsplit_once('/').unwrap();
+    let name = format!("own_{}", uuid::Uuid::new_v4().simple());
+    let admin = Database::connect(url).await.unwrap();
+    sqlx::query(&format!("CREATE DATABASE {name}"))
+        .execute(admin.pool())
+        .await
+        .unwrap();
+    admin.close().await;
+    format!("{server}/{name}")
+}
+
 pub fn grant(text: &str) -> GrantSpec {
     text.parse().unwrap()
 }

@@ -123,7 +123,24 @@ async fn a_malformed_key_is_refused_and_nothing_is_billed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_same_key_sent_at_once_many_times_is_billed_once() {
-    let fx = std::sync::Arc::new(Fixture::new().await);
+    the_same_key_at_once_is_billed_once(Fixture::new().await).await;
+}
+
+/// The same on PostgreSQL, when `CROSSTAB_TEST_POSTGRES_URL` names one (in a database
+/// of its own: the check counts every bill).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_key_sent_at_once_many_times_is_billed_once_on_postgres() {
+    let Some(url) = common::postgres_url() else {
+        return;
+    };
+    let own = common::database_of_its_own(&url).await;
+    the_same_key_at_once_is_billed_once(Fixture::on(&own, tempfile::tempdir().unwrap(), &[]).await)
+        .await;
+}
+
+/// Eight requests with one key and body at once: all get the one answer, one bill.
+async fn the_same_key_at_once_is_billed_once(fx: Fixture) {
+    let fx = std::sync::Arc::new(fx);
     let body = common::request("VEC", None, "ALL", &["WOMEN", "B"]);
     let racers: Vec<_> = (0..8)
         .map(|_| {

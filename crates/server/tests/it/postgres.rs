@@ -439,19 +439,6 @@ async fn a_published_survey_this_build_cannot_read_is_skipped() {
     assert!(copies.sync().await.unwrap().is_empty(), "nothing new");
 }
 
-/// The URL of a new, empty database beside the one `url` names.
-async fn database_of_its_own(url: &str) -> String {
-    let (server, _) = url.rsplit_once('/').unwrap();
-    let name = format!("own_{}", uuid::Uuid::new_v4().simple());
-    let admin = Database::connect(url).await.unwrap();
-    sqlx::query(&format!("CREATE DATABASE {name}"))
-        .execute(admin.pool())
-        .await
-        .unwrap();
-    admin.close().await;
-    format!("{server}/{name}")
-}
-
 /// Publishes the compiled survey `bytes` (code `code`) as `survey import --database` does.
 async fn publish(db: &Database, bytes: &[u8], code: &str) {
     use crosstab_engine::store::SurveyStore;
