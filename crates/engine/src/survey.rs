@@ -419,21 +419,20 @@ impl Survey {
     /// Where weighted sums come from: the exact bit planes when the file has them (and
     /// they keep every sum below 2^53; else, a damaged or crafted file, its f64 weights).
     pub(crate) fn weight_source(&self) -> Weights<'_> {
-        let planes = self.header.weight_planes.map(|planes| Weights::Planes {
+        let Some(planes) = self.header.weight_planes else {
+            return Weights::Floats(self.weights());
+        };
+        let words = self.slice(planes.section);
+        let fit = *self
+            .planes_fit
+            .get_or_init(|| crate::weights::planes_fit(words, planes.bits));
+        if !fit {
+            return Weights::Floats(self.weights());
+        }
+        Weights::Planes {
             decimals: planes.decimals,
             bits: planes.bits,
-            words: self.slice(planes.section),
-        });
-        match planes {
-            Some(Weights::Planes { bits, words, .. })
-                if !*self
-                    .planes_fit
-                    .get_or_init(|| crate::weights::planes_fit(words, bits)) =>
-            {
-                Weights::Floats(self.weights())
-            }
-            Some(planes) => planes,
-            None => Weights::Floats(self.weights()),
+            words,
         }
     }
 

@@ -68,15 +68,26 @@ impl Reserved {
 
     /// Gives the key back now, so a retry sent as soon as the error arrives finds it free.
     async fn give_back(mut self) {
-        release(
+        self.release().await;
+        // Only now: dropped during the release (its client gone), `drop` gives it back.
+        self.settled = true;
+    }
+
+    /// Giving back this reservation, if its request was not billed (a future of its own,
+    /// so a drop can spawn it).
+    fn release(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let (db, account_id, key, owner) = (
             self.db.clone(),
             self.account_id,
             Arc::clone(&self.key),
             Arc::clone(&self.owner),
-        )
-        .await;
-        // Only now: dropped during the release (its client gone), `drop` gives it back.
-        self.settled = true;
+        );
+        async move {
+            if let Err(error) = idempotency::release(&db, account_id, &key, &owner).await {
+                // Held until it counts as abandoned (twice the query deadline).
+                tracing::warn!(%error, "an unbilled idempotency key was not given back");
+            }
+        }
     }
 
     /// The answer to keep with the key in the bill's transaction.
@@ -95,23 +106,9 @@ impl Drop for Reserved {
         if self.settled {
             return;
         }
-        let (db, account_id, key, owner) = (
-            self.db.clone(),
-            self.account_id,
-            Arc::clone(&self.key),
-            Arc::clone(&self.owner),
-        );
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(release(db, account_id, key, owner));
+            runtime.spawn(self.release());
         }
-    }
-}
-
-/// Gives back `owner`'s unbilled reservation of `key`.
-async fn release(db: Database, account_id: i64, key: Arc<str>, owner: Arc<str>) {
-    if let Err(error) = idempotency::release(&db, account_id, &key, &owner).await {
-        // Held until it counts as abandoned (twice the query deadline).
-        tracing::warn!(%error, "an unbilled idempotency key was not given back");
     }
 }
 
@@ -354,8 +351,8 @@ impl Crosstab {
             );
             self.cache.insert(&body, &answer, entry);
         }
-        let kept = held.map(|held| held.keeping(&answer));
-        self.bill(principal, billable, request_id, kept).await?;
+        self.bill(principal, billable, request_id, held, &answer)
+            .await?;
         Ok(answer)
     }
 
@@ -392,23 +389,25 @@ impl Crosstab {
             targets: hit.targets,
         };
         let answer = hit.body();
-        let kept = held.map(|held| held.keeping(&answer));
-        self.bill(principal, billable, request_id, kept).await?;
+        self.bill(principal, billable, request_id, held, &answer)
+            .await?;
         Ok(Some(answer))
     }
 
-    /// The one place a bill is made: committed before the answer may go out.
+    /// The one place a bill is made: committed before the answer may go out, with the
+    /// answer kept for `held`'s key when the request sent one.
     async fn bill(
         &self,
         principal: &Principal,
         billable: Billable,
         request_id: &RequestId,
-        kept: Option<KeptAnswer>,
+        held: Option<&Reserved>,
+        answer: &Bytes,
     ) -> Result<(), ServiceError> {
         let bill = self.bill_of(principal, billable, request_id);
-        let billed = match kept {
+        let billed = match held {
             None => self.ledger.bill(bill).await,
-            Some(kept) => self.ledger.bill_keeping(bill, kept).await,
+            Some(held) => self.ledger.bill_keeping(bill, held.keeping(answer)).await,
         };
         match billed {
             // Its key was taken over by a retry once this request counted as abandoned

@@ -117,10 +117,18 @@ pub struct Admission<'a> {
 impl Admission<'_> {
     /// The call was billed: its place in the quota stays taken.
     pub fn billed(mut self) {
+        self.settle(false);
+    }
+
+    /// No longer pending; its places given `back` to the quota or not.
+    fn settle(&mut self, back: bool) {
         if let Some((account_id, day, calls)) = self.reserved.take() {
             let mut accounts = self.limits.accounts();
             if let Some(account) = accounts.get_mut(&account_id).filter(|a| a.day == day) {
                 account.pending = account.pending.saturating_sub(calls);
+                if back {
+                    account.used = account.used.saturating_sub(calls);
+                }
             }
         }
     }
@@ -128,13 +136,7 @@ impl Admission<'_> {
 
 impl Drop for Admission<'_> {
     fn drop(&mut self) {
-        if let Some((account_id, day, calls)) = self.reserved.take() {
-            let mut accounts = self.limits.accounts();
-            if let Some(account) = accounts.get_mut(&account_id).filter(|a| a.day == day) {
-                account.used = account.used.saturating_sub(calls);
-                account.pending = account.pending.saturating_sub(calls);
-            }
-        }
+        self.settle(true);
     }
 }
 

@@ -108,13 +108,14 @@ impl SurveyCopies {
         if same {
             return Ok(Outcome::Unchanged);
         }
-        let Some((blob, got)) = surveys::fetch(&self.db, &published.sha256).await? else {
+        let Some(blob) = surveys::fetch(&self.db, &published.sha256).await? else {
             // Replaced meanwhile: the next round copies the current one.
             return Ok(Outcome::Unchanged);
         };
         let store = self.store.clone();
         let want = published.sha256.clone();
         let installed = tokio::task::spawn_blocking(move || {
+            let got = to_hex(&Sha256::digest(&blob));
             if got != want {
                 return Ok(Outcome::Refused(format!("the blob hashes to {got}")));
             }

@@ -157,6 +157,15 @@ struct Pending {
 /// Which answers of a batch were left out because their key was lost, by place.
 type Lost = Vec<bool>;
 
+/// The bills of the answers of `batch` that `lost` does not leave out.
+fn written<'a>(batch: &'a [Pending], lost: &'a [bool]) -> impl Iterator<Item = &'a Bill> {
+    batch
+        .iter()
+        .zip(lost)
+        .filter(|(_, lost)| !**lost)
+        .flat_map(|(answer, _)| &answer.bills)
+}
+
 /// The handle requests bill through. Cheap to clone.
 ///
 /// The queue is unbounded on purpose: every requester waits for its own bill's commit,
@@ -530,8 +539,7 @@ impl FileWriter {
             };
             lost.push(!kept);
         }
-        let written = batch.iter().zip(&lost).filter(|(_, lost)| !**lost);
-        for bill in written.flat_map(|(answer, _)| &answer.bills) {
+        for bill in written(batch, &lost) {
             let caller = &bill.caller;
             self.conn.run(
                 self.insert,
@@ -628,12 +636,7 @@ async fn write_batch(conn: &mut PgConnection, batch: &[Pending]) -> Result<Lost,
                 .is_some_and(|kept| !kept_now.contains(&*kept.owner))
         })
         .collect();
-    let bills: Vec<&Bill> = batch
-        .iter()
-        .zip(&lost)
-        .filter(|(_, lost)| !**lost)
-        .flat_map(|(answer, _)| &answer.bills)
-        .collect();
+    let bills: Vec<&Bill> = written(batch, &lost).collect();
     if !bills.is_empty() {
         insert_columns(&mut tx, &bills).await?;
     }

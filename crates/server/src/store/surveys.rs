@@ -2,7 +2,6 @@
 //! in chunks, and the blob each survey code serves now. Publishing announces itself on
 //! [`super::changes::SURVEYS_CHANNEL`] when it commits.
 
-use sha2::{Digest, Sha256};
 use sqlx::Row;
 
 use super::{Database, DbError};
@@ -88,10 +87,10 @@ pub async fn list(db: &Database) -> Result<Vec<Published>, DbError> {
         .collect()
 }
 
-/// The blob `sha256`, whole, and the SHA-256 its bytes hash to, hex (`None` if it is no
-/// longer stored). Read a chunk per statement, so a large survey is never one statement
-/// past the statement timeout, nor held twice over.
-pub async fn fetch(db: &Database, sha256: &str) -> Result<Option<(Vec<u8>, String)>, DbError> {
+/// The blob `sha256`, whole (`None` if it is no longer stored). Read a chunk per
+/// statement, so a large survey is never one statement past the statement timeout, nor
+/// held twice over.
+pub async fn fetch(db: &Database, sha256: &str) -> Result<Option<Vec<u8>>, DbError> {
     let sizes = sqlx::query(
         "SELECT seq, octet_length(chunk) FROM survey_blobs WHERE sha256 = $1 ORDER BY seq",
     )
@@ -109,7 +108,6 @@ pub async fn fetch(db: &Database, sha256: &str) -> Result<Option<(Vec<u8>, Strin
         seqs.push(row.try_get::<i32, _>(0)?);
     }
     let mut blob = Vec::with_capacity(total);
-    let mut hasher = Sha256::new();
     for seq in seqs {
         let chunk: Option<Vec<u8>> =
             sqlx::query_scalar("SELECT chunk FROM survey_blobs WHERE sha256 = $1 AND seq = $2")
@@ -121,8 +119,7 @@ pub async fn fetch(db: &Database, sha256: &str) -> Result<Option<(Vec<u8>, Strin
         let Some(chunk) = chunk else {
             return Ok(None);
         };
-        hasher.update(&chunk);
         blob.extend_from_slice(&chunk);
     }
-    Ok(Some((blob, crate::keys::to_hex(&hasher.finalize()))))
+    Ok(Some(blob))
 }

@@ -132,13 +132,7 @@ pub async fn daily(db: &Database, account_id: i64) -> Result<Vec<DailyUsage>, Db
 
 /// Account `account_id`'s billed calls at or after `since` (Unix ms).
 pub async fn calls_since(db: &Database, account_id: i64, since: i64) -> Result<u64, DbError> {
-    let calls: i64 =
-        sqlx::query_scalar("SELECT COUNT(*) FROM ledger WHERE account_id = $1 AND at >= $2")
-            .bind(account_id)
-            .bind(since)
-            .fetch_one(db.pool())
-            .await?;
-    u64::try_from(calls).map_err(|_| DbError::Corrupt("a negative count"))
+    calls_between(db, account_id, since, i64::MAX).await
 }
 
 /// Account `account_id`'s billed calls at or after `from` and before `to` (Unix ms).
