@@ -98,7 +98,8 @@ pub struct SurveyBuilder {
     meta: SurveyMeta,
     ids: Vec<String>,
     weights: Vec<f64>,
-    /// The weights as exact integers in bit planes, when they are short decimals.
+    /// The weights as exact integers in bit planes, when they are short decimals and the
+    /// survey has at least a block of respondents.
     weight_planes: Option<crate::weights::Planes>,
     groups: Vec<(String, Option<String>)>,
     group_codes: Option<Vec<u16>>,
@@ -113,7 +114,12 @@ impl SurveyBuilder {
         SurveyBuilder {
             meta,
             ids,
-            weight_planes: crate::weights::planes(&weights),
+            // A small survey's planes are made in memory when it is opened instead.
+            weight_planes: (weights.len() >= crate::weights::FILE_PLANES_MIN_RESPONDENTS)
+                .then(|| crate::weights::planes(&weights))
+                .flatten()
+                // The file's layout is whole blocks (as it is from a block's respondents on).
+                .filter(|planes| planes.laid.stride == crate::eval::BLOCK_WORDS),
             weights,
             groups: Vec::new(),
             group_codes: None,
@@ -203,8 +209,8 @@ impl SurveyBuilder {
         let weights = writer.section(bytemuck::cast_slice(&self.weights));
         let weight_planes = self.weight_planes.as_ref().map(|planes| PlanesHeader {
             decimals: planes.decimals,
-            bits: planes.bits,
-            section: writer.section(bytemuck::cast_slice(&planes.words)),
+            bits: planes.laid.bits,
+            section: writer.section(bytemuck::cast_slice(&planes.laid.words)),
         });
         let id_offsets = writer.section(bytemuck::cast_slice(offsets));
         let id_bytes = writer.section(id_bytes);

@@ -36,6 +36,7 @@ pub use error::{ImportError, LoadError, QueryError};
 pub use stats::Moments;
 pub use survey::Survey;
 pub use table::TableSums;
+pub use weights::exact_sum;
 
 /// Compiles and loads a survey from its definition text and CSV text in one step.
 pub fn survey_from_csv(definition_toml: &str, csv: &str) -> Result<Survey, ImportError> {

@@ -11,9 +11,9 @@ use crate::bitset::Bitset;
 use crate::budget::MemoryBudget;
 use crate::cache::SetCache;
 use crate::error::LoadError;
-use crate::eval::{plan, Codes, Column, Plan, Ranges, Source};
+use crate::eval::{plan, Codes, Column, Plan, Ranges, Source, BLOCK_WORDS};
 use crate::format::{read_header, Header, Section, VariableHeader, Width};
-use crate::weights::{Squares, Weights};
+use crate::weights::{MadePlanes, PlaneView, Squares, Weights};
 
 /// Longest chain of named codes referring to named codes.
 pub(crate) const MAX_CODE_NESTING: usize = 16;
@@ -86,6 +86,9 @@ pub struct Survey {
     /// Whether the weight planes (if any) keep every sum below 2^53, as the sums assume:
     /// checked once, on first use (a file not written by this build may break it).
     planes_fit: OnceLock<bool>,
+    /// When the file holds no usable planes: planes made from the weights on first use
+    /// (`None`: weights too spread out, or negative, for any).
+    made_planes: OnceLock<Option<MadePlanes>>,
 }
 
 impl std::fmt::Debug for Survey {
@@ -174,6 +177,7 @@ impl Survey {
             kept_bytes: AtomicUsize::new(0),
             squares: OnceLock::new(),
             planes_fit: OnceLock::new(),
+            made_planes: OnceLock::new(),
             backing,
             header,
             variable_index,
@@ -416,23 +420,36 @@ impl Survey {
         &self.set_cache
     }
 
-    /// Where weighted sums come from: the exact bit planes when the file has them (and
-    /// they keep every sum below 2^53; else, a damaged or crafted file, its f64 weights).
+    /// Where weighted sums come from: the file's decimal planes when it has them (and
+    /// they keep every sum below 2^53, as a file this build wrote does); else planes made
+    /// from the f64 weights, decimal or binary, exact too; else (weights too spread out
+    /// for those) the f64 weights themselves.
     pub(crate) fn weight_source(&self) -> Weights<'_> {
-        let Some(planes) = self.header.weight_planes else {
-            return Weights::Floats(self.weights());
-        };
-        let words = self.slice(planes.section);
-        let fit = *self
-            .planes_fit
-            .get_or_init(|| crate::weights::planes_fit(words, planes.bits));
-        if !fit {
-            return Weights::Floats(self.weights());
+        if let Some(planes) = self.header.weight_planes {
+            let words = self.slice(planes.section);
+            let fit = *self
+                .planes_fit
+                .get_or_init(|| crate::weights::planes_fit(words, planes.bits));
+            if fit {
+                return Weights::Planes {
+                    decimals: planes.decimals,
+                    planes: PlaneView {
+                        bits: planes.bits as usize,
+                        stride: BLOCK_WORDS,
+                        words,
+                    },
+                };
+            }
         }
-        Weights::Planes {
-            decimals: planes.decimals,
-            bits: planes.bits,
-            words,
+        let made = self.made_planes.get_or_init(|| {
+            let planes = MadePlanes::of(self.weights())?;
+            self.set_cache.budget().take_anyway(planes.bytes());
+            self.kept_bytes.fetch_add(planes.bytes(), Ordering::Relaxed);
+            Some(planes)
+        });
+        match made {
+            Some(planes) => planes.source(),
+            None => Weights::Floats(self.weights()),
         }
     }
 
@@ -588,14 +605,50 @@ mod tests {
         assert_eq!(own_budget_bytes(bytes.len(), &header), bytes.len());
     }
 
+    /// A survey smaller than a block keeps no planes in its file (their padding would
+    /// make most of it), and sums exactly all the same, from planes made on first use.
+    #[test]
+    fn small_surveys_make_their_planes_in_memory() {
+        let compile = |rows: usize| {
+            let mut csv = String::from("ID,W,X\n");
+            for n in 0..rows {
+                csv.push_str(&format!("r{n},{}.25,{}\n", n % 7, n % 2));
+            }
+            let toml = "code = \"S\"\nname = \"s\"\nrespondents = \"r.csv\"\n\
+                        id_column = \"ID\"\nweight_column = \"W\"\n\
+                        [[population_bases]]\ncode = \"ALL\"\nexpr = \"*\"\n";
+            crate::import::compile(toml, "s.toml", csv.as_bytes(), "r.csv").unwrap()
+        };
+        let small = compile(8);
+        assert!(read_header(&small).unwrap().weight_planes.is_none());
+        assert!(
+            small.len() < 4096,
+            "{} bytes for 8 respondents",
+            small.len()
+        );
+        let survey = Survey::from_bytes(&small).unwrap();
+        assert!(matches!(
+            survey.weight_source(),
+            Weights::Planes { decimals: 2, .. }
+        ));
+        let all = survey.base_set("ALL").unwrap().clone();
+        let tally = survey.tally(&Expr::parse("X = 1").unwrap(), &all);
+        // Rows 1, 3, 5 and 7: 1.25 + 3.25 + 5.25 + 0.25.
+        assert_eq!((tally.count, tally.weight), (4, 10.0));
+        let large = compile(crate::weights::FILE_PLANES_MIN_RESPONDENTS);
+        assert!(read_header(&large).unwrap().weight_planes.is_some());
+    }
+
     /// Weight planes that would carry a sum past 2^53 (a damaged or crafted file) are not
     /// used: the f64 weights answer instead, and nothing overflows or panics.
     #[test]
     fn planes_past_their_bound_give_way_to_the_weights() {
-        // Weights of nine decimals: 44 planes, so planes of all ones pass 2^53.
+        // Weights of nine decimals: 39 planes, so planes of all ones pass 2^53; enough
+        // respondents for the file to hold the planes.
+        let rows = crate::weights::FILE_PLANES_MIN_RESPONDENTS + 100;
         let mut csv = String::from("ID,W,X\n");
-        for n in 0..100 {
-            csv.push_str(&format!("r{n},{}.123456789,{}\n", 12_000 + n, n % 3));
+        for n in 0..rows {
+            csv.push_str(&format!("r{n},{}.123456789,{}\n", n % 500, n % 3));
         }
         let toml = "code = \"S\"\nname = \"s\"\nrespondents = \"r.csv\"\n\
                     id_column = \"ID\"\nweight_column = \"W\"\n\
@@ -610,12 +663,13 @@ mod tests {
         bytes[start..end].fill(0xff);
         let crafted = Survey::from_bytes(&bytes).unwrap();
         assert!(matches!(intact.weight_source(), Weights::Planes { .. }));
-        assert!(matches!(crafted.weight_source(), Weights::Floats(_)));
+        // Made again from the weights: the same decimal planes the file should have held.
+        assert!(matches!(crafted.weight_source(), Weights::Planes { .. }));
         let target = Expr::parse("X = 1").unwrap();
         let all = intact.base_set("ALL").unwrap().clone();
         let (exact, fallback) = (intact.tally(&target, &all), crafted.tally(&target, &all));
-        assert_eq!(exact.count, 33);
+        assert_eq!(exact.count, (0..rows).filter(|n| n % 3 == 1).count() as u64);
         assert_eq!(exact.count, fallback.count);
-        assert!((exact.weight - fallback.weight).abs() <= exact.weight * 1e-12);
+        assert_eq!(exact, fallback);
     }
 }

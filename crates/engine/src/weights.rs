@@ -7,7 +7,10 @@
 //! exact, the same on every CPU, and it reads `bits / 64` of the weight column (about a
 //! quarter for two-decimal weights) with no per-respondent work. The one rounding is the
 //! final division by `10^decimals`, so the sum is the true sum of the decimals rounded
-//! once to f64. Weights that are not such decimals are summed as f64 ([`Summer`]).
+//! once to f64. Weights that are not such decimals become exact binary integers
+//! (`weight × 2^-e`, [`BinaryPlanes`]) in the same layout, made in memory on first use,
+//! and are summed the same way, rounded once too; only weights spread over more binary
+//! exponents than 127 bits hold (or negative ones) are summed as f64 ([`Summer`]).
 
 use crate::bitset::{ones, Summer, Tally};
 use crate::eval::BLOCK_WORDS;
@@ -32,14 +35,11 @@ const POWERS: [f64; MAX_DECIMALS as usize + 1] = [
     1_000_000_000.0,
 ];
 
-/// Weights as bit planes, laid out block by block: block `k`'s plane `b` is the
-/// [`BLOCK_WORDS`] words from `(k × bits + b) × BLOCK_WORDS`; words past the last
-/// respondent are zero.
+/// Weights as the integers `weight × 10^decimals` in bit planes ([`Laid`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Planes {
     pub decimals: u32,
-    pub bits: u32,
-    pub words: Vec<u64>,
+    pub laid: Laid,
 }
 
 /// Number of words the planes of `respondents` take at `bits` bits.
@@ -79,20 +79,207 @@ pub(crate) fn planes(weights: &[f64]) -> Option<Planes> {
         total = total.checked_add(integer).filter(|t| *t <= EXACT_LIMIT)?;
         integers.push(integer);
     }
-    let (bits, words) = lay_out(integers.iter().map(|i| u128::from(*i)), integers.len())?;
-    Some(Planes {
-        decimals,
-        bits,
-        words,
-    })
+    let laid = lay_out(integers.iter().map(|i| u128::from(*i)), integers.len())?;
+    Some(Planes { decimals, laid })
 }
 
-/// The planes of `count` integers, in the block layout of [`Planes`], with as many
-/// planes as the largest needs.
-fn lay_out(integers: impl Iterator<Item = u128> + Clone, count: usize) -> Option<(u32, Vec<u64>)> {
+/// Weights that are not short decimals as exact binary integers: every finite f64 is an
+/// integer times a power of two, so `weight × 2^-exponent` is an integer for every weight
+/// once `exponent` is the lowest bit any weight has. Made in memory from the weights when
+/// a survey's sums first need them (the file is not changed), in the layout of
+/// [`Laid`]; summed in `u128` and scaled by `2^exponent` (exact), so the one rounding
+/// is the integer's to f64.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct BinaryPlanes {
+    pub exponent: i32,
+    pub laid: Laid,
+}
+
+/// Planes made in memory from a survey's f64 weights, when its file holds none: decimal
+/// planes when the weights are short decimals (as the file would have held them), else
+/// binary ones.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum MadePlanes {
+    Decimal(Planes),
+    Binary(BinaryPlanes),
+}
+
+impl MadePlanes {
+    /// The planes of `weights`, if any kind fits them.
+    pub(crate) fn of(weights: &[f64]) -> Option<MadePlanes> {
+        planes(weights)
+            .map(MadePlanes::Decimal)
+            .or_else(|| binary_planes(weights).map(MadePlanes::Binary))
+    }
+
+    /// Heap bytes held.
+    pub(crate) fn bytes(&self) -> usize {
+        match self {
+            MadePlanes::Decimal(planes) => planes.laid.bytes(),
+            MadePlanes::Binary(planes) => planes.laid.bytes(),
+        }
+    }
+
+    pub(crate) fn source(&self) -> Weights<'_> {
+        match self {
+            MadePlanes::Decimal(planes) => Weights::Planes {
+                decimals: planes.decimals,
+                planes: planes.laid.view(),
+            },
+            MadePlanes::Binary(planes) => Weights::Binary {
+                exponent: planes.exponent,
+                planes: planes.laid.view(),
+            },
+        }
+    }
+}
+
+/// Fewest respondents whose decimal planes the compiled file holds: below one block the
+/// padding of the last block would be most of the planes (an 8-respondent survey's file
+/// would grow twelvefold), and planes this small are made in memory on first use in
+/// microseconds instead.
+pub(crate) const FILE_PLANES_MIN_RESPONDENTS: usize = 64 * BLOCK_WORDS;
+
+/// `weight` as `(m, e)` with `weight = m × 2^e` and `m` odd (`(0, 0)` for zero); `None`
+/// for a negative or non-finite weight.
+fn binary_parts(weight: f64) -> Option<(u64, i32)> {
+    if !weight.is_finite() || weight.is_sign_negative() && weight != 0.0 {
+        return None;
+    }
+    let bits = weight.to_bits();
+    let field = ((bits >> 52) & 0x7ff) as i32;
+    let fraction = bits & ((1 << 52) - 1);
+    let (mantissa, exponent) = match field {
+        0 => (fraction, -1074),
+        _ => (fraction | 1 << 52, field - 1075),
+    };
+    if mantissa == 0 {
+        return Some((0, 0));
+    }
+    let zeros = mantissa.trailing_zeros();
+    Some((mantissa >> zeros, exponent + zeros as i32))
+}
+
+/// The binary planes of `weights` when every weight is finite and non-negative and their
+/// integers, and their whole sum, stay below 2^127 (the weights' binary exponents spread
+/// over at most some 70 bits, for millions of respondents); `None` otherwise.
+pub(crate) fn binary_planes(weights: &[f64]) -> Option<BinaryPlanes> {
+    let mut lowest = i32::MAX;
+    for weight in weights {
+        let (mantissa, exponent) = binary_parts(*weight)?;
+        if mantissa != 0 {
+            lowest = lowest.min(exponent);
+        }
+    }
+    // Zero weights only: any exponent will do. Below -1022 the scale is not a normal f64.
+    let exponent = if lowest == i32::MAX { 0 } else { lowest };
+    if exponent < -1022 {
+        return None;
+    }
+    let integer = move |weight: &f64| -> Option<u128> {
+        let (mantissa, own) = binary_parts(*weight)?;
+        let shift = u32::try_from(own - exponent).ok()?;
+        let width = u64::BITS - mantissa.leading_zeros();
+        (mantissa == 0 || width + shift < 127).then(|| u128::from(mantissa) << shift.min(126))
+    };
+    let mut total = 0u128;
+    for weight in weights {
+        total = total
+            .checked_add(integer(weight)?)
+            .filter(|total| *total < 1 << 127)?;
+    }
+    let integers = weights.iter().map(move |w| integer(w).unwrap_or(0));
+    let laid = lay_out(integers, weights.len())?;
+    Some(BinaryPlanes { exponent, laid })
+}
+
+/// The true sum of `values` rounded once to f64 (ties to even), whatever their order
+/// and exponents: Shewchuk's exact partial sums, rounded as CPython's `math.fsum` does.
+/// The reference the engine's sums are checked against; slow (a few ns a value).
+pub fn exact_sum(values: impl IntoIterator<Item = f64>) -> f64 {
+    let mut partials: Vec<f64> = Vec::new();
+    for value in values {
+        let mut x = value;
+        let mut kept = 0;
+        for j in 0..partials.len() {
+            let mut y = partials[j];
+            if x.abs() < y.abs() {
+                std::mem::swap(&mut x, &mut y);
+            }
+            let hi = x + y;
+            let lo = y - (hi - x);
+            if lo != 0.0 {
+                partials[kept] = lo;
+                kept += 1;
+            }
+            x = hi;
+        }
+        partials.truncate(kept);
+        partials.push(x);
+    }
+    let Some(mut n) = partials.len().checked_sub(1) else {
+        return 0.0;
+    };
+    let (mut hi, mut lo) = (partials[n], 0.0);
+    while n > 0 {
+        let x = hi;
+        n -= 1;
+        let y = partials[n];
+        hi = x + y;
+        lo = y - (hi - x);
+        if lo != 0.0 {
+            break;
+        }
+    }
+    if n > 0 && (lo < 0.0 && partials[n - 1] < 0.0 || lo > 0.0 && partials[n - 1] > 0.0) {
+        let y = lo * 2.0;
+        let x = hi + y;
+        if y == x - hi {
+            hi = x;
+        }
+    }
+    hi
+}
+
+/// `2^exponent` for an exponent of a normal f64 (-1022 to 1023).
+fn power_of_two(exponent: i32) -> f64 {
+    f64::from_bits(((exponent + 1023).clamp(1, 2046) as u64) << 52)
+}
+
+/// Integers in bit planes, block by block: block `k`'s plane `b` is the `stride` words
+/// from `(k × bits + b) × stride`, bit `r` of a block's plane holding the `r`th
+/// respondent of the block; words past the last respondent are zero. `stride` is
+/// [`BLOCK_WORDS`], or the words of one survey smaller than a block (no padding).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Laid {
+    pub bits: u32,
+    pub stride: usize,
+    pub words: Vec<u64>,
+}
+
+impl Laid {
+    pub(crate) fn view(&self) -> PlaneView<'_> {
+        PlaneView {
+            bits: self.bits as usize,
+            stride: self.stride,
+            words: &self.words,
+        }
+    }
+
+    /// Heap bytes held.
+    pub(crate) fn bytes(&self) -> usize {
+        std::mem::size_of_val(self.words.as_slice())
+    }
+}
+
+/// The planes of `count` integers, in the layout of [`Laid`], with as many planes as the
+/// largest needs.
+fn lay_out(integers: impl Iterator<Item = u128> + Clone, count: usize) -> Option<Laid> {
     let largest = integers.clone().max().unwrap_or(0);
     let bits = (u128::BITS - largest.leading_zeros()).max(1);
-    let len = usize::try_from(plane_words(count as u64, bits)?).ok()?;
+    let stride = count.div_ceil(64).clamp(1, BLOCK_WORDS);
+    let blocks = count.div_ceil(64 * BLOCK_WORDS).max(1);
+    let len = blocks.checked_mul(bits as usize)?.checked_mul(stride)?;
     let mut words = vec![0u64; len];
     let block_rows = 64 * BLOCK_WORDS;
     for (row, integer) in integers.enumerate() {
@@ -101,12 +288,16 @@ fn lay_out(integers: impl Iterator<Item = u128> + Clone, count: usize) -> Option
         let mut rest = integer;
         while rest != 0 {
             let plane = rest.trailing_zeros() as usize;
-            let at = (block * bits as usize + plane) * BLOCK_WORDS + word;
+            let at = (block * bits as usize + plane) * stride + word;
             words[at] |= 1 << bit;
             rest &= rest - 1;
         }
     }
-    Some((bits, words))
+    Some(Laid {
+        bits,
+        stride,
+        words,
+    })
 }
 
 /// Every respondent's squared weight, for sums of `w²` (the table's reliability
@@ -117,28 +308,20 @@ fn lay_out(integers: impl Iterator<Item = u128> + Clone, count: usize) -> Option
 /// Either way the same on every platform.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Squares {
-    Planes {
-        decimals: u32,
-        bits: u32,
-        words: Vec<u64>,
-    },
+    Planes { decimals: u32, laid: Laid },
     Floats(Vec<f64>),
 }
 
 impl Squares {
-    /// The squares of `weights`, exact when `source` sums them from planes.
+    /// The squares of `weights`, exact when `source` sums them from decimal planes.
     pub(crate) fn new(source: Weights<'_>, weights: &[f64]) -> Squares {
         if let Weights::Planes { decimals, .. } = source {
             let square = |w: &f64| scaled(*w, decimals).map(|i| u128::from(i) * u128::from(i));
             // Planes were made at these decimals, so every weight scales; checked anyway.
             if weights.iter().all(|w| square(w).is_some()) {
                 let squares = weights.iter().map(|w| square(w).unwrap_or(0));
-                if let Some((bits, words)) = lay_out(squares, weights.len()) {
-                    return Squares::Planes {
-                        decimals,
-                        bits,
-                        words,
-                    };
+                if let Some(laid) = lay_out(squares, weights.len()) {
+                    return Squares::Planes { decimals, laid };
                 }
             }
         }
@@ -148,21 +331,16 @@ impl Squares {
     /// Heap bytes held.
     pub(crate) fn bytes(&self) -> usize {
         match self {
-            Squares::Planes { words, .. } => std::mem::size_of_val(words.as_slice()),
+            Squares::Planes { laid, .. } => laid.bytes(),
             Squares::Floats(squares) => std::mem::size_of_val(squares.as_slice()),
         }
     }
 
     pub(crate) fn summer(&self) -> SquareSum<'_> {
         match self {
-            Squares::Planes {
-                decimals,
-                bits,
-                words,
-            } => SquareSum::Planes {
+            Squares::Planes { decimals, laid } => SquareSum::Planes {
                 decimals: *decimals,
-                bits: *bits as usize,
-                words,
+                planes: laid.view(),
                 sum: 0,
             },
             Squares::Floats(squares) => SquareSum::Floats {
@@ -178,8 +356,7 @@ impl Squares {
 pub(crate) enum SquareSum<'a> {
     Planes {
         decimals: u32,
-        bits: usize,
-        words: &'a [u64],
+        planes: PlaneView<'a>,
         sum: u128,
     },
     Floats {
@@ -192,12 +369,8 @@ impl SquareSum<'_> {
     /// Adds the members of block `block` (at most [`BLOCK_WORDS`] words).
     pub(crate) fn add(&mut self, block: usize, members: &[u64]) {
         match self {
-            SquareSum::Planes {
-                bits, words, sum, ..
-            } => {
-                let start = block * *bits * BLOCK_WORDS;
-                let planes = words.get(start..start + *bits * BLOCK_WORDS).unwrap_or(&[]);
-                *sum += wide_plane_sum(members, planes);
+            SquareSum::Planes { planes, sum, .. } => {
+                *sum += wide_plane_sum(members, planes.block(block), planes.stride);
             }
             SquareSum::Floats { squares, summer } => {
                 let first = block * BLOCK_WORDS * 64;
@@ -209,14 +382,41 @@ impl SquareSum<'_> {
     /// The sum of the squares.
     pub(crate) fn finish(self) -> f64 {
         match self {
-            // 10^(2 × decimals) ≤ 10^18 is exact in f64: the integer's rounding and the
-            // division's are the only two.
-            SquareSum::Planes { decimals, sum, .. } => {
-                sum as f64 / (POWERS[decimals as usize] * POWERS[decimals as usize])
-            }
+            SquareSum::Planes { decimals, sum, .. } => rounded_ratio(sum, 10u64.pow(2 * decimals)),
             SquareSum::Floats { summer, .. } => summer.finish().weight,
         }
     }
+}
+
+/// `numerator / denominator` rounded once to the nearest f64 (ties to even), however
+/// many bits the numerator has: the quotient is taken by long division until it holds 55
+/// bits or more, the remainder folded into its lowest bit, and converted once.
+fn rounded_ratio(numerator: u128, denominator: u64) -> f64 {
+    if denominator == 0 {
+        return f64::NAN;
+    }
+    let denominator = u128::from(denominator);
+    let (mut quotient, mut remainder) = (numerator / denominator, numerator % denominator);
+    if quotient == 0 && remainder == 0 {
+        return 0.0;
+    }
+    // Each step doubles the quotient and brings one more bit of it down (the remainder
+    // stays below the denominator, so doubling it cannot overflow).
+    let mut shift = 0u64;
+    while quotient < 1 << 54 {
+        remainder <<= 1;
+        quotient <<= 1;
+        if remainder >= denominator {
+            remainder -= denominator;
+            quotient |= 1;
+        }
+        shift += 1;
+    }
+    // With 55 bits or more, the lowest is below the rounding bit: setting it when
+    // anything is left over decides a tie as the true quotient would, and nothing else.
+    let sticky = quotient | u128::from(remainder != 0);
+    // 2^-shift (at most 2^-114), a normal f64: the product is exact.
+    sticky as f64 * f64::from_bits((1023 - shift) << 52)
 }
 
 /// Whether the planes' whole sum, `Σ_b 2^b · popcount(plane_b)` over every block, is at
@@ -234,7 +434,7 @@ pub(crate) fn planes_fit(words: &[u64], bits: u32) -> bool {
 }
 
 /// `Σ_b 2^b · popcount(members ∧ plane_b)` in `u128`, for planes of up to 128 bits.
-fn wide_plane_sum(members: &[u64], planes: &[u64]) -> u128 {
+fn wide_plane_sum(members: &[u64], planes: &[u64], stride: usize) -> u128 {
     if members.iter().all(|word| *word == 0) {
         return 0;
     }
@@ -245,34 +445,34 @@ fn wide_plane_sum(members: &[u64], planes: &[u64]) -> u128 {
     {
         // SAFETY: the CPU supports AVX-512F, VPOPCNTDQ and POPCNT, checked just above.
         #[allow(unsafe_code)]
-        return unsafe { wide_plane_sum_avx512(members, planes) };
+        return unsafe { wide_plane_sum_avx512(members, planes, stride) };
     }
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("popcnt")
     {
         // SAFETY: the CPU supports AVX2 and POPCNT, checked just above.
         #[allow(unsafe_code)]
-        return unsafe { wide_plane_sum_avx2(members, planes) };
+        return unsafe { wide_plane_sum_avx2(members, planes, stride) };
     }
-    wide_plane_sum_portable(members, planes)
+    wide_plane_sum_portable(members, planes, stride)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512vpopcntdq,popcnt")]
-fn wide_plane_sum_avx512(members: &[u64], planes: &[u64]) -> u128 {
-    wide_plane_sum_portable(members, planes)
+fn wide_plane_sum_avx512(members: &[u64], planes: &[u64], stride: usize) -> u128 {
+    wide_plane_sum_portable(members, planes, stride)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,popcnt")]
-fn wide_plane_sum_avx2(members: &[u64], planes: &[u64]) -> u128 {
-    wide_plane_sum_portable(members, planes)
+fn wide_plane_sum_avx2(members: &[u64], planes: &[u64], stride: usize) -> u128 {
+    wide_plane_sum_portable(members, planes, stride)
 }
 
 #[inline(always)]
-fn wide_plane_sum_portable(members: &[u64], planes: &[u64]) -> u128 {
+fn wide_plane_sum_portable(members: &[u64], planes: &[u64], stride: usize) -> u128 {
     let mut sum = 0u128;
-    for (bit, plane) in planes.chunks_exact(BLOCK_WORDS).enumerate() {
+    for (bit, plane) in planes.chunks_exact(stride).enumerate() {
         let ones: u64 = members
             .iter()
             .zip(plane)
@@ -283,14 +483,37 @@ fn wide_plane_sum_portable(members: &[u64], planes: &[u64]) -> u128 {
     sum
 }
 
+/// Integers in bit planes, borrowed: `bits` planes a block, each `stride` words (a whole
+/// block's [`BLOCK_WORDS`], or fewer for planes of a survey smaller than a block).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PlaneView<'a> {
+    pub bits: usize,
+    pub stride: usize,
+    pub words: &'a [u64],
+}
+
+impl<'a> PlaneView<'a> {
+    /// Block `block`'s planes (empty past the last).
+    fn block(&self, block: usize) -> &'a [u64] {
+        let len = self.bits * self.stride;
+        self.words
+            .get(block * len..(block + 1) * len)
+            .unwrap_or(&[])
+    }
+}
+
 /// Where a survey's weights are summed from.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Weights<'a> {
-    /// Exact integers in bit planes.
+    /// Exact integers `weight × 10^decimals` in bit planes.
     Planes {
         decimals: u32,
-        bits: u32,
-        words: &'a [u64],
+        planes: PlaneView<'a>,
+    },
+    /// Exact binary integers `weight × 2^-exponent` in bit planes ([`BinaryPlanes`]).
+    Binary {
+        exponent: i32,
+        planes: PlaneView<'a>,
     },
     /// f64 per respondent.
     Floats(&'a [f64]),
@@ -302,10 +525,15 @@ pub(crate) enum Weights<'a> {
 pub(crate) enum BlockSum<'a> {
     Planes {
         decimals: u32,
-        bits: usize,
-        words: &'a [u64],
+        planes: PlaneView<'a>,
         count: u64,
         sum: u64,
+    },
+    Binary {
+        exponent: i32,
+        planes: PlaneView<'a>,
+        count: u64,
+        sum: u128,
     },
     Floats {
         weights: &'a [f64],
@@ -316,14 +544,15 @@ pub(crate) enum BlockSum<'a> {
 impl<'a> Weights<'a> {
     pub(crate) fn summer(self) -> BlockSum<'a> {
         match self {
-            Weights::Planes {
+            Weights::Planes { decimals, planes } => BlockSum::Planes {
                 decimals,
-                bits,
-                words,
-            } => BlockSum::Planes {
-                decimals,
-                bits: bits as usize,
-                words,
+                planes,
+                count: 0,
+                sum: 0,
+            },
+            Weights::Binary { exponent, planes } => BlockSum::Binary {
+                exponent,
+                planes,
                 count: 0,
                 sum: 0,
             },
@@ -340,17 +569,18 @@ impl BlockSum<'_> {
     pub(crate) fn add(&mut self, block: usize, members: &[u64]) {
         match self {
             BlockSum::Planes {
-                bits,
-                words,
-                count,
-                sum,
-                ..
+                planes, count, sum, ..
             } => {
-                let start = block * *bits * BLOCK_WORDS;
-                let planes = words.get(start..start + *bits * BLOCK_WORDS).unwrap_or(&[]);
-                let (c, s) = plane_sums(members, planes);
+                let (c, s) = plane_sums(members, planes.block(block), planes.stride);
                 *count += c;
                 *sum += s;
+            }
+            BlockSum::Binary {
+                planes, count, sum, ..
+            } => {
+                *count += ones(members);
+                // The whole sum is below 2^127, so no subset's overflows.
+                *sum += wide_plane_sum(members, planes.block(block), planes.stride);
             }
             BlockSum::Floats { weights, summer } => {
                 let first = block * BLOCK_WORDS * 64;
@@ -371,6 +601,17 @@ impl BlockSum<'_> {
                 // Exact integer (below 2^53) over an exact power of ten: one rounding.
                 weight: sum as f64 / POWERS[decimals as usize],
             },
+            BlockSum::Binary {
+                exponent,
+                count,
+                sum,
+                ..
+            } => Tally {
+                count,
+                // The integer rounded once; scaling by a power of two rounds nothing (a
+                // sum of at least one weight is at least 2^exponent, a normal f64).
+                weight: sum as f64 * power_of_two(exponent),
+            },
             BlockSum::Floats { summer, .. } => summer.finish(),
         }
     }
@@ -386,8 +627,7 @@ pub(crate) fn add_blocks(
 ) {
     if let (
         [BlockSum::Planes {
-            bits,
-            words,
+            planes,
             count: c0,
             sum: s0,
             ..
@@ -397,9 +637,8 @@ pub(crate) fn add_blocks(
         [m0, m1],
     ) = (&mut *sums, members)
     {
-        let start = block * *bits * BLOCK_WORDS;
-        let planes = words.get(start..start + *bits * BLOCK_WORDS).unwrap_or(&[]);
-        let [(a, b), (c, d)] = plane_sums_pair(&m0[..len], &m1[..len], planes);
+        let [(a, b), (c, d)] =
+            plane_sums_pair(&m0[..len], &m1[..len], planes.block(block), planes.stride);
         (*c0, *s0, *c1, *s1) = (*c0 + a, *s0 + b, *c1 + c, *s1 + d);
         return;
     }
@@ -409,7 +648,12 @@ pub(crate) fn add_blocks(
 }
 
 /// [`plane_sums`] of two targets' blocks at once.
-fn plane_sums_pair(first: &[u64], second: &[u64], planes: &[u64]) -> [(u64, u64); 2] {
+fn plane_sums_pair(
+    first: &[u64],
+    second: &[u64],
+    planes: &[u64],
+    stride: usize,
+) -> [(u64, u64); 2] {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx512f")
         && std::arch::is_x86_feature_detected!("avx512vpopcntdq")
@@ -417,36 +661,51 @@ fn plane_sums_pair(first: &[u64], second: &[u64], planes: &[u64]) -> [(u64, u64)
     {
         // SAFETY: the CPU supports AVX-512F, VPOPCNTDQ and POPCNT, checked just above.
         #[allow(unsafe_code)]
-        return unsafe { plane_sums_pair_avx512(first, second, planes) };
+        return unsafe { plane_sums_pair_avx512(first, second, planes, stride) };
     }
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("popcnt")
     {
         // SAFETY: the CPU supports AVX2 and POPCNT, checked just above.
         #[allow(unsafe_code)]
-        return unsafe { plane_sums_pair_avx2(first, second, planes) };
+        return unsafe { plane_sums_pair_avx2(first, second, planes, stride) };
     }
-    plane_sums_pair_tree(first, second, planes)
+    plane_sums_pair_tree(first, second, planes, stride)
 }
 
 /// [`plane_sums_pair`] by [`carry_save`]'s tree.
-fn plane_sums_pair_tree(first: &[u64], second: &[u64], planes: &[u64]) -> [(u64, u64); 2] {
+fn plane_sums_pair_tree(
+    first: &[u64],
+    second: &[u64],
+    planes: &[u64],
+    stride: usize,
+) -> [(u64, u64); 2] {
     let len = first.len().min(second.len());
     let (first, second) = (&first[..len], &second[..len]);
-    let [s0, s1] = carry_save([first, second], planes);
+    let [s0, s1] = carry_save([first, second], planes, stride);
     [(ones(first), s0), (ones(second), s1)]
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512vpopcntdq,popcnt")]
-fn plane_sums_pair_avx512(first: &[u64], second: &[u64], planes: &[u64]) -> [(u64, u64); 2] {
-    plane_sums_pair_portable(first, second, planes)
+fn plane_sums_pair_avx512(
+    first: &[u64],
+    second: &[u64],
+    planes: &[u64],
+    stride: usize,
+) -> [(u64, u64); 2] {
+    plane_sums_pair_portable(first, second, planes, stride)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,popcnt")]
-fn plane_sums_pair_avx2(first: &[u64], second: &[u64], planes: &[u64]) -> [(u64, u64); 2] {
-    plane_sums_pair_portable(first, second, planes)
+fn plane_sums_pair_avx2(
+    first: &[u64],
+    second: &[u64],
+    planes: &[u64],
+    stride: usize,
+) -> [(u64, u64); 2] {
+    plane_sums_pair_portable(first, second, planes, stride)
 }
 
 /// Both targets' sums reading each plane word once: compiled for AVX2 or AVX-512 the
@@ -454,9 +713,14 @@ fn plane_sums_pair_avx2(first: &[u64], second: &[u64], planes: &[u64]) -> [(u64,
 /// [`carry_save`]'s tree or faster (measured), and it is the tests' reference.
 #[cfg(any(target_arch = "x86_64", test))]
 #[inline(always)]
-fn plane_sums_pair_portable(first: &[u64], second: &[u64], planes: &[u64]) -> [(u64, u64); 2] {
+fn plane_sums_pair_portable(
+    first: &[u64],
+    second: &[u64],
+    planes: &[u64],
+    stride: usize,
+) -> [(u64, u64); 2] {
     let (mut s0, mut s1) = (0u64, 0u64);
-    for (bit, plane) in planes.chunks_exact(BLOCK_WORDS).enumerate() {
+    for (bit, plane) in planes.chunks_exact(stride).enumerate() {
         let (mut o0, mut o1) = (0u64, 0u64);
         for ((a, b), p) in first.iter().zip(second).zip(plane) {
             o0 += u64::from((a & p).count_ones());
@@ -469,7 +733,7 @@ fn plane_sums_pair_portable(first: &[u64], second: &[u64], planes: &[u64]) -> [(
 }
 
 /// Count and scaled weight sum of `members` over one block's planes.
-fn plane_sums(members: &[u64], planes: &[u64]) -> (u64, u64) {
+fn plane_sums(members: &[u64], planes: &[u64], stride: usize) -> (u64, u64) {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx512f")
         && std::arch::is_x86_feature_detected!("avx512vpopcntdq")
@@ -477,52 +741,52 @@ fn plane_sums(members: &[u64], planes: &[u64]) -> (u64, u64) {
     {
         // SAFETY: the CPU supports AVX-512F, VPOPCNTDQ and POPCNT, checked just above.
         #[allow(unsafe_code)]
-        return unsafe { plane_sums_avx512(members, planes) };
+        return unsafe { plane_sums_avx512(members, planes, stride) };
     }
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("popcnt")
     {
         // SAFETY: the CPU supports AVX2 and POPCNT, checked just above.
         #[allow(unsafe_code)]
-        return unsafe { plane_sums_avx2(members, planes) };
+        return unsafe { plane_sums_avx2(members, planes, stride) };
     }
-    plane_sums_tree(members, planes)
+    plane_sums_tree(members, planes, stride)
 }
 
 /// [`plane_sums`] by [`carry_save`]'s tree.
-fn plane_sums_tree(members: &[u64], planes: &[u64]) -> (u64, u64) {
+fn plane_sums_tree(members: &[u64], planes: &[u64], stride: usize) -> (u64, u64) {
     let count = ones(members);
     if count == 0 {
         return (0, 0);
     }
-    let [sum] = carry_save([members], planes);
+    let [sum] = carry_save([members], planes, stride);
     (count, sum)
 }
 
 /// [`plane_sums_portable`] compiled for AVX2: the compiler counts bits in vectors.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,popcnt")]
-fn plane_sums_avx2(members: &[u64], planes: &[u64]) -> (u64, u64) {
-    plane_sums_portable(members, planes)
+fn plane_sums_avx2(members: &[u64], planes: &[u64], stride: usize) -> (u64, u64) {
+    plane_sums_portable(members, planes, stride)
 }
 
 /// [`plane_sums_portable`] compiled for AVX-512: eight words counted per instruction.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512vpopcntdq,popcnt")]
-fn plane_sums_avx512(members: &[u64], planes: &[u64]) -> (u64, u64) {
-    plane_sums_portable(members, planes)
+fn plane_sums_avx512(members: &[u64], planes: &[u64], stride: usize) -> (u64, u64) {
+    plane_sums_portable(members, planes, stride)
 }
 
 /// [`plane_sums_pair_portable`] for one target.
 #[cfg(any(target_arch = "x86_64", test))]
 #[inline(always)]
-fn plane_sums_portable(members: &[u64], planes: &[u64]) -> (u64, u64) {
+fn plane_sums_portable(members: &[u64], planes: &[u64], stride: usize) -> (u64, u64) {
     let count = ones(members);
     if count == 0 {
         return (0, 0);
     }
     let mut sum = 0u64;
-    for (bit, plane) in planes.chunks_exact(BLOCK_WORDS).enumerate() {
+    for (bit, plane) in planes.chunks_exact(stride).enumerate() {
         let ones: u64 = members
             .iter()
             .zip(plane)
@@ -668,16 +932,16 @@ impl<V: Vector> Counters<V> {
 /// tree, one per set, and only its carries out of the top are counted; the words past the
 /// last whole round are counted one by one. Integer sums, so every path agrees.
 #[inline(always)]
-fn carry_save<const K: usize>(members: [&[u64]; K], planes: &[u64]) -> [u64; K] {
+fn carry_save<const K: usize>(members: [&[u64]; K], planes: &[u64], stride: usize) -> [u64; K] {
     let len = members
         .iter()
         .map(|m| m.len())
         .min()
         .unwrap_or(0)
-        .min(BLOCK_WORDS);
+        .min(stride);
     let mut sums = [0u64; K];
     let rounds = members.map(|words| words[..len].as_chunks::<{ LANES * ROUND }>());
-    for (bit, plane) in planes.chunks_exact(BLOCK_WORDS).enumerate() {
+    for (bit, plane) in planes.chunks_exact(stride).enumerate() {
         let (plane_rounds, plane_rest) = plane[..len].as_chunks::<{ LANES * ROUND }>();
         let mut counters = [Counters::<Lanes>::default(); K];
         for (at, p) in plane_rounds.iter().enumerate() {
@@ -704,6 +968,66 @@ fn carry_save<const K: usize>(members: [&[u64]; K], planes: &[u64]) -> [u64; K] 
 mod tests {
     use super::*;
 
+    /// The quotient as a decimal string parsed: Rust's parser rounds once, correctly.
+    fn parsed_ratio(numerator: u128, decimals: u32) -> f64 {
+        let digits = format!("{numerator:0>width$}", width = decimals as usize + 1);
+        let (whole, fraction) = digits.split_at(digits.len() - decimals as usize);
+        format!("{whole}.{fraction}0").parse().unwrap_or(f64::NAN)
+    }
+
+    #[test]
+    fn ratios_are_rounded_once() {
+        // Quotients just off and on the midpoint between two neighbouring f64s, where a
+        // numerator rounded to f64 first, then divided, lands on the wrong side.
+        let mut cases = vec![(0u128, 4u32), (1, 18), (u128::MAX, 18), (u128::MAX, 0)];
+        for decimals in [0, 2, 4, 9, 18] {
+            let power = 10u128.pow(decimals);
+            // f64s of 53 to 80 bits: a mantissa shifted; the midpoint is half a step up.
+            for exponent in [0u32, 1, 7, 20, 27] {
+                for mantissa in [
+                    1u128 << 52,
+                    (1 << 53) - 1,
+                    0x1a_2b3c_4d5e_6f71,
+                    0x15_5555_5555_5555,
+                ] {
+                    let midpoint = (2 * mantissa + 1) << exponent;
+                    for offset in [-1i128, 0, 1] {
+                        // The midpoint times the power, give or take one.
+                        let numerator = midpoint
+                            .checked_mul(power)
+                            .and_then(|n| n.checked_add_signed(offset));
+                        cases.extend(numerator.map(|n| (n, decimals)));
+                    }
+                }
+            }
+        }
+        // Midpoints below 2^53, a fraction of a unit apart: 10^18 has 2^18 as a factor.
+        for fraction_bits in [1u32, 9, 18] {
+            for mantissa in [1u128 << 52, 0x1a_2b3c_4d5e_6f71] {
+                let midpoint = ((2 * mantissa + 1) * 10u128.pow(18)) >> fraction_bits;
+                for offset in [-1i128, 0, 1] {
+                    cases.extend(midpoint.checked_add_signed(offset).map(|n| (n, 18)));
+                }
+            }
+        }
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        for _ in 0..2_000 {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1);
+            let bits = state >> 57;
+            let numerator = (u128::from(state) << 64 | u128::from(state.rotate_left(17))) >> bits;
+            cases.push((numerator, (state % 19) as u32));
+        }
+        for (numerator, decimals) in cases {
+            assert_eq!(
+                rounded_ratio(numerator, 10u64.pow(decimals)).to_bits(),
+                parsed_ratio(numerator, decimals).to_bits(),
+                "{numerator} / 10^{decimals}"
+            );
+        }
+    }
+
     fn weights(n: usize) -> Vec<f64> {
         (0..n)
             .map(|i| (((i * 7919 % 100_003) as f64 * 1.37).round() + 1.0) / 100.0)
@@ -714,7 +1038,7 @@ mod tests {
     fn decimals_become_exact_integers() {
         let made = planes(&[1.5, 2.25, 0.0, 1000.0]).unwrap();
         assert_eq!(made.decimals, 2);
-        assert_eq!(made.bits, 17); // 100000 < 2^17
+        assert_eq!(made.laid.bits, 17); // 100000 < 2^17
         assert!(planes(&[0.1 + 0.2]).is_none(), "not a short decimal");
         assert!(planes(&[f64::MAX]).is_none(), "too large to be exact");
         assert_eq!(planes(&[3.0, 4.0]).unwrap().decimals, 0);
@@ -735,8 +1059,7 @@ mod tests {
         }
         let source = Weights::Planes {
             decimals: made.decimals,
-            bits: made.bits,
-            words: &made.words,
+            planes: made.laid.view(),
         };
         let mut sum = source.summer();
         for (block, words) in members.chunks(BLOCK_WORDS).enumerate() {
@@ -745,40 +1068,114 @@ mod tests {
         let tally = sum.finish();
         assert_eq!(tally.count, count);
         assert_eq!(tally.weight, exact as f64 / 100.0);
-        let bits = made.bits as usize;
+        let bits = made.laid.bits as usize;
         for (block, words) in members.chunks(BLOCK_WORDS).enumerate() {
-            let slice = &made.words[block * bits * BLOCK_WORDS..][..bits * BLOCK_WORDS];
+            let slice = &made.laid.words[block * bits * BLOCK_WORDS..][..bits * BLOCK_WORDS];
             assert_eq!(
-                plane_sums(words, slice),
-                plane_sums_portable(words, slice),
+                plane_sums(words, slice, BLOCK_WORDS),
+                plane_sums_portable(words, slice, BLOCK_WORDS),
                 "block {block}"
             );
         }
     }
 
     #[test]
+    fn any_weights_become_binary_integers() {
+        assert_eq!(binary_parts(6.0), Some((3, 1)));
+        assert_eq!(binary_parts(0.375), Some((3, -3)));
+        assert_eq!(binary_parts(0.0), Some((0, 0)));
+        assert_eq!(binary_parts(-0.0), Some((0, 0)));
+        assert_eq!(binary_parts(f64::from_bits(1)), Some((1, -1074)));
+        assert_eq!(binary_parts(-1.0), None);
+        assert_eq!(binary_parts(f64::NAN), None);
+        let made = binary_planes(&[0.1, 3.0, 0.0]).unwrap();
+        // 0.1 is an odd 52-bit integer times 2^-55: 3 × 2^55 needs 57 bits.
+        assert_eq!((made.exponent, made.laid.bits), (-55, 57));
+        // Three respondents: one word a plane, no block's padding.
+        assert_eq!(made.laid.words.len(), 57);
+        // Too spread out for 127 bits, or negative: the f64 sums answer instead.
+        assert!(binary_planes(&[1e-30, 1e10]).is_none());
+        assert!(binary_planes(&[1.0, -1.0]).is_none());
+        assert!(binary_planes(&[f64::MIN_POSITIVE / 4.0]).is_none());
+        assert_eq!(binary_planes(&[0.0, 0.0]).unwrap().laid.bits, 1);
+    }
+
+    #[test]
+    fn binary_plane_sums_are_the_true_sums_rounded_once() {
+        // Raking-like weights of every exponent from 2^-9 to 2^9, full precision.
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let n = 3 * 64 * BLOCK_WORDS + 100;
+        let weights: Vec<f64> = (0..n)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                let unit = (state >> 11) as f64 / (1u64 << 53) as f64;
+                (unit * 18.0 - 9.0).exp2()
+            })
+            .collect();
+        let made = binary_planes(&weights).unwrap();
+        let source = Weights::Binary {
+            exponent: made.exponent,
+            planes: made.laid.view(),
+        };
+        for (modulus, rest) in [(1, 0), (3, 1), (7, 2), (1000, 999)] {
+            let chosen: Vec<usize> = (0..n).filter(|row| row % modulus == rest).collect();
+            let mut members = vec![0u64; n.div_ceil(64)];
+            for row in &chosen {
+                members[row / 64] |= 1 << (row % 64);
+            }
+            let mut sum = source.summer();
+            for (block, words) in members.chunks(BLOCK_WORDS).enumerate() {
+                sum.add(block, words);
+            }
+            let tally = sum.finish();
+            assert_eq!(tally.count, chosen.len() as u64);
+            let truth = exact_sum(chosen.iter().map(|row| weights[*row]));
+            assert_eq!(tally.weight.to_bits(), truth.to_bits(), "every {modulus}th");
+        }
+    }
+
+    #[test]
     fn the_adder_tree_counts_what_counting_each_word_counts() {
-        let weights = weights(64 * BLOCK_WORDS);
-        let made = planes(&weights).unwrap();
         let first: Vec<u64> = (0..BLOCK_WORDS as u64)
             .map(|i| i.wrapping_mul(0x9E37_79B9_7F4A_7C15))
             .collect();
         let second: Vec<u64> = first.iter().map(|w| !w.rotate_left(7)).collect();
         let full = vec![u64::MAX; BLOCK_WORDS];
-        // Every member in every plane, so every counter of the tree carries.
-        let dense = vec![u64::MAX; made.words.len()];
-        // Whole rounds, a rest past them, a rest alone, and nothing.
-        for len in [BLOCK_WORDS, 200, LANES * ROUND, LANES * ROUND + 3, 5, 0] {
-            let (a, b) = (&first[..len], &second[..len]);
-            let reference = plane_sums_pair_portable(a, b, &made.words);
-            assert_eq!(plane_sums_pair_tree(a, b, &made.words), reference, "{len}");
-            assert_eq!(plane_sums_pair(a, b, &made.words), reference, "{len}");
-            assert_eq!(plane_sums_tree(a, &made.words), reference[0], "{len}");
-            assert_eq!(plane_sums_tree(b, &made.words), reference[1], "{len}");
-            let all = &full[..len];
-            let reference = plane_sums_portable(all, &dense);
-            assert_eq!(plane_sums_tree(all, &dense), reference, "{len}");
-            assert_eq!(plane_sums_pair_tree(all, a, &dense)[0], reference, "{len}");
+        // A whole block's planes, and a small survey's (200 words a plane, unpadded).
+        for respondents in [64 * BLOCK_WORDS, 64 * 200 - 5] {
+            let made = planes(&weights(respondents)).unwrap().laid;
+            let (words, stride) = (&made.words[..], made.stride);
+            assert_eq!(stride, respondents.div_ceil(64));
+            // Every member in every plane, so every counter of the tree carries.
+            let dense = vec![u64::MAX; words.len()];
+            // Whole rounds, a rest past them, a rest alone, and nothing.
+            for len in [stride, 200, LANES * ROUND, LANES * ROUND + 3, 5, 0] {
+                let (a, b) = (&first[..len], &second[..len]);
+                let reference = plane_sums_pair_portable(a, b, words, stride);
+                assert_eq!(
+                    plane_sums_pair_tree(a, b, words, stride),
+                    reference,
+                    "{len}"
+                );
+                assert_eq!(plane_sums_pair(a, b, words, stride), reference, "{len}");
+                assert_eq!(plane_sums_tree(a, words, stride), reference[0], "{len}");
+                assert_eq!(plane_sums_tree(b, words, stride), reference[1], "{len}");
+                let all = &full[..len];
+                let reference = plane_sums_portable(all, &dense, stride);
+                assert_eq!(plane_sums_tree(all, &dense, stride), reference, "{len}");
+                assert_eq!(
+                    plane_sums_pair_tree(all, a, &dense, stride)[0],
+                    reference,
+                    "{len}"
+                );
+                assert_eq!(
+                    wide_plane_sum(all, &dense, stride),
+                    u128::from(reference.1),
+                    "{len}"
+                );
+            }
         }
     }
 }

@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 
 use crosstab_contract::{CmpOp, Expr};
-use crosstab_engine::{survey_from_csv, Bitset, Survey};
+use crosstab_engine::{exact_sum, survey_from_csv, Bitset, Survey};
 use proptest::prelude::*;
 
 const VARS: [&str; 4] = ["A", "B", "C", "D"];
@@ -115,15 +115,14 @@ proptest! {
         let survey = build(&rows);
         let everyone = Bitset::full(survey.respondents());
         let tally = survey.tally(&expr, &everyone);
-        let (mut count, mut weight) = (0u64, 0.0f64);
-        for row in 0..survey.respondents() {
-            if naive(&rows, &expr, row) {
-                count += 1;
-                weight += survey.weights()[row];
-            }
-        }
-        prop_assert_eq!(tally.count, count, "{}", expr);
-        prop_assert!((tally.weight - weight).abs() <= 1e-9 * weight.max(1.0), "{} {} {}", expr, tally.weight, weight);
+        let chosen: Vec<f64> = (0..survey.respondents())
+            .filter(|row| naive(&rows, &expr, *row))
+            .map(|row| survey.weights()[row])
+            .collect();
+        prop_assert_eq!(tally.count, chosen.len() as u64, "{}", expr);
+        // Full-precision weights are summed exactly too: the true sum, rounded once.
+        let weight = exact_sum(chosen);
+        prop_assert_eq!(tally.weight.to_bits(), weight.to_bits(), "{} {} {}", expr, tally.weight, weight);
         // The canonical text of the expression answers the same, on its first sight
         // (one fused pass), its second (its sets are made and kept) and later (cached).
         let reparsed = Expr::parse(&expr.to_string()).unwrap();
@@ -230,17 +229,19 @@ fn multi_block_surveys_match_naive_evaluation() {
         let expr = Expr::parse(text).unwrap();
         for filter in [&everyone, &region_one] {
             let tally = survey.tally(&expr, filter);
-            let (mut count, mut weight) = (0u64, 0.0f64);
-            for row in 0..survey.respondents() {
-                let hit = eval_row(&|var, row| survey.value(var, row), &expr, row, &naive_code);
-                if hit && filter.contains(row) {
-                    count += 1;
-                    weight += survey.weights()[row];
-                }
-            }
-            assert_eq!(tally.count, count, "{text}");
+            let chosen: Vec<f64> = (0..survey.respondents())
+                .filter(|row| filter.contains(*row))
+                .filter(|row| {
+                    eval_row(&|var, row| survey.value(var, row), &expr, *row, &naive_code)
+                })
+                .map(|row| survey.weights()[row])
+                .collect();
+            assert_eq!(tally.count, chosen.len() as u64, "{text}");
+            // The demo's weights are short decimals: the sum of their nearest f64s,
+            // rounded once, is within an ulp or two of the decimals' own.
+            let weight = exact_sum(chosen);
             assert!(
-                (tally.weight - weight).abs() <= 1e-9 * weight.max(1.0),
+                (tally.weight - weight).abs() <= 4.0 * f64::EPSILON * weight.max(1.0),
                 "{text}"
             );
         }
