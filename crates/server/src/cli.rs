@@ -27,7 +27,8 @@ use crate::service::{replicas, users};
 use crate::store::accounts::AccountLimits;
 use crate::store::identity_providers::{self, AccountRule, IdentityProvider, IdpKind};
 use crate::store::{
-    self, accounts, signing_keys, upstream_keys, usage, Database, DbError, Synchronous,
+    self, accounts, signing_keys, upstream_keys, usage, Database, DatabaseOptions, DbError,
+    Synchronous,
 };
 
 /// The crosstab survey-audience query service.
@@ -123,6 +124,17 @@ enum Command {
             default_value = "full"
         )]
         sqlite_synchronous: Synchronous,
+        /// Seconds a database statement may run (PostgreSQL) or wait for its lock
+        /// (SQLite) before it fails: a request waiting on it is answered 503 or 500,
+        /// unbilled, instead of piling up behind a stuck database.
+        #[arg(
+            long,
+            env = "CROSSTAB_STATEMENT_TIMEOUT",
+            value_name = "SECONDS",
+            default_value_t = 10,
+            value_parser = clap::value_parser!(u64).range(1..)
+        )]
+        statement_timeout: u64,
         /// Whole answers kept in memory for repeated requests (0: none).
         #[arg(long, env = "CROSSTAB_RESPONSE_CACHE_ENTRIES", default_value_t = DEFAULT_ENTRIES)]
         response_cache_entries: usize,
@@ -623,6 +635,7 @@ async fn execute(command: Command) -> Result<(), CliError> {
             app_dir,
             upstream,
             sqlite_synchronous,
+            statement_timeout,
             response_cache_entries,
             cache_memory,
             public_url,
@@ -641,7 +654,10 @@ async fn execute(command: Command) -> Result<(), CliError> {
                 listen,
                 data_dir: store.data_dir,
                 database,
-                synchronous: sqlite_synchronous,
+                database_options: DatabaseOptions {
+                    synchronous: sqlite_synchronous,
+                    statement_timeout: Duration::from_secs(statement_timeout),
+                },
                 allowed_origins,
                 demo,
                 app_dir,
@@ -808,7 +824,7 @@ fn import_survey(path: &Path, data_dir: &Path) -> Result<String, CliError> {
     for warning in &prepared.warnings {
         eprintln!("warning: {warning}");
     }
-    let weight_total: f64 = survey.weights().iter().sum();
+    let weight_total = crosstab_engine::exact_sum(survey.weights().iter().copied());
     println!(
         "installed {} ({}) at {}",
         survey.code(),

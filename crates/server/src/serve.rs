@@ -22,7 +22,7 @@ use crate::service::replicas::{self, Copier, SurveyCopies};
 use crate::service::upstream::{Unreachable, Upstream};
 use crate::service::users::{self, UserError};
 use crate::service::Services;
-use crate::store::{accounts, Backend, Database, DbError, Synchronous};
+use crate::store::{accounts, Backend, Database, DatabaseOptions, DbError};
 
 /// How often the catalog looks for re-imported surveys.
 const REFRESH_EVERY: Duration = Duration::from_secs(1);
@@ -36,8 +36,8 @@ pub struct ServeOptions {
     pub data_dir: PathBuf,
     /// The database URL.
     pub database: String,
-    /// When a SQLite commit returns.
-    pub synchronous: Synchronous,
+    /// How each database connection is set up.
+    pub database_options: DatabaseOptions,
     /// Allowed browser origins.
     pub allowed_origins: Vec<String>,
     /// Set up the demo survey, account, key and app user.
@@ -189,7 +189,7 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
     // cleanly once it is up, instead of killing it half-way.
     let shutdown = shutdown_signal()?;
     std::fs::create_dir_all(&options.data_dir)?;
-    let db = Database::connect_with(&options.database, options.synchronous).await?;
+    let db = Database::connect_with(&options.database, options.database_options).await?;
     let store = SurveyStore::open(&options.data_dir)?;
     if options.demo {
         let demo = prepare_demo(&db, &store).await?;

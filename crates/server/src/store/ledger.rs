@@ -255,7 +255,7 @@ impl Ledger {
             Some(path) => {
                 let file = SqliteFile {
                     path: path.to_path_buf(),
-                    pragmas: super::sqlite_pragmas(db.synchronous),
+                    setup: db.options.setup(super::Backend::Sqlite),
                     conn: None,
                 };
                 thread.spawn(move || supervise_file(file, pending, running))
@@ -457,7 +457,7 @@ fn settle(batch: &mut Vec<Pending>, result: Result<Lost, DbError>, started: Inst
 /// and again after a failure, so none is kept in an unknown state).
 struct SqliteFile {
     path: PathBuf,
-    pragmas: [&'static str; 4],
+    setup: Vec<String>,
     conn: Option<FileWriter>,
 }
 
@@ -477,9 +477,7 @@ impl SqliteFile {
     fn write(&mut self, batch: &[Pending]) -> Result<Lost, DbError> {
         let writer = match &mut self.conn {
             Some(writer) => writer,
-            None => self
-                .conn
-                .insert(FileWriter::open(&self.path, &self.pragmas)?),
+            None => self.conn.insert(FileWriter::open(&self.path, &self.setup)?),
         };
         let written = writer.write(batch);
         if written.is_err() {
@@ -491,10 +489,10 @@ impl SqliteFile {
 }
 
 impl FileWriter {
-    fn open(path: &Path, pragmas: &[&str]) -> Result<FileWriter, sqlite::SqliteError> {
+    fn open(path: &Path, setup: &[String]) -> Result<FileWriter, sqlite::SqliteError> {
         let mut conn = sqlite::Connection::open(path)?;
-        for pragma in pragmas {
-            conn.execute_batch(pragma)?;
+        for statement in setup {
+            conn.execute_batch(statement)?;
         }
         Ok(FileWriter {
             begin: conn.prepare("BEGIN IMMEDIATE")?,
@@ -558,6 +556,7 @@ impl FileWriter {
                 ],
             )?;
         }
+        fault_point(batch);
         self.conn.run(self.commit, &[])?;
         Ok(lost)
     }
@@ -608,6 +607,7 @@ async fn write_batch(conn: &mut PgConnection, batch: &[Pending]) -> Result<Lost,
     // lone statement saves BEGIN's and COMMIT's.
     if kept.is_empty() {
         let bills: Vec<&Bill> = batch.iter().flat_map(|answer| &answer.bills).collect();
+        fault_point(batch);
         insert_columns(conn, &bills).await?;
         return Ok(vec![false; batch.len()]);
     }
@@ -640,8 +640,30 @@ async fn write_batch(conn: &mut PgConnection, batch: &[Pending]) -> Result<Lost,
     if !bills.is_empty() {
         insert_columns(&mut tx, &bills).await?;
     }
+    fault_point(batch);
     tx.commit().await?;
     Ok(lost)
+}
+
+/// Where a test makes the writer panic, before its batch is committed: never, outside
+/// tests.
+#[cfg(not(test))]
+fn fault_point(_batch: &[Pending]) {}
+
+/// A bill with this request id makes the writer panic before its batch is committed.
+#[cfg(test)]
+const PANIC_REQUEST_ID: &str = "test: the ledger writer panics";
+
+#[cfg(test)]
+#[allow(clippy::panic)]
+fn fault_point(batch: &[Pending]) {
+    let bills = batch.iter().flat_map(|answer| &answer.bills);
+    if bills
+        .clone()
+        .any(|bill| &*bill.request_id == PANIC_REQUEST_ID)
+    {
+        panic!("{PANIC_REQUEST_ID}");
+    }
 }
 
 /// One INSERT of `bills` as arrays, a column each, whatever the batch's size (the server
@@ -678,4 +700,84 @@ pub async fn count(db: &Database) -> Result<i64, DbError> {
         .fetch_one(db.pool())
         .await?;
     Ok(row.try_get(0)?)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::grants::GrantSpec;
+    use crate::keys::KeyEnv;
+    use crate::store::accounts;
+
+    fn bill(account_id: i64, request_id: &str) -> Bill {
+        Bill {
+            at: 1_700_000_000_000,
+            account_id,
+            caller: Caller::Key("0123456789abcdef".into()),
+            survey: "VEC".into(),
+            group: None,
+            base: "ALL".into(),
+            targets: 1,
+            request_id: request_id.into(),
+        }
+    }
+
+    /// A new account's id (made with a key, as accounts are).
+    async fn account(db: &Database) -> i64 {
+        let name = format!("panic-{}", uuid::Uuid::new_v4().simple());
+        let grant: GrantSpec = "VEC".parse().unwrap();
+        accounts::create_key(db, &name, &[grant], KeyEnv::Live, None)
+            .await
+            .unwrap();
+        accounts::account_id(db, &name).await.unwrap().unwrap()
+    }
+
+    /// A writer that panics mid-batch is started again: the batch's answer is refused,
+    /// none of its bills written (its transaction rolled back), the writer still counts
+    /// as alive for `/ready`, and the next bill is written.
+    async fn a_panicking_writer_is_restarted(db: &Database) {
+        let account_id = account(db).await;
+        let (ledger, writer) = Ledger::start(db.clone());
+        ledger.bill(bill(account_id, "before")).await.unwrap();
+        let refused = ledger
+            .bill_all(vec![
+                bill(account_id, "beside the panic"),
+                bill(account_id, PANIC_REQUEST_ID),
+            ])
+            .await;
+        assert!(matches!(refused, Err(LedgerError::Stopped)), "{refused:?}");
+        assert!(ledger.is_alive());
+        ledger.bill(bill(account_id, "after")).await.unwrap();
+        let mut billed: Vec<String> =
+            sqlx::query_scalar("SELECT request_id FROM ledger WHERE account_id = $1")
+                .bind(account_id)
+                .fetch_all(db.pool())
+                .await
+                .unwrap();
+        billed.sort();
+        assert_eq!(billed, ["after", "before"]);
+        drop(ledger);
+        writer.finish().await;
+    }
+
+    #[tokio::test]
+    async fn a_panicking_sqlite_writer_is_restarted() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Database::connect(&crate::store::default_url(dir.path()))
+            .await
+            .unwrap();
+        a_panicking_writer_is_restarted(&db).await;
+    }
+
+    /// The same on PostgreSQL, when `CROSSTAB_TEST_POSTGRES_URL` names one.
+    #[tokio::test]
+    async fn a_panicking_postgres_writer_is_restarted() {
+        let Ok(url) = std::env::var("CROSSTAB_TEST_POSTGRES_URL") else {
+            eprintln!("CROSSTAB_TEST_POSTGRES_URL not set: PostgreSQL test skipped");
+            return;
+        };
+        let db = Database::connect(&url).await.unwrap();
+        a_panicking_writer_is_restarted(&db).await;
+    }
 }

@@ -33,9 +33,10 @@ use sqlx::{AnyPool, Connection};
 static SQLITE_MIGRATIONS: Migrator = sqlx::migrate!("./migrations/sqlite");
 static POSTGRES_MIGRATIONS: Migrator = sqlx::migrate!("./migrations/postgres");
 
-/// Every PostgreSQL statement's time limit (SQLite waits at most `busy_timeout` for its
-/// lock, and runs in this process).
-const POSTGRES_STATEMENT_TIMEOUT: &str = "SET statement_timeout = 10000";
+/// The default limit on every database call: a PostgreSQL statement's run, or SQLite's
+/// wait for its lock (SQLite runs in this process, so its statements cannot hang on a
+/// server).
+pub const DEFAULT_STATEMENT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The longest wait for a connection, from the pool or a new one.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -82,7 +83,46 @@ pub struct Database {
     pool: AnyPool,
     backend: Backend,
     sqlite_file: Option<PathBuf>,
-    synchronous: Synchronous,
+    options: DatabaseOptions,
+}
+
+/// How every connection to a database is set up.
+#[derive(Debug, Clone, Copy)]
+pub struct DatabaseOptions {
+    /// When a SQLite commit returns.
+    pub synchronous: Synchronous,
+    /// The longest a statement may run (PostgreSQL) or wait for its lock (SQLite) before
+    /// it fails: a stuck database answers errors instead of piling requests up.
+    pub statement_timeout: Duration,
+}
+
+impl Default for DatabaseOptions {
+    fn default() -> DatabaseOptions {
+        DatabaseOptions {
+            synchronous: Synchronous::Full,
+            statement_timeout: DEFAULT_STATEMENT_TIMEOUT,
+        }
+    }
+}
+
+impl DatabaseOptions {
+    /// The statements that set up a new connection to `backend`.
+    fn setup(&self, backend: Backend) -> Vec<String> {
+        let millis = self.statement_timeout.as_millis().max(1);
+        match backend {
+            Backend::Sqlite => vec![
+                "PRAGMA journal_mode = WAL".to_owned(),
+                match self.synchronous {
+                    Synchronous::Full => "PRAGMA synchronous = FULL",
+                    Synchronous::Normal => "PRAGMA synchronous = NORMAL",
+                }
+                .to_owned(),
+                format!("PRAGMA busy_timeout = {millis}"),
+                "PRAGMA foreign_keys = ON".to_owned(),
+            ],
+            Backend::Postgres => vec![format!("SET statement_timeout = {millis}")],
+        }
+    }
 }
 
 /// A database URL, never shown (it may hold a password).
@@ -125,13 +165,14 @@ pub fn default_url(data_dir: &Path) -> String {
 }
 
 impl Database {
-    /// Connects to `url` and brings its schema up to date (SQLite: `synchronous = FULL`).
+    /// Connects to `url` with the default options and brings its schema up to date.
     pub async fn connect(url: &str) -> Result<Database, DbError> {
-        Database::connect_with(url, Synchronous::Full).await
+        Database::connect_with(url, DatabaseOptions::default()).await
     }
 
-    /// Connects to `url` with SQLite commits made durable as `synchronous` says.
-    pub async fn connect_with(url: &str, synchronous: Synchronous) -> Result<Database, DbError> {
+    /// Connects to `url`, every connection set up as `options` say, and brings its schema
+    /// up to date.
+    pub async fn connect_with(url: &str, options: DatabaseOptions) -> Result<Database, DbError> {
         sqlx::any::install_default_drivers();
         let backend = if url.starts_with("sqlite:") {
             Backend::Sqlite
@@ -140,33 +181,25 @@ impl Database {
         } else {
             return Err(DbError::UnsupportedUrl);
         };
-        let mut options = AnyPoolOptions::new()
+        let setup = options.setup(backend);
+        let pool = AnyPoolOptions::new()
             .acquire_timeout(CONNECT_TIMEOUT)
             .max_connections(match backend {
                 Backend::Sqlite => 4,
                 // With the ledger writer's own connection, 16 a server.
                 Backend::Postgres => 15,
-            });
-        options = options.after_connect(move |conn, _| {
-            Box::pin(async move {
-                match backend {
-                    Backend::Sqlite => {
-                        for pragma in sqlite_pragmas(synchronous) {
-                            sqlx::query(pragma).execute(&mut *conn).await?;
-                        }
-                    }
-                    // No statement may hold a connection (and a request) for long: a
-                    // stuck database answers errors instead of piling requests up.
-                    Backend::Postgres => {
-                        sqlx::query(POSTGRES_STATEMENT_TIMEOUT)
-                            .execute(&mut *conn)
-                            .await?;
-                    }
-                }
-                Ok(())
             })
-        });
-        let pool = options.connect(url).await?;
+            .after_connect(move |conn, _| {
+                let setup = setup.clone();
+                Box::pin(async move {
+                    for statement in &setup {
+                        sqlx::query(statement).execute(&mut *conn).await?;
+                    }
+                    Ok(())
+                })
+            })
+            .connect(url)
+            .await?;
         let sqlite_file = match backend {
             Backend::Sqlite => {
                 SQLITE_MIGRATIONS.run(&pool).await?;
@@ -184,7 +217,7 @@ impl Database {
             pool,
             backend,
             sqlite_file,
-            synchronous,
+            options,
         })
     }
 
@@ -232,9 +265,9 @@ impl Database {
             loop {
                 match PgConnection::connect(&self.url.0).await {
                     Ok(mut conn) => {
-                        sqlx::query(POSTGRES_STATEMENT_TIMEOUT)
-                            .execute(&mut conn)
-                            .await?;
+                        for statement in self.options.setup(Backend::Postgres) {
+                            sqlx::query(&statement).execute(&mut conn).await?;
+                        }
                         return Ok(conn);
                     }
                     Err(sqlx::Error::Io(error))
@@ -272,18 +305,4 @@ async fn main_file(pool: &AnyPool) -> Result<Option<PathBuf>, DbError> {
             .fetch_one(pool)
             .await?;
     Ok((!file.is_empty()).then(|| PathBuf::from(file)))
-}
-
-/// The settings of every SQLite connection of the pool.
-fn sqlite_pragmas(synchronous: Synchronous) -> [&'static str; 4] {
-    let synchronous = match synchronous {
-        Synchronous::Full => "PRAGMA synchronous = FULL",
-        Synchronous::Normal => "PRAGMA synchronous = NORMAL",
-    };
-    [
-        "PRAGMA journal_mode = WAL",
-        synchronous,
-        "PRAGMA busy_timeout = 10000",
-        "PRAGMA foreign_keys = ON",
-    ]
 }

@@ -6,11 +6,12 @@ use crosstab_server::grants::GrantSpec;
 use crosstab_server::keys::KeyEnv;
 use crosstab_server::store::idempotency::{self, Claim, Reservation};
 use crosstab_server::store::ledger::{self, Bill, Caller, KeptAnswer, Ledger, LedgerError};
-use crosstab_server::store::{self as db, accounts, users, Database};
+use crosstab_server::store::{self as db, accounts, users, Database, DatabaseOptions};
 use sqlx::Row;
 use std::future::Future;
+use std::time::{Duration, Instant};
 
-use super::common::postgres_url;
+use super::common::{database_of_its_own, postgres_url};
 
 fn bill(account_id: i64, n: usize) -> Bill {
     Bill {
@@ -530,4 +531,108 @@ async fn a_bill_during_a_short_postgres_restart_is_written_when_it_is_back() {
     writer.finish().await;
     assert_eq!(ledger::count(&db).await.unwrap(), 2);
     db.close().await;
+}
+
+/// The statement timeout of the databases below.
+const STATEMENT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A ledger write that waits on a lock waits up to the statement timeout: a lock let go
+/// meanwhile costs a delay, not the bill; a lock held past it fails the bill, unbilled,
+/// instead of holding the request forever; the next bill is written once it is free.
+/// `lock` takes the lock in a transaction, on a connection of the pool.
+async fn a_stuck_ledger_write_fails_within_the_statement_timeout(
+    db: &Database,
+    account_id: i64,
+    lock: &[&str],
+) {
+    let (ledger, writer) = Ledger::start(db.clone());
+    let mut blocker = db.pool().acquire().await.unwrap();
+    let hold = async |blocker: &mut sqlx::pool::PoolConnection<sqlx::Any>| {
+        for statement in lock {
+            sqlx::query(statement)
+                .execute(&mut **blocker)
+                .await
+                .unwrap();
+        }
+    };
+
+    // Let go within the timeout: the bill waits for it, and is written.
+    hold(&mut blocker).await;
+    let waiting = tokio::spawn({
+        let ledger = ledger.clone();
+        async move { ledger.bill(bill(account_id, 1)).await }
+    });
+    tokio::time::sleep(STATEMENT_TIMEOUT / 4).await;
+    assert!(!waiting.is_finished(), "the bill did not wait for the lock");
+    sqlx::query("ROLLBACK")
+        .execute(&mut *blocker)
+        .await
+        .unwrap();
+    waiting.await.unwrap().unwrap();
+
+    // Held past it: the bill fails after about the timeout, not at once and not never.
+    hold(&mut blocker).await;
+    let started = Instant::now();
+    let refused = tokio::time::timeout(STATEMENT_TIMEOUT * 10, ledger.bill(bill(account_id, 2)))
+        .await
+        .expect("the bill waited past its statement timeout");
+    let waited = started.elapsed();
+    assert!(matches!(refused, Err(LedgerError::Write(_))), "{refused:?}");
+    assert!(waited >= STATEMENT_TIMEOUT / 2, "gave up after {waited:?}");
+    assert!(waited < STATEMENT_TIMEOUT * 4, "gave up after {waited:?}");
+    sqlx::query("ROLLBACK")
+        .execute(&mut *blocker)
+        .await
+        .unwrap();
+    drop(blocker);
+
+    ledger.bill(bill(account_id, 3)).await.unwrap();
+    assert_eq!(
+        request_ids(db, account_id).await,
+        [
+            bill(account_id, 1).request_id,
+            bill(account_id, 3).request_id
+        ]
+        .map(|id| id.to_string())
+    );
+    drop(ledger);
+    writer.finish().await;
+}
+
+#[tokio::test]
+async fn a_stuck_ledger_write_fails_within_the_statement_timeout_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = DatabaseOptions {
+        statement_timeout: STATEMENT_TIMEOUT,
+        ..DatabaseOptions::default()
+    };
+    let db = Database::connect_with(&db::default_url(dir.path()), options)
+        .await
+        .unwrap();
+    let account_id = account(&db, "acme").await;
+    // The write lock, as another process's transaction would hold it.
+    a_stuck_ledger_write_fails_within_the_statement_timeout(&db, account_id, &["BEGIN IMMEDIATE"])
+        .await;
+}
+
+/// The same on PostgreSQL (a database of its own: the lock would stop other tests' bills).
+#[tokio::test]
+async fn a_stuck_ledger_write_fails_within_the_statement_timeout_on_postgres() {
+    let Some(url) = postgres_url() else {
+        return;
+    };
+    let options = DatabaseOptions {
+        statement_timeout: STATEMENT_TIMEOUT,
+        ..DatabaseOptions::default()
+    };
+    let db = Database::connect_with(&database_of_its_own(&url).await, options)
+        .await
+        .unwrap();
+    let account_id = account(&db, "acme").await;
+    a_stuck_ledger_write_fails_within_the_statement_timeout(
+        &db,
+        account_id,
+        &["BEGIN", "LOCK TABLE ledger IN ACCESS EXCLUSIVE MODE"],
+    )
+    .await;
 }
