@@ -5,9 +5,10 @@ use crosstab_contract::app::{
     paths, AppErrorCode, Codebook, Credentials, KeyInfo, Me, NewKey, NewKeyRequest, SurveySummary,
     Table, TableRequest, UsageRow,
 };
-use crosstab_contract::retry::retry_delay_ms;
+use crosstab_contract::idempotency::{key_from_bytes, IDEMPOTENCY_KEY};
 use crosstab_contract::{CrosstabRequest, ErrorEnvelope};
 use crosstab_wasm::response::parse_response;
+use crosstab_wasm::send::RetryPolicy;
 use gloo_net::http::{Request, RequestBuilder, Response};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -167,21 +168,6 @@ pub struct CrosstabAnswer {
     pub retry_after: Option<String>,
 }
 
-/// Attempts of one query at most (the first and two retries).
-const CROSSTAB_ATTEMPTS: u32 = 3;
-/// Longest wait before a retry; a longer `Retry-After` (a spent daily quota) is shown
-/// to the researcher instead of waited out.
-const LONGEST_RETRY_WAIT_MS: f64 = 10_000.0;
-
-/// The request header that makes a query's retries safe: the backend bills and answers a
-/// key once.
-const IDEMPOTENCY_KEY: &str = "Idempotency-Key";
-
-/// 128 bits as 32 lowercase hex digits: an `Idempotency-Key`.
-fn key_text(bytes: [u8; 16]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 /// A fresh `Idempotency-Key` from the browser's CSPRNG (`crypto.getRandomValues`, which,
 /// unlike `randomUUID`, also works on a page served over plain http). `None` only
 /// without Web Crypto: the query is then sent without one, as a client without retries.
@@ -189,7 +175,7 @@ fn fresh_idempotency_key() -> Option<String> {
     let crypto = web_sys::window()?.crypto().ok()?;
     let mut bytes = [0u8; 16];
     crypto.get_random_values_with_u8_array(&mut bytes).ok()?;
-    Some(key_text(bytes))
+    Some(key_from_bytes(bytes))
 }
 
 /// Waits `ms` milliseconds (a `setTimeout` promise).
@@ -204,26 +190,28 @@ pub(crate) async fn sleep(ms: f64) {
     let _ = wasm_bindgen_futures::JsFuture::from(promise).await;
 }
 
-/// How long to wait before retry `attempt` of a query that got `call`, if it is retried:
-/// a network failure or a 5xx after the contract's backoff, a 429 after its
-/// `Retry-After` (when short enough to wait out), nothing else.
+/// How long to wait before the retry after attempt `attempt` of a query that got `call`,
+/// if it is retried: as [`RetryPolicy`] says, a failure of the app's own (a session
+/// ended) never.
 fn retry_wait_ms(
     call: &Result<CrosstabAnswer, ApiFailure>,
     attempt: u32,
     random: f64,
 ) -> Option<f64> {
-    let wait = match call {
-        Err(failure) if failure.status == 0 => Some(retry_delay_ms(attempt, random)),
+    let policy = RetryPolicy::default();
+    match call {
+        Err(failure) if failure.status == 0 => policy.wait_after(attempt, None, random),
         Err(_) => None,
-        Ok(answer) => parse_response(
-            answer.status,
-            &answer.body,
-            None,
-            answer.retry_after.as_deref(),
-        )
-        .retry_delay_ms(attempt, random),
-    };
-    wait.filter(|ms| *ms <= LONGEST_RETRY_WAIT_MS)
+        Ok(answer) => {
+            let parsed = parse_response(
+                answer.status,
+                &answer.body,
+                None,
+                answer.retry_after.as_deref(),
+            );
+            policy.wait_after(attempt, Some(&parsed), random)
+        }
+    }
 }
 
 /// Runs a crosstab through the backend, which adds the key. The upstream's status and
@@ -236,7 +224,7 @@ pub async fn crosstab(request: &CrosstabRequest) -> Result<CrosstabAnswer, ApiFa
     loop {
         let call = crosstab_once(request, key.as_deref()).await;
         match retry_wait_ms(&call, attempt, js_sys::Math::random()) {
-            Some(wait) if attempt < CROSSTAB_ATTEMPTS => {
+            Some(wait) => {
                 sleep(wait).await;
                 attempt += 1;
             }
@@ -355,28 +343,12 @@ mod tests {
     }
 
     #[test]
-    fn keys_are_128_bits_of_hex() {
-        let key = key_text([0xab; 16]);
-        assert_eq!(key.len(), 32);
-        assert_eq!(key, "ab".repeat(16));
-        assert_ne!(key_text([0; 16]), key_text([1; 16]));
-    }
-
-    #[test]
-    fn retries_what_a_key_makes_safe_and_nothing_else() {
+    fn a_query_is_retried_as_the_policy_says_but_never_past_an_ended_session() {
         let lost = Err(ApiFailure::network("offline"));
         assert_eq!(retry_wait_ms(&lost, 1, 0.0), Some(125.0));
         assert_eq!(retry_wait_ms(&answer(503, None), 2, 1.0), Some(500.0));
-        assert_eq!(retry_wait_ms(&answer(429, Some("2")), 1, 0.5), Some(2000.0));
-        // A spent daily quota is shown, not waited out.
-        assert_eq!(retry_wait_ms(&answer(429, Some("3600")), 1, 0.5), None);
-        for status in [200, 400, 401, 403, 408, 413, 422] {
-            assert_eq!(
-                retry_wait_ms(&answer(status, None), 1, 0.5),
-                None,
-                "{status}"
-            );
-        }
+        assert_eq!(retry_wait_ms(&answer(503, None), 3, 1.0), None);
+        assert_eq!(retry_wait_ms(&answer(400, None), 1, 0.5), None);
         let ended = Err(ApiFailure {
             status: 401,
             message: "Your session has ended: sign in again.".into(),

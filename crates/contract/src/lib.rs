@@ -15,6 +15,7 @@
 pub mod app;
 pub mod error;
 pub mod expr;
+pub mod idempotency;
 pub mod json;
 pub mod limits;
 pub mod oauth;

@@ -37,7 +37,7 @@ fn start() {
 
 /// Hands a serializable value to JS as a plain object (one JSON round trip: cheaper than
 /// building the object member by member across the boundary).
-fn to_js<T: Serialize>(value: &T) -> Result<JsValue, JsValue> {
+pub(crate) fn to_js<T: Serialize>(value: &T) -> Result<JsValue, JsValue> {
     let mut text = Vec::with_capacity(512);
     serde_json::to_writer(&mut text, value)
         .map_err(|e| error("internal_error", &format!("serializing the result: {e}")))?;
@@ -97,7 +97,7 @@ fn json_text(value: &JsValue) -> Result<Option<String>, ApiError> {
 
 /// Validates a JS value as a request: first JSON text, as a client would send it, then
 /// the server's own validation of those bytes.
-fn validate_js(value: &JsValue) -> Result<ValidRequest, ApiError> {
+pub(crate) fn validate_js(value: &JsValue) -> Result<ValidRequest, ApiError> {
     validate::validate_text(json_text(value)?.as_deref())
 }
 

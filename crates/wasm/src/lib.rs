@@ -11,10 +11,12 @@
 //! JS values: [`validate::validate_text`], [`response::parse_response`],
 //! [`retry::retry_delay_ms`], [`display::format_result`], [`crosstab`] and [`table`].
 
+pub mod client;
 pub mod display;
 pub mod js;
 pub mod response;
 pub mod retry;
+pub mod send;
 #[cfg(feature = "engine")]
 pub mod survey;
 pub mod validate;

@@ -114,8 +114,7 @@ impl Drop for Reserved {
 
 /// An `Idempotency-Key` header's value: 1 to 255 printable ASCII characters.
 fn idempotency_key_of(value: &str) -> Result<Arc<str>, ApiError> {
-    let printable = value.bytes().all(|b| (0x20..=0x7e).contains(&b));
-    if (1..=255).contains(&value.len()) && printable {
+    if crosstab_contract::idempotency::is_valid_key(value) {
         Ok(Arc::from(value))
     } else {
         Err(ApiError::InvalidRequest {

@@ -1,0 +1,353 @@
+//! `sendCrosstab`: one logical query sent to `POST /v1/crosstab` as the contract tells
+//! clients to: validated first (an invalid request is never sent), one
+//! `Idempotency-Key` on all its attempts, retried only as [`RetryPolicy`] says. A retry
+//! of a query whose answer was lost gets that answer again and is not billed twice.
+
+use js_sys::{Function, Object, Promise, Reflect};
+use wasm_bindgen::prelude::*;
+use wasm_bindgen_futures::JsFuture;
+
+use crosstab_contract::idempotency::{
+    is_valid_key, key_from_bytes, IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED,
+};
+
+use crate::js::{error, to_js, validate_js, INVALID_ARGUMENT};
+use crate::response::{parse_response, ParsedResponse};
+use crate::send::RetryPolicy;
+
+/// The code of the error thrown when no attempt got an answer.
+const NETWORK_ERROR: &str = "network_error";
+
+#[wasm_bindgen(typescript_custom_section)]
+const SEND_TYPES: &str = r#"
+/** Where and how `sendCrosstab` sends a query. */
+export interface SendOptions {
+  /** The service's `/v1` address, e.g. `https://crosstab.example.com/v1`. */
+  baseUrl: string;
+  /** The `Service-Engine-Authorizer` header: an API key, or `Bearer <token>` from your
+   * identity provider. */
+  authorizer: string;
+  /** The query's `Idempotency-Key` (1 to 255 printable ASCII characters); default a
+   * fresh random one. Pass the `idempotencyKey` of an earlier call, or of its
+   * `network_error`, to send that query again without a second bill. */
+  idempotencyKey?: string;
+  /** Attempts at most, the first included (default 3). */
+  attempts?: number;
+  /** The longest wait before a retry, in ms (default 10000): a 429 whose `Retry-After`
+   * is longer ends the query with that answer. */
+  longestWaitMs?: number;
+  /** The `fetch` to send with (default `globalThis.fetch`). */
+  fetch?: (
+    url: string,
+    init: { method: string; headers: Record<string, string>; body: string; signal?: any },
+  ) => Promise<{ status: number; headers: { get(name: string): string | null }; text(): Promise<string> }>;
+  /** An `AbortSignal` that ends the query: the pending attempt is aborted and its
+   * reason thrown. */
+  signal?: { readonly aborted: boolean; readonly reason?: unknown };
+}
+
+/** What `sendCrosstab` got: the last answer, classified as `parseResponse` does (a
+ * request that fails validation is its `badRequest`, never sent), and how it came. */
+export type SentQuery = ParsedResponse & {
+  /** The `Idempotency-Key` every attempt carried. */
+  idempotencyKey: string;
+  /** Attempts made (0: the request was invalid, and not sent). */
+  attempts: number;
+  /** Whether the answer is the one an earlier attempt was given (`Idempotent-Replayed:
+   * true`), billed then and not again. */
+  replayed: boolean;
+};
+"#;
+
+/// What [`send_crosstab`] reads from its options.
+struct SendOptions {
+    url: String,
+    authorizer: String,
+    key: String,
+    policy: RetryPolicy,
+    fetch: Function,
+    signal: JsValue,
+}
+
+/// Sends a crosstab request to the service and returns its answer, classified as
+/// `parseResponse` does, with `idempotencyKey`, `attempts` and `replayed`. The request
+/// is validated first: an invalid one is answered `badRequest` with the server's own
+/// envelope and not sent. Every attempt carries the same `Idempotency-Key`; an attempt
+/// that gets no answer (the connection failed, the body broke off), a 5xx, or a 429 with
+/// a short `Retry-After` is tried again after the contract's backoff, up to `attempts`.
+/// When no attempt got an answer, throws a `CrosstabError` with code `network_error`
+/// and the `idempotencyKey` to resume with.
+#[wasm_bindgen(js_name = sendCrosstab, unchecked_return_type = "Promise<SentQuery>")]
+pub fn send_crosstab(
+    #[wasm_bindgen(unchecked_param_type = "unknown")] request: JsValue,
+    #[wasm_bindgen(unchecked_param_type = "SendOptions")] options: JsValue,
+) -> Promise {
+    wasm_bindgen_futures::future_to_promise(async move { send(request, options).await })
+}
+
+async fn send(request: JsValue, options: JsValue) -> Result<JsValue, JsValue> {
+    let options = read_options(&options)?;
+    let valid = match validate_js(&request) {
+        Ok(valid) => valid,
+        Err(invalid) => {
+            let envelope = serde_json::to_value(invalid.envelope())
+                .map_err(|e| error("internal_error", &e.to_string()))?;
+            let answer = parse_response(invalid.status(), &envelope, None, None);
+            return sent(&answer, &options.key, 0, false);
+        }
+    };
+    let body = serde_json::to_string(&valid.request)
+        .map_err(|e| error("internal_error", &e.to_string()))?;
+    let targets = valid.request.target_codes.len();
+    let init = request_init(&options, &body)?;
+    let mut attempt = 1;
+    loop {
+        let outcome = attempt_once(&options, &init, targets).await?;
+        let answer = outcome.as_ref().ok();
+        match options.policy.wait_after(
+            attempt,
+            answer.map(|(answer, _)| answer),
+            js_sys::Math::random(),
+        ) {
+            Some(wait) => {
+                sleep(wait).await?;
+                attempt += 1;
+            }
+            None => {
+                return match outcome {
+                    Ok((answer, replayed)) => sent(&answer, &options.key, attempt, replayed),
+                    Err(failure) => Err(network_error(&failure, &options.key)),
+                };
+            }
+        }
+    }
+}
+
+/// One attempt: `Ok` with the answer (and whether it was replayed), or `Err` with what
+/// went wrong when no answer came. An aborted query throws instead.
+async fn attempt_once(
+    options: &SendOptions,
+    init: &Object,
+    targets: usize,
+) -> Result<Result<(ParsedResponse, bool), JsValue>, JsValue> {
+    let answered = async {
+        let promise =
+            options
+                .fetch
+                .call2(&JsValue::UNDEFINED, &JsValue::from_str(&options.url), init)?;
+        let response = JsFuture::from(Promise::resolve(&promise)).await?;
+        let status = Reflect::get(&response, &"status".into())?
+            .as_f64()
+            .filter(|s| (0.0..=999.0).contains(s))
+            .ok_or_else(|| error(INVALID_ARGUMENT, "fetch answered without a status."))?;
+        let headers = Reflect::get(&response, &"headers".into())?;
+        let retry_after = header(&headers, "Retry-After")?;
+        let replayed = header(&headers, IDEMPOTENT_REPLAYED)?.as_deref() == Some("true");
+        let text = call_method(&response, "text", &[])?;
+        let text = JsFuture::from(Promise::resolve(&text))
+            .await?
+            .as_string()
+            .unwrap_or_default();
+        let body = serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text));
+        // A status in 0..=999 is exact in u16.
+        let answer = parse_response(status as u16, &body, Some(targets), retry_after.as_deref());
+        Ok::<_, JsValue>((answer, replayed))
+    };
+    match answered.await {
+        Ok(answer) => Ok(Ok(answer)),
+        Err(_) if aborted(&options.signal) => Err(reason(&options.signal)),
+        Err(failure) => Ok(Err(failure)),
+    }
+}
+
+/// The options, checked: `invalid_argument` for a missing or malformed one.
+fn read_options(options: &JsValue) -> Result<SendOptions, JsValue> {
+    if !options.is_object() {
+        return Err(error(
+            INVALID_ARGUMENT,
+            "options must be an object with baseUrl and authorizer.",
+        ));
+    }
+    let get = |name: &str| Reflect::get(options, &JsValue::from_str(name));
+    let string = |name: &str| -> Result<String, JsValue> {
+        get(name)?
+            .as_string()
+            .filter(|s| !s.is_empty())
+            .ok_or_else(|| {
+                error(
+                    INVALID_ARGUMENT,
+                    &format!("options.{name} must be a non-empty string."),
+                )
+            })
+    };
+    let base_url = string("baseUrl")?;
+    let authorizer = string("authorizer")?;
+    let key = match get("idempotencyKey")? {
+        key if key.is_undefined() || key.is_null() => fresh_key()?,
+        key => key
+            .as_string()
+            .filter(|key| is_valid_key(key))
+            .ok_or_else(|| {
+                error(
+                    INVALID_ARGUMENT,
+                    "options.idempotencyKey must be 1 to 255 printable ASCII characters, neither first nor last a space.",
+                )
+            })?,
+    };
+    let mut policy = RetryPolicy::default();
+    let attempts = get("attempts")?;
+    if !attempts.is_undefined() {
+        policy.attempts = attempts
+            .as_f64()
+            .filter(|n| n.fract() == 0.0 && (1.0..=100.0).contains(n))
+            .ok_or_else(|| {
+                error(
+                    INVALID_ARGUMENT,
+                    "options.attempts must be an integer from 1 to 100.",
+                )
+            })? as u32;
+    }
+    let longest = get("longestWaitMs")?;
+    if !longest.is_undefined() {
+        policy.longest_wait_ms = longest
+            .as_f64()
+            .filter(|ms| *ms >= 0.0 && ms.is_finite())
+            .ok_or_else(|| {
+                error(
+                    INVALID_ARGUMENT,
+                    "options.longestWaitMs must be a number of milliseconds.",
+                )
+            })?;
+    }
+    let fetch = match get("fetch")? {
+        fetch if fetch.is_undefined() => Reflect::get(&js_sys::global(), &"fetch".into())?,
+        fetch => fetch,
+    };
+    let fetch = fetch.dyn_into::<Function>().map_err(|_| {
+        error(
+            INVALID_ARGUMENT,
+            "options.fetch must be a function (no global fetch here).",
+        )
+    })?;
+    Ok(SendOptions {
+        url: format!("{}/crosstab", base_url.trim_end_matches('/')),
+        authorizer,
+        key,
+        policy,
+        fetch,
+        signal: get("signal")?,
+    })
+}
+
+/// The `fetch` init every attempt sends.
+fn request_init(options: &SendOptions, body: &str) -> Result<Object, JsValue> {
+    let headers = Object::new();
+    Reflect::set(&headers, &"Content-Type".into(), &"application/json".into())?;
+    Reflect::set(
+        &headers,
+        &"Service-Engine-Authorizer".into(),
+        &options.authorizer.as_str().into(),
+    )?;
+    Reflect::set(
+        &headers,
+        &IDEMPOTENCY_KEY.into(),
+        &options.key.as_str().into(),
+    )?;
+    let init = Object::new();
+    Reflect::set(&init, &"method".into(), &"POST".into())?;
+    Reflect::set(&init, &"headers".into(), &headers)?;
+    Reflect::set(&init, &"body".into(), &body.into())?;
+    if !options.signal.is_undefined() && !options.signal.is_null() {
+        Reflect::set(&init, &"signal".into(), &options.signal)?;
+    }
+    Ok(init)
+}
+
+/// A fresh key from the platform's CSPRNG (`crypto.getRandomValues`).
+fn fresh_key() -> Result<String, JsValue> {
+    let crypto = Reflect::get(&js_sys::global(), &"crypto".into())?;
+    if crypto.is_undefined() {
+        return Err(error(
+            INVALID_ARGUMENT,
+            "no Web Crypto here (globalThis.crypto): pass options.idempotencyKey.",
+        ));
+    }
+    let bytes = js_sys::Uint8Array::new_with_length(16);
+    call_method(&crypto, "getRandomValues", &[bytes.clone().into()])?;
+    let mut key = [0u8; 16];
+    bytes.copy_to(&mut key);
+    Ok(key_from_bytes(key))
+}
+
+/// `headers.get(name)` of a fetch `Response`.
+fn header(headers: &JsValue, name: &str) -> Result<Option<String>, JsValue> {
+    Ok(call_method(headers, "get", &[name.into()])?.as_string())
+}
+
+/// Calls `target[name](...args)`.
+fn call_method(target: &JsValue, name: &str, args: &[JsValue]) -> Result<JsValue, JsValue> {
+    let method: Function = Reflect::get(target, &name.into())?
+        .dyn_into()
+        .map_err(|_| error(INVALID_ARGUMENT, &format!("{name} is not a function.")))?;
+    method.apply(target, &args.iter().collect())
+}
+
+/// Waits `ms` milliseconds (a `setTimeout` promise).
+async fn sleep(ms: f64) -> Result<(), JsValue> {
+    let set_timeout: Function = Reflect::get(&js_sys::global(), &"setTimeout".into())?
+        .dyn_into()
+        .map_err(|_| error(INVALID_ARGUMENT, "no setTimeout here."))?;
+    let mut failed = None;
+    let promise = Promise::new(&mut |resolve, _| {
+        if let Err(e) = set_timeout.call2(&JsValue::UNDEFINED, &resolve, &ms.into()) {
+            failed = Some(e);
+        }
+    });
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    JsFuture::from(promise).await.map(|_| ())
+}
+
+/// Whether `signal` (an `AbortSignal`, if any) has aborted.
+fn aborted(signal: &JsValue) -> bool {
+    signal.is_object()
+        && Reflect::get(signal, &"aborted".into()).is_ok_and(|aborted| aborted.is_truthy())
+}
+
+/// Why `signal` aborted (what `fetch` rejects with).
+fn reason(signal: &JsValue) -> JsValue {
+    Reflect::get(signal, &"reason".into()).unwrap_or_else(|e| e)
+}
+
+/// The answer as JS gets it, with how it came.
+fn sent(
+    answer: &ParsedResponse,
+    key: &str,
+    attempts: u32,
+    replayed: bool,
+) -> Result<JsValue, JsValue> {
+    let js = to_js(answer)?;
+    Reflect::set(&js, &"idempotencyKey".into(), &key.into())?;
+    Reflect::set(&js, &"attempts".into(), &attempts.into())?;
+    Reflect::set(&js, &"replayed".into(), &replayed.into())?;
+    Ok(js)
+}
+
+/// No attempt got an answer: a `network_error` with the last failure as its `cause` and
+/// the key to send the query again with.
+fn network_error(failure: &JsValue, key: &str) -> JsValue {
+    let message = failure
+        .dyn_ref::<js_sys::Error>()
+        .and_then(|e| e.message().as_string())
+        .unwrap_or_else(|| "no answer".to_owned());
+    let js = error(
+        NETWORK_ERROR,
+        &format!(
+            "No answer from the service ({message}); send the query again with its idempotencyKey."
+        ),
+    );
+    let _ = Reflect::set(&js, &"cause".into(), failure);
+    let _ = Reflect::set(&js, &"idempotencyKey".into(), &key.into());
+    js
+}

@@ -1,0 +1,229 @@
+// sendCrosstab against the real server (`crosstab serve --demo`, the binary `cargo test`
+// built, or CROSSTAB_BIN), through a loopback proxy that loses answers or fails on
+// purpose: every retry carries the query's one Idempotency-Key, a lost answer is given
+// again from the server's store (Idempotent-Replayed) and each query is billed once.
+
+import assert from "node:assert/strict";
+import { spawn, spawnSync } from "node:child_process";
+import fs from "node:fs";
+import http from "node:http";
+import os from "node:os";
+import path from "node:path";
+import { after, before, test } from "node:test";
+
+import { importPackage } from "./helpers.mjs";
+
+const pkg = await importPackage();
+const BIN =
+  process.env.CROSSTAB_BIN ??
+  path.join(process.env.CARGO_TARGET_DIR ?? path.join(os.homedir(), ".cache/crosstab-target"), "debug/crosstab");
+const REQUEST = {
+  SurveyCode: "DEMO",
+  PopulationBaseCode: "ADULTS",
+  AuthorizationGroup: "_ALL_",
+  TargetCodes: ["F2554", "GENDER = 2 AND AGE BETWEEN 25 AND 54"],
+};
+
+let server;
+let proxy;
+
+/** `crosstab serve --demo` on a free loopback port, with its data dir and demo key. */
+async function startServer() {
+  if (!fs.existsSync(BIN)) throw new Error(`no crosstab binary at ${BIN}: run cargo test (or set CROSSTAB_BIN)`);
+  const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), "crosstab-npm-send-"));
+  const child = spawn(BIN, ["serve", "--demo", "--data-dir", dataDir, "--listen", "127.0.0.1:0", "--app-dir", dataDir], {
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  let out = "";
+  let log = "";
+  child.stdout.on("data", (d) => (out += d));
+  child.stderr.on("data", (d) => (log += d));
+  const deadline = Date.now() + 120_000;
+  while (!/crosstab listening on/.test(out)) {
+    if (child.exitCode !== null) throw new Error(`crosstab exited ${child.exitCode}: ${log}`);
+    if (Date.now() > deadline) throw new Error(`crosstab did not start: ${out}\n${log}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  return {
+    origin: out.match(/crosstab listening on (http:\/\/\S+)/)[1],
+    key: out.match(/demo key: (\S+)/)[1],
+    dataDir,
+    /** Calls billed to the demo account so far, as `crosstab usage` reports them. */
+    billed() {
+      const run = spawnSync(BIN, ["usage", "--account", "demo", "--format", "json", "--data-dir", dataDir], {
+        encoding: "utf8",
+      });
+      if (run.status !== 0) throw new Error(`crosstab usage failed: ${run.stderr}`);
+      return JSON.parse(run.stdout).reduce((sum, row) => sum + row.calls, 0);
+    },
+    async stop() {
+      child.kill("SIGTERM");
+      await new Promise((r) => (child.exitCode !== null ? r() : child.once("exit", r)));
+      fs.rmSync(dataDir, { recursive: true, force: true });
+    },
+  };
+}
+
+/**
+ * A loopback proxy to `origin` that does to each POST what `plan` says next: "pass",
+ * "lose" (the server answers and bills, then the client's connection is cut before the
+ * answer), or "fail" (a 503 in the contract's envelope, the server never asked). Every
+ * POST's Idempotency-Key is kept in `keys`.
+ */
+async function startProxy(origin) {
+  const state = { plan: [], keys: [] };
+  const upstream = new URL(origin);
+  const proxyServer = http.createServer((req, res) => {
+    const chunks = [];
+    req.on("data", (c) => chunks.push(c));
+    req.on("end", () => {
+      const step = req.method === "POST" ? (state.plan.shift() ?? "pass") : "pass";
+      if (req.method === "POST") state.keys.push(req.headers["idempotency-key"]);
+      if (step === "fail") {
+        const body = JSON.stringify({
+          ResultCode: 503,
+          ResultDescription: "The service is busy; try again.",
+          error: { code: "deadline_exceeded" },
+        });
+        res.writeHead(503, { "content-type": "application/json" }).end(body);
+        return;
+      }
+      const forward = http.request(
+        { host: upstream.hostname, port: upstream.port, path: req.url, method: req.method, headers: req.headers },
+        (answer) => {
+          const parts = [];
+          answer.on("data", (c) => parts.push(c));
+          answer.on("end", () => {
+            if (step === "lose") {
+              req.socket.destroy();
+              return;
+            }
+            res.writeHead(answer.statusCode, answer.headers).end(Buffer.concat(parts));
+          });
+        },
+      );
+      forward.on("error", () => req.socket.destroy());
+      forward.end(Buffer.concat(chunks));
+    });
+  });
+  await new Promise((r) => proxyServer.listen(0, "127.0.0.1", r));
+  state.baseUrl = `http://127.0.0.1:${proxyServer.address().port}/v1`;
+  state.stop = () => new Promise((r) => proxyServer.close(r));
+  return state;
+}
+
+before(async () => {
+  server = await startServer();
+  proxy = await startProxy(server.origin);
+});
+after(async () => {
+  await proxy?.stop();
+  await server?.stop();
+});
+
+function options(extra = {}) {
+  return { baseUrl: proxy.baseUrl, authorizer: server.key, ...extra };
+}
+
+/** The same query sent straight to the server, without a key: its figures. */
+async function direct(request) {
+  const res = await fetch(`${server.origin}/v1/crosstab`, {
+    method: "POST",
+    headers: { "content-type": "application/json", "service-engine-authorizer": server.key },
+    body: JSON.stringify(request),
+  });
+  return { status: res.status, body: await res.json() };
+}
+
+test("a lost answer is asked for again with the same key, given from the store and billed once", async () => {
+  const billed = server.billed();
+  proxy.keys.length = 0;
+  proxy.plan = ["lose"];
+  const sent = await pkg.sendCrosstab(REQUEST, options());
+  assert.equal(sent.kind, "success", JSON.stringify(sent));
+  assert.equal(sent.attempts, 2);
+  assert.equal(sent.replayed, true);
+  assert.deepEqual(sent.problems, []);
+  assert.equal(proxy.keys.length, 2);
+  assert.match(sent.idempotencyKey, /^[0-9a-f]{32}$/);
+  assert.deepEqual(proxy.keys, [sent.idempotencyKey, sent.idempotencyKey]);
+  assert.equal(server.billed(), billed + 1);
+  // The figures are the server's own for this query.
+  const straight = await direct(REQUEST);
+  assert.deepEqual(sent.response, straight.body);
+});
+
+test("a 503 is retried with the same key; each query gets a key of its own", async () => {
+  const billed = server.billed();
+  proxy.keys.length = 0;
+  proxy.plan = ["fail"];
+  const first = await pkg.sendCrosstab(REQUEST, options());
+  const second = await pkg.sendCrosstab(REQUEST, options());
+  assert.equal(first.kind, "success");
+  assert.equal(first.attempts, 2);
+  assert.equal(first.replayed, false);
+  assert.equal(second.attempts, 1);
+  assert.notEqual(first.idempotencyKey, second.idempotencyKey);
+  assert.deepEqual(proxy.keys, [first.idempotencyKey, first.idempotencyKey, second.idempotencyKey]);
+  assert.equal(server.billed(), billed + 2);
+});
+
+test("no answer at all: network_error with the key, and sending the query again with it bills nothing more", async () => {
+  const billed = server.billed();
+  proxy.plan = ["lose", "lose"];
+  const lost = await pkg.sendCrosstab(REQUEST, options({ attempts: 2 })).then(
+    () => assert.fail("resolved without an answer"),
+    (error) => error,
+  );
+  assert.equal(lost.code, "network_error", String(lost));
+  assert.match(lost.idempotencyKey, /^[0-9a-f]{32}$/);
+  // The server answered (and billed) the first attempt; the answer was lost twice.
+  assert.equal(server.billed(), billed + 1);
+  const resumed = await pkg.sendCrosstab(REQUEST, options({ idempotencyKey: lost.idempotencyKey }));
+  assert.equal(resumed.kind, "success");
+  assert.equal(resumed.replayed, true);
+  assert.equal(resumed.idempotencyKey, lost.idempotencyKey);
+  assert.equal(server.billed(), billed + 1);
+});
+
+test("an invalid request is answered as the server answers it, and never sent", async () => {
+  const invalid = { ...REQUEST, TargetCodes: ["AGE >"] };
+  proxy.keys.length = 0;
+  const sent = await pkg.sendCrosstab(invalid, options());
+  assert.equal(sent.kind, "badRequest");
+  assert.equal(sent.attempts, 0);
+  assert.equal(proxy.keys.length, 0);
+  const straight = await direct(invalid);
+  assert.equal(sent.status, straight.status);
+  assert.deepEqual(sent.envelope, straight.body);
+});
+
+test("an answer that is not retried ends the query at once: a revoked or wrong key", async () => {
+  proxy.keys.length = 0;
+  const sent = await pkg.sendCrosstab(REQUEST, options({ authorizer: "ck_live_not_a_key" }));
+  assert.equal(sent.kind, "unauthorized");
+  assert.equal(sent.attempts, 1);
+  assert.equal(proxy.keys.length, 1);
+});
+
+test("options are checked before anything is sent", async () => {
+  const refused = async (extra) =>
+    pkg.sendCrosstab(REQUEST, { ...options(), ...extra }).then(
+      () => assert.fail(`accepted ${JSON.stringify(extra)}`),
+      (error) => error.code,
+    );
+  proxy.keys.length = 0;
+  assert.equal(await refused({ authorizer: "" }), "invalid_argument");
+  assert.equal(await refused({ baseUrl: undefined }), "invalid_argument");
+  assert.equal(await refused({ idempotencyKey: " padded" }), "invalid_argument");
+  assert.equal(await refused({ idempotencyKey: "x".repeat(256) }), "invalid_argument");
+  assert.equal(await refused({ attempts: 0 }), "invalid_argument");
+  assert.equal(await refused({ fetch: 42 }), "invalid_argument");
+  assert.equal(proxy.keys.length, 0);
+});
+
+test("an aborted query throws the abort's reason", async () => {
+  const controller = new AbortController();
+  controller.abort(new Error("the researcher gave up"));
+  await assert.rejects(pkg.sendCrosstab(REQUEST, options({ signal: controller.signal })), /the researcher gave up/);
+});
