@@ -142,3 +142,52 @@ test("demo survey (20,000 respondents): codes x bases x groups and expressions, 
   fromCompiled.free();
   fs.rmSync(dir, { recursive: true, force: true });
 });
+
+test("full-precision weights (summed in f64, not as decimals): Node vs native, bit for bit", () => {
+  const { Survey } = requirePackage();
+  const dir = tmp("f64");
+  native(["demo", dir, "20000"]);
+  const toml = fs.readFileSync(path.join(dir, "survey.toml"), "utf8");
+  const weightColumn = toml.match(/^weight_column\s*=\s*"([^"]+)"/m)[1];
+  const [header, ...rows] = fs.readFileSync(path.join(dir, "respondents.csv"), "utf8").trimEnd().split("\n");
+  assert.ok(!header.includes('"') && rows.every((r) => !r.includes('"')), "the demo CSV has quoted fields");
+  const w = header.split(",").indexOf(weightColumn);
+  assert.ok(w >= 0, `no ${weightColumn} column`);
+  // Weights of 16 to 17 significant digits (as a raking program writes them): too many
+  // decimals for the exact fixed-point planes, so every path sums them as f64.
+  let state = 0x2545f491n;
+  const next = () => {
+    state = (state * 6364136223846793005n + 1442695040888963407n) & 0xffffffffffffffffn;
+    return Number(state >> 11n) / 2 ** 53;
+  };
+  const weights = rows.map(() => 0.25 + 3 * next());
+  const csv = [header, ...rows.map((row, i) => {
+    const fields = row.split(",");
+    fields[w] = String(weights[i]);
+    return fields.join(",");
+  })].join("\n") + "\n";
+  assert.ok(weights.filter((x) => String(x).replace(/^0\./, "").length >= 15).length > 19000);
+  fs.writeFileSync(path.join(dir, "respondents.csv"), csv);
+  const survey = Survey.fromCsv(toml, csv);
+  const codebook = survey.codebook();
+  const codes = codebook.codes.map((c) => c.code);
+  const requests = [];
+  for (const base of codebook.bases.map((b) => b.code)) {
+    for (const group of [undefined, ...codebook.groups.map((g) => g.value)]) {
+      for (let i = 0; i < codes.length; i += 2) {
+        const request = { SurveyCode: codebook.code, PopulationBaseCode: base, TargetCodes: codes.slice(i, i + 2) };
+        if (group !== undefined) request.AuthorizationGroup = group;
+        requests.push(request);
+      }
+    }
+  }
+  fs.writeFileSync(path.join(dir, "requests.json"), JSON.stringify(requests));
+  const nat = native(["crosstab", path.join(dir, "survey.toml"), path.join(dir, "respondents.csv"), path.join(dir, "requests.json")]);
+  const figures = compare("full-precision weights", requests, requests.map((r) => answer(survey, r)), nat);
+  assert.ok(figures > 100, `only ${figures} figures compared`);
+  // The sums are not short decimals: the f64 path answered.
+  const sums = nat.filter((x) => x.status === 200).flatMap((x) => x.body.Results.map((r) => r.WgtAud));
+  assert.ok(sums.filter((s) => String(s).length > 12).length > sums.length / 2, JSON.stringify(sums.slice(0, 5)));
+  survey.free();
+  fs.rmSync(dir, { recursive: true, force: true });
+});
