@@ -8,8 +8,10 @@ timings and results to RESULTS (crosstab-results.json). Usage:
 Both peers hold the table in memory: DuckDB as a native table, Polars as a DataFrame
 queried lazily. Each peer query runs three times and keeps its best time (they have no
 result caches to defeat); crosstab's figure is its first and only run of a never-seen
-target. Every count must equal crosstab's, every weight sum must agree to f64 rounding,
-and crosstab's sum must be the true sum of the two-decimal weights rounded once to f64.
+target, and the figures checked are that run's answer. Every count must equal
+crosstab's, every weight sum must agree to f64 rounding, and crosstab's sum must be the
+true sum of the two-decimal weights rounded once to f64; the two-target requests' figures
+are checked the same way.
 """
 
 import json
@@ -126,6 +128,53 @@ def load(data_dir):
     return frame
 
 
+class Checker:
+    """Checks crosstab's figures for a target against DuckDB, Polars and the exact sum."""
+
+    def __init__(self, frame, con, n):
+        self.frame, self.con, self.n = frame, con, n
+        self.weights = frame["W"].to_numpy()
+        self.lazy = frame.lazy()
+        self.failures = []
+        self.exact = 0
+        self.total = 0
+
+    def peers(self, base, target):
+        """The peers' (count, sum) timed: DuckDB's and Polars' best of three, in µs."""
+        where = f"{BASES_SQL[base]} AND {sql(target)}"
+        d_us, (d_count, d_sum) = best_us(
+            lambda: self.con.execute(f"SELECT count(*), sum(W) FROM t WHERE {where}").fetchone()
+        )
+        predicate = BASES_POLARS[base] & polars(target)
+        p_us, p_frame = best_us(lambda: self.lazy.filter(predicate).select(pl.len(), pl.col("W").sum()).collect())
+        p_count, p_sum = p_frame.row(0)
+        return (d_us, d_count, d_sum), (p_us, p_count, p_sum or 0.0)
+
+    def check(self, label, base, query, duck=None, pol=None):
+        """Compares `query`'s count and weight (crosstab's timed answer) with the peers'
+        (run here if not given) and with the true sum rounded once."""
+        if duck is None:
+            duck, pol = self.peers(base, query["ast"])
+        predicate = BASES_POLARS[base] & polars(query["ast"])
+        # The truth: the selected two-decimal weights summed exactly.
+        mask = self.frame.select(predicate.fill_null(False)).to_series().to_numpy()
+        cents = int(np.round(self.weights[mask] * 100).astype(np.int64).sum())
+        true_sum = float(Fraction(cents, 100))
+        label = f"{self.n} {label}: {query['target']}"
+        ours = query["weight"]
+        self.total += 1
+        self.exact += ours == true_sum
+        for peer, (_, count, wsum) in (("DuckDB", duck), ("Polars", pol)):
+            if count != query["count"]:
+                self.failures.append(f"{label}: {peer} counts {count}, crosstab {query['count']}")
+            elif abs(wsum - ours) > 1e-12 * max(abs(ours), 1.0) * max(math.log2(self.n), 1.0):
+                self.failures.append(f"{label}: {peer} sums {wsum!r}, crosstab {ours!r}")
+        # The weights are decimals, summed exactly: the figure is the true sum rounded
+        # once, to the last bit.
+        if ours != true_sum:
+            self.failures.append(f"{label}: crosstab sums {ours!r}, the true sum rounded is {true_sum!r}")
+
+
 def main():
     results = json.load(open(sys.argv[1]))
     failures = []
@@ -133,13 +182,12 @@ def main():
     for size in results:
         n = size["respondents"]
         frame = load(size["data_dir"])
-        weights = frame["W"].to_numpy()
         # DuckDB loads the same frame through Parquet into a table of its own, in memory.
         parquet = os.path.join(size["data_dir"], "frame.parquet")
         frame.write_parquet(parquet)
         con = duckdb.connect()
         con.execute(f"CREATE TABLE t AS SELECT * FROM read_parquet('{parquet}')")
-        lazy = frame.lazy()
+        checker = Checker(frame, con, n)
         read_us = size["weight_read_us"]
         print(f"\n== {n:,} respondents; one read of the weight column (crosstab's bench): {fmt_us(read_us)} ==")
         print(
@@ -147,40 +195,13 @@ def main():
             f" {'vs DuckDB':>9} {'vs Polars':>9} {'/ read':>7}"
         )
         rows = []
-        exact = 0
-        total = 0
         for shape in size["shapes"]:
             duck_times, polars_times = [], []
             for query in shape["queries"]:
-                target = query["ast"]
-                where = f"{BASES_SQL[shape['base']]} AND {sql(target)}"
-                d_us, (d_count, d_sum) = best_us(
-                    lambda: con.execute(f"SELECT count(*), sum(W) FROM t WHERE {where}").fetchone()
-                )
-                predicate = BASES_POLARS[shape["base"]] & polars(target)
-                p_us, p_frame = best_us(
-                    lambda: lazy.filter(predicate).select(pl.len(), pl.col("W").sum()).collect()
-                )
-                p_count, p_sum = p_frame.row(0)
-                duck_times.append(d_us)
-                polars_times.append(p_us)
-                # The truth: the selected two-decimal weights summed exactly.
-                mask = frame.select(predicate.fill_null(False)).to_series().to_numpy()
-                cents = int(np.round(weights[mask] * 100).astype(np.int64).sum())
-                true_sum = Fraction(cents, 100)
-                label = f"{n} {shape['label']}: {query['target']}"
-                ours = query["weight"]
-                total += 1
-                exact += ours == float(true_sum)
-                for peer, count, wsum in (("DuckDB", d_count, d_sum), ("Polars", p_count, p_sum or 0.0)):
-                    if count != query["count"]:
-                        failures.append(f"{label}: {peer} counts {count}, crosstab {query['count']}")
-                    elif abs(wsum - ours) > 1e-12 * max(abs(ours), 1.0) * max(math.log2(n), 1.0):
-                        failures.append(f"{label}: {peer} sums {wsum!r}, crosstab {ours!r}")
-                # The weights are decimals, summed exactly: the figure is the true sum
-                # rounded once, to the last bit.
-                if ours != float(true_sum):
-                    failures.append(f"{label}: crosstab sums {ours!r}, the true sum rounded is {float(true_sum)!r}")
+                duck, pol = checker.peers(shape["base"], query["ast"])
+                duck_times.append(duck[0])
+                polars_times.append(pol[0])
+                checker.check(shape["label"], shape["base"], query, duck, pol)
             cold = shape["cold_us"]
             duck = statistics.median(duck_times)
             pol = statistics.median(polars_times)
@@ -200,10 +221,17 @@ def main():
             )
             print(line)
             summary.append(line)
+        for request in size["two_targets"]:
+            for query in request:
+                checker.check("two targets", "ADULTS", query)
         line = f"{n:,} respondents, two fresh targets in one request, cold: {fmt_us(size['two_targets_cold_us'])}"
         print(line)
         summary.append(line)
-        line = f"{n:,} respondents: crosstab's sum equals the exactly rounded decimal sum in {exact}/{total} queries"
+        failures += checker.failures
+        line = (
+            f"{n:,} respondents: crosstab's sum equals the exactly rounded decimal sum in "
+            f"{checker.exact}/{checker.total} targets (both targets of the two-target requests too)"
+        )
         print(line)
         summary.append(line)
         con.close()

@@ -19,7 +19,7 @@ use std::hint::black_box;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crosstab_contract::{validate_value, CmpOp, Expr, ValidRequest};
+use crosstab_contract::{validate_value, CmpOp, CrosstabResponse, Expr, ValidRequest};
 use crosstab_engine::bitset::sum_all;
 use crosstab_engine::{import, Survey};
 use rand::{Rng, SeedableRng};
@@ -187,6 +187,9 @@ struct Leaves {
 #[derive(Clone, Copy)]
 enum Kind {
     Ge,
+    Gt,
+    Lt,
+    Le,
     Cmp,
     Eq,
     Ne,
@@ -199,8 +202,13 @@ impl Leaves {
     fn leaf(&mut self, name: &str, kind: Kind) -> String {
         let var = find(name);
         for attempt in 0..10_000 {
-            // A small domain runs out of fresh leaves of one kind: then any kind will do.
-            let kind = if attempt >= 2_000 { Kind::Any } else { kind };
+            // A small domain runs out of fresh leaves of one kind (EDUC has six `>`
+            // leaves): then another comparison will do, then any kind.
+            let kind = match (attempt, kind) {
+                (0..2_000, kind) => kind,
+                (2_000..4_000, Kind::Ge | Kind::Gt | Kind::Lt | Kind::Le) => Kind::Cmp,
+                _ => Kind::Any,
+            };
             let kind = match kind {
                 Kind::Any => [Kind::Cmp, Kind::Eq, Kind::Ne, Kind::In, Kind::Between]
                     [self.rng.gen_range(0..5)],
@@ -211,6 +219,18 @@ impl Leaves {
                 Kind::Ge => {
                     let c = pick();
                     (format!("{} >= {c}", var.name), Box::new(move |v| v >= c))
+                }
+                Kind::Gt => {
+                    let c = pick();
+                    (format!("{} > {c}", var.name), Box::new(move |v| v > c))
+                }
+                Kind::Lt => {
+                    let c = pick();
+                    (format!("{} < {c}", var.name), Box::new(move |v| v < c))
+                }
+                Kind::Le => {
+                    let c = pick();
+                    (format!("{} <= {c}", var.name), Box::new(move |v| v <= c))
                 }
                 Kind::Cmp => {
                     let ops = [
@@ -296,7 +316,7 @@ const SHAPES: [Shape; 8] = [
         make: |l| {
             format!(
                 "{} AND {}",
-                l.leaf("AGE", Kind::Cmp),
+                l.leaf("AGE", Kind::Le),
                 l.leaf("INCOME", Kind::Ne)
             )
         },
@@ -307,8 +327,8 @@ const SHAPES: [Shape; 8] = [
         make: |l| {
             format!(
                 "{} OR {}",
-                l.leaf("HHSIZE", Kind::Any),
-                l.leaf("EDUC", Kind::Cmp)
+                l.leaf("HHSIZE", Kind::In),
+                l.leaf("EDUC", Kind::Gt)
             )
         },
     },
@@ -318,8 +338,8 @@ const SHAPES: [Shape; 8] = [
         make: |l| {
             format!(
                 "NOT {} AND {}",
-                l.leaf("AGE", Kind::Cmp),
-                l.leaf("MARITAL", Kind::Any)
+                l.leaf("AGE", Kind::Lt),
+                l.leaf("MARITAL", Kind::Ne)
             )
         },
     },
@@ -390,6 +410,24 @@ fn ast(expr: &Expr) -> Value {
         Expr::And(items) => json!({"and": items.iter().map(ast).collect::<Vec<_>>()}),
         Expr::Or(items) => json!({"or": items.iter().map(ast).collect::<Vec<_>>()}),
     }
+}
+
+/// Each target's figures as the timed answer gave them, with its expression tree for the
+/// peers to run: the figures the peers check are the ones the bench timed.
+fn figures(response: &CrosstabResponse, targets: &[String]) -> Vec<Value> {
+    // Units of 1: `WgtAud` is the weighted sum itself, not divided.
+    assert_eq!(response.audience_report_units, 1);
+    assert_eq!(response.results.len(), targets.len());
+    targets
+        .iter()
+        .zip(&response.results)
+        .map(|(target, result)| {
+            json!({
+                "target": target, "ast": ast(&Expr::parse(target).unwrap()),
+                "count": result.resps, "weight": result.wgt_aud,
+            })
+        })
+        .collect()
 }
 
 fn request(base: &str, targets: &[String]) -> ValidRequest {
@@ -469,13 +507,9 @@ fn run_size(dir: &Path, n: usize, instances: usize) -> Value {
             let response = black_box(survey.crosstab(&req).unwrap());
             let us = start.elapsed().as_secs_f64() * 1e6;
             cold.push(us);
-            let expr = Expr::parse(&target).unwrap();
-            let tally = survey.tally(&expr, survey.base_set(shape.base).unwrap());
-            assert_eq!(response.results[0].resps, tally.count);
-            queries.push(json!({
-                "target": target, "ast": ast(&expr), "cold_us": us,
-                "count": tally.count, "weight": tally.weight,
-            }));
+            let mut figures = figures(&response, std::slice::from_ref(&target)).remove(0);
+            figures["cold_us"] = json!(us);
+            queries.push(figures);
         }
         // Warm: one query repeated until its sets are cached.
         let warm_target = queries[0]["target"].as_str().unwrap().to_owned();
@@ -499,13 +533,14 @@ fn run_size(dir: &Path, n: usize, instances: usize) -> Value {
         }));
     }
     // Two fresh targets in one request.
-    let mut two = Vec::new();
+    let (mut two, mut two_queries) = (Vec::new(), Vec::new());
     for _ in 0..instances {
         let targets = [(SHAPES[2].make)(&mut leaves), (SHAPES[3].make)(&mut leaves)];
         let req = request("ADULTS", &targets);
         let start = Instant::now();
-        black_box(survey.crosstab(&req).unwrap());
+        let response = black_box(survey.crosstab(&req).unwrap());
         two.push(start.elapsed().as_secs_f64() * 1e6);
+        two_queries.push(figures(&response, &targets));
     }
     let two_us = median_of(two);
     println!("  two fresh targets in one request (shapes 3 and 4): cold {two_us:.1} µs");
@@ -514,6 +549,7 @@ fn run_size(dir: &Path, n: usize, instances: usize) -> Value {
         "data_dir": dir.join(format!("data-{n}")),
         "weight_read_us": read_us,
         "two_targets_cold_us": two_us,
+        "two_targets": two_queries,
         "shapes": shapes,
     })
 }

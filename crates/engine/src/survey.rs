@@ -605,20 +605,23 @@ mod tests {
         assert_eq!(own_budget_bytes(bytes.len(), &header), bytes.len());
     }
 
+    /// A compiled survey of `rows` respondents, row `n` weighing `weight(n)` with `X = n % x`.
+    fn weighted(rows: usize, weight: impl Fn(usize) -> String, x: usize) -> Vec<u8> {
+        let mut csv = String::from("ID,W,X\n");
+        for n in 0..rows {
+            csv.push_str(&format!("r{n},{},{}\n", weight(n), n % x));
+        }
+        let toml = "code = \"S\"\nname = \"s\"\nrespondents = \"r.csv\"\n\
+                    id_column = \"ID\"\nweight_column = \"W\"\n\
+                    [[population_bases]]\ncode = \"ALL\"\nexpr = \"*\"\n";
+        crate::import::compile(toml, "s.toml", csv.as_bytes(), "r.csv").unwrap()
+    }
+
     /// A survey smaller than a block keeps no planes in its file (their padding would
     /// make most of it), and sums exactly all the same, from planes made on first use.
     #[test]
     fn small_surveys_make_their_planes_in_memory() {
-        let compile = |rows: usize| {
-            let mut csv = String::from("ID,W,X\n");
-            for n in 0..rows {
-                csv.push_str(&format!("r{n},{}.25,{}\n", n % 7, n % 2));
-            }
-            let toml = "code = \"S\"\nname = \"s\"\nrespondents = \"r.csv\"\n\
-                        id_column = \"ID\"\nweight_column = \"W\"\n\
-                        [[population_bases]]\ncode = \"ALL\"\nexpr = \"*\"\n";
-            crate::import::compile(toml, "s.toml", csv.as_bytes(), "r.csv").unwrap()
-        };
+        let compile = |rows: usize| weighted(rows, |n| format!("{}.25", n % 7), 2);
         let small = compile(8);
         assert!(read_header(&small).unwrap().weight_planes.is_none());
         assert!(
@@ -646,14 +649,7 @@ mod tests {
         // Weights of nine decimals: 39 planes, so planes of all ones pass 2^53; enough
         // respondents for the file to hold the planes.
         let rows = crate::weights::FILE_PLANES_MIN_RESPONDENTS + 100;
-        let mut csv = String::from("ID,W,X\n");
-        for n in 0..rows {
-            csv.push_str(&format!("r{n},{}.123456789,{}\n", n % 500, n % 3));
-        }
-        let toml = "code = \"S\"\nname = \"s\"\nrespondents = \"r.csv\"\n\
-                    id_column = \"ID\"\nweight_column = \"W\"\n\
-                    [[population_bases]]\ncode = \"ALL\"\nexpr = \"*\"\n";
-        let mut bytes = crate::import::compile(toml, "s.toml", csv.as_bytes(), "r.csv").unwrap();
+        let mut bytes = weighted(rows, |n| format!("{}.123456789", n % 500), 3);
         let planes = read_header(&bytes).unwrap().weight_planes.unwrap().section;
         let intact = Survey::from_bytes(&bytes).unwrap();
         let (start, end) = (
