@@ -148,7 +148,7 @@ class Checker:
         predicate = BASES_POLARS[base] & polars(target)
         p_us, p_frame = best_us(lambda: self.lazy.filter(predicate).select(pl.len(), pl.col("W").sum()).collect())
         p_count, p_sum = p_frame.row(0)
-        return (d_us, d_count, d_sum), (p_us, p_count, p_sum or 0.0)
+        return (d_us, d_count, d_sum or 0.0), (p_us, p_count, p_sum or 0.0)
 
     def check(self, label, base, query, duck=None, pol=None):
         """Compares `query`'s count and weight (crosstab's timed answer) with the peers'

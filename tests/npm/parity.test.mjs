@@ -154,7 +154,7 @@ test("full-precision weights (summed in f64, not as decimals): Node vs native, b
   const w = header.split(",").indexOf(weightColumn);
   assert.ok(w >= 0, `no ${weightColumn} column`);
   // Weights of 16 to 17 significant digits (as a raking program writes them): too many
-  // decimals for the exact fixed-point planes, so every path sums them as f64.
+  // decimals for the decimal planes, so every path sums them from binary planes.
   let state = 0x2545f491n;
   const next = () => {
     state = (state * 6364136223846793005n + 1442695040888963407n) & 0xffffffffffffffffn;
@@ -185,7 +185,7 @@ test("full-precision weights (summed in f64, not as decimals): Node vs native, b
   const nat = native(["crosstab", path.join(dir, "survey.toml"), path.join(dir, "respondents.csv"), path.join(dir, "requests.json")]);
   const figures = compare("full-precision weights", requests, requests.map((r) => answer(survey, r)), nat);
   assert.ok(figures > 100, `only ${figures} figures compared`);
-  // The sums are not short decimals: the f64 path answered.
+  // The sums are not short decimals: the binary planes answered.
   const sums = nat.filter((x) => x.status === 200).flatMap((x) => x.body.Results.map((r) => r.WgtAud));
   assert.ok(sums.filter((s) => String(s).length > 12).length > sums.length / 2, JSON.stringify(sums.slice(0, 5)));
   survey.free();

@@ -222,8 +222,43 @@ test("options are checked before anything is sent", async () => {
   assert.equal(proxy.keys.length, 0);
 });
 
-test("an aborted query throws the abort's reason", async () => {
-  const controller = new AbortController();
-  controller.abort(new Error("the researcher gave up"));
-  await assert.rejects(pkg.sendCrosstab(REQUEST, options({ signal: controller.signal })), /the researcher gave up/);
+test("an abort ends the query with its reason: before it is sent, and while it waits to retry", async () => {
+  const before = new AbortController();
+  const reason = new Error("the researcher gave up");
+  before.abort(reason);
+  proxy.keys.length = 0;
+  const early = await pkg.sendCrosstab(REQUEST, options({ signal: before.signal })).then(
+    () => assert.fail("resolved"),
+    (error) => error,
+  );
+  assert.equal(early, reason);
+  assert.equal(proxy.keys.length, 0);
+  // A 503 (answered at once), then the backoff's wait of 125 to 250 ms: an abort 40 ms
+  // after the attempt lands in the wait, which must end then, not 85 ms or more later.
+  proxy.plan = ["fail"];
+  const during = new AbortController();
+  const waiting = pkg.sendCrosstab(REQUEST, options({ signal: during.signal }));
+  while (proxy.keys.length === 0) await new Promise((r) => setTimeout(r, 1));
+  await new Promise((r) => setTimeout(r, 40));
+  const started = Date.now();
+  during.abort(reason);
+  const late = await waiting.then(() => assert.fail("resolved"), (error) => error);
+  assert.equal(late, reason);
+  assert.ok(Date.now() - started < 60, `the wait went on ${Date.now() - started} ms after the abort`);
+  assert.equal(proxy.keys.length, 1, "no attempt after the abort");
+});
+
+test("a last attempt without an answer is a network_error even after earlier answers; its key resumes it", async () => {
+  const billed = server.billed();
+  proxy.plan = ["fail", "lose"];
+  const lost = await pkg.sendCrosstab(REQUEST, options({ attempts: 2 })).then(
+    () => assert.fail("resolved"),
+    (error) => error,
+  );
+  assert.equal(lost.code, "network_error");
+  // The second attempt was answered and billed, its answer lost on the way back.
+  assert.equal(server.billed(), billed + 1);
+  const resumed = await pkg.sendCrosstab(REQUEST, options({ idempotencyKey: lost.idempotencyKey }));
+  assert.equal(resumed.replayed, true);
+  assert.equal(server.billed(), billed + 1);
 });

@@ -223,8 +223,9 @@ pub async fn crosstab(request: &CrosstabRequest) -> Result<CrosstabAnswer, ApiFa
     let mut attempt = 1;
     loop {
         let call = crosstab_once(request, key.as_deref()).await;
+        // Without a key a retry could be billed twice: then none.
         match retry_wait_ms(&call, attempt, js_sys::Math::random()) {
-            Some(wait) => {
+            Some(wait) if key.is_some() => {
                 sleep(wait).await;
                 attempt += 1;
             }

@@ -178,9 +178,13 @@ pub(crate) fn binary_planes(weights: &[f64]) -> Option<BinaryPlanes> {
     }
     let integer = move |weight: &f64| -> Option<u128> {
         let (mantissa, own) = binary_parts(*weight)?;
+        if mantissa == 0 {
+            // Zero at any exponent (its own, 0, may lie below the lowest).
+            return Some(0);
+        }
         let shift = u32::try_from(own - exponent).ok()?;
         let width = u64::BITS - mantissa.leading_zeros();
-        (mantissa == 0 || width + shift < 127).then(|| u128::from(mantissa) << shift.min(126))
+        (width + shift < 127).then(|| u128::from(mantissa) << shift)
     };
     let mut total = 0u128;
     for weight in weights {
@@ -1098,6 +1102,9 @@ mod tests {
         assert!(binary_planes(&[1.0, -1.0]).is_none());
         assert!(binary_planes(&[f64::MIN_POSITIVE / 4.0]).is_none());
         assert_eq!(binary_planes(&[0.0, 0.0]).unwrap().laid.bits, 1);
+        // Zeros beside weights whose lowest bit is above 2^0 (even integers past 2^53).
+        let even = binary_planes(&[0.0, 2f64.powi(60) + 2048.0, 0.0]).unwrap();
+        assert_eq!((even.exponent, even.laid.bits), (11, 50));
     }
 
     #[test]

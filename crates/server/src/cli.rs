@@ -132,7 +132,8 @@ enum Command {
             env = "CROSSTAB_STATEMENT_TIMEOUT",
             value_name = "SECONDS",
             default_value_t = 10,
-            value_parser = clap::value_parser!(u64).range(1..)
+            // At most a day: PostgreSQL and SQLite take the limit as 32-bit milliseconds.
+            value_parser = clap::value_parser!(u64).range(1..=86_400)
         )]
         statement_timeout: u64,
         /// Whole answers kept in memory for repeated requests (0: none).

@@ -15,7 +15,7 @@ use crate::js::{error, to_js, validate_js, INVALID_ARGUMENT};
 use crate::response::{parse_response, ParsedResponse};
 use crate::send::RetryPolicy;
 
-/// The code of the error thrown when no attempt got an answer.
+/// The code of the error thrown when the last attempt got no answer.
 const NETWORK_ERROR: &str = "network_error";
 
 #[wasm_bindgen(typescript_custom_section)]
@@ -49,7 +49,7 @@ export interface SendOptions {
 /** What `sendCrosstab` got: the last answer, classified as `parseResponse` does (a
  * request that fails validation is its `badRequest`, never sent), and how it came. */
 export type SentQuery = ParsedResponse & {
-  /** The `Idempotency-Key` every attempt carried. */
+  /** The `Idempotency-Key` every attempt carried (`""`: the request was not sent). */
   idempotencyKey: string;
   /** Attempts made (0: the request was invalid, and not sent). */
   attempts: number;
@@ -63,7 +63,8 @@ export type SentQuery = ParsedResponse & {
 struct SendOptions {
     url: String,
     authorizer: String,
-    key: String,
+    /// The caller's key, if it gave one.
+    key: Option<String>,
     policy: RetryPolicy,
     fetch: Function,
     signal: JsValue,
@@ -75,8 +76,10 @@ struct SendOptions {
 /// envelope and not sent. Every attempt carries the same `Idempotency-Key`; an attempt
 /// that gets no answer (the connection failed, the body broke off), a 5xx, or a 429 with
 /// a short `Retry-After` is tried again after the contract's backoff, up to `attempts`.
-/// When no attempt got an answer, throws a `CrosstabError` with code `network_error`
-/// and the `idempotencyKey` to resume with.
+/// When the last attempt gets no answer, its fate is unknown (the service may have
+/// answered and billed it): throws a `CrosstabError` with code `network_error` and the
+/// `idempotencyKey` to send the query again with, which cannot bill it twice. An abort
+/// (`signal`) ends the query at once, between attempts too, with its reason.
 #[wasm_bindgen(js_name = sendCrosstab, unchecked_return_type = "Promise<SentQuery>")]
 pub fn send_crosstab(
     #[wasm_bindgen(unchecked_param_type = "unknown")] request: JsValue,
@@ -93,33 +96,37 @@ async fn send(request: JsValue, options: JsValue) -> Result<JsValue, JsValue> {
             let envelope = serde_json::to_value(invalid.envelope())
                 .map_err(|e| error("internal_error", &e.to_string()))?;
             let answer = parse_response(invalid.status(), &envelope, None, None);
-            return sent(&answer, &options.key, 0, false);
+            let key = options.key.clone().unwrap_or_default();
+            return sent(&answer, &key, 0, false);
         }
+    };
+    let key = match &options.key {
+        Some(key) => key.clone(),
+        None => fresh_key()?,
     };
     let body = serde_json::to_string(&valid.request)
         .map_err(|e| error("internal_error", &e.to_string()))?;
     let targets = valid.request.target_codes.len();
-    let init = request_init(&options, &body)?;
+    let init = request_init(&options, &key, &body)?;
     let mut attempt = 1;
     loop {
-        let outcome = attempt_once(&options, &init, targets).await?;
-        let answer = outcome.as_ref().ok();
-        match options.policy.wait_after(
-            attempt,
-            answer.map(|(answer, _)| answer),
-            js_sys::Math::random(),
-        ) {
-            Some(wait) => {
-                sleep(wait).await?;
-                attempt += 1;
-            }
-            None => {
-                return match outcome {
-                    Ok((answer, replayed)) => sent(&answer, &options.key, attempt, replayed),
-                    Err(failure) => Err(network_error(&failure, &options.key)),
-                };
-            }
+        if aborted(&options.signal) {
+            return Err(reason(&options.signal));
         }
+        let outcome = attempt_once(&options, &init, targets).await?;
+        let wait = options.policy.wait_after(
+            attempt,
+            outcome.as_ref().ok().map(|(answer, _)| answer),
+            js_sys::Math::random(),
+        );
+        let Some(wait) = wait else {
+            return match outcome {
+                Ok((answer, replayed)) => sent(&answer, &key, attempt, replayed),
+                Err(failure) => Err(network_error(&failure, &key)),
+            };
+        };
+        sleep(wait, &options.signal).await?;
+        attempt += 1;
     }
 }
 
@@ -183,16 +190,13 @@ fn read_options(options: &JsValue) -> Result<SendOptions, JsValue> {
     let base_url = string("baseUrl")?;
     let authorizer = string("authorizer")?;
     let key = match get("idempotencyKey")? {
-        key if key.is_undefined() || key.is_null() => fresh_key()?,
-        key => key
-            .as_string()
-            .filter(|key| is_valid_key(key))
-            .ok_or_else(|| {
-                error(
-                    INVALID_ARGUMENT,
-                    "options.idempotencyKey must be 1 to 255 printable ASCII characters, neither first nor last a space.",
-                )
-            })?,
+        key if key.is_undefined() || key.is_null() => None,
+        key => Some(key.as_string().filter(|key| is_valid_key(key)).ok_or_else(|| {
+            error(
+                INVALID_ARGUMENT,
+                "options.idempotencyKey must be 1 to 255 printable ASCII characters, neither first nor last a space.",
+            )
+        })?),
     };
     let mut policy = RetryPolicy::default();
     let attempts = get("attempts")?;
@@ -240,7 +244,7 @@ fn read_options(options: &JsValue) -> Result<SendOptions, JsValue> {
 }
 
 /// The `fetch` init every attempt sends.
-fn request_init(options: &SendOptions, body: &str) -> Result<Object, JsValue> {
+fn request_init(options: &SendOptions, key: &str, body: &str) -> Result<Object, JsValue> {
     let headers = Object::new();
     Reflect::set(&headers, &"Content-Type".into(), &"application/json".into())?;
     Reflect::set(
@@ -248,11 +252,7 @@ fn request_init(options: &SendOptions, body: &str) -> Result<Object, JsValue> {
         &"Service-Engine-Authorizer".into(),
         &options.authorizer.as_str().into(),
     )?;
-    Reflect::set(
-        &headers,
-        &IDEMPOTENCY_KEY.into(),
-        &options.key.as_str().into(),
-    )?;
+    Reflect::set(&headers, &IDEMPOTENCY_KEY.into(), &key.into())?;
     let init = Object::new();
     Reflect::set(&init, &"method".into(), &"POST".into())?;
     Reflect::set(&init, &"headers".into(), &headers)?;
@@ -292,8 +292,9 @@ fn call_method(target: &JsValue, name: &str, args: &[JsValue]) -> Result<JsValue
     method.apply(target, &args.iter().collect())
 }
 
-/// Waits `ms` milliseconds (a `setTimeout` promise).
-async fn sleep(ms: f64) -> Result<(), JsValue> {
+/// Waits `ms` milliseconds (a `setTimeout` promise), or until `signal` aborts: then its
+/// reason is the error.
+async fn sleep(ms: f64, signal: &JsValue) -> Result<(), JsValue> {
     let set_timeout: Function = Reflect::get(&js_sys::global(), &"setTimeout".into())?
         .dyn_into()
         .map_err(|_| error(INVALID_ARGUMENT, "no setTimeout here."))?;
@@ -302,11 +303,24 @@ async fn sleep(ms: f64) -> Result<(), JsValue> {
         if let Err(e) = set_timeout.call2(&JsValue::UNDEFINED, &resolve, &ms.into()) {
             failed = Some(e);
         }
+        if signal.is_object() {
+            // `{once: true}`: the listener goes with the first abort.
+            let once = Object::new();
+            let _ = Reflect::set(&once, &"once".into(), &JsValue::TRUE);
+            let listen = [JsValue::from_str("abort"), resolve.into(), once.into()];
+            if let Err(e) = call_method(signal, "addEventListener", &listen) {
+                failed = Some(e);
+            }
+        }
     });
     if let Some(e) = failed {
         return Err(e);
     }
-    JsFuture::from(promise).await.map(|_| ())
+    JsFuture::from(promise).await?;
+    if aborted(signal) {
+        return Err(reason(signal));
+    }
+    Ok(())
 }
 
 /// Whether `signal` (an `AbortSignal`, if any) has aborted.
@@ -334,7 +348,7 @@ fn sent(
     Ok(js)
 }
 
-/// No attempt got an answer: a `network_error` with the last failure as its `cause` and
+/// The last attempt got no answer: a `network_error` with its failure as the `cause` and
 /// the key to send the query again with.
 fn network_error(failure: &JsValue, key: &str) -> JsValue {
     let message = failure

@@ -23,6 +23,8 @@ const ERROR_TYPES: &str = r#"
  * and envelope the server would answer with, for contract errors. */
 export interface CrosstabError extends Error {
   code: string;
+  /** `sendCrosstab`'s `network_error`: the key to send the same query again with. */
+  idempotencyKey?: string;
   status?: number;
   body?: ErrorEnvelope;
 }

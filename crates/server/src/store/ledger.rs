@@ -709,6 +709,7 @@ mod tests {
     use crate::grants::GrantSpec;
     use crate::keys::KeyEnv;
     use crate::store::accounts;
+    use crate::store::idempotency::{self, Claim, Reservation};
 
     fn bill(account_id: i64, request_id: &str) -> Bill {
         Bill {
@@ -734,8 +735,9 @@ mod tests {
     }
 
     /// A writer that panics mid-batch is started again: the batch's answer is refused,
-    /// none of its bills written (its transaction rolled back), the writer still counts
-    /// as alive for `/ready`, and the next bill is written.
+    /// none of its bills written and its idempotent answer not kept (its transaction
+    /// rolled back), the writer still counts as alive for `/ready`, and the next bill is
+    /// written.
     async fn a_panicking_writer_is_restarted(db: &Database) {
         let account_id = account(db).await;
         let (ledger, writer) = Ledger::start(db.clone());
@@ -747,6 +749,35 @@ mod tests {
             ])
             .await;
         assert!(matches!(refused, Err(LedgerError::Stopped)), "{refused:?}");
+        // With a key to keep the answer by: one transaction (on PostgreSQL too), the
+        // answer kept and the bill written in it before the panic, both rolled back.
+        let claim = Claim {
+            account_id,
+            key: "k",
+            body_sha256: "ab",
+            owner: "holder",
+        };
+        let reserved = idempotency::reserve(db, claim, 0, -1, -1).await.unwrap();
+        assert_eq!(reserved, Reservation::Reserved);
+        let kept = KeptAnswer {
+            account_id,
+            key: "k".into(),
+            owner: "holder".into(),
+            body: axum::body::Bytes::from_static(b"{}"),
+        };
+        let refused = ledger
+            .bill_keeping(bill(account_id, PANIC_REQUEST_ID), kept)
+            .await;
+        assert!(matches!(refused, Err(LedgerError::Stopped)), "{refused:?}");
+        let unanswered: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM idempotency_keys \
+             WHERE account_id = $1 AND key = 'k' AND status IS NULL",
+        )
+        .bind(account_id)
+        .fetch_one(db.pool())
+        .await
+        .unwrap();
+        assert_eq!(unanswered, 1, "the kept answer was not rolled back");
         assert!(ledger.is_alive());
         ledger.bill(bill(account_id, "after")).await.unwrap();
         let mut billed: Vec<String> =
