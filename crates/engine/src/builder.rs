@@ -114,12 +114,11 @@ impl SurveyBuilder {
         SurveyBuilder {
             meta,
             ids,
-            // A small survey's planes are made in memory when it is opened instead.
+            // A small survey's planes are made in memory when it is opened instead; from
+            // a block's respondents on, planes are laid out in whole blocks, as the file's are.
             weight_planes: (weights.len() >= crate::weights::FILE_PLANES_MIN_RESPONDENTS)
                 .then(|| crate::weights::planes(&weights))
-                .flatten()
-                // The file's layout is whole blocks (as it is from a block's respondents on).
-                .filter(|planes| planes.laid.stride == crate::eval::BLOCK_WORDS),
+                .flatten(),
             weights,
             groups: Vec::new(),
             group_codes: None,

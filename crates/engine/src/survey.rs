@@ -79,7 +79,8 @@ pub struct Survey {
     group_sets: Vec<OnceLock<Bitset>>,
     code_sets: Vec<OnceLock<Bitset>>,
     set_cache: Arc<SetCache>,
-    /// Bytes of the base, group and code sets computed so far, taken from the budget.
+    /// Bytes kept for the survey's life (base, group and code sets, squares, made
+    /// planes), taken from the budget.
     kept_bytes: AtomicUsize,
     /// Squared weights for tables' sums of `w²`, made when a table first needs them.
     squares: OnceLock<Squares>,
@@ -443,8 +444,7 @@ impl Survey {
         }
         let made = self.made_planes.get_or_init(|| {
             let planes = MadePlanes::of(self.weights())?;
-            self.set_cache.budget().take_anyway(planes.bytes());
-            self.kept_bytes.fetch_add(planes.bytes(), Ordering::Relaxed);
+            self.keep_bytes(planes.bytes());
             Some(planes)
         });
         match made {
@@ -503,10 +503,15 @@ impl Survey {
     /// the survey's definition bounds how many there are, so they are never evicted, but
     /// the evictable caches shrink to make room for them.
     fn kept(&self, set: Bitset) -> Bitset {
-        let bytes = self.set_cache.set_bytes();
+        self.keep_bytes(self.set_cache.set_bytes());
+        set
+    }
+
+    /// Takes `bytes` the survey keeps for its life (kept sets, squares, made planes) from
+    /// the budget, which never refuses them, and counts them to give back on drop.
+    fn keep_bytes(&self, bytes: usize) {
         self.set_cache.budget().take_anyway(bytes);
         self.kept_bytes.fetch_add(bytes, Ordering::Relaxed);
-        set
     }
 
     /// Every respondent's squared weight, made on first use and counted against the
@@ -514,9 +519,7 @@ impl Survey {
     pub(crate) fn squares(&self) -> &Squares {
         self.squares.get_or_init(|| {
             let squares = Squares::new(self.weight_source(), self.weights());
-            self.set_cache.budget().take_anyway(squares.bytes());
-            self.kept_bytes
-                .fetch_add(squares.bytes(), Ordering::Relaxed);
+            self.keep_bytes(squares.bytes());
             squares
         })
     }

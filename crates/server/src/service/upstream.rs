@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use axum::body::Bytes;
+use crosstab_contract::idempotency::IDEMPOTENCY_KEY;
 use crosstab_contract::retry::retry_delay_ms;
 use crosstab_contract::{AUTH_HEADER, CONTRACT_VERSION, OPERATION_IDS};
 use rand::Rng;
@@ -63,7 +64,7 @@ impl Upstream {
                 .header(AUTH_HEADER, key)
                 .body(body.clone());
             if let Some(idempotency_key) = idempotency_key {
-                request = request.header("Idempotency-Key", idempotency_key);
+                request = request.header(IDEMPOTENCY_KEY, idempotency_key);
             }
             let sent = request.send().await;
             // Retried only when the call cannot have been billed: a 5xx, or a connection
