@@ -3,6 +3,7 @@
 use std::collections::HashMap;
 
 use crate::error::ImportError;
+use crate::eval::BLOCK_WORDS;
 use crate::format::{
     ExprHeader, GroupHeader, Header, PlanesHeader, VariableHeader, Width, Writer, FORMAT_VERSION,
 };
@@ -98,8 +99,8 @@ pub struct SurveyBuilder {
     meta: SurveyMeta,
     ids: Vec<String>,
     weights: Vec<f64>,
-    /// The weights as exact integers in bit planes, when they are short decimals and the
-    /// survey has at least a block of respondents.
+    /// The weights as exact integers in bit planes, when they are short decimals (in the
+    /// file if they add at most a tenth to it).
     weight_planes: Option<crate::weights::Planes>,
     groups: Vec<(String, Option<String>)>,
     group_codes: Option<Vec<u16>>,
@@ -114,11 +115,7 @@ impl SurveyBuilder {
         SurveyBuilder {
             meta,
             ids,
-            // A small survey's planes are made in memory when it is opened instead; from
-            // a block's respondents on, planes are laid out in whole blocks, as the file's are.
-            weight_planes: (weights.len() >= crate::weights::FILE_PLANES_MIN_RESPONDENTS)
-                .then(|| crate::weights::planes(&weights))
-                .flatten(),
+            weight_planes: crate::weights::planes(&weights),
             weights,
             groups: Vec::new(),
             group_codes: None,
@@ -206,11 +203,6 @@ impl SurveyBuilder {
     fn layout<'a>(&'a self, offsets: &'a [u32], id_bytes: &'a [u8]) -> (Writer<'a>, Header) {
         let mut writer = Writer::new();
         let weights = writer.section(bytemuck::cast_slice(&self.weights));
-        let weight_planes = self.weight_planes.as_ref().map(|planes| PlanesHeader {
-            decimals: planes.decimals,
-            bits: planes.laid.bits,
-            section: writer.section(bytemuck::cast_slice(&planes.laid.words)),
-        });
         let id_offsets = writer.section(bytemuck::cast_slice(offsets));
         let id_bytes = writer.section(id_bytes);
         let group_codes = self
@@ -244,6 +236,22 @@ impl SurveyBuilder {
                 }
             })
             .collect();
+        // Last, so the rest of the file is known: planes that would add more than a tenth
+        // to it are left out (and made in memory when the survey is opened), as are a
+        // survey's under a block, laid out shorter than the file's whole blocks.
+        let weight_planes = self
+            .weight_planes
+            .as_ref()
+            .filter(|planes| {
+                let bytes = std::mem::size_of_val(planes.laid.words.as_slice()) as u64;
+                planes.laid.stride == BLOCK_WORDS
+                    && crate::weights::planes_belong_in_file(bytes, writer.len())
+            })
+            .map(|planes| PlanesHeader {
+                decimals: planes.decimals,
+                bits: planes.laid.bits,
+                section: writer.section(bytemuck::cast_slice(&planes.laid.words)),
+            });
         let exprs = |list: &[NamedExpr]| {
             list.iter()
                 .map(|named| ExprHeader {

@@ -162,6 +162,11 @@ impl<'a> Writer<'a> {
         }
     }
 
+    /// Bytes of the body laid out so far.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
     /// Lays out the file in memory: header first, then the body.
     pub fn finish(self, header: Header) -> std::io::Result<Vec<u8>> {
         let mut out = Vec::with_capacity(usize::try_from(self.len).unwrap_or(0) + 4096);

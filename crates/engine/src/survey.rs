@@ -620,39 +620,101 @@ mod tests {
         crate::import::compile(toml, "s.toml", csv.as_bytes(), "r.csv").unwrap()
     }
 
-    /// A survey smaller than a block keeps no planes in its file (their padding would
-    /// make most of it), and sums exactly all the same, from planes made on first use.
+    /// Weight planes are in the file only when they add at most a tenth to it (they are
+    /// laid out in whole blocks, so a survey of a few blocks would grow by more); every
+    /// survey sums its decimals exactly all the same, from planes made on first use when
+    /// the file has none.
     #[test]
-    fn small_surveys_make_their_planes_in_memory() {
-        let compile = |rows: usize| weighted(rows, |n| format!("{}.25", n % 7), 2);
-        let small = compile(8);
-        assert!(read_header(&small).unwrap().weight_planes.is_none());
-        assert!(
-            small.len() < 4096,
-            "{} bytes for 8 respondents",
-            small.len()
+    fn planes_in_the_file_never_grow_it_by_more_than_a_tenth() {
+        const BLOCK: usize = 64 * crate::eval::BLOCK_WORDS;
+        let mut held = Vec::new();
+        for rows in [8, 300, BLOCK, BLOCK + 100, 3 * BLOCK + 1, 6 * BLOCK] {
+            let bytes = weighted(rows, |n| format!("{}.25", n % 7), 2);
+            let planes = read_header(&bytes).unwrap().weight_planes;
+            if let Some(planes) = planes {
+                let rest = bytes.len() as u64 - planes.section.len;
+                assert!(
+                    planes.section.len * 10 <= rest,
+                    "{rows} respondents: {} bytes of planes beside {rest}",
+                    planes.section.len
+                );
+            }
+            held.push((rows, planes.is_some()));
+            let survey = Survey::from_bytes(&bytes).unwrap();
+            assert!(matches!(
+                survey.weight_source(),
+                Weights::Planes { decimals: 2, .. }
+            ));
+            let all = survey.base_set("ALL").unwrap().clone();
+            let tally = survey.tally(&Expr::parse("X = 1").unwrap(), &all);
+            let hundredths: u64 = (1..rows).step_by(2).map(|n| n as u64 % 7 * 100 + 25).sum();
+            assert_eq!(tally.count, rows as u64 / 2, "{rows} respondents");
+            assert_eq!(
+                tally.weight,
+                hundredths as f64 / 100.0,
+                "{rows} respondents"
+            );
+            if rows == 8 {
+                assert!(
+                    bytes.len() < 4096,
+                    "{} bytes for 8 respondents",
+                    bytes.len()
+                );
+            }
+        }
+        // A survey of exactly a block (no padding) holds its planes; one just past a
+        // block, whose planes are half padding, does not; from a few blocks on the
+        // padding matters less.
+        assert_eq!(
+            held,
+            [
+                (8, false),
+                (300, false),
+                (BLOCK, true),
+                (BLOCK + 100, false),
+                (3 * BLOCK + 1, true),
+                (6 * BLOCK, true)
+            ]
         );
-        let survey = Survey::from_bytes(&small).unwrap();
-        assert!(matches!(
-            survey.weight_source(),
-            Weights::Planes { decimals: 2, .. }
-        ));
-        let all = survey.base_set("ALL").unwrap().clone();
-        let tally = survey.tally(&Expr::parse("X = 1").unwrap(), &all);
-        // Rows 1, 3, 5 and 7: 1.25 + 3.25 + 5.25 + 0.25.
-        assert_eq!((tally.count, tally.weight), (4, 10.0));
-        let large = compile(crate::weights::FILE_PLANES_MIN_RESPONDENTS);
-        assert!(read_header(&large).unwrap().weight_planes.is_some());
     }
 
     /// Weight planes that would carry a sum past 2^53 (a damaged or crafted file) are not
     /// used: the f64 weights answer instead, and nothing overflows or panics.
     #[test]
     fn planes_past_their_bound_give_way_to_the_weights() {
-        // Weights of nine decimals: 39 planes, so planes of all ones pass 2^53; enough
-        // respondents for the file to hold the planes.
-        let rows = crate::weights::FILE_PLANES_MIN_RESPONDENTS + 100;
-        let mut bytes = weighted(rows, |n| format!("{}.123456789", n % 500), 3);
+        use crate::builder::{encode_column, NamedExpr, SurveyBuilder, SurveyMeta};
+        // Weights of nine decimals: 39 planes, so planes of all ones pass 2^53. Two whole
+        // blocks, and forty one-byte variables beside `X`, so the file holds the planes.
+        let rows = 2 * 64 * crate::eval::BLOCK_WORDS;
+        let meta = SurveyMeta {
+            code: "S".into(),
+            name: "s".into(),
+            audience_report_units: 1,
+            unstable_max_resps: 0,
+            id_column: "ID".into(),
+            weight_column: "W".into(),
+            group_column: None,
+            source_format: None,
+        };
+        let weights = (0..rows)
+            .map(|n| format!("{}.123456789", n % 500).parse().unwrap())
+            .collect();
+        let mut builder =
+            SurveyBuilder::new(meta, (0..rows).map(|n| format!("r{n}")).collect(), weights);
+        for (name, modulus) in
+            std::iter::once(("X".to_owned(), 3)).chain((0..40).map(|v| (format!("F{v}"), 200)))
+        {
+            let values: Vec<f64> = (0..rows).map(|n| (n % modulus) as f64).collect();
+            let (dict, codes) = encode_column(&values);
+            builder.encoded_variable(name, None, Vec::new(), dict, codes);
+        }
+        let all = NamedExpr {
+            code: "ALL".into(),
+            label: None,
+            expr: "*".into(),
+        };
+        builder.expressions(Vec::new(), vec![all]);
+        let mut bytes = builder.to_bytes().unwrap();
         let planes = read_header(&bytes).unwrap().weight_planes.unwrap().section;
         let intact = Survey::from_bytes(&bytes).unwrap();
         let (start, end) = (

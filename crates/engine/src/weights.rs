@@ -134,11 +134,14 @@ impl MadePlanes {
     }
 }
 
-/// Fewest respondents whose decimal planes the compiled file holds: below one block the
-/// padding of the last block would be most of the planes (an 8-respondent survey's file
-/// would grow twelvefold), and planes this small are made in memory on first use in
-/// microseconds instead.
-pub(crate) const FILE_PLANES_MIN_RESPONDENTS: usize = 64 * BLOCK_WORDS;
+/// Whether the compiled file holds weight planes of `plane_bytes` beside `rest_bytes` of
+/// everything else: only when they add at most a tenth to it. Planes are laid out in
+/// whole blocks, so a survey of a few blocks or fewer, or with few variables, would grow
+/// by more; its planes are made in memory on first use instead (about 1 ms per 50,000
+/// respondents), exact all the same.
+pub(crate) fn planes_belong_in_file(plane_bytes: u64, rest_bytes: u64) -> bool {
+    plane_bytes.saturating_mul(10) <= rest_bytes
+}
 
 /// `weight` as `(m, e)` with `weight = m × 2^e` and `m` odd (`(0, 0)` for zero); `None`
 /// for a negative or non-finite weight.
