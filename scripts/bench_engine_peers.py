@@ -8,7 +8,8 @@ timings and results to RESULTS (crosstab-results.json). Usage:
 Both peers hold the table in memory: DuckDB as a native table, Polars as a DataFrame
 queried lazily. Each peer query runs three times and keeps its best time (they have no
 result caches to defeat); crosstab's figure is its first and only run of a never-seen
-target, and the figures checked are that run's answer. Every count must equal
+target (a shape's figure the median over its targets, as the peers' is), and the figures
+checked are that run's answer. Every count must equal
 crosstab's, every weight sum must agree to f64 rounding, and crosstab's sum must be the
 true sum of the two-decimal weights rounded once to f64; the two-target requests' figures
 are checked the same way.
@@ -224,7 +225,11 @@ def main():
         for request in size["two_targets"]:
             for query in request:
                 checker.check("two targets", "ADULTS", query)
-        line = f"{n:,} respondents, two fresh targets in one request, cold: {fmt_us(size['two_targets_cold_us'])}"
+        low, high = size["two_targets_quartiles_us"]
+        line = (
+            f"{n:,} respondents, two fresh targets in one request, cold: {fmt_us(size['two_targets_cold_us'])} "
+            f"(quartiles {fmt_us(low)}-{fmt_us(high)}, {len(size['two_targets'])} requests)"
+        )
         print(line)
         summary.append(line)
         failures += checker.failures

@@ -8,9 +8,11 @@
 //! Each size gets a deterministic survey (10 integer variables, 10 flags, lognormal
 //! weights with two decimals), compiled once and cached with its raw columns under
 //! `$CARGO_TARGET_DIR/crosstab-bench/peers/` for the Python side. Every query is a target
-//! none of whose comparisons an earlier query of the run used (its matching values
-//! differ), so the survey's caches never hold its sets: the cold case. Warm figures repeat
-//! one query until its sets are cached, and are labelled so.
+//! none of whose comparisons an earlier query on the same open of the survey used (its
+//! matching values differ), so the survey's caches never hold its sets: the cold case.
+//! Each cold figure is the median over `--instances` such targets on each of five fresh
+//! opens of the survey. Warm figures repeat one query until its sets are cached, and are
+//! labelled so.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::HashSet;
@@ -199,6 +201,13 @@ enum Kind {
 }
 
 impl Leaves {
+    fn new(seed: u64) -> Leaves {
+        Leaves {
+            rng: ChaCha8Rng::seed_from_u64(seed),
+            seen: HashSet::new(),
+        }
+    }
+
     fn leaf(&mut self, name: &str, kind: Kind) -> String {
         let var = find(name);
         for attempt in 0..10_000 {
@@ -461,6 +470,37 @@ fn warm_budget() -> Duration {
     Duration::from_millis(ms)
 }
 
+/// The median and quartiles of `values` (nearest rank).
+fn quartiles(values: &[f64]) -> (f64, f64, f64) {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let at = |q: f64| sorted[((sorted.len() - 1) as f64 * q).round() as usize];
+    (at(0.5), at(0.25), at(0.75))
+}
+
+/// Fresh opens of the survey the cold figures are measured on.
+const COLD_OPENS: u64 = 5;
+
+/// Makes `survey` as warm as a server's: its bases and every column's pages, each column
+/// once through the engine with leaves no query uses afterwards; the targets stay cold.
+fn warm_up(survey: &Survey, leaves: &mut Leaves) {
+    for base in ["ADULTS", "WOMEN"] {
+        black_box(survey.base_totals(base));
+    }
+    let last = survey.respondents() - 1;
+    for column in survey
+        .variable_names()
+        .map(str::to_owned)
+        .collect::<Vec<_>>()
+    {
+        black_box(survey.value(&column, last));
+    }
+    for var in &VARS {
+        let warmup = request("ADULTS", &[leaves.leaf(var.name, Kind::Any)]);
+        black_box(survey.crosstab(&warmup).unwrap());
+    }
+}
+
 fn median_of(mut values: Vec<f64>) -> f64 {
     values.sort_by(f64::total_cmp);
     values[values.len() / 2]
@@ -475,43 +515,43 @@ fn run_size(dir: &Path, n: usize, instances: usize) -> Value {
     })
     .as_secs_f64()
         * 1e6;
-    // Bases and their pages are warm (a server keeps them); the targets are not.
-    for base in ["ADULTS", "WOMEN"] {
-        black_box(survey.base_totals(base));
-    }
-    for column in survey
-        .variable_names()
-        .map(str::to_owned)
-        .collect::<Vec<_>>()
-    {
-        black_box(survey.value(&column, n - 1));
-    }
-    let mut leaves = Leaves {
-        rng: ChaCha8Rng::seed_from_u64(42),
-        seen: HashSet::new(),
-    };
-    // Touch every column once through the engine, with leaves no query uses afterwards.
-    for var in &VARS {
-        let warmup = request("ADULTS", &[leaves.leaf(var.name, Kind::Any)]);
-        black_box(survey.crosstab(&warmup).unwrap());
-    }
-    let mut shapes = Vec::new();
     println!("\n{n} respondents; one read of the weight column: {read_us:.1} µs");
-    for shape in &SHAPES {
-        let mut queries = Vec::new();
-        let mut cold = Vec::new();
+    // Cold: every shape's never-seen targets, then the two-target requests, back to back
+    // on each of several fresh opens of the survey, warmed as a server's would be. This
+    // host stalls a request now and then (100-400 µs), most after a spell of other work
+    // (a warm figure's loop), so one open's dozen requests give a median that swings.
+    let mut cold = vec![Vec::new(); SHAPES.len()];
+    let mut queries = vec![Vec::new(); SHAPES.len()];
+    let (mut two, mut two_queries) = (Vec::new(), Vec::new());
+    for open in 0..COLD_OPENS {
+        let survey = Survey::open(&path).unwrap();
+        let mut leaves = Leaves::new(42 + open);
+        warm_up(&survey, &mut leaves);
+        for (shape, (cold, queries)) in SHAPES.iter().zip(cold.iter_mut().zip(&mut queries)) {
+            for _ in 0..instances {
+                let target = (shape.make)(&mut leaves);
+                let req = request(shape.base, std::slice::from_ref(&target));
+                let start = Instant::now();
+                let response = black_box(survey.crosstab(&req).unwrap());
+                let us = start.elapsed().as_secs_f64() * 1e6;
+                cold.push(us);
+                let mut figures = figures(&response, std::slice::from_ref(&target)).remove(0);
+                figures["cold_us"] = json!(us);
+                queries.push(figures);
+            }
+        }
         for _ in 0..instances {
-            let target = (shape.make)(&mut leaves);
-            let req = request(shape.base, std::slice::from_ref(&target));
+            let targets = [(SHAPES[2].make)(&mut leaves), (SHAPES[3].make)(&mut leaves)];
+            let req = request("ADULTS", &targets);
             let start = Instant::now();
             let response = black_box(survey.crosstab(&req).unwrap());
-            let us = start.elapsed().as_secs_f64() * 1e6;
-            cold.push(us);
-            let mut figures = figures(&response, std::slice::from_ref(&target)).remove(0);
-            figures["cold_us"] = json!(us);
-            queries.push(figures);
+            two.push(start.elapsed().as_secs_f64() * 1e6);
+            two_queries.push(figures(&response, &targets));
         }
-        // Warm: one query repeated until its sets are cached.
+    }
+    let mut shapes = Vec::new();
+    for ((shape, cold), queries) in SHAPES.iter().zip(&cold).zip(queries) {
+        // Warm: one of its targets repeated until its sets are cached.
         let warm_target = queries[0]["target"].as_str().unwrap().to_owned();
         let warm_req = request(shape.base, &[warm_target]);
         let warm_us = median(warm_budget(), || {
@@ -519,9 +559,9 @@ fn run_size(dir: &Path, n: usize, instances: usize) -> Value {
         })
         .as_secs_f64()
             * 1e6;
-        let cold_us = median_of(cold);
+        let (cold_us, low, high) = quartiles(cold);
         println!(
-            "  {:<44} cold {:>9.1} µs ({:.2}x the weight read)   warm {:>9.1} µs",
+            "  {:<44} cold {:>9.1} µs (quartiles {low:.1}-{high:.1}; {:.2}x the weight read)   warm {:>9.1} µs",
             shape.label,
             cold_us,
             cold_us / read_us,
@@ -529,26 +569,23 @@ fn run_size(dir: &Path, n: usize, instances: usize) -> Value {
         );
         shapes.push(json!({
             "label": shape.label, "base": shape.base, "queries": queries,
-            "cold_us": cold_us, "warm_us": warm_us,
+            "cold_us": cold_us, "cold_quartiles_us": [low, high], "warm_us": warm_us,
         }));
     }
-    // Two fresh targets in one request.
-    let (mut two, mut two_queries) = (Vec::new(), Vec::new());
-    for _ in 0..instances {
-        let targets = [(SHAPES[2].make)(&mut leaves), (SHAPES[3].make)(&mut leaves)];
-        let req = request("ADULTS", &targets);
-        let start = Instant::now();
-        let response = black_box(survey.crosstab(&req).unwrap());
-        two.push(start.elapsed().as_secs_f64() * 1e6);
-        two_queries.push(figures(&response, &targets));
-    }
-    let two_us = median_of(two);
-    println!("  two fresh targets in one request (shapes 3 and 4): cold {two_us:.1} µs");
+    let (two_us, low, high) = quartiles(&two);
+    println!(
+        "  two fresh targets in one request (shapes 3 and 4): cold {two_us:.1} µs (quartiles {low:.1}-{high:.1})"
+    );
+    println!(
+        "  (cold: medians of {} never-seen targets per shape, {instances} on each of {COLD_OPENS} fresh opens)",
+        instances * COLD_OPENS as usize
+    );
     json!({
         "respondents": n,
         "data_dir": dir.join(format!("data-{n}")),
         "weight_read_us": read_us,
         "two_targets_cold_us": two_us,
+        "two_targets_quartiles_us": [low, high],
         "two_targets": two_queries,
         "shapes": shapes,
     })
@@ -667,7 +704,10 @@ fn main() {
         return cold_requests(&requests, &compiled, passes, serve);
     }
     std::fs::create_dir_all(&out).unwrap();
-    println!("== crosstab cold queries (medians over {instances} never-seen targets per shape) ==");
+    println!(
+        "== crosstab cold queries (medians over {} never-seen targets per shape) ==",
+        instances * COLD_OPENS as usize
+    );
     let results: Vec<Value> = sizes
         .iter()
         .map(|n| run_size(&out, *n, instances))
