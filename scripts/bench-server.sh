@@ -26,6 +26,11 @@
 #        BASELINE_BIN (also measure that binary first, and print both summaries; one
 #        older than single sign-on is measured without the bearer rows),
 #        CARGO_TARGET_DIR (where the release build goes), CONNECTIONS (64), THREADS (2),
+#        DIRTY_BACKGROUND_BYTES (e.g. 33554432: sets the machine's vm.dirty_background_bytes
+#        for the run and restores it after, as deploy/README.md tells a PostgreSQL host's
+#        operator to; unset, the machine's own setting, which on a default Linux lets the
+#        database's new pages pile up and go out every 30 s in one burst that stalls the
+#        ledger's commits),
 #        ROUNDS (7 rounds of docs, POST, bearer and mix; the figures are the medians over
 #        the rounds: the host's speed drifts by ±10% within a minute, so many short rounds
 #        give a steadier median than a few long ones).
@@ -73,6 +78,20 @@ cleanup() {
     rm -rf "$work"
 }
 trap cleanup EXIT
+
+writeback="the machine's: $(sysctl -n vm.dirty_background_bytes 2>/dev/null || echo '?') bytes, ratio $(sysctl -n vm.dirty_background_ratio 2>/dev/null || echo '?')"
+if [ -n "${DIRTY_BACKGROUND_BYTES:-}" ]; then
+    dirty_before_bytes="$(sysctl -n vm.dirty_background_bytes)"
+    dirty_before_ratio="$(sysctl -n vm.dirty_background_ratio)"
+    sysctl -q vm.dirty_background_bytes="$DIRTY_BACKGROUND_BYTES"
+    # Setting one of the pair zeroes the other; the one that was set is put back.
+    restore_writeback() {
+        if [ "$dirty_before_bytes" != 0 ]; then sysctl -q vm.dirty_background_bytes="$dirty_before_bytes"
+        else sysctl -q vm.dirty_background_ratio="$dirty_before_ratio"; fi
+    }
+    trap 'cleanup; restore_writeback' EXIT
+    writeback="vm.dirty_background_bytes=$DIRTY_BACKGROUND_BYTES for this run (deploy/README.md)"
+fi
 
 database=()
 if [ "$store" = postgres ]; then
@@ -248,6 +267,7 @@ warmup_and_run_oks=$(( $(grep -c 'status=200 .*path=/v1/crosstab\|path=/v1/cross
 abandoned=$(( $(grep -c 'billed, but the client went away' "$work/server.log" || true) ))
 
 echo "=== crosstab server benchmark on ${store} (${connections} connections, ${threads} wrk threads, ${rounds} rounds of ${duration}s each, $(nproc) cores; medians over the rounds) ==="
+echo "kernel writeback    ${writeback}"
 printf 'GET  /v1/docs      %10s req/s   p99 %s ms\n' "$docs_rps" "$docs_p99"
 printf 'POST /v1/crosstab  %10s req/s   p99 %s ms, worst round %s ms   (%s requests, non-2xx: %s)\n' "$post_rps" "$post_p99" "$post_p99_max" "$post_total" "$post_non2xx"
 printf 'POST with bearer   %10s req/s   p99 %s ms   (%s requests, non-2xx: %s; a token of this server)\n' "$bearer_rps" "$bearer_p99" "$bearer_total" "$bearer_non2xx"

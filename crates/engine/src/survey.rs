@@ -647,6 +647,12 @@ mod tests {
             ));
             let all = survey.base_set("ALL").unwrap().clone();
             let tally = survey.tally(&Expr::parse("X = 1").unwrap(), &all);
+            // The file's planes when it has them; made in memory only when it has none.
+            assert_eq!(
+                survey.made_planes.get().is_some(),
+                planes.is_none(),
+                "{rows} respondents"
+            );
             let hundredths: u64 = (1..rows).step_by(2).map(|n| n as u64 % 7 * 100 + 25).sum();
             assert_eq!(tally.count, rows as u64 / 2, "{rows} respondents");
             assert_eq!(

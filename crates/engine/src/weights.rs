@@ -136,9 +136,10 @@ impl MadePlanes {
 
 /// Whether the compiled file holds weight planes of `plane_bytes` beside `rest_bytes` of
 /// everything else: only when they add at most a tenth to it. Planes are laid out in
-/// whole blocks, so a survey of a few blocks or fewer, or with few variables, would grow
-/// by more; its planes are made in memory on first use instead (about 1 ms per 50,000
-/// respondents), exact all the same.
+/// whole blocks, so a survey just past a whole number of blocks (its last block mostly
+/// padding), or one with few variables beside its weights, would grow by more; its
+/// planes are made in memory on first use instead (about 1 ms per 50,000 respondents),
+/// exact all the same.
 pub(crate) fn planes_belong_in_file(plane_bytes: u64, rest_bytes: u64) -> bool {
     plane_bytes.saturating_mul(10) <= rest_bytes
 }
