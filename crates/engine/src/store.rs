@@ -220,6 +220,8 @@ impl Catalog {
             }
             match Survey::open_within(&path, &self.budget) {
                 Ok(survey) if survey.code() == code => {
+                    // Before it is served, so no first query waits on it.
+                    survey.prepare_sums();
                     updates.push((code.clone(), Arc::new(survey), stamp));
                 }
                 Ok(survey) => report.failed.push((
@@ -247,5 +249,36 @@ impl Catalog {
             report.removed.push(code);
         }
         report
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A survey is served with its sums' groundwork done: the check of its file's planes,
+    /// or planes made from its weights when the file holds none.
+    #[test]
+    fn a_survey_is_served_with_its_sums_prepared() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SurveyStore::open(dir.path()).unwrap();
+        let toml = "code = \"S\"\nname = \"s\"\nrespondents = \"r.csv\"\n\
+                    id_column = \"ID\"\nweight_column = \"W\"\n\
+                    [[population_bases]]\ncode = \"ALL\"\nexpr = \"*\"\n";
+        let mut csv = String::from("ID,W,X\n");
+        for n in 0..50 {
+            csv.push_str(&format!("r{n},{}.5,{}\n", n % 9, n % 4));
+        }
+        let bytes = crate::import::compile(toml, "s.toml", csv.as_bytes(), "r.csv").unwrap();
+        store.install(&bytes).unwrap();
+        let (catalog, refresh) = Catalog::new(store);
+        assert_eq!(refresh.loaded, ["S"]);
+        let survey = catalog.get("S").unwrap();
+        assert!(survey.sums_prepared());
+        // Opened directly, nothing is done until a sum needs it.
+        let direct = Survey::from_bytes(&bytes).unwrap();
+        assert!(!direct.sums_prepared());
+        direct.prepare_sums();
+        assert!(direct.sums_prepared());
     }
 }
