@@ -501,9 +501,8 @@ fn warm_up(survey: &Survey, leaves: &mut Leaves) {
     }
 }
 
-fn median_of(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
+fn median_of(values: &[f64]) -> f64 {
+    quartiles(values).0
 }
 
 fn run_size(dir: &Path, n: usize, instances: usize) -> Value {
@@ -628,7 +627,7 @@ fn cold_requests(requests: &Path, compiled: &Path, passes: usize, serve: bool) {
             // Stdout flushes at each line.
             println!(
                 "{}",
-                json!({"us": median_of(whole), "engineUs": median_of(engine)})
+                json!({"us": median_of(&whole), "engineUs": median_of(&engine)})
             );
         }
         return;
@@ -637,14 +636,14 @@ fn cold_requests(requests: &Path, compiled: &Path, passes: usize, serve: bool) {
     let (mut settled, mut settled_engine) = (Vec::new(), Vec::new());
     for _ in 0..passes {
         let (whole, engine, _) = fresh_pass(&bytes, warmup, list);
-        settled.push(median_of(whole));
-        settled_engine.push(median_of(engine));
+        settled.push(median_of(&whole));
+        settled_engine.push(median_of(&engine));
     }
     println!(
         "{}",
         json!({
-            "validateAndEngineUs": median_of(whole),
-            "engineUs": median_of(engine),
+            "validateAndEngineUs": median_of(&whole),
+            "engineUs": median_of(&engine),
             "responses": responses,
             "passesUs": settled,
             "passesEngineUs": settled_engine,

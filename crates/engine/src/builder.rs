@@ -115,7 +115,10 @@ impl SurveyBuilder {
         SurveyBuilder {
             meta,
             ids,
-            weight_planes: crate::weights::planes(&weights),
+            // A survey under a block lays its planes out shorter than the file's whole
+            // blocks: it makes them in memory when opened instead.
+            weight_planes: crate::weights::planes(&weights)
+                .filter(|planes| planes.laid.stride == BLOCK_WORDS),
             weights,
             groups: Vec::new(),
             group_codes: None,
@@ -237,15 +240,13 @@ impl SurveyBuilder {
             })
             .collect();
         // Last, so the rest of the file is known: planes that would add more than a tenth
-        // to it are left out (and made in memory when the survey is opened), as are a
-        // survey's under a block, laid out shorter than the file's whole blocks.
+        // to it are left out (and made in memory when the survey is opened).
         let weight_planes = self
             .weight_planes
             .as_ref()
             .filter(|planes| {
                 let bytes = std::mem::size_of_val(planes.laid.words.as_slice()) as u64;
-                planes.laid.stride == BLOCK_WORDS
-                    && crate::weights::planes_belong_in_file(bytes, writer.len())
+                crate::weights::planes_belong_in_file(bytes, writer.len())
             })
             .map(|planes| PlanesHeader {
                 decimals: planes.decimals,

@@ -262,18 +262,17 @@ mod tests {
     fn a_survey_is_served_with_its_sums_prepared() {
         let dir = tempfile::tempdir().unwrap();
         let store = SurveyStore::open(dir.path()).unwrap();
-        let toml = "code = \"S\"\nname = \"s\"\nrespondents = \"r.csv\"\n\
-                    id_column = \"ID\"\nweight_column = \"W\"\n\
-                    [[population_bases]]\ncode = \"ALL\"\nexpr = \"*\"\n";
-        let mut csv = String::from("ID,W,X\n");
-        for n in 0..50 {
-            csv.push_str(&format!("r{n},{}.5,{}\n", n % 9, n % 4));
-        }
-        let bytes = crate::import::compile(toml, "s.toml", csv.as_bytes(), "r.csv").unwrap();
+        // Fewer respondents than a block: its file holds no planes, so they are made.
+        let bytes = crate::demo::compile(&crate::demo::DemoConfig {
+            respondents: 50,
+            flags: 2,
+            seed: 1,
+        })
+        .unwrap();
         store.install(&bytes).unwrap();
         let (catalog, refresh) = Catalog::new(store);
-        assert_eq!(refresh.loaded, ["S"]);
-        let survey = catalog.get("S").unwrap();
+        assert_eq!(refresh.loaded, ["DEMO"]);
+        let survey = catalog.get("DEMO").unwrap();
         assert!(survey.sums_prepared());
         // Opened directly, nothing is done until a sum needs it.
         let direct = Survey::from_bytes(&bytes).unwrap();

@@ -635,9 +635,9 @@ mod tests {
     }
 
     /// Weight planes are in the file only when they add at most a tenth to it (they are
-    /// laid out in whole blocks, so a survey of a few blocks would grow by more); every
-    /// survey sums its decimals exactly all the same, from planes made on first use when
-    /// the file has none.
+    /// laid out in whole blocks, so a survey just past a whole number of blocks would grow
+    /// by more); every survey sums its decimals exactly all the same, from planes made on
+    /// first use when the file has none.
     #[test]
     fn planes_in_the_file_never_grow_it_by_more_than_a_tenth() {
         const BLOCK: usize = 64 * crate::eval::BLOCK_WORDS;
