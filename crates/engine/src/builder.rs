@@ -99,9 +99,9 @@ pub struct SurveyBuilder {
     meta: SurveyMeta,
     ids: Vec<String>,
     weights: Vec<f64>,
-    /// The weights as exact integers in bit planes, when they are short decimals (in the
-    /// file if they add at most a tenth to it).
-    weight_planes: Option<crate::weights::Planes>,
+    /// How the weights scale to exact integers, when they are short decimals: their
+    /// planes are laid out as the file is written, if they add at most a tenth to it.
+    weight_scale: Option<crate::weights::DecimalScale>,
     groups: Vec<(String, Option<String>)>,
     group_codes: Option<Vec<u16>>,
     variables: Vec<EncodedVariable>,
@@ -117,8 +117,8 @@ impl SurveyBuilder {
             ids,
             // A survey under a block lays its planes out shorter than the file's whole
             // blocks: it makes them in memory when opened instead.
-            weight_planes: crate::weights::planes(&weights)
-                .filter(|planes| planes.laid.stride == BLOCK_WORDS),
+            weight_scale: crate::weights::DecimalScale::of(&weights)
+                .filter(|_| crate::weights::plane_stride(weights.len()) == BLOCK_WORDS),
             weights,
             groups: Vec::new(),
             group_codes: None,
@@ -240,18 +240,21 @@ impl SurveyBuilder {
             })
             .collect();
         // Last, so the rest of the file is known: planes that would add more than a tenth
-        // to it are left out (and made in memory when the survey is opened).
+        // to it are left out (and made in memory when the survey is opened), sized before
+        // they are laid out, so none are made only to be dropped.
+        let respondents = self.weights.len() as u64;
         let weight_planes = self
-            .weight_planes
-            .as_ref()
-            .filter(|planes| {
-                let bytes = std::mem::size_of_val(planes.laid.words.as_slice()) as u64;
-                crate::weights::planes_belong_in_file(bytes, writer.len())
+            .weight_scale
+            .filter(|scale| {
+                crate::weights::plane_words(respondents, scale.bits).is_some_and(|words| {
+                    crate::weights::planes_belong_in_file(words.saturating_mul(8), writer.len())
+                })
             })
+            .and_then(|scale| scale.lay_out(&self.weights))
             .map(|planes| PlanesHeader {
                 decimals: planes.decimals,
                 bits: planes.laid.bits,
-                section: writer.section(bytemuck::cast_slice(&planes.laid.words)),
+                section: writer.owned_section(planes.laid.words),
             });
         let exprs = |list: &[NamedExpr]| {
             list.iter()

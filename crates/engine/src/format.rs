@@ -139,8 +139,23 @@ pub(crate) struct ExprHeader {
 /// Lays out sections after the header, remembering where each goes. Sections are
 /// borrowed, not copied, so a large survey is written out without a second copy in memory.
 pub(crate) struct Writer<'a> {
-    parts: Vec<(u64, &'a [u8])>,
+    parts: Vec<(u64, Part<'a>)>,
     len: u64,
+}
+
+/// A section's bytes: borrowed from what is being written, or words made for the file.
+enum Part<'a> {
+    Borrowed(&'a [u8]),
+    Words(Vec<u64>),
+}
+
+impl Part<'_> {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Part::Borrowed(bytes) => bytes,
+            Part::Words(words) => bytemuck::cast_slice(words),
+        }
+    }
 }
 
 impl<'a> Writer<'a> {
@@ -153,13 +168,20 @@ impl<'a> Writer<'a> {
 
     /// Places `bytes` at the next 8-aligned offset (relative to the body start).
     pub fn section(&mut self, bytes: &'a [u8]) -> Section {
+        self.place(Part::Borrowed(bytes))
+    }
+
+    /// [`Writer::section`] for words the writer keeps until it writes them.
+    pub fn owned_section(&mut self, words: Vec<u64>) -> Section {
+        self.place(Part::Words(words))
+    }
+
+    fn place(&mut self, part: Part<'a>) -> Section {
         let offset = align8(self.len);
-        self.parts.push((offset, bytes));
-        self.len = offset + bytes.len() as u64;
-        Section {
-            offset,
-            len: bytes.len() as u64,
-        }
+        let len = part.bytes().len() as u64;
+        self.parts.push((offset, part));
+        self.len = offset + len;
+        Section { offset, len }
     }
 
     /// Bytes of the body laid out so far.
@@ -193,8 +215,8 @@ impl<'a> Writer<'a> {
         let mut at = 16 + json.len() as u64;
         for (offset, bytes) in std::iter::once((body_start, &[][..])).chain(
             self.parts
-                .into_iter()
-                .map(|(offset, bytes)| (body_start + offset, bytes)),
+                .iter()
+                .map(|(offset, part)| (body_start + offset, part.bytes())),
         ) {
             write_zeros(out, offset - at)?;
             out.write_all(bytes)?;

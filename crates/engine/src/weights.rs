@@ -60,27 +60,63 @@ fn scaled(weight: f64, decimals: u32) -> Option<u64> {
         .then_some(integer as u64)
 }
 
+/// How short decimals scale to exact integers: `weight × 10^decimals`, the largest
+/// taking `bits` bits. Found in one look at the weights, before any planes are laid out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct DecimalScale {
+    pub decimals: u32,
+    pub bits: u32,
+}
+
+impl DecimalScale {
+    /// The scale of `weights` when every weight is a non-negative decimal of at most
+    /// [`MAX_DECIMALS`] places and their scaled sum stays exact; `None` otherwise.
+    pub(crate) fn of(weights: &[f64]) -> Option<DecimalScale> {
+        // One pass; when a weight needs more decimals, those before it are counted again
+        // at the new scale once the pass is over.
+        let (mut decimals, mut total, mut largest, mut again) = (0, 0u64, 0u64, 0);
+        for (at, weight) in weights.iter().enumerate() {
+            let integer = loop {
+                if let Some(integer) = scaled(*weight, decimals) {
+                    break integer;
+                }
+                decimals += 1;
+                if decimals > MAX_DECIMALS {
+                    return None;
+                }
+                (total, largest, again) = (0, 0, at);
+            };
+            total = total.checked_add(integer).filter(|t| *t <= EXACT_LIMIT)?;
+            largest = largest.max(integer);
+        }
+        for weight in &weights[..again] {
+            let integer = scaled(*weight, decimals)?;
+            total = total.checked_add(integer).filter(|t| *t <= EXACT_LIMIT)?;
+            largest = largest.max(integer);
+        }
+        Some(DecimalScale {
+            decimals,
+            bits: significant_bits(u128::from(largest)),
+        })
+    }
+
+    /// The planes of `weights` (those this scale was found for); `None` for a weight
+    /// that is not such a decimal or needs more bits.
+    pub(crate) fn lay_out(self, weights: &[f64]) -> Option<Planes> {
+        let integers = weights
+            .iter()
+            .map(|weight| scaled(*weight, self.decimals).map(u128::from));
+        Some(Planes {
+            decimals: self.decimals,
+            laid: lay_out_at(self.bits, integers, weights.len())?,
+        })
+    }
+}
+
 /// Bit planes of `weights` when every weight is a non-negative decimal of at most
 /// [`MAX_DECIMALS`] places and their scaled sum stays exact; `None` otherwise.
 pub(crate) fn planes(weights: &[f64]) -> Option<Planes> {
-    let mut decimals = 0;
-    for weight in weights {
-        while scaled(*weight, decimals).is_none() {
-            decimals += 1;
-            if decimals > MAX_DECIMALS {
-                return None;
-            }
-        }
-    }
-    let mut integers = Vec::with_capacity(weights.len());
-    let mut total = 0u64;
-    for weight in weights {
-        let integer = scaled(*weight, decimals)?;
-        total = total.checked_add(integer).filter(|t| *t <= EXACT_LIMIT)?;
-        integers.push(integer);
-    }
-    let laid = lay_out(integers.iter().map(|i| u128::from(*i)), integers.len())?;
-    Some(Planes { decimals, laid })
+    DecimalScale::of(weights)?.lay_out(weights)
 }
 
 /// Weights that are not short decimals as exact binary integers: every finite f64 is an
@@ -280,12 +316,31 @@ impl Laid {
     }
 }
 
+/// Planes an integer up to `largest` needs (one at least).
+fn significant_bits(largest: u128) -> u32 {
+    (u128::BITS - largest.leading_zeros()).max(1)
+}
+
+/// Words a plane of `count` respondents takes in a block: [`BLOCK_WORDS`], or fewer for
+/// a survey smaller than a block.
+pub(crate) fn plane_stride(count: usize) -> usize {
+    count.div_ceil(64).clamp(1, BLOCK_WORDS)
+}
+
 /// The planes of `count` integers, in the layout of [`Laid`], with as many planes as the
 /// largest needs.
 fn lay_out(integers: impl Iterator<Item = u128> + Clone, count: usize) -> Option<Laid> {
-    let largest = integers.clone().max().unwrap_or(0);
-    let bits = (u128::BITS - largest.leading_zeros()).max(1);
-    let stride = count.div_ceil(64).clamp(1, BLOCK_WORDS);
+    let bits = significant_bits(integers.clone().max().unwrap_or(0));
+    lay_out_at(bits, integers.map(Some), count)
+}
+
+/// [`lay_out`] in `bits` planes; `None` if an integer is missing or needs more.
+fn lay_out_at(
+    bits: u32,
+    integers: impl Iterator<Item = Option<u128>>,
+    count: usize,
+) -> Option<Laid> {
+    let stride = plane_stride(count);
     let blocks = count.div_ceil(64 * BLOCK_WORDS).max(1);
     let len = blocks.checked_mul(bits as usize)?.checked_mul(stride)?;
     let mut words = vec![0u64; len];
@@ -293,7 +348,7 @@ fn lay_out(integers: impl Iterator<Item = u128> + Clone, count: usize) -> Option
     for (row, integer) in integers.enumerate() {
         let (block, within) = (row / block_rows, row % block_rows);
         let (word, bit) = (within / 64, within % 64);
-        let mut rest = integer;
+        let mut rest = integer.filter(|i| significant_bits(*i) <= bits)?;
         while rest != 0 {
             let plane = rest.trailing_zeros() as usize;
             let at = (block * bits as usize + plane) * stride + word;
@@ -1050,6 +1105,52 @@ mod tests {
         assert!(planes(&[0.1 + 0.2]).is_none(), "not a short decimal");
         assert!(planes(&[f64::MAX]).is_none(), "too large to be exact");
         assert_eq!(planes(&[3.0, 4.0]).unwrap().decimals, 0);
+    }
+
+    /// The builder sizes planes from the scale before laying them out: the two agree.
+    #[test]
+    fn a_scale_sizes_its_planes_before_they_are_laid_out() {
+        let block = 64 * BLOCK_WORDS;
+        for weights in [
+            vec![0.0; 3],
+            vec![1.5, 2.25, 0.0, 1000.0],
+            weights(block),
+            weights(3 * block + 1),
+            (0..2 * block).map(|i| (i % 9) as f64 * 0.5).collect(),
+        ] {
+            let scale = DecimalScale::of(&weights).unwrap();
+            let laid = scale.lay_out(&weights).unwrap();
+            assert_eq!(planes(&weights), Some(laid.clone()));
+            assert_eq!(
+                (scale.decimals, scale.bits),
+                (laid.decimals, laid.laid.bits)
+            );
+            assert_eq!(laid.laid.stride, plane_stride(weights.len()));
+            if laid.laid.stride == BLOCK_WORDS {
+                let words = plane_words(weights.len() as u64, scale.bits).unwrap();
+                assert_eq!(words * 8, laid.laid.bytes() as u64);
+            }
+        }
+        let scale = DecimalScale::of(&[1.5, 2.0]).unwrap();
+        assert_eq!((scale.decimals, scale.bits), (1, 5)); // 20 < 2^5
+        assert!(scale.lay_out(&[1.25]).is_none(), "not at this scale");
+        assert!(
+            scale.lay_out(&[100.0]).is_none(),
+            "more bits than the scale"
+        );
+        assert!(DecimalScale::of(&[0.1 + 0.2]).is_none());
+        // More decimals part way: the weights before count again at the new scale.
+        let scale = DecimalScale::of(&[100.0, 2.5, 3.25, 1.0]).unwrap();
+        assert_eq!((scale.decimals, scale.bits), (2, 14)); // 10000 < 2^14
+        assert!(
+            DecimalScale::of(&[4e15, 0.5]).is_none(),
+            "4e16 tenths: past 2^53"
+        );
+        assert!(DecimalScale::of(&[4e15, 4e15]).is_some());
+        assert!(
+            DecimalScale::of(&[4e15, 4e15, 4e15]).is_none(),
+            "sum past 2^53"
+        );
     }
 
     #[test]
