@@ -117,8 +117,9 @@ impl SurveyBuilder {
             ids,
             // A survey under a block lays its planes out shorter than the file's whole
             // blocks: it makes them in memory when opened instead.
-            weight_scale: crate::weights::DecimalScale::of(&weights)
-                .filter(|_| crate::weights::plane_stride(weights.len()) == BLOCK_WORDS),
+            weight_scale: (crate::weights::plane_stride(weights.len()) == BLOCK_WORDS)
+                .then(|| crate::weights::DecimalScale::of(&weights))
+                .flatten(),
             weights,
             groups: Vec::new(),
             group_codes: None,

@@ -137,7 +137,8 @@ pub(crate) struct ExprHeader {
 }
 
 /// Lays out sections after the header, remembering where each goes. Sections are
-/// borrowed, not copied, so a large survey is written out without a second copy in memory.
+/// borrowed, not copied, so a large survey is written out without a second copy in memory;
+/// words made only for the file (the weight planes) are handed over ([`Writer::owned_section`]).
 pub(crate) struct Writer<'a> {
     parts: Vec<(u64, Part<'a>)>,
     len: u64,

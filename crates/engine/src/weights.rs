@@ -61,7 +61,8 @@ fn scaled(weight: f64, decimals: u32) -> Option<u64> {
 }
 
 /// How short decimals scale to exact integers: `weight × 10^decimals`, the largest
-/// taking `bits` bits. Found in one look at the weights, before any planes are laid out.
+/// taking `bits` bits. Found from the weights alone (one pass, plus the weights before
+/// the last one to need more decimals a second time), before any planes are laid out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct DecimalScale {
     pub decimals: u32,
@@ -1107,6 +1108,54 @@ mod tests {
         assert_eq!(planes(&[3.0, 4.0]).unwrap().decimals, 0);
     }
 
+    /// The scale by its definition, in two passes: the fewest decimals every weight has,
+    /// then the total and the largest integer at that scale.
+    fn two_pass_scale(weights: &[f64]) -> Option<(u32, u32)> {
+        let decimals =
+            (0..=MAX_DECIMALS).find(|d| weights.iter().all(|w| scaled(*w, *d).is_some()))?;
+        let integers: Vec<u64> = weights
+            .iter()
+            .map(|w| scaled(*w, decimals))
+            .collect::<Option<_>>()?;
+        let total: u128 = integers.iter().map(|i| u128::from(*i)).sum();
+        let largest = integers.iter().copied().max().unwrap_or(0);
+        (total <= u128::from(EXACT_LIMIT))
+            .then(|| (decimals, significant_bits(u128::from(largest))))
+    }
+
+    #[test]
+    fn a_scale_in_one_pass_is_the_scale_by_its_definition() {
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let (mut found, mut none) = (0, 0);
+        for case in 0..400 {
+            let len = 1 + (next() % 40) as usize;
+            let weights: Vec<f64> = (0..len)
+                .map(|_| {
+                    // Now and then more places than the scale takes, or integers whose
+                    // total passes 2^53.
+                    let places = (next() % 4) as i32 + if case % 7 == 0 { 8 } else { 0 };
+                    let magnitude = [10u64, 1_000, 1_000_000_000_000, 4_000_000_000_000_000]
+                        [(next() % 4) as usize];
+                    (next() % magnitude) as f64 / 10f64.powi(places)
+                })
+                .collect();
+            let scale = DecimalScale::of(&weights).map(|s| (s.decimals, s.bits));
+            assert_eq!(scale, two_pass_scale(&weights), "{weights:?}");
+            if scale.is_some() {
+                found += 1
+            } else {
+                none += 1
+            }
+        }
+        assert!(found > 50 && none > 50, "{found} scales found, {none} not");
+    }
+
     /// The builder sizes planes from the scale before laying them out: the two agree.
     #[test]
     fn a_scale_sizes_its_planes_before_they_are_laid_out() {
@@ -1146,6 +1195,10 @@ mod tests {
             DecimalScale::of(&[4e15, 0.5]).is_none(),
             "4e16 tenths: past 2^53"
         );
+        // Those before count again at the new scale: 1e16 + 5 tenths in all, past 2^53;
+        // and only there: 9e15 + 5 tenths is within it, 9e14 counted once.
+        assert!(DecimalScale::of(&[5e14, 5e14, 0.5]).is_none());
+        assert!(DecimalScale::of(&[9e14, 0.5]).is_some());
         assert!(DecimalScale::of(&[4e15, 4e15]).is_some());
         assert!(
             DecimalScale::of(&[4e15, 4e15, 4e15]).is_none(),
