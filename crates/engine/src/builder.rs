@@ -99,9 +99,6 @@ pub struct SurveyBuilder {
     meta: SurveyMeta,
     ids: Vec<String>,
     weights: Vec<f64>,
-    /// How the weights scale to exact integers, when they are short decimals: their
-    /// planes are laid out as the file is written, if they add at most a tenth to it.
-    weight_scale: Option<crate::weights::DecimalScale>,
     groups: Vec<(String, Option<String>)>,
     group_codes: Option<Vec<u16>>,
     variables: Vec<EncodedVariable>,
@@ -115,11 +112,6 @@ impl SurveyBuilder {
         SurveyBuilder {
             meta,
             ids,
-            // A survey under a block lays its planes out shorter than the file's whole
-            // blocks: it makes them in memory when opened instead.
-            weight_scale: (crate::weights::plane_stride(weights.len()) == BLOCK_WORDS)
-                .then(|| crate::weights::DecimalScale::of(&weights))
-                .flatten(),
             weights,
             groups: Vec::new(),
             group_codes: None,
@@ -241,11 +233,14 @@ impl SurveyBuilder {
             })
             .collect();
         // Last, so the rest of the file is known: planes that would add more than a tenth
-        // to it are left out (and made in memory when the survey is opened), sized before
-        // they are laid out, so none are made only to be dropped.
+        // to it are left out (and made in memory when the survey is opened), sized from
+        // the weights' scale before they are laid out, so none are made only to be dropped.
+        // A survey under a block lays its planes out shorter than the file's whole blocks:
+        // it makes them in memory when opened instead.
         let respondents = self.weights.len() as u64;
-        let weight_planes = self
-            .weight_scale
+        let weight_planes = (crate::weights::plane_stride(self.weights.len()) == BLOCK_WORDS)
+            .then(|| crate::weights::DecimalScale::of(&self.weights))
+            .flatten()
             .filter(|scale| {
                 crate::weights::plane_words(respondents, scale.bits).is_some_and(|words| {
                     crate::weights::planes_belong_in_file(words.saturating_mul(8), writer.len())
