@@ -1,4 +1,4 @@
-//! The billing ledger: one row per `200` from `POST /v1/crosstab`, committed before the
+//! The billing ledger: one bill per `200` from `POST /v1/crosstab`, committed before the
 //! response is sent.
 //!
 //! Group commit: requests hand their bill to one writer and wait. The writer takes
@@ -14,8 +14,9 @@
 //! directly (`store/sqlite.rs`): `BEGIN IMMEDIATE`, one prepared single-row INSERT per
 //! bill, the idempotency rows, `COMMIT`, all plain calls on that thread. On PostgreSQL it
 //! is a thread too, running a runtime of its own with a connection of its own (outside
-//! the pool): one INSERT of eleven column arrays, whatever the batch's size (in one
-//! transaction with the idempotency rows when there are any). On the server's runtime,
+//! the pool): one INSERT whatever the batch's size, of a row per account holding its
+//! bills as column arrays (in one transaction with the idempotency rows when there are
+//! any); the view `ledger` reads them back one row per bill. On the server's runtime,
 //! the database's answer to a commit would wait until a worker busy with requests polled
 //! the network again, and every bill of the batch with it.
 
@@ -666,31 +667,89 @@ fn fault_point(batch: &[Pending]) {
     }
 }
 
-/// One INSERT of `bills` as arrays, a column each, whatever the batch's size (the server
-/// then reads 11 parameters, in binary, instead of 11 per bill).
+/// Most bills in one row of `ledger_batches`: ~110 bytes a bill keeps a row well within
+/// a page, where PostgreSQL neither compresses it nor moves it out of line.
+const ROW_BILLS: usize = 32;
+
+/// One INSERT of `bills` as rows of `ledger_batches`, one per account in the batch (cut
+/// after [`ROW_BILLS`]), whatever the batch's size: the bills go as one array a column,
+/// each account's together, and each row takes its slice (the server then reads 15
+/// parameters, in binary, instead of 11 per bill).
 async fn insert_columns(conn: &mut PgConnection, bills: &[&Bill]) -> Result<(), DbError> {
-    fn column<'a, T>(bills: &[&'a Bill], value: impl Fn(&'a Bill) -> T) -> Vec<T> {
-        bills.iter().map(|&bill| value(bill)).collect()
+    fn column<'a, I, T>(items: &'a [I], value: impl Fn(&'a I) -> T) -> Vec<T> {
+        items.iter().map(value).collect()
     }
+    let mut bills = bills.to_vec();
+    // Stable: each account's bills stay in the order they came.
+    bills.sort_by_key(|bill| bill.account_id);
+    let rows = rows_of(&bills);
     sqlx::query(
-        "INSERT INTO ledger (at, account_id, key_id, user_id, idp, subject, survey, grp, base, targets, request_id) \
-         SELECT * FROM UNNEST($1::bigint[], $2::bigint[], $3::text[], $4::bigint[], $5::text[], \
-                              $6::text[], $7::text[], $8::text[], $9::text[], $10::bigint[], $11::text[])",
+        "INSERT INTO ledger_batches (account_id, first_at, last_at, at, key_id, user_id, idp, \
+                                     subject, survey, grp, base, targets, request_id) \
+         SELECT r.account_id, r.first_at, r.last_at, ($6::bigint[])[r.lo:r.hi], \
+                ($7::text[])[r.lo:r.hi], ($8::bigint[])[r.lo:r.hi], ($9::text[])[r.lo:r.hi], \
+                ($10::text[])[r.lo:r.hi], ($11::text[])[r.lo:r.hi], ($12::text[])[r.lo:r.hi], \
+                ($13::text[])[r.lo:r.hi], ($14::bigint[])[r.lo:r.hi], ($15::text[])[r.lo:r.hi] \
+         FROM UNNEST($1::bigint[], $2::bigint[], $3::bigint[], $4::bigint[]::int[], \
+                     $5::bigint[]::int[]) \
+              AS r (account_id, first_at, last_at, lo, hi)",
     )
-    .bind(column(bills, |bill| bill.at))
-    .bind(column(bills, |bill| bill.account_id))
-    .bind(column(bills, |bill| bill.caller.key_id()))
-    .bind(column(bills, |bill| bill.caller.user_id()))
-    .bind(column(bills, |bill| bill.caller.idp()))
-    .bind(column(bills, |bill| bill.caller.subject()))
-    .bind(column(bills, |bill| &*bill.survey))
-    .bind(column(bills, |bill| bill.group.as_deref()))
-    .bind(column(bills, |bill| &*bill.base))
-    .bind(column(bills, |bill| bill.targets))
-    .bind(column(bills, |bill| &*bill.request_id))
+    .bind(column(&rows, |row| row.account_id))
+    .bind(column(&rows, |row| row.first_at))
+    .bind(column(&rows, |row| row.last_at))
+    .bind(column(&rows, |row| row.lo))
+    .bind(column(&rows, |row| row.hi))
+    .bind(column(&bills, |bill| bill.at))
+    .bind(column(&bills, |bill| bill.caller.key_id()))
+    .bind(column(&bills, |bill| bill.caller.user_id()))
+    .bind(column(&bills, |bill| bill.caller.idp()))
+    .bind(column(&bills, |bill| bill.caller.subject()))
+    .bind(column(&bills, |bill| &*bill.survey))
+    .bind(column(&bills, |bill| bill.group.as_deref()))
+    .bind(column(&bills, |bill| &*bill.base))
+    .bind(column(&bills, |bill| bill.targets))
+    .bind(column(&bills, |bill| &*bill.request_id))
     .execute(&mut *conn)
     .await?;
     Ok(())
+}
+
+/// One row of `ledger_batches`: an account's bills `lo..=hi` of the batch (from 1,
+/// PostgreSQL's first index), and their earliest and latest times.
+#[derive(Debug, PartialEq, Eq)]
+struct Row {
+    account_id: i64,
+    first_at: i64,
+    last_at: i64,
+    lo: i64,
+    hi: i64,
+}
+
+/// The rows `bills` (each account's together) are stored in: a row per account, cut
+/// after [`ROW_BILLS`].
+fn rows_of(bills: &[&Bill]) -> Vec<Row> {
+    let mut rows = Vec::new();
+    let mut before = 0;
+    for account in bills.chunk_by(|a, b| a.account_id == b.account_id) {
+        for part in account.chunks(ROW_BILLS) {
+            let Some(first) = part.first() else {
+                continue;
+            };
+            let (first_at, last_at) = part.iter().fold((first.at, first.at), |(lo, hi), bill| {
+                (lo.min(bill.at), hi.max(bill.at))
+            });
+            rows.push(Row {
+                account_id: first.account_id,
+                first_at,
+                last_at,
+                // A slice's length is at most isize::MAX: never cut short.
+                lo: before as i64 + 1,
+                hi: (before + part.len()) as i64,
+            });
+            before += part.len();
+        }
+    }
+    rows
 }
 
 /// Number of bills in the ledger (for checks and tests).
@@ -810,5 +869,164 @@ mod tests {
         };
         let db = Database::connect(&url).await.unwrap();
         a_panicking_writer_is_restarted(&db).await;
+    }
+
+    /// The rows `bills` go in: one per account (bills taken in the order given), cut
+    /// after [`ROW_BILLS`], each naming its slice and its bills' earliest and latest times.
+    #[test]
+    fn each_accounts_bills_are_cut_into_rows() {
+        let bills: Vec<Bill> = (0..75)
+            .map(|n| Bill {
+                at: 1_000 - (n * 7 % 40),
+                ..bill(if n < 70 { 1 } else { 2 }, &n.to_string())
+            })
+            .collect();
+        let bills: Vec<&Bill> = bills.iter().collect();
+        let rows = rows_of(&bills);
+        let expected = |account_id, range: std::ops::Range<usize>| Row {
+            account_id,
+            first_at: bills[range.clone()].iter().map(|b| b.at).min().unwrap(),
+            last_at: bills[range.clone()].iter().map(|b| b.at).max().unwrap(),
+            lo: range.start as i64 + 1,
+            hi: range.end as i64,
+        };
+        assert_eq!(
+            rows,
+            [
+                expected(1, 0..32),
+                expected(1, 32..64),
+                expected(1, 64..70),
+                expected(2, 70..75)
+            ]
+        );
+        assert!(rows_of(&[]).is_empty());
+    }
+
+    /// The bills of the ledger of one row per bill move into the batches' rows when the
+    /// schema moves on: every one, each account's in rows of at most [`ROW_BILLS`], and
+    /// the `ledger` view reads them as before.
+    #[tokio::test]
+    async fn bills_from_before_the_batches_move_into_them() {
+        let Ok(url) = std::env::var("CROSSTAB_TEST_POSTGRES_URL") else {
+            eprintln!("CROSSTAB_TEST_POSTGRES_URL not set: PostgreSQL test skipped");
+            return;
+        };
+        let mut admin = PgConnection::connect(&url).await.unwrap();
+        let name = format!("own_{}", uuid::Uuid::new_v4().simple());
+        sqlx::query(&format!("CREATE DATABASE {name}"))
+            .execute(&mut admin)
+            .await
+            .unwrap();
+        let (server, _) = url.rsplit_once('/').unwrap();
+        let mut conn = PgConnection::connect(&format!("{server}/{name}"))
+            .await
+            .unwrap();
+        // The schema as it was before: the migrations up to the one that makes batches.
+        let earlier = tempfile::tempdir().unwrap();
+        let all = Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations/postgres");
+        for entry in std::fs::read_dir(&all).unwrap() {
+            let path = entry.unwrap().path();
+            let file = path.file_name().unwrap().to_str().unwrap().to_owned();
+            if file.as_str() < "0007" {
+                std::fs::copy(&path, earlier.path().join(file)).unwrap();
+            }
+        }
+        sqlx::migrate::Migrator::new(earlier.path())
+            .await
+            .unwrap()
+            .run(&mut conn)
+            .await
+            .unwrap();
+        // 70 bills of account 1 and 3 of account 2, taking turns at first, times out of
+        // order; a user's, a token's and a key's.
+        let mut expected = Vec::new();
+        for n in 0..73i64 {
+            let account_id = if n % 2 == 0 || n >= 6 { 1 } else { 2 };
+            let (key_id, user_id, idp, subject) = match n % 3 {
+                0 => (None, Some(n), None, None),
+                1 => (None, None, Some("corp"), Some(format!("s{n}"))),
+                _ => (Some(format!("k{n}")), None, None, None),
+            };
+            let row = (
+                account_id,
+                5_000 - n * 7 % 31,
+                key_id,
+                user_id,
+                idp.map(str::to_owned),
+                subject,
+                (n % 4 == 0).then(|| format!("g{n}")),
+                n % 2 + 1,
+                format!("r{n:03}"),
+            );
+            sqlx::query(
+                "INSERT INTO ledger (account_id, at, key_id, user_id, idp, subject, survey, \
+                                     grp, base, targets, request_id) \
+                 VALUES ($1, $2, $3, $4, $5, $6, 'VEC', $7, 'ALL', $8, $9)",
+            )
+            .bind(row.0)
+            .bind(row.1)
+            .bind(&row.2)
+            .bind(row.3)
+            .bind(&row.4)
+            .bind(&row.5)
+            .bind(&row.6)
+            .bind(row.7)
+            .bind(&row.8)
+            .execute(&mut conn)
+            .await
+            .unwrap();
+            expected.push(row);
+        }
+        crate::store::POSTGRES_MIGRATIONS
+            .run(&mut conn)
+            .await
+            .unwrap();
+        type Written = (
+            i64,
+            i64,
+            Option<String>,
+            Option<i64>,
+            Option<String>,
+            Option<String>,
+            Option<String>,
+            i64,
+            String,
+        );
+        let written: Vec<Written> = sqlx::query_as(
+            "SELECT account_id, at, key_id, user_id, idp, subject, grp, targets, request_id \
+             FROM ledger WHERE survey = 'VEC' AND base = 'ALL' ORDER BY request_id",
+        )
+        .fetch_all(&mut conn)
+        .await
+        .unwrap();
+        assert_eq!(written, expected);
+        // Each account's bills in the order written, in rows of 32 at most.
+        let rows: Vec<(i64, i64, i64, Vec<String>)> = sqlx::query_as(
+            "SELECT account_id, first_at, last_at, request_id FROM ledger_batches \
+             ORDER BY account_id, request_id[1]",
+        )
+        .fetch_all(&mut conn)
+        .await
+        .unwrap();
+        let sizes: Vec<(i64, usize)> = rows.iter().map(|row| (row.0, row.3.len())).collect();
+        assert_eq!(sizes, [(1, 32), (1, 32), (1, 6), (2, 3)]);
+        for (account_id, first_at, last_at, ids) in rows {
+            let times: Vec<i64> = ids
+                .iter()
+                .map(|id| {
+                    let bill = expected.iter().find(|row| &row.8 == id).unwrap();
+                    assert_eq!(bill.0, account_id);
+                    bill.1
+                })
+                .collect();
+            assert!(ids.is_sorted(), "{ids:?}");
+            assert_eq!(first_at, *times.iter().min().unwrap());
+            assert_eq!(last_at, *times.iter().max().unwrap());
+        }
+        conn.close().await.unwrap();
+        sqlx::query(&format!("DROP DATABASE {name}"))
+            .execute(&mut admin)
+            .await
+            .unwrap();
     }
 }

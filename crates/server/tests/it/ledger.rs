@@ -6,7 +6,7 @@ use crosstab_server::grants::GrantSpec;
 use crosstab_server::keys::KeyEnv;
 use crosstab_server::store::idempotency::{self, Claim, Reservation};
 use crosstab_server::store::ledger::{self, Bill, Caller, KeptAnswer, Ledger, LedgerError};
-use crosstab_server::store::{self as db, accounts, users, Database, DatabaseOptions};
+use crosstab_server::store::{self as db, accounts, usage, users, Database, DatabaseOptions};
 use sqlx::Row;
 use std::future::Future;
 use std::time::{Duration, Instant};
@@ -109,6 +109,133 @@ async fn batches_of_every_size_are_written_exactly_on_postgres() {
         return;
     };
     every_batch_size_is_written_exactly(&db, account_id).await;
+}
+
+#[tokio::test]
+async fn one_batch_of_several_accounts_reads_back_by_account_and_time() {
+    let (_dir, db, _) = database().await;
+    let accounts = [
+        account(&db, "north").await,
+        account(&db, "south").await,
+        account(&db, "west").await,
+    ];
+    several_accounts_read_back_by_account_and_time(&db, accounts).await;
+}
+
+/// The same on PostgreSQL, when `CROSSTAB_TEST_POSTGRES_URL` names one.
+#[tokio::test]
+async fn one_batch_of_several_accounts_reads_back_by_account_and_time_on_postgres() {
+    let Some(url) = postgres_url() else {
+        return;
+    };
+    let db = Database::connect(&url).await.unwrap();
+    let mut accounts = [0; 3];
+    for account_id in &mut accounts {
+        let name = format!("several-{}", uuid::Uuid::new_v4().simple());
+        *account_id = account(&db, &name).await;
+    }
+    several_accounts_read_back_by_account_and_time(&db, accounts).await;
+}
+
+/// One batch (an answer's bills are never split) of 100 bills of three accounts taking
+/// turns, their times out of order, more of each than PostgreSQL keeps in one stored row:
+/// each account's bills read back bill by bill, callers and all, and every time range,
+/// cut inside a stored row or not, counts exactly the account's bills within it.
+async fn several_accounts_read_back_by_account_and_time(db: &Database, accounts: [i64; 3]) {
+    let start = 1_800_000_000_000;
+    let bills: Vec<Bill> = (0..100)
+        .map(|n| Bill {
+            // Every time once, scattered.
+            at: start + (n as i64 * 37) % 100,
+            caller: match n % 5 {
+                4 => Caller::Token {
+                    idp: "corp".into(),
+                    subject: format!("user-{n}").into(),
+                },
+                _ => bill(0, n).caller,
+            },
+            ..bill(accounts[[0, 1, 0, 2][n % 4]], n)
+        })
+        .collect();
+    let (ledger, writer) = Ledger::start(db.clone());
+    ledger.bill_all(bills.clone()).await.unwrap();
+    drop(ledger);
+    writer.finish().await;
+    for account_id in accounts {
+        let mut expected: Vec<&Bill> = bills
+            .iter()
+            .filter(|bill| bill.account_id == account_id)
+            .collect();
+        expected.sort_by_key(|bill| bill.at);
+        let rows = sqlx::query(
+            "SELECT at, key_id, idp, subject, grp, targets, request_id \
+             FROM ledger WHERE account_id = $1 ORDER BY at",
+        )
+        .bind(account_id)
+        .fetch_all(db.pool())
+        .await
+        .unwrap();
+        let written: Vec<(i64, Caller, Option<String>, i64, String)> = rows
+            .iter()
+            .map(|row| {
+                let caller = match row.try_get::<Option<String>, _>(1).unwrap() {
+                    Some(key) => Caller::Key(key.into()),
+                    None => Caller::Token {
+                        idp: row.try_get::<String, _>(2).unwrap().into(),
+                        subject: row.try_get::<String, _>(3).unwrap().into(),
+                    },
+                };
+                let at = row.try_get(0).unwrap();
+                let (group, targets) = (row.try_get(4).unwrap(), row.try_get(5).unwrap());
+                (at, caller, group, targets, row.try_get(6).unwrap())
+            })
+            .collect();
+        let wanted: Vec<(i64, Caller, Option<String>, i64, String)> = expected
+            .iter()
+            .map(|bill| {
+                let group = bill.group.as_deref().map(str::to_owned);
+                let request_id = bill.request_id.to_string();
+                (
+                    bill.at,
+                    bill.caller.clone(),
+                    group,
+                    bill.targets,
+                    request_id,
+                )
+            })
+            .collect();
+        assert_eq!(written, wanted);
+        for (from, to) in [
+            (0, i64::MAX),
+            (start, start + 100),
+            (start + 10, start + 11),
+            (start + 31, start + 64),
+            (start + 33, start + 97),
+            (start + 99, i64::MAX),
+            (start + 100, i64::MAX),
+            (start - 5, start + 1),
+        ] {
+            let within = expected
+                .iter()
+                .filter(|bill| (from..to).contains(&bill.at))
+                .count() as u64;
+            let counted = usage::calls_between(db, account_id, from, to)
+                .await
+                .unwrap();
+            assert_eq!(counted, within, "{account_id}: {from}..{to}");
+        }
+        let name: String = sqlx::query_scalar("SELECT name FROM accounts WHERE id = $1")
+            .bind(account_id)
+            .fetch_one(db.pool())
+            .await
+            .unwrap();
+        for since in [start, start + 50, start + 99] {
+            let report = usage::report(db, Some(&name), since).await.unwrap();
+            let calls: i64 = report.iter().map(|row| row.calls).sum();
+            let within = expected.iter().filter(|bill| bill.at >= since).count();
+            assert_eq!(calls as usize, within, "{name} since {since}");
+        }
+    }
 }
 
 /// The PostgreSQL database `CROSSTAB_TEST_POSTGRES_URL` names, with a new account to bill
@@ -632,7 +759,7 @@ async fn a_stuck_ledger_write_fails_within_the_statement_timeout_on_postgres() {
     a_stuck_ledger_write_fails_within_the_statement_timeout(
         &db,
         account_id,
-        &["BEGIN", "LOCK TABLE ledger IN ACCESS EXCLUSIVE MODE"],
+        &["BEGIN", "LOCK TABLE ledger_batches IN ACCESS EXCLUSIVE MODE"],
     )
     .await;
 }
