@@ -759,7 +759,10 @@ async fn a_stuck_ledger_write_fails_within_the_statement_timeout_on_postgres() {
     a_stuck_ledger_write_fails_within_the_statement_timeout(
         &db,
         account_id,
-        &["BEGIN", "LOCK TABLE ledger_batches IN ACCESS EXCLUSIVE MODE"],
+        &[
+            "BEGIN",
+            "LOCK TABLE ledger_batches IN ACCESS EXCLUSIVE MODE",
+        ],
     )
     .await;
 }
