@@ -1019,10 +1019,53 @@ mod tests {
                     bill.1
                 })
                 .collect();
-            assert!(ids.is_sorted(), "{ids:?}");
+            // A run of the account's bills, in the order written.
+            let numbers: Vec<usize> = ids.iter().map(|id| id[1..].parse().unwrap()).collect();
+            let of_account: Vec<usize> = (0..expected.len())
+                .filter(|&n| expected[n].0 == account_id)
+                .collect();
+            assert!(
+                of_account.windows(numbers.len()).any(|run| run == numbers),
+                "{ids:?}"
+            );
             assert_eq!(first_at, *times.iter().min().unwrap());
             assert_eq!(last_at, *times.iter().max().unwrap());
         }
+        // A replica of an earlier build bills through the view, as it did into the table.
+        sqlx::query(
+            "INSERT INTO ledger (at, account_id, key_id, user_id, idp, subject, survey, grp, base, targets, request_id) \
+             SELECT * FROM UNNEST($1::bigint[], $2::bigint[], $3::text[], $4::bigint[], $5::text[], \
+                                  $6::text[], $7::text[], $8::text[], $9::text[], $10::bigint[], $11::text[])",
+        )
+        .bind([9_000i64, 9_001])
+        .bind([2i64, 2])
+        .bind([Some("k-old"), None])
+        .bind([None, Some(5i64)])
+        .bind([None::<&str>, None])
+        .bind([None::<&str>, None])
+        .bind(["VEC", "VEC"])
+        .bind([Some("N"), None])
+        .bind(["ALL", "ALL"])
+        .bind([1i64, 2])
+        .bind(["old-1", "old-2"])
+        .execute(&mut conn)
+        .await
+        .unwrap();
+        let old: Vec<(i64, i64, Option<String>, Option<i64>, Option<String>, i64)> =
+            sqlx::query_as(
+                "SELECT account_id, at, key_id, user_id, grp, targets FROM ledger \
+                 WHERE request_id LIKE 'old-%' ORDER BY request_id",
+            )
+            .fetch_all(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(
+            old,
+            [
+                (2, 9_000, Some("k-old".into()), None, Some("N".into()), 1),
+                (2, 9_001, None, Some(5), None, 2)
+            ]
+        );
         conn.close().await.unwrap();
         sqlx::query(&format!("DROP DATABASE {name}"))
             .execute(&mut admin)

@@ -114,61 +114,90 @@ async fn batches_of_every_size_are_written_exactly_on_postgres() {
 #[tokio::test]
 async fn one_batch_of_several_accounts_reads_back_by_account_and_time() {
     let (_dir, db, _) = database().await;
-    let accounts = [
-        account(&db, "north").await,
-        account(&db, "south").await,
-        account(&db, "west").await,
-    ];
-    several_accounts_read_back_by_account_and_time(&db, accounts).await;
+    several_accounts_read_back_by_account_and_time(&db, ["north", "south", "west"]).await;
 }
 
-/// The same on PostgreSQL, when `CROSSTAB_TEST_POSTGRES_URL` names one.
+/// The same on PostgreSQL, when `CROSSTAB_TEST_POSTGRES_URL` names one; there the batch is
+/// stored as one row per account, cut after 32 bills.
 #[tokio::test]
 async fn one_batch_of_several_accounts_reads_back_by_account_and_time_on_postgres() {
     let Some(url) = postgres_url() else {
         return;
     };
     let db = Database::connect(&url).await.unwrap();
-    let mut accounts = [0; 3];
-    for account_id in &mut accounts {
-        let name = format!("several-{}", uuid::Uuid::new_v4().simple());
-        *account_id = account(&db, &name).await;
-    }
-    several_accounts_read_back_by_account_and_time(&db, accounts).await;
+    let names = ["a", "b", "c"].map(|n| format!("several-{n}-{}", uuid::Uuid::new_v4().simple()));
+    let accounts =
+        several_accounts_read_back_by_account_and_time(&db, names.each_ref().map(|n| &**n)).await;
+    let [first, second, third] = accounts;
+    let rows: Vec<(i64, i64)> = sqlx::query_as(&format!(
+        "SELECT account_id, cardinality(at)::bigint FROM ledger_batches \
+         WHERE account_id IN ({first}, {second}, {third}) \
+         ORDER BY account_id, cardinality(at) DESC"
+    ))
+    .fetch_all(db.pool())
+    .await
+    .unwrap();
+    assert_eq!(
+        rows,
+        [(first, 32), (first, 18), (second, 25), (third, 25)],
+        "one row per account, cut after 32 bills"
+    );
 }
 
-/// One batch (an answer's bills are never split) of 100 bills of three accounts taking
-/// turns, their times out of order, more of each than PostgreSQL keeps in one stored row:
-/// each account's bills read back bill by bill, callers and all, and every time range,
-/// cut inside a stored row or not, counts exactly the account's bills within it.
-async fn several_accounts_read_back_by_account_and_time(db: &Database, accounts: [i64; 3]) {
+/// One batch (an answer's bills are never split) of 100 bills of three new accounts
+/// (`names`) taking turns, their times out of order, one account's more than PostgreSQL
+/// keeps in one stored row: each account's bills read back bill by bill, callers (key,
+/// app user, token) and all, and every time range, cut inside a stored row or not, counts
+/// exactly the account's bills within it. Returns the accounts' ids.
+async fn several_accounts_read_back_by_account_and_time(
+    db: &Database,
+    names: [&str; 3],
+) -> [i64; 3] {
+    let mut accounts = [0; 3];
+    let mut users = [0; 3];
+    for ((name, account_id), user_id) in names.iter().zip(&mut accounts).zip(&mut users) {
+        *account_id = account(db, name).await;
+        let username = format!("{name}-user");
+        users::create_or_reset(db, &username, name, "$argon2id$unused", 1)
+            .await
+            .unwrap();
+        *user_id = sqlx::query_scalar("SELECT id FROM users WHERE username = $1")
+            .bind(&username)
+            .fetch_one(db.pool())
+            .await
+            .unwrap();
+    }
     let start = 1_800_000_000_000;
     let bills: Vec<Bill> = (0..100)
-        .map(|n| Bill {
-            // Every time once, scattered.
-            at: start + (n as i64 * 37) % 100,
-            caller: match n % 5 {
-                4 => Caller::Token {
-                    idp: "corp".into(),
-                    subject: format!("user-{n}").into(),
+        .map(|n| {
+            let turn = [0, 1, 0, 2][n % 4];
+            Bill {
+                // Every time once, scattered.
+                at: start + (n as i64 * 37) % 100,
+                caller: match n % 5 {
+                    4 => Caller::Token {
+                        idp: "corp".into(),
+                        subject: format!("user-{n}").into(),
+                    },
+                    3 => Caller::User(users[turn]),
+                    _ => bill(0, n).caller,
                 },
-                _ => bill(0, n).caller,
-            },
-            ..bill(accounts[[0, 1, 0, 2][n % 4]], n)
+                ..bill(accounts[turn], n)
+            }
         })
         .collect();
     let (ledger, writer) = Ledger::start(db.clone());
     ledger.bill_all(bills.clone()).await.unwrap();
     drop(ledger);
     writer.finish().await;
-    for account_id in accounts {
+    for (account_id, name) in accounts.into_iter().zip(names) {
         let mut expected: Vec<&Bill> = bills
             .iter()
             .filter(|bill| bill.account_id == account_id)
             .collect();
         expected.sort_by_key(|bill| bill.at);
         let rows = sqlx::query(
-            "SELECT at, key_id, idp, subject, grp, targets, request_id \
+            "SELECT at, key_id, user_id, idp, subject, grp, targets, request_id \
              FROM ledger WHERE account_id = $1 ORDER BY at",
         )
         .bind(account_id)
@@ -178,16 +207,19 @@ async fn several_accounts_read_back_by_account_and_time(db: &Database, accounts:
         let written: Vec<(i64, Caller, Option<String>, i64, String)> = rows
             .iter()
             .map(|row| {
-                let caller = match row.try_get::<Option<String>, _>(1).unwrap() {
-                    Some(key) => Caller::Key(key.into()),
-                    None => Caller::Token {
-                        idp: row.try_get::<String, _>(2).unwrap().into(),
-                        subject: row.try_get::<String, _>(3).unwrap().into(),
+                let key: Option<String> = row.try_get(1).unwrap();
+                let user: Option<i64> = row.try_get(2).unwrap();
+                let caller = match (key, user) {
+                    (Some(key), None) => Caller::Key(key.into()),
+                    (None, Some(user)) => Caller::User(user),
+                    _ => Caller::Token {
+                        idp: row.try_get::<String, _>(3).unwrap().into(),
+                        subject: row.try_get::<String, _>(4).unwrap().into(),
                     },
                 };
                 let at = row.try_get(0).unwrap();
-                let (group, targets) = (row.try_get(4).unwrap(), row.try_get(5).unwrap());
-                (at, caller, group, targets, row.try_get(6).unwrap())
+                let (group, targets) = (row.try_get(5).unwrap(), row.try_get(6).unwrap());
+                (at, caller, group, targets, row.try_get(7).unwrap())
             })
             .collect();
         let wanted: Vec<(i64, Caller, Option<String>, i64, String)> = expected
@@ -224,18 +256,14 @@ async fn several_accounts_read_back_by_account_and_time(db: &Database, accounts:
                 .unwrap();
             assert_eq!(counted, within, "{account_id}: {from}..{to}");
         }
-        let name: String = sqlx::query_scalar("SELECT name FROM accounts WHERE id = $1")
-            .bind(account_id)
-            .fetch_one(db.pool())
-            .await
-            .unwrap();
         for since in [start, start + 50, start + 99] {
-            let report = usage::report(db, Some(&name), since).await.unwrap();
+            let report = usage::report(db, Some(name), since).await.unwrap();
             let calls: i64 = report.iter().map(|row| row.calls).sum();
             let within = expected.iter().filter(|bill| bill.at >= since).count();
             assert_eq!(calls as usize, within, "{name} since {since}");
         }
     }
+    accounts
 }
 
 /// The PostgreSQL database `CROSSTAB_TEST_POSTGRES_URL` names, with a new account to bill
