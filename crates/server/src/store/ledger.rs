@@ -1051,14 +1051,14 @@ mod tests {
         .execute(&mut conn)
         .await
         .unwrap();
-        let old: Vec<(i64, i64, Option<String>, Option<i64>, Option<String>, i64)> =
-            sqlx::query_as(
-                "SELECT account_id, at, key_id, user_id, grp, targets FROM ledger \
+        type Old = (i64, i64, Option<String>, Option<i64>, Option<String>, i64);
+        let old: Vec<Old> = sqlx::query_as(
+            "SELECT account_id, at, key_id, user_id, grp, targets FROM ledger \
                  WHERE request_id LIKE 'old-%' ORDER BY request_id",
-            )
-            .fetch_all(&mut conn)
-            .await
-            .unwrap();
+        )
+        .fetch_all(&mut conn)
+        .await
+        .unwrap();
         assert_eq!(
             old,
             [
