@@ -196,46 +196,8 @@ async fn several_accounts_read_back_by_account_and_time(
             .filter(|bill| bill.account_id == account_id)
             .collect();
         expected.sort_by_key(|bill| bill.at);
-        let rows = sqlx::query(
-            "SELECT at, key_id, user_id, idp, subject, grp, targets, request_id \
-             FROM ledger WHERE account_id = $1 ORDER BY at",
-        )
-        .bind(account_id)
-        .fetch_all(db.pool())
-        .await
-        .unwrap();
-        let written: Vec<(i64, Caller, Option<String>, i64, String)> = rows
-            .iter()
-            .map(|row| {
-                let key: Option<String> = row.try_get(1).unwrap();
-                let user: Option<i64> = row.try_get(2).unwrap();
-                let caller = match (key, user) {
-                    (Some(key), None) => Caller::Key(key.into()),
-                    (None, Some(user)) => Caller::User(user),
-                    _ => Caller::Token {
-                        idp: row.try_get::<String, _>(3).unwrap().into(),
-                        subject: row.try_get::<String, _>(4).unwrap().into(),
-                    },
-                };
-                let at = row.try_get(0).unwrap();
-                let (group, targets) = (row.try_get(5).unwrap(), row.try_get(6).unwrap());
-                (at, caller, group, targets, row.try_get(7).unwrap())
-            })
-            .collect();
-        let wanted: Vec<(i64, Caller, Option<String>, i64, String)> = expected
-            .iter()
-            .map(|bill| {
-                let group = bill.group.as_deref().map(str::to_owned);
-                let request_id = bill.request_id.to_string();
-                (
-                    bill.at,
-                    bill.caller.clone(),
-                    group,
-                    bill.targets,
-                    request_id,
-                )
-            })
-            .collect();
+        let written = written_bills(db, account_id).await;
+        let wanted: Vec<Bill> = expected.iter().map(|&bill| bill.clone()).collect();
         assert_eq!(written, wanted);
         for (from, to) in [
             (0, i64::MAX),
@@ -264,6 +226,46 @@ async fn several_accounts_read_back_by_account_and_time(
         }
     }
     accounts
+}
+
+/// Account `account_id`'s bills as the ledger reads them back, in time order.
+async fn written_bills(db: &Database, account_id: i64) -> Vec<Bill> {
+    let rows = sqlx::query(
+        "SELECT at, account_id, key_id, user_id, idp, subject, survey, grp, base, targets, \
+                request_id \
+         FROM ledger WHERE account_id = $1 ORDER BY at",
+    )
+    .bind(account_id)
+    .fetch_all(db.pool())
+    .await
+    .unwrap();
+    rows.iter()
+        .map(|row| {
+            let key: Option<String> = row.try_get(2).unwrap();
+            let user: Option<i64> = row.try_get(3).unwrap();
+            let idp: Option<String> = row.try_get(4).unwrap();
+            let subject: Option<String> = row.try_get(5).unwrap();
+            let caller = match (key, user, idp, subject) {
+                (Some(key), None, None, None) => Caller::Key(key.into()),
+                (None, Some(user), None, None) => Caller::User(user),
+                (None, None, Some(idp), Some(subject)) => Caller::Token {
+                    idp: idp.into(),
+                    subject: subject.into(),
+                },
+                other => panic!("not one caller: {other:?}"),
+            };
+            Bill {
+                at: row.try_get(0).unwrap(),
+                account_id: row.try_get(1).unwrap(),
+                caller,
+                survey: row.try_get::<String, _>(6).unwrap().into(),
+                group: row.try_get::<Option<String>, _>(7).unwrap().map(Into::into),
+                base: row.try_get::<String, _>(8).unwrap().into(),
+                targets: row.try_get(9).unwrap(),
+                request_id: row.try_get::<String, _>(10).unwrap().into(),
+            }
+        })
+        .collect()
 }
 
 /// The PostgreSQL database `CROSSTAB_TEST_POSTGRES_URL` names, with a new account to bill
@@ -300,27 +302,7 @@ async fn every_batch_size_is_written_exactly(db: &Database, account_id: i64) -> 
     }
     drop(ledger);
     writer.finish().await;
-    let rows = sqlx::query(
-        "SELECT at, account_id, key_id, survey, grp, base, targets, request_id \
-         FROM ledger WHERE account_id = $1 ORDER BY at",
-    )
-    .bind(account_id)
-    .fetch_all(db.pool())
-    .await
-    .unwrap();
-    let written: Vec<Bill> = rows
-        .iter()
-        .map(|row| Bill {
-            at: row.try_get(0).unwrap(),
-            account_id: row.try_get(1).unwrap(),
-            caller: Caller::Key(row.try_get::<String, _>(2).unwrap().into()),
-            survey: row.try_get::<String, _>(3).unwrap().into(),
-            group: row.try_get::<Option<String>, _>(4).unwrap().map(Into::into),
-            base: row.try_get::<String, _>(5).unwrap().into(),
-            targets: row.try_get(6).unwrap(),
-            request_id: row.try_get::<String, _>(7).unwrap().into(),
-        })
-        .collect();
+    let written = written_bills(db, account_id).await;
     assert_eq!(written, expected);
     next as i64
 }
