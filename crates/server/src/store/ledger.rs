@@ -609,7 +609,7 @@ async fn write_batch(conn: &mut PgConnection, batch: &[Pending]) -> Result<Lost,
     if kept.is_empty() {
         let bills: Vec<&Bill> = batch.iter().flat_map(|answer| &answer.bills).collect();
         fault_point(batch);
-        insert_columns(conn, &bills).await?;
+        insert_columns(conn, bills).await?;
         return Ok(vec![false; batch.len()]);
     }
     let mut tx = conn.begin().await?;
@@ -639,7 +639,7 @@ async fn write_batch(conn: &mut PgConnection, batch: &[Pending]) -> Result<Lost,
         .collect();
     let bills: Vec<&Bill> = written(batch, &lost).collect();
     if !bills.is_empty() {
-        insert_columns(&mut tx, &bills).await?;
+        insert_columns(&mut tx, bills).await?;
     }
     fault_point(batch);
     tx.commit().await?;
@@ -675,11 +675,10 @@ const ROW_BILLS: usize = 32;
 /// after [`ROW_BILLS`]), whatever the batch's size: the bills go as one array a column,
 /// each account's together, and each row takes its slice (the server then reads 15
 /// parameters, in binary, instead of 11 per bill).
-async fn insert_columns(conn: &mut PgConnection, bills: &[&Bill]) -> Result<(), DbError> {
+async fn insert_columns(conn: &mut PgConnection, mut bills: Vec<&Bill>) -> Result<(), DbError> {
     fn column<'a, I, T>(items: &'a [I], value: impl Fn(&'a I) -> T) -> Vec<T> {
         items.iter().map(value).collect()
     }
-    let mut bills = bills.to_vec();
     // Stable: each account's bills stay in the order they came.
     bills.sort_by_key(|bill| bill.account_id);
     let rows = rows_of(&bills);
@@ -717,7 +716,7 @@ async fn insert_columns(conn: &mut PgConnection, bills: &[&Bill]) -> Result<(), 
 /// One row of `ledger_batches`: an account's bills `lo..=hi` of the batch (from 1,
 /// PostgreSQL's first index), and their earliest and latest times.
 #[derive(Debug, PartialEq, Eq)]
-struct Row {
+struct BatchRow {
     account_id: i64,
     first_at: i64,
     last_at: i64,
@@ -727,7 +726,7 @@ struct Row {
 
 /// The rows `bills` (each account's together) are stored in: a row per account, cut
 /// after [`ROW_BILLS`].
-fn rows_of(bills: &[&Bill]) -> Vec<Row> {
+fn rows_of(bills: &[&Bill]) -> Vec<BatchRow> {
     let mut rows = Vec::new();
     let mut before = 0;
     for account in bills.chunk_by(|a, b| a.account_id == b.account_id) {
@@ -738,7 +737,7 @@ fn rows_of(bills: &[&Bill]) -> Vec<Row> {
             let (first_at, last_at) = part.iter().fold((first.at, first.at), |(lo, hi), bill| {
                 (lo.min(bill.at), hi.max(bill.at))
             });
-            rows.push(Row {
+            rows.push(BatchRow {
                 account_id: first.account_id,
                 first_at,
                 last_at,
@@ -883,7 +882,7 @@ mod tests {
             .collect();
         let bills: Vec<&Bill> = bills.iter().collect();
         let rows = rows_of(&bills);
-        let expected = |account_id, range: std::ops::Range<usize>| Row {
+        let expected = |account_id, range: std::ops::Range<usize>| BatchRow {
             account_id,
             first_at: bills[range.clone()].iter().map(|b| b.at).min().unwrap(),
             last_at: bills[range.clone()].iter().map(|b| b.at).max().unwrap(),

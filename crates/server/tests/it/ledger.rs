@@ -191,14 +191,13 @@ async fn several_accounts_read_back_by_account_and_time(
     drop(ledger);
     writer.finish().await;
     for (account_id, name) in accounts.into_iter().zip(names) {
-        let mut expected: Vec<&Bill> = bills
+        let mut expected: Vec<Bill> = bills
             .iter()
             .filter(|bill| bill.account_id == account_id)
+            .cloned()
             .collect();
         expected.sort_by_key(|bill| bill.at);
-        let written = written_bills(db, account_id).await;
-        let wanted: Vec<Bill> = expected.iter().map(|&bill| bill.clone()).collect();
-        assert_eq!(written, wanted);
+        assert_eq!(written_bills(db, account_id).await, expected);
         for (from, to) in [
             (0, i64::MAX),
             (start, start + 100),
