@@ -52,7 +52,7 @@ impl Survey {
             code: header.code.clone(),
             name: header.name.clone(),
             respondents: header.respondents,
-            weight_total: crate::bitset::sum_all(self.weights()),
+            weight_total: crate::weights::total(self.weight_source(), self.weights().len()),
             audience_report_units: header.audience_report_units,
             unstable_max_resps: header.unstable_max_resps,
             groups: header

@@ -16,6 +16,7 @@ pub mod definition;
 pub mod demo;
 mod error;
 mod eval;
+mod exact;
 mod format;
 pub mod import;
 mod query;

@@ -82,7 +82,8 @@ pub struct Survey {
     /// Bytes kept for the survey's life (base, group and code sets, squares, made
     /// planes), taken from the budget.
     kept_bytes: AtomicUsize,
-    /// Squared weights for tables' sums of `w²`, made when a table first needs them.
+    /// How tables sum `w²`: squared decimal planes made when a table first needs them, or
+    /// each member's exact square from the weights.
     squares: OnceLock<Squares>,
     /// Whether the weight planes (if any) keep every sum below 2^53, as the sums assume:
     /// checked once, on first use (a file not written by this build may break it).
@@ -424,7 +425,7 @@ impl Survey {
     /// Where weighted sums come from: the file's decimal planes when it has them (and
     /// they keep every sum below 2^53, as a file this build wrote does); else planes made
     /// from the f64 weights, decimal or binary, exact too; else (weights too spread out
-    /// for those) the f64 weights themselves.
+    /// for those) the f64 weights themselves, each member's added exactly.
     pub(crate) fn weight_source(&self) -> Weights<'_> {
         if let Some(planes) = self.header.weight_planes {
             let words = self.slice(planes.section);
@@ -449,7 +450,7 @@ impl Survey {
         });
         match made {
             Some(planes) => planes.source(),
-            None => Weights::Floats(self.weights()),
+            None => Weights::Column(self.weights()),
         }
     }
 

@@ -143,7 +143,7 @@ impl Survey {
         let source = self.weight_source();
         let moments = |_| MomentSum {
             weight: source.summer(),
-            square: squares.summer(),
+            square: squares.summer(self.weights()),
         };
         let sums = |n: usize| (0..n).map(moments).collect::<Vec<_>>();
         let (mut row_axis, mut column_axis) = (Axis::new(self, rows), Axis::new(self, columns));

@@ -9,11 +9,13 @@
 //! final division by `10^decimals`, so the sum is the true sum of the decimals rounded
 //! once to f64. Weights that are not such decimals become exact binary integers
 //! (`weight × 2^-e`, [`BinaryPlanes`]) in the same layout, made in memory on first use,
-//! and are summed the same way, rounded once too; only weights spread over more binary
-//! exponents than 127 bits hold (or negative ones) are summed as f64 ([`Summer`]).
+//! and are summed the same way, rounded once too. Weights spread over more binary
+//! exponents than 127 bits hold (or negative ones) are summed term by term, exactly
+//! ([`ExactSum`]), and rounded once as well.
 
-use crate::bitset::{ones, Summer, Tally};
+use crate::bitset::{ones, Tally};
 use crate::eval::BLOCK_WORDS;
+use crate::exact::{power_of_two, ExactSum};
 
 /// Most decimals tried; weights with more are summed as f64.
 pub(crate) const MAX_DECIMALS: u32 = 9;
@@ -286,11 +288,6 @@ pub fn exact_sum(values: impl IntoIterator<Item = f64>) -> f64 {
     hi
 }
 
-/// `2^exponent` for an exponent of a normal f64 (-1022 to 1023).
-fn power_of_two(exponent: i32) -> f64 {
-    f64::from_bits(((exponent + 1023).clamp(1, 2046) as u64) << 52)
-}
-
 /// Integers in bit planes, block by block: block `k`'s plane `b` is the `stride` words
 /// from `(k × bits + b) × stride`, bit `r` of a block's plane holding the `r`th
 /// respondent of the block; words past the last respondent are zero. `stride` is
@@ -364,20 +361,21 @@ fn lay_out_at(
     })
 }
 
-/// Every respondent's squared weight, for sums of `w²` (the table's reliability
-/// figures; `/v1` never needs them). Made from the weights when a table first needs
-/// them and kept with the survey (counted against its memory budget), not in the file. With decimal weights the squares are exact integers
-/// `(w × 10^decimals)²` (below 2^106) in bit planes, summed in `u128` and divided once
-/// by `10^(2 × decimals)`; otherwise f64 squares summed in [`Summer`]'s lane order.
-/// Either way the same on every platform.
+/// How a survey's squared weights are summed, for sums of `w²` (the table's reliability
+/// figures; `/v1` never needs them). With decimal weights the squares are exact integers
+/// `(w × 10^decimals)²` (below 2^106) in bit planes, made from the weights when a table
+/// first needs them and kept with the survey (counted against its memory budget), summed
+/// in `u128` and divided once by `10^(2 × decimals)`; otherwise each member's exact square
+/// is summed from the weights themselves ([`ExactSum`]), nothing kept. Either way the true
+/// sum of the squares rounded once, the same on every platform.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Squares {
     Planes { decimals: u32, laid: Laid },
-    Floats(Vec<f64>),
+    Column,
 }
 
 impl Squares {
-    /// The squares of `weights`, exact when `source` sums them from decimal planes.
+    /// The squares of `weights`, in planes when `source` sums them from decimal planes.
     pub(crate) fn new(source: Weights<'_>, weights: &[f64]) -> Squares {
         if let Weights::Planes { decimals, .. } = source {
             let square = |w: &f64| scaled(*w, decimals).map(|i| u128::from(i) * u128::from(i));
@@ -389,27 +387,28 @@ impl Squares {
                 }
             }
         }
-        Squares::Floats(weights.iter().map(|w| w * w).collect())
+        Squares::Column
     }
 
     /// Heap bytes held.
     pub(crate) fn bytes(&self) -> usize {
         match self {
             Squares::Planes { laid, .. } => laid.bytes(),
-            Squares::Floats(squares) => std::mem::size_of_val(squares.as_slice()),
+            Squares::Column => 0,
         }
     }
 
-    pub(crate) fn summer(&self) -> SquareSum<'_> {
+    /// A sum of squares of members, `weights` being the survey's (the squares' source).
+    pub(crate) fn summer<'a>(&'a self, weights: &'a [f64]) -> SquareSum<'a> {
         match self {
             Squares::Planes { decimals, laid } => SquareSum::Planes {
                 decimals: *decimals,
                 planes: laid.view(),
                 sum: 0,
             },
-            Squares::Floats(squares) => SquareSum::Floats {
-                squares,
-                summer: Summer::default(),
+            Squares::Column => SquareSum::Column {
+                weights,
+                sum: ExactSum::squares(),
             },
         }
     }
@@ -423,9 +422,9 @@ pub(crate) enum SquareSum<'a> {
         planes: PlaneView<'a>,
         sum: u128,
     },
-    Floats {
-        squares: &'a [f64],
-        summer: Summer,
+    Column {
+        weights: &'a [f64],
+        sum: ExactSum,
     },
 }
 
@@ -436,9 +435,9 @@ impl SquareSum<'_> {
             SquareSum::Planes { planes, sum, .. } => {
                 *sum += wide_plane_sum(members, planes.block(block), planes.stride);
             }
-            SquareSum::Floats { squares, summer } => {
+            SquareSum::Column { weights, sum } => {
                 let first = block * BLOCK_WORDS * 64;
-                summer.add(members, squares.get(first..).unwrap_or(&[]));
+                sum.add_members(members, weights.get(first..).unwrap_or(&[]));
             }
         }
     }
@@ -447,7 +446,7 @@ impl SquareSum<'_> {
     pub(crate) fn finish(self) -> f64 {
         match self {
             SquareSum::Planes { decimals, sum, .. } => rounded_ratio(sum, 10u64.pow(2 * decimals)),
-            SquareSum::Floats { summer, .. } => summer.finish().weight,
+            SquareSum::Column { sum, .. } => sum.finish(),
         }
     }
 }
@@ -579,8 +578,8 @@ pub(crate) enum Weights<'a> {
         exponent: i32,
         planes: PlaneView<'a>,
     },
-    /// f64 per respondent.
-    Floats(&'a [f64]),
+    /// The f64 weight of each respondent, each member's added exactly ([`ExactSum`]).
+    Column(&'a [f64]),
 }
 
 /// Sums the members of blocks, in respondent order; a block with no members may be
@@ -599,9 +598,10 @@ pub(crate) enum BlockSum<'a> {
         count: u64,
         sum: u128,
     },
-    Floats {
+    Column {
         weights: &'a [f64],
-        summer: Summer,
+        count: u64,
+        sum: ExactSum,
     },
 }
 
@@ -620,9 +620,10 @@ impl<'a> Weights<'a> {
                 count: 0,
                 sum: 0,
             },
-            Weights::Floats(weights) => BlockSum::Floats {
+            Weights::Column(weights) => BlockSum::Column {
                 weights,
-                summer: Summer::default(),
+                count: 0,
+                sum: ExactSum::terms(),
             },
         }
     }
@@ -646,9 +647,13 @@ impl BlockSum<'_> {
                 // The whole sum is below 2^127, so no subset's overflows.
                 *sum += wide_plane_sum(members, planes.block(block), planes.stride);
             }
-            BlockSum::Floats { weights, summer } => {
+            BlockSum::Column {
+                weights,
+                count,
+                sum,
+            } => {
                 let first = block * BLOCK_WORDS * 64;
-                summer.add(members, weights.get(first..).unwrap_or(&[]));
+                *count += sum.add_members(members, weights.get(first..).unwrap_or(&[]));
             }
         }
     }
@@ -676,9 +681,31 @@ impl BlockSum<'_> {
                 // sum of at least one weight is at least 2^exponent, a normal f64).
                 weight: sum as f64 * power_of_two(exponent),
             },
-            BlockSum::Floats { summer, .. } => summer.finish(),
+            BlockSum::Column { count, sum, .. } => Tally {
+                count,
+                weight: sum.finish(),
+            },
         }
     }
+}
+
+/// The sum of all `respondents`' weights, by the summer any set's sum goes through.
+pub(crate) fn total(source: Weights<'_>, respondents: usize) -> f64 {
+    let mut sum = source.summer();
+    let words = respondents.div_ceil(64);
+    let mut everyone = [u64::MAX; BLOCK_WORDS];
+    for (block, first) in (0..words).step_by(BLOCK_WORDS).enumerate() {
+        let len = (words - first).min(BLOCK_WORDS);
+        let members = &mut everyone[..len];
+        if let (Some(last), true) = (members.last_mut(), first + len == words) {
+            *last = match respondents % 64 {
+                0 => u64::MAX,
+                tail => (1 << tail) - 1,
+            };
+        }
+        sum.add(block, members);
+    }
+    sum.finish().weight
 }
 
 /// Adds block `block` of each target (the first `len` words of each of `members`) to its
@@ -1255,7 +1282,7 @@ mod tests {
         assert_eq!((made.exponent, made.laid.bits), (-55, 57));
         // Three respondents: one word a plane, no block's padding.
         assert_eq!(made.laid.words.len(), 57);
-        // Too spread out for 127 bits, or negative: the f64 sums answer instead.
+        // Too spread out for 127 bits, or negative: summed member by member instead.
         assert!(binary_planes(&[1e-30, 1e10]).is_none());
         assert!(binary_planes(&[1.0, -1.0]).is_none());
         assert!(binary_planes(&[f64::MIN_POSITIVE / 4.0]).is_none());

@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 
 use crosstab_contract::{CmpOp, Expr};
-use crosstab_engine::{exact_sum, survey_from_csv, Bitset, Survey};
+use crosstab_engine::{exact_sum, survey_from_csv, Bitset, Survey, Tally};
 use proptest::prelude::*;
 
 const VARS: [&str; 4] = ["A", "B", "C", "D"];
@@ -107,28 +107,61 @@ fn build(rows: &[Row]) -> Survey {
     survey_from_csv(&toml, &csv).unwrap()
 }
 
+/// The survey's tally of `expr` over everyone, checked against the naive evaluator: its
+/// count, and its weight the true sum of the chosen weights rounded once (full-precision
+/// and widely spread weights too).
+fn checked_tally(rows: &[Row], survey: &Survey, expr: &Expr) -> Result<Tally, TestCaseError> {
+    let tally = survey.tally(expr, &Bitset::full(survey.respondents()));
+    let chosen: Vec<f64> = (0..survey.respondents())
+        .filter(|row| naive(rows, expr, *row))
+        .map(|row| survey.weights()[row])
+        .collect();
+    prop_assert_eq!(tally.count, chosen.len() as u64, "{}", expr);
+    let weight = exact_sum(chosen);
+    prop_assert_eq!(
+        tally.weight.to_bits(),
+        weight.to_bits(),
+        "{} {} {}",
+        expr,
+        tally.weight,
+        weight
+    );
+    Ok(tally)
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
 
     #[test]
     fn engine_matches_naive_evaluation(rows in arb_rows(), expr in arb_expr()) {
         let survey = build(&rows);
+        let tally = checked_tally(&rows, &survey, &expr)?;
         let everyone = Bitset::full(survey.respondents());
-        let tally = survey.tally(&expr, &everyone);
-        let chosen: Vec<f64> = (0..survey.respondents())
-            .filter(|row| naive(&rows, &expr, *row))
-            .map(|row| survey.weights()[row])
-            .collect();
-        prop_assert_eq!(tally.count, chosen.len() as u64, "{}", expr);
-        // Full-precision weights are summed exactly too: the true sum, rounded once.
-        let weight = exact_sum(chosen);
-        prop_assert_eq!(tally.weight.to_bits(), weight.to_bits(), "{} {} {}", expr, tally.weight, weight);
         // The canonical text of the expression answers the same, on its first sight
         // (one fused pass), its second (its sets are made and kept) and later (cached).
         let reparsed = Expr::parse(&expr.to_string()).unwrap();
         for _ in 0..3 {
             prop_assert_eq!(survey.tally(&reparsed, &everyone), tally);
         }
+    }
+
+    /// Weights spread over more binary exponents than bit planes hold (here from ~1e-40
+    /// to ~1e28) are summed member by member, exactly: the true sum rounded once too.
+    #[test]
+    fn widely_spread_weights_sum_exactly(
+        rows in arb_rows(),
+        scales in proptest::collection::vec(
+            prop_oneof![Just(1e-40), Just(1.0), Just(1e25)],
+            200,
+        ),
+        expr in arb_expr(),
+    ) {
+        let rows: Vec<Row> = rows
+            .into_iter()
+            .zip(scales)
+            .map(|((w, a, b, c, d), scale)| (w * scale, a, b, c, d))
+            .collect();
+        checked_tally(&rows, &build(&rows), &expr)?;
     }
 
     /// Two targets in one request are summed in one pass, as each alone would be.

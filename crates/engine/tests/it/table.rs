@@ -8,7 +8,7 @@ use crosstab_contract::app::{
 };
 use crosstab_contract::{validate_value, Stability};
 use crosstab_engine::demo::{self, DemoConfig};
-use crosstab_engine::{QueryError, Survey};
+use crosstab_engine::{exact_sum, QueryError, Survey};
 use serde_json::json;
 
 /// qnorm(0.975), written out here rather than taken from the contract.
@@ -73,7 +73,8 @@ fn decimal_weight(i: usize) -> f64 {
     0.25 * (1 + i * 37 % 23) as f64 + 0.01 * (i % 3) as f64
 }
 
-/// Weights with more digits than the planes take: summed as floats.
+/// Full-precision weights (thirds): summed from binary planes, their squares member by
+/// member, both exactly.
 fn float_weight(i: usize) -> f64 {
     (1 + i * 5 % 13) as f64 / 3.0
 }
@@ -160,6 +161,10 @@ fn close_opt(what: &str, got: Option<f64>, expected: Option<f64>) {
 /// respondents of the design.
 struct Reference<'a> {
     design: Vec<&'a Respondent>,
+    /// Whether `Σw` and `Σw²` must be the true sums of the f64 weights (and of their
+    /// exact squares) rounded once, bit for bit: so with full-precision weights. Decimal
+    /// weights are summed as the decimals they were written as, a hair from their f64s.
+    exact: bool,
 }
 
 impl Reference<'_> {
@@ -177,6 +182,17 @@ impl Reference<'_> {
             .filter(|r| member(r))
             .map(|r| r.weight * r.weight)
             .sum()
+    }
+
+    /// The members' `Σw` and `Σw²`, each the true sum rounded once: a weight's square is
+    /// `p + e` exactly, `p` its f64 square and `e` the rest (by a fused multiply-add).
+    fn exact_sums(&self, member: &dyn Fn(&Respondent) -> bool) -> (f64, f64) {
+        let weights = || self.design.iter().filter(|r| member(r)).map(|r| r.weight);
+        let squares = weights().flat_map(|w| {
+            let p = w * w;
+            [p, w.mul_add(w, -p)]
+        });
+        (exact_sum(weights()), exact_sum(squares))
     }
 
     fn count(&self, member: &dyn Fn(&Respondent) -> bool) -> u64 {
@@ -235,6 +251,19 @@ impl Reference<'_> {
         assert_eq!(got.resps, count, "{what}: resps");
         close(&format!("{what}: weight"), got.weight, weight);
         close(&format!("{what}: weight²"), got.weight_squared, squares);
+        if self.exact {
+            let (weight, squares) = self.exact_sums(member);
+            assert_eq!(
+                got.weight.to_bits(),
+                weight.to_bits(),
+                "{what}: exact weight"
+            );
+            assert_eq!(
+                got.weight_squared.to_bits(),
+                squares.to_bits(),
+                "{what}: exact weight²"
+            );
+        }
         close(&format!("{what}: wgtAud"), got.wgt_aud, weight / 100.0);
         close_opt(
             &format!("{what}: effective n"),
@@ -284,12 +313,14 @@ fn check_table(
     table: &Table,
     base: Test,
     group: Option<&str>,
+    exact: bool,
 ) -> Vec<Significance> {
     let reference = Reference {
         design: people
             .iter()
             .filter(|r| base(r) && group.is_none_or(|g| r.group == g))
             .collect(),
+        exact,
     };
     let threshold = 3;
     let all = |_: &Respondent| true;
@@ -349,7 +380,10 @@ fn every_figure_matches_the_long_way_with_exact_and_float_weights() {
     let adults: Test = |r| r.age.is_some_and(|a| a >= 18);
     let everyone: Test = |_| true;
     let mut verdicts = vec![];
-    for weight in [decimal_weight as fn(usize) -> f64, float_weight] {
+    for (weight, exact) in [
+        (decimal_weight as fn(usize) -> f64, false),
+        (float_weight, true),
+    ] {
         let people = respondents(weight);
         let survey = survey_of(&people);
         for (base_code, base, group) in [
@@ -369,7 +403,7 @@ fn every_figure_matches_the_long_way_with_exact_and_float_weights() {
                 (100, 3)
             );
             assert_eq!(table.billed_calls, 0, "computed locally");
-            verdicts.extend(check_table(&people, &table, base, group));
+            verdicts.extend(check_table(&people, &table, base, group, exact));
             // The unknown row sums to nothing anywhere.
             assert!(table.cells[4]
                 .iter()
