@@ -47,8 +47,29 @@ fn main() {
     let repeats: usize = std::env::args()
         .nth(1)
         .map_or(50, |n| n.parse().expect("REPEATS is a number"));
-    let survey = Survey::from_bytes(&demo::compile(&DemoConfig::default()).unwrap()).unwrap();
-    let valid = request(&survey).validate().unwrap();
+    let config = DemoConfig::default();
+    let survey = Survey::from_bytes(&demo::compile(&config).unwrap()).unwrap();
+    time_tables(&survey, "DEMO", repeats);
+    // The same respondents with full-precision weights (each a third of the demo's), as
+    // raking writes them: `Σw` from binary planes, `Σw²` member by member, both exact.
+    let csv: String = demo::csv(&config)
+        .lines()
+        .enumerate()
+        .map(|(line, text)| match (line, text.split_once(',')) {
+            (1.., Some((id, rest))) => {
+                let (weight, rest) = rest.split_once(',').unwrap_or((rest, ""));
+                let third = weight.parse::<f64>().unwrap() / 3.0;
+                format!("{id},{third},{rest}\n")
+            }
+            _ => format!("{text}\n"),
+        })
+        .collect();
+    let thirds = crosstab_engine::survey_from_csv(&demo::definition(&config), &csv).unwrap();
+    time_tables(&thirds, "DEMO, full-precision weights", repeats);
+}
+
+fn time_tables(survey: &Survey, what: &str, repeats: usize) {
+    let valid = request(survey).validate().unwrap();
     assert_eq!((valid.rows.len(), valid.columns.len()), (20, 10));
     let start = Instant::now();
     let table = survey.table(&valid).unwrap();
@@ -62,7 +83,7 @@ fn main() {
         .collect();
     times.sort_by(f64::total_cmp);
     // A 1 x 1 table: the fixed part (the base's sums; the squared weights are kept).
-    let mut small = request(&survey);
+    let mut small = request(survey);
     small.rows.truncate(1);
     small.columns.truncate(1);
     let small = small.validate().unwrap();
@@ -75,15 +96,16 @@ fn main() {
         .collect();
     small_times.sort_by(f64::total_cmp);
     println!(
-        "native table 1x1 (the fixed part): median {:.2} ms",
+        "native table 1x1 on {what} (the fixed part): median {:.2} ms",
         small_times[small_times.len() / 2]
     );
     println!(
-        "native table 20x10 on DEMO ({} respondents): first {:.2} ms, median {:.2} ms, min {:.2} ms over {repeats} (corner weight {})",
+        "native table 20x10 on {what} ({} respondents): first {:.2} ms, median {:.2} ms, min {:.2} ms over {repeats} (corner weight {}, corner weight² {})",
         survey.respondents(),
         first.as_secs_f64() * 1e3,
         times[times.len() / 2],
         times[0],
-        table.total.weight
+        table.total.weight,
+        table.total.weight_squared
     );
 }
