@@ -104,18 +104,19 @@ export function vectorSurveySource() {
   };
 }
 
-/** JSON equality with numbers compared numerically (0 equals 0.0), like the Rust tests. */
-export function jsonMatches(expected, actual) {
+/** JSON equality with numbers compared numerically (0 equals 0.0), like the Rust tests: within a
+ *  relative `tolerance` (1e-12 unless given; 0 for bit for bit). */
+export function jsonMatches(expected, actual, tolerance = 1e-12) {
   if (typeof expected === "number" && typeof actual === "number") {
-    return expected === actual || Math.abs(expected - actual) <= 1e-12 * Math.max(Math.abs(expected), Math.abs(actual));
+    return expected === actual || Math.abs(expected - actual) <= tolerance * Math.max(Math.abs(expected), Math.abs(actual));
   }
   if (Array.isArray(expected)) {
-    return Array.isArray(actual) && expected.length === actual.length && expected.every((e, i) => jsonMatches(e, actual[i]));
+    return Array.isArray(actual) && expected.length === actual.length && expected.every((e, i) => jsonMatches(e, actual[i], tolerance));
   }
   if (expected && typeof expected === "object") {
     if (!actual || typeof actual !== "object" || Array.isArray(actual)) return false;
     const keys = Object.keys(expected);
-    return keys.length === Object.keys(actual).length && keys.every((k) => k in actual && jsonMatches(expected[k], actual[k]));
+    return keys.length === Object.keys(actual).length && keys.every((k) => k in actual && jsonMatches(expected[k], actual[k], tolerance));
   }
   return expected === actual;
 }

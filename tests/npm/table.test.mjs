@@ -87,3 +87,63 @@ test("demo survey (20,000 respondents): tables in Node equal the native engine's
   assert.deepEqual([...reasons].sort(), ["highRse", "lowRespondents"]);
   survey.free();
 });
+
+/** The true sum of the exact squares of `weights`, rounded once: each weight is `m × 2^e`
+ *  exactly, so the squares are summed as one BigInt over the lowest exponent, which
+ *  `Number` rounds to nearest, ties to even; the power of two then scales it exactly. */
+function exactSumOfSquares(weights) {
+  const view = new DataView(new ArrayBuffer(8));
+  const parts = weights.map((w) => {
+    view.setFloat64(0, w);
+    const bits = view.getBigUint64(0);
+    const field = Number((bits >> 52n) & 0x7ffn);
+    const fraction = bits & ((1n << 52n) - 1n);
+    return field === 0 ? [fraction, -1074] : [fraction | (1n << 52n), field - 1075];
+  });
+  const low = Math.min(...parts.filter(([m]) => m !== 0n).map(([, e]) => e));
+  let total = 0n;
+  for (const [m, e] of parts) total += (m * m) << BigInt(2 * (e - low));
+  return Number(total) * 2 ** (2 * low);
+}
+
+test("full-precision weights: tables in Node are the native engine's bit for bit, and Σw² is the exact sum", (t) => {
+  const { Survey } = requirePackage();
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "crosstab-table-"));
+  t.after(() => fs.rmSync(dir, { recursive: true, force: true }));
+  native(["demo", dir, "20000"]);
+  const tomlPath = path.join(dir, "survey.toml");
+  // Each weight a third of the demo's: full-precision binary fractions, as raking writes them.
+  const weights = [];
+  const csv = fs
+    .readFileSync(path.join(dir, "respondents.csv"), "utf8")
+    .split("\n")
+    .map((line, at) => {
+      if (at === 0 || line === "") return line;
+      const [id, weight, ...rest] = line.split(",");
+      weights.push(Number(weight) / 3);
+      return [id, String(weights.at(-1)), ...rest].join(",");
+    })
+    .join("\n");
+  const csvPath = path.join(dir, "thirds.csv");
+  fs.writeFileSync(csvPath, csv);
+  const survey = Survey.fromCsv(fs.readFileSync(tomlPath, "utf8"), csv);
+  const flags = survey.codebook().variables.filter((v) => v.name.startsWith("P_")).slice(0, 6).map((v) => axis(`${v.name} = 1`));
+  const banner = [axis("GENDER = 1"), axis("GENDER = 2"), axis("AGE >= 55"), axis("REGION = 3")];
+  const requests = [
+    { populationBase: "ADULTS", rows: flags, columns: banner },
+    { populationBase: "WOMEN", group: "2", rows: flags, columns: banner },
+  ];
+  fs.writeFileSync(path.join(dir, "requests.json"), JSON.stringify(requests));
+  const nat = native(["table", tomlPath, csvPath, path.join(dir, "requests.json")]);
+  const js = requests.map((request) => table(survey, request));
+  assert.deepEqual(js.map((answer) => answer.status), [200, 200]);
+  // deepEqual compares every number with Object.is: bit for bit.
+  assert.deepEqual(js, nat);
+  // ADULTS is everyone: the corner's Σw² is the sum over every respondent.
+  const corner = js[0].body.total;
+  assert.equal(corner.resps, weights.length);
+  assert.equal(corner.weightSquared, exactSumOfSquares(weights));
+  // What summing the rounded squares in order gives is not it, so the check can tell.
+  assert.notEqual(weights.reduce((sum, w) => sum + w * w, 0), corner.weightSquared);
+  survey.free();
+});
