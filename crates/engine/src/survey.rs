@@ -529,8 +529,8 @@ impl Survey {
         self.kept_bytes.fetch_add(bytes, Ordering::Relaxed);
     }
 
-    /// Every respondent's squared weight, made on first use and counted against the
-    /// budget as the kept sets are.
+    /// How tables sum `w²`: with decimal weights, planes of the squares made on first use
+    /// and counted against the budget as the kept sets are; otherwise nothing is kept.
     pub(crate) fn squares(&self) -> &Squares {
         self.squares.get_or_init(|| {
             let squares = Squares::new(self.weight_source(), self.weights());

@@ -17,7 +17,8 @@ use crate::bitset::{ones, Tally};
 use crate::eval::BLOCK_WORDS;
 use crate::exact::{power_of_two, ExactSum};
 
-/// Most decimals tried; weights with more are summed as f64.
+/// Most decimals tried; weights with more become binary planes, or are summed member by
+/// member ([`ExactSum`]).
 pub(crate) const MAX_DECIMALS: u32 = 9;
 
 /// Integer sums up to this are exact in f64 (and cannot overflow a u64 accumulator).
@@ -1265,6 +1266,45 @@ mod tests {
                 plane_sums_portable(words, slice, BLOCK_WORDS),
                 "block {block}"
             );
+        }
+    }
+
+    #[test]
+    fn the_total_counts_every_respondent_once_at_every_block_edge() {
+        let block = 64 * BLOCK_WORDS;
+        for n in [0, 1, 63, 64, 65, block - 1, block, block + 1, 3 * block + 7] {
+            let decimals: Vec<f64> = (0..n)
+                .map(|i| f64::from((i % 997) as u32) / 100.0)
+                .collect();
+            let thirds: Vec<f64> = (0..n)
+                .map(|i| f64::from((i % 89) as u32 + 1) / 3.0)
+                .collect();
+            let spread: Vec<f64> = thirds
+                .iter()
+                .enumerate()
+                .map(|(i, w)| if i % 5 == 0 { w * 1e-40 } else { *w })
+                .collect();
+            for weights in [&decimals, &thirds, &spread] {
+                let made = MadePlanes::of(weights);
+                let source = match &made {
+                    Some(planes) => planes.source(),
+                    None => Weights::Column(weights),
+                };
+                let expected = match source {
+                    // Decimal planes sum the decimals written: the cents, exactly.
+                    Weights::Planes { decimals, .. } => {
+                        let cents: u64 =
+                            weights.iter().map(|w| scaled(*w, decimals).unwrap()).sum();
+                        cents as f64 / POWERS[decimals as usize]
+                    }
+                    _ => exact_sum(weights.iter().copied()),
+                };
+                assert_eq!(
+                    total(source, n).to_bits(),
+                    expected.to_bits(),
+                    "{n} respondents"
+                );
+            }
         }
     }
 
