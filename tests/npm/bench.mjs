@@ -11,7 +11,7 @@ import { createRequire } from "node:module";
 import os from "node:os";
 import path from "node:path";
 
-import { OUT, jsonMatches, native } from "./helpers.mjs";
+import { OUT, jsonMatches, native, thirdsOf } from "./helpers.mjs";
 
 const require = createRequire(import.meta.url);
 const pkg = require(path.join(OUT, "package/node/crosstab_wasm.js"));
@@ -99,15 +99,7 @@ survey.free();
 // The same table on the same respondents with full-precision weights (each a third of the
 // demo's, as raking writes them): Σw² is then summed member by member, exactly, so every
 // figure must still be native's bit for bit.
-const csvThirds = fs
-  .readFileSync(path.join(dir, "respondents.csv"), "utf8")
-  .split("\n")
-  .map((line, at) => {
-    if (at === 0 || line === "") return line;
-    const [id, weight, ...rest] = line.split(",");
-    return [id, String(Number(weight) / 3), ...rest].join(",");
-  })
-  .join("\n");
+const { csv: csvThirds } = thirdsOf(fs.readFileSync(path.join(dir, "respondents.csv"), "utf8"));
 fs.writeFileSync(path.join(dir, "thirds.csv"), csvThirds);
 const definition = fs.readFileSync(path.join(dir, "survey.toml"), "utf8");
 const thirds = pkg.Survey.fromCsv(definition, csvThirds);

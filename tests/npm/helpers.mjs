@@ -121,6 +121,22 @@ export function jsonMatches(expected, actual, tolerance = 1e-12) {
   return expected === actual;
 }
 
+/** The demo's respondent CSV with each weight a third of its own: full-precision binary
+ *  fractions, as raking writes them. Returns the CSV and the new weights in order. */
+export function thirdsOf(csv) {
+  const weights = [];
+  const text = csv
+    .split("\n")
+    .map((line, at) => {
+      if (at === 0 || line === "") return line;
+      const [id, weight, ...rest] = line.split(",");
+      weights.push(Number(weight) / 3);
+      return [id, String(weights.at(-1)), ...rest].join(",");
+    })
+    .join("\n");
+  return { csv: text, weights };
+}
+
 /** Runs the native helper (built by the build script) and parses its JSON output. */
 export function native(args) {
   if (!fs.existsSync(NATIVE)) throw new Error(`${NATIVE} missing; run bash scripts/build-npm.sh`);

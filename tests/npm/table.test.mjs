@@ -7,7 +7,7 @@ import os from "node:os";
 import path from "node:path";
 import test from "node:test";
 
-import { native, requirePackage } from "./helpers.mjs";
+import { native, requirePackage, thirdsOf } from "./helpers.mjs";
 
 /** A JS `survey.table` call as `{status, body}`, the way the server would answer. */
 function table(survey, request) {
@@ -113,17 +113,7 @@ test("full-precision weights: tables in Node are the native engine's bit for bit
   native(["demo", dir, "20000"]);
   const tomlPath = path.join(dir, "survey.toml");
   // Each weight a third of the demo's: full-precision binary fractions, as raking writes them.
-  const weights = [];
-  const csv = fs
-    .readFileSync(path.join(dir, "respondents.csv"), "utf8")
-    .split("\n")
-    .map((line, at) => {
-      if (at === 0 || line === "") return line;
-      const [id, weight, ...rest] = line.split(",");
-      weights.push(Number(weight) / 3);
-      return [id, String(weights.at(-1)), ...rest].join(",");
-    })
-    .join("\n");
+  const { csv, weights } = thirdsOf(fs.readFileSync(path.join(dir, "respondents.csv"), "utf8"));
   const csvPath = path.join(dir, "thirds.csv");
   fs.writeFileSync(csvPath, csv);
   const survey = Survey.fromCsv(fs.readFileSync(tomlPath, "utf8"), csv);

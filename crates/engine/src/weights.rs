@@ -13,7 +13,7 @@
 //! exponents than 127 bits hold (or negative ones) are summed term by term, exactly
 //! ([`ExactSum`]), and rounded once as well.
 
-use crate::bitset::{ones, Tally};
+use crate::bitset::{ones, Bitset, Tally};
 use crate::eval::BLOCK_WORDS;
 use crate::exact::{power_of_two, ExactSum};
 
@@ -693,17 +693,8 @@ impl BlockSum<'_> {
 /// The sum of all `respondents`' weights, by the summer any set's sum goes through.
 pub(crate) fn total(source: Weights<'_>, respondents: usize) -> f64 {
     let mut sum = source.summer();
-    let words = respondents.div_ceil(64);
-    let mut everyone = [u64::MAX; BLOCK_WORDS];
-    for (block, first) in (0..words).step_by(BLOCK_WORDS).enumerate() {
-        let len = (words - first).min(BLOCK_WORDS);
-        let members = &mut everyone[..len];
-        if let (Some(last), true) = (members.last_mut(), first + len == words) {
-            *last = match respondents % 64 {
-                0 => u64::MAX,
-                tail => (1 << tail) - 1,
-            };
-        }
+    let everyone = Bitset::full(respondents);
+    for (block, members) in everyone.words().chunks(BLOCK_WORDS).enumerate() {
         sum.add(block, members);
     }
     sum.finish().weight
