@@ -4,6 +4,8 @@
 //! operand (code columns, bases, groups) is dense over the same respondents and the
 //! final pass must read the weights in order anyway; word-wise AND/OR/NOT vectorize.
 
+use crate::exact::ExactSum;
+
 /// A set of respondents `0..len`.
 #[derive(Debug)]
 pub struct Bitset {
@@ -60,7 +62,7 @@ impl Eq for Bitset {}
 #[cfg(feature = "fs")]
 const PAGE: usize = 4096;
 
-/// Number of partial sums kept apart; fixed so every platform adds in the same order.
+/// Partial sums [`sum_all`] keeps apart, so the compiler can add them in vectors.
 const LANES: usize = 8;
 
 /// The set bits in `words`. Inlined always, so a caller compiled with wider instructions
@@ -198,14 +200,34 @@ impl Bitset {
         self.clear_tail();
     }
 
-    /// Count and weight sum of the members that are also in `filter`.
+    /// Count and weight sum of the members that are also in `filter`: the true sum of
+    /// their weights rounded once, as every sum the engine answers is.
     pub fn tally(&self, filter: Option<&Bitset>, weights: &[f64]) -> Tally {
-        match filter {
-            Some(filter) => tally_words(
-                self.words().iter().zip(filter.words()).map(|(a, b)| a & b),
-                weights,
-            ),
-            None => tally_words(self.words().iter().copied(), weights),
+        // Filtered words are made a batch at a time, so no set-sized copy is needed.
+        const BATCH: usize = 256;
+        let mut sum = ExactSum::terms();
+        let mut count = 0;
+        let mut batch = [0u64; BATCH];
+        for (at, words) in self.words().chunks(BATCH).enumerate() {
+            let members = match filter {
+                Some(filter) => {
+                    let others = filter.words().get(at * BATCH..).unwrap_or(&[]);
+                    let batch = &mut batch[..words.len()];
+                    for (slot, (a, b)) in batch
+                        .iter_mut()
+                        .zip(words.iter().zip(others.iter().chain(std::iter::repeat(&0))))
+                    {
+                        *slot = a & b;
+                    }
+                    &*batch
+                }
+                None => words,
+            };
+            count += sum.add_members(members, weights.get(at * BATCH * 64..).unwrap_or(&[]));
+        }
+        Tally {
+            count,
+            weight: sum.finish(),
         }
     }
 }
@@ -219,133 +241,9 @@ pub struct Tally {
     pub weight: f64,
 }
 
-/// Lane masks for one byte of a word: `BYTE_MASKS[b][k]` is all ones when bit `k` of `b`
-/// is set. ANDing a weight with it keeps the weight or makes it +0.0, so partial words
-/// sum with plain vector loads, ANDs and adds instead of a branch per bit.
-static BYTE_MASKS: [[u64; LANES]; 256] = {
-    let mut table = [[0u64; LANES]; 256];
-    let mut byte = 0;
-    while byte < 256 {
-        let mut k = 0;
-        while k < LANES {
-            if (byte >> k) & 1 == 1 {
-                table[byte][k] = u64::MAX;
-            }
-            k += 1;
-        }
-        byte += 1;
-    }
-    table
-};
-
-/// Below this many members a word is summed bit by bit.
-const SPARSE_WORD: u32 = 8;
-
-/// Sums the weights of the set bits. Lane `j % 8` takes bit `j` of every word, in word
-/// order, and the lanes are folded in a fixed order; every path below adds the same
-/// weights to the same lanes in the same order (a masked-out weight adds +0.0, which
-/// leaves a non-negative sum unchanged), so the result is identical on every platform.
-pub fn tally_words(mut words: impl Iterator<Item = u64>, weights: &[f64]) -> Tally {
-    // Words arrive in small batches so the summing loop is a plain slice loop that can
-    // be compiled for the CPU's widest vectors.
-    const BATCH: usize = 256;
-    let mut summer = Summer::default();
-    let mut batch = [0u64; BATCH];
-    let mut first = 0usize;
-    loop {
-        let mut filled = 0;
-        for (slot, word) in batch.iter_mut().zip(&mut words) {
-            *slot = word;
-            filled += 1;
-        }
-        if filled == 0 {
-            break;
-        }
-        summer.add(&batch[..filled], weights.get(first * 64..).unwrap_or(&[]));
-        first += filled;
-        if filled < BATCH {
-            break;
-        }
-    }
-    summer.finish()
-}
-
-/// Sums weights block by block, in the fixed lane order of [`tally_words`]. Blocks must
-/// come in respondent order; a block with no members may be skipped.
-#[derive(Debug, Default)]
-pub(crate) struct Summer {
-    lanes: [f64; LANES],
-    count: u64,
-}
-
-impl Summer {
-    /// Adds the members of `words`, whose first bit is the respondent of `weights[0]`.
-    pub(crate) fn add(&mut self, words: &[u64], weights: &[f64]) {
-        self.count += add_words(&mut self.lanes, words, weights);
-    }
-
-    /// The count and the folded sum.
-    pub(crate) fn finish(self) -> Tally {
-        Tally {
-            count: self.count,
-            weight: fold_lanes(&self.lanes),
-        }
-    }
-}
-
-/// Adds the weights of `words`' members into `lanes`; returns how many there were.
-fn add_words(lanes: &mut [f64; LANES], words: &[u64], weights: &[f64]) -> u64 {
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") {
-        // SAFETY: the CPU supports AVX2, checked just above.
-        #[allow(unsafe_code)]
-        return unsafe { add_words_avx2(lanes, words, weights) };
-    }
-    add_words_portable(lanes, words, weights)
-}
-
-/// [`add_words_portable`] compiled for AVX2: the same code, so the same sums.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-fn add_words_avx2(lanes: &mut [f64; LANES], words: &[u64], weights: &[f64]) -> u64 {
-    add_words_portable(lanes, words, weights)
-}
-
-#[inline(always)]
-fn add_words_portable(lanes: &mut [f64; LANES], words: &[u64], weights: &[f64]) -> u64 {
-    let mut count = 0u64;
-    for (index, &word) in words.iter().enumerate() {
-        if word == 0 {
-            continue;
-        }
-        let members = word.count_ones();
-        count += u64::from(members);
-        let start = index * 64;
-        let chunk = weights
-            .get(start..weights.len().min(start + 64))
-            .unwrap_or(&[]);
-        if let (Ok(full), true) = (<&[f64; 64]>::try_from(chunk), members >= SPARSE_WORD) {
-            for group in 0..8 {
-                let masks = &BYTE_MASKS[((word >> (group * 8)) & 0xff) as usize];
-                for k in 0..LANES {
-                    lanes[k] += f64::from_bits(full[group * LANES + k].to_bits() & masks[k]);
-                }
-            }
-        } else {
-            let mut bits = word;
-            while bits != 0 {
-                let j = bits.trailing_zeros() as usize;
-                if let Some(weight) = chunk.get(j) {
-                    lanes[j % LANES] += weight;
-                }
-                bits &= bits - 1;
-            }
-        }
-    }
-    count
-}
-
-/// Sum of every weight, in the same lane order as [`tally_words`] over a full set.
+/// The f64 sum of every weight, in [`LANES`] partial sums: one read of the weight column,
+/// the floor the benches measure queries against. Not exact (answers' sums are: see
+/// [`Bitset::tally`] and `Survey::tally`).
 pub fn sum_all(weights: &[f64]) -> f64 {
     let mut lanes = [0.0f64; LANES];
     for group in weights.chunks(LANES) {
@@ -410,62 +308,61 @@ mod tests {
     }
 
     #[test]
-    fn tally_matches_a_naive_sum_and_full_equals_sum_all() {
-        let weights: Vec<f64> = (0..1000).map(|i| f64::from(i) * 0.37 + 1.0).collect();
-        let mut set = Bitset::empty(1000);
-        let mut expected = 0.0;
-        for i in (0..1000).filter(|i| i % 3 == 0) {
-            set.insert(i);
-            expected += weights[i];
-        }
-        let tally = set.tally(None, &weights);
-        assert_eq!(tally.count, 334);
-        assert!((tally.weight - expected).abs() < 1e-9 * expected);
-        let full = Bitset::full(1000).tally(None, &weights);
-        assert_eq!(full.weight, sum_all(&weights));
-        let mut filter = Bitset::empty(1000);
-        filter.insert(3);
-        filter.insert(4);
-        let filtered = set.tally(Some(&filter), &weights);
-        assert_eq!((filtered.count, filtered.weight), (1, weights[3]));
-    }
-
-    #[test]
-    fn every_path_adds_in_the_same_order_bit_for_bit() {
-        // Reference: bit j of word i goes to lane j % 8, in order; no masks, no skips.
-        let weights: Vec<f64> = (0..640)
+    fn a_tally_is_the_exact_sum_rounded_once() {
+        // Weights where a running f64 sum and lane sums both drift from the true sum.
+        let weights: Vec<f64> = (0..1000)
             .map(|i| (f64::from(i) * 1.618_033).sin().abs() * 1e7 + 0.1)
             .collect();
-        let mut seed = 0x9E37_79B9_7F4A_7C15u64;
-        for density in [1u32, 4, 9, 32, 63, 64] {
-            let words: Vec<u64> = (0..10)
-                .map(|_| {
-                    let mut word = 0u64;
-                    for j in 0..64 {
-                        seed ^= seed << 13;
-                        seed ^= seed >> 7;
-                        seed ^= seed << 17;
-                        if (seed % 64) < u64::from(density) {
-                            word |= 1 << j;
-                        }
-                    }
-                    word
-                })
-                .collect();
-            let mut lanes = [0.0f64; LANES];
-            for (i, word) in words.iter().enumerate() {
-                for j in 0..64 {
-                    if word >> j & 1 == 1 {
-                        lanes[j % LANES] += weights[i * 64 + j];
-                    }
-                }
-            }
-            let tally = tally_words(words.iter().copied(), &weights);
-            assert_eq!(
-                tally.weight.to_bits(),
-                fold_lanes(&lanes).to_bits(),
-                "density {density}"
-            );
+        let mut set = Bitset::empty(1000);
+        for i in (0..1000).filter(|i| i % 3 == 0) {
+            set.insert(i);
         }
+        let members = |filter: &dyn Fn(usize) -> bool| -> Vec<f64> {
+            (0..1000)
+                .filter(|&i| i % 3 == 0 && filter(i))
+                .map(|i| weights[i])
+                .collect()
+        };
+        let tally = set.tally(None, &weights);
+        assert_eq!(tally.count, 334);
+        let all = members(&|_| true);
+        assert_eq!(
+            tally.weight.to_bits(),
+            crate::exact_sum(all.clone()).to_bits()
+        );
+        assert_ne!(
+            tally.weight,
+            all.iter().sum::<f64>(),
+            "a running sum drifts"
+        );
+        let full = Bitset::full(1000).tally(None, &weights);
+        assert_eq!(
+            full.weight.to_bits(),
+            crate::exact_sum(weights.iter().copied()).to_bits()
+        );
+        // A filter past the first batch of words, and one shorter than the set.
+        let mut filter = Bitset::empty(1000);
+        for i in [3, 4, 600, 999] {
+            filter.insert(i);
+        }
+        let filtered = set.tally(Some(&filter), &weights);
+        assert_eq!(filtered.count, 3);
+        assert_eq!(
+            filtered.weight.to_bits(),
+            crate::exact_sum(members(&|i| [3, 600, 999].contains(&i))).to_bits()
+        );
+        let mut big = Bitset::empty(40_000);
+        let big_weights = vec![0.1; 40_000];
+        for i in (0..40_000).step_by(5) {
+            big.insert(i);
+        }
+        let tally = big.tally(Some(&Bitset::full(20_000)), &big_weights);
+        assert_eq!(
+            (tally.count, tally.weight.to_bits()),
+            (
+                4_000,
+                crate::exact_sum(std::iter::repeat_n(0.1, 4_000)).to_bits()
+            )
+        );
     }
 }
