@@ -666,10 +666,7 @@ pub fn install_file(
         line: 1,
         reason: e.to_string(),
     })?;
-    temp.persist(&target).map_err(|e| io(e.error))?;
-    if let Ok(dir) = std::fs::File::open(&dir) {
-        let _ = dir.sync_all();
-    }
+    crate::store::persist(temp, &target)?;
     Ok((survey, ImportReport { warnings, format }))
 }
 

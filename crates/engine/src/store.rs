@@ -59,10 +59,7 @@ impl SurveyStore {
         temp.write_all(bytes).map_err(io)?;
         temp.as_file().sync_all().map_err(io)?;
         // Dropping `temp` on any error removes it: nothing half-imported stays behind.
-        temp.persist(&target).map_err(|e| io(e.error))?;
-        if let Ok(dir) = std::fs::File::open(&self.dir) {
-            let _ = dir.sync_all();
-        }
+        persist(temp, &target)?;
         Ok(survey)
     }
 
@@ -250,6 +247,23 @@ impl Catalog {
         }
         report
     }
+}
+
+/// Renames `temp` over `target`, then syncs the directory holding both, so that an install
+/// reported done is still there after a crash.
+pub(crate) fn persist(temp: tempfile::NamedTempFile, target: &Path) -> Result<(), ImportError> {
+    let io = |source| ImportError::Io {
+        path: target.display().to_string(),
+        source,
+    };
+    temp.persist(target).map_err(|e| io(e.error))?;
+    let dir = match target.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    std::fs::File::open(dir)
+        .and_then(|dir| dir.sync_all())
+        .map_err(io)
 }
 
 #[cfg(test)]
