@@ -13,7 +13,7 @@ use crosstab_contract::app::{
     Codebook, CodebookSearch, SurveySummary, Table, TableRequest, Totals,
 };
 use crosstab_contract::{validate_body, ApiError, Expr};
-use crosstab_engine::Survey;
+use crosstab_engine::{Bitset, Survey};
 use rand::RngCore;
 
 use super::crosstab::Answer;
@@ -354,9 +354,9 @@ impl AppService {
 }
 
 /// The codebook as an account with `grant` may see it: granted groups only, each base's
-/// totals within each of them (and, for a partial grant, the base's totals are the sum of
-/// those, since whole-survey totals would reveal the groups not granted), and, with a
-/// search, only the codes and variables that match.
+/// totals within each of them (and, for a partial grant, the base's totals are those of
+/// the granted groups together, since whole-survey totals would reveal the groups not
+/// granted), and, with a search, only the codes and variables that match.
 fn codebook_for(
     survey: &Survey,
     grant: &SurveyGrant,
@@ -368,49 +368,141 @@ fn codebook_for(
         SurveyGrant::Groups(groups) => groups.contains(value),
     };
     book.groups.retain(|g| visible(&g.value));
+    let group_set = |value: &str| {
+        survey.group_set(value).ok_or_else(|| {
+            AppError::from(ServiceError::Internal(format!(
+                "group {value} of the codebook has no set"
+            )))
+        })
+    };
+    // The respondents a partial grant sees, as one set, so that each of its totals is one
+    // exact sum rounded once (a sum of the groups' rounded totals is rounded twice).
+    let granted = match grant {
+        SurveyGrant::Whole => None,
+        SurveyGrant::Groups(_) => {
+            let mut union = Bitset::empty(survey.respondents());
+            for group in &book.groups {
+                union.or_with(group_set(&group.value)?);
+            }
+            Some(union)
+        }
+    };
+    // The engine's exact sums, as /v1/crosstab gives them.
+    let totals_within = |base_set: &Bitset, set: &Bitset| {
+        let mut within = base_set.clone();
+        within.and_with(set);
+        let tally = survey.tally(&Expr::All, &within);
+        Totals {
+            respondents: tally.count,
+            weighted: tally.weight,
+        }
+    };
     for base in &mut book.bases {
         let base_set = survey.base_set(&base.code).ok_or_else(|| {
             ServiceError::Internal(format!("base {} of the codebook has no set", base.code))
         })?;
         let mut totals = BTreeMap::new();
         for group in &book.groups {
-            let group_set = survey.group_set(&group.value).ok_or_else(|| {
-                ServiceError::Internal(format!("group {} of the codebook has no set", group.value))
-            })?;
-            // The engine's exact sums, as /v1/crosstab gives them.
-            let mut within = base_set.clone();
-            within.and_with(group_set);
-            let tally = survey.tally(&Expr::All, &within);
-            totals.insert(
-                group.value.clone(),
-                Totals {
-                    respondents: tally.count,
-                    weighted: tally.weight,
-                },
-            );
+            let within = totals_within(base_set, group_set(&group.value)?);
+            totals.insert(group.value.clone(), within);
         }
-        if !matches!(grant, SurveyGrant::Whole) {
-            base.respondents = totals.values().map(|t| t.respondents).sum();
-            base.weighted = totals.values().map(|t| t.weighted).sum();
+        if let Some(granted) = &granted {
+            let within = totals_within(base_set, granted);
+            base.respondents = within.respondents;
+            base.weighted = within.weighted;
         }
         base.group_totals = Some(totals);
     }
-    if !matches!(grant, SurveyGrant::Whole) {
+    if let Some(granted) = &granted {
         // The survey's own totals, like its bases', only within the granted groups.
-        let mut respondents = 0;
-        let mut weighted = 0.0;
-        for group in &book.groups {
-            if let Some(set) = survey.group_set(&group.value) {
-                let tally = survey.tally(&Expr::All, set);
-                respondents += tally.count;
-                weighted += tally.weight;
-            }
-        }
-        book.respondents = respondents;
-        book.weight_total = weighted;
+        let tally = survey.tally(&Expr::All, granted);
+        book.respondents = tally.count;
+        book.weight_total = tally.weight;
     }
     if let Some(search) = search {
         search.retain_in(&mut book);
     }
     Ok(book)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    /// Three groups; group N's weights add up to a total that rounds away its small
+    /// weights, which group S's small weight then tips over a rounding boundary.
+    fn three_groups() -> Survey {
+        let definition = r#"
+code = "TRI"
+name = "Three groups"
+respondents = "respondents.csv"
+id_column = "ID"
+weight_column = "W"
+group_column = "REGION"
+audience_report_units = 1
+
+[groups]
+"N" = "North"
+"S" = "South"
+"E" = "East"
+
+[[variables]]
+name = "GENDER"
+label = "Gender"
+values = { "1" = "Male", "2" = "Female" }
+
+[[population_bases]]
+code = "ALL"
+label = "Everyone"
+expr = "*"
+
+[[population_bases]]
+code = "MEN"
+label = "Men"
+expr = "GENDER = 1"
+"#;
+        let (tiny, tinier) = (2f64.powi(-54), 2f64.powi(-55));
+        let csv = format!(
+            "ID,W,REGION,GENDER\na,1,N,1\nb,{tinier},N,1\nc,{tiny},N,2\nd,{tiny},S,1\ne,7,E,1\n"
+        );
+        let bytes = crosstab_engine::import::compile(
+            definition,
+            "survey.toml",
+            csv.as_bytes(),
+            "respondents.csv",
+        )
+        .unwrap();
+        Survey::from_bytes(&bytes).unwrap()
+    }
+
+    #[test]
+    fn a_partial_grants_totals_are_its_groups_summed_once() {
+        let survey = three_groups();
+        let grant = SurveyGrant::Groups(["N".to_owned(), "S".to_owned()].into());
+        let book = codebook_for(&survey, &grant, None).unwrap();
+        let values: Vec<&str> = book.groups.iter().map(|g| g.value.as_str()).collect();
+        assert_eq!(values, ["N", "S"]);
+
+        // 1 + 5·2^-55 rounds up to the next f64 above 1; the groups' own totals, 1 and
+        // 2^-54, added after rounding, stay at 1.
+        let next_above_one = 1.0 + f64::EPSILON;
+        let all = &book.bases[0];
+        let groups = all.group_totals.as_ref().unwrap();
+        assert_eq!(groups["N"].weighted, 1.0);
+        assert_eq!(groups["S"].weighted, 2f64.powi(-54));
+        assert_eq!(groups["N"].weighted + groups["S"].weighted, 1.0);
+        assert_eq!((all.respondents, all.weighted), (4, next_above_one));
+        assert_eq!((book.respondents, book.weight_total), (4, next_above_one));
+        let men = &book.bases[1];
+        // 1 + 3·2^-55 is below the midpoint: 1.
+        assert_eq!((men.respondents, men.weighted), (3, 1.0));
+
+        // A whole grant keeps the survey's own totals, group E's weight among them.
+        let book = codebook_for(&survey, &SurveyGrant::Whole, None).unwrap();
+        assert_eq!(book.groups.len(), 3);
+        assert_eq!((book.respondents, book.bases[0].respondents), (5, 5));
+        assert_eq!(book.weight_total, 8.0);
+    }
 }
