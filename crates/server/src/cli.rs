@@ -157,14 +157,18 @@ enum Command {
         /// X-Forwarded-For; the last address in it counts). Only with a proxy that sets it.
         #[arg(long = "trust-proxy-header", value_name = "HEADER")]
         trusted_proxy_header: Option<axum::http::HeaderName>,
-        /// Seconds a query may compute; past it, 503 `deadline_exceeded`, not billed.
-        #[arg(long, value_name = "SECONDS", default_value_t = 10)]
+        /// Seconds a query may compute (at most a day); past it, 503 `deadline_exceeded`,
+        /// not billed.
+        #[arg(long, value_name = "SECONDS", default_value_t = 10,
+              value_parser = clap::value_parser!(u64).range(1..=86_400))]
         query_deadline: u64,
         /// Failed authentications per client address and minute; past it, 429.
-        #[arg(long, value_name = "N", default_value_t = 60)]
+        #[arg(long, value_name = "N", default_value_t = 60,
+              value_parser = clap::value_parser!(u32).range(1..))]
         failed_auth_per_minute: u32,
         /// Sign-in attempts to the app per client address and minute; past it, 429.
-        #[arg(long, value_name = "N", default_value_t = 20)]
+        #[arg(long, value_name = "N", default_value_t = 20,
+              value_parser = clap::value_parser!(u32).range(1..))]
         sign_in_per_minute: u32,
     },
     /// Settings of accounts.
@@ -808,6 +812,13 @@ async fn execute(command: Command) -> Result<(), CliError> {
         } => {
             let since = since.as_deref().map(parse_since).transpose()?.unwrap_or(0);
             let db = store.connect().await?;
+            if let Some(name) = &account {
+                // Zero calls for a misspelt name would read as a real, empty bill.
+                if accounts::account_id(&db, name).await?.is_none() {
+                    db.close().await;
+                    return Err(CliError::Usage(format!("no account named '{name}'")));
+                }
+            }
             let rows = usage::report(&db, account.as_deref(), since).await?;
             let text = report::render(&rows, format)
                 .map_err(|error| CliError::Usage(format!("usage not rendered: {error}")))?;
@@ -1160,6 +1171,20 @@ mod tests {
         assert!(parse_lifetime("36525d").is_ok());
         let too_long = parse_lifetime("100000000d").unwrap_err();
         assert!(too_long.contains("never expires"), "{too_long}");
+    }
+
+    #[test]
+    fn serve_refuses_limits_that_would_disable_or_overflow() {
+        let serve = |flag: &str, value: &str| {
+            Cli::try_parse_from(["crosstab", "serve", flag, value]).map(|_| ())
+        };
+        for flag in ["--failed-auth-per-minute", "--sign-in-per-minute"] {
+            assert!(serve(flag, "0").is_err(), "{flag} 0");
+            assert!(serve(flag, "1").is_ok(), "{flag} 1");
+        }
+        assert!(serve("--query-deadline", "0").is_err());
+        assert!(serve("--query-deadline", "86400").is_ok());
+        assert!(serve("--query-deadline", "4611686018427388").is_err());
     }
 
     #[test]

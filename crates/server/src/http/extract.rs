@@ -2,13 +2,14 @@
 //! `Service-Engine-Authorizer` credential; a cookie is never looked at) and
 //! [`SessionUser`] for `/app` (the session cookie).
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use axum::extract::FromRequestParts;
 use axum::http::header::COOKIE;
 use axum::http::request::Parts;
-use axum::http::HeaderMap;
+use axum::http::{HeaderMap, HeaderName};
 use crosstab_contract::{ApiError, AUTH_HEADER};
 
 use super::app::AppFailure;
@@ -92,19 +93,46 @@ impl FromRequestParts<Arc<HttpState>> for SessionUser {
 }
 
 /// The client's address: the connection's peer, or with `--trust-proxy-header`, the
-/// address the proxy in front of this server appended last to that header.
+/// address the proxy in front of this server appended last to that header. A request
+/// whose header holds no address (it reached this server past the proxy, or the proxy
+/// writes something else) counts as its peer's: never as no one, whom no limit counts.
 pub fn client_address(parts: &Parts, state: &HttpState) -> Option<IpAddr> {
-    if let Some(header) = &state.trusted_proxy_header {
-        return parts
-            .headers
-            .get_all(header)
-            .iter()
-            .filter_map(|value| value.to_str().ok())
-            .flat_map(|value| value.split(','))
-            .next_back()
-            .and_then(|address| address.trim().parse().ok());
+    let peer = super::listener::peer(&parts.extensions).map(|address| address.ip());
+    let Some(header) = &state.trusted_proxy_header else {
+        return peer;
+    };
+    let forwarded = forwarded_address(&parts.headers, header);
+    if forwarded.is_none() {
+        warn_unforwarded(header, peer);
     }
-    super::listener::peer(&parts.extensions).map(|address| address.ip())
+    forwarded.or(peer)
+}
+
+/// The last address in the last `header` line (the one the nearest proxy wrote): `ip`,
+/// `ip:port` or `[ipv6]:port`.
+fn forwarded_address(headers: &HeaderMap, header: &HeaderName) -> Option<IpAddr> {
+    let line = headers.get_all(header).iter().next_back()?;
+    let last = line.as_bytes().rsplit(|byte| *byte == b',').next()?;
+    let text = std::str::from_utf8(last).ok()?.trim();
+    text.parse::<IpAddr>()
+        .ok()
+        .or_else(|| text.parse::<SocketAddr>().ok().map(|address| address.ip()))
+}
+
+/// Warns that a request came without a usable `header`, at most once a minute: a proxy
+/// misconfigured would otherwise write a line per request.
+fn warn_unforwarded(header: &HeaderName, peer: Option<IpAddr>) {
+    static LAST_MINUTE: AtomicU64 = AtomicU64::new(u64::MAX);
+    let minute = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |elapsed| elapsed.as_secs() / 60);
+    if LAST_MINUTE.swap(minute, Ordering::Relaxed) != minute {
+        tracing::warn!(
+            %header,
+            ?peer,
+            "a request without a client address in the trusted proxy header: counted as its peer's"
+        );
+    }
 }
 
 /// The client's address (see [`client_address`]); `None` for a request that came through
@@ -149,4 +177,39 @@ pub fn set_cookie(token: &str, max_age_s: i64, secure: bool) -> String {
     format!(
         "{SESSION_COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict; Max-Age={max_age}{secure}"
     )
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    fn forwarded(lines: &[&[u8]]) -> Option<IpAddr> {
+        let header = HeaderName::from_static("x-forwarded-for");
+        let mut headers = HeaderMap::new();
+        for line in lines {
+            headers.append(&header, axum::http::HeaderValue::from_bytes(line).unwrap());
+        }
+        forwarded_address(&headers, &header)
+    }
+
+    #[test]
+    fn the_client_is_the_last_address_the_nearest_proxy_wrote() {
+        let ip = |text: &str| Some(text.parse::<IpAddr>().unwrap());
+        assert_eq!(forwarded(&[b"10.0.0.1"]), ip("10.0.0.1"));
+        assert_eq!(forwarded(&[b"6.6.6.6, 10.0.0.1"]), ip("10.0.0.1"));
+        // Proxies that write the port too.
+        assert_eq!(forwarded(&[b"10.0.0.1:51234"]), ip("10.0.0.1"));
+        assert_eq!(forwarded(&[b"[2001:db8::7]:443"]), ip("2001:db8::7"));
+        assert_eq!(forwarded(&[b" 2001:db8::7 "]), ip("2001:db8::7"));
+        // A line the client wrote comes first; the proxy's own line counts.
+        assert_eq!(forwarded(&[b"6.6.6.6", b"10.0.0.1"]), ip("10.0.0.1"));
+        // A byte the client put before the proxy's address does not hide it.
+        assert_eq!(forwarded(&[b"\xff\xfe, 10.0.0.1"]), ip("10.0.0.1"));
+        assert_eq!(forwarded(&[b"10.0.0.1", b"\xff"]), None);
+        assert_eq!(forwarded(&[]), None);
+        assert_eq!(forwarded(&[b"unknown"]), None);
+        assert_eq!(forwarded(&[b"10.0.0.1,"]), None);
+    }
 }

@@ -122,7 +122,10 @@ fn oauth_error(error: OAuthErrorCode, error_description: Option<String>) -> Resp
 
 /// A JSON answer no cache may keep (RFC 6749 §5.1).
 fn no_store(status: StatusCode, body: &impl serde::Serialize) -> Response {
-    let body = serde_json::to_vec(body).unwrap_or_default();
+    let body = match serde_json::to_vec(body) {
+        Ok(body) => body,
+        Err(error) => return super::error::fault(format!("token answer not written: {error}")),
+    };
     let mut response = (status, Body::from(body)).into_response();
     let headers = response.headers_mut();
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));

@@ -269,7 +269,9 @@ impl Crosstab {
         let started = Instant::now();
         loop {
             let now = self.clock.now_ms();
-            let abandoned = i64::try_from(self.deadline.as_millis()).unwrap_or(i64::MAX) * 2;
+            let abandoned = i64::try_from(self.deadline.as_millis())
+                .unwrap_or(i64::MAX)
+                .saturating_mul(2);
             let reservation = idempotency::reserve(
                 &self.db,
                 claim,

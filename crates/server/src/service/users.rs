@@ -56,14 +56,16 @@ fn hash_password(password: &str) -> Result<String, UserError> {
         .map_err(|e| UserError::Hash(e.to_string()))
 }
 
-fn verify_password(password: &str, stored: &str) -> bool {
-    PasswordHash::new(stored)
-        .map(|hash| {
-            Argon2::default()
-                .verify_password(password.as_bytes(), &hash)
-                .is_ok()
-        })
-        .unwrap_or(false)
+/// Whether `password` is the one `stored` was made from; a stored hash that cannot be
+/// read or checked is a fault of this server, not a wrong password.
+fn verify_password(password: &str, stored: &str) -> Result<bool, UserError> {
+    let hash =
+        PasswordHash::new(stored).map_err(|e| UserError::Hash(format!("stored hash: {e}")))?;
+    match Argon2::default().verify_password(password.as_bytes(), &hash) {
+        Ok(()) => Ok(true),
+        Err(argon2::password_hash::Error::Password) => Ok(false),
+        Err(e) => Err(UserError::Hash(format!("stored hash: {e}"))),
+    }
 }
 
 /// Runs argon2 work on the blocking pool, at most one per core at a time: each one holds
@@ -293,7 +295,7 @@ pub async fn sign_in(
     let owned = password.to_owned();
     let matches = argon2(move || verify_password(&owned, &stored))
         .await
-        .unwrap_or(false);
+        .ok_or_else(|| UserError::Hash("the check did not finish".to_owned()))??;
     if let Some(user) = user.filter(|_| matches) {
         failures.reset(None).await?;
         return Ok(SignIn::Accepted(user));
@@ -365,5 +367,31 @@ mod argon2_limit_tests {
             most >= 1 && most <= cores,
             "{most} at once on {cores} cores"
         );
+    }
+}
+
+#[cfg(test)]
+mod password_tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn an_unreadable_stored_hash_is_a_fault_not_a_wrong_password() {
+        let stored = hash_password("correct horse battery").unwrap();
+        assert!(verify_password("correct horse battery", &stored).unwrap());
+        assert!(!verify_password("wrong horse battery", &stored).unwrap());
+        // A damaged row, or a hash of an algorithm this server does not check.
+        for damaged in [
+            "",
+            "not a hash",
+            "$argon2id$v=19$m=19456,t=2,p=x$c2FsdHNhbHRzYWx0$aGFzaA",
+            "$scrypt$ln=16,r=8,p=1$aM15713r3Xsvxbi31lqr1Q$nFNh2CVHVjNldFVKDHDlm4CbdRSCdEBsjjJxD+iCs5E",
+        ] {
+            assert!(
+                matches!(verify_password("any", damaged), Err(UserError::Hash(_))),
+                "{damaged:?}"
+            );
+        }
     }
 }

@@ -393,6 +393,13 @@ async fn whole_process_statuses_envelopes_headers_and_ledger() {
         table.contains(&format!("total billed calls: {}", c.oks)),
         "{table}"
     );
+    // A misspelt account is an error, not an empty bill.
+    let misspelt = cli_output(&data, &["usage", "--account", "otehr"]);
+    assert!(!misspelt.status.success());
+    assert!(
+        String::from_utf8_lossy(&misspelt.stderr).contains("no account named 'otehr'"),
+        "{misspelt:?}"
+    );
 
     // The offline query prints what the API answers for a whole-survey grant.
     let q = cli(
