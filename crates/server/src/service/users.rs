@@ -194,6 +194,13 @@ impl UnknownNames {
         Ok(attempts.failures)
     }
 
+    /// Gives back the place an attempt on `name` took, for an attempt never judged.
+    fn give_back(&self, name: &str) {
+        if let Some(attempts) = self.names().get_mut(&name_key(name)) {
+            attempts.failures = attempts.failures.saturating_sub(1);
+        }
+    }
+
     /// Locks `name` until `until` (its last allowed attempt failed).
     fn lock(&self, name: &str, until: i64) {
         if let Some(attempts) = self.names().get_mut(&name_key(name)) {
@@ -239,6 +246,18 @@ impl Failures<'_> {
                 Ok(attempt.ok_or(LOCK_MS / 1000))
             }
             Failures::Unknown { names, name } => Ok(names.attempt(name, now)),
+        }
+    }
+
+    /// Gives back the place [`Failures::take`] took, for an attempt a fault left unjudged:
+    /// kept, a fault on the last place would leave every place taken and no lock to end.
+    async fn give_back(&self) -> Result<(), DbError> {
+        match self {
+            Failures::User { db, id, .. } => store::give_back_attempt(db, *id).await,
+            Failures::Unknown { names, name } => {
+                names.give_back(name);
+                Ok(())
+            }
         }
     }
 
@@ -293,9 +312,16 @@ pub async fn sign_in(
         Err(retry_after_s) => return Ok(SignIn::Locked { retry_after_s }),
     };
     let owned = password.to_owned();
-    let matches = argon2(move || verify_password(&owned, &stored))
+    let checked = argon2(move || verify_password(&owned, &stored))
         .await
-        .ok_or_else(|| UserError::Hash("the check did not finish".to_owned()))??;
+        .unwrap_or_else(|| Err(UserError::Hash("the check did not finish".to_owned())));
+    let matches = match checked {
+        Ok(matches) => matches,
+        Err(fault) => {
+            failures.give_back().await?;
+            return Err(fault);
+        }
+    };
     if let Some(user) = user.filter(|_| matches) {
         failures.reset(None).await?;
         return Ok(SignIn::Accepted(user));
@@ -375,6 +401,26 @@ mod password_tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
+
+    #[tokio::test]
+    async fn a_fault_in_the_check_takes_no_place_and_sets_no_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Database::connect(&crate::store::default_url(dir.path()))
+            .await
+            .unwrap();
+        store::create_or_reset(&db, "ann", "acme", "not a hash", 0)
+            .await
+            .unwrap();
+        let unknown = UnknownNames::default();
+        // Past the number of tries a lock takes: each is a fault, none a wrong password.
+        for _ in 0..MAX_FAILED_LOGINS + 2 {
+            let answer = sign_in(&db, &unknown, "ann", "any", 1_000).await;
+            assert!(matches!(answer, Err(UserError::Hash(_))), "{answer:?}");
+        }
+        // Kept, the fifth place would have left the count full with no lock to end it.
+        let login = store::login(&db, "ann").await.unwrap().unwrap();
+        assert_eq!(login.locked_until, None);
+    }
 
     #[test]
     fn an_unreadable_stored_hash_is_a_fault_not_a_wrong_password() {

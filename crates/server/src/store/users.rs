@@ -102,6 +102,17 @@ pub async fn take_attempt(
     .await?)
 }
 
+/// Gives back a place [`take_attempt`] took for user `id`.
+pub async fn give_back_attempt(db: &Database, id: i64) -> Result<(), DbError> {
+    sqlx::query(
+        "UPDATE users SET failed_logins = failed_logins - 1 WHERE id = $1 AND failed_logins > 0",
+    )
+    .bind(id)
+    .execute(db.pool())
+    .await?;
+    Ok(())
+}
+
 /// Starts user `id`'s failure count again, locked until `until` if given.
 pub async fn reset_attempts(db: &Database, id: i64, until: Option<i64>) -> Result<(), DbError> {
     sqlx::query("UPDATE users SET failed_logins = 0, locked_until = $1 WHERE id = $2")
