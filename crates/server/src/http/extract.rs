@@ -98,10 +98,19 @@ impl FromRequestParts<Arc<HttpState>> for SessionUser {
 /// writes something else) counts as its peer's: never as no one, whom no limit counts.
 pub fn client_address(parts: &Parts, state: &HttpState) -> Option<IpAddr> {
     let peer = super::listener::peer(&parts.extensions).map(|address| address.ip());
-    let Some(header) = &state.trusted_proxy_header else {
+    client_of(&parts.headers, state.trusted_proxy_header.as_ref(), peer)
+}
+
+/// [`client_address`] of a request with `headers` from `peer`, trusting `trusted`.
+fn client_of(
+    headers: &HeaderMap,
+    trusted: Option<&HeaderName>,
+    peer: Option<IpAddr>,
+) -> Option<IpAddr> {
+    let Some(header) = trusted else {
         return peer;
     };
-    let forwarded = forwarded_address(&parts.headers, header);
+    let forwarded = forwarded_address(headers, header);
     if forwarded.is_none() {
         warn_unforwarded(header, peer);
     }
@@ -130,7 +139,8 @@ fn warn_unforwarded(header: &HeaderName, peer: Option<IpAddr>) {
         tracing::warn!(
             %header,
             ?peer,
-            "a request without a client address in the trusted proxy header: counted as its peer's"
+            "a request without a client address in the trusted proxy header: counted as its \
+             peer's (behind a balancer that does not set it, every client shares one pace)"
         );
     }
 }
@@ -211,5 +221,28 @@ mod tests {
         assert_eq!(forwarded(&[]), None);
         assert_eq!(forwarded(&[b"unknown"]), None);
         assert_eq!(forwarded(&[b"10.0.0.1,"]), None);
+    }
+
+    #[test]
+    fn without_a_forwarded_address_the_client_is_its_peer_never_no_one() {
+        let header = HeaderName::from_static("x-forwarded-for");
+        let peer = Some(IpAddr::from([192, 0, 2, 9]));
+        let mut headers = HeaderMap::new();
+        // Trusting no header, the peer, whatever a client wrote.
+        headers.insert(&header, axum::http::HeaderValue::from_static("10.0.0.1"));
+        assert_eq!(client_of(&headers, None, peer), peer);
+        assert_eq!(
+            client_of(&headers, Some(&header), peer),
+            Some(IpAddr::from([10, 0, 0, 1]))
+        );
+        for unusable in ["", "unknown", "for=10.0.0.1"] {
+            headers.insert(&header, axum::http::HeaderValue::from_static(unusable));
+            assert_eq!(
+                client_of(&headers, Some(&header), peer),
+                peer,
+                "{unusable:?}"
+            );
+        }
+        assert_eq!(client_of(&HeaderMap::new(), Some(&header), peer), peer);
     }
 }
