@@ -37,10 +37,11 @@ rm -rf "$PKG" "$OUT/build"
 mkdir -p "$OUT/build" "$PKG"
 
 # -- 1. the two wasm builds (each copied out before the next overwrites it) ---------
-# The engine build uses WebAssembly SIMD (128-bit): the engine's weighted sums vectorize,
-# about 1.6x faster (every current browser, Node >= 16.4). The validator-only build has
-# no hot loops and stays without it, for the widest reach. Lane order is the same, so the
-# sums are identical to the native engine's (the parity tests check it).
+# The engine build uses WebAssembly SIMD (128-bit): the engine's bit counts and compares
+# vectorize (every current browser, Node >= 16.4). The validator-only build has no hot
+# loops and stays without it, for the widest reach. Every sum is integer arithmetic
+# rounded once, so the figures are the native engine's bit for bit (the parity tests
+# check it).
 say "cargo build (engine, simd128)"
 CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUSTFLAGS="-C target-feature=+simd128" \
   cargo build --manifest-path "$ROOT/Cargo.toml" --release --target wasm32-unknown-unknown -p crosstab-wasm

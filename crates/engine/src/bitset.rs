@@ -309,7 +309,7 @@ mod tests {
 
     #[test]
     fn a_tally_is_the_exact_sum_rounded_once() {
-        // Weights where a running f64 sum and lane sums both drift from the true sum.
+        // Weights where a running f64 sum drifts from the true sum.
         let weights: Vec<f64> = (0..1000)
             .map(|i| (f64::from(i) * 1.618_033).sin().abs() * 1e7 + 0.1)
             .collect();
@@ -340,7 +340,7 @@ mod tests {
             full.weight.to_bits(),
             crate::exact_sum(weights.iter().copied()).to_bits()
         );
-        // A filter past the first batch of words, and one shorter than the set.
+        // A filter.
         let mut filter = Bitset::empty(1000);
         for i in [3, 4, 600, 999] {
             filter.insert(i);
@@ -351,18 +351,34 @@ mod tests {
             filtered.weight.to_bits(),
             crate::exact_sum(members(&|i| [3, 600, 999].contains(&i))).to_bits()
         );
-        let mut big = Bitset::empty(40_000);
-        let big_weights = vec![0.1; 40_000];
-        for i in (0..40_000).step_by(5) {
-            big.insert(i);
+        // Words past the first batch of 256, each member its own weight; a filter shorter
+        // and one longer than the set; weights that end before the set does.
+        let n = 40_000;
+        let weights: Vec<f64> = (0..n).map(|i| f64::from(i) * 1.1 + 0.3).collect();
+        let mut big = Bitset::empty(n as usize);
+        for i in (0..n).step_by(5) {
+            big.insert(i as usize);
         }
-        let tally = big.tally(Some(&Bitset::full(20_000)), &big_weights);
-        assert_eq!(
-            (tally.count, tally.weight.to_bits()),
-            (
-                4_000,
-                crate::exact_sum(std::iter::repeat_n(0.1, 4_000)).to_bits()
-            )
-        );
+        let picked = |filter_len: u32, weights_len: u32| {
+            (0..n.min(filter_len).min(weights_len))
+                .step_by(5)
+                .map(|i| weights[i as usize])
+                .collect::<Vec<_>>()
+        };
+        for (filter_len, weights_len, count) in [
+            (20_000, n, 4_000),
+            (n, n, 8_000),
+            (60_000, n, 8_000),
+            (n, 30_000, 8_000),
+        ] {
+            let filter = Bitset::full(filter_len as usize);
+            let tally = big.tally(Some(&filter), &weights[..weights_len as usize]);
+            let expected = crate::exact_sum(picked(filter_len, weights_len));
+            assert_eq!(
+                (tally.count, tally.weight.to_bits()),
+                (count, expected.to_bits()),
+                "filter of {filter_len}, {weights_len} weights"
+            );
+        }
     }
 }

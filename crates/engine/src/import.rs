@@ -622,7 +622,8 @@ pub fn compile_file(path: &std::path::Path) -> Result<Vec<u8>, ImportError> {
 
 /// Compiles the survey defined by the TOML file at `path` and installs it in `store`
 /// atomically, writing the compiled file straight to disk (never whole in memory). On
-/// any error nothing is left behind.
+/// any error but a failed sync of the directory after the rename (see
+/// [`crate::store::persist`]) nothing is left behind.
 #[cfg(feature = "fs")]
 pub fn install_file(
     path: &std::path::Path,

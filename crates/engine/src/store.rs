@@ -39,7 +39,7 @@ impl SurveyStore {
     }
 
     /// Checks compiled bytes by loading them, then installs them atomically under
-    /// their survey code. Returns the installed survey.
+    /// their survey code (see [`persist`]). Returns the installed survey.
     pub fn install(&self, bytes: &[u8]) -> Result<Survey, ImportError> {
         let survey = Survey::from_bytes(bytes).map_err(|e| ImportError::Definition {
             file: "(compiled survey)".into(),
@@ -250,20 +250,30 @@ impl Catalog {
 }
 
 /// Renames `temp` over `target`, then syncs the directory holding both, so that an install
-/// reported done is still there after a crash.
+/// reported done is still there after a crash. If only that sync fails, the survey is in
+/// place (a server may already answer from it) and the error says so.
 pub(crate) fn persist(temp: tempfile::NamedTempFile, target: &Path) -> Result<(), ImportError> {
-    let io = |source| ImportError::Io {
+    temp.persist(target).map_err(|e| ImportError::Io {
         path: target.display().to_string(),
-        source,
-    };
-    temp.persist(target).map_err(|e| io(e.error))?;
+        source: e.error,
+    })?;
     let dir = match target.parent() {
         Some(dir) if !dir.as_os_str().is_empty() => dir,
         _ => Path::new("."),
     };
     std::fs::File::open(dir)
         .and_then(|dir| dir.sync_all())
-        .map_err(io)
+        .map_err(|source| ImportError::Io {
+            path: dir.display().to_string(),
+            source: std::io::Error::new(
+                source.kind(),
+                format!(
+                    "{} is installed, but this directory could not be synced, so a crash \
+                     may lose it: {source}",
+                    target.display()
+                ),
+            ),
+        })
 }
 
 #[cfg(test)]
