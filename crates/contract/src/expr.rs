@@ -119,13 +119,36 @@ impl Expr {
             end: chars + 1,
         };
         let expr = parser.expr(0)?;
-        match parser.peek() {
-            None => Ok(expr),
-            Some(token) => Err(ParseError::new(
+        if let Some(token) = parser.peek() {
+            return Err(ParseError::new(
                 token.at,
                 "AND, OR or the end of the expression",
                 token.describe(),
-            )),
+            ));
+        }
+        // The canonical text may add parentheses the input left to precedence (an AND
+        // among ORs), and a survey stores that text to parse again when it loads.
+        if expr.written_depth() > MAX_EXPR_DEPTH {
+            return Err(ParseError::new(
+                1,
+                &format!(
+                    "nesting no deeper than {MAX_EXPR_DEPTH} once each AND among ORs is \
+                     written in parentheses"
+                ),
+                "deeper nesting".to_owned(),
+            ));
+        }
+        Ok(expr)
+    }
+
+    /// The nesting of parentheses and `NOT` in the canonical text, as the parser counts it.
+    fn written_depth(&self) -> usize {
+        let within =
+            |item: &Expr| usize::from(item.needs_parens_inside_operator()) + item.written_depth();
+        match self {
+            Expr::Not(inner) => 1 + within(inner),
+            Expr::And(items) | Expr::Or(items) => items.iter().map(within).max().unwrap_or(0),
+            _ => 0,
         }
     }
 
@@ -747,6 +770,32 @@ mod tests {
         assert!(Expr::parse(&nots).is_err());
         let parens = "(".repeat(1_000_000);
         assert!(Expr::parse(&parens).is_err());
+    }
+
+    #[test]
+    fn whatever_parses_written_out_parses_again_to_the_same() {
+        // Each level: an AND among ORs, which the canonical text puts in parentheses,
+        // around a parenthesised OR: one level of the input's nesting, two written out.
+        let nested = |levels: usize| {
+            format!(
+                "{}C = 1{}",
+                "A = 1 OR B = 1 AND (".repeat(levels),
+                ")".repeat(levels)
+            )
+        };
+        // 32 levels: 32 deep as typed, 2 × 32 - 1 = 63 written.
+        let expr = parse(&nested(32));
+        assert_eq!(expr.written_depth(), 63);
+        assert_eq!(parse(&expr.to_string()), expr);
+        // 33 levels: 33 deep as typed, under the limit, but 65 written: refused, or a
+        // survey that stored its text could not load it.
+        let refused = Expr::parse(&nested(33)).unwrap_err();
+        assert!(refused.expected.contains("once each AND"), "{refused}");
+        let not = parse(&format!("NOT ({})", nested(31)));
+        assert_eq!(not.written_depth(), 63);
+        assert_eq!(parse(&not.to_string()), not);
+        let written = format!("{}C = 1{}", "(".repeat(65), ")".repeat(65));
+        assert!(Expr::parse(&written).is_err());
     }
 
     #[test]
