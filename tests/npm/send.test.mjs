@@ -5,6 +5,7 @@
 
 import assert from "node:assert/strict";
 import { spawn, spawnSync } from "node:child_process";
+import { getEventListeners } from "node:events";
 import fs from "node:fs";
 import http from "node:http";
 import os from "node:os";
@@ -245,6 +246,19 @@ test("an abort ends the query with its reason: before it is sent, and while it w
   assert.equal(late, reason);
   assert.ok(Date.now() - started < 60, `the wait went on ${Date.now() - started} ms after the abort`);
   assert.equal(proxy.keys.length, 1, "no attempt after the abort");
+});
+
+test("a signal kept for many queries gathers no listeners, whichever ends each wait", async () => {
+  // Node's fetch keeps a listener of its own per request on the signal it is given, so
+  // these attempts are sent without it: what is counted is the waits' own.
+  const kept = new AbortController();
+  const unsignalled = (url, init) => fetch(url, { ...init, signal: undefined });
+  for (let query = 0; query < 3; query++) {
+    proxy.plan = ["fail", "fail"];
+    const answer = await pkg.sendCrosstab(REQUEST, options({ signal: kept.signal, fetch: unsignalled }));
+    assert.equal(answer.attempts, 3);
+  }
+  assert.equal(getEventListeners(kept.signal, "abort").length, 0);
 });
 
 test("a last attempt without an answer is a network_error even after earlier answers; its key resumes it", async () => {

@@ -42,8 +42,13 @@ export interface SendOptions {
     init: { method: string; headers: Record<string, string>; body: string; signal?: any },
   ) => Promise<{ status: number; headers: { get(name: string): string | null }; text(): Promise<string> }>;
   /** An `AbortSignal` that ends the query: the pending attempt is aborted and its
-   * reason thrown. */
-  signal?: { readonly aborted: boolean; readonly reason?: unknown };
+   * reason thrown. (Typed by what is used of it, so no DOM typings are needed.) */
+  signal?: {
+    readonly aborted: boolean;
+    readonly reason?: unknown;
+    addEventListener(type: "abort", listener: () => void, options?: { once?: boolean }): void;
+    removeEventListener(type: "abort", listener: () => void): void;
+  };
 }
 
 /** What `sendCrosstab` got: the last answer, classified as `parseResponse` does (a
@@ -293,30 +298,53 @@ fn call_method(target: &JsValue, name: &str, args: &[JsValue]) -> Result<JsValue
 }
 
 /// Waits `ms` milliseconds (a `setTimeout` promise), or until `signal` aborts: then its
-/// reason is the error.
+/// reason is the error. Whichever ends the wait, the other is undone: a signal kept for
+/// many queries gathers no listeners, and no timer outlives an abort.
 async fn sleep(ms: f64, signal: &JsValue) -> Result<(), JsValue> {
-    let set_timeout: Function = Reflect::get(&js_sys::global(), &"setTimeout".into())?
-        .dyn_into()
-        .map_err(|_| error(INVALID_ARGUMENT, "no setTimeout here."))?;
+    let global = js_sys::global();
+    let timer_function = |name: &str| -> Result<Function, JsValue> {
+        Reflect::get(&global, &name.into())?
+            .dyn_into()
+            .map_err(|_| error(INVALID_ARGUMENT, &format!("no {name} here.")))
+    };
+    let set_timeout = timer_function("setTimeout")?;
+    let clear_timeout = timer_function("clearTimeout")?;
     let mut failed = None;
+    let mut wake = None;
+    let mut timer = JsValue::UNDEFINED;
     let promise = Promise::new(&mut |resolve, _| {
-        if let Err(e) = set_timeout.call2(&JsValue::UNDEFINED, &resolve, &ms.into()) {
-            failed = Some(e);
+        match set_timeout.call2(&JsValue::UNDEFINED, &resolve, &ms.into()) {
+            Ok(id) => timer = id,
+            Err(e) => failed = Some(e),
         }
         if signal.is_object() {
             // `{once: true}`: the listener goes with the first abort.
             let once = Object::new();
             let _ = Reflect::set(&once, &"once".into(), &JsValue::TRUE);
-            let listen = [JsValue::from_str("abort"), resolve.into(), once.into()];
+            let listen = [
+                JsValue::from_str("abort"),
+                resolve.clone().into(),
+                once.into(),
+            ];
             if let Err(e) = call_method(signal, "addEventListener", &listen) {
                 failed = Some(e);
             }
         }
+        wake = Some(resolve);
     });
-    if let Some(e) = failed {
-        return Err(e);
+    let waited = match failed {
+        Some(e) => Err(e),
+        None => JsFuture::from(promise).await.map(|_| ()),
+    };
+    clear_timeout.call1(&JsValue::UNDEFINED, &timer)?;
+    if let (true, Some(wake)) = (signal.is_object(), wake) {
+        call_method(
+            signal,
+            "removeEventListener",
+            &[JsValue::from_str("abort"), wake.into()],
+        )?;
     }
-    JsFuture::from(promise).await?;
+    waited?;
     if aborted(signal) {
         return Err(reason(signal));
     }
