@@ -281,7 +281,7 @@ impl Token {
 }
 
 /// Keeps error messages short whatever the input.
-fn shorten(text: &str) -> String {
+pub(crate) fn shorten(text: &str) -> String {
     const MAX: usize = 32;
     if text.chars().count() <= MAX {
         text.to_owned()

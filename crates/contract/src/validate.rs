@@ -93,14 +93,25 @@ fn read_tree(body: &[u8]) -> Result<ValidRequest, ApiError> {
             column,
         } => ApiError::InvalidRequest {
             message: format!(
-                "The request body names the member '{name}' more than once (line {line}, column {column})."
+                "The request body names the member '{}' more than once (line {line}, column {column}).",
+                crate::expr::shorten(&name)
             ),
-            field: top_level.then_some(name),
+            // Only a member of the request is a field to point at; any other name, which
+            // the client chose, is not echoed whole.
+            field: (top_level && REQUEST_MEMBERS.contains(&name.as_str())).then_some(name),
             hint: Some("Send each member of a JSON object once.".to_owned()),
         },
     })?;
     validate_value(&value)
 }
+
+/// The members of a `CrosstabRequest`.
+const REQUEST_MEMBERS: [&str; 4] = [
+    "SurveyCode",
+    "PopulationBaseCode",
+    "AuthorizationGroup",
+    "TargetCodes",
+];
 
 /// Validates any JSON value as a `CrosstabRequest`. The first rule broken, in the order
 /// of the spec's field table, decides the error.
