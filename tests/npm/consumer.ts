@@ -105,6 +105,9 @@ const verdict: Significance | null = cell.significance;
 const cellStability: 0 | 1 = cell.stability;
 const billed: number = table.billedCalls;
 const unknownRow: boolean = table.rows[0].unknown;
+// A table's group (`null`: every group) goes back into a request as it is.
+const again: TableRequest = { ...tableRequest, group: table.group };
+void again;
 void [vertical, reasons, verdict, cellStability, billed, unknownRow, table.total.ciLow, table.rowTotals, table.columnTotals];
 
 try {

@@ -53,7 +53,7 @@ pub struct TableRequest {
     pub population_base: String,
     /// An authorization group to stay within; absent, `null` or `_ALL_`: every group.
     #[serde(default)]
-    #[cfg_attr(feature = "ts", tsify(optional))]
+    #[cfg_attr(feature = "ts", tsify(optional, type = "string | null"))]
     pub group: Option<String>,
     /// The rows, in order (1 to [`MAX_TABLE_ROWS`]).
     pub rows: Vec<TableAxis>,

@@ -54,7 +54,8 @@ export interface SendOptions {
 /** What `sendCrosstab` got: the last answer, classified as `parseResponse` does (a
  * request that fails validation is its `badRequest`, never sent), and how it came. */
 export type SentQuery = ParsedResponse & {
-  /** The `Idempotency-Key` every attempt carried (`""`: the request was not sent). */
+  /** The `Idempotency-Key` every attempt carried. A request that was not sent (`attempts`
+   * 0) carries the key it was given, or `""` when none was. */
   idempotencyKey: string;
   /** Attempts made (0: the request was invalid, and not sent). */
   attempts: number;
