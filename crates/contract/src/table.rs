@@ -11,7 +11,8 @@
 use serde::{Deserialize, Serialize};
 
 use crate::error::ApiError;
-use crate::expr::Expr;
+use crate::expr::{shorten, Expr};
+use crate::json::{from_slice_strict, StrictJsonError};
 use crate::limits::{MAX_TABLE_COLUMNS, MAX_TABLE_LABEL_CHARS, MAX_TABLE_ROWS};
 use crate::validate::{check_identifier, parse_target, Refusal};
 use crate::wire::{Stability, ALL_GROUPS};
@@ -152,6 +153,15 @@ impl TableAxisKind {
 /// naming the member at fault (`From<TableError> for ApiError`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TableError {
+    /// The body is no table request: not JSON, a member named twice, or a member of the
+    /// wrong type.
+    #[error("{message}")]
+    Unreadable {
+        /// What is wrong, and where.
+        message: String,
+        /// The table's own member named twice, to point at; none for any other fault.
+        field: Option<&'static str>,
+    },
     /// `survey`, `populationBase` or `group` is not an identifier.
     #[error("{message}")]
     InvalidIdentifier {
@@ -198,10 +208,38 @@ pub enum TableError {
     },
 }
 
+/// How to send a table, for a body that is no table request.
+const TABLE_HINT: &str = "Send {\"survey\", \"populationBase\", \"group\", \"rows\": \
+                          [{\"expression\", \"label\"}], \"columns\": [...]}.";
+
+/// The members of a [`TableRequest`], as a body names them.
+const TABLE_MEMBERS: [&str; 5] = ["survey", "populationBase", "group", "rows", "columns"];
+
+/// Longest reason a refusal quotes from serde, which may echo a member's value whole.
+const MAX_REASON_CHARS: usize = 160;
+
+impl TableError {
+    /// The refusal of a value JSON cannot represent (a cyclic object, a BigInt), so no
+    /// client could send it: `reason` says why.
+    pub fn unserializable(reason: &str) -> TableError {
+        TableError::Unreadable {
+            message: format!("The table request can't be serialized as JSON ({reason})."),
+            field: None,
+        }
+    }
+}
+
 impl From<TableError> for ApiError {
     fn from(error: TableError) -> ApiError {
         let message = error.to_string();
         let (field, hint) = match error {
+            TableError::Unreadable { field, .. } => {
+                return ApiError::InvalidRequest {
+                    field: field.map(str::to_owned),
+                    message,
+                    hint: Some(TABLE_HINT.to_owned()),
+                }
+            }
             TableError::InvalidIdentifier { field, hint, .. } => (field, hint),
             TableError::EmptyAxis { axis } => (
                 axis.as_str(),
@@ -230,6 +268,48 @@ impl From<TableError> for ApiError {
 }
 
 impl TableRequest {
+    /// Reads a body as a table request, as strictly as `/v1` reads its own: JSON naming
+    /// no member twice at any depth (a proxy and this service must never read two
+    /// different requests), whose members have their types. Unknown members are ignored.
+    pub fn from_json(body: &[u8]) -> Result<TableRequest, TableError> {
+        let value = from_slice_strict(body).map_err(|error| match error {
+            StrictJsonError::Syntax(error) => TableError::Unreadable {
+                message: format!(
+                    "The table request is not valid JSON (line {}, column {}).",
+                    error.line(),
+                    error.column()
+                ),
+                field: None,
+            },
+            StrictJsonError::DuplicateMember {
+                name,
+                top_level,
+                line,
+                column,
+            } => TableError::Unreadable {
+                message: format!(
+                    "The table request names the member '{}' more than once (line {line}, \
+                     column {column}).",
+                    shorten(&name)
+                ),
+                field: TABLE_MEMBERS
+                    .into_iter()
+                    .find(|member| top_level && *member == name),
+            },
+        })?;
+        serde_json::from_value(value).map_err(|error| {
+            let reason = error.to_string();
+            let reason = match reason.char_indices().nth(MAX_REASON_CHARS) {
+                Some((end, _)) => format!("{}…", &reason[..end]),
+                None => reason,
+            };
+            TableError::Unreadable {
+                message: format!("The table request is not valid: {reason}."),
+                field: None,
+            }
+        })
+    }
+
     /// Checks the request in member order (survey, base, group, rows, columns) and parses
     /// every expression with the contract's own rules for `TargetCodes`. Names the survey
     /// may not define are not errors here: the engine reports them per header.
@@ -458,6 +538,82 @@ mod tests {
         assert_eq!(billed_calls(20, 10), 115); // 230 targets
         assert_eq!(billed_calls(0, 0), 0);
         assert_eq!(billed_calls(usize::MAX, 2), u32::MAX);
+    }
+
+    /// `from_json`'s refusal of `body`, as the client sees it: (field, message).
+    fn unreadable(body: &str) -> (Option<String>, String) {
+        match ApiError::from(TableRequest::from_json(body.as_bytes()).unwrap_err()) {
+            ApiError::InvalidRequest {
+                field,
+                message,
+                hint,
+            } => {
+                assert_eq!(hint.as_deref(), Some(TABLE_HINT));
+                (field, message)
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_body_is_read_strictly_and_its_refusals_say_why() {
+        let body = r#"{"survey": "DEMO", "populationBase": "ADULTS", "x": {"a": [1]},
+            "rows": [{"expression": "F2554", "label": "Women 25-54 · F2554"},
+                     {"expression": "SMOKER = 1"}],
+            "columns": [{"expression": "REGION = 1"}, {"expression": "REGION = 2"},
+                        {"expression": "REGION = 3"}]}"#;
+        assert_eq!(TableRequest::from_json(body.as_bytes()).unwrap(), request());
+
+        // A member named twice, at any depth and inside an unknown member too.
+        let (field, message) =
+            unreadable(r#"{"populationBase": "A", "rows": [], "rows": [], "columns": []}"#);
+        assert_eq!(field.as_deref(), Some("rows"));
+        assert_eq!(
+            message,
+            "The table request names the member 'rows' more than once (line 1, column 42)."
+        );
+        let (field, message) = unreadable(
+            r#"{"populationBase": "A", "rows": [{"expression": "X", "expression": "Y"}], "columns": []}"#,
+        );
+        assert_eq!(field, None, "a nested member is no field of the table");
+        assert!(message.contains("'expression' more than once"), "{message}");
+        let long = "m".repeat(5000);
+        let (field, message) = unreadable(&format!(
+            r#"{{"rows": [], "x": {{"{long}": 1, "{long}": 2}}}}"#
+        ));
+        assert_eq!(field, None);
+        assert!(
+            message.contains(&format!("'{}…'", "m".repeat(32))),
+            "{message}"
+        );
+        assert!(message.len() < 200, "{message}");
+
+        // Not JSON; and JSON of the wrong shape, its value echoed in part only.
+        let (field, message) = unreadable("{\"rows\": [");
+        assert_eq!(field, None);
+        assert_eq!(
+            message,
+            "The table request is not valid JSON (line 1, column 10)."
+        );
+        let (_, message) = unreadable(r#"{"populationBase": "A", "rows": "x", "columns": []}"#);
+        assert_eq!(
+            message,
+            "The table request is not valid: invalid type: string \"x\", expected a sequence."
+        );
+        let (_, message) = unreadable(&format!(
+            r#"{{"populationBase": "A", "rows": "{}", "columns": []}}"#,
+            "x".repeat(5000)
+        ));
+        assert!(message.chars().count() < 220, "{message}");
+        assert!(
+            message.ends_with("….") && message.contains("xxxx"),
+            "{message}"
+        );
+        let (_, message) = unreadable("[]");
+        assert!(
+            message.starts_with("The table request is not valid: invalid"),
+            "{message}"
+        );
     }
 
     #[test]

@@ -61,17 +61,13 @@ pub fn table(
 }
 
 /// Reads a table request from its JSON text (what `JSON.stringify` gives for the value
-/// JS passes): anything that is not one is the server's 400 `invalid_request`.
+/// JS passes) exactly as the server reads a body: anything else is its 400
+/// `invalid_request`.
 #[cfg(feature = "engine")]
 pub fn table_request(text: &str) -> Result<crosstab_contract::app::TableRequest, ApiError> {
-    serde_json::from_str(text).map_err(|e| ApiError::InvalidRequest {
-        field: None,
-        message: format!("The table request is not valid: {e}."),
-        hint: Some(
-            "Send {populationBase, group?, rows: [{expression, label?}], columns: [...]}."
-                .to_owned(),
-        ),
-    })
+    Ok(crosstab_contract::app::TableRequest::from_json(
+        text.as_bytes(),
+    )?)
 }
 
 #[cfg(test)]

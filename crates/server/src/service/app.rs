@@ -224,13 +224,9 @@ impl AppService {
         body: &[u8],
         request_id: &RequestId,
     ) -> Result<Table, AppError> {
-        let request: TableRequest = serde_json::from_slice(body).map_err(|error| {
-            AppError::BadRequest(format!(
-                "Send a table as JSON: {{\"survey\", \"populationBase\", \"group\", \"rows\": \
-                 [{{\"expression\", \"label\"}}], \"columns\": [...]}} ({error})."
-            ))
-        })?;
-        let valid = request.validate().map_err(ApiError::from)?;
+        let valid = TableRequest::from_json(body)
+            .and_then(TableRequest::validate)
+            .map_err(ApiError::from)?;
         if self.upstream.is_some() {
             return Err(AppError::TablesUpstream);
         }

@@ -1026,6 +1026,34 @@ async fn a_table_keeps_to_the_users_grants_and_refusals_bill_nothing() {
             assert_eq!(answer["error"]["field"], field, "{answer}");
         }
     }
+    // A body is read as strictly as /v1's: a member named twice, at any depth, is
+    // refused in the contract's words (the npm package's `Survey.table` reads the same).
+    let mut twice = table_body(None, "ALL", &rows, &columns).to_string();
+    twice.insert_str(1, r#""rows": [{"expression": "SMOKER = 1"}], "#);
+    for body in [
+        twice,
+        r#"{"populationBase": "ALL", "rows": [{"expression": "WOMEN", "expression": "MEN"}], "columns": [{"expression": "*"}]}"#.to_owned(),
+    ] {
+        let request = Request::post("/app/api/table")
+            .header("cookie", &ann)
+            .header("origin", ORIGIN)
+            .header("content-type", "application/json")
+            .body(Body::from(body.clone()))
+            .unwrap();
+        let (parts, answer) = app.send(request).await;
+        assert_eq!(parts.status, StatusCode::BAD_REQUEST, "{body}: {answer}");
+        let expected = crosstab_contract::ApiError::from(
+            crosstab_contract::app::TableRequest::from_json(body.as_bytes()).unwrap_err(),
+        );
+        assert_eq!(answer, serde_json::to_value(expected.envelope()).unwrap());
+        assert!(
+            answer["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("more than once"),
+            "{answer}"
+        );
+    }
     // Signed out, or from a foreign origin: refused before anything else.
     let table = table_body(None, "ALL", &rows, &columns);
     let (parts, _) = app.post("", "/app/api/table", &table).await;
