@@ -1,6 +1,7 @@
 //! The `crosstab` command line.
 
 use std::net::SocketAddr;
+use std::num::NonZeroU32;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -280,8 +281,8 @@ enum AccountCommand {
         #[arg(long)]
         account: String,
         /// Requests per second.
-        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
-        per_second: Option<u32>,
+        #[arg(long, value_name = "N")]
+        per_second: Option<NonZeroU32>,
         /// Billed calls per UTC day.
         #[arg(long, value_name = "N")]
         daily_quota: Option<u64>,
@@ -1185,6 +1186,25 @@ mod tests {
         assert!(serve("--query-deadline", "0").is_err());
         assert!(serve("--query-deadline", "86400").is_ok());
         assert!(serve("--query-deadline", "4611686018427388").is_err());
+    }
+
+    #[test]
+    fn an_account_rate_is_at_least_one_a_second() {
+        let limits = |rate: &str| {
+            Cli::try_parse_from([
+                "crosstab",
+                "account",
+                "limits",
+                "--account",
+                "a",
+                "--per-second",
+                rate,
+            ])
+            .map(|_| ())
+        };
+        assert!(limits("0").is_err());
+        assert!(limits("-1").is_err());
+        assert!(limits("1").is_ok());
     }
 
     #[test]

@@ -63,7 +63,7 @@ type AddressRate =
 /// One account's state: its rate limiter, and its billed calls today.
 #[derive(Debug)]
 struct Account {
-    per_second: Option<(u32, Arc<AccountRate>)>,
+    per_second: Option<(NonZeroU32, Arc<AccountRate>)>,
     day: i64,
     /// Calls billed today plus those admitted and not yet settled.
     used: u64,
@@ -292,7 +292,7 @@ impl RateLimits {
         if let Some(rate) = limits.per_second {
             let current = account.per_second.as_ref().map(|(r, _)| *r);
             if current != Some(rate) {
-                let quota = Quota::per_second(NonZeroU32::new(rate).unwrap_or(NonZeroU32::MIN));
+                let quota = Quota::per_second(rate);
                 let clock = PaceClock(Arc::clone(&self.clock));
                 let limiter = RateLimiter::direct_with_clock(quota, clock);
                 account.per_second = Some((rate, Arc::new(limiter)));

@@ -1,6 +1,8 @@
 //! Accounts, their grants and their keys in the database: what `crosstab key ...` and
 //! `serve --demo` change, and what the authenticator reads.
 
+use std::num::NonZeroU32;
+
 use sqlx::Row;
 
 use super::key_signal::KeySignal;
@@ -52,8 +54,9 @@ pub struct KeyRecord {
 /// An account's request rate and daily quota (`None`: not limited).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct AccountLimits {
-    /// Requests per second, over all the account's callers.
-    pub per_second: Option<u32>,
+    /// Requests per second, over all the account's callers (never 0: a limit that
+    /// refuses everything is a suspended account, not a rate).
+    pub per_second: Option<NonZeroU32>,
     /// Billed calls per UTC day.
     pub daily_quota: Option<u64>,
 }
@@ -310,13 +313,16 @@ pub async fn limits_of(db: &Database, account_id: i64) -> Result<AccountLimits, 
     };
     let per_second: Option<i64> = row.try_get(0)?;
     let daily_quota: Option<i64> = row.try_get(1)?;
-    let corrupt = |_| DbError::Corrupt("an account limit is out of range");
+    let corrupt = || DbError::Corrupt("an account limit is out of range");
     Ok(AccountLimits {
-        per_second: per_second.map(u32::try_from).transpose().map_err(corrupt)?,
+        per_second: per_second
+            .map(|rate| u32::try_from(rate).ok().and_then(NonZeroU32::new))
+            .map(|rate| rate.ok_or_else(corrupt))
+            .transpose()?,
         daily_quota: daily_quota
             .map(u64::try_from)
             .transpose()
-            .map_err(corrupt)?,
+            .map_err(|_| corrupt())?,
     })
 }
 
@@ -338,7 +344,7 @@ pub async fn set_limits(
          ON CONFLICT (account_id) DO UPDATE SET per_second = $2, daily_quota = $3",
     )
     .bind(id)
-    .bind(limits.per_second.map(i64::from))
+    .bind(limits.per_second.map(|rate| i64::from(rate.get())))
     .bind(
         limits
             .daily_quota

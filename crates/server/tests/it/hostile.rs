@@ -4,6 +4,7 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
+use std::num::NonZeroU32;
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
@@ -301,9 +302,11 @@ async fn over_its_rate_or_daily_quota_an_account_gets_429_and_nothing_is_billed(
         per_second,
         daily_quota,
     };
-    assert!(accounts::set_limits(&fx.db, "acme", limits(Some(2), None))
-        .await
-        .unwrap());
+    assert!(
+        accounts::set_limits(&fx.db, "acme", limits(NonZeroU32::new(2), None))
+            .await
+            .unwrap()
+    );
     // 2 a second: two at once, then one every 500 ms on the service's clock, which
     // stands still here until the test moves it.
     let post = || async {
@@ -359,6 +362,33 @@ async fn over_its_rate_or_daily_quota_an_account_gets_429_and_nothing_is_billed(
         fx.post(Some(&fx.north), &north).await.0.status(),
         StatusCode::OK
     );
+}
+
+/// A rate of 0 can't be set (`crosstab account limits` refuses it); one written into
+/// the database by hand is damage to report, not a rate of 1 a second to apply.
+#[tokio::test]
+async fn a_stored_rate_of_zero_is_a_fault_not_a_rate() {
+    let fx = Fixture::new().await;
+    let body = common::request("VEC", None, "ALL", &["WOMEN"]);
+    let account_id = accounts::account_id(&fx.db, "acme").await.unwrap().unwrap();
+    sqlx::query(
+        "INSERT INTO account_limits (account_id, per_second, daily_quota) VALUES ($1, 0, NULL)",
+    )
+    .bind(account_id)
+    .execute(fx.db.pool())
+    .await
+    .unwrap();
+    let (response, got) = fx.post(Some(&fx.whole), &body).await;
+    assert_eq!(
+        response.status(),
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "{got}"
+    );
+    assert_eq!(fx.bills().await, 0);
+    assert!(matches!(
+        accounts::limits_of(&fx.db, account_id).await,
+        Err(crosstab_server::store::DbError::Corrupt(_))
+    ));
 }
 
 /// Replicas share one ledger: calls another replica billed count against the quota here
