@@ -14,6 +14,12 @@ pub enum LoadError {
     /// Structurally broken.
     #[error("corrupt compiled survey: {0}")]
     Corrupt(String),
+    /// No memory for the survey's bytes.
+    #[error("the survey's {bytes} bytes do not fit in memory")]
+    OutOfMemory {
+        /// The survey's size.
+        bytes: u64,
+    },
     /// Reading the file failed.
     #[error("reading {path}: {source}")]
     Io {

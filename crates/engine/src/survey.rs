@@ -28,14 +28,17 @@ enum Backing {
 }
 
 impl Backing {
-    /// A copy of `bytes` in 8-aligned memory.
-    fn copied(bytes: &[u8]) -> Backing {
-        let mut words = vec![0u64; bytes.len().div_ceil(8)];
-        bytemuck::cast_slice_mut::<u64, u8>(&mut words)[..bytes.len()].copy_from_slice(bytes);
-        Backing::Owned {
-            words,
-            len: bytes.len(),
-        }
+    /// `len` bytes in 8-aligned memory, written by `fill`; an error, not an abort, when
+    /// the memory can't be had (a WebAssembly page has 4 GiB at most).
+    fn filled(len: usize, fill: impl FnOnce(&mut [u8])) -> Result<Backing, LoadError> {
+        let count = len.div_ceil(8);
+        let mut words = Vec::new();
+        words
+            .try_reserve_exact(count)
+            .map_err(|_| LoadError::OutOfMemory { bytes: len as u64 })?;
+        words.resize(count, 0u64);
+        fill(&mut bytemuck::cast_slice_mut::<u64, u8>(&mut words)[..len]);
+        Ok(Backing::Owned { words, len })
     }
 
     /// Maps an installed survey file.
@@ -108,7 +111,14 @@ impl Survey {
     /// budget of its own (a quarter of the survey at a byte a respondent for every column,
     /// within 1-256 MiB).
     pub fn from_bytes(bytes: &[u8]) -> Result<Survey, LoadError> {
-        Survey::from_backing(Backing::copied(bytes), None)
+        Survey::from_filled(bytes.len(), |into| into.copy_from_slice(bytes))
+    }
+
+    /// Loads a compiled survey of `len` bytes that `fill` writes straight into the
+    /// survey's own aligned memory: one copy from bytes held elsewhere (a JS
+    /// `Uint8Array`), with [`LoadError::OutOfMemory`] when there is no room for them.
+    pub fn from_filled(len: usize, fill: impl FnOnce(&mut [u8])) -> Result<Survey, LoadError> {
+        Survey::from_backing(Backing::filled(len, fill)?, None)
     }
 
     /// Loads a compiled survey from bytes, its caches drawing on `budget`.
@@ -116,7 +126,8 @@ impl Survey {
         bytes: &[u8],
         budget: &Arc<MemoryBudget>,
     ) -> Result<Survey, LoadError> {
-        Survey::from_backing(Backing::copied(bytes), Some(budget))
+        let backing = Backing::filled(bytes.len(), |into| into.copy_from_slice(bytes))?;
+        Survey::from_backing(backing, Some(budget))
     }
 
     /// Opens an installed survey file by memory map (loading reads only the header), with
@@ -621,6 +632,23 @@ mod tests {
         // A header claiming far more cells than the file could hold gets the file's size.
         header.respondents = 1 << 40;
         assert_eq!(own_budget_bytes(bytes.len(), &header), bytes.len());
+    }
+
+    #[test]
+    fn bytes_filled_in_place_load_and_too_many_are_an_error_not_an_abort() {
+        let bytes = compile(&DemoConfig {
+            respondents: 500,
+            flags: 3,
+            seed: 1,
+        })
+        .unwrap();
+        let filled = Survey::from_filled(bytes.len(), |into| into.copy_from_slice(&bytes)).unwrap();
+        assert_eq!(filled.respondents(), 500);
+        let error = Survey::from_filled(usize::MAX - 7, |_| unreachable!()).unwrap_err();
+        assert!(
+            matches!(error, LoadError::OutOfMemory { bytes } if bytes == (usize::MAX - 7) as u64),
+            "{error}"
+        );
     }
 
     /// A compiled survey of `rows` respondents, row `n` weighing `weight(n)` with `X = n % x`.
