@@ -125,6 +125,11 @@ test("non-survey bytes for fromCompiled", () => {
   for (const value of [undefined, null, "bytes", 42, [1, 2, 3], {}]) {
     throwsCode(() => Survey.fromCompiled(value), "invalid_argument");
   }
+  // Bytes that cannot fit in WebAssembly's 4 GiB are refused (never touched: JS
+  // zero-fills them lazily), and the module lives on (the last test uses it).
+  for (const length of [2 ** 32, 2 ** 32 - 8]) {
+    throwsCode(() => Survey.fromCompiled(new Uint8Array(length)), "out_of_memory");
+  }
 });
 
 test("bad survey sources for fromCsv", () => {
@@ -163,8 +168,13 @@ test("bad arguments to the other helpers", () => {
   assert.ok(performance.now() - start < 1000, "walked the holes");
   const cyclic = {};
   cyclic.self = cyclic;
-  assert.equal(pkg.parseResponse(200, cyclic).kind, "invalid");
-  assert.equal(pkg.parseResponse(200, undefined).kind, "invalid");
+  // A body no server could send is the caller's mistake; no body at all is checked as null.
+  throwsCode(() => pkg.parseResponse(200, cyclic), "invalid_argument");
+  throwsCode(() => pkg.parseResponse(500, { n: 1n }), "invalid_argument");
+  const none = pkg.parseResponse(200, undefined);
+  assert.equal(none.kind, "invalid");
+  assert.deepEqual(none.problems, ["A 200 body must be a CrosstabResponse object, not null."]);
+  assert.equal(pkg.parseResponse(502, undefined).kind, "serverError");
   assert.equal(pkg.parseResponse(500, "<html>oops</html>").kind, "serverError");
   assert.ok(Number.isFinite(pkg.retryDelayMs(NaN)));
   assert.ok(Number.isFinite(pkg.retryDelayMs(-5)));

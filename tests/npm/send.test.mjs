@@ -222,7 +222,48 @@ test("options are checked before anything is sent", async () => {
   assert.equal(await refused({ idempotencyKey: "x".repeat(256) }), "invalid_argument");
   assert.equal(await refused({ attempts: 0 }), "invalid_argument");
   assert.equal(await refused({ fetch: 42 }), "invalid_argument");
+  // A getter that throws is a bad option too, a CrosstabError naming it.
+  const throwing = Object.defineProperty({ ...options() }, "attempts", {
+    get() {
+      throw new Error("no attempts today");
+    },
+  });
+  const thrown = await rejection(pkg.sendCrosstab(REQUEST, throwing));
+  assert.equal(thrown.name, "CrosstabError");
+  assert.equal(thrown.code, "invalid_argument");
+  assert.match(thrown.message, /options\.attempts could not be read \(no attempts today\)/);
   assert.equal(proxy.keys.length, 0);
+});
+
+test("a fetch that resolves to no Response ends the query at once, not retried as a lost answer", async () => {
+  for (const [response, why] of [
+    [{}, /status is not an HTTP status code/],
+    [{ status: 200.5, headers: new Headers(), text: async () => "{}" }, /status is not an HTTP status code/],
+    [{ status: 200, text: async () => "{}" }, /headers\.get\(name\) failed/],
+    [{ status: 200, headers: new Headers() }, /text\(\) is not a method/],
+    [{ status: 200, headers: new Headers(), text: async () => 42 }, /text\(\) gave no string/],
+  ]) {
+    let calls = 0;
+    const fetch = async () => {
+      calls += 1;
+      return response;
+    };
+    const thrown = await rejection(pkg.sendCrosstab(REQUEST, options({ fetch, idempotencyKey: "k-1" })));
+    assert.equal(thrown.name, "CrosstabError");
+    assert.equal(thrown.code, "invalid_argument", thrown.message);
+    assert.match(thrown.message, why);
+    assert.equal(thrown.idempotencyKey, "k-1", "the query may have been sent");
+    assert.equal(calls, 1, "not tried again");
+  }
+  // A body that breaks off is a lost answer, tried again.
+  let calls = 0;
+  const breaking = async () => {
+    calls += 1;
+    return { status: 200, headers: new Headers(), text: async () => { throw new TypeError("terminated"); } };
+  };
+  const lost = await rejection(pkg.sendCrosstab(REQUEST, options({ fetch: breaking, attempts: 2, longestWaitMs: 10_000 })));
+  assert.equal(lost.code, "network_error");
+  assert.equal(calls, 2);
 });
 
 test("an abort ends the query with its reason: before it is sent, and while it waits to retry", async () => {

@@ -85,7 +85,9 @@ struct SendOptions {
 /// When the last attempt gets no answer, its fate is unknown (the service may have
 /// answered and billed it): throws a `CrosstabError` with code `network_error` and the
 /// `idempotencyKey` to send the query again with, which cannot bill it twice. An abort
-/// (`signal`) ends the query at once, between attempts too, with its reason.
+/// (`signal`) ends the query at once, between attempts too, with its reason. Bad options
+/// (a getter that throws too), and a `fetch` that resolves to something that is no
+/// `Response`, throw `invalid_argument` at once: another attempt would do the same.
 #[wasm_bindgen(js_name = sendCrosstab, unchecked_return_type = "Promise<SentQuery>")]
 pub fn send_crosstab(
     #[wasm_bindgen(unchecked_param_type = "unknown")] request: JsValue,
@@ -119,7 +121,22 @@ async fn send(request: JsValue, options: JsValue) -> Result<JsValue, JsValue> {
         if aborted(&options.signal) {
             return Err(reason(&options.signal));
         }
-        let outcome = attempt_once(&options, &init, targets).await?;
+        let outcome = match attempt_once(&options, &init, targets).await? {
+            Err(NoAnswer::NotAResponse(what)) => {
+                let js = error(
+                    INVALID_ARGUMENT,
+                    &format!(
+                        "options.fetch resolved to something that is no Response ({what}); \
+                         the query may have reached the service: send it again with its \
+                         idempotencyKey."
+                    ),
+                );
+                let _ = Reflect::set(&js, &"idempotencyKey".into(), &key.as_str().into());
+                return Err(js);
+            }
+            Err(NoAnswer::Lost(failure)) => Err(failure),
+            Ok(answer) => Ok(answer),
+        };
         let wait = options.policy.wait_after(
             attempt,
             outcome.as_ref().ok().map(|(answer, _)| answer),
@@ -136,35 +153,57 @@ async fn send(request: JsValue, options: JsValue) -> Result<JsValue, JsValue> {
     }
 }
 
-/// One attempt: `Ok` with the answer (and whether it was replayed), or `Err` with what
-/// went wrong when no answer came. An aborted query throws instead.
+/// How an attempt ended without an answer to classify.
+enum NoAnswer {
+    /// None came (`fetch` or the body's `text()` failed): the query's fate is unknown,
+    /// and another attempt may get it.
+    Lost(JsValue),
+    /// `fetch` resolved to something that is no `Response`: the options' mistake, which
+    /// another attempt would repeat.
+    NotAResponse(String),
+}
+
+/// One attempt: `Ok` with the answer (and whether it was replayed), or `Err` with why no
+/// answer came. An aborted query throws instead.
 async fn attempt_once(
     options: &SendOptions,
     init: &Object,
     targets: usize,
-) -> Result<Result<(ParsedResponse, bool), JsValue>, JsValue> {
+) -> Result<Result<(ParsedResponse, bool), NoAnswer>, JsValue> {
     let answered = async {
-        let promise =
-            options
-                .fetch
-                .call2(&JsValue::UNDEFINED, &JsValue::from_str(&options.url), init)?;
-        let response = JsFuture::from(Promise::resolve(&promise)).await?;
-        let status = Reflect::get(&response, &"status".into())?
-            .as_f64()
-            .filter(|s| (0.0..=999.0).contains(s))
-            .ok_or_else(|| error(INVALID_ARGUMENT, "fetch answered without a status."))?;
-        let headers = Reflect::get(&response, &"headers".into())?;
-        let retry_after = header(&headers, "Retry-After")?;
-        let replayed = header(&headers, IDEMPOTENT_REPLAYED)?.as_deref() == Some("true");
-        let text = call_method(&response, "text", &[])?;
+        let promise = options
+            .fetch
+            .call2(&JsValue::UNDEFINED, &JsValue::from_str(&options.url), init)
+            .map_err(NoAnswer::Lost)?;
+        let response = JsFuture::from(Promise::resolve(&promise))
+            .await
+            .map_err(NoAnswer::Lost)?;
+        let not_a_response = |what: &str| NoAnswer::NotAResponse(what.to_owned());
+        let status = Reflect::get(&response, &"status".into())
+            .ok()
+            .and_then(|status| status.as_f64())
+            .filter(|s| s.fract() == 0.0 && (0.0..=999.0).contains(s))
+            .ok_or_else(|| not_a_response("its status is not an HTTP status code"))?;
+        let headers = Reflect::get(&response, &"headers".into())
+            .map_err(|_| not_a_response("its headers can't be read"))?;
+        let header = |name: &str| {
+            call_method(&headers, "get", &[name.into()])
+                .map(|value| value.as_string())
+                .map_err(|_| not_a_response("its headers.get(name) failed"))
+        };
+        let retry_after = header("Retry-After")?;
+        let replayed = header(IDEMPOTENT_REPLAYED)?.as_deref() == Some("true");
+        let text = call_method(&response, "text", &[])
+            .map_err(|_| not_a_response("its text() is not a method"))?;
         let text = JsFuture::from(Promise::resolve(&text))
-            .await?
+            .await
+            .map_err(NoAnswer::Lost)?
             .as_string()
-            .unwrap_or_default();
+            .ok_or_else(|| not_a_response("its text() gave no string"))?;
         let body = serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text));
         // A status in 0..=999 is exact in u16.
         let answer = parse_response(status as u16, &body, Some(targets), retry_after.as_deref());
-        Ok::<_, JsValue>((answer, replayed))
+        Ok::<_, NoAnswer>((answer, replayed))
     };
     match answered.await {
         Ok(answer) => Ok(Ok(answer)),
@@ -181,7 +220,19 @@ fn read_options(options: &JsValue) -> Result<SendOptions, JsValue> {
             "options must be an object with baseUrl and authorizer.",
         ));
     }
-    let get = |name: &str| Reflect::get(options, &JsValue::from_str(name));
+    // A getter that throws is the options' fault, named like any other bad option.
+    let get = |name: &str| {
+        Reflect::get(options, &JsValue::from_str(name)).map_err(|thrown| {
+            let why = thrown
+                .dyn_ref::<js_sys::Error>()
+                .and_then(|e| e.message().as_string())
+                .unwrap_or_else(|| "it threw".to_owned());
+            error(
+                INVALID_ARGUMENT,
+                &format!("options.{name} could not be read ({why})."),
+            )
+        })
+    };
     let string = |name: &str| -> Result<String, JsValue> {
         get(name)?
             .as_string()
@@ -283,11 +334,6 @@ fn fresh_key() -> Result<String, JsValue> {
     let mut key = [0u8; 16];
     bytes.copy_to(&mut key);
     Ok(key_from_bytes(key))
-}
-
-/// `headers.get(name)` of a fetch `Response`.
-fn header(headers: &JsValue, name: &str) -> Result<Option<String>, JsValue> {
-    Ok(call_method(headers, "get", &[name.into()])?.as_string())
 }
 
 /// Calls `target[name](...args)`.

@@ -82,25 +82,26 @@ extern "C" {
 }
 
 /// The JSON text a client would send for `value` (`JSON.stringify`): `None` when it
-/// sends no body (`undefined`, a function, a symbol).
-fn json_text(value: &JsValue) -> Result<Option<String>, ApiError> {
-    match stringify_text(value) {
-        Ok(text) => Ok(text),
-        Err(thrown) => {
-            let reason = thrown
-                .dyn_ref::<js_sys::Error>()
-                .and_then(|e| e.message().as_string())
-                .and_then(|m| m.lines().next().map(str::to_owned))
-                .unwrap_or_else(|| "JSON.stringify threw".to_owned());
-            Err(validate::unserializable(&reason))
-        }
-    }
+/// sends no body (`undefined`, a function, a symbol). When no client could send it
+/// (`JSON.stringify` throws), `unserializable` makes the refusal from the reason.
+fn json_text<E>(
+    value: &JsValue,
+    unserializable: impl FnOnce(&str) -> E,
+) -> Result<Option<String>, E> {
+    stringify_text(value).map_err(|thrown| {
+        let reason = thrown
+            .dyn_ref::<js_sys::Error>()
+            .and_then(|e| e.message().as_string())
+            .and_then(|m| m.lines().next().map(str::to_owned))
+            .unwrap_or_else(|| "JSON.stringify threw".to_owned());
+        unserializable(&reason)
+    })
 }
 
 /// Validates a JS value as a request: first JSON text, as a client would send it, then
 /// the server's own validation of those bytes.
 pub(crate) fn validate_js(value: &JsValue) -> Result<ValidRequest, ApiError> {
-    validate::validate_text(json_text(value)?.as_deref())
+    validate::validate_text(json_text(value, validate::unserializable)?.as_deref())
 }
 
 /// Validates a request body with exactly the server's rules. `value` is what you would
@@ -159,15 +160,23 @@ pub fn parse_response(
     }
     // A status in 0..=999 is exact in u16.
     let status = status as u16;
-    let body_value: serde_json::Value = if let Some(text) = body.as_string() {
-        // Raw text: parse it; text that is not JSON is kept as a string for the checks.
-        serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text))
-    } else {
-        match json_text(&body) {
-            Ok(Some(text)) => serde_json::from_str(&text).unwrap_or(serde_json::Value::Null),
-            _ => serde_json::Value::Null,
-        }
+    // Raw text, or a parsed body's JSON text; text that is not JSON is kept as a string
+    // for the checks, and no body at all (`undefined`) is checked as `null`.
+    let text = match body.as_string() {
+        Some(text) => Some(text),
+        None => json_text(&body, |reason| {
+            error(
+                INVALID_ARGUMENT,
+                &format!(
+                    "body must be the answer's body, as text or parsed JSON; no server sends \
+                     this one ({reason})."
+                ),
+            )
+        })?,
     };
+    let body_value = text.map_or(serde_json::Value::Null, |text| {
+        serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text))
+    });
     let target_count = match request.filter(|r| !r.is_undefined() && !r.is_null()) {
         None => None,
         Some(request) => {
@@ -219,7 +228,7 @@ pub fn retry_delay_ms(attempt: f64) -> f64 {
 
 /// A `CrosstabResult` as the contract allows it: `Stbl` 0 or 1, `WgtAud` at least 0.
 fn result_from_js(result: JsValue) -> Result<CrosstabResult, JsValue> {
-    let text = json_text(&result)
+    let text = json_text(&result, |_| ())
         .ok()
         .flatten()
         .ok_or_else(|| error(INVALID_ARGUMENT, "result must be a CrosstabResult object."))?;
@@ -313,14 +322,15 @@ pub use engine::Survey;
 
 #[cfg(feature = "engine")]
 mod engine {
-    use js_sys::{ArrayBuffer, Uint8Array};
+    use js_sys::{ArrayBuffer, Reflect, Uint8Array};
     use wasm_bindgen::prelude::*;
 
-    use crosstab_contract::app::TableRequest;
+    use crosstab_contract::app::{TableError, TableRequest};
     use crosstab_contract::{ApiError, CrosstabResponse, CrosstabResult};
 
     use super::{api_error, error, json_text, string_arg, to_js, validate_js, INVALID_ARGUMENT};
-    use crate::survey::{INVALID_SURVEY, INVALID_SURVEY_SOURCE};
+    use crate::survey::{INVALID_SURVEY, INVALID_SURVEY_SOURCE, OUT_OF_MEMORY};
+    use crosstab_engine::LoadError;
 
     #[wasm_bindgen(module = "/js/answer.js")]
     extern "C" {
@@ -382,19 +392,32 @@ mod engine {
         pub fn from_compiled(
             #[wasm_bindgen(unchecked_param_type = "Uint8Array | ArrayBuffer")] bytes: JsValue,
         ) -> Result<Survey, JsValue> {
-            let bytes = if let Some(array) = bytes.dyn_ref::<Uint8Array>() {
-                array.to_vec()
+            let array = if let Some(array) = bytes.dyn_ref::<Uint8Array>() {
+                array.clone()
             } else if let Some(buffer) = bytes.dyn_ref::<ArrayBuffer>() {
-                Uint8Array::new(buffer).to_vec()
+                Uint8Array::new(buffer)
             } else {
                 return Err(error(
                     INVALID_ARGUMENT,
                     "bytes must be a Uint8Array or an ArrayBuffer.",
                 ));
             };
-            crosstab_engine::Survey::from_bytes(&bytes)
-                .map(|inner| Survey { inner })
-                .map_err(|e| error(INVALID_SURVEY, &e.to_string()))
+            // The length as JS has it: `length()` is a u32, and an array may hold 2^32.
+            let length = Reflect::get(&array, &"length".into())
+                .ok()
+                .and_then(|length| length.as_f64())
+                .unwrap_or(0.0);
+            let loaded = match usize::try_from(length as u64) {
+                // Copied once, from JS straight into the survey's aligned memory.
+                Ok(len) => crosstab_engine::Survey::from_filled(len, |into| array.copy_to(into)),
+                Err(_) => Err(LoadError::OutOfMemory {
+                    bytes: length as u64,
+                }),
+            };
+            loaded.map(|inner| Survey { inner }).map_err(|e| match e {
+                LoadError::OutOfMemory { .. } => error(OUT_OF_MEMORY, &e.to_string()),
+                e => error(INVALID_SURVEY, &e.to_string()),
+            })
         }
 
         /// Imports a survey from its TOML definition and its respondent CSV text.
@@ -467,6 +490,7 @@ mod engine {
 
     /// A JS value as a table request, read from its JSON text as the server reads a body.
     fn table_request(value: &JsValue) -> Result<TableRequest, ApiError> {
-        crate::table_request(&json_text(value)?.unwrap_or_default())
+        let text = json_text(value, TableError::unserializable)?;
+        crate::table_request(text.as_deref().unwrap_or_default())
     }
 }

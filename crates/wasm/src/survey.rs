@@ -4,6 +4,9 @@
 
 /// Error code for bytes that are not a compiled survey (`Survey.fromCompiled`).
 pub const INVALID_SURVEY: &str = "invalid_survey";
+/// Error code for a compiled survey too large for the memory left to the module
+/// (`Survey.fromCompiled`; a WebAssembly page has 4 GiB at most).
+pub const OUT_OF_MEMORY: &str = "out_of_memory";
 /// Error code for a survey definition or CSV that does not import (`Survey.fromCsv`).
 pub const INVALID_SURVEY_SOURCE: &str = "invalid_survey_source";
 
