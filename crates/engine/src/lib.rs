@@ -7,6 +7,7 @@
 //! files, memory-maps installed surveys and keeps a data dir ([`store`]); without it the
 //! crate builds for `wasm32-unknown-unknown`.
 
+mod aligned;
 pub mod bitset;
 mod budget;
 mod builder;
@@ -28,6 +29,7 @@ mod survey;
 mod table;
 mod weights;
 
+pub use aligned::AlignedBytes;
 pub use bitset::{Bitset, Tally};
 pub use budget::{Evict, MemoryBudget};
 pub use cache::DOORKEEPER_BYTES;

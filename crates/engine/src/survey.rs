@@ -7,6 +7,7 @@ use std::sync::{Arc, OnceLock};
 use crosstab_contract::expr::NameKind;
 use crosstab_contract::Expr;
 
+use crate::aligned::AlignedBytes;
 use crate::bitset::Bitset;
 use crate::budget::MemoryBudget;
 use crate::cache::SetCache;
@@ -23,24 +24,11 @@ enum Backing {
     /// A read-only memory map of an installed survey file.
     #[cfg(feature = "fs")]
     Mapped(memmap2::Mmap),
-    /// Bytes copied into 8-aligned memory (WASM, or bytes from elsewhere).
-    Owned { words: Vec<u64>, len: usize },
+    /// Bytes in 8-aligned memory (WASM, or bytes from elsewhere).
+    Owned(AlignedBytes),
 }
 
 impl Backing {
-    /// `len` bytes in 8-aligned memory, written by `fill`; an error, not an abort, when
-    /// the memory can't be had (a WebAssembly page has 4 GiB at most).
-    fn filled(len: usize, fill: impl FnOnce(&mut [u8])) -> Result<Backing, LoadError> {
-        let count = len.div_ceil(8);
-        let mut words = Vec::new();
-        words
-            .try_reserve_exact(count)
-            .map_err(|_| LoadError::OutOfMemory { bytes: len as u64 })?;
-        words.resize(count, 0u64);
-        fill(&mut bytemuck::cast_slice_mut::<u64, u8>(&mut words)[..len]);
-        Ok(Backing::Owned { words, len })
-    }
-
     /// Maps an installed survey file.
     #[cfg(feature = "fs")]
     fn map(path: &std::path::Path) -> Result<Backing, LoadError> {
@@ -60,10 +48,7 @@ impl Backing {
         match self {
             #[cfg(feature = "fs")]
             Backing::Mapped(map) => map,
-            Backing::Owned { words, len } => {
-                let bytes: &[u8] = bytemuck::cast_slice(words);
-                &bytes[..*len]
-            }
+            Backing::Owned(bytes) => bytes.as_bytes(),
         }
     }
 }
@@ -111,14 +96,13 @@ impl Survey {
     /// budget of its own (a quarter of the survey at a byte a respondent for every column,
     /// within 1-256 MiB).
     pub fn from_bytes(bytes: &[u8]) -> Result<Survey, LoadError> {
-        Survey::from_filled(bytes.len(), |into| into.copy_from_slice(bytes))
+        Survey::from_aligned(AlignedBytes::copy_of(bytes)?)
     }
 
-    /// Loads a compiled survey of `len` bytes that `fill` writes straight into the
-    /// survey's own aligned memory: one copy from bytes held elsewhere (a JS
-    /// `Uint8Array`), with [`LoadError::OutOfMemory`] when there is no room for them.
-    pub fn from_filled(len: usize, fill: impl FnOnce(&mut [u8])) -> Result<Survey, LoadError> {
-        Survey::from_backing(Backing::filled(len, fill)?, None)
+    /// Loads a compiled survey from bytes already in aligned memory, which it keeps and
+    /// reads in place (no copy), with a cache budget of its own.
+    pub fn from_aligned(bytes: AlignedBytes) -> Result<Survey, LoadError> {
+        Survey::from_backing(Backing::Owned(bytes), None)
     }
 
     /// Loads a compiled survey from bytes, its caches drawing on `budget`.
@@ -126,8 +110,7 @@ impl Survey {
         bytes: &[u8],
         budget: &Arc<MemoryBudget>,
     ) -> Result<Survey, LoadError> {
-        let backing = Backing::filled(bytes.len(), |into| into.copy_from_slice(bytes))?;
-        Survey::from_backing(backing, Some(budget))
+        Survey::from_backing(Backing::Owned(AlignedBytes::copy_of(bytes)?), Some(budget))
     }
 
     /// Opens an installed survey file by memory map (loading reads only the header), with
@@ -642,13 +625,17 @@ mod tests {
             seed: 1,
         })
         .unwrap();
-        let filled = Survey::from_filled(bytes.len(), |into| into.copy_from_slice(&bytes)).unwrap();
-        assert_eq!(filled.respondents(), 500);
-        let error = Survey::from_filled(usize::MAX - 7, |_| unreachable!()).unwrap_err();
-        assert!(
-            matches!(error, LoadError::OutOfMemory { bytes } if bytes == (usize::MAX - 7) as u64),
-            "{error}"
-        );
+        let filled = AlignedBytes::filled(bytes.len() as u64, |into| into.copy_from_slice(&bytes));
+        let survey = Survey::from_aligned(filled.unwrap()).unwrap();
+        assert_eq!(survey.respondents(), 500);
+        assert_eq!(survey.backing.bytes(), bytes);
+        for len in [u64::MAX - 7, u64::MAX] {
+            let error = AlignedBytes::filled(len, |_| unreachable!()).unwrap_err();
+            assert!(
+                matches!(error, LoadError::OutOfMemory { bytes } if bytes == len),
+                "{error}"
+            );
+        }
     }
 
     /// A compiled survey of `rows` respondents, row `n` weighing `weight(n)` with `X = n % x`.

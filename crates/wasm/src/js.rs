@@ -330,7 +330,7 @@ mod engine {
 
     use super::{api_error, error, json_text, string_arg, to_js, validate_js, INVALID_ARGUMENT};
     use crate::survey::{INVALID_SURVEY, INVALID_SURVEY_SOURCE, OUT_OF_MEMORY};
-    use crosstab_engine::LoadError;
+    use crosstab_engine::{AlignedBytes, LoadError};
 
     #[wasm_bindgen(module = "/js/answer.js")]
     extern "C" {
@@ -407,13 +407,9 @@ mod engine {
                 .ok()
                 .and_then(|length| length.as_f64())
                 .unwrap_or(0.0);
-            let loaded = match usize::try_from(length as u64) {
-                // Copied once, from JS straight into the survey's aligned memory.
-                Ok(len) => crosstab_engine::Survey::from_filled(len, |into| array.copy_to(into)),
-                Err(_) => Err(LoadError::OutOfMemory {
-                    bytes: length as u64,
-                }),
-            };
+            // Copied once, from JS straight into the survey's aligned memory.
+            let loaded = AlignedBytes::filled(length as u64, |into| array.copy_to(into))
+                .and_then(crosstab_engine::Survey::from_aligned);
             loaded.map(|inner| Survey { inner }).map_err(|e| match e {
                 LoadError::OutOfMemory { .. } => error(OUT_OF_MEMORY, &e.to_string()),
                 e => error(INVALID_SURVEY, &e.to_string()),

@@ -4,7 +4,7 @@ use std::cell::RefCell;
 
 use crosstab_contract::app::{Table, TableRequest};
 use crosstab_contract::ApiError;
-use crosstab_engine::Survey;
+use crosstab_engine::{AlignedBytes, Survey};
 use serde::Serialize;
 
 use crate::protocol::{Answer, Call, GuidedDefinition, Opened, Payload, Reply};
@@ -31,8 +31,10 @@ pub fn answer(call: Call, payload: Payload) -> (Answer, Payload) {
                 .map(Reply::Opened),
             Payload::None,
         ),
-        (Call::OpenCompiled { from }, Payload::Bytes(bytes)) => (
-            open_compiled(&bytes, from).map(Reply::Opened),
+        (Call::OpenCompiled { from }, Payload::Compiled(bytes)) => (
+            bytes
+                .and_then(|bytes| open_compiled(bytes, from))
+                .map(Reply::Opened),
             Payload::None,
         ),
         (Call::Table(request), Payload::None) => (
@@ -73,9 +75,9 @@ fn open_csv(definition: &str, csv: &str, from: String) -> Result<Opened, String>
     Ok(open(survey, from))
 }
 
-/// Loads a compiled survey (the file `crosstab survey import` installs).
-fn open_compiled(bytes: &[u8], from: String) -> Result<Opened, String> {
-    let survey = Survey::from_bytes(bytes).map_err(|error| error.to_string())?;
+/// Loads a compiled survey (the file `crosstab survey import` installs), in place.
+fn open_compiled(bytes: AlignedBytes, from: String) -> Result<Opened, String> {
+    let survey = Survey::from_aligned(bytes).map_err(|error| error.to_string())?;
     Ok(open(survey, from))
 }
 
@@ -269,9 +271,13 @@ mod tests {
             .unwrap_err()
             .contains("without the file"));
         let not_a_survey = Call::OpenCompiled { from: "x".into() };
-        assert!(answer(not_a_survey, Payload::Bytes(b"nope".to_vec()))
-            .0
-            .is_err());
+        let nope = AlignedBytes::copy_of(b"nope").map_err(|e| e.to_string());
+        assert!(answer(not_a_survey, Payload::Compiled(nope)).0.is_err());
+        // Bytes too large to hold: their reason is the answer.
+        let too_large = Call::OpenCompiled { from: "x".into() };
+        let reason = "the survey's 5000000000 bytes do not fit in memory".to_owned();
+        let (answer_, _) = answer(too_large, Payload::Compiled(Err(reason.clone())));
+        assert_eq!(answer_.unwrap_err(), reason);
     }
 
     #[test]

@@ -4,6 +4,7 @@
 
 #[cfg(target_arch = "wasm32")]
 fn main() {
+    use crosstab_engine::AlignedBytes;
     use crosstab_web_worker::{wire, Payload};
     use wasm_bindgen::closure::Closure;
     use wasm_bindgen::{JsCast, JsValue};
@@ -17,7 +18,15 @@ fn main() {
             let payload = if let Some(text) = message.data.as_string() {
                 Payload::Text(text)
             } else if message.data.is_instance_of::<js_sys::Uint8Array>() {
-                Payload::Bytes(js_sys::Uint8Array::from(message.data).to_vec())
+                // Only a compiled survey comes as bytes: copied once, into its own
+                // memory. `length()` is a u32; an array may hold 2^32.
+                let array = js_sys::Uint8Array::from(message.data);
+                let length = js_sys::Reflect::get(&array, &"length".into())
+                    .ok()
+                    .and_then(|length| length.as_f64())
+                    .unwrap_or(0.0) as u64;
+                let bytes = AlignedBytes::filled(length, |into| array.copy_to(into));
+                Payload::Compiled(bytes.map_err(|error| error.to_string()))
             } else {
                 Payload::None
             };

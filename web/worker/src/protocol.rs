@@ -1,6 +1,7 @@
 //! What the page and the worker say to each other.
 
 use crosstab_contract::app::{Codebook, Table, TableRequest};
+use crosstab_engine::AlignedBytes;
 use serde::{Deserialize, Serialize};
 
 /// What the page asks of the worker.
@@ -34,8 +35,11 @@ pub enum Payload {
     None,
     /// A file's text.
     Text(String),
-    /// A file's (or a workbook's) bytes.
+    /// A workbook's bytes.
     Bytes(Vec<u8>),
+    /// A compiled survey's bytes, copied once from the page's array into the aligned
+    /// memory the survey reads in place; or why they could not be (too large).
+    Compiled(Result<AlignedBytes, String>),
 }
 
 /// The worker's answer to a call: what it did, or why it could not.
