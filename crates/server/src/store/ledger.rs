@@ -372,8 +372,8 @@ async fn write_loop(db: &Database, pending: &mut mpsc::UnboundedReceiver<Pending
         settle(&mut batch, result, started);
     }
     // Every bill is written: the connection is ended as the database expects.
-    if let Some((conn, _)) = held.0.take() {
-        if let Err(error) = conn.close().await {
+    if let Some(session) = held.0.take() {
+        if let Err(error) = session.conn.close().await {
             tracing::debug!(%error, "ledger connection not closed cleanly");
         }
     }
@@ -565,41 +565,221 @@ impl FileWriter {
 
 /// The writer's own connection, kept from batch to batch and opened again after a failure.
 #[derive(Default)]
-struct Held(Option<(PgConnection, Instant)>);
+struct Held(Option<Session>);
+
+/// A connection of the writer's, with what names its session on the server (to end it
+/// from another connection), and when it was last used.
+struct Session {
+    conn: PgConnection,
+    pid: i32,
+    started: String,
+    used: Instant,
+}
+
+impl Session {
+    async fn open(db: &Database) -> Result<Session, DbError> {
+        let mut conn = db.connect_postgres().await?;
+        let (pid, started): (i32, String) = sqlx::query_as(
+            "SELECT pid, backend_start::text FROM pg_stat_activity WHERE pid = pg_backend_pid()",
+        )
+        .fetch_one(&mut conn)
+        .await?;
+        Ok(Session {
+            conn,
+            pid,
+            started,
+            used: Instant::now(),
+        })
+    }
+}
 
 /// A connection idle longer than this is tested before a batch is written on it (the
 /// database may have restarted meanwhile): a failed test costs no bill, a failed write
 /// costs the batch's.
 const IDLE_TEST: Duration = Duration::from_secs(1);
 
+/// How a batch on PostgreSQL ended when it did not plainly commit.
+enum Unwritten {
+    /// Nothing of it can be in the database: it failed before its commit was sent, or
+    /// the database answered the commit with an error.
+    Not(DbError),
+    /// Its commit was sent and no answer came (or the batch ran out of time): it may be
+    /// in the database.
+    Unknown(DbError),
+}
+
+impl Unwritten {
+    /// A failure of the statement that commits: certain only when the database itself
+    /// answered (with an error); lost on the way, the commit may have taken.
+    fn of_commit(error: impl Into<DbError>) -> Unwritten {
+        match error.into() {
+            error @ DbError::Sqlx(sqlx::Error::Database(_)) => Unwritten::Not(error),
+            error => Unwritten::Unknown(error),
+        }
+    }
+}
+
+impl From<sqlx::Error> for Unwritten {
+    fn from(error: sqlx::Error) -> Unwritten {
+        Unwritten::Not(DbError::Sqlx(error))
+    }
+}
+
+impl From<DbError> for Unwritten {
+    fn from(error: DbError) -> Unwritten {
+        Unwritten::Not(error)
+    }
+}
+
 impl Held {
     /// Writes `batch` on the held connection (opened first if need be); after a failure
-    /// the connection is dropped, and the next batch opens another.
+    /// the connection is dropped, and the next batch opens another. Every step is timed
+    /// here too: a connection whose packets vanish fails no statement on the server, and
+    /// would hold every bill behind it until the kernel gives up (minutes). A batch whose
+    /// commit may have taken is looked for in the database ([`reconcile`]), so a call
+    /// billed is never answered 500 (its client would send it again, and pay twice).
     async fn write(&mut self, db: &Database, batch: &[Pending]) -> Result<Lost, DbError> {
-        if let Some((conn, used)) = &mut self.0 {
-            if used.elapsed() > IDLE_TEST && conn.ping().await.is_err() {
-                self.0 = None;
+        let statement = db.options.statement_timeout;
+        if let Some(session) = &mut self.0 {
+            if session.used.elapsed() > IDLE_TEST {
+                let tested = tokio::time::timeout(statement, session.conn.ping()).await;
+                if !matches!(tested, Ok(Ok(()))) {
+                    self.0 = None;
+                }
             }
         }
-        let (conn, used) = match &mut self.0 {
-            Some(held) => held,
-            None => self
-                .0
-                .insert((db.connect_postgres().await?, Instant::now())),
+        let session = match &mut self.0 {
+            Some(session) => session,
+            None => self.0.insert(Session::open(db).await?),
         };
-        let result = write_batch(conn, batch).await;
-        *used = Instant::now();
-        if result.is_err() {
-            self.0 = None;
+        // UPDATE, INSERT and COMMIT, each within the statement timeout, and a margin.
+        let limit = statement * 3 + Duration::from_secs(1);
+        let result = tokio::time::timeout(limit, write_batch(&mut session.conn, batch))
+            .await
+            .unwrap_or(Err(Unwritten::Unknown(DbError::TimedOut(limit))));
+        session.used = Instant::now();
+        let unwritten = match result {
+            Ok(lost) => return Ok(lost),
+            Err(unwritten) => unwritten,
+        };
+        // Dropped after the failure: the next batch opens another.
+        let failed = self.0.take();
+        match (unwritten, failed) {
+            (Unwritten::Not(error), _) | (Unwritten::Unknown(error), None) => Err(error),
+            (Unwritten::Unknown(error), Some(session)) => {
+                let found = tokio::time::timeout(limit, reconcile(db, &session, batch)).await;
+                match found {
+                    Ok(Ok(Some(lost))) => {
+                        tracing::warn!(%error, "ledger commit unanswered, but it took");
+                        Ok(lost)
+                    }
+                    Ok(Ok(None)) => Err(error),
+                    Ok(Err(reason)) => Err(unknown(batch, &error, &reason.to_string())),
+                    Err(_) => Err(unknown(batch, &error, "the database did not answer")),
+                }
+            }
         }
-        result
     }
+}
+
+/// The refusal of a batch whose commit may have taken: its requests are answered 500,
+/// and each is logged as possibly billed, to be reconciled with the ledger by hand.
+fn unknown(batch: &[Pending], error: &DbError, reason: &str) -> DbError {
+    for bill in batch.iter().flat_map(|answer| &answer.bills) {
+        tracing::error!(
+            request_id = &*bill.request_id,
+            "answered 500, yet perhaps billed: the ledger's commit went unanswered"
+        );
+    }
+    DbError::OutcomeUnknown(format!("{error}; not found out: {reason}"))
+}
+
+/// After a commit of `batch` on `session` went unanswered: `Some` with the answers whose
+/// key was lost when the batch is in the database, `None` when it is not. The session is
+/// ended first (from a new connection), so its commit cannot take after the look.
+async fn reconcile(
+    db: &Database,
+    session: &Session,
+    batch: &[Pending],
+) -> Result<Option<Lost>, DbError> {
+    let mut conn = db.connect_postgres().await?;
+    sqlx::query(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE pid = $1 AND backend_start::text = $2",
+    )
+    .bind(session.pid)
+    .bind(&session.started)
+    .execute(&mut conn)
+    .await?;
+    loop {
+        let gone: bool = sqlx::query_scalar(
+            "SELECT NOT EXISTS (SELECT 1 FROM pg_stat_activity \
+             WHERE pid = $1 AND backend_start::text = $2)",
+        )
+        .bind(session.pid)
+        .bind(&session.started)
+        .fetch_one(&mut conn)
+        .await?;
+        if gone {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // The kept answers the batch committed: only its transaction sets their rows so.
+    let kept: Vec<&KeptAnswer> = batch.iter().filter_map(|a| a.kept.as_ref()).collect();
+    let owners: Vec<String> = if kept.is_empty() {
+        Vec::new()
+    } else {
+        sqlx::query_scalar(
+            "SELECT k.owner FROM idempotency_keys AS k \
+             JOIN UNNEST($1::bigint[], $2::text[], $3::text[]) AS a (account_id, key, owner) \
+               ON k.account_id = a.account_id AND k.key = a.key AND k.owner = a.owner \
+             WHERE k.status = 200",
+        )
+        .bind(kept.iter().map(|k| k.account_id).collect::<Vec<_>>())
+        .bind(kept.iter().map(|k| &*k.key).collect::<Vec<_>>())
+        .bind(kept.iter().map(|k| &*k.owner).collect::<Vec<_>>())
+        .fetch_all(&mut conn)
+        .await?
+    };
+    let kept_now: HashSet<&str> = owners.iter().map(String::as_str).collect();
+    let lost = lost_keys(batch, &kept_now);
+    let landed = !kept_now.is_empty()
+        || match written(batch, &lost).next() {
+            Some(bill) => {
+                sqlx::query_scalar(
+                    "SELECT EXISTS (SELECT 1 FROM ledger_batches WHERE account_id = $1 \
+                 AND first_at <= $2 AND last_at >= $2 AND $3 = ANY (request_id))",
+                )
+                .bind(bill.account_id)
+                .bind(bill.at)
+                .bind(&*bill.request_id)
+                .fetch_one(&mut conn)
+                .await?
+            }
+            None => false,
+        };
+    Ok(landed.then_some(lost))
+}
+
+/// Which answers of `batch` lost their key: those with an answer to keep that the
+/// batch's transaction did not keep.
+fn lost_keys(batch: &[Pending], kept_now: &HashSet<&str>) -> Lost {
+    batch
+        .iter()
+        .map(|answer| {
+            answer
+                .kept
+                .as_ref()
+                .is_some_and(|kept| !kept_now.contains(&*kept.owner))
+        })
+        .collect()
 }
 
 /// The batch on PostgreSQL: one INSERT, which commits by itself, unless it keeps
 /// idempotent answers too; then one transaction, keeping the answers first (one UPDATE
 /// for all) and billing only the answers kept.
-async fn write_batch(conn: &mut PgConnection, batch: &[Pending]) -> Result<Lost, DbError> {
+async fn write_batch(conn: &mut PgConnection, batch: &[Pending]) -> Result<Lost, Unwritten> {
     let kept: Vec<&KeptAnswer> = batch
         .iter()
         .filter_map(|answer| answer.kept.as_ref())
@@ -609,7 +789,11 @@ async fn write_batch(conn: &mut PgConnection, batch: &[Pending]) -> Result<Lost,
     if kept.is_empty() {
         let bills: Vec<&Bill> = batch.iter().flat_map(|answer| &answer.bills).collect();
         fault_point(batch);
-        insert_columns(conn, bills).await?;
+        connection_lost(batch, Loss::Commit)?;
+        insert_columns(conn, bills)
+            .await
+            .map_err(Unwritten::of_commit)?;
+        connection_lost(batch, Loss::Reply)?;
         return Ok(vec![false; batch.len()]);
     }
     let mut tx = conn.begin().await?;
@@ -628,21 +812,15 @@ async fn write_batch(conn: &mut PgConnection, batch: &[Pending]) -> Result<Lost,
     .fetch_all(&mut *tx)
     .await?;
     let kept_now: HashSet<&str> = owners.iter().map(String::as_str).collect();
-    let lost: Lost = batch
-        .iter()
-        .map(|answer| {
-            answer
-                .kept
-                .as_ref()
-                .is_some_and(|kept| !kept_now.contains(&*kept.owner))
-        })
-        .collect();
+    let lost = lost_keys(batch, &kept_now);
     let bills: Vec<&Bill> = written(batch, &lost).collect();
     if !bills.is_empty() {
         insert_columns(&mut tx, bills).await?;
     }
     fault_point(batch);
-    tx.commit().await?;
+    connection_lost(batch, Loss::Commit)?;
+    tx.commit().await.map_err(Unwritten::of_commit)?;
+    connection_lost(batch, Loss::Reply)?;
     Ok(lost)
 }
 
@@ -654,6 +832,45 @@ fn fault_point(_batch: &[Pending]) {}
 /// A bill with this request id makes the writer panic before its batch is committed.
 #[cfg(test)]
 const PANIC_REQUEST_ID: &str = "test: the ledger writer panics";
+
+/// Where a batch's connection to PostgreSQL can be lost in a test: on the commit's way
+/// there (it never takes), or on its reply's way back (it took).
+#[derive(Debug, Clone, Copy)]
+enum Loss {
+    Commit,
+    Reply,
+}
+
+/// A lost connection, in tests: never, outside them.
+#[cfg(not(test))]
+fn connection_lost(_batch: &[Pending], _loss: Loss) -> Result<(), Unwritten> {
+    Ok(())
+}
+
+/// A bill with this request id has its batch's commit lost on its way.
+#[cfg(test)]
+const COMMIT_LOST_REQUEST_ID: &str = "test: the commit is lost on its way";
+
+/// A bill with this request id has its batch's commit taken, and the reply lost.
+#[cfg(test)]
+const REPLY_LOST_REQUEST_ID: &str = "test: the reply to the commit is lost";
+
+#[cfg(test)]
+fn connection_lost(batch: &[Pending], loss: Loss) -> Result<(), Unwritten> {
+    let request_id = match loss {
+        Loss::Commit => COMMIT_LOST_REQUEST_ID,
+        Loss::Reply => REPLY_LOST_REQUEST_ID,
+    };
+    let lost = batch
+        .iter()
+        .flat_map(|answer| &answer.bills)
+        .any(|bill| &*bill.request_id == request_id);
+    if lost {
+        let reset = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
+        return Err(Unwritten::Unknown(DbError::Sqlx(sqlx::Error::Io(reset))));
+    }
+    Ok(())
+}
 
 #[cfg(test)]
 #[allow(clippy::panic)]
@@ -846,6 +1063,88 @@ mod tests {
                 .unwrap();
         billed.sort();
         assert_eq!(billed, ["after", "before"]);
+        drop(ledger);
+        writer.finish().await;
+    }
+
+    /// On PostgreSQL, a batch whose commit went unanswered is looked for in the database:
+    /// one that took is answered as billed (a 500 would have its calls sent again, and
+    /// billed twice), with its kept answer; one that never took is refused, nothing
+    /// billed, and its key is still the request's to give back.
+    #[tokio::test]
+    async fn an_unanswered_postgres_commit_is_found_out() {
+        let Ok(url) = std::env::var("CROSSTAB_TEST_POSTGRES_URL") else {
+            eprintln!("CROSSTAB_TEST_POSTGRES_URL not set: PostgreSQL test skipped");
+            return;
+        };
+        let db = Database::connect(&url).await.unwrap();
+        let account_id = account(&db).await;
+        let (ledger, writer) = Ledger::start(db.clone());
+        let billed = || async {
+            let mut ids: Vec<String> =
+                sqlx::query_scalar("SELECT request_id FROM ledger WHERE account_id = $1")
+                    .bind(account_id)
+                    .fetch_all(db.pool())
+                    .await
+                    .unwrap();
+            ids.sort();
+            ids
+        };
+        ledger
+            .bill_all(vec![
+                bill(account_id, "took"),
+                bill(account_id, REPLY_LOST_REQUEST_ID),
+            ])
+            .await
+            .unwrap();
+        assert_eq!(billed().await, [REPLY_LOST_REQUEST_ID, "took"]);
+        let refused = ledger
+            .bill_all(vec![
+                bill(account_id, "never took"),
+                bill(account_id, COMMIT_LOST_REQUEST_ID),
+            ])
+            .await;
+        assert!(matches!(refused, Err(LedgerError::Write(_))), "{refused:?}");
+        assert_eq!(billed().await, [REPLY_LOST_REQUEST_ID, "took"]);
+
+        // With answers to keep: one transaction, found out the same way.
+        for (key, request_id, took) in [
+            ("kept", REPLY_LOST_REQUEST_ID, true),
+            ("not kept", COMMIT_LOST_REQUEST_ID, false),
+        ] {
+            let claim = Claim {
+                account_id,
+                key,
+                body_sha256: "ab",
+                owner: "holder",
+            };
+            let reserved = idempotency::reserve(&db, claim, 0, -1, -1).await.unwrap();
+            assert_eq!(reserved, Reservation::Reserved);
+            let kept = KeptAnswer {
+                account_id,
+                key: key.into(),
+                owner: "holder".into(),
+                body: axum::body::Bytes::from_static(b"{}"),
+            };
+            let answer = ledger
+                .bill_keeping(bill(account_id, request_id), kept)
+                .await;
+            assert_eq!(answer.is_ok(), took, "{key}: {answer:?}");
+            let status: Option<i32> = sqlx::query_scalar(
+                "SELECT status FROM idempotency_keys WHERE account_id = $1 AND key = $2",
+            )
+            .bind(account_id)
+            .bind(key)
+            .fetch_one(db.pool())
+            .await
+            .unwrap();
+            assert_eq!(status, took.then_some(200), "{key}");
+        }
+        assert_eq!(
+            billed().await,
+            [REPLY_LOST_REQUEST_ID, REPLY_LOST_REQUEST_ID, "took"]
+        );
+        ledger.bill(bill(account_id, "after")).await.unwrap();
         drop(ledger);
         writer.finish().await;
     }

@@ -71,6 +71,13 @@ pub enum DbError {
     /// No connection was made in time.
     #[error("database not connected within {0:?}")]
     ConnectTimedOut(Duration),
+    /// The database did not answer in time (its connection may be gone without a word).
+    #[error("database did not answer within {0:?}")]
+    TimedOut(Duration),
+    /// A commit was sent but neither its reply nor a later look at the database said
+    /// whether it took.
+    #[error("the outcome of a commit is unknown: {0}")]
+    OutcomeUnknown(String),
     /// A stored value breaks a rule the server keeps when writing it.
     #[error("corrupt database: {0}")]
     Corrupt(&'static str),
