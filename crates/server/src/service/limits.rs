@@ -335,7 +335,8 @@ impl RateLimits {
     /// Brings the daily count of every account with a quota that called lately in step
     /// with the ledger, which holds every replica's bills: run every second, so replicas
     /// together go past a quota by at most about a second of the others' calls. Reads
-    /// only the last minutes of each account's bills (older ones are counted once).
+    /// only the last minutes of each account's bills (older ones are counted once). A
+    /// failed read is the first error, after every other account is read.
     pub async fn share_quotas(&self) -> Result<(), ServiceError> {
         let now = self.clock.now_ms();
         let day = now.div_euclid(DAY_MS);
@@ -346,17 +347,25 @@ impl RateLimits {
             .filter(|(_, a)| now - a.last_admitted <= SHARED_WHILE_ACTIVE_MS)
             .map(|(id, a)| (*id, a.tally))
             .collect();
+        // One account's failed read leaves the others' counts to be brought in step.
+        let mut failed = None;
         for (account_id, tally) in active {
-            let fresh = self.read_tally(account_id, tally, now).await?;
-            if let Some(account) = self
-                .accounts()
-                .get_mut(&account_id)
-                .filter(|a| a.day == day)
-            {
-                account.apply(tally, fresh);
+            match self.read_tally(account_id, tally, now).await {
+                Ok(fresh) => {
+                    if let Some(account) = self
+                        .accounts()
+                        .get_mut(&account_id)
+                        .filter(|a| a.day == day)
+                    {
+                        account.apply(tally, fresh);
+                    }
+                }
+                Err(error) => {
+                    failed.get_or_insert(error);
+                }
             }
         }
-        Ok(())
+        failed.map_or(Ok(()), Err)
     }
 
     /// `tally` moved up to the bills now final, and the calls billed since.
