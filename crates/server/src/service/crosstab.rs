@@ -192,11 +192,21 @@ impl Crosstab {
             Some(key) => {
                 let key = idempotency_key_of(key)?;
                 match self.reserve(principal, &key, &body).await? {
-                    Held::Answered(body) => {
+                    Held::Answered(answer) => {
+                        // Given again only to a caller its grants still let ask it: keys
+                        // are the account's, so another of its callers may hold one.
+                        let valid = validate_body(&body)?;
+                        let request = &valid.request;
+                        if !principal
+                            .grants
+                            .permits(&request.survey_code, request.group_filter())
+                        {
+                            return Err(ApiError::ForbiddenSurvey.into());
+                        }
                         return Ok(Answer {
-                            body,
+                            body: answer,
                             replayed: true,
-                        })
+                        });
                     }
                     Held::Ours(reservation) => Some(reservation),
                 }

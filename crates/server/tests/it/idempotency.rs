@@ -62,6 +62,61 @@ async fn a_retry_with_the_same_key_and_body_is_answered_again_and_billed_once() 
     assert_eq!(fx.bills().await, 3);
 }
 
+/// A kept answer is given again only to a caller whose grants still let it ask the
+/// question: the key space is the account's, and one caller's grants may be narrower
+/// than another's, or narrowed since.
+#[tokio::test]
+async fn a_kept_answer_is_given_again_only_to_a_caller_entitled_to_it() {
+    use crosstab_server::grants::Grants;
+    use crosstab_server::service::principal::{Credential, Principal};
+    use crosstab_server::service::RequestId;
+    use crosstab_server::store::accounts;
+
+    let fx = Fixture::new().await;
+    let account_id = accounts::account_id(&fx.db, "acme").await.unwrap().unwrap();
+    let caller = |grants: &[(&str, &str)]| Principal {
+        account_id,
+        account: "acme".into(),
+        grants: Grants::from_rows(
+            grants
+                .iter()
+                .map(|(s, g)| ((*s).to_owned(), (*g).to_owned())),
+        ),
+        limits: accounts::AccountLimits::default(),
+        credential: Credential::Key("k".into()),
+    };
+    let whole = caller(&[("VEC", "*")]);
+    let body = axum::body::Bytes::from(common::request("VEC", None, "ALL", &["WOMEN"]).to_string());
+    let ask = |principal: &Principal| {
+        let (services, body) = (fx.services.clone(), body.clone());
+        let principal = principal.clone();
+        async move {
+            services
+                .crosstab
+                .answer(&principal, body, &RequestId("r".into()), Some("query-9"))
+                .await
+        }
+    };
+    let first = ask(&whole).await.unwrap();
+    assert!(!first.replayed);
+    let again = ask(&whole).await.unwrap();
+    assert!(again.replayed);
+    assert_eq!(again.body, first.body);
+    for narrower in [caller(&[("VEC", "N")]), caller(&[])] {
+        let refused = ask(&narrower).await.map(|answer| answer.replayed);
+        assert!(
+            matches!(
+                refused,
+                Err(crosstab_server::service::ServiceError::Rejected(
+                    crosstab_contract::ApiError::ForbiddenSurvey
+                ))
+            ),
+            "{refused:?}"
+        );
+    }
+    assert_eq!(fx.bills().await, 1);
+}
+
 /// Keys past their day are purged (what `serve` runs every second), and only those.
 #[tokio::test]
 async fn keys_past_their_day_are_purged() {
