@@ -319,7 +319,8 @@ pub struct KeyInfo {
 pub struct NewKeyRequest {
     /// `live` or `test`.
     pub env: String,
-    /// Days until the key expires; `null`, absent or 0 for no expiry.
+    /// Days until the key expires (at most 36525: 100 years); `null`, absent or 0 for
+    /// no expiry.
     #[serde(default)]
     pub expires_in_days: Option<u32>,
 }

@@ -14,7 +14,7 @@ use crosstab_engine::{import, ImportError, LoadError, MemoryBudget};
 use crate::clock::{now_ms, SystemClock};
 use crate::grants::GrantSpec;
 use crate::http::listener::Limits;
-use crate::keys::KeyEnv;
+use crate::keys::{KeyEnv, MAX_LIFETIME_DAYS};
 use crate::report::{self, Format};
 use crate::serve::{self, ServeError, ServeOptions};
 use crate::service::cache::{ResponseCache, DEFAULT_ENTRIES};
@@ -23,6 +23,7 @@ use crate::service::memory;
 use crate::service::sso::jwks::KeySets;
 use crate::service::sso::saml::SamlIdp;
 use crate::service::sso::signing;
+use crate::service::transport;
 use crate::service::Settings;
 use crate::service::{replicas, users};
 use crate::store::accounts::AccountLimits;
@@ -576,16 +577,13 @@ fn parse_lifetime(text: &str) -> Result<Duration, String> {
     }
     .ok_or_else(error)?;
     // Longer would print as "never" (beyond chrono's dates) yet still expire.
-    if seconds > MAX_LIFETIME_DAYS * 86_400 {
+    if seconds > u64::from(MAX_LIFETIME_DAYS) * 86_400 {
         return Err(format!(
             "lifetime '{text}' is over {MAX_LIFETIME_DAYS} days: leave out --expires-in for a key that never expires"
         ));
     }
     Ok(Duration::from_secs(seconds))
 }
-
-/// The longest `--expires-in` (100 years).
-const MAX_LIFETIME_DAYS: u64 = 36_525;
 
 /// Parses `--since`: a date (midnight UTC) or an RFC 3339 time, to Unix ms.
 fn parse_since(text: &str) -> Result<i64, CliError> {
@@ -973,6 +971,13 @@ async fn sso(command: SsoCommand) -> Result<(), CliError> {
                 return Err(CliError::Usage(format!(
                     "--issuer '{issuer}' is not an http(s) URL"
                 )));
+            }
+            if !transport::is_private(&issuer) {
+                eprintln!(
+                    "warning: '{issuer}' is plain http to another machine: its signing keys \
+                     cross the network unprotected, and whoever can change them can sign \
+                     tokens for its accounts; use https"
+                );
             }
             let idp = IdentityProvider {
                 name,

@@ -14,6 +14,10 @@ const SECRET_BYTES: usize = 32;
 /// Length of a 32-byte secret in unpadded base64url.
 const SECRET_CHARS: usize = 43;
 
+/// The longest lifetime a key is given (100 years): a later expiry is past the dates
+/// the app and the CLI can show. Leaving the expiry out makes a key that never expires.
+pub const MAX_LIFETIME_DAYS: u32 = 36_525;
+
 /// The environment a key is for; keys of one never work as keys of the other by mistake.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum)]
 pub enum KeyEnv {

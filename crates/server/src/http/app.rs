@@ -79,7 +79,7 @@ impl IntoResponse for AppFailure {
             AppError::NotFound => AppErrorCode::NotFound,
             AppError::BadRequest(_) => AppErrorCode::InvalidRequest,
             AppError::NotConfigured => AppErrorCode::NotConfigured,
-            AppError::TooManyKeys => AppErrorCode::TooManyKeys,
+            AppError::TooManyKeys | AppError::KeysPerDay => AppErrorCode::TooManyKeys,
             AppError::TablesUpstream => AppErrorCode::NotConfigured,
         };
         let mut response = envelope(code, error.to_string());

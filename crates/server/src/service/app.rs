@@ -22,8 +22,8 @@ use super::upstream::Upstream;
 use super::users::{self, SignIn, UnknownNames, User, UserError};
 use super::{RequestId, ServiceError, Services};
 use crate::grants::{Grants, SurveyGrant};
-use crate::keys::{KeyEnv, NewKey};
-use crate::store::accounts::{self, KeyInfo};
+use crate::keys::{KeyEnv, NewKey, MAX_LIFETIME_DAYS};
+use crate::store::accounts::{self, KeyCreation, KeyInfo, KeyLimits};
 use crate::store::usage::{self, DailyUsage};
 use crate::store::{sessions, upstream_keys, DbError};
 
@@ -34,6 +34,10 @@ pub const SESSION_LIFETIME_MS: i64 = 12 * 60 * 60 * 1000;
 /// every new key is a write and drops every server's key cache, so a loop of creations
 /// must stop somewhere. Operators' `crosstab key create` is not limited.
 pub const MAX_USABLE_KEYS: usize = 20;
+
+/// Keys the app creates for an account in 24 hours, revoked ones too: creating and
+/// revoking in turn would otherwise never reach [`MAX_USABLE_KEYS`].
+pub const MAX_KEYS_PER_DAY: usize = 50;
 
 /// Why an app call failed.
 #[derive(Debug, thiserror::Error)]
@@ -65,6 +69,12 @@ pub enum AppError {
     /// The account already holds as many usable keys as the app lets it create.
     #[error("An account holds at most {MAX_USABLE_KEYS} usable keys: revoke one first.")]
     TooManyKeys,
+    /// The account created as many keys in the last 24 hours as the app allows.
+    #[error(
+        "The app creates at most {MAX_KEYS_PER_DAY} keys a day for an account: try again \
+         tomorrow, or ask an operator (`crosstab key create`)."
+    )]
+    KeysPerDay,
     /// Tables need this server's engine (their reliability figures need sums `/v1` does
     /// not give), and with `--upstream` queries run elsewhere.
     #[error(
@@ -267,13 +277,25 @@ impl AppService {
         let env = KeyEnv::from_name(env)
             .ok_or_else(|| AppError::BadRequest("env is 'live' or 'test'.".into()))?;
         let now = self.services.clock.now_ms();
-        let expires_at = expires_in_days
-            .filter(|d| *d > 0)
-            .map(|d| now + i64::from(d) * 86_400_000);
-        let limit = i64::try_from(MAX_USABLE_KEYS).unwrap_or(i64::MAX);
-        accounts::create_key_within(&self.services.db, &user.account, env, expires_at, limit)
+        let days = expires_in_days.filter(|d| *d > 0);
+        if days.is_some_and(|days| days > MAX_LIFETIME_DAYS) {
+            return Err(AppError::BadRequest(format!(
+                "expiresInDays is at most {MAX_LIFETIME_DAYS} (100 years); leave it out \
+                 for a key that never expires."
+            )));
+        }
+        let expires_at = days.map(|d| now + i64::from(d) * 86_400_000);
+        let limits = KeyLimits {
+            usable: i64::try_from(MAX_USABLE_KEYS).unwrap_or(i64::MAX),
+            per_day: i64::try_from(MAX_KEYS_PER_DAY).unwrap_or(i64::MAX),
+        };
+        match accounts::create_key_within(&self.services.db, &user.account, env, expires_at, limits)
             .await?
-            .ok_or(AppError::TooManyKeys)
+        {
+            KeyCreation::Created(key) => Ok(key),
+            KeyCreation::TooManyUsable => Err(AppError::TooManyKeys),
+            KeyCreation::TooManyToday => Err(AppError::KeysPerDay),
+        }
     }
 
     /// Revokes key `id` if it is one of `user`'s account's.

@@ -11,6 +11,7 @@ pub mod memory;
 pub mod principal;
 pub mod replicas;
 pub mod sso;
+pub mod transport;
 pub mod upstream;
 pub mod users;
 

@@ -29,10 +29,19 @@ pub struct Upstream {
 }
 
 impl Upstream {
-    /// A client for `base` (ending in `/v1`).
+    /// A client for `base` (ending in `/v1`). It follows no redirect: one would carry the
+    /// account's key (a header of our own, which redirects keep) to wherever it points.
     pub fn new(base: &str) -> Result<Upstream, Unreachable> {
+        if !super::transport::is_private(base) {
+            tracing::warn!(
+                upstream = base,
+                "the upstream is plain http to another machine: accounts' keys cross the \
+                 network readable; use https"
+            );
+        }
         let client = reqwest::Client::builder()
             .timeout(Duration::from_secs(30))
+            .redirect(reqwest::redirect::Policy::none())
             .build()
             .map_err(|error| Unreachable(format!("HTTP client not built: {error}")))?;
         Ok(Upstream {
@@ -71,6 +80,19 @@ impl Upstream {
             // that never opened. A timeout, or a 2xx-4xx whose body broke off, may follow a
             // committed bill, so sending it again could bill the user twice.
             let outcome = match sent {
+                Ok(response) if response.status().is_redirection() => {
+                    // Not followed (the key would go along); not retried (it may follow a
+                    // bill, as any answer may).
+                    let to = response
+                        .headers()
+                        .get(reqwest::header::LOCATION)
+                        .and_then(|to| to.to_str().ok())
+                        .unwrap_or("nowhere");
+                    return Err(Unreachable(format!(
+                        "it answered {} to {to}, which is not followed",
+                        response.status()
+                    )));
+                }
                 Ok(response) => {
                     let status = response.status().as_u16();
                     match response.bytes().await {

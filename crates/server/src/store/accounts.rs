@@ -140,16 +140,35 @@ pub async fn create_key(
     Ok(key)
 }
 
-/// Creates a key for the existing account `account` unless it already holds `limit`
-/// usable keys (unrevoked, unexpired): `None` then. Concurrent calls for one account
-/// take its row in turn, so the limit holds.
+/// How many keys an account may have made for it (by the app).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeyLimits {
+    /// Usable keys (unrevoked, unexpired) it may hold.
+    pub usable: i64,
+    /// Keys it may create in 24 hours, revoked ones too.
+    pub per_day: i64,
+}
+
+/// What [`create_key_within`] did.
+#[derive(Debug)]
+pub enum KeyCreation {
+    /// The key, created.
+    Created(NewKey),
+    /// None: the account holds [`KeyLimits::usable`] usable keys.
+    TooManyUsable,
+    /// None: the account created [`KeyLimits::per_day`] keys in the last 24 hours.
+    TooManyToday,
+}
+
+/// Creates a key for the existing account `account` within `limits`. Concurrent calls
+/// for one account take its row in turn, so the limits hold.
 pub async fn create_key_within(
     db: &Database,
     account: &str,
     env: KeyEnv,
     expires_at: Option<i64>,
-    limit: i64,
-) -> Result<Option<NewKey>, DbError> {
+    limits: KeyLimits,
+) -> Result<KeyCreation, DbError> {
     let now = now_ms();
     let mut tx = db.pool().begin().await?;
     // A write first: SQLite's write lock, PostgreSQL's row lock, held to the commit.
@@ -166,15 +185,25 @@ pub async fn create_key_within(
     .bind(now)
     .fetch_one(&mut *tx)
     .await?;
-    if usable >= limit {
-        // Dropping `tx` rolls back: nothing was written.
-        return Ok(None);
+    // Dropping `tx` rolls back: nothing was written.
+    if usable >= limits.usable {
+        return Ok(KeyCreation::TooManyUsable);
+    }
+    let today: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM api_keys WHERE account_id = $1 AND created_at > $2",
+    )
+    .bind(account_id)
+    .bind(now - 86_400_000)
+    .fetch_one(&mut *tx)
+    .await?;
+    if today >= limits.per_day {
+        return Ok(KeyCreation::TooManyToday);
     }
     let key = keys::generate(env);
     insert_key(&mut tx, &key, account_id, now, expires_at).await?;
     tx.commit().await?;
     signal_key_change(db);
-    Ok(Some(key))
+    Ok(KeyCreation::Created(key))
 }
 
 /// Stores `key` (its hash) for `account_id` and bumps the key revision.
@@ -199,7 +228,9 @@ async fn insert_key(
     bump_revision(conn).await
 }
 
-/// Revokes a key; `false` if there is no such key (revoking twice is fine).
+/// Revokes a key; `false` if there is no such key (revoking twice is fine). Only a key
+/// revoked now is a change servers are told of: revoking one again writes nothing, so a
+/// loop of it cannot keep emptying every server's key cache.
 pub async fn revoke_key(db: &Database, key_id: &str) -> Result<bool, DbError> {
     let mut tx = db.pool().begin().await?;
     let found = sqlx::query("SELECT id FROM api_keys WHERE id = $1")
@@ -207,16 +238,19 @@ pub async fn revoke_key(db: &Database, key_id: &str) -> Result<bool, DbError> {
         .fetch_optional(&mut *tx)
         .await?
         .is_some();
-    if found {
-        sqlx::query("UPDATE api_keys SET revoked_at = $1 WHERE id = $2 AND revoked_at IS NULL")
+    let revoked_now = found
+        && sqlx::query("UPDATE api_keys SET revoked_at = $1 WHERE id = $2 AND revoked_at IS NULL")
             .bind(now_ms())
             .bind(key_id)
             .execute(&mut *tx)
-            .await?;
+            .await?
+            .rows_affected()
+            > 0;
+    if revoked_now {
         bump_revision(&mut tx).await?;
     }
     tx.commit().await?;
-    if found {
+    if revoked_now {
         signal_key_change(db);
     }
     Ok(found)

@@ -6,6 +6,7 @@ use axum::http::StatusCode;
 use crosstab_server::keys::KeyEnv;
 use crosstab_server::service::replicas::Copier;
 use crosstab_server::service::users::{self, SignIn};
+use crosstab_server::store::accounts::KeyCreation;
 use crosstab_server::store::{accounts, usage, Backend, Database};
 
 use crate::common::*;
@@ -106,17 +107,31 @@ async fn postgres_keys_grants_ledger_and_usage() {
     let keys = accounts::list_keys(&db, Some(&account)).await.unwrap();
     assert_eq!(keys.len(), 2);
     // The app's limited creation: one usable key left (the other is revoked).
-    let within = |limit| accounts::create_key_within(&db, &account, KeyEnv::Test, None, limit);
-    assert!(within(1).await.unwrap().is_none(), "at the limit");
+    let limits = |usable, per_day| accounts::KeyLimits { usable, per_day };
+    let within = |limits| accounts::create_key_within(&db, &account, KeyEnv::Test, None, limits);
+    assert!(
+        matches!(
+            within(limits(1, 10)).await.unwrap(),
+            KeyCreation::TooManyUsable
+        ),
+        "at the limit"
+    );
+    // Two made today already: none more at two a day, whatever is usable.
+    assert!(matches!(
+        within(limits(10, 2)).await.unwrap(),
+        KeyCreation::TooManyToday
+    ));
     // One place left, eight asking at once: the account's row lock lets exactly one in.
     let racers: Vec<_> = (0..8)
         .map(|_| {
             let (db, account) = (db.clone(), account.clone());
             tokio::spawn(async move {
-                accounts::create_key_within(&db, &account, KeyEnv::Test, None, 2)
-                    .await
-                    .unwrap()
-                    .is_some()
+                let limits = accounts::KeyLimits {
+                    usable: 2,
+                    per_day: 10,
+                };
+                let made = accounts::create_key_within(&db, &account, KeyEnv::Test, None, limits);
+                matches!(made.await.unwrap(), KeyCreation::Created(_))
             })
         })
         .collect();

@@ -596,6 +596,36 @@ async fn a_200_that_breaks_off_is_not_retried() {
     );
 }
 
+/// An upstream that redirects is not followed: the account's key would go wherever the
+/// redirect points (redirects keep a header of our own).
+#[tokio::test]
+async fn a_redirecting_upstream_is_not_followed() {
+    let (elsewhere, reached) = scripted_upstream(vec![]).await;
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counter = Arc::clone(&calls);
+    let to = format!("{elsewhere}/crosstab");
+    let router = Router::new().route(
+        "/v1/crosstab",
+        axum::routing::post(move || {
+            counter.fetch_add(1, Ordering::SeqCst);
+            let to = to.clone();
+            async move { (StatusCode::TEMPORARY_REDIRECT, [("location", to)]) }
+        }),
+    );
+    let base = format!("{}/v1", listen(router).await);
+    let app = app_with(Some(Upstream::new(&base).unwrap())).await;
+    let ann = app.session("ann").await;
+    let body = request("VEC", None, "ALL", &["WOMEN"]);
+    let (parts, answer) = app.post(&ann, "/app/api/crosstab", &body).await;
+    assert_eq!(parts.status, StatusCode::BAD_GATEWAY, "{answer}");
+    assert_eq!(calls.load(Ordering::SeqCst), 1, "not retried");
+    assert_eq!(
+        reached.load(Ordering::SeqCst),
+        0,
+        "the key went nowhere else"
+    );
+}
+
 #[tokio::test]
 async fn the_upstream_client_retries_5xx_never_4xx_and_passes_answers_through() {
     let (base, calls) = scripted_upstream(vec![
@@ -880,6 +910,70 @@ async fn the_app_stops_creating_keys_at_the_usable_limit() {
         .post(&ann, "/app/api/keys", &json!({"env": "live"}))
         .await;
     assert_eq!(parts.status, StatusCode::OK);
+}
+
+/// Creating and revoking in turn never reaches the usable limit, so creations are
+/// counted per day too; revoking a revoked key changes nothing, and tells no server to
+/// drop its caches. A key's lifetime is bounded, so every listed date can be shown.
+#[tokio::test]
+async fn the_app_creates_a_bounded_number_of_keys_a_day() {
+    use crosstab_server::service::app::MAX_KEYS_PER_DAY;
+    use crosstab_server::store::accounts;
+    let app = app_with(None).await;
+    let ann = app.session("ann").await;
+    let (_, listed) = app.get(&ann, "/app/api/keys").await;
+    let before = listed.as_array().unwrap().len();
+    let mut refused = None;
+    for _ in 0..MAX_KEYS_PER_DAY + 1 {
+        let (parts, created) = app
+            .post(&ann, "/app/api/keys", &json!({"env": "test"}))
+            .await;
+        if parts.status != StatusCode::OK {
+            refused = Some((parts.status, created));
+            break;
+        }
+        let id = created["id"].as_str().unwrap().to_owned();
+        assert_eq!(app.revoke(&ann, &id).await, StatusCode::NO_CONTENT);
+        // Again: found, but nothing changes.
+        let revision = accounts::key_revision(&app.fx.db).await.unwrap();
+        assert_eq!(app.revoke(&ann, &id).await, StatusCode::NO_CONTENT);
+        assert_eq!(accounts::key_revision(&app.fx.db).await.unwrap(), revision);
+    }
+    let (status, body) = refused.expect("refused within the day's number");
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert_eq!(body["error"]["code"], "too_many_keys");
+    assert!(
+        body["error"]["message"].as_str().unwrap().contains("a day"),
+        "{body}"
+    );
+    let (_, listed) = app.get(&ann, "/app/api/keys").await;
+    let created_today = listed.as_array().unwrap().len() - before;
+    assert!(created_today <= MAX_KEYS_PER_DAY, "{created_today}");
+
+    let app = app_with(None).await;
+    let ann = app.session("ann").await;
+    let (parts, body) = app
+        .post(
+            &ann,
+            "/app/api/keys",
+            &json!({"env": "test", "expiresInDays": 100_000_000}),
+        )
+        .await;
+    assert_eq!(parts.status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(
+        body["error"]["message"].as_str().unwrap().contains("36525"),
+        "{body}"
+    );
+    let (parts, _) = app
+        .post(
+            &ann,
+            "/app/api/keys",
+            &json!({"env": "test", "expiresInDays": 36_525}),
+        )
+        .await;
+    assert_eq!(parts.status, StatusCode::OK);
+    let (parts, listed) = app.get(&ann, "/app/api/keys").await;
+    assert_eq!(parts.status, StatusCode::OK, "{listed}");
 }
 
 /// `{"expression": e}` for each of `targets`.

@@ -147,17 +147,7 @@ impl KeySets {
             issuer.trim_end_matches('/')
         );
         let discovery = self.get_json(&discovery_url).await?;
-        // OpenID Connect Discovery §4.3: the document must name the issuer it was asked of.
-        if discovery.get("issuer").and_then(|v| v.as_str()) != Some(issuer) {
-            return Err(FetchError::Discovery(
-                issuer.to_owned(),
-                "its issuer is not the one configured",
-            ));
-        }
-        let jwks_uri = discovery
-            .get("jwks_uri")
-            .and_then(|v| v.as_str())
-            .ok_or_else(|| FetchError::Discovery(issuer.to_owned(), "no jwks_uri"))?;
+        let jwks_uri = key_set_url(issuer, &discovery)?;
         let set = self.get_json(jwks_uri).await?;
         let keys = verifying_keys(&set);
         let count = keys.len();
@@ -184,7 +174,7 @@ impl KeySets {
             .client
             .as_ref()
             .map_err(|error| failed(error.clone()))?;
-        let response = client
+        let mut response = client
             .get(url)
             .header("accept", "application/json")
             .send()
@@ -199,12 +189,35 @@ impl KeySets {
         {
             return Err(failed("document too large".to_owned()));
         }
-        let bytes = response.bytes().await.map_err(|e| failed(e.to_string()))?;
-        if bytes.len() > MAX_DOCUMENT_BYTES {
-            return Err(failed("document too large".to_owned()));
+        // Read as it comes, so a document without a length stops at the limit too.
+        let mut bytes = Vec::new();
+        while let Some(chunk) = response.chunk().await.map_err(|e| failed(e.to_string()))? {
+            if bytes.len() + chunk.len() > MAX_DOCUMENT_BYTES {
+                return Err(failed("document too large".to_owned()));
+            }
+            bytes.extend_from_slice(&chunk);
         }
         serde_json::from_slice(&bytes).map_err(|e| failed(e.to_string()))
     }
+}
+
+/// Where `issuer`'s discovery document says its keys are. The document must name the
+/// issuer it was asked of (OpenID Connect Discovery §4.3), and an https issuer's keys
+/// come over https too: a plain http key set could be replaced on the way, and with it
+/// every token of the issuer's accounts.
+fn key_set_url<'a>(issuer: &str, discovery: &'a serde_json::Value) -> Result<&'a str, FetchError> {
+    let refused = |why| FetchError::Discovery(issuer.to_owned(), why);
+    if discovery.get("issuer").and_then(|v| v.as_str()) != Some(issuer) {
+        return Err(refused("its issuer is not the one configured"));
+    }
+    let jwks_uri = discovery
+        .get("jwks_uri")
+        .and_then(|v| v.as_str())
+        .ok_or_else(|| refused("no jwks_uri"))?;
+    if issuer.starts_with("https://") && !jwks_uri.starts_with("https://") {
+        return Err(refused("its jwks_uri is not https"));
+    }
+    Ok(jwks_uri)
 }
 
 /// The signing keys of a JWK set (`{"keys": [...]}`) by key id; keys without an id, for
@@ -258,6 +271,37 @@ fn verifying_key(jwk: &Jwk) -> Option<VerifyingKey> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_https_issuers_keys_come_over_https_from_its_own_document() {
+        let https = "https://idp.example.com";
+        let doc =
+            |issuer: &str, jwks: &str| serde_json::json!({"issuer": issuer, "jwks_uri": jwks});
+        let keys = doc(https, "https://keys.example.com/jwks");
+        assert_eq!(
+            key_set_url(https, &keys).unwrap(),
+            "https://keys.example.com/jwks"
+        );
+        let why = |issuer, document| match key_set_url(issuer, &document) {
+            Err(FetchError::Discovery(_, why)) => why,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            why(https, doc(https, "http://keys.example.com/jwks")),
+            "its jwks_uri is not https"
+        );
+        assert_eq!(
+            why(https, doc("https://other.example.com", "https://k/")),
+            "its issuer is not the one configured"
+        );
+        assert_eq!(
+            why(https, serde_json::json!({"issuer": https})),
+            "no jwks_uri"
+        );
+        // An http issuer was the operator's choice (warned of when added).
+        let http = "http://127.0.0.1:9000";
+        assert!(key_set_url(http, &doc(http, "http://127.0.0.1:9000/jwks")).is_ok());
+    }
 
     #[test]
     fn only_signing_keys_of_the_three_types_are_kept_each_with_its_own_algorithm() {
