@@ -999,6 +999,28 @@ mod tests {
         }
     }
 
+    /// The request ids of `account_id`'s bills, sorted.
+    async fn billed(db: &Database, account_id: i64) -> Vec<String> {
+        let mut ids: Vec<String> =
+            sqlx::query_scalar("SELECT request_id FROM ledger WHERE account_id = $1")
+                .bind(account_id)
+                .fetch_all(db.pool())
+                .await
+                .unwrap();
+        ids.sort();
+        ids
+    }
+
+    /// The throwaway PostgreSQL's URL (`CROSSTAB_TEST_POSTGRES_URL`); `None`, and the
+    /// test skipped, without one.
+    fn postgres_url() -> Option<String> {
+        let url = std::env::var("CROSSTAB_TEST_POSTGRES_URL").ok();
+        if url.is_none() {
+            eprintln!("CROSSTAB_TEST_POSTGRES_URL not set: PostgreSQL test skipped");
+        }
+        url
+    }
+
     /// A new account's id (made with a key, as accounts are).
     async fn account(db: &Database) -> i64 {
         let name = format!("panic-{}", uuid::Uuid::new_v4().simple());
@@ -1055,14 +1077,7 @@ mod tests {
         assert_eq!(unanswered, 1, "the kept answer was not rolled back");
         assert!(ledger.is_alive());
         ledger.bill(bill(account_id, "after")).await.unwrap();
-        let mut billed: Vec<String> =
-            sqlx::query_scalar("SELECT request_id FROM ledger WHERE account_id = $1")
-                .bind(account_id)
-                .fetch_all(db.pool())
-                .await
-                .unwrap();
-        billed.sort();
-        assert_eq!(billed, ["after", "before"]);
+        assert_eq!(billed(db, account_id).await, ["after", "before"]);
         drop(ledger);
         writer.finish().await;
     }
@@ -1073,23 +1088,12 @@ mod tests {
     /// billed, and its key is still the request's to give back.
     #[tokio::test]
     async fn an_unanswered_postgres_commit_is_found_out() {
-        let Ok(url) = std::env::var("CROSSTAB_TEST_POSTGRES_URL") else {
-            eprintln!("CROSSTAB_TEST_POSTGRES_URL not set: PostgreSQL test skipped");
+        let Some(url) = postgres_url() else {
             return;
         };
         let db = Database::connect(&url).await.unwrap();
         let account_id = account(&db).await;
         let (ledger, writer) = Ledger::start(db.clone());
-        let billed = || async {
-            let mut ids: Vec<String> =
-                sqlx::query_scalar("SELECT request_id FROM ledger WHERE account_id = $1")
-                    .bind(account_id)
-                    .fetch_all(db.pool())
-                    .await
-                    .unwrap();
-            ids.sort();
-            ids
-        };
         ledger
             .bill_all(vec![
                 bill(account_id, "took"),
@@ -1097,7 +1101,10 @@ mod tests {
             ])
             .await
             .unwrap();
-        assert_eq!(billed().await, [REPLY_LOST_REQUEST_ID, "took"]);
+        assert_eq!(
+            billed(&db, account_id).await,
+            [REPLY_LOST_REQUEST_ID, "took"]
+        );
         let refused = ledger
             .bill_all(vec![
                 bill(account_id, "never took"),
@@ -1105,7 +1112,10 @@ mod tests {
             ])
             .await;
         assert!(matches!(refused, Err(LedgerError::Write(_))), "{refused:?}");
-        assert_eq!(billed().await, [REPLY_LOST_REQUEST_ID, "took"]);
+        assert_eq!(
+            billed(&db, account_id).await,
+            [REPLY_LOST_REQUEST_ID, "took"]
+        );
 
         // With answers to keep: one transaction, found out the same way.
         for (key, request_id, took) in [
@@ -1141,7 +1151,7 @@ mod tests {
             assert_eq!(status, took.then_some(200), "{key}");
         }
         assert_eq!(
-            billed().await,
+            billed(&db, account_id).await,
             [REPLY_LOST_REQUEST_ID, REPLY_LOST_REQUEST_ID, "took"]
         );
         ledger.bill(bill(account_id, "after")).await.unwrap();
@@ -1161,8 +1171,7 @@ mod tests {
     /// The same on PostgreSQL, when `CROSSTAB_TEST_POSTGRES_URL` names one.
     #[tokio::test]
     async fn a_panicking_postgres_writer_is_restarted() {
-        let Ok(url) = std::env::var("CROSSTAB_TEST_POSTGRES_URL") else {
-            eprintln!("CROSSTAB_TEST_POSTGRES_URL not set: PostgreSQL test skipped");
+        let Some(url) = postgres_url() else {
             return;
         };
         let db = Database::connect(&url).await.unwrap();
@@ -1205,8 +1214,7 @@ mod tests {
     /// the `ledger` view reads them as before.
     #[tokio::test]
     async fn bills_from_before_the_batches_move_into_them() {
-        let Ok(url) = std::env::var("CROSSTAB_TEST_POSTGRES_URL") else {
-            eprintln!("CROSSTAB_TEST_POSTGRES_URL not set: PostgreSQL test skipped");
+        let Some(url) = postgres_url() else {
             return;
         };
         let mut admin = PgConnection::connect(&url).await.unwrap();
