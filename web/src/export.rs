@@ -104,11 +104,12 @@ pub fn csv_field(text: &str) -> String {
 }
 
 fn csv_line(fields: impl IntoIterator<Item = String>) -> String {
-    let mut line = fields
-        .into_iter()
-        .map(|f| csv_field(&f))
-        .collect::<Vec<_>>()
-        .join(",");
+    csv_fields(fields.into_iter().map(|f| csv_field(&f)))
+}
+
+/// Fields already made CSV cells, as one line.
+fn csv_fields(cells: impl IntoIterator<Item = String>) -> String {
+    let mut line = cells.into_iter().collect::<Vec<_>>().join(",");
     line.push('\n');
     line
 }
@@ -123,12 +124,15 @@ pub fn to_csv(grid: &Grid, figures: &Figures, caption: &Caption) -> String {
     out.push('\n');
     out.push_str(&csv_line(head_row(grid)));
     for line in body(grid, figures) {
+        // A number is written as a number: a negative one (an interval's lower end may
+        // be below 0) is no formula, and defusing it would make it text.
         let values = line.values.into_iter().map(|v| match v {
             Cell::Number(n) => n.to_string(),
-            Cell::Text(t) => t,
+            Cell::Text(t) => csv_field(&t),
             Cell::Empty => String::new(),
         });
-        out.push_str(&csv_line([line.row, line.what].into_iter().chain(values)));
+        let labels = [csv_field(&line.row), csv_field(&line.what)];
+        out.push_str(&csv_fields(labels.into_iter().chain(values)));
     }
     out.push('\n');
     for legend in figures::legend(figures, grid.threshold) {
@@ -190,6 +194,7 @@ fn xml_escape(text: &str) -> String {
         .replace('<', "&lt;")
         .replace('>', "&gt;")
         .replace('"', "&quot;")
+        .replace('\'', "&apos;")
 }
 
 /// A horizontal bar chart, as SVG, of `figure` for every row (not the Total) in column
@@ -219,7 +224,11 @@ pub fn chart_svg(grid: &Grid, figure: Figure, key: Key) -> String {
         .filter_map(|(_, v, _)| *v)
         .fold(0.0f64, f64::max);
     let height = TOP + rows.len() as f64 * (BAR + GAP) + GAP;
-    let title = format!("{} — {}", figure.name(grid.units), grid.columns[at].label);
+    let title = xml_escape(&format!(
+        "{} — {}",
+        figure.name(grid.units),
+        grid.columns[at].label
+    ));
     let mut svg = format!(
         "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{WIDTH}\" height=\"{height}\" \
          viewBox=\"0 0 {WIDTH} {height}\" role=\"img\" aria-label=\"{title}\" \
@@ -227,8 +236,7 @@ pub fn chart_svg(grid: &Grid, figure: Figure, key: Key) -> String {
          <defs><pattern id=\"hatch\" width=\"6\" height=\"6\" patternUnits=\"userSpaceOnUse\" \
          patternTransform=\"rotate(45)\"><rect width=\"3\" height=\"6\" fill=\"#e0a800\"/></pattern></defs>\
          <rect width=\"100%\" height=\"100%\" fill=\"#fff\"/>\
-         <text x=\"8\" y=\"20\" font-size=\"14\" font-weight=\"600\">{}</text>",
-        xml_escape(&title)
+         <text x=\"8\" y=\"20\" font-size=\"14\" font-weight=\"600\">{title}</text>"
     );
     let room = WIDTH - LABEL - 90.0;
     for (index, (label, value, unstable)) in rows.iter().enumerate() {
@@ -419,11 +427,37 @@ mod tests {
     }
 
     #[test]
+    fn negative_numbers_stay_numbers_in_the_csv() {
+        let grid = Grid::of(&table(), Arrangement::default());
+        let figures = Figures {
+            shown: vec![Figure::Interval],
+            stability: false,
+            significance: false,
+        };
+        let csv = to_csv(&grid, &figures, &caption());
+        // An interval's lower end is not clipped at 0: the row of 10 has one of -14.5.
+        assert!(
+            csv.lines()
+                .any(|l| l.ends_with(",\"95% interval, low\",15.5,-14.5,5.5")),
+            "{csv}"
+        );
+        assert!(!csv.contains("'-"), "{csv}");
+        // Text that looks like a formula is still defused.
+        assert_eq!(csv_field("-1+2"), "'-1+2");
+    }
+
+    #[test]
     fn chart_escapes_labels_and_scales_bars() {
         let mut t = table();
         t.rows[0].label = "<Women & girls>".into();
+        // The title names the column: its label is escaped there too (the aria-label).
+        t.columns[1].label = "Age < 30 & \"55\" TV".into();
         let grid = Grid::of(&t, Arrangement::default());
         let svg = chart_svg(&grid, Figure::Absolute, Key::At(1));
+        assert!(
+            svg.contains("aria-label=\"Audience — Age &lt; 30 &amp; &quot;55&quot; TV"),
+            "{svg}"
+        );
         assert!(svg.starts_with("<svg xmlns=\"http://www.w3.org/2000/svg\""));
         assert!(svg.contains("&lt;Women &amp; girls&gt; · F2554"));
         assert!(!svg.contains("<Women"));

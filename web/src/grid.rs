@@ -156,8 +156,12 @@ impl Grid {
             })
             .filter(|line| !arrangement.hide_empty || line.cells[0].resps > 0)
             .collect();
-        if let Some(key) = arrangement.sort_by {
-            let at = columns.iter().position(|c| c.key == key).unwrap_or(0);
+        // A key no column has any more (the table was built again with fewer) sorts
+        // nothing, as the sort menu then shows ("As built").
+        let sort_at = arrangement
+            .sort_by
+            .and_then(|key| columns.iter().position(|c| c.key == key));
+        if let Some(at) = sort_at {
             // Stable: equal rows keep their built order.
             lines.sort_by(|a, b| b.cells[at].weight.total_cmp(&a.cells[at].weight));
         }
@@ -273,6 +277,11 @@ pub mod tests {
         );
         assert_eq!(
             sorted(Key::At(1))[1..],
+            ["Region: North · REGION = 1", "REGION = 2"]
+        );
+        // A column that is gone sorts nothing: the rows stay as built.
+        assert_eq!(
+            sorted(Key::At(7))[1..],
             ["Region: North · REGION = 1", "REGION = 2"]
         );
         let hidden = Arrangement {

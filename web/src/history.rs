@@ -6,6 +6,7 @@ use leptos::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use crate::choices::{Choice, ChoiceList};
+use crate::stored::StoredList;
 
 const KEY: &str = "crosstab.history";
 const MAX_ENTRIES: usize = 50;
@@ -23,14 +24,14 @@ pub struct Entry {
 
 /// Every stored entry, newest first.
 pub fn entries() -> Vec<Entry> {
-    LocalStorage::get(KEY).unwrap_or_default()
+    StoredList::load(KEY).entries
 }
 
 /// Stores a query run, newest first, replacing an identical earlier request.
 pub fn record(request: &CrosstabRequest, summary: String) {
-    let mut all = entries();
-    all.retain(|entry| &entry.request != request);
-    all.insert(
+    let mut all: StoredList<Entry> = StoredList::load(KEY);
+    all.entries.retain(|entry| &entry.request != request);
+    all.entries.insert(
         0,
         Entry {
             at: js_sys::Date::new_0().to_iso_string().into(),
@@ -38,8 +39,8 @@ pub fn record(request: &CrosstabRequest, summary: String) {
             summary,
         },
     );
-    all.truncate(MAX_ENTRIES);
-    let _ = LocalStorage::set(KEY, &all);
+    all.entries.truncate(MAX_ENTRIES);
+    let _ = all.store(KEY);
 }
 
 fn describe(request: &CrosstabRequest) -> String {

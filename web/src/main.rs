@@ -14,6 +14,7 @@ mod portal;
 mod query;
 mod results;
 mod saved;
+mod stored;
 mod table_view;
 #[cfg(test)]
 mod testing;

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::figures::Figures;
 use crate::grid::Arrangement;
+use crate::stored::StoredList;
 
 const SAVED: &str = "crosstab.tables";
 const HISTORY: &str = "crosstab.table-history";
@@ -52,37 +53,39 @@ pub fn now() -> String {
 
 /// Saved tables, by name.
 pub fn saved() -> Vec<Spec> {
-    LocalStorage::get(SAVED).unwrap_or_default()
+    StoredList::load(SAVED).entries
 }
 
 /// Tables run, newest first.
 pub fn history() -> Vec<Spec> {
-    LocalStorage::get(HISTORY).unwrap_or_default()
+    StoredList::load(HISTORY).entries
 }
 
 /// Saves `spec` under its name, replacing one of the same name.
 pub fn save(spec: Spec) -> Result<(), String> {
-    let mut all = saved();
-    all.retain(|s| s.name != spec.name);
-    all.push(spec);
-    all.sort_by(|a, b| a.name.cmp(&b.name));
-    LocalStorage::set(SAVED, &all).map_err(|error| format!("Not saved: {error}"))
+    let mut all: StoredList<Spec> = StoredList::load(SAVED);
+    all.entries.retain(|s| s.name != spec.name);
+    all.entries.push(spec);
+    all.entries.sort_by(|a, b| a.name.cmp(&b.name));
+    all.store(SAVED)
+        .map_err(|error| format!("Not saved: {error}"))
 }
 
 /// Deletes the saved table `name`.
 pub fn delete(name: &str) {
-    let mut all = saved();
-    all.retain(|s| s.name != name);
-    let _ = LocalStorage::set(SAVED, &all);
+    let mut all: StoredList<Spec> = StoredList::load(SAVED);
+    all.entries.retain(|s| s.name != name);
+    let _ = all.store(SAVED);
 }
 
 /// Records a table run, newest first, replacing an identical earlier one.
 pub fn record(spec: Spec) {
-    let mut all = history();
-    all.retain(|s| s.request != spec.request || s.local != spec.local);
-    all.insert(0, spec);
-    all.truncate(MAX_HISTORY);
-    let _ = LocalStorage::set(HISTORY, &all);
+    let mut all: StoredList<Spec> = StoredList::load(HISTORY);
+    all.entries
+        .retain(|s| s.request != spec.request || s.local != spec.local);
+    all.entries.insert(0, spec);
+    all.entries.truncate(MAX_HISTORY);
+    let _ = all.store(HISTORY);
 }
 
 /// Forgets the history.

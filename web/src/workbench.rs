@@ -225,11 +225,13 @@ pub fn WorkbenchScreen(signed_in: bool) -> impl IntoView {
         let from = source.get_untracked();
         let caption = caption_of(book.get_untracked().as_ref(), &request, from);
         let started = now_ms();
+        // What runs, as it is now: the builder stays editable while it computes.
+        let entry = spec(String::new());
         runs.update(|r| *r += 1);
         let run = runs.get_untracked();
         let done = move |result: Result<crosstab_contract::app::Table, String>| match result {
             Ok(table) => {
-                saved::record(spec(String::new()));
+                saved::record(entry);
                 outcome.set(Outcome::Done(Box::new(Computed {
                     table,
                     caption,
@@ -251,6 +253,12 @@ pub fn WorkbenchScreen(signed_in: bool) -> impl IntoView {
                 done(answer);
             }
         });
+    };
+    // Another source: a table still computing from the other one is not shown.
+    let switch = move |to: Source| {
+        source.set(to);
+        runs.update(|r| *r += 1);
+        outcome.set(Outcome::Idle);
     };
     let run = move |_| {
         if problem.get_untracked().is_some() || outcome.get_untracked() == Outcome::Running {
@@ -314,13 +322,13 @@ pub fn WorkbenchScreen(signed_in: bool) -> impl IntoView {
                         <label class="check" for="source-server">
                             <input type="radio" name="source" id="source-server"
                                 prop:checked=move || source.get() == Source::Server
-                                on:change=move |_| { source.set(Source::Server); outcome.set(Outcome::Idle); } />
+                                on:change=move |_| switch(Source::Server) />
                             "On the server, from a survey your account licenses (billed)"
                         </label>
                         <label class="check" for="source-local">
                             <input type="radio" name="source" id="source-local"
                                 prop:checked=move || source.get() == Source::Local
-                                on:change=move |_| { source.set(Source::Local); outcome.set(Outcome::Idle); } />
+                                on:change=move |_| switch(Source::Local) />
                             "In this page, from a survey file on this computer (private, not billed)"
                         </label>
                     </fieldset>

@@ -18,13 +18,25 @@ pub use protocol::{
     Answer, BaseDraft, Call, Cell, GuidedDefinition, Opened, Payload, Reply, Sheet, SheetLine,
 };
 
-/// The protocol's version: a hash of the file that defines it, so a page and a worker
-/// built from different definitions (a tab loaded before a deploy) know it.
-pub const PROTOCOL: u64 = fnv1a(include_bytes!("protocol.rs"));
+/// The protocol's version: a hash of the files that define it (the calls and answers,
+/// the messages' shape, and the contract's table and codebook they carry), so a page and
+/// a worker built from different definitions (a tab loaded before a deploy) know it.
+pub const PROTOCOL: u64 = fnv1a(
+    fnv1a(
+        fnv1a(
+            fnv1a(FNV_OFFSET, include_bytes!("protocol.rs")),
+            include_bytes!("wire.rs"),
+        ),
+        include_bytes!("../../../crates/contract/src/table.rs"),
+    ),
+    include_bytes!("../../../crates/contract/src/app.rs"),
+);
 
-/// 64-bit FNV-1a of `bytes`.
-const fn fnv1a(bytes: &[u8]) -> u64 {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+/// FNV-1a's starting state.
+const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+
+/// 64-bit FNV-1a of `bytes`, continued from `hash`.
+const fn fnv1a(mut hash: u64, bytes: &[u8]) -> u64 {
     let mut i = 0;
     while i < bytes.len() {
         hash ^= bytes[i] as u64;

@@ -1,0 +1,89 @@
+//! Lists kept in the browser's local storage, read entry by entry: an entry this build
+//! cannot read (written by a later one, or damaged) is kept as it was, not dropped with
+//! every other entry of its list at the next write.
+
+use gloo_storage::{LocalStorage, Storage};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::Value;
+
+/// A stored list: the entries read, and those kept unread.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredList<T> {
+    /// The entries this build reads, in their stored order.
+    pub entries: Vec<T>,
+    /// The others, written back as they were (after the entries).
+    unread: Vec<Value>,
+}
+
+impl<T: Serialize + DeserializeOwned> StoredList<T> {
+    /// The list stored under `key`; empty when there is none, or it is no list at all.
+    pub fn load(key: &str) -> StoredList<T> {
+        StoredList::from_value(LocalStorage::get(key).unwrap_or(Value::Null))
+    }
+
+    /// Writes the list under `key`.
+    pub fn store(&self, key: &str) -> Result<(), String> {
+        LocalStorage::set(key, self.to_value()).map_err(|error| error.to_string())
+    }
+
+    /// The list of a stored JSON value.
+    pub fn from_value(value: Value) -> StoredList<T> {
+        let Value::Array(items) = value else {
+            return StoredList {
+                entries: Vec::new(),
+                unread: Vec::new(),
+            };
+        };
+        let mut list = StoredList {
+            entries: Vec::new(),
+            unread: Vec::new(),
+        };
+        for item in items {
+            match serde_json::from_value(item.clone()) {
+                Ok(entry) => list.entries.push(entry),
+                Err(_) => list.unread.push(item),
+            }
+        }
+        list
+    }
+
+    /// The JSON value to store: the entries, then the unread ones as they were.
+    pub fn to_value(&self) -> Value {
+        let entries = self
+            .entries
+            .iter()
+            .filter_map(|entry| serde_json::to_value(entry).ok());
+        Value::Array(entries.chain(self.unread.iter().cloned()).collect())
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+    struct Entry {
+        name: String,
+    }
+
+    #[test]
+    fn an_unreadable_entry_is_kept_and_the_others_read() {
+        let stored = json!([{"name": "a"}, {"name": 7, "future": true}, {"name": "b"}]);
+        let mut list: StoredList<Entry> = StoredList::from_value(stored);
+        assert_eq!(
+            list.entries,
+            [Entry { name: "a".into() }, Entry { name: "b".into() }]
+        );
+        list.entries.retain(|e| e.name != "a");
+        assert_eq!(
+            list.to_value(),
+            json!([{"name": "b"}, {"name": 7, "future": true}])
+        );
+        let none: StoredList<Entry> = StoredList::from_value(json!({"not": "a list"}));
+        assert!(none.entries.is_empty());
+        assert_eq!(none.to_value(), json!([]));
+    }
+}
