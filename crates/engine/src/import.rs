@@ -12,7 +12,7 @@ use crate::definition::{line_of, ExprDefinition, SourceFormat, SurveyDefinition}
 use crate::error::ImportError;
 pub(crate) use crate::source::Respondents;
 pub use crate::source::{is_expr_name, is_identifier};
-use crate::source::{ColumnEncoder, EncodedColumn};
+use crate::source::{shorten, ColumnEncoder, EncodedColumn};
 use crate::survey::MAX_CODE_NESTING;
 
 /// Parses a definition file's text.
@@ -127,12 +127,19 @@ pub(crate) fn assemble(
         .iter()
         .map(|(name, labels)| (name.as_str(), (labels.label.clone(), labels.values.clone())))
         .collect();
+    // Looked up by name, and a line found only for an error: a definition of 10,000
+    // variables would otherwise be scanned from its start for each.
+    let columns: HashSet<&str> = data
+        .columns
+        .iter()
+        .map(|(column, _)| column.as_str())
+        .collect();
     for variable in &definition.variables {
-        let line = line_of(definition_text, variable.name.span().start);
+        let line = || line_of(definition_text, variable.name.span().start);
         let name = variable.name.get_ref();
-        if !data.columns.iter().any(|(column, _)| column == name) {
+        if !columns.contains(name.as_str()) {
             return Err(def_error(
-                line,
+                line(),
                 format!("[[variables]] '{name}' is not a numeric column of {csv_file}"),
             ));
         }
@@ -145,7 +152,7 @@ pub(crate) fn assemble(
                 .filter(|v: &f64| v.is_finite())
                 .ok_or_else(|| {
                     def_error(
-                        line,
+                        line(),
                         format!("value label key '{key}' of '{name}' is not a number"),
                     )
                 })?;
@@ -534,14 +541,6 @@ fn read_respondents(
     })
 }
 
-fn shorten(text: &str) -> String {
-    if text.chars().count() <= 40 {
-        text.to_owned()
-    } else {
-        format!("{}…", text.chars().take(40).collect::<String>())
-    }
-}
-
 /// A survey compiled from files, ready to write or install.
 #[cfg(feature = "fs")]
 #[derive(Debug)]
@@ -643,11 +642,7 @@ pub fn install_file(
     };
     // Same protocol as `SurveyStore::install`: a temporary file beside the target,
     // checked by loading it, then renamed over it; dropping it on error removes it.
-    let mut temp = tempfile::Builder::new()
-        .prefix(".installing-")
-        .suffix(".tmp")
-        .tempfile_in(&dir)
-        .map_err(io)?;
+    let mut temp = crate::store::installing(&dir).map_err(io)?;
     {
         let mut out = std::io::BufWriter::with_capacity(1 << 20, temp.as_file_mut());
         prepared.write_to(&mut out).map_err(io)?;

@@ -41,21 +41,34 @@ impl SurveyStore {
     /// Checks compiled bytes by loading them, then installs them atomically under
     /// their survey code (see [`persist`]). Returns the installed survey.
     pub fn install(&self, bytes: &[u8]) -> Result<Survey, ImportError> {
-        let survey = Survey::from_bytes(bytes).map_err(|e| ImportError::Definition {
+        self.install_checked(bytes, None)
+    }
+
+    /// [`SurveyStore::install`], refusing bytes whose survey is not `code` (bytes
+    /// published under one code never replace another survey).
+    pub fn install_as(&self, code: &str, bytes: &[u8]) -> Result<Survey, ImportError> {
+        self.install_checked(bytes, Some(code))
+    }
+
+    fn install_checked(&self, bytes: &[u8], code: Option<&str>) -> Result<Survey, ImportError> {
+        let refused = |reason: String| ImportError::Definition {
             file: "(compiled survey)".into(),
             line: 1,
-            reason: e.to_string(),
-        })?;
+            reason,
+        };
+        let survey = Survey::from_bytes(bytes).map_err(|e| refused(e.to_string()))?;
+        if let Some(code) = code.filter(|code| *code != survey.code()) {
+            return Err(refused(format!(
+                "the survey is '{}', not '{code}'",
+                survey.code()
+            )));
+        }
         let target = self.path_of(survey.code());
         let io = |source| ImportError::Io {
             path: target.display().to_string(),
             source,
         };
-        let mut temp = tempfile::Builder::new()
-            .prefix(".installing-")
-            .suffix(".tmp")
-            .tempfile_in(&self.dir)
-            .map_err(io)?;
+        let mut temp = installing(&self.dir).map_err(io)?;
         temp.write_all(bytes).map_err(io)?;
         temp.as_file().sync_all().map_err(io)?;
         // Dropping `temp` on any error removes it: nothing half-imported stays behind.
@@ -252,6 +265,21 @@ impl Catalog {
 /// Renames `temp` over `target`, then syncs the directory holding both, so that an install
 /// reported done is still there after a crash. If only that sync fails, the survey is in
 /// place (a server may already answer from it) and the error says so.
+/// A temporary file in `dir` to write a survey into before [`persist`] renames it into
+/// place. Readable as any file the process makes (`0666` less the umask), not only by
+/// its owner as temporary files are: a survey imported by an operator is served by
+/// the server's own user.
+pub(crate) fn installing(dir: &Path) -> std::io::Result<tempfile::NamedTempFile> {
+    let mut builder = tempfile::Builder::new();
+    builder.prefix(".installing-").suffix(".tmp");
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        builder.permissions(std::fs::Permissions::from_mode(0o666));
+    }
+    builder.tempfile_in(dir)
+}
+
 pub(crate) fn persist(temp: tempfile::NamedTempFile, target: &Path) -> Result<(), ImportError> {
     temp.persist(target).map_err(|e| ImportError::Io {
         path: target.display().to_string(),
@@ -303,5 +331,53 @@ mod tests {
         assert!(!direct.sums_prepared());
         direct.prepare_sums();
         assert!(direct.sums_prepared());
+    }
+
+    /// A survey's code names its file, so it is an identifier or the bytes are refused;
+    /// bytes installed as one code never replace another survey; and the file is
+    /// readable as any file the process makes, not its owner's alone.
+    #[test]
+    fn installs_stay_in_the_data_dir_under_their_own_code() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SurveyStore::open(dir.path()).unwrap();
+        let bytes = crate::demo::compile(&crate::demo::DemoConfig {
+            respondents: 50,
+            flags: 2,
+            seed: 1,
+        })
+        .unwrap();
+        let refused = store.install_as("OTHER", &bytes).unwrap_err();
+        assert!(
+            refused.to_string().contains("is 'DEMO', not 'OTHER'"),
+            "{refused}"
+        );
+        assert!(!store.path_of("OTHER").exists() && !store.path_of("DEMO").exists());
+        store.install_as("DEMO", &bytes).unwrap();
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(store.path_of("DEMO"))
+                .unwrap()
+                .permissions()
+                .mode();
+            assert_eq!(
+                mode & 0o044,
+                0o044,
+                "{mode:o}: readable by group and others"
+            );
+        }
+        // The same survey with the code "../x" in its header (JSON, same length).
+        let at = bytes
+            .windows(13)
+            .position(|w| w == b"\"code\":\"DEMO\"")
+            .unwrap();
+        let mut escaping = bytes.clone();
+        escaping[at..at + 13].copy_from_slice(b"\"code\":\"../x\"");
+        let error = store.install(&escaping).unwrap_err();
+        assert!(
+            error.to_string().contains("is not an identifier"),
+            "{error}"
+        );
+        assert!(!dir.path().join("x.ctxs").exists());
     }
 }

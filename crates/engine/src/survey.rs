@@ -135,6 +135,13 @@ impl Survey {
         budget: Option<&Arc<MemoryBudget>>,
     ) -> Result<Survey, LoadError> {
         let header = read_header(backing.bytes())?;
+        // The code names the survey's file in a data dir: never a path.
+        if !crate::source::is_identifier(&header.code) {
+            return Err(LoadError::Corrupt(format!(
+                "survey code '{}' is not an identifier",
+                crate::source::shorten(&header.code)
+            )));
+        }
         let budget = match budget {
             Some(budget) => Arc::clone(budget),
             None => own_budget(backing.bytes().len(), &header),

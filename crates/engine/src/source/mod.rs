@@ -20,6 +20,15 @@ pub fn is_identifier(text: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
 }
 
+/// `text` cut to 40 characters (with `…`), for error messages about any input.
+pub(crate) fn shorten(text: &str) -> String {
+    if text.chars().count() <= 40 {
+        text.to_owned()
+    } else {
+        format!("{}…", text.chars().take(40).collect::<String>())
+    }
+}
+
 /// Whether `text` can name a variable or a named code in expressions.
 pub fn is_expr_name(text: &str) -> bool {
     let mut chars = text.chars();

@@ -24,7 +24,7 @@ use arrow::array::{
 use arrow::datatypes::{DataType, TimeUnit};
 use crosstab_contract::ALL_GROUPS;
 
-use super::{is_expr_name, is_identifier, Respondents};
+use super::{is_expr_name, is_identifier, shorten, Respondents};
 use crate::definition::{SourceFormat, SurveyDefinition};
 use crate::error::ImportError;
 use crate::source::bytecode::Input as SavInput;
@@ -32,6 +32,9 @@ use crate::source::{ColumnEncoder, EncodedColumn, SourceCode, SourceLabels};
 
 /// Cases per batch: small enough that a batch of 1,000 variables stays near 32 MB.
 pub(super) const BATCH_CASES: usize = 4096;
+
+/// Most cases room is made for before any is read, whatever a header declares.
+const MAX_RESERVED_CASES: usize = 1 << 20;
 
 /// SPSS counts time in seconds from 1582-10-14; this many lie before 1970-01-01.
 const SPSS_EPOCH_TO_UNIX: f64 = 12_219_379_200.0;
@@ -106,10 +109,6 @@ impl Missing {
             }
         }
         missing
-    }
-
-    fn is_empty(&self) -> bool {
-        self.values.is_empty() && self.ranges.is_empty()
     }
 
     #[inline]
@@ -575,10 +574,6 @@ fn read_scanner<R: Read + Seek>(
         .collect();
     let mut warnings = layout.warnings();
     let codes = set_codes(&meta, &kinds, &mut warnings);
-    let warnings = warnings
-        .into_iter()
-        .map(|warning| format!("{file}: {warning}"))
-        .collect();
 
     // Room for the declared cases, but never more than the file could hold: each case
     // takes at least one byte of a compressed file's data (one control byte per eight
@@ -596,6 +591,13 @@ fn read_scanner<R: Read + Seek>(
         scanner.next_batch().map_err(|e| e.to_string())
     })?;
     check_cases(file, declared, streamed.cases)?;
+    // What the reader noted in the dictionary and at the data's end (dates it could not
+    // represent, set to missing) is said, not dropped.
+    warnings.extend(scanner.metadata().warnings.iter().cloned());
+    let warnings = warnings
+        .into_iter()
+        .map(|warning| format!("{file}: {warning}"))
+        .collect();
 
     let labels = layout
         .inputs
@@ -638,6 +640,10 @@ pub(crate) struct Streamed {
 
 /// Reads every batch `next` gives into the layout's columns, checking ids, weights and
 /// groups case by case.
+///
+/// A value of an answer variable that is not finite (an infinity from a Parquet
+/// division, say) is refused, naming its case and variable, as the CSV import refuses
+/// it: no answer can be an infinity, and no codebook could show one.
 pub(super) fn stream(
     definition: &SurveyDefinition,
     layout: &Layout,
@@ -645,6 +651,9 @@ pub(super) fn stream(
     reserve: usize,
     mut next: impl FnMut() -> Result<Option<RecordBatch>, String>,
 ) -> Result<Streamed, ImportError> {
+    // A header's count is a hint, not a promise: room for at most this many up front,
+    // and the rest as cases arrive (a hostile count asks for no gigabytes at once).
+    let reserve = reserve.min(MAX_RESERVED_CASES);
     let mut ids: Vec<String> = Vec::with_capacity(reserve);
     // The id map grows as ids arrive: a header's word takes no more than a little room.
     let mut seen_ids: HashMap<String, u64> = HashMap::with_capacity(reserve.min(1 << 16));
@@ -742,17 +751,17 @@ pub(super) fn stream(
         for (input, encoder) in layout.inputs.iter().zip(encoders.iter_mut()) {
             numbers(column(input.at), input.kind, &mut scratch)
                 .map_err(|reason| source_error(file, Some(&input.name), reason))?;
-            if input.missing.is_empty() {
-                for value in &scratch {
+            for (row, value) in scratch.iter().enumerate() {
+                if input.missing.contains(*value) {
+                    encoder.push(f64::NAN);
+                } else if value.is_infinite() {
+                    return Err(case_error(
+                        cases + row as u64 + 1,
+                        &input.name,
+                        format!("value {value} is not finite"),
+                    ));
+                } else {
                     encoder.push(*value);
-                }
-            } else {
-                for value in &scratch {
-                    encoder.push(if input.missing.contains(*value) {
-                        f64::NAN
-                    } else {
-                        *value
-                    });
                 }
             }
         }
@@ -800,14 +809,6 @@ pub(super) fn check_cases(
     }
 
     Ok(())
-}
-
-fn shorten(text: &str) -> String {
-    if text.chars().count() <= 40 {
-        text.to_owned()
-    } else {
-        format!("{}…", text.chars().take(40).collect::<String>())
-    }
 }
 
 /// A TOML string literal.

@@ -686,6 +686,42 @@ fn parquet_columns_of_every_numeric_type_read_as_numbers() {
         prepared.warnings[0]
     );
 
+    // An answer that is an infinity (a Parquet division by zero) is refused, naming its
+    // case and column, as the CSV import refuses it.
+    let infinite = dir.path().join("inf.parquet");
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("RESPID", DataType::Utf8, true),
+        Field::new("WEIGHT", DataType::Float64, true),
+        Field::new("X", DataType::Float64, true),
+    ]));
+    let batch = RecordBatch::try_new(
+        schema.clone(),
+        vec![
+            Arc::new(StringArray::from(vec!["a", "b"])),
+            Arc::new(arrow::array::Float64Array::from(vec![1.0, 1.0])),
+            Arc::new(arrow::array::Float64Array::from(vec![2.0, f64::INFINITY])),
+        ],
+    )
+    .unwrap();
+    let mut writer = parquet::arrow::ArrowWriter::try_new(
+        std::fs::File::create(&infinite).unwrap(),
+        schema,
+        None,
+    )
+    .unwrap();
+    writer.write(&batch).unwrap();
+    writer.close().unwrap();
+    let error = import_with(
+        dir.path(),
+        &toml.replace(&path.display().to_string(), &infinite.display().to_string()),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(&error, ImportError::Case { case: 2, variable, .. } if variable == "X"),
+        "{error}"
+    );
+    assert!(error.to_string().contains("inf is not finite"), "{error}");
+
     // Damaged: cut, or not Parquet at all.
     let bytes = std::fs::read(&path).unwrap();
     for cut in [bytes.len() - 10, bytes.len() / 2, 4] {

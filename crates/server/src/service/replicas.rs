@@ -9,6 +9,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
+use crosstab_engine::import::is_identifier;
 use crosstab_engine::store::{Catalog, SurveyStore};
 use crosstab_engine::ImportError;
 use sha2::{Digest, Sha256};
@@ -99,6 +100,10 @@ impl SurveyCopies {
 
     /// Installs `published` unless the local file is that blob already.
     async fn copy(&self, published: &Published) -> Result<Outcome, ServiceError> {
+        // The code names a file in the data dir: never a path.
+        if !is_identifier(&published.code) {
+            return Ok(Outcome::Refused("its code is not an identifier".into()));
+        }
         let local = self.store.path_of(&published.code);
         let want = published.sha256.clone();
         let same =
@@ -114,12 +119,13 @@ impl SurveyCopies {
         };
         let store = self.store.clone();
         let want = published.sha256.clone();
+        let code = published.code.clone();
         let installed = tokio::task::spawn_blocking(move || {
             let got = to_hex(&Sha256::digest(&blob));
             if got != want {
                 return Ok(Outcome::Refused(format!("the blob hashes to {got}")));
             }
-            match store.install(&blob) {
+            match store.install_as(&code, &blob) {
                 Ok(_) => Ok(Outcome::Installed),
                 // The data dir failing is this machine's trouble, not the survey's.
                 Err(error @ ImportError::Io { .. }) => Err(ServiceError::Internal(format!(
