@@ -20,6 +20,7 @@ mod eval;
 mod exact;
 mod format;
 pub mod import;
+mod names;
 mod query;
 pub mod source;
 mod stats;

@@ -136,10 +136,10 @@ impl Survey {
     ) -> Result<Survey, LoadError> {
         let header = read_header(backing.bytes())?;
         // The code names the survey's file in a data dir: never a path.
-        if !crate::source::is_identifier(&header.code) {
+        if !crate::names::is_identifier(&header.code) {
             return Err(LoadError::Corrupt(format!(
                 "survey code '{}' is not an identifier",
-                crate::source::shorten(&header.code)
+                crate::names::shorten(&header.code)
             )));
         }
         let budget = match budget {

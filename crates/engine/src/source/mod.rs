@@ -11,33 +11,8 @@ use crate::builder::CodeVec;
 use crate::definition::SourceFormat;
 use crate::survey::Survey;
 
-/// Whether `text` is a valid survey, base or group code.
-pub fn is_identifier(text: &str) -> bool {
-    !text.is_empty()
-        && text.chars().count() <= crosstab_contract::limits::MAX_IDENTIFIER_CHARS
-        && text
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
-}
-
-/// `text` cut to 40 characters (with `…`), for error messages about any input.
-pub(crate) fn shorten(text: &str) -> String {
-    if text.chars().count() <= 40 {
-        text.to_owned()
-    } else {
-        format!("{}…", text.chars().take(40).collect::<String>())
-    }
-}
-
-/// Whether `text` can name a variable or a named code in expressions.
-pub fn is_expr_name(text: &str) -> bool {
-    let mut chars = text.chars();
-    chars
-        .next()
-        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.')
-        && !["AND", "OR", "NOT", "IN", "BETWEEN"].contains(&text.to_ascii_uppercase().as_str())
-}
+pub(crate) use crate::names::shorten;
+pub use crate::names::{is_expr_name, is_identifier};
 
 /// Respondent data as read from a source file (or generated), before compilation.
 pub(crate) struct Respondents {
