@@ -248,16 +248,15 @@ pub fn WorkbenchScreen(signed_in: bool) -> impl IntoView {
                 Source::Local => local::table(request).await,
                 Source::Server => api::table(&request).await.map_err(|f| f.message),
             };
-            // Another run started meanwhile: this answer is stale.
-            if runs.get_untracked() == run {
+            // Another run started meanwhile, or the source was switched: this answer
+            // is stale (`runs` counts runs only: the page shows it as `data-run`).
+            if runs.get_untracked() == run && source.get_untracked() == from {
                 done(answer);
             }
         });
     };
-    // Another source: a table still computing from the other one is not shown.
     let switch = move |to: Source| {
         source.set(to);
-        runs.update(|r| *r += 1);
         outcome.set(Outcome::Idle);
     };
     let run = move |_| {
