@@ -266,13 +266,14 @@ pub(crate) fn assemble(
         &variable_names,
         &codes,
     )?;
-    for base in &bases {
-        if !is_identifier(&base.code) {
+    for base in &definition.population_bases {
+        let code = base.code.get_ref();
+        if !is_identifier(code) {
             return Err(def_error(
-                1,
+                line_of(definition_text, base.code.span().start),
                 format!(
                     "population base code '{}' must be 1 to 64 of A-Z a-z 0-9 _ . -",
-                    base.code
+                    shorten(code)
                 ),
             ));
         }

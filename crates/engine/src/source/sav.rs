@@ -11,7 +11,7 @@
 //!   is skipped with a warning. The weight must be numeric.
 //! - Multiple-response sets become named codes (see [`set_codes`]).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::io::{Read, Seek};
 use std::path::Path;
@@ -371,6 +371,16 @@ pub(super) fn layout(
                 )
             })
     };
+    // A Parquet file may name two columns alike (an SPSS file cannot): which one a
+    // name means would be a guess.
+    let mut names = HashSet::new();
+    if let Some((twice, _)) = fields.iter().find(|(name, _)| !names.insert(name.as_str())) {
+        return Err(source_error(
+            file,
+            Some(twice),
+            format!("two columns are named '{}'", shorten(twice)),
+        ));
+    }
     let id = find(&definition.id_column, "id")?;
     let weight = find(&definition.weight_column, "weight")?;
     let group = definition

@@ -149,6 +149,14 @@ fn definition_errors_name_the_line() {
 
     let bad_code = TOML.replace("code = \"T\"", "code = \"T T\"");
     assert!(definition_error(&bad_code).1.contains("survey code"));
+
+    // A base's code is no identifier: its own line, not the file's first.
+    let (line, reason) = definition_error(&TOML.replace("code = \"ALL\"", "code = \"ALL ADULTS\""));
+    assert_eq!(line, 18);
+    assert!(
+        reason.contains("population base code 'ALL ADULTS'"),
+        "{reason}"
+    );
 }
 
 #[test]

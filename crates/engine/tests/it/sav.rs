@@ -722,6 +722,39 @@ fn parquet_columns_of_every_numeric_type_read_as_numbers() {
     );
     assert!(error.to_string().contains("inf is not finite"), "{error}");
 
+    // Two columns of one name: refused, naming the respondent file and the column.
+    let twice = dir.path().join("twice.parquet");
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("RESPID", DataType::Utf8, true),
+        Field::new("WEIGHT", DataType::Float64, true),
+        Field::new("X", DataType::Float64, true),
+        Field::new("X", DataType::Float64, true),
+    ]));
+    let x = || Arc::new(arrow::array::Float64Array::from(vec![1.0])) as arrow::array::ArrayRef;
+    let batch = RecordBatch::try_new(
+        schema.clone(),
+        vec![Arc::new(StringArray::from(vec!["a"])), x(), x(), x()],
+    )
+    .unwrap();
+    let mut writer =
+        parquet::arrow::ArrowWriter::try_new(std::fs::File::create(&twice).unwrap(), schema, None)
+            .unwrap();
+    writer.write(&batch).unwrap();
+    writer.close().unwrap();
+    let error = import_with(
+        dir.path(),
+        &toml.replace(&path.display().to_string(), &twice.display().to_string()),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(&error, ImportError::Source { file, .. } if file.ends_with("twice.parquet")),
+        "{error}"
+    );
+    assert!(
+        error.to_string().contains("two columns are named 'X'"),
+        "{error}"
+    );
+
     // Damaged: cut, or not Parquet at all.
     let bytes = std::fs::read(&path).unwrap();
     for cut in [bytes.len() - 10, bytes.len() / 2, 4] {
