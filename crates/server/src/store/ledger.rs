@@ -640,33 +640,35 @@ impl Held {
     /// billed is never answered 500 (its client would send it again, and pay twice).
     async fn write(&mut self, db: &Database, batch: &[Pending]) -> Result<Lost, DbError> {
         let statement = db.options.statement_timeout;
-        if let Some(session) = &mut self.0 {
-            if session.used.elapsed() > IDLE_TEST {
-                let tested = tokio::time::timeout(statement, session.conn.ping()).await;
-                if !matches!(tested, Ok(Ok(()))) {
-                    self.0 = None;
+        // Taken out for the batch, and put back only after a success.
+        let mut session = match self.0.take() {
+            Some(mut session) => {
+                let usable = session.used.elapsed() <= IDLE_TEST
+                    || matches!(
+                        tokio::time::timeout(statement, session.conn.ping()).await,
+                        Ok(Ok(()))
+                    );
+                if usable {
+                    session
+                } else {
+                    Session::open(db).await?
                 }
             }
-        }
-        let session = match &mut self.0 {
-            Some(session) => session,
-            None => self.0.insert(Session::open(db).await?),
+            None => Session::open(db).await?,
         };
         // UPDATE, INSERT and COMMIT, each within the statement timeout, and a margin.
         let limit = statement * 3 + Duration::from_secs(1);
         let result = tokio::time::timeout(limit, write_batch(&mut session.conn, batch))
             .await
             .unwrap_or(Err(Unwritten::Unknown(DbError::TimedOut(limit))));
-        session.used = Instant::now();
-        let unwritten = match result {
-            Ok(lost) => return Ok(lost),
-            Err(unwritten) => unwritten,
-        };
-        // Dropped after the failure: the next batch opens another.
-        let failed = self.0.take();
-        match (unwritten, failed) {
-            (Unwritten::Not(error), _) | (Unwritten::Unknown(error), None) => Err(error),
-            (Unwritten::Unknown(error), Some(session)) => {
+        match result {
+            Ok(lost) => {
+                session.used = Instant::now();
+                self.0 = Some(session);
+                Ok(lost)
+            }
+            Err(Unwritten::Not(error)) => Err(error),
+            Err(Unwritten::Unknown(error)) => {
                 let found = tokio::time::timeout(limit, reconcile(db, &session, batch)).await;
                 match found {
                     Ok(Ok(Some(lost))) => {
@@ -730,15 +732,16 @@ async fn reconcile(
     let owners: Vec<String> = if kept.is_empty() {
         Vec::new()
     } else {
+        let (accounts, keys, owners) = kept_columns(&kept);
         sqlx::query_scalar(
             "SELECT k.owner FROM idempotency_keys AS k \
              JOIN UNNEST($1::bigint[], $2::text[], $3::text[]) AS a (account_id, key, owner) \
                ON k.account_id = a.account_id AND k.key = a.key AND k.owner = a.owner \
              WHERE k.status = 200",
         )
-        .bind(kept.iter().map(|k| k.account_id).collect::<Vec<_>>())
-        .bind(kept.iter().map(|k| &*k.key).collect::<Vec<_>>())
-        .bind(kept.iter().map(|k| &*k.owner).collect::<Vec<_>>())
+        .bind(accounts)
+        .bind(keys)
+        .bind(owners)
         .fetch_all(&mut conn)
         .await?
     };
@@ -760,6 +763,15 @@ async fn reconcile(
             None => false,
         };
     Ok(landed.then_some(lost))
+}
+
+/// The account, key and owner token of each kept answer, as columns to unnest.
+fn kept_columns<'a>(kept: &[&'a KeptAnswer]) -> (Vec<i64>, Vec<&'a str>, Vec<&'a str>) {
+    (
+        kept.iter().map(|k| k.account_id).collect(),
+        kept.iter().map(|k| &*k.key).collect(),
+        kept.iter().map(|k| &*k.owner).collect(),
+    )
 }
 
 /// Which answers of `batch` lost their key: those with an answer to keep that the
@@ -797,6 +809,7 @@ async fn write_batch(conn: &mut PgConnection, batch: &[Pending]) -> Result<Lost,
         return Ok(vec![false; batch.len()]);
     }
     let mut tx = conn.begin().await?;
+    let (accounts, keys, owners) = kept_columns(&kept);
     let owners: Vec<String> = sqlx::query_scalar(
         "UPDATE idempotency_keys AS k SET status = 200, response = a.response \
          FROM UNNEST($1::bigint[], $2::text[], $3::text[], $4::bytea[]) \
@@ -805,9 +818,9 @@ async fn write_batch(conn: &mut PgConnection, batch: &[Pending]) -> Result<Lost,
            AND k.status IS NULL \
          RETURNING k.owner",
     )
-    .bind(kept.iter().map(|k| k.account_id).collect::<Vec<_>>())
-    .bind(kept.iter().map(|k| &*k.key).collect::<Vec<_>>())
-    .bind(kept.iter().map(|k| &*k.owner).collect::<Vec<_>>())
+    .bind(accounts)
+    .bind(keys)
+    .bind(owners)
     .bind(kept.iter().map(|k| &k.body[..]).collect::<Vec<_>>())
     .fetch_all(&mut *tx)
     .await?;
