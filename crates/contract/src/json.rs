@@ -27,6 +27,40 @@ pub enum StrictJsonError {
     },
 }
 
+impl StrictJsonError {
+    /// The refusal's message for a body the client knows as `what` ("The request body"),
+    /// and the member to point at: a repeated one of `members` in the body's own object.
+    /// Any other repeated name is the client's own, and is echoed only in part.
+    pub fn refusal(&self, what: &str, members: &[&'static str]) -> (String, Option<&'static str>) {
+        match self {
+            StrictJsonError::Syntax(error) => (
+                format!(
+                    "{what} is not valid JSON (line {}, column {}).",
+                    error.line(),
+                    error.column()
+                ),
+                None,
+            ),
+            StrictJsonError::DuplicateMember {
+                name,
+                top_level,
+                line,
+                column,
+            } => (
+                format!(
+                    "{what} names the member '{}' more than once (line {line}, column \
+                     {column}).",
+                    crate::expr::shorten(name)
+                ),
+                members
+                    .iter()
+                    .copied()
+                    .find(|member| *top_level && *member == name),
+            ),
+        }
+    }
+}
+
 /// Parses `body` as JSON, refusing duplicate member names at any depth.
 pub fn from_slice_strict(body: &[u8]) -> Result<Value, StrictJsonError> {
     let duplicate = RefCell::new(None);

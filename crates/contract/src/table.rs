@@ -11,8 +11,8 @@
 use serde::{Deserialize, Serialize};
 
 use crate::error::ApiError;
-use crate::expr::{shorten, Expr};
-use crate::json::{from_slice_strict, StrictJsonError};
+use crate::expr::Expr;
+use crate::json::from_slice_strict;
 use crate::limits::{MAX_TABLE_COLUMNS, MAX_TABLE_LABEL_CHARS, MAX_TABLE_ROWS};
 use crate::validate::{check_identifier, parse_target, Refusal};
 use crate::wire::{Stability, ALL_GROUPS};
@@ -272,30 +272,9 @@ impl TableRequest {
     /// no member twice at any depth (a proxy and this service must never read two
     /// different requests), whose members have their types. Unknown members are ignored.
     pub fn from_json(body: &[u8]) -> Result<TableRequest, TableError> {
-        let value = from_slice_strict(body).map_err(|error| match error {
-            StrictJsonError::Syntax(error) => TableError::Unreadable {
-                message: format!(
-                    "The table request is not valid JSON (line {}, column {}).",
-                    error.line(),
-                    error.column()
-                ),
-                field: None,
-            },
-            StrictJsonError::DuplicateMember {
-                name,
-                top_level,
-                line,
-                column,
-            } => TableError::Unreadable {
-                message: format!(
-                    "The table request names the member '{}' more than once (line {line}, \
-                     column {column}).",
-                    shorten(&name)
-                ),
-                field: TABLE_MEMBERS
-                    .into_iter()
-                    .find(|member| top_level && *member == name),
-            },
+        let value = from_slice_strict(body).map_err(|error| {
+            let (message, field) = error.refusal("The table request", &TABLE_MEMBERS);
+            TableError::Unreadable { message, field }
         })?;
         serde_json::from_value(value).map_err(|error| {
             let reason = error.to_string();

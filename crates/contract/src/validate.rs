@@ -76,31 +76,17 @@ fn read_members(body: &[u8]) -> Option<Request<'static>> {
 /// Reads any body as a JSON `Value` (refusing a member named twice at any depth) and
 /// validates that.
 fn read_tree(body: &[u8]) -> Result<ValidRequest, ApiError> {
-    let value = from_slice_strict(body).map_err(|error| match error {
-        StrictJsonError::Syntax(error) => ApiError::InvalidRequest {
-            field: None,
-            message: format!(
-                "The request body is not valid JSON (line {}, column {}).",
-                error.line(),
-                error.column()
-            ),
-            hint: Some(OBJECT_HINT.to_owned()),
-        },
-        StrictJsonError::DuplicateMember {
-            name,
-            top_level,
-            line,
-            column,
-        } => ApiError::InvalidRequest {
-            message: format!(
-                "The request body names the member '{}' more than once (line {line}, column {column}).",
-                crate::expr::shorten(&name)
-            ),
-            // Only a member of the request is a field to point at; any other name, which
-            // the client chose, is not echoed whole.
-            field: (top_level && REQUEST_MEMBERS.contains(&name.as_str())).then_some(name),
-            hint: Some("Send each member of a JSON object once.".to_owned()),
-        },
+    let value = from_slice_strict(body).map_err(|error| {
+        let (message, field) = error.refusal("The request body", &REQUEST_MEMBERS);
+        let hint = match error {
+            StrictJsonError::Syntax(_) => OBJECT_HINT,
+            StrictJsonError::DuplicateMember { .. } => "Send each member of a JSON object once.",
+        };
+        ApiError::InvalidRequest {
+            field: field.map(str::to_owned),
+            message,
+            hint: Some(hint.to_owned()),
+        }
     })?;
     validate_value(&value)
 }
