@@ -11,7 +11,7 @@ use crosstab_contract::idempotency::{
     is_valid_key, key_from_bytes, IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED,
 };
 
-use crate::js::{error, to_js, validate_js, INVALID_ARGUMENT};
+use crate::js::{error, thrown_message, to_js, validate_js, INVALID_ARGUMENT};
 use crate::response::{parse_response, ParsedResponse};
 use crate::send::RetryPolicy;
 
@@ -223,10 +223,7 @@ fn read_options(options: &JsValue) -> Result<SendOptions, JsValue> {
     // A getter that throws is the options' fault, named like any other bad option.
     let get = |name: &str| {
         Reflect::get(options, &JsValue::from_str(name)).map_err(|thrown| {
-            let why = thrown
-                .dyn_ref::<js_sys::Error>()
-                .and_then(|e| e.message().as_string())
-                .unwrap_or_else(|| "it threw".to_owned());
+            let why = thrown_message(&thrown).unwrap_or_else(|| "it threw".to_owned());
             error(
                 INVALID_ARGUMENT,
                 &format!("options.{name} could not be read ({why})."),
@@ -426,10 +423,7 @@ fn sent(
 /// The last attempt got no answer: a `network_error` with its failure as the `cause` and
 /// the key to send the query again with.
 fn network_error(failure: &JsValue, key: &str) -> JsValue {
-    let message = failure
-        .dyn_ref::<js_sys::Error>()
-        .and_then(|e| e.message().as_string())
-        .unwrap_or_else(|| "no answer".to_owned());
+    let message = thrown_message(failure).unwrap_or_else(|| "no answer".to_owned());
     let js = error(
         NETWORK_ERROR,
         &format!(

@@ -81,6 +81,13 @@ extern "C" {
     fn stringify_text(value: &JsValue) -> Result<Option<String>, JsValue>;
 }
 
+/// The message of what JS threw, when it is an `Error`.
+pub(crate) fn thrown_message(thrown: &JsValue) -> Option<String> {
+    thrown
+        .dyn_ref::<js_sys::Error>()
+        .and_then(|e| e.message().as_string())
+}
+
 /// The JSON text a client would send for `value` (`JSON.stringify`): `None` when it
 /// sends no body (`undefined`, a function, a symbol). When no client could send it
 /// (`JSON.stringify` throws), `unserializable` makes the refusal from the reason.
@@ -89,9 +96,7 @@ fn json_text<E>(
     unserializable: impl FnOnce(&str) -> E,
 ) -> Result<Option<String>, E> {
     stringify_text(value).map_err(|thrown| {
-        let reason = thrown
-            .dyn_ref::<js_sys::Error>()
-            .and_then(|e| e.message().as_string())
+        let reason = thrown_message(&thrown)
             .and_then(|m| m.lines().next().map(str::to_owned))
             .unwrap_or_else(|| "JSON.stringify threw".to_owned());
         unserializable(&reason)
