@@ -109,6 +109,19 @@ pub enum QueryError {
     UnknownGroup(String),
 }
 
+#[cfg(feature = "fs")]
+impl ImportError {
+    /// Compiled bytes refused on install: they do not load, or are not the survey
+    /// expected.
+    pub(crate) fn compiled(reason: impl std::fmt::Display) -> ImportError {
+        ImportError::Definition {
+            file: "(compiled survey)".into(),
+            line: 1,
+            reason: reason.to_string(),
+        }
+    }
+}
+
 impl From<QueryError> for ApiError {
     fn from(error: QueryError) -> Self {
         match error {

@@ -10,9 +10,10 @@ use crosstab_contract::{Expr, ALL_GROUPS};
 use crate::builder::{NamedExpr, SurveyBuilder, SurveyMeta};
 use crate::definition::{line_of, ExprDefinition, SourceFormat, SurveyDefinition};
 use crate::error::ImportError;
+use crate::names::shorten;
+pub use crate::names::{is_expr_name, is_identifier};
 pub(crate) use crate::source::Respondents;
-pub use crate::source::{is_expr_name, is_identifier};
-use crate::source::{shorten, ColumnEncoder, EncodedColumn};
+use crate::source::{ColumnEncoder, EncodedColumn};
 use crate::survey::MAX_CODE_NESTING;
 
 /// Parses a definition file's text.
@@ -658,11 +659,7 @@ pub fn install_file(
         ..
     } = prepared;
     drop(builder);
-    let survey = crate::Survey::open(temp.path()).map_err(|e| ImportError::Definition {
-        file: "(compiled survey)".into(),
-        line: 1,
-        reason: e.to_string(),
-    })?;
+    let survey = crate::Survey::open(temp.path()).map_err(ImportError::compiled)?;
     crate::store::persist(temp, &target)?;
     Ok((survey, ImportReport { warnings, format }))
 }

@@ -51,14 +51,9 @@ impl SurveyStore {
     }
 
     fn install_checked(&self, bytes: &[u8], code: Option<&str>) -> Result<Survey, ImportError> {
-        let refused = |reason: String| ImportError::Definition {
-            file: "(compiled survey)".into(),
-            line: 1,
-            reason,
-        };
-        let survey = Survey::from_bytes(bytes).map_err(|e| refused(e.to_string()))?;
+        let survey = Survey::from_bytes(bytes).map_err(ImportError::compiled)?;
         if let Some(code) = code.filter(|code| *code != survey.code()) {
-            return Err(refused(format!(
+            return Err(ImportError::compiled(format!(
                 "the survey is '{}', not '{code}'",
                 survey.code()
             )));
@@ -308,6 +303,16 @@ pub(crate) fn persist(temp: tempfile::NamedTempFile, target: &Path) -> Result<()
 mod tests {
     use super::*;
 
+    /// The demo survey of 50 respondents, compiled.
+    fn demo_bytes() -> Vec<u8> {
+        crate::demo::compile(&crate::demo::DemoConfig {
+            respondents: 50,
+            flags: 2,
+            seed: 1,
+        })
+        .unwrap()
+    }
+
     /// A survey is served with its sums' groundwork done: the check of its file's planes,
     /// or planes made from its weights when the file holds none.
     #[test]
@@ -315,12 +320,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = SurveyStore::open(dir.path()).unwrap();
         // Fewer respondents than a block: its file holds no planes, so they are made.
-        let bytes = crate::demo::compile(&crate::demo::DemoConfig {
-            respondents: 50,
-            flags: 2,
-            seed: 1,
-        })
-        .unwrap();
+        let bytes = demo_bytes();
         store.install(&bytes).unwrap();
         let (catalog, refresh) = Catalog::new(store);
         assert_eq!(refresh.loaded, ["DEMO"]);
@@ -340,12 +340,7 @@ mod tests {
     fn installs_stay_in_the_data_dir_under_their_own_code() {
         let dir = tempfile::tempdir().unwrap();
         let store = SurveyStore::open(dir.path()).unwrap();
-        let bytes = crate::demo::compile(&crate::demo::DemoConfig {
-            respondents: 50,
-            flags: 2,
-            seed: 1,
-        })
-        .unwrap();
+        let bytes = demo_bytes();
         let refused = store.install_as("OTHER", &bytes).unwrap_err();
         assert!(
             refused.to_string().contains("is 'DEMO', not 'OTHER'"),

@@ -11,9 +11,6 @@ use crate::builder::CodeVec;
 use crate::definition::SourceFormat;
 use crate::survey::Survey;
 
-pub(crate) use crate::names::shorten;
-pub use crate::names::{is_expr_name, is_identifier};
-
 /// Respondent data as read from a source file (or generated), before compilation.
 pub(crate) struct Respondents {
     pub ids: Vec<String>,

@@ -24,9 +24,10 @@ use arrow::array::{
 use arrow::datatypes::{DataType, TimeUnit};
 use crosstab_contract::ALL_GROUPS;
 
-use super::{is_expr_name, is_identifier, shorten, Respondents};
+use super::Respondents;
 use crate::definition::{SourceFormat, SurveyDefinition};
 use crate::error::ImportError;
+use crate::names::{is_expr_name, is_identifier, shorten};
 use crate::source::bytecode::Input as SavInput;
 use crate::source::{ColumnEncoder, EncodedColumn, SourceCode, SourceLabels};
 

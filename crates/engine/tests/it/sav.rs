@@ -620,11 +620,19 @@ fn install_writes_the_survey_and_leaves_nothing_on_failure() {
     assert_eq!(left.keys().collect::<Vec<_>>(), vec!["FIX.ctxs"]);
 }
 
+/// `batch` as a Parquet file at `path`.
+fn write_parquet(path: &Path, batch: &RecordBatch) {
+    let file = std::fs::File::create(path).unwrap();
+    let mut writer = parquet::arrow::ArrowWriter::try_new(file, batch.schema(), None).unwrap();
+    writer.write(batch).unwrap();
+    writer.close().unwrap();
+}
+
 #[test]
 fn parquet_columns_of_every_numeric_type_read_as_numbers() {
     use arrow::array::{
-        BooleanArray, Date64Array, Float32Array, Int16Array, ListArray, StringArray,
-        TimestampMillisecondArray,
+        ArrayRef, BooleanArray, Date64Array, Float32Array, Float64Array, Int16Array, ListArray,
+        StringArray, TimestampMillisecondArray,
     };
     use arrow::datatypes::{Int32Type, TimeUnit};
     let schema = Arc::new(Schema::new(vec![
@@ -659,11 +667,7 @@ fn parquet_columns_of_every_numeric_type_read_as_numbers() {
     .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("r.parquet");
-    let mut writer =
-        parquet::arrow::ArrowWriter::try_new(std::fs::File::create(&path).unwrap(), schema, None)
-            .unwrap();
-    writer.write(&batch).unwrap();
-    writer.close().unwrap();
+    write_parquet(&path, &batch);
     let toml = format!(
         "code = \"P\"\nname = \"P\"\nrespondents = {:?}\nid_column = \"RESPID\"\nweight_column = \"WEIGHT\"\n[[population_bases]]\ncode = \"ALL\"\nexpr = \"*\"\n",
         path.display().to_string()
@@ -689,28 +693,15 @@ fn parquet_columns_of_every_numeric_type_read_as_numbers() {
     // An answer that is an infinity (a Parquet division by zero) is refused, naming its
     // case and column, as the CSV import refuses it.
     let infinite = dir.path().join("inf.parquet");
-    let schema = Arc::new(Schema::new(vec![
-        Field::new("RESPID", DataType::Utf8, true),
-        Field::new("WEIGHT", DataType::Float64, true),
-        Field::new("X", DataType::Float64, true),
-    ]));
-    let batch = RecordBatch::try_new(
-        schema.clone(),
-        vec![
-            Arc::new(StringArray::from(vec!["a", "b"])),
-            Arc::new(arrow::array::Float64Array::from(vec![1.0, 1.0])),
-            Arc::new(arrow::array::Float64Array::from(vec![2.0, f64::INFINITY])),
-        ],
-    )
+    let numbers = |values: Vec<f64>| Arc::new(Float64Array::from(values)) as ArrayRef;
+    let ids = |ids: Vec<&str>| Arc::new(StringArray::from(ids)) as ArrayRef;
+    let batch = RecordBatch::try_from_iter([
+        ("RESPID", ids(vec!["a", "b"])),
+        ("WEIGHT", numbers(vec![1.0, 1.0])),
+        ("X", numbers(vec![2.0, f64::INFINITY])),
+    ])
     .unwrap();
-    let mut writer = parquet::arrow::ArrowWriter::try_new(
-        std::fs::File::create(&infinite).unwrap(),
-        schema,
-        None,
-    )
-    .unwrap();
-    writer.write(&batch).unwrap();
-    writer.close().unwrap();
+    write_parquet(&infinite, &batch);
     let error = import_with(
         dir.path(),
         &toml.replace(&path.display().to_string(), &infinite.display().to_string()),
@@ -724,23 +715,14 @@ fn parquet_columns_of_every_numeric_type_read_as_numbers() {
 
     // Two columns of one name: refused, naming the respondent file and the column.
     let twice = dir.path().join("twice.parquet");
-    let schema = Arc::new(Schema::new(vec![
-        Field::new("RESPID", DataType::Utf8, true),
-        Field::new("WEIGHT", DataType::Float64, true),
-        Field::new("X", DataType::Float64, true),
-        Field::new("X", DataType::Float64, true),
-    ]));
-    let x = || Arc::new(arrow::array::Float64Array::from(vec![1.0])) as arrow::array::ArrayRef;
-    let batch = RecordBatch::try_new(
-        schema.clone(),
-        vec![Arc::new(StringArray::from(vec!["a"])), x(), x(), x()],
-    )
+    let batch = RecordBatch::try_from_iter([
+        ("RESPID", ids(vec!["a"])),
+        ("WEIGHT", numbers(vec![1.0])),
+        ("X", numbers(vec![1.0])),
+        ("X", numbers(vec![1.0])),
+    ])
     .unwrap();
-    let mut writer =
-        parquet::arrow::ArrowWriter::try_new(std::fs::File::create(&twice).unwrap(), schema, None)
-            .unwrap();
-    writer.write(&batch).unwrap();
-    writer.close().unwrap();
+    write_parquet(&twice, &batch);
     let error = import_with(
         dir.path(),
         &toml.replace(&path.display().to_string(), &twice.display().to_string()),
