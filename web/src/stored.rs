@@ -29,15 +29,12 @@ impl<T: Serialize + DeserializeOwned> StoredList<T> {
 
     /// The list of a stored JSON value.
     pub fn from_value(value: Value) -> StoredList<T> {
-        let Value::Array(items) = value else {
-            return StoredList {
-                entries: Vec::new(),
-                unread: Vec::new(),
-            };
-        };
         let mut list = StoredList {
             entries: Vec::new(),
             unread: Vec::new(),
+        };
+        let Value::Array(items) = value else {
+            return list;
         };
         for item in items {
             match serde_json::from_value(item.clone()) {
