@@ -369,6 +369,7 @@ pub(crate) fn respondents(config: &DemoConfig) -> Respondents {
         ids: (1..=n).map(|i| format!("R{i:08}")).collect(),
         weights,
         group_values: region.iter().map(|r| Some(format!("{r}"))).collect(),
+        group_labels: Vec::new(),
         columns: columns
             .into_iter()
             .map(|(name, values)| (name, EncodedColumn::from_values(&values)))

@@ -178,24 +178,17 @@ pub(crate) fn assemble(
             }
             groups.insert(value.clone(), Some(label.clone()));
         }
-        // The source's value labels of the group variable label the groups the
-        // definition leaves unlabelled.
-        let source_labels = definition.group_column.as_ref().and_then(|column| {
-            data.labels
-                .iter()
-                .find(|(name, _)| name == column)
-                .map(|(_, labels)| &labels.values)
-        });
+        // The source's labels of its groups label those the definition leaves
+        // unlabelled.
+        let source_labels: HashMap<&str, &str> = data
+            .group_labels
+            .iter()
+            .map(|(group, label)| (group.as_str(), label.as_str()))
+            .collect();
         for value in data.group_values.iter().flatten() {
             let label = groups.entry(value.clone()).or_insert(None);
             if label.is_none() {
-                *label = source_labels.and_then(|labels| {
-                    let number = value.parse::<f64>().ok()?;
-                    labels
-                        .iter()
-                        .find(|(v, _)| *v == number)
-                        .map(|(_, l)| l.clone())
-                });
+                *label = source_labels.get(value.as_str()).map(|l| (*l).to_owned());
             }
         }
         let position: HashMap<&str, u16> = groups
@@ -536,6 +529,7 @@ fn read_respondents(
         ids,
         weights,
         group_values,
+        group_labels: Vec::new(),
         columns: named,
         labels: Vec::new(),
         codes: Vec::new(),

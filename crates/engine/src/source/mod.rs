@@ -16,6 +16,8 @@ pub(crate) struct Respondents {
     pub ids: Vec<String>,
     pub weights: Vec<f64>,
     pub group_values: Vec<Option<String>>,
+    /// Labels the source gives its groups, by group (as in `group_values`).
+    pub group_labels: Vec<(String, String)>,
     /// Variable columns in file order.
     pub columns: Vec<(String, EncodedColumn)>,
     /// Labels the source carries, by variable.

@@ -68,6 +68,7 @@ pub(crate) fn read(
             ids: streamed.ids,
             weights: streamed.weights,
             group_values: streamed.group_values,
+            group_labels: Vec::new(),
             columns: streamed.columns,
             labels: Vec::new(),
             codes: Vec::new(),

@@ -3,8 +3,8 @@
 //!
 //! - Numeric variables become variables; their variable and value labels become the
 //!   codebook's labels.
-//! - System-missing values and user-missing values (discrete values and ranges) become
-//!   missing answers.
+//! - System-missing values and user-missing values (discrete values and ranges, a string's
+//!   discrete strings) become missing answers, groups and ids; their labels are left out.
 //! - Dates are days since 1970-01-01; date-times are seconds since 1970-01-01 00:00;
 //!   times and durations are seconds.
 //! - String variables are not variables: the id and the group may be strings, any other
@@ -90,11 +90,13 @@ impl Kind {
     }
 }
 
-/// User-missing values of one variable, in its unit.
+/// User-missing values of one variable, in its unit (a string variable's trimmed, as
+/// its answers are read).
 #[derive(Debug, Clone, Default)]
 pub(super) struct Missing {
     values: Vec<f64>,
     ranges: Vec<(f64, f64)>,
+    texts: Vec<String>,
 }
 
 impl Missing {
@@ -106,10 +108,15 @@ impl Missing {
                 MissingSpec::Range { lo, hi } => missing
                     .ranges
                     .push((kind.convert_spss(*lo), kind.convert_spss(*hi))),
-                MissingSpec::StringValue(_) => {}
+                MissingSpec::StringValue(text) => missing.texts.push(text.trim().to_owned()),
             }
         }
         missing
+    }
+
+    /// Whether a string answer, trimmed, is one of the user-missing strings.
+    fn contains_text(&self, text: &str) -> bool {
+        self.texts.iter().any(|m| m == text)
     }
 
     #[inline]
@@ -175,24 +182,59 @@ pub(crate) fn number_text(value: f64) -> String {
     }
 }
 
-/// A variable's label and value labels as the file gives them, in its unit.
-fn labels_of(meta: &SpssMetadata, name: &str, kind: Kind) -> SourceLabels {
+/// A numeric variable's label and value labels as the file gives them, in its unit,
+/// but for the labels of its user-missing values: those answers are missing, so no
+/// answer has them.
+fn labels_of(meta: &SpssMetadata, input: &Input) -> SourceLabels {
     let label = meta
         .variable_labels
-        .get(name)
+        .get(&input.name)
         .filter(|l| !l.trim().is_empty())
         .cloned();
     let values = meta
         .variable_value_labels
-        .get(name)
+        .get(&input.name)
         .into_iter()
         .flatten()
         .filter_map(|(value, label)| match value {
-            Value::Numeric(v) if v.is_finite() => Some((kind.convert_spss(*v), label.clone())),
+            Value::Numeric(v) if v.is_finite() => {
+                Some((input.kind.convert_spss(*v), label.clone()))
+            }
             _ => None,
         })
+        .filter(|(value, _)| !input.missing.contains(*value))
         .collect();
     SourceLabels { label, values }
+}
+
+/// The variables with labelled user-missing values, said once: their answers import as
+/// missing, so those labels are left out of the codebook.
+fn missing_labels_warning(meta: &SpssMetadata, layout: &Layout) -> Option<String> {
+    let named: Vec<&str> = layout
+        .inputs
+        .iter()
+        .filter(|input| {
+            meta.variable_value_labels
+                .get(&input.name)
+                .into_iter()
+                .flatten()
+                .any(|(value, _)| {
+                    matches!(value, Value::Numeric(v) if input.missing.contains(input.kind.convert_spss(*v)))
+                })
+        })
+        .map(|input| input.name.as_str())
+        .collect();
+    const LISTED: usize = 20;
+    let more = match named.len().saturating_sub(LISTED) {
+        0 => String::new(),
+        more => format!(" and {more} more"),
+    };
+    (!named.is_empty()).then(|| {
+        format!(
+            "user-missing values import as missing answers, so their value labels are left out: {}{more}",
+            named[..named.len().min(LISTED)].join(", ")
+        )
+    })
 }
 
 /// Named codes for the file's multiple-response sets, over the variables kept, and a
@@ -200,12 +242,10 @@ fn labels_of(meta: &SpssMetadata, name: &str, kind: Kind) -> SourceLabels {
 /// - a multiple-dichotomy set: `S` is any member equal to the counted value;
 /// - a multiple-category set: `S_v` is any member equal to category `v` (each value
 ///   labelled on a member), and `S` is any member in any of those categories.
-fn set_codes(
-    meta: &SpssMetadata,
-    kinds: &HashMap<&str, Kind>,
-    warnings: &mut Vec<String>,
-) -> Vec<SourceCode> {
-    let mut codes = Vec::new();
+fn set_codes(meta: &SpssMetadata, layout: &Layout, warnings: &mut Vec<String>) -> Vec<SourceCode> {
+    let mut codes: Vec<SourceCode> = Vec::new();
+    // A code two sets would make (`$S` with category 1 and a set `$S_1`) is the first's.
+    let mut made: HashSet<String> = HashSet::new();
     for (key, set) in &meta.mr_sets {
         let raw = if set.name.is_empty() { key } else { &set.name };
         let code = raw.trim_start_matches('$').to_owned();
@@ -216,11 +256,7 @@ fn set_codes(
             ));
             continue;
         }
-        if let Some(member) = set
-            .variables
-            .iter()
-            .find(|m| !matches!(kinds.get(m.as_str()), Some(k) if *k != Kind::Text))
-        {
+        if let Some(member) = set.variables.iter().find(|m| layout.input(m).is_none()) {
             warnings.push(format!(
                 "multiple-response set '{raw}' skipped: its member '{member}' is not a numeric variable"
             ));
@@ -229,6 +265,12 @@ fn set_codes(
         if set.variables.is_empty() {
             warnings.push(format!(
                 "multiple-response set '{raw}' skipped: it has no members"
+            ));
+            continue;
+        }
+        if made.contains(&code) {
+            warnings.push(format!(
+                "multiple-response set '{raw}' skipped: an earlier set already made code '{code}'"
             ));
             continue;
         }
@@ -243,11 +285,14 @@ fn set_codes(
             MrType::MultipleDichotomy => {
                 let counted = set.counted_value.as_deref().unwrap_or("1").trim();
                 match counted.parse::<f64>() {
-                    Ok(value) if value.is_finite() => codes.push(SourceCode {
-                        code,
-                        label,
-                        expr: any_equal(value),
-                    }),
+                    Ok(value) if value.is_finite() => {
+                        made.insert(code.clone());
+                        codes.push(SourceCode {
+                            code,
+                            label,
+                            expr: any_equal(value),
+                        });
+                    }
                     _ => warnings.push(format!(
                         "multiple-response set '{raw}' skipped: counted value '{counted}' is not a number"
                     )),
@@ -255,9 +300,8 @@ fn set_codes(
             }
             MrType::MultipleCategory => {
                 let mut categories: Vec<(f64, String)> = Vec::new();
-                for member in &set.variables {
-                    let kind = kinds.get(member.as_str()).copied().unwrap_or(Kind::Number);
-                    for (value, value_label) in labels_of(meta, member, kind).values {
+                for input in set.variables.iter().filter_map(|m| layout.input(m)) {
+                    for (value, value_label) in labels_of(meta, input).values {
                         if !categories.iter().any(|(v, _)| *v == value) {
                             categories.push((value, value_label));
                         }
@@ -275,6 +319,7 @@ fn set_codes(
                     .map(|(v, _)| number_text(*v))
                     .collect::<Vec<_>>()
                     .join(", ");
+                made.insert(code.clone());
                 codes.push(SourceCode {
                     code: code.clone(),
                     label: label.clone(),
@@ -290,6 +335,13 @@ fn set_codes(
                     if !is_expr_name(&name) {
                         warnings.push(format!(
                             "multiple-response set '{raw}': category {} has no code ('{name}' can't name one)",
+                            number_text(*value)
+                        ));
+                        continue;
+                    }
+                    if !made.insert(name.clone()) {
+                        warnings.push(format!(
+                            "multiple-response set '{raw}': category {} has no code ('{name}' is already made)",
                             number_text(*value)
                         ));
                         continue;
@@ -312,17 +364,50 @@ fn set_codes(
 /// Where the definition's id, weight and group are, and the variables kept.
 pub(super) struct Layout {
     id: (usize, Kind),
+    id_missing: Missing,
     weight: (usize, Kind),
     weight_missing: Missing,
     group: Option<(usize, Kind)>,
+    group_missing: Missing,
     inputs: Vec<Input>,
-    kinds: HashMap<String, Kind>,
+    /// Each input's place in `inputs`, by name.
+    by_name: HashMap<String, usize>,
     skipped_strings: Vec<String>,
     /// Columns of other types (lists, structs, binary), skipped.
     skipped_other: Vec<String>,
 }
 
 impl Layout {
+    /// The numeric variable kept under `name`.
+    fn input(&self, name: &str) -> Option<&Input> {
+        self.by_name.get(name).and_then(|&at| self.inputs.get(at))
+    }
+
+    /// The value labels of the group variable `name`, by the group each value reads as
+    /// (a string group's labels too), but for its user-missing values: no group.
+    fn group_labels(&self, meta: &SpssMetadata, name: &str) -> Vec<(String, String)> {
+        let Some((_, kind)) = self.group else {
+            return Vec::new();
+        };
+        let labels = meta.variable_value_labels.get(name).into_iter().flatten();
+        labels
+            .filter_map(|(value, label)| {
+                let group = match value {
+                    Value::Numeric(v) => {
+                        let v = kind.convert_spss(*v);
+                        (v.is_finite() && !self.group_missing.contains(v)).then(|| number_text(v))
+                    }
+                    Value::String(text) => {
+                        let text = text.trim();
+                        (!text.is_empty() && !self.group_missing.contains_text(text))
+                            .then(|| text.to_owned())
+                    }
+                }?;
+                Some((group, label.clone()))
+            })
+            .collect()
+    }
+
     /// The columns skipped, said once per kind.
     pub(super) fn warnings(&self) -> Vec<String> {
         let mut warnings = Vec::new();
@@ -414,7 +499,6 @@ pub(super) fn layout(
     let mut inputs = Vec::new();
     let mut skipped_strings = Vec::new();
     let mut skipped_other = Vec::new();
-    let mut kinds = HashMap::new();
     for (at, (name, data_type)) in fields.iter().enumerate() {
         if at == id || at == weight || (Some(at) == group && !group_is_variable) {
             continue;
@@ -434,7 +518,6 @@ pub(super) fn layout(
                 "a variable's name must start with a letter or '_' and use only letters, digits, '_' and '.' (and not be AND, OR, NOT, IN or BETWEEN): rename it in the file".into(),
             ));
         }
-        kinds.insert(name.clone(), kind);
         let input = Input {
             name: name.clone(),
             at,
@@ -447,13 +530,23 @@ pub(super) fn layout(
             inputs.push(input);
         }
     }
+    let by_name = inputs
+        .iter()
+        .enumerate()
+        .map(|(at, input)| (input.name.clone(), at))
+        .collect();
     Ok(Layout {
         id: (id, id_kind),
+        id_missing: missing_of(&definition.id_column, id_kind),
         weight: (weight, weight_kind),
         weight_missing: missing_of(&definition.weight_column, weight_kind),
         group: group.zip(group_kind),
+        group_missing: group
+            .zip(group_kind)
+            .map(|(at, kind)| missing_of(&fields[at].0, kind))
+            .unwrap_or_default(),
         inputs,
-        kinds,
+        by_name,
         skipped_strings,
         skipped_other,
     })
@@ -502,10 +595,11 @@ fn numbers(array: &ArrayRef, kind: Kind, out: &mut Vec<f64>) -> Result<(), Strin
 }
 
 /// A batch's column as text: strings trimmed, numbers written as in a definition; `None`
-/// where empty or missing.
+/// where empty, system-missing or one of `missing`.
 fn texts(
     array: &ArrayRef,
     kind: Kind,
+    missing: &Missing,
     scratch: &mut Vec<f64>,
     out: &mut Vec<Option<String>>,
 ) -> Result<(), String> {
@@ -518,16 +612,16 @@ fn texts(
             .ok_or_else(|| format!("unexpected column type {}", array.data_type()))?;
         out.extend(strings.iter().map(|s| {
             s.map(str::trim)
-                .filter(|s| !s.is_empty())
+                .filter(|s| !s.is_empty() && !missing.contains_text(s))
                 .map(str::to_owned)
         }));
     } else {
         numbers(array, kind, scratch)?;
-        out.extend(
-            scratch
-                .iter()
-                .map(|v| Some(*v).filter(|v| v.is_finite()).map(number_text)),
-        );
+        out.extend(scratch.iter().map(|v| {
+            Some(*v)
+                .filter(|v| v.is_finite() && !missing.contains(*v))
+                .map(number_text)
+        }));
     }
     Ok(())
 }
@@ -578,13 +672,9 @@ fn read_scanner<R: Read + Seek>(
         &fields,
         file,
     )?;
-    let kinds: HashMap<&str, Kind> = layout
-        .kinds
-        .iter()
-        .map(|(name, kind)| (name.as_str(), *kind))
-        .collect();
     let mut warnings = layout.warnings();
-    let codes = set_codes(&meta, &kinds, &mut warnings);
+    warnings.extend(missing_labels_warning(&meta, &layout));
+    let codes = set_codes(&meta, &layout, &mut warnings);
 
     // Room for the declared cases, but never more than the file could hold: each case
     // takes at least one byte of a compressed file's data (one control byte per eight
@@ -613,12 +703,7 @@ fn read_scanner<R: Read + Seek>(
     let labels = layout
         .inputs
         .iter()
-        .map(|input| {
-            (
-                input.name.clone(),
-                labels_of(&meta, &input.name, input.kind),
-            )
-        })
+        .map(|input| (input.name.clone(), labels_of(&meta, input)))
         .filter(|(_, labels)| labels.label.is_some() || !labels.values.is_empty())
         .collect();
     let format = if meta.compression == ambers::Compression::Zlib {
@@ -631,6 +716,11 @@ fn read_scanner<R: Read + Seek>(
             ids: streamed.ids,
             weights: streamed.weights,
             group_values: streamed.group_values,
+            group_labels: definition
+                .group_column
+                .as_deref()
+                .map(|name| layout.group_labels(&meta, name))
+                .unwrap_or_default(),
             columns: streamed.columns,
             labels,
             codes,
@@ -700,8 +790,14 @@ pub(super) fn stream(
         let column = |at: usize| batch.column(at);
 
         let (id_at, id_kind) = layout.id;
-        texts(column(id_at), id_kind, &mut scratch, &mut text)
-            .map_err(|reason| source_error(file, Some(&definition.id_column), reason))?;
+        texts(
+            column(id_at),
+            id_kind,
+            &layout.id_missing,
+            &mut scratch,
+            &mut text,
+        )
+        .map_err(|reason| source_error(file, Some(&definition.id_column), reason))?;
         for (row, id) in text.drain(..).enumerate() {
             let case = cases + row as u64 + 1;
             let id = id.ok_or_else(|| {
@@ -740,8 +836,14 @@ pub(super) fn stream(
         }
 
         if let (Some((at, kind)), Some(name)) = (layout.group, &definition.group_column) {
-            texts(column(at), kind, &mut scratch, &mut text)
-                .map_err(|reason| source_error(file, Some(name), reason))?;
+            texts(
+                column(at),
+                kind,
+                &layout.group_missing,
+                &mut scratch,
+                &mut text,
+            )
+            .map_err(|reason| source_error(file, Some(name), reason))?;
             for (row, value) in text.drain(..).enumerate() {
                 if let Some(value) = &value {
                     if !is_identifier(value) || value == ALL_GROUPS {
@@ -869,13 +971,8 @@ pub fn init_definition(
         &fields,
         &file,
     )?;
-    let kinds: HashMap<&str, Kind> = layout
-        .kinds
-        .iter()
-        .map(|(name, kind)| (name.as_str(), *kind))
-        .collect();
-    let mut warnings = Vec::new();
-    let codes = set_codes(meta, &kinds, &mut warnings);
+    let mut warnings: Vec<String> = missing_labels_warning(meta, &layout).into_iter().collect();
+    let codes = set_codes(meta, &layout, &mut warnings);
 
     let name = Some(meta.file_label.trim())
         .filter(|l| !l.is_empty())
@@ -904,13 +1001,11 @@ pub fn init_definition(
     line(format!("weight_column = {}", quoted(weight)));
     if let Some(group) = group {
         line(format!("group_column = {}", quoted(group)));
-        let kind = layout.group.map_or(Kind::Number, |(_, kind)| kind);
-        let group_labels = labels_of(meta, group, kind).values;
+        let group_labels = layout.group_labels(meta, group);
         if !group_labels.is_empty() {
             line(String::new());
             line("[groups]".into());
             for (value, label) in group_labels {
-                let value = number_text(value);
                 if is_identifier(&value) && value != ALL_GROUPS {
                     line(format!("{} = {}", quoted(&value), quoted(&label)));
                 }
@@ -918,7 +1013,7 @@ pub fn init_definition(
         }
     }
     for input in &layout.inputs {
-        let labels = labels_of(meta, &input.name, input.kind);
+        let labels = labels_of(meta, input);
         line(String::new());
         line("[[variables]]".into());
         line(format!("name = {}", quoted(&input.name)));

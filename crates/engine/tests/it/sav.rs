@@ -140,12 +140,18 @@ fn check_fixtures(dir: &Path) {
         assert_eq!(sav.source_format(), Some(format), "{file}");
         assert_same_figures(&sav, &csv);
         assert_labels(&sav, dir);
-        // COMMENT is a string: skipped, and said so.
-        assert_eq!(prepared.warnings.len(), 1, "{:?}", prepared.warnings);
+        // COMMENT is a string: skipped, and said so; so are the labelled user-missing
+        // values (AGE 99, SAT 8 and 9), whose labels no answer keeps.
+        assert_eq!(prepared.warnings.len(), 2, "{:?}", prepared.warnings);
         assert!(
             prepared.warnings[0].contains("COMMENT") && prepared.warnings[0].contains(file),
             "{}",
             prepared.warnings[0]
+        );
+        assert!(
+            prepared.warnings[1].ends_with("their value labels are left out: AGE, SAT"),
+            "{}",
+            prepared.warnings[1]
         );
         // User-missing values (AGE 99, SAT 8-9) and system-missing ones are missing.
         let missing_age = (0..sav.respondents())
@@ -461,6 +467,176 @@ fn multiple_response_sets_become_codes() {
     );
 }
 
+/// A file of ambers' own writing: a string id, a numeric group and a string group, each
+/// with user-missing values, and two multiple-response sets that would make one code.
+fn user_missing_file(ids: &[&str], regions: &[f64], teams: &[&str]) -> Vec<u8> {
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("RESPID", DataType::Utf8, true),
+        Field::new("WEIGHT", DataType::Float64, true),
+        Field::new("REGION", DataType::Float64, true),
+        Field::new("TEAM", DataType::Utf8, true),
+        Field::new("S1", DataType::Float64, true),
+        Field::new("S2", DataType::Float64, true),
+        Field::new("T1", DataType::Float64, true),
+    ]));
+    let numbers = |values: Vec<f64>| Arc::new(arrow::array::Float64Array::from(values));
+    let n = ids.len();
+    let batch = RecordBatch::try_new(
+        schema.clone(),
+        vec![
+            Arc::new(arrow::array::StringArray::from(ids.to_vec())),
+            numbers(vec![1.5; n]),
+            numbers(regions.to_vec()),
+            Arc::new(arrow::array::StringArray::from(teams.to_vec())),
+            numbers((0..n).map(|i| (i % 2 + 1) as f64).collect()),
+            numbers((0..n).map(|i| (i % 3 + 1) as f64).collect()),
+            numbers((0..n).map(|i| (i % 2) as f64).collect()),
+        ],
+    )
+    .unwrap();
+    let mut meta = ambers::SpssMetadata::from_arrow_schema(&schema);
+    let labels = |pairs: &[(ambers::Value, &str)]| -> indexmap::IndexMap<ambers::Value, String> {
+        pairs
+            .iter()
+            .map(|(v, l)| (v.clone(), (*l).to_owned()))
+            .collect()
+    };
+    let n = ambers::Value::Numeric;
+    let t = |s: &str| ambers::Value::String(s.to_owned());
+    meta.variable_value_labels.insert(
+        "REGION".into(),
+        labels(&[(n(1.0), "North"), (n(2.0), "South"), (n(9.0), "No region")]),
+    );
+    meta.variable_value_labels.insert(
+        "TEAM".into(),
+        labels(&[(t("red"), "Red team"), (t("none"), "No team")]),
+    );
+    let category = labels(&[(n(1.0), "One"), (n(2.0), "Two"), (n(3.0), "Refused")]);
+    meta.variable_value_labels
+        .insert("S1".into(), category.clone());
+    meta.variable_value_labels.insert("S2".into(), category);
+    let missing = &mut meta.variable_missing_values;
+    missing.insert(
+        "RESPID".into(),
+        vec![ambers::MissingSpec::StringValue("NA".into())],
+    );
+    missing.insert("REGION".into(), vec![ambers::MissingSpec::Value(9.0)]);
+    missing.insert(
+        "TEAM".into(),
+        vec![ambers::MissingSpec::StringValue("none".into())],
+    );
+    missing.insert("S1".into(), vec![ambers::MissingSpec::Value(3.0)]);
+    missing.insert("S2".into(), vec![ambers::MissingSpec::Value(3.0)]);
+    let set = |name: &str, mr_type, variables: &[&str]| ambers::MrSet {
+        name: name.into(),
+        label: String::new(),
+        mr_type,
+        counted_value: Some("1".into()),
+        variables: variables.iter().map(|v| (*v).to_owned()).collect(),
+    };
+    meta.mr_sets.insert(
+        "$S".into(),
+        set("$S", ambers::MrType::MultipleCategory, &["S1", "S2"]),
+    );
+    meta.mr_sets.insert(
+        "$S_1".into(),
+        set("$S_1", ambers::MrType::MultipleDichotomy, &["T1"]),
+    );
+    let mut out = Cursor::new(Vec::new());
+    ambers::write_sav_to_writer(&mut out, &batch, &meta, ambers::Compression::Bytecode, None)
+        .unwrap();
+    out.into_inner()
+}
+
+#[test]
+fn user_missing_ids_and_groups_are_missing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("r.sav");
+    let toml = |group: &str| {
+        format!(
+            "code = \"T\"\nname = \"T\"\nrespondents = {:?}\nid_column = \"RESPID\"\nweight_column = \"WEIGHT\"\ngroup_column = \"{group}\"\n[[population_bases]]\ncode = \"ALL\"\nexpr = \"*\"\n",
+            path.display().to_string()
+        )
+    };
+    let regions = [1.0, 9.0, 2.0, 9.0];
+    let teams = ["red", "none", " none ", "blue"];
+    std::fs::write(
+        &path,
+        user_missing_file(&["a", "b", "c", "d"], &regions, &teams),
+    )
+    .unwrap();
+
+    // A group's user-missing value is no group, numeric or string (trimmed, as answers).
+    let (survey, prepared) = import_with(dir.path(), &toml("REGION")).unwrap();
+    let groups: Vec<_> = (0..4).map(|row| survey.group_of(row)).collect();
+    assert_eq!(groups, [Some("1"), None, Some("2"), None]);
+    // REGION is a variable too: its 9s are missing answers.
+    assert_eq!(survey.value("REGION", 1), None);
+    let (survey, _) = import_with(dir.path(), &toml("TEAM")).unwrap();
+    let groups: Vec<_> = (0..4).map(|row| survey.group_of(row)).collect();
+    assert_eq!(groups, [Some("red"), None, None, Some("blue")]);
+    // A string group's value labels name its groups, as a numeric group's do.
+    let labels: Vec<_> = survey
+        .codebook()
+        .groups
+        .iter()
+        .map(|g| (g.value.clone(), g.label.clone()))
+        .collect();
+    assert_eq!(
+        labels,
+        [
+            ("blue".into(), None),
+            ("red".into(), Some("Red team".into()))
+        ]
+    );
+
+    // Two sets that would make one code: the first keeps it, the second is said and
+    // skipped (the import used to fail, blaming the definition's first line).
+    let codes: Vec<&str> = survey.code_names().collect();
+    assert_eq!(codes, ["S", "S_1", "S_2"], "{:?}", prepared.warnings);
+    assert!(
+        prepared
+            .warnings
+            .iter()
+            .any(|w| w.ends_with("set '$S_1' skipped: an earlier set already made code 'S_1'")),
+        "{:?}",
+        prepared.warnings
+    );
+    // The category user-missing on every member (3, "Refused") makes no code.
+    assert!(!codes.contains(&"S_3"));
+
+    // `survey init` leaves the missing groups' labels out, keeps a string group's.
+    let init = |group| import::init_definition(&path, "T", "RESPID", "WEIGHT", Some(group));
+    let text = init("REGION").unwrap();
+    assert!(text.contains("\"1\" = \"North\""), "{text}");
+    assert!(!text.contains("No region"), "{text}");
+    let text = init("TEAM").unwrap();
+    assert!(text.contains("\"red\" = \"Red team\""), "{text}");
+    assert!(
+        !text.contains("No team") && !text.contains("Refused"),
+        "{text}"
+    );
+
+    // A user-missing id is a missing id.
+    std::fs::write(
+        &path,
+        user_missing_file(&["a", "NA", "c", "d"], &regions, &teams),
+    )
+    .unwrap();
+    match import_with(dir.path(), &toml("REGION")).unwrap_err() {
+        ImportError::Case {
+            case,
+            variable,
+            reason,
+            ..
+        } => assert_eq!(
+            (case, variable.as_str(), reason.as_str()),
+            (2, "RESPID", "missing respondent id")
+        ),
+        other => panic!("expected a case error, got {other}"),
+    }
+}
+
 #[test]
 fn init_writes_every_label_and_a_base() {
     let sav = fixtures().join("labelled.sav");
@@ -471,7 +647,8 @@ fn init_writes_every_label_and_a_base() {
         "group_column = \"REGION\"",
         "\"1\" = \"Northeast\"",
         "label = \"Satisfaction (1-5)\"",
-        "\"8\" = \"Don't know\"",
+        "\"5\" = \"Very happy\"",
+        "# user-missing values import as missing answers, so their value labels are left out: AGE, SAT",
         "# a date: days since 1970-01-01",
         "# string variables, not imported: COMMENT",
         "code = \"ALL\"",
@@ -479,6 +656,11 @@ fn init_writes_every_label_and_a_base() {
     ] {
         assert!(text.contains(expected), "{expected} not in:\n{text}");
     }
+    // A user-missing value's label labels no answer.
+    assert!(
+        !text.contains("Don't know") && !text.contains("No answer"),
+        "{text}"
+    );
     let dir = tempfile::tempdir().unwrap();
     let (survey, _) = import_with(dir.path(), &text).unwrap();
     assert_eq!(survey.respondents(), 300);
