@@ -6,11 +6,13 @@ The native helper (target/npm/native_crosstab, built by scripts/build-npm.sh) wr
 this script recomputes every cell from the respondent CSV with pandas and compares:
 
 - the weighted total and its standard error with samplics' `TaylorEstimator(total)` for a
-  design with weights only (each respondent its own PSU, with replacement: R's
-  `survey::svytotal(~y, svydesign(ids = ~1, weights = ~w))`), the 95% interval as
+  design with weights only (each respondent its own PSU, with replacement) over the group's
+  respondents (or all), the base a domain of it (y is 0 outside the base: R's
+  `survey::svytotal(~y, subset(svydesign(ids = ~1, weights = ~w), base))`), the 95% interval as
   T ± qnorm(0.975)·SE (scipy), the RSE, Σw², n_eff, respondents, the percentages and index;
 - the column test with statsmodels' `proportions_ztest` (pooled two-proportion z-test) on
-  effective sample sizes, the column against the rest of the base.
+  effective sample sizes, the column against the rest of the base, where both have an
+  effective size of at least 30.
 
 Everything to 1e-9 relative. R itself is not installable here (CRAN is unreachable).
 Usage: check-table-stats.py [NATIVE_HELPER]   (run with the venv scripts/setup makes:
@@ -97,9 +99,9 @@ def check_cell(what, got, y, w, row, column, base_weight, threshold):
     assert got["unstableReasons"] == reasons, f"{what}: {got['unstableReasons']} vs {reasons}"
 
 
-def column_test(row, column, w):
+def column_test(row, column, w, base):
     """statsmodels' pooled z on effective sizes: the column against the rest of the base."""
-    inside, outside = column, ~column
+    inside, outside = column, base & ~column
     sizes = []
     shares = []
     for side in (inside, outside):
@@ -108,7 +110,7 @@ def column_test(row, column, w):
             return None
         sizes.append(weights.sum() ** 2 / (weights**2).sum())
         shares.append(w[side & row].sum() / weights.sum())
-    if min(sizes) < 2:
+    if min(sizes) < 30:
         return None
     pooled = (sizes[0] * shares[0] + sizes[1] * shares[1]) / (sizes[0] + sizes[1])
     if pooled <= 0 or pooled >= 1:
@@ -149,22 +151,19 @@ def check(work):
     for (base, base_expression, group), answer in zip(designs, answers):
         assert answer["status"] == 200, answer
         table = answer["body"]
-        design = mask(data, base_expression)
-        if group is not None:
-            design &= data["REGION"] == float(group)
-        sample = data[design]
+        sample = data if group is None else data[data["REGION"] == float(group)]
         w = sample["WEIGHT"].to_numpy(dtype=float)
-        base_weight = float(w.sum())
+        everyone = mask(sample, base_expression).to_numpy()
+        base_weight = float(w[everyone].sum())
         threshold = table["unstableMaxResps"]
-        everyone = np.ones(len(sample), dtype=bool)
-        row_masks = [mask(sample, r).to_numpy() for r in rows]
-        column_masks = [mask(sample, c).to_numpy() for c in columns]
+        row_masks = [mask(sample, r).to_numpy() & everyone for r in rows]
+        column_masks = [mask(sample, c).to_numpy() & everyone for c in columns]
         for r, row in enumerate(row_masks):
             for c, column in enumerate(column_masks):
                 what = f"{base}/{group} [{rows[r]}] x [{columns[c]}]"
                 cell = table["cells"][r][c]
                 check_cell(what, cell, row & column, w, row, column, base_weight, threshold)
-                expected = column_test(row, column, w)
+                expected = column_test(row, column, w, everyone)
                 assert cell["significance"] == expected, f"{what}: {cell['significance']} vs {expected}"
                 verdicts.add(expected)
                 figures += 1

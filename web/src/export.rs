@@ -135,7 +135,7 @@ pub fn to_csv(grid: &Grid, figures: &Figures, caption: &Caption) -> String {
         out.push_str(&csv_fields(labels.into_iter().chain(values)));
     }
     out.push('\n');
-    for legend in figures::legend(figures, grid.threshold) {
+    for legend in figures::legend(figures, grid.threshold, grid.flipped) {
         out.push_str(&csv_line([legend]));
     }
     out
@@ -164,7 +164,7 @@ pub fn sheet(grid: &Grid, figures: &Figures, caption: &Caption) -> Sheet {
             .collect(),
         head: head_row(grid),
         lines: body(grid, figures),
-        legend: figures::legend(figures, grid.threshold),
+        legend: figures::legend(figures, grid.threshold, grid.flipped),
     }
 }
 

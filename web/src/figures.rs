@@ -2,6 +2,7 @@
 //! markers (stability and the column test) with their legend.
 
 use crosstab_contract::app::{Significance, TableCell, UnstableReason};
+use crosstab_contract::table::MIN_TESTED_EFFECTIVE_N;
 use crosstab_wasm::display::format_number;
 use serde::{Deserialize, Serialize};
 
@@ -210,8 +211,9 @@ pub fn significance_text(significance: Significance) -> &'static str {
     }
 }
 
-/// The legend lines for what `figures` shows (`threshold`: `unstableMaxResps`).
-pub fn legend(figures: &Figures, threshold: u64) -> Vec<String> {
+/// The legend lines for what `figures` shows (`threshold`: `unstableMaxResps`; `flipped`:
+/// the table is shown flipped, its arrows still those of the table as built).
+pub fn legend(figures: &Figures, threshold: u64, flipped: bool) -> Vec<String> {
     let mut lines = Vec::new();
     if figures.stability {
         for reason in [UnstableReason::LowRespondents, UnstableReason::HighRse] {
@@ -230,6 +232,15 @@ pub fn legend(figures: &Figures, threshold: u64) -> Vec<String> {
                 significance_text(significance)
             ));
         }
+        lines.push(format!(
+            "Tested where the column and the rest of the base each have an effective sample size of {MIN_TESTED_EFFECTIVE_N} or more."
+        ));
+        if flipped {
+            lines.push(
+                "Flipped: the arrows test the table as built, its rows within its columns."
+                    .to_owned(),
+            );
+        }
     }
     if figures.shown.contains(&Figure::Index) {
         lines.push("Index: the column's vertical % over the Total column's, × 100.".to_owned());
@@ -240,7 +251,7 @@ pub fn legend(figures: &Figures, threshold: u64) -> Vec<String> {
         .any(|f| matches!(f, Figure::StandardError | Figure::Interval | Figure::Rse))
     {
         lines.push(
-            "Standard errors treat the sample as drawn with replacement, weights only.".to_owned(),
+            "Standard errors treat the survey (or group) as drawn with replacement, weights only, and the base as a part of it.".to_owned(),
         );
     }
     lines
@@ -350,8 +361,17 @@ pub mod tests {
             ..Figures::all()
         };
         assert_eq!(marks(&c, &quiet), "");
-        assert!(legend(&quiet, 60).iter().all(|l| !l.contains('*')));
-        assert_eq!(legend(&all, 60).len(), 6);
+        assert!(legend(&quiet, 60, true).iter().all(|l| !l.contains('*')));
+        assert_eq!(legend(&all, 60, false).len(), 7);
+        // Flipped, the legend says the arrows are the table's as built (exports too).
+        let flipped = legend(&all, 60, true);
+        assert_eq!(flipped.len(), 8);
+        assert!(flipped
+            .iter()
+            .any(|l| l.starts_with("Flipped: the arrows test")));
+        assert!(!legend(&quiet, 60, true)
+            .iter()
+            .any(|l| l.starts_with("Flipped")));
     }
 
     #[test]

@@ -176,10 +176,7 @@ pub fn TableView(
             <div class="table-wrap" tabindex="0" role="region" aria-labelledby="table-title"
                 inner_html=move || table_html(&grid.get(), &figures.get(), &heading, run)></div>
             <ul class="legend" id="table-legend">
-                {move || figures::legend(&figures.get(), threshold).into_iter().map(|line| view! { <li>{line}</li> }).collect_view()}
-                {move || arrangement.with(|a| a.flipped).then(|| view! {
-                    <li>"Flipped: the arrows test the table as built, its rows within its columns."</li>
-                })}
+                {move || figures::legend(&figures.get(), threshold, arrangement.with(|a| a.flipped)).into_iter().map(|line| view! { <li>{line}</li> }).collect_view()}
             </ul>
             <figure class="table-chart" aria-label="Chart of the table">
                 <div inner_html=chart></div>

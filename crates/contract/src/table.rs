@@ -2,9 +2,10 @@
 //! `(row) AND (column)` within a population base (and group), with its reliability and a
 //! column test. One definition for `POST /app/api/table` and the npm `Survey.table`.
 //!
-//! The statistics are those of a design with weights only, sampled with replacement, as
-//! R's `survey::svytotal(~y, svydesign(ids = ~1, weights = ~w, data = subset))` over the
-//! `n` respondents of the base (and group): each field's documentation gives its formula.
+//! The statistics are those of a design with weights only, sampled with replacement, of
+//! which the base is a domain, as R's `survey::svytotal(~y, subset(svydesign(ids = ~1,
+//! weights = ~w), base))` over the `n` respondents of the group (or of the survey, without
+//! one): each field's documentation gives its formula.
 //! The engine computes them (`crosstab_engine::Survey::table`); this module only types
 //! and validates.
 
@@ -26,6 +27,10 @@ pub const Z_95: f64 = 1.959_963_984_540_054;
 
 /// A cell is unstable (also) when its relative standard error is above this.
 pub const MAX_STABLE_RSE: f64 = 0.30;
+
+/// The column test runs only where the column and the rest of the base each have at
+/// least this effective sample size (the usual minimum base for significance testing).
+pub const MIN_TESTED_EFFECTIVE_N: f64 = 30.0;
 
 /// What a table on the server costs, in billed calls: as many as `/v1` would take to ask
 /// the same questions, one call per one or two targets. The targets are every cell
@@ -407,8 +412,8 @@ pub struct TableHeader {
 pub enum UnstableReason {
     /// `resps` is at most the survey's `unstableMaxResps` (the rule of `/v1`'s `Stbl`).
     LowRespondents,
-    /// The relative standard error is over [`MAX_STABLE_RSE`] (or the weighted total is
-    /// zero, so it is undefined).
+    /// The relative standard error is over [`MAX_STABLE_RSE`] (or undefined: the weighted
+    /// total is zero, or the design has one respondent).
     HighRse,
 }
 
@@ -425,8 +430,9 @@ pub enum Significance {
     Lower,
 }
 
-/// One cell's figures. `n` below is the number of respondents in the base (and group),
-/// `w_i` their weights and `y_i` 1 for the cell's members, else 0; `T = Σ w_i·y_i`.
+/// One cell's figures. `n` below is the number of respondents in the group (or in the
+/// survey, without one), `w_i` their weights and `y_i` 1 for the cell's members (who are
+/// all in the base), else 0; `T = Σ w_i·y_i`.
 #[cfg_attr(feature = "ts", derive(tsify::Tsify))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -456,14 +462,15 @@ pub struct TableCell {
     #[cfg_attr(feature = "ts", tsify(type = "number | null"))]
     pub effective_n: Option<f64>,
     /// Standard error of `T`, absolute: `√(n/(n−1) · Σ (z_i − z̄)²)` with `z_i = w_i y_i`,
-    /// that is `√(n/(n−1) · (weightSquared − T²/n))`; 0 when `n < 2`.
+    /// that is `√(n/(n−1) · (weightSquared − T²/n))`; 0 when `n < 2` (and the RSE
+    /// `null`).
     pub standard_error: f64,
     /// Lower end of the 95% confidence interval, `T − 1.959963984540054 · SE` (may be
     /// below 0: it is the normal interval, not clipped).
     pub ci_low: f64,
     /// Upper end of the 95% confidence interval, `T + 1.959963984540054 · SE`.
     pub ci_high: f64,
-    /// Relative standard error `SE / T`; `null` when `T` is 0.
+    /// Relative standard error `SE / T`; `null` when `T` is 0 or `n < 2`.
     #[cfg_attr(feature = "ts", tsify(type = "number | null"))]
     pub relative_standard_error: Option<f64>,
     /// `1` (unstable) when there is any `unstableReasons`, else `0`. Note that `/v1`'s
@@ -474,8 +481,8 @@ pub struct TableCell {
     pub unstable_reasons: Vec<UnstableReason>,
     /// The column test (95%, two proportions with effective sample sizes): whether the
     /// row's share of this column differs from its share of the rest of the base.
-    /// `null` when not significant or not testable, and always on the Total column and
-    /// the Total row.
+    /// `null` when not significant or not testable (either side's effective size under
+    /// [`MIN_TESTED_EFFECTIVE_N`]), and always on the Total column and the Total row.
     #[cfg_attr(feature = "ts", tsify(type = "Significance | null"))]
     pub significance: Option<Significance>,
 }

@@ -1,7 +1,10 @@
 //! A table cell's figures from its sums: percentages, index, reliability (with-replacement
-//! design with weights only, as R's `survey::svytotal`) and the column test.
+//! design with weights only, the base a domain of it, as R's `survey::svytotal` over
+//! `subset(design, base)`) and the column test.
 
-use crosstab_contract::table::{Significance, TableCell, UnstableReason, MAX_STABLE_RSE, Z_95};
+use crosstab_contract::table::{
+    Significance, TableCell, UnstableReason, MAX_STABLE_RSE, MIN_TESTED_EFFECTIVE_N, Z_95,
+};
 use crosstab_contract::Stability;
 
 /// Count, weighted total and sum of squared weights of a set of respondents.
@@ -25,7 +28,9 @@ impl Moments {
 /// What every cell of one table is measured against.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Figures {
-    /// The base (and group): its count is the design's `n`.
+    /// Respondents of the group (or survey): the design's `n`.
+    pub sample: u64,
+    /// The base (and group), a domain of the design.
     pub base: Moments,
     pub audience_report_units: u32,
     pub unstable_max_resps: u64,
@@ -46,16 +51,18 @@ impl Figures {
         column: Moments,
         significance: Option<Significance>,
     ) -> TableCell {
-        let n = self.base.count as f64;
-        // Var(T) = n/(n−1) · Σ(z_i − z̄)², z_i = w_i·y_i over the base's n respondents;
-        // Σ(z_i − z̄)² = Σw²y − T²/n. Rounding may leave a hair below 0: that is 0.
-        let variance = if self.base.count >= 2 {
+        let n = self.sample as f64;
+        // Var(T) = n/(n−1) · Σ(z_i − z̄)², z_i = w_i·y_i over all n respondents of the
+        // design (0 outside the base: a domain's total varies with how many of the sample
+        // fall in the base); Σ(z_i − z̄)² = Σw²y − T²/n. Rounding may leave a hair below
+        // 0: that is 0. Undefined for one respondent, as svytotal's n/(n−1).
+        let variance = (self.sample >= 2).then(|| {
             (n / (n - 1.0) * (cell.weight_squared - cell.weight * cell.weight / n)).max(0.0)
-        } else {
-            0.0
-        };
-        let standard_error = variance.sqrt();
-        let relative_standard_error = (cell.weight != 0.0).then(|| standard_error / cell.weight);
+        });
+        let standard_error = variance.map_or(0.0, f64::sqrt);
+        let relative_standard_error = variance
+            .filter(|_| cell.weight != 0.0)
+            .map(|_| standard_error / cell.weight);
         let vertical_pct = percent(cell.weight, column.weight);
         let row_share = percent(row.weight, self.base.weight).filter(|share| *share > 0.0);
         let index = vertical_pct
@@ -104,16 +111,18 @@ impl Figures {
 /// Total column's share is a weighted mean of `p1` and `p2`: `p1` is above it exactly when
 /// it is above `p2`.
 ///
-/// `None` when either side's effective size is under 2, a side has no weight, or the
-/// pooled share is 0 or 1 (nothing to test).
+/// `None` when either side's effective size is under [`MIN_TESTED_EFFECTIVE_N`] (the
+/// normal approximation would call two respondents of five a difference), a side has no
+/// weight, or the pooled share is 0 or 1 (nothing to test).
 pub(crate) fn column_test(
     cell: Moments,
     row: Moments,
     column: Moments,
     complement: Moments,
 ) -> Option<Significance> {
-    let n1 = column.effective_n().filter(|n| *n >= 2.0)?;
-    let n2 = complement.effective_n().filter(|n| *n >= 2.0)?;
+    let tested = |n: &f64| *n >= MIN_TESTED_EFFECTIVE_N;
+    let n1 = column.effective_n().filter(tested)?;
+    let n2 = complement.effective_n().filter(tested)?;
     if column.weight <= 0.0 || complement.weight <= 0.0 {
         return None;
     }
@@ -130,5 +139,62 @@ pub(crate) fn column_test(
         Some(Significance::Lower)
     } else {
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `count` respondents of weight 1.
+    fn unweighted(count: u64) -> Moments {
+        Moments {
+            count,
+            weight: count as f64,
+            weight_squared: count as f64,
+        }
+    }
+
+    #[test]
+    fn the_column_test_needs_a_tested_base_on_both_sides() {
+        // Half of the column in the row, against 5% of the rest of the base.
+        let test = |column: u64, rest: u64| {
+            let cell = unweighted(column / 2);
+            let row = unweighted(column / 2 + rest / 20);
+            column_test(cell, row, unweighted(column), unweighted(rest))
+        };
+        assert_eq!(test(30, 1000), Some(Significance::Higher));
+        // z is over 4 for 10 respondents too, but too few to test.
+        assert_eq!(test(10, 1000), None);
+        assert_eq!(test(1000, 28), None);
+    }
+
+    #[test]
+    fn a_domain_varies_with_the_sample_and_one_respondent_has_no_error() {
+        let figures = |sample| Figures {
+            sample,
+            base: unweighted(100),
+            audience_report_units: 1,
+            unstable_max_resps: 0,
+        };
+        let base = unweighted(100);
+        // The base's own total varies once the base is a part of the sample: √(n/(n−1) ·
+        // (100 − 100²/n)) for n = 1000 is √(1000/999 · 90) = 9.4916...
+        assert_eq!(
+            figures(100).cell(base, base, base, None).standard_error,
+            0.0
+        );
+        let se = figures(1000).cell(base, base, base, None).standard_error;
+        assert!(
+            (se - (1000.0_f64 / 999.0 * 90.0).sqrt()).abs() < 1e-12,
+            "{se}"
+        );
+        let one = Figures {
+            base: unweighted(1),
+            ..figures(1)
+        }
+        .cell(unweighted(1), unweighted(1), unweighted(1), None);
+        assert_eq!(one.relative_standard_error, None);
+        assert_eq!(one.unstable_reasons, [UnstableReason::HighRse]);
     }
 }

@@ -21,6 +21,9 @@ use crate::weights::{BlockSum, SquareSum, Squares};
 /// The sums of a table: what its figures are computed from.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TableSums {
+    /// Respondents of the group, or of the survey without one: the design's `n`, of
+    /// which the base is a domain.
+    pub sample: u64,
     /// The base (and group).
     pub base: Moments,
     /// Each row within the base: the Total column.
@@ -192,6 +195,7 @@ impl Survey {
         });
         let finish = |sums: Vec<MomentSum<'_>>| sums.into_iter().map(MomentSum::finish).collect();
         TableSums {
+            sample: group.map_or(self.respondents() as u64, Bitset::count),
             base: base_sum.finish(),
             rows: finish(row_sums),
             columns: finish(column_sums),
@@ -212,6 +216,7 @@ impl Survey {
             &request.columns,
         )?;
         let figures = Figures {
+            sample: sums.sample,
             base: sums.base,
             audience_report_units: self.audience_report_units(),
             unstable_max_resps: self.unstable_max_resps(),

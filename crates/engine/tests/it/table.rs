@@ -44,10 +44,11 @@ const COLUMNS: [(&str, Test); 4] = [
     }),
 ];
 
-/// 40 respondents; FLAG goes with region 1 and against region 2, so the column test has
-/// something to find in both directions. `weight(i)` picks the weights.
+/// 400 respondents (enough for columns the column test tests); FLAG goes with region 1
+/// and against region 2, so the test has something to find in both directions.
+/// `weight(i)` picks the weights.
 fn respondents(weight: fn(usize) -> f64) -> Vec<Respondent> {
-    (0..40)
+    (0..400)
         .map(|i| {
             let region = [1, 1, 2, 3, 2, 4, 1, 2, 3, 1][i % 10];
             let flag = match (region, i % 7) {
@@ -157,10 +158,12 @@ fn close_opt(what: &str, got: Option<f64>, expected: Option<f64>) {
     }
 }
 
-/// The figures of one set of respondents (`member`), measured the long way over the `n`
-/// respondents of the design.
+/// The figures of one set of respondents (`member`), measured the long way over the base
+/// (`design`), a domain of the `n` respondents of the group or survey (`sample`).
 struct Reference<'a> {
     design: Vec<&'a Respondent>,
+    sample: Vec<&'a Respondent>,
+    base: Test,
     /// Whether `Σw` and `Σw²` must be the true sums of the f64 weights (and of their
     /// exact squares) rounded once, bit for bit: so with full-precision weights. Decimal
     /// weights are summed as the decimals they were written as, a hair from their f64s.
@@ -204,13 +207,20 @@ impl Reference<'_> {
         (squares > 0.0).then(|| self.weight(member).powi(2) / squares)
     }
 
-    /// svytotal's standard error: √(n/(n−1) Σ (z_i − z̄)²), z_i = w_i y_i, two passes.
+    /// svytotal's standard error of a domain: √(n/(n−1) Σ (z_i − z̄)²) over the whole
+    /// sample, z_i = w_i y_i (0 outside the base), two passes.
     fn standard_error(&self, member: &dyn Fn(&Respondent) -> bool) -> f64 {
-        let n = self.design.len() as f64;
+        let n = self.sample.len() as f64;
         let z: Vec<f64> = self
-            .design
+            .sample
             .iter()
-            .map(|r| if member(r) { r.weight } else { 0.0 })
+            .map(|r| {
+                if (self.base)(r) && member(r) {
+                    r.weight
+                } else {
+                    0.0
+                }
+            })
             .collect();
         let mean = z.iter().sum::<f64>() / n;
         let squares: f64 = z.iter().map(|z| (z - mean) * (z - mean)).sum();
@@ -224,7 +234,7 @@ impl Reference<'_> {
         let outside = |r: &Respondent| !column(r);
         let n1 = self.effective_n(&inside)?;
         let n2 = self.effective_n(&outside)?;
-        if n1 < 2.0 || n2 < 2.0 {
+        if n1 < 30.0 || n2 < 30.0 {
             return None;
         }
         let p1 = self.weight(&|r| row(r) && column(r)) / self.weight(&inside);
@@ -315,11 +325,14 @@ fn check_table(
     group: Option<&str>,
     exact: bool,
 ) -> Vec<Significance> {
+    let sample: Vec<&Respondent> = people
+        .iter()
+        .filter(|r| group.is_none_or(|g| r.group == g))
+        .collect();
     let reference = Reference {
-        design: people
-            .iter()
-            .filter(|r| base(r) && group.is_none_or(|g| r.group == g))
-            .collect(),
+        design: sample.iter().copied().filter(|r| base(r)).collect(),
+        sample,
+        base,
         exact,
     };
     let threshold = 3;
