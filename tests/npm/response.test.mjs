@@ -34,7 +34,7 @@ test("retry advice: 401 fetch a fresh key, 429 after Retry-After, 5xx back off, 
   const envelope = (status, code) => ({ ResultCode: status, ResultDescription: "x", error: { code, message: "x" } });
   assert.equal(pkg.parseResponse(401, envelope(401, "unauthorized")).retry, "afterFreshKey");
   assert.equal(pkg.parseResponse(401, envelope(401, "unauthorized")).kind, "unauthorized");
-  for (const status of [400, 403, 404, 408, 413, 415, 422]) {
+  for (const status of [400, 403, 404, 413, 415, 422]) {
     assert.equal(pkg.parseResponse(status, envelope(status, "x")).retry, "never", String(status));
   }
   for (const status of [500, 502, 503, 504]) {
@@ -168,9 +168,12 @@ test("429: retry after the Retry-After header's seconds, as a string or a number
   assert.equal(pkg.parseResponse(503, limited, REQUEST, "3").retryAfterMs, undefined);
 });
 
-test("new error codes classify by status: 408 and 422 never, 503 back off", () => {
+test("new error codes classify by status: 422 never, 408 and 503 back off", () => {
   const envelope = (status, code) => ({ ResultCode: status, ResultDescription: code, error: { code, message: code } });
-  assert.equal(pkg.parseResponse(408, envelope(408, "request_timeout")).kind, "badRequest");
+  const late = pkg.parseResponse(408, envelope(408, "request_timeout"));
+  assert.equal(late.kind, "badRequest");
+  // Its body never arrived whole, so was never read: sent again, it may be answered.
+  assert.equal(late.retry, "backoff");
   const reused = pkg.parseResponse(422, envelope(422, "idempotency_key_reused"));
   assert.equal(reused.kind, "badRequest");
   assert.equal(reused.code, "idempotency_key_reused");

@@ -46,6 +46,9 @@ pub enum ApiError {
     /// The body is not declared as JSON.
     #[error("Content-Type must be application/json.")]
     UnsupportedMediaType,
+    /// No such path under the API (e.g. `POST /v1/crosstabs`).
+    #[error("There is no such path in this API.")]
+    NotFound,
     /// The path exists, the method does not (e.g. `GET /v1/crosstab`).
     #[error("This method is not allowed on this path.")]
     MethodNotAllowed,
@@ -81,6 +84,7 @@ impl ApiError {
             ApiError::Unauthorized => 401,
             ApiError::ForbiddenSurvey => 403,
             ApiError::PayloadTooLarge => 413,
+            ApiError::NotFound => 404,
             ApiError::MethodNotAllowed => 405,
             ApiError::RequestTimeout => 408,
             ApiError::UnsupportedMediaType => 415,
@@ -100,6 +104,7 @@ impl ApiError {
             ApiError::Unauthorized => "unauthorized",
             ApiError::ForbiddenSurvey => "forbidden_survey",
             ApiError::PayloadTooLarge => "payload_too_large",
+            ApiError::NotFound => "not_found",
             ApiError::MethodNotAllowed => "method_not_allowed",
             ApiError::UnsupportedMediaType => "unsupported_media_type",
             ApiError::RequestTimeout => "request_timeout",
@@ -154,6 +159,9 @@ impl ApiError {
             ApiError::UnsupportedMediaType => {
                 Some("Send the body as JSON with 'Content-Type: application/json'.".to_owned())
             }
+            ApiError::NotFound => Some(
+                "Check the path: GET /v1/docs describes the API's paths.".to_owned(),
+            ),
             ApiError::MethodNotAllowed => Some(
                 "Use a method the Allow header lists: POST /v1/crosstab, GET /v1/docs.".to_owned(),
             ),
@@ -247,6 +255,7 @@ mod tests {
             ApiError::ForbiddenSurvey,
             ApiError::PayloadTooLarge,
             ApiError::UnsupportedMediaType,
+            ApiError::NotFound,
             ApiError::MethodNotAllowed,
             ApiError::Internal,
         ];

@@ -31,7 +31,8 @@ weighted projected audience (`WgtAud`, in `AudienceReportUnits`), unweighted res
 
 On 4xx and 5xx, `ResultCode` equals the HTTP status and `error.code` is machine-readable. \
 A path of this API called with a method it does not serve (`GET /crosstab`) is 405 \
-`method_not_allowed` in the same envelope, with an `Allow` header.
+`method_not_allowed` in the same envelope, with an `Allow` header; a path it does not have \
+is 404 `not_found`, also in the envelope.
 
 ## Limits
 | Limit | Value |

@@ -168,10 +168,12 @@ pub fn parse_response(
             ParsedResponse::RateLimited(answer)
         }
         400..=499 => {
-            let retry = if status == 401 {
-                Retry::AfterFreshKey
-            } else {
-                Retry::Never
+            let retry = match status {
+                401 => Retry::AfterFreshKey,
+                // The body did not arrive in time: nothing was read, so nothing billed or
+                // reserved, and the same request may go again.
+                408 => Retry::Backoff,
+                _ => Retry::Never,
             };
             let answer = parse_error(status, body, retry);
             match status {

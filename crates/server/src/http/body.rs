@@ -79,11 +79,21 @@ pub fn closing(mut response: Response) -> Response {
     response
 }
 
-/// Whether the body is declared as JSON (`application/json`, any parameters).
+/// Whether the body is declared as JSON (`application/json`), in UTF-8: a `charset`
+/// parameter, if any, must say so (JSON is UTF-8; another charset would only fail to
+/// parse, blamed on the body).
 pub fn is_json(headers: &HeaderMap) -> bool {
-    headers
-        .get(CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split(';').next())
-        .is_some_and(|mime| mime.trim().eq_ignore_ascii_case("application/json"))
+    let Some(value) = headers.get(CONTENT_TYPE).and_then(|v| v.to_str().ok()) else {
+        return false;
+    };
+    let mut parts = value.split(';');
+    let mime = parts.next().unwrap_or_default();
+    mime.trim().eq_ignore_ascii_case("application/json")
+        && parts.all(|parameter| match parameter.split_once('=') {
+            Some((name, charset)) if name.trim().eq_ignore_ascii_case("charset") => {
+                let charset = charset.trim().trim_matches('"');
+                charset.eq_ignore_ascii_case("utf-8") || charset.eq_ignore_ascii_case("utf8")
+            }
+            _ => true,
+        })
 }

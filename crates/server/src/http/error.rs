@@ -1,6 +1,6 @@
 //! The one place the service layer's outcomes become status codes and bodies.
 
-use axum::http::header::RETRY_AFTER;
+use axum::http::header::{RETRY_AFTER, WWW_AUTHENTICATE};
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -24,8 +24,17 @@ pub fn api_error_response(error: &ApiError) -> Response {
             .headers_mut()
             .insert(RETRY_AFTER, HeaderValue::from(seconds));
     }
+    if status == StatusCode::UNAUTHORIZED {
+        // A 401 names how to authenticate (RFC 9110): the key, or a token, in our header.
+        response
+            .headers_mut()
+            .insert(WWW_AUTHENTICATE, HeaderValue::from_static(AUTHENTICATE));
+    }
     response
 }
+
+/// The challenge of every 401: not `Bearer`, whose clients would send `Authorization`.
+pub const AUTHENTICATE: &str = r#"ApiKey realm="crosstab", header="Service-Engine-Authorizer""#;
 
 /// A 500 in the contract's envelope; `cause` goes to the log only.
 pub fn fault(cause: String) -> Response {

@@ -111,9 +111,9 @@ async fn ready(axum::extract::State(state): axum::extract::State<Arc<HttpState>>
     }
 }
 
-/// An unknown path under an API prefix (`/v1`, `/app`).
+/// An unknown path under an API prefix (`/v1`, `/app`): 404 in the contract's envelope.
 async fn not_found() -> Response {
-    axum::http::StatusCode::NOT_FOUND.into_response()
+    api_error_response(&ApiError::NotFound)
 }
 
 /// A panic in a handler answers 500 in the contract's envelope, with no internals.

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use axum::extract::{Request, State};
-use axum::http::header::{CONTENT_TYPE, ORIGIN};
+use axum::http::header::{CACHE_CONTROL, CONTENT_TYPE, ORIGIN};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -67,8 +67,12 @@ pub fn idempotency_key(headers: &HeaderMap) -> Result<Option<&str>, ApiError> {
 }
 
 /// The 200 for `answer`, saying so when it is the one an earlier request got.
+/// An answer is the caller's own, paid for: no cache along the way keeps it.
 pub fn answer_response(answer: Answer) -> Response {
     let mut response = json_ok(answer.body);
+    response
+        .headers_mut()
+        .insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
     if answer.replayed {
         response
             .headers_mut()

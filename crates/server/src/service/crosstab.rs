@@ -244,18 +244,29 @@ impl Crosstab {
         request_id: &RequestId,
         held: Option<&Reserved>,
     ) -> Result<Bytes, ServiceError> {
-        // Within the account's rate and quota first: nothing over them is even computed.
+        // A request refused for what it asks is refused so whatever the account's rate
+        // and quota (retried unchanged, it fails the same way): the checks come first,
+        // and only then the limits, over which nothing is computed or billed. A body
+        // answered before passed them then; the caller's grants are checked again.
+        if let Some((billable, answer)) = self.cached_answer(principal, &body)? {
+            let admission = self.limits.admit(principal).await?;
+            self.bill(principal, billable, request_id, held, &answer)
+                .await?;
+            admission.billed();
+            return Ok(answer);
+        }
+        let valid = validate_body(&body)?;
+        let request = &valid.request;
+        let survey = self.entitled(
+            principal,
+            &request.survey_code,
+            request.group_filter(),
+            &request.population_base_code,
+        )?;
         let admission = self.limits.admit(principal).await?;
-        let answer = match self
-            .cached_answer(principal, &body, request_id, held)
-            .await?
-        {
-            Some(answer) => answer,
-            None => {
-                self.computed_answer(principal, body, request_id, held)
-                    .await?
-            }
-        };
+        let answer = self
+            .computed_answer(principal, survey, valid, body, request_id, held)
+            .await?;
         admission.billed();
         Ok(answer)
     }
@@ -317,24 +328,20 @@ impl Crosstab {
         }
     }
 
-    /// Validates, checks entitlement, computes within the deadline, caches and bills.
+    /// Computes a valid request on the `survey` it is entitled to, within the deadline,
+    /// caches and bills it.
     async fn computed_answer(
         &self,
         principal: &Principal,
+        survey: Arc<Survey>,
+        valid: ValidRequest,
         body: Bytes,
         request_id: &RequestId,
         held: Option<&Reserved>,
     ) -> Result<Bytes, ServiceError> {
         let started = Instant::now();
-        let valid = validate_body(&body)?;
         let request = &valid.request;
         let group = request.group_filter();
-        let survey = self.entitled(
-            principal,
-            &request.survey_code,
-            group,
-            &request.population_base_code,
-        )?;
         let billable = Billable {
             survey: Arc::from(request.survey_code.as_str()),
             group: group.map(Arc::from),
@@ -367,16 +374,15 @@ impl Crosstab {
         Ok(answer)
     }
 
-    /// The answer to a body seen before, when it was computed on the survey version the
-    /// catalog serves now and the caller may see it (validation depends on the bytes
-    /// alone, and the group and base were checked on this very survey instance).
-    async fn cached_answer(
+    /// The answer to a body seen before, and what billing it means, when it was computed
+    /// on the survey version the catalog serves now and the caller may see it (validation
+    /// depends on the bytes alone, and the group and base were checked on this very
+    /// survey instance).
+    fn cached_answer(
         &self,
         principal: &Principal,
         body: &Bytes,
-        request_id: &RequestId,
-        held: Option<&Reserved>,
-    ) -> Result<Option<Bytes>, ServiceError> {
+    ) -> Result<Option<(Billable, Bytes)>, ApiError> {
         let Some(hit) = self.cache.get(body) else {
             return Ok(None);
         };
@@ -391,7 +397,7 @@ impl Crosstab {
             .grants
             .permits(&hit.survey_code, hit.group.as_deref())
         {
-            return Err(ApiError::ForbiddenSurvey.into());
+            return Err(ApiError::ForbiddenSurvey);
         }
         let billable = Billable {
             survey: Arc::clone(&hit.survey_code),
@@ -399,10 +405,7 @@ impl Crosstab {
             base: Arc::clone(&hit.base),
             targets: hit.targets,
         };
-        let answer = hit.body();
-        self.bill(principal, billable, request_id, held, &answer)
-            .await?;
-        Ok(Some(answer))
+        Ok(Some((billable, hit.body())))
     }
 
     /// The one place a bill is made: committed before the answer may go out, with the

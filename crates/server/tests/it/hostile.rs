@@ -355,6 +355,17 @@ async fn over_its_rate_or_daily_quota_an_account_gets_429_and_nothing_is_billed(
         .parse()
         .unwrap();
     assert!((1..=86_400).contains(&wait), "{wait}");
+    // Over its quota, a request refused for what it asks is still refused for that (as
+    // it will be tomorrow), not told to wait a day: invalid, not entitled, unknown base.
+    let invalid = common::request("VEC", Some("N"), "ALL", &[]);
+    let unknown_base = common::request("VEC", Some("N"), "NOPE", &["WOMEN"]);
+    for (body, status) in [
+        (&invalid, StatusCode::BAD_REQUEST),
+        (&refused, StatusCode::FORBIDDEN),
+        (&unknown_base, StatusCode::BAD_REQUEST),
+    ] {
+        assert_eq!(fx.post(Some(&fx.north), body).await.0.status(), status);
+    }
     assert_eq!(fx.bills().await, 6);
     // The next UTC day, the quota starts again.
     fx.clock.advance(86_400_000);

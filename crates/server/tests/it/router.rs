@@ -74,6 +74,12 @@ async fn unauthorized_for_every_unusable_key_and_never_billed() {
         assert_eq!(response.status(), StatusCode::UNAUTHORIZED, "{name}");
         assert_eq!(got, envelope(&ApiError::Unauthorized), "{name}");
         assert!(got["error"].get("field").is_none());
+        // RFC 9110: a 401 names its challenge, here the header the key goes in.
+        assert_eq!(
+            response.headers()["www-authenticate"],
+            r#"ApiKey realm="crosstab", header="Service-Engine-Authorizer""#,
+            "{name}"
+        );
         assert!(!response.headers().contains_key("connection"), "{name}");
     }
     // A cookie alone never authenticates.
@@ -112,6 +118,9 @@ async fn media_type_size_and_validation_in_order() {
         Some("text/plain"),
         Some("application/xml"),
         Some("application/jsonx"),
+        // JSON is UTF-8: a body said to be another charset would only fail to parse.
+        Some("application/json; charset=utf-16"),
+        Some("application/json; charset=\"latin1\""),
     ] {
         let (response, body) = fx.send(with_type(ct, Body::from(good.clone()))).await;
         assert_eq!(
@@ -123,9 +132,15 @@ async fn media_type_size_and_validation_in_order() {
         // The small body was read and dropped: the connection stays usable.
         assert!(!response.headers().contains_key("connection"));
     }
-    for ct in ["application/json; charset=utf-8", "Application/JSON"] {
+    for ct in [
+        "application/json; charset=utf-8",
+        "Application/JSON",
+        "application/json;charset=\"UTF-8\"",
+    ] {
         let (response, _) = fx.send(with_type(Some(ct), Body::from(good.clone()))).await;
         assert_eq!(response.status(), StatusCode::OK, "{ct}");
+        // The answer is the caller's, paid for: no shared cache keeps it.
+        assert_eq!(response.headers()["cache-control"], "no-store");
     }
     // 415 before 413 before 400.
     let huge = vec![b' '; 64 * 1024 + 1];
@@ -183,7 +198,7 @@ async fn media_type_size_and_validation_in_order() {
         .await;
     assert_eq!(response.status(), StatusCode::BAD_REQUEST);
     assert_eq!(code(&body), "invalid_target_codes");
-    assert_eq!(fx.bills().await, 2);
+    assert_eq!(fx.bills().await, 3);
 }
 
 fn futures_stream(
@@ -414,6 +429,33 @@ async fn cors_preflight_and_origin_on_every_crosstab_response() {
         "Retry-After, Idempotent-Replayed, X-Request-Id"
     );
     assert_eq!(fx.bills().await, 1);
+}
+
+/// A path the API does not have: 404 in the contract's envelope (the app's page never
+/// answers under `/v1` or `/app/api`), not billed.
+#[tokio::test]
+async fn an_unknown_api_path_is_404_in_the_envelope() {
+    let fx = Fixture::new().await;
+    for (method, path) in [
+        ("POST", "/v1/crosstabs"),
+        ("GET", "/v1/docs/"),
+        ("GET", "/v1/"),
+        ("GET", "/app/api/nothing"),
+    ] {
+        let request = Request::builder()
+            .method(method)
+            .uri(path)
+            .header("Service-Engine-Authorizer", &fx.whole)
+            .header("content-type", "application/json")
+            .body(Body::from(
+                request("VEC", None, "ALL", &["WOMEN"]).to_string(),
+            ))
+            .unwrap();
+        let (response, body) = fx.send(request).await;
+        assert_eq!(response.status(), StatusCode::NOT_FOUND, "{method} {path}");
+        assert_eq!(body, envelope(&ApiError::NotFound), "{method} {path}");
+    }
+    assert_eq!(fx.bills().await, 0);
 }
 
 /// A known `/v1` path with another method: 405 in the contract's envelope, with `Allow`,
