@@ -424,6 +424,18 @@ fn lex(input: &str) -> Result<(Vec<Token>, usize), ParseError> {
                         ));
                     }
                 }
+                // `5AND`, `2OR`: a keyword or name glued to a number is a typo, not two
+                // tokens (`5X` already fails; `5AND` must not read as `5 AND`).
+                if cursor
+                    .peek()
+                    .is_some_and(|next| next.is_ascii_alphanumeric() || next == '_' || next == '.')
+                {
+                    return Err(ParseError::new(
+                        cursor.index + 1,
+                        "a space, an operator or a parenthesis after a number",
+                        cursor.found(),
+                    ));
+                }
                 let text = &input[start..cursor.byte];
                 let value = match short_decimal(text) {
                     Some(value) => value,
@@ -715,6 +727,27 @@ mod tests {
             ("A IN ()", 7, "a number"),
             ("A ! 1", 4, "'=' after '!'"),
             ("A = 1.", 7, "a digit after '.'"),
+            // A keyword or name glued to a number is no space between two tokens.
+            (
+                "AGE = 5AND B = 2",
+                8,
+                "a space, an operator or a parenthesis after a number",
+            ),
+            (
+                "G=2OR A>3",
+                4,
+                "a space, an operator or a parenthesis after a number",
+            ),
+            (
+                "A IN (1_2)",
+                8,
+                "a space, an operator or a parenthesis after a number",
+            ),
+            (
+                "A = 1.5.5",
+                8,
+                "a space, an operator or a parenthesis after a number",
+            ),
             ("é = 1", 1, "a name, a number, an operator or a parenthesis"),
             // Positions count characters, not bytes: U+3000 is one (three bytes).
             ("A\u{3000}= x", 5, "a number"),

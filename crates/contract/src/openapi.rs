@@ -27,7 +27,7 @@ weighted projected audience (`WgtAud`, in `AudienceReportUnits`), unweighted res
 | ResultCode | Meaning |
 |---|---|
 | 0 | Success. `ResultDescription` is the empty string. |
-| 1 | Partial: one or more target codes name a variable or code the survey does not define. Each such entry is `{WgtAud: 0, Resps: 0, Stbl: 1}` and `ResultDescription` names every unknown code. |
+| 1 | Partial: one or more target codes name a variable or code the survey does not define. Each such entry is `{WgtAud: 0, Resps: 0, Stbl: 1}` and `ResultDescription` names the unknown codes (the first ten, each cut to 32 characters). |
 
 On 4xx and 5xx, `ResultCode` equals the HTTP status and `error.code` is machine-readable. \
 A path of this API called with a method it does not serve (`GET /crosstab`) is 405 \
@@ -47,7 +47,26 @@ is 404 `not_found`, also in the envelope.
 ## Target codes
 A target code is a named code (`F2554`) or an expression over the survey's variables: \
 `GENDER = 2`, `AGE BETWEEN 25 AND 54`, `REGION IN (1, 2)`, combined with `AND`, `OR`, `NOT` \
-and parentheses. Operators: `= != < <= > >=`. A missing answer satisfies no comparison.
+and parentheses; `*` is every respondent.
+
+```text
+expr    := and ( OR and )*
+and     := unary ( AND unary )*
+unary   := NOT unary | primary
+primary := '(' expr ')' | '*' | NAME
+         | NAME op NUMBER | NAME IN '(' NUMBER (',' NUMBER)* ')'
+         | NAME BETWEEN NUMBER AND NUMBER
+op      := '=' | '!=' | '<' | '<=' | '>' | '>='
+NAME    := [A-Za-z_][A-Za-z0-9_.]*
+NUMBER  := '-'? [0-9]+ ('.' [0-9]+)?
+```
+
+Keywords (`AND OR NOT IN BETWEEN`) are case-insensitive and reserved; names are \
+case-sensitive. A bare `NAME` is a named code, a `NAME` compared is a variable. `BETWEEN` \
+includes both bounds. A missing answer satisfies no comparison; `NOT x` is the complement \
+of `x` within all respondents, so it includes those whose answer is missing (`NOT AGE < 30` \
+counts them, `AGE >= 30` does not). A target naming a variable or code the survey does not \
+define is not refused: it is answered `{WgtAud: 0, Resps: 0, Stbl: 1}` with `ResultCode` 1.
 
 ## Authentication
 `POST /crosstab` takes either an API key, `Service-Engine-Authorizer: <API_KEY>`, or a \
@@ -292,6 +311,14 @@ fn constrain_target_codes(openapi: &mut Document) {
     }
 }
 
+/// What the validator answers `body`: the examples are the server's own refusals.
+fn refusal(body: &[u8]) -> ApiError {
+    match crate::validate_body(body) {
+        Err(error) => error,
+        Ok(_) => ApiError::Internal,
+    }
+}
+
 fn error_examples() -> Vec<(&'static str, Vec<(&'static str, ApiError)>)> {
     vec![
         (
@@ -299,19 +326,9 @@ fn error_examples() -> Vec<(&'static str, Vec<(&'static str, ApiError)>)> {
             vec![
                 (
                     "invalid_target_codes",
-                    ApiError::InvalidTargetCodes {
-                        message: "TargetCodes must have 1 or 2 entries, not 3.".to_owned(),
-                        hint: "Send one or two target codes per request; split larger queries into several requests.".to_owned(),
-                    },
+                    refusal(br#"{"SurveyCode":"S1","PopulationBaseCode":"ALL","TargetCodes":["A","B","C"]}"#),
                 ),
-                (
-                    "invalid_request",
-                    ApiError::InvalidRequest {
-                        field: Some("SurveyCode".to_owned()),
-                        message: "SurveyCode is required.".to_owned(),
-                        hint: None,
-                    },
-                ),
+                ("invalid_request", refusal(b"{}")),
                 (
                     "invalid_population_base",
                     ApiError::InvalidPopulationBase {
@@ -357,6 +374,27 @@ mod tests {
 
     fn doc() -> Value {
         serde_json::from_str(&document_json()).unwrap()
+    }
+
+    #[test]
+    fn the_400_examples_are_the_validators_own_refusals() {
+        let doc = doc();
+        let examples = &doc["paths"]["/crosstab"]["post"]["responses"]["400"]["content"]
+            ["application/json"]["examples"];
+        for (name, body) in [
+            ("invalid_request", &b"{}"[..]),
+            (
+                "invalid_target_codes",
+                br#"{"SurveyCode":"S1","PopulationBaseCode":"ALL","TargetCodes":["A","B","C"]}"#,
+            ),
+        ] {
+            let refused = crate::validate_body(body).err().unwrap();
+            assert_eq!(
+                examples[name]["value"],
+                serde_json::to_value(refused.envelope()).unwrap(),
+                "{examples}"
+            );
+        }
     }
 
     #[test]

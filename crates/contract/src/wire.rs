@@ -135,11 +135,18 @@ impl CrosstabResponse {
         let (result_code, result_description) = if unknown_names.is_empty() {
             (ResultCode::SUCCESS, String::new())
         } else {
-            let names = unknown_names
+            // Named as every message names what a caller sent: shortened, and a long list
+            // cut (a 1,024-character target may name a hundred things).
+            const LISTED: usize = 10;
+            let mut names = unknown_names
                 .iter()
-                .map(|name| format!("'{name}'"))
+                .take(LISTED)
+                .map(|name| format!("'{}'", crate::expr::shorten(name)))
                 .collect::<Vec<_>>()
                 .join(", ");
+            if unknown_names.len() > LISTED {
+                names.push_str(&format!(" and {} more", unknown_names.len() - LISTED));
+            }
             (
                 ResultCode::PARTIAL,
                 format!(
@@ -153,5 +160,33 @@ impl CrosstabResponse {
             results,
             audience_report_units: units,
         }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_partial_names_the_unknown_short_and_at_most_ten() {
+        let names: Vec<String> = (0..12).map(|i| format!("N{i}")).collect();
+        let partial = CrosstabResponse::new(vec![CrosstabResult::UNKNOWN], 1, &names);
+        assert_eq!(partial.result_code, ResultCode::PARTIAL);
+        assert_eq!(
+            partial.result_description,
+            "Partial result: the survey does not define 'N0', 'N1', 'N2', 'N3', 'N4', 'N5', \
+             'N6', 'N7', 'N8', 'N9' and 2 more; those targets are reported as 0 respondents."
+        );
+        let long = ["X".repeat(40)];
+        let partial = CrosstabResponse::new(vec![CrosstabResult::UNKNOWN], 1, &long);
+        assert!(partial
+            .result_description
+            .contains(&format!("'{}…'", "X".repeat(32))));
+        let success = CrosstabResponse::new(vec![CrosstabResult::UNKNOWN], 1, &[]);
+        assert_eq!(
+            (success.result_code, success.result_description.as_str()),
+            (ResultCode::SUCCESS, "")
+        );
     }
 }
