@@ -251,7 +251,7 @@ async fn login(
 }
 
 async fn logout(State(state): State<Arc<HttpState>>, headers: HeaderMap) -> AppResult<Response> {
-    if let Some(token) = session_token(&headers) {
+    if let Some(token) = session_token(&headers, state.https) {
         state.app.sign_out(token).await?;
     }
     with_cookie(StatusCode::NO_CONTENT.into_response(), &state, "")

@@ -20,8 +20,20 @@ use crate::service::principal::Principal;
 use crate::service::users::User;
 use crate::service::ServiceError;
 
-/// The session cookie's name.
+/// The session cookie's name over plain http.
 pub const SESSION_COOKIE: &str = "crosstab_session";
+/// Its name over https: the `__Host-` prefix makes browsers take it only when `Secure`,
+/// from this very host, for `Path=/`, so no subdomain or plain-http page can plant one.
+pub const HOST_SESSION_COOKIE: &str = "__Host-crosstab_session";
+
+/// The session cookie's name when clients reach the service over https or not.
+pub fn session_cookie(https: bool) -> &'static str {
+    if https {
+        HOST_SESSION_COOKIE
+    } else {
+        SESSION_COOKIE
+    }
+}
 
 /// The caller of a `/v1` operation that needs one.
 #[derive(Debug, Clone)]
@@ -87,7 +99,7 @@ impl FromRequestParts<Arc<HttpState>> for SessionUser {
         parts: &mut Parts,
         state: &Arc<HttpState>,
     ) -> Result<Self, Self::Rejection> {
-        let token = session_token(&parts.headers);
+        let token = session_token(&parts.headers, state.https);
         Ok(SessionUser(state.app.session_user(token).await?))
     }
 }
@@ -161,32 +173,33 @@ impl FromRequestParts<Arc<HttpState>> for ClientAddress {
     }
 }
 
-/// The session token among the request's cookies.
-pub fn session_token(headers: &HeaderMap) -> Option<&str> {
+/// The session token among the request's cookies (the cookie of [`session_cookie`]).
+pub fn session_token(headers: &HeaderMap, https: bool) -> Option<&str> {
+    let name = session_cookie(https);
     headers
         .get_all(COOKIE)
         .iter()
         .filter_map(|h| h.to_str().ok())
-        .find_map(token_from_cookies)
+        .find_map(|header| token_from_cookies(header, name))
 }
 
-/// The session token in a `Cookie` header, if any.
-fn token_from_cookies(header: &str) -> Option<&str> {
+/// The value of cookie `name` in a `Cookie` header, if any.
+fn token_from_cookies<'a>(header: &'a str, name: &str) -> Option<&'a str> {
     header
         .split(';')
         .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(name, _)| *name == SESSION_COOKIE)
+        .find(|(cookie, _)| *cookie == name)
         .map(|(_, value)| value)
         .filter(|value| !value.is_empty())
 }
 
-/// The `Set-Cookie` value for `token` lasting `max_age_s` (empty token: clear the cookie).
-pub fn set_cookie(token: &str, max_age_s: i64, secure: bool) -> String {
+/// The `Set-Cookie` value for `token` lasting `max_age_s` (empty token: clear the cookie);
+/// over https, `Secure` and `__Host-` named.
+pub fn set_cookie(token: &str, max_age_s: i64, https: bool) -> String {
     let max_age = if token.is_empty() { 0 } else { max_age_s };
-    let secure = if secure { "; Secure" } else { "" };
-    format!(
-        "{SESSION_COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict; Max-Age={max_age}{secure}"
-    )
+    let name = session_cookie(https);
+    let secure = if https { "; Secure" } else { "" };
+    format!("{name}={token}; Path=/; HttpOnly; SameSite=Strict; Max-Age={max_age}{secure}")
 }
 
 #[cfg(test)]
@@ -194,6 +207,32 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
+
+    #[test]
+    fn over_https_the_session_cookie_is_secure_and_host_only() {
+        let cookie = set_cookie("t0k", 60, true);
+        assert_eq!(
+            cookie,
+            "__Host-crosstab_session=t0k; Path=/; HttpOnly; SameSite=Strict; Max-Age=60; Secure"
+        );
+        assert_eq!(
+            set_cookie("", 60, false),
+            "crosstab_session=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0"
+        );
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            COOKIE,
+            "crosstab_session=plain; __Host-crosstab_session=host"
+                .parse()
+                .unwrap(),
+        );
+        // Each mode reads only its own name: over https a cookie a plain-http page (or
+        // a subdomain) could have set is not a session.
+        assert_eq!(session_token(&headers, true), Some("host"));
+        assert_eq!(session_token(&headers, false), Some("plain"));
+        headers.insert(COOKIE, "crosstab_session=plain".parse().unwrap());
+        assert_eq!(session_token(&headers, true), None);
+    }
 
     fn forwarded(lines: &[&[u8]]) -> Option<IpAddr> {
         let header = HeaderName::from_static("x-forwarded-for");
