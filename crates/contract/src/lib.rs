@@ -33,7 +33,7 @@ pub use error::{ApiError, ErrorDetail, ErrorEnvelope};
 pub use expr::{CmpOp, Expr, ParseError};
 pub use validate::{validate_body, validate_value, ValidRequest};
 pub use wire::{
-    CrosstabRequest, CrosstabResponse, CrosstabResult, ResultCode, Stability, ALL_GROUPS,
+    CrosstabRequest, CrosstabResponse, CrosstabResult, ResultCode, Stability, Unknown, ALL_GROUPS,
 };
 
 /// The contract's version: `info.version` of the OpenAPI document.

@@ -267,7 +267,7 @@ impl Modify for ContractDetails {
                         crate::wire::CrosstabResult::UNKNOWN,
                     ],
                     1000,
-                    &["NOSUCHCODE".to_owned()],
+                    &[crate::wire::Unknown::Undefined("NOSUCHCODE".to_owned())],
                 );
                 let success = crate::wire::CrosstabResponse::new(
                     vec![crate::wire::CrosstabResult {

@@ -128,29 +128,89 @@ pub struct CrosstabResponse {
     pub audience_report_units: u32,
 }
 
+/// A name a target uses that the survey does not define as it is used there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unknown {
+    /// Neither a variable nor a named code of the survey.
+    Undefined(String),
+    /// A variable named alone, as a code is (`GENDER` for `GENDER = 2`).
+    VariableAlone(String),
+    /// A named code compared, as a variable is (`F2554 = 1` for `F2554`).
+    CodeCompared(String),
+}
+
+impl Unknown {
+    fn name(&self) -> &str {
+        match self {
+            Unknown::Undefined(name)
+            | Unknown::VariableAlone(name)
+            | Unknown::CodeCompared(name) => name,
+        }
+    }
+}
+
+/// `'A', 'B' and 3 more`: names as every message names what a caller sent, shortened, and
+/// a long list cut (a 1,024-character target may name a hundred things).
+fn listed<'a>(names: impl ExactSizeIterator<Item = &'a str>) -> String {
+    const LISTED: usize = 10;
+    let count = names.len();
+    let mut text = names
+        .take(LISTED)
+        .map(|name| format!("'{}'", crate::expr::shorten(name)))
+        .collect::<Vec<_>>()
+        .join(", ");
+    if count > LISTED {
+        text.push_str(&format!(" and {} more", count - LISTED));
+    }
+    text
+}
+
 impl CrosstabResponse {
     /// Builds the response for `results` (request order), given the names the survey
-    /// does not define (each in the order first met). Any unknown name makes it partial.
-    pub fn new(results: Vec<CrosstabResult>, units: u32, unknown_names: &[String]) -> Self {
-        let (result_code, result_description) = if unknown_names.is_empty() {
+    /// does not define as used (each in the order first met). Any makes it partial.
+    pub fn new(results: Vec<CrosstabResult>, units: u32, unknown: &[Unknown]) -> Self {
+        let (result_code, result_description) = if unknown.is_empty() {
             (ResultCode::SUCCESS, String::new())
         } else {
-            // Named as every message names what a caller sent: shortened, and a long list
-            // cut (a 1,024-character target may name a hundred things).
-            const LISTED: usize = 10;
-            let mut names = unknown_names
-                .iter()
-                .take(LISTED)
-                .map(|name| format!("'{}'", crate::expr::shorten(name)))
-                .collect::<Vec<_>>()
-                .join(", ");
-            if unknown_names.len() > LISTED {
-                names.push_str(&format!(" and {} more", unknown_names.len() - LISTED));
+            let of = |keep: fn(&Unknown) -> bool| -> Vec<&str> {
+                unknown
+                    .iter()
+                    .filter(|u| keep(u))
+                    .map(Unknown::name)
+                    .collect()
+            };
+            let undefined = of(|u| matches!(u, Unknown::Undefined(_)));
+            let alone = of(|u| matches!(u, Unknown::VariableAlone(_)));
+            let compared = of(|u| matches!(u, Unknown::CodeCompared(_)));
+            let mut reasons = Vec::new();
+            if !undefined.is_empty() {
+                reasons.push(format!(
+                    "the survey does not define {}",
+                    listed(undefined.into_iter())
+                ));
+            }
+            let are = |names: &[&str]| if names.len() == 1 { "is a" } else { "are" };
+            if !alone.is_empty() {
+                reasons.push(format!(
+                    "{} {} variable{}, to compare (as in 'GENDER = 2'), not a named code",
+                    listed(alone.iter().copied()),
+                    are(&alone),
+                    if alone.len() == 1 { "" } else { "s" },
+                ));
+            }
+            if !compared.is_empty() {
+                reasons.push(format!(
+                    "{} {} named code{}, to name alone (as in 'F2554'), not a variable",
+                    listed(compared.iter().copied()),
+                    are(&compared),
+                    if compared.len() == 1 { "" } else { "s" },
+                ));
             }
             (
                 ResultCode::PARTIAL,
                 format!(
-                    "Partial result: the survey does not define {names}; those targets are reported as 0 respondents."
+                    "Partial result: {}; those targets are reported as 0 respondents.",
+                    reasons.join("; ")
                 ),
             )
         };
@@ -169,8 +229,35 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_partial_says_how_each_name_is_unknown() {
+        let unknown = [
+            Unknown::Undefined("X".into()),
+            Unknown::VariableAlone("GENDER".into()),
+            Unknown::CodeCompared("F2554".into()),
+            Unknown::VariableAlone("AGE".into()),
+        ];
+        let partial = CrosstabResponse::new(vec![CrosstabResult::UNKNOWN], 1, &unknown);
+        assert_eq!(
+            partial.result_description,
+            "Partial result: the survey does not define 'X'; 'GENDER', 'AGE' are variables, \
+             to compare (as in 'GENDER = 2'), not a named code; 'F2554' is a named code, to \
+             name alone (as in 'F2554'), not a variable; those targets are reported as 0 \
+             respondents."
+        );
+        let alone = [Unknown::VariableAlone("GENDER".into())];
+        let partial = CrosstabResponse::new(vec![CrosstabResult::UNKNOWN], 1, &alone);
+        assert_eq!(
+            partial.result_description,
+            "Partial result: 'GENDER' is a variable, to compare (as in 'GENDER = 2'), not a \
+             named code; those targets are reported as 0 respondents."
+        );
+    }
+
+    #[test]
     fn a_partial_names_the_unknown_short_and_at_most_ten() {
-        let names: Vec<String> = (0..12).map(|i| format!("N{i}")).collect();
+        let names: Vec<Unknown> = (0..12)
+            .map(|i| Unknown::Undefined(format!("N{i}")))
+            .collect();
         let partial = CrosstabResponse::new(vec![CrosstabResult::UNKNOWN], 1, &names);
         assert_eq!(partial.result_code, ResultCode::PARTIAL);
         assert_eq!(
@@ -178,7 +265,7 @@ mod tests {
             "Partial result: the survey does not define 'N0', 'N1', 'N2', 'N3', 'N4', 'N5', \
              'N6', 'N7', 'N8', 'N9' and 2 more; those targets are reported as 0 respondents."
         );
-        let long = ["X".repeat(40)];
+        let long = [Unknown::Undefined("X".repeat(40))];
         let partial = CrosstabResponse::new(vec![CrosstabResult::UNKNOWN], 1, &long);
         assert!(partial
             .result_description

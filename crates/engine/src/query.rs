@@ -1,6 +1,6 @@
 //! Answering a crosstab request from a survey.
 
-use crosstab_contract::{CrosstabResponse, CrosstabResult, Expr, Stability, ValidRequest};
+use crosstab_contract::{CrosstabResponse, CrosstabResult, Expr, Stability, Unknown, ValidRequest};
 
 use crate::bitset::{Bitset, Tally};
 use crate::cache::SetKey;
@@ -25,7 +25,7 @@ impl Survey {
         let base = self
             .base_set(base_code)
             .ok_or_else(|| QueryError::UnknownPopulationBase(base_code.clone()))?;
-        let mut unknown_names: Vec<String> = Vec::new();
+        let mut unknown_names: Vec<Unknown> = Vec::new();
         let mut known = Vec::with_capacity(request.targets.len());
         for target in &request.targets {
             let unknown = self.unknown_names(target);

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use crosstab_contract::expr::NameKind;
-use crosstab_contract::Expr;
+use crosstab_contract::{Expr, Unknown};
 
 use crate::aligned::AlignedBytes;
 use crate::bitset::Bitset;
@@ -241,16 +241,28 @@ impl Survey {
         unknown
     }
 
-    /// Every name in `expr` the survey does not define, without repeats, in order.
-    pub fn unknown_names(&self, expr: &Expr) -> Vec<String> {
-        let mut unknown: Vec<String> = Vec::new();
+    /// Every name in `expr` the survey does not define as it is used there (a variable
+    /// named alone, a code compared, or neither), without repeats, in order.
+    pub fn unknown_names(&self, expr: &Expr) -> Vec<Unknown> {
+        let mut unknown: Vec<Unknown> = Vec::new();
         expr.visit_names(&mut |kind, name| {
-            let known = match kind {
-                NameKind::Variable => self.variable_index.contains_key(name),
-                NameKind::Code => self.code_index.contains_key(name),
+            let (is_variable, is_code) = (
+                self.variable_index.contains_key(name),
+                self.code_index.contains_key(name),
+            );
+            let found = match kind {
+                NameKind::Variable if !is_variable && is_code => {
+                    Unknown::CodeCompared(name.to_owned())
+                }
+                NameKind::Code if !is_code && is_variable => {
+                    Unknown::VariableAlone(name.to_owned())
+                }
+                NameKind::Variable if !is_variable => Unknown::Undefined(name.to_owned()),
+                NameKind::Code if !is_code => Unknown::Undefined(name.to_owned()),
+                NameKind::Variable | NameKind::Code => return,
             };
-            if !known && !unknown.iter().any(|u| u == name) {
-                unknown.push(name.to_owned());
+            if !unknown.contains(&found) {
+                unknown.push(found);
             }
         });
         unknown
