@@ -75,22 +75,24 @@ pub fn close() {
     }
 }
 
-/// Compiles a TOML definition and its CSV, as `crosstab survey import` would.
-pub async fn open_csv(definition: String, csv: String, from: String) -> Result<Opened, String> {
-    open(Call::OpenCsv { definition, from }, &JsValue::from_str(&csv)).await
-}
-
-/// Compiles the definition the guided form stands for and its CSV.
-pub async fn open_guided(
-    definition: GuidedDefinition,
-    csv: String,
+/// Compiles a TOML definition and its CSV file, as `crosstab survey import` would. The
+/// file itself goes to the worker, which reads it: the page never holds its text.
+pub async fn open_csv(
+    definition: String,
+    csv: &web_sys::File,
     from: String,
 ) -> Result<Opened, String> {
-    open(
-        Call::OpenGuided { definition, from },
-        &JsValue::from_str(&csv),
-    )
-    .await
+    open(Call::OpenCsv { definition, from }, csv).await
+}
+
+/// Compiles the definition the guided form stands for and its CSV file (read by the
+/// worker, as for [`open_csv`]).
+pub async fn open_guided(
+    definition: GuidedDefinition,
+    csv: &web_sys::File,
+    from: String,
+) -> Result<Opened, String> {
+    open(Call::OpenGuided { definition, from }, csv).await
 }
 
 /// Loads a compiled survey (the file `crosstab survey import` installs), its bytes as read.
@@ -110,7 +112,31 @@ pub async fn table(request: TableRequest) -> Result<Table, String> {
     }
 }
 
-/// The column names of a CSV's header row.
+/// Bytes of a CSV file read for its header row: far more than any header needs, and
+/// nothing like a whole survey file.
+const HEADER_BYTES: f64 = 1024.0 * 1024.0;
+
+/// The column names of a CSV file's header row, read from its start alone.
+pub async fn file_columns(file: &web_sys::File) -> Result<Vec<String>, String> {
+    let whole = file.size() <= HEADER_BYTES;
+    let start = file
+        .slice_with_f64_and_f64(0.0, HEADER_BYTES)
+        .map_err(|_| format!("{} could not be read.", file.name()))?;
+    let text = JsFuture::from(start.text())
+        .await
+        .map_err(|_| format!("{} could not be read.", file.name()))?
+        .as_string()
+        .ok_or_else(|| format!("{} is not text.", file.name()))?;
+    if !whole && !text.contains('\n') {
+        return Err(format!(
+            "{}: its first line is over 1 MB, which no CSV header is.",
+            file.name()
+        ));
+    }
+    csv_columns(&text)
+}
+
+/// The column names of a CSV's header row (the rest of `csv`, if any, is not read).
 pub fn csv_columns(csv: &str) -> Result<Vec<String>, String> {
     let mut reader = csv::ReaderBuilder::new()
         .has_headers(true)

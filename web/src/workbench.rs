@@ -571,7 +571,8 @@ fn AxisEditor(
 /// compiled survey; read and compiled in the page.
 #[component]
 fn LocalOpen(opened: RwSignal<Option<Opened>>) -> impl IntoView {
-    let csv = RwSignal::new(None::<(String, String)>);
+    // The chosen CSV file, by name: a handle, not its text, which only the worker reads.
+    let csv = RwSignal::new_local(None::<(String, web_sys::File)>);
     let definition = RwSignal::new(None::<(String, String)>);
     let columns = RwSignal::new(Vec::<String>::new());
     let error = RwSignal::new(None::<String>);
@@ -625,11 +626,8 @@ fn LocalOpen(opened: RwSignal<Option<Opened>>) -> impl IntoView {
         let file_name = file.name();
         leptos::task::spawn_local(async move {
             if file_name.to_lowercase().ends_with(".csv") {
-                match local::read_text(&file)
-                    .await
-                    .and_then(|text| Ok((local::csv_columns(&text)?, text)))
-                {
-                    Ok((found, text)) => {
+                match local::file_columns(&file).await {
+                    Ok(found) => {
                         let stem: String = file_name
                             .trim_end_matches(".csv")
                             .chars()
@@ -653,7 +651,7 @@ fn LocalOpen(opened: RwSignal<Option<Opened>>) -> impl IntoView {
                         );
                         group_column.set(String::new());
                         columns.set(found);
-                        csv.set(Some((file_name, text)));
+                        csv.set(Some((file_name, file)));
                     }
                     Err(message) => error.set(Some(message)),
                 }
@@ -689,7 +687,7 @@ fn LocalOpen(opened: RwSignal<Option<Opened>>) -> impl IntoView {
     };
     let open = move |ev: leptos::ev::SubmitEvent| {
         ev.prevent_default();
-        let Some((data_name, text)) = csv.get_untracked() else {
+        let Some((data_name, file)) = csv.get_untracked() else {
             error.set(Some("Choose the respondent file first.".into()));
             return;
         };
@@ -706,9 +704,9 @@ fn LocalOpen(opened: RwSignal<Option<Opened>>) -> impl IntoView {
         leptos::task::spawn_local(async move {
             let result = match definition {
                 Some((definition_name, toml)) => {
-                    local::open_csv(toml, text, format!("{data_name} + {definition_name}")).await
+                    local::open_csv(toml, &file, format!("{data_name} + {definition_name}")).await
                 }
-                None => local::open_guided(guided, text, data_name).await,
+                None => local::open_guided(guided, &file, data_name).await,
             };
             finish(result);
         });

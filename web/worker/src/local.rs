@@ -19,6 +19,10 @@ thread_local! {
 /// come back in the returned payload.
 pub fn answer(call: Call, payload: Payload) -> (Answer, Payload) {
     match (call, payload) {
+        (_, Payload::Unread(reason)) => (
+            Err(format!("The file could not be read: {reason}")),
+            Payload::None,
+        ),
         (Call::Start, Payload::None) => (Ok(Reply::Started), Payload::None),
         (Call::OpenCsv { definition, from }, Payload::Text(csv)) => (
             open_csv(&definition, &csv, from).map(Reply::Opened),
@@ -179,6 +183,21 @@ mod tests {
             (Err(message), Payload::None) => Err(message),
             other => panic!("not a table: {other:?}"),
         }
+    }
+
+    #[test]
+    fn a_file_the_worker_could_not_read_is_said_so_and_opens_nothing() {
+        let call = Call::OpenGuided {
+            definition: guided(),
+            from: "test".into(),
+        };
+        let (answer, payload) = answer(call, Payload::Unread("NotReadableError".into()));
+        assert_eq!(
+            answer.unwrap_err(),
+            "The file could not be read: NotReadableError"
+        );
+        assert!(matches!(payload, Payload::None));
+        assert!(OPENED.with(|slot| slot.borrow().is_none()));
     }
 
     #[test]

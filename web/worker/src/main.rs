@@ -1,6 +1,6 @@
 //! The worker's entry: once its handler is set it says it is ready (`wire::ready`); then
-//! each message from the page is a call (the call as JSON, the file beside it as text or
-//! bytes), answered (a workbook's bytes beside it) in the order it came.
+//! each message from the page is a call (the call as JSON, the file beside it as a `File`
+//! to read, text or bytes), answered (a workbook's bytes beside it) in the order it came.
 
 #[cfg(target_arch = "wasm32")]
 fn main() {
@@ -17,6 +17,17 @@ fn main() {
             let message = wire::to_worker(&event.data());
             let payload = if let Some(text) = message.data.as_string() {
                 Payload::Text(text)
+            } else if let Some(file) = message.data.dyn_ref::<web_sys::Blob>() {
+                // A CSV comes as the file the researcher chose, read here and only here
+                // (the page keeps no copy of a text that may be hundreds of megabytes).
+                match web_sys::FileReaderSync::new().and_then(|reader| reader.read_as_text(file)) {
+                    Ok(text) => Payload::Text(text),
+                    Err(error) => Payload::Unread(
+                        error
+                            .dyn_ref::<js_sys::Error>()
+                            .map_or_else(|| format!("{error:?}"), |e| String::from(e.message())),
+                    ),
+                }
             } else if message.data.is_instance_of::<js_sys::Uint8Array>() {
                 // Only a compiled survey comes as bytes: copied once, into its own
                 // memory. `length()` is a u32; an array may hold 2^32.

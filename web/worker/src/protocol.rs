@@ -35,6 +35,8 @@ pub enum Payload {
     None,
     /// A file's text.
     Text(String),
+    /// A file that came but could not be read, and why.
+    Unread(String),
     /// A workbook's bytes.
     Bytes(Vec<u8>),
     /// A compiled survey's bytes, copied once from the page's array into the aligned
