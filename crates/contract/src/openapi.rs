@@ -63,7 +63,8 @@ NUMBER  := '-'? [0-9]+ ('.' [0-9]+)?
 
 Keywords (`AND OR NOT IN BETWEEN`) are case-insensitive and reserved; names are \
 case-sensitive. A bare `NAME` is a named code, a `NAME` compared is a variable. `BETWEEN` \
-includes both bounds. A missing answer satisfies no comparison; `NOT x` is the complement \
+includes both bounds, low first (`AGE BETWEEN 54 AND 25` matches nobody, as in SQL). A \
+missing answer satisfies no comparison; `NOT x` is the complement \
 of `x` within all respondents, so it includes those whose answer is missing (`NOT AGE < 30` \
 counts them, `AGE >= 30` does not). A target naming a variable or code the survey does not \
 define is not refused: it is answered `{WgtAud: 0, Resps: 0, Stbl: 1}` with `ResultCode` 1.
