@@ -11,7 +11,7 @@ use std::path::Path;
 
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
-use super::sav::{check_cases, layout, source_error, stream, Missing, BATCH_CASES};
+use super::sav::{check_cases, guarded, layout, source_error, stream, Missing, BATCH_CASES};
 use super::Respondents;
 use crate::definition::{SourceFormat, SurveyDefinition};
 use crate::error::ImportError;
@@ -19,6 +19,16 @@ use crate::error::ImportError;
 /// Reads a Parquet file's respondents for `definition`, streaming its row groups in
 /// batches into column encoders. Returns them and the warnings (columns skipped).
 pub(crate) fn read(
+    definition: &SurveyDefinition,
+    path: &Path,
+) -> Result<(Respondents, Vec<String>), ImportError> {
+    // The arrow and parquet readers may panic on a damaged file, as the SPSS reader has.
+    guarded(&path.display().to_string(), "Parquet file", || {
+        read_file(definition, path)
+    })
+}
+
+fn read_file(
     definition: &SurveyDefinition,
     path: &Path,
 ) -> Result<(Respondents, Vec<String>), ImportError> {

@@ -639,21 +639,28 @@ pub(crate) fn read(
             source,
         })?
         .len();
-    guarded(&file, || {
+    guarded(&file, SPSS_FILE, || {
         let mut scanner = open(path)?;
         read_scanner(definition, &mut scanner, &file, file_len)
     })
 }
 
-/// Runs a read of the SPSS reader with its panics made errors: it has panicked on
-/// damaged files (a negative label length sliced as `usize`), and an import must refuse
-/// a file, never take the process down.
-fn guarded<T>(file: &str, read: impl FnOnce() -> Result<T, ImportError>) -> Result<T, ImportError> {
+/// What the SPSS reader's failures are said to be no readable one of.
+const SPSS_FILE: &str = "SPSS system file";
+
+/// Runs a read of a source's reader (`what`: the kind of file) with its panics made
+/// errors: the SPSS reader has panicked on damaged files (a negative label length sliced
+/// as `usize`), and an import must refuse a file, never take the process down.
+pub(super) fn guarded<T>(
+    file: &str,
+    what: &str,
+    read: impl FnOnce() -> Result<T, ImportError>,
+) -> Result<T, ImportError> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(read)).unwrap_or_else(|_| {
         Err(source_error(
             file,
             None,
-            "not a readable SPSS system file: the reader failed on damaged data".into(),
+            format!("not a readable {what}: the reader failed on damaged data"),
         ))
     })
 }
@@ -947,7 +954,7 @@ pub fn init_definition(
             format!("survey code '{code}' must be 1 to 64 of A-Z a-z 0-9 _ . -"),
         ));
     }
-    let scanner = guarded(&file, || open(path))?;
+    let scanner = guarded(&file, SPSS_FILE, || open(path))?;
     let meta = scanner.metadata();
     let fields = fields_of(&scanner.schema());
     let definition = SurveyDefinition {

@@ -294,6 +294,28 @@ fn corrupt_sections_are_load_errors_that_say_so() {
         with_header(&bytes, |h| h["variables"][0]["width"] = json!("U8")),
         "two-bit planes read as bytes",
     );
+    // What the import refuses, a damaged file may not bring in: units of 0 (every WgtAud
+    // infinite), and a weight not finite or below 0 (every sum wrong).
+    corrupt(
+        with_header(&bytes, |h| h["audience_report_units"] = json!(0)),
+        "audience report units of 0",
+    );
+    let second = 2.25f64.to_le_bytes();
+    let at = bytes
+        .windows(8)
+        .position(|w| w == second)
+        .expect("the second weight is in the file");
+    for weight in [f64::NAN, f64::INFINITY, -1.0] {
+        let mut edited = bytes.clone();
+        edited[at..at + 8].copy_from_slice(&weight.to_le_bytes());
+        match Survey::from_bytes(&edited) {
+            Err(e) => assert!(
+                e.to_string().contains("respondent 1's weight"),
+                "{weight}: {e}"
+            ),
+            Ok(_) => panic!("a weight of {weight} loaded"),
+        }
+    }
     // The untouched file still loads: the rewriting itself is sound.
     assert!(Survey::from_bytes(&with_header(&bytes, |_| {})).is_ok());
 }
