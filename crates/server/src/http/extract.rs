@@ -62,6 +62,7 @@ impl FromRequestParts<Arc<HttpState>> for Authenticated {
                 None => Err(ApiError::Unauthorized.into()),
             },
             Err(AuthError::Store(error)) => Err(error.into()),
+            Err(AuthError::Unavailable(reason)) => Err(ServiceError::Internal(reason)),
         }
     }
 }

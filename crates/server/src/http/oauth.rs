@@ -64,9 +64,9 @@ pub async fn token(
                 None => oauth_error(OAuthErrorCode::InvalidGrant, None),
             }
         }
-        Err(fault @ (GrantError::Store(_) | GrantError::Signing(_))) => {
-            super::error::fault(fault.to_string())
-        }
+        Err(
+            fault @ (GrantError::Store(_) | GrantError::Signing(_) | GrantError::Unavailable(_)),
+        ) => super::error::fault(fault.to_string()),
     }
 }
 

@@ -45,6 +45,9 @@ pub enum AuthError {
     /// The key store could not be read.
     #[error(transparent)]
     Store(#[from] DbError),
+    /// What a token needs to be checked could not be had (an identity provider's keys).
+    #[error("{0}")]
+    Unavailable(String),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -342,10 +345,8 @@ impl Authenticator {
             .await?
             .ok_or(AuthError::Unauthorized)?;
         let record = &cached.record;
-        let valid = record.env == Some(presented.env)
-            && record
-                .secret_hash
-                .is_some_and(|hash| keys::verify(presented.secret, &hash))
+        let valid = record.env == presented.env
+            && keys::verify(presented.secret, &record.secret_hash)
             && !record.revoked
             && record.expires_at.is_none_or(|at| self.clock.now_ms() < at);
         if valid {
@@ -389,6 +390,9 @@ impl Authenticator {
         let identity = match self.sso.verify_bearer(jwt).await {
             Ok(identity) => identity,
             Err(super::sso::TokenError::Store(error)) => return Err(error.into()),
+            Err(unavailable @ super::sso::TokenError::KeysUnavailable(_)) => {
+                return Err(AuthError::Unavailable(unavailable.to_string()))
+            }
             Err(reason) => {
                 tracing::info!(%reason, "bearer token refused");
                 return Err(AuthError::Unauthorized);

@@ -34,9 +34,9 @@ pub struct KeyRecord {
     /// The key id.
     pub id: String,
     /// Its environment.
-    pub env: Option<KeyEnv>,
+    pub env: KeyEnv,
     /// Hash of its secret.
-    pub secret_hash: Option<[u8; 32]>,
+    pub secret_hash: [u8; 32],
     /// Expiry, Unix ms.
     pub expires_at: Option<i64>,
     /// Whether it was revoked.
@@ -324,8 +324,11 @@ pub async fn load_key(db: &Database, key_id: &str) -> Result<Option<KeyRecord>, 
     let limits = limits_of(db, account_id).await?;
     Ok(Some(KeyRecord {
         id: key_id.to_owned(),
-        env: KeyEnv::from_name(&env),
-        secret_hash: keys::hash_from_hex(&hash),
+        // A row this server could not have written is damage to report (a 500, logged),
+        // not a key to refuse as if the caller had sent a wrong one.
+        env: KeyEnv::from_name(&env).ok_or(DbError::Corrupt("an api key's env"))?,
+        secret_hash: keys::hash_from_hex(&hash)
+            .ok_or(DbError::Corrupt("an api key's secret hash"))?,
         expires_at: row.try_get(2)?,
         revoked: revoked_at.is_some(),
         account_id,

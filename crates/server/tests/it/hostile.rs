@@ -402,6 +402,33 @@ async fn a_stored_rate_of_zero_is_a_fault_not_a_rate() {
     ));
 }
 
+/// A key row this server could not have written (a hash that is no hex, an unknown
+/// environment) is damage to report, a 500, not a 401 telling the caller its key is bad.
+#[tokio::test]
+async fn a_damaged_key_row_is_a_fault_not_a_refusal() {
+    let body = common::request("VEC", None, "ALL", &["WOMEN"]);
+    for (column, value) in [("secret_hash", "not hex"), ("env", "staging")] {
+        let fx = Fixture::new().await;
+        let key_id = crosstab_server::keys::parse(&fx.whole)
+            .unwrap()
+            .id
+            .to_owned();
+        sqlx::query(&format!("UPDATE api_keys SET {column} = $1 WHERE id = $2"))
+            .bind(value)
+            .bind(&key_id)
+            .execute(fx.db.pool())
+            .await
+            .unwrap();
+        let (response, got) = fx.post(Some(&fx.whole), &body).await;
+        assert_eq!(
+            response.status(),
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "{column}: {got}"
+        );
+        assert_eq!(fx.bills().await, 0);
+    }
+}
+
 /// Replicas share one ledger: calls another replica billed count against the quota here
 /// once the counts are brought in step (every second in `serve`, and before the first
 /// call after a quiet minute), counted once however old they grow.

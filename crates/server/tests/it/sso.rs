@@ -414,6 +414,27 @@ async fn a_rotated_provider_key_is_fetched_without_a_restart() {
     assert_eq!(fx.bills().await, 2);
 }
 
+/// A token whose key can't be had because the provider is down may well be good: the
+/// caller gets a 500 to retry, not a 401 telling it to fetch another credential.
+#[tokio::test]
+async fn a_provider_whose_keys_cannot_be_fetched_is_a_fault_not_a_refusal() {
+    let provider = Provider::start();
+    let fx = trusting(&provider).await;
+    provider.rotate().await;
+    let after = provider.access_token("backend", API).await;
+    drop(provider);
+    fx.clock.advance(10_001);
+    let (response, body) = fx.post(Some(&bearer(&after)), &query()).await;
+    assert_eq!(response.status(), 500, "{body}");
+    assert_eq!(code(&body), "internal_error");
+    // Within the next 10 s nothing is fetched, and the answer is the same.
+    let fetches = fx.services.sso.key_sets().fetches();
+    let (response, _) = fx.post(Some(&bearer(&after)), &query()).await;
+    assert_eq!(response.status(), 500);
+    assert_eq!(fx.services.sso.key_sets().fetches(), fetches);
+    assert_eq!(fx.bills().await, 0);
+}
+
 #[tokio::test]
 async fn an_account_claim_naming_no_account_is_401() {
     let provider = Provider::start();
@@ -863,6 +884,22 @@ async fn a_saml_assertion_is_exchanged_once_for_a_token_that_is_billed_to_its_ac
     )
     .await;
     assert_eq!(response.status(), 400, "{body}");
+    assert_eq!(fx.bills().await, 1);
+
+    // Stored metadata this server can't use (damaged in the database): the assertion may
+    // be that provider's, so it is a fault to report (500), not an invalid_grant.
+    sqlx::query("UPDATE identity_providers SET metadata = 'damaged' WHERE name = 'corp-saml'")
+        .execute(fx.db.pool())
+        .await
+        .unwrap();
+    fx.services.sso.changed();
+    let (response, body) = exchange(
+        &fx,
+        SAML2_BEARER,
+        &URL_SAFE_NO_PAD.encode(&stranger.assertions["valid"]),
+    )
+    .await;
+    assert_eq!(response.status(), 500, "{body}");
     assert_eq!(fx.bills().await, 1);
 }
 

@@ -44,6 +44,10 @@ pub enum GrantError {
     /// No key to sign with, or signing failed.
     #[error("token not signed: {0}")]
     Signing(String),
+    /// What the assertion needs to be checked could not be had (an identity provider's
+    /// keys, its stored metadata): a fault of ours, to retry.
+    #[error("assertion not checked: {0}")]
+    Unavailable(String),
 }
 
 /// An access token issued.
@@ -59,6 +63,9 @@ impl From<TokenError> for GrantError {
     fn from(error: TokenError) -> GrantError {
         match error {
             TokenError::Store(error) => GrantError::Store(error),
+            unavailable @ TokenError::KeysUnavailable(_) => {
+                GrantError::Unavailable(unavailable.to_string())
+            }
             refused => GrantError::InvalidGrant(refused.to_string()),
         }
     }
@@ -121,16 +128,20 @@ impl Sso {
         let registry = self.registry().await?;
         let now_ms = self.clock.now_ms();
         let mut refusals = Vec::new();
+        // Providers whose stored metadata this server can't use: the assertion may be one
+        // of theirs, so refusing it would blame the caller for our damage.
+        let mut unusable = Vec::new();
         // RFC 7522: the bearer confirmation names this endpoint as its Recipient.
         let token_endpoint = format!("{}/v1/oauth/token", self.public_url.trim_end_matches('/'));
         for idp in registry.idps.iter().filter(|idp| idp.kind == IdpKind::Saml) {
             let Some(metadata) = &idp.metadata else {
+                unusable.push(format!("{}: no stored metadata", idp.name));
                 continue;
             };
             let known = match saml::SamlIdp::from_stored(metadata) {
                 Ok(known) => known,
                 Err(error) => {
-                    tracing::warn!(idp = %idp.name, %error, "stored SAML metadata unusable");
+                    unusable.push(format!("{}: {error}", idp.name));
                     continue;
                 }
             };
@@ -175,6 +186,13 @@ impl Sso {
                 account,
                 expires_at_s: verified.not_on_or_after,
             });
+        }
+        if !unusable.is_empty() {
+            return Err(GrantError::Unavailable(format!(
+                "stored SAML metadata unusable ({}); refused by the others: {}",
+                unusable.join("; "),
+                refusals.join("; ")
+            )));
         }
         if refusals.is_empty() {
             refusals.push("no SAML identity provider is configured".to_owned());

@@ -46,6 +46,9 @@ pub enum FetchError {
     /// The discovery document is not the issuer's, or lacks `jwks_uri`.
     #[error("discovery document of {0}: {1}")]
     Discovery(String, &'static str),
+    /// The last fetch, too recent to try again, failed so.
+    #[error("the last fetch failed: {0}")]
+    Earlier(String),
 }
 
 /// One issuer's keys by key id, and when they were last fetched.
@@ -54,6 +57,8 @@ struct IssuerKeys {
     keys: HashMap<String, VerifyingKey>,
     /// The last fetch tried (Unix ms), successful or not.
     tried_at: Option<i64>,
+    /// Why the last fetch failed, if it did.
+    failure: Option<String>,
 }
 
 /// Every configured issuer's keys.
@@ -100,15 +105,17 @@ impl KeySets {
     }
 
     /// `issuer`'s key `kid`: held, or fetched now unless the issuer's keys were fetched
-    /// within [`REFETCH_AFTER_MS`].
-    pub async fn key(&self, issuer: &str, kid: &str) -> Option<VerifyingKey> {
+    /// within [`REFETCH_AFTER_MS`]; `None` when the issuer has no such key. When the keys
+    /// could not be fetched (now, or by that recent try), the error: the token may well be
+    /// good, so it is not to be refused as if it were not.
+    pub async fn key(&self, issuer: &str, kid: &str) -> Result<Option<VerifyingKey>, FetchError> {
         if let Some(key) = self.cached(issuer, kid) {
-            return Some(key);
+            return Ok(Some(key));
         }
         let _fetching = self.fetching.lock().await;
         // Fetched while this request waited?
         if let Some(key) = self.cached(issuer, kid) {
-            return Some(key);
+            return Ok(Some(key));
         }
         let now = self.clock.now_ms();
         let recent = self
@@ -116,15 +123,15 @@ impl KeySets {
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .get(issuer)
-            .and_then(|keys| keys.tried_at)
-            .is_some_and(|at| now - at < REFETCH_AFTER_MS);
-        if recent {
-            return None;
+            .filter(|keys| keys.tried_at.is_some_and(|at| now - at < REFETCH_AFTER_MS))
+            .map(|keys| keys.failure.clone());
+        match recent {
+            Some(None) => return Ok(None),
+            Some(Some(failure)) => return Err(FetchError::Earlier(failure)),
+            None => {}
         }
-        if let Err(error) = self.fetch(issuer).await {
-            tracing::warn!(%error, issuer, "identity provider keys not fetched");
-        }
-        self.cached(issuer, kid)
+        self.fetch(issuer).await?;
+        Ok(self.cached(issuer, kid))
     }
 
     /// Fetches `issuer`'s keys now (at start), replacing those held when it succeeds.
@@ -133,7 +140,22 @@ impl KeySets {
         self.fetch(issuer).await
     }
 
+    /// Fetches `issuer`'s keys, noting (and logging) why if it fails.
     async fn fetch(&self, issuer: &str) -> Result<usize, FetchError> {
+        let fetched = self.fetch_keys(issuer).await;
+        if let Err(error) = &fetched {
+            tracing::warn!(%error, issuer, "identity provider keys not fetched");
+            self.issuers
+                .write()
+                .unwrap_or_else(|p| p.into_inner())
+                .entry(issuer.to_owned())
+                .or_default()
+                .failure = Some(error.to_string());
+        }
+        fetched
+    }
+
+    async fn fetch_keys(&self, issuer: &str) -> Result<usize, FetchError> {
         *self.fetches.lock().unwrap_or_else(|p| p.into_inner()) += 1;
         let now = self.clock.now_ms();
         self.issuers
@@ -160,6 +182,7 @@ impl KeySets {
                 IssuerKeys {
                     keys,
                     tried_at: Some(now),
+                    failure: None,
                 },
             );
         Ok(count)

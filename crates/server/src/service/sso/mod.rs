@@ -71,6 +71,10 @@ pub enum TokenError {
     /// The store could not be read.
     #[error(transparent)]
     Store(#[from] DbError),
+    /// The issuer's keys could not be fetched: the token may be good (a fault to report
+    /// and retry, not a refusal).
+    #[error("identity provider keys unavailable: {0}")]
+    KeysUnavailable(#[from] jwks::FetchError),
 }
 
 /// Who a verified token speaks for.
@@ -243,7 +247,7 @@ impl Sso {
         let key = self
             .keys
             .key(issuer, kid)
-            .await
+            .await?
             .ok_or_else(|| TokenError::UnknownKey {
                 issuer: issuer.to_owned(),
                 kid: kid.to_owned(),
