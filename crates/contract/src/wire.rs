@@ -189,23 +189,28 @@ impl CrosstabResponse {
                     listed(undefined.into_iter())
                 ));
             }
-            let are = |names: &[&str]| if names.len() == 1 { "is a" } else { "are" };
-            if !alone.is_empty() {
-                reasons.push(format!(
-                    "{} {} variable{}, to compare (as in 'GENDER = 2'), not a named code",
-                    listed(alone.iter().copied()),
-                    are(&alone),
-                    if alone.len() == 1 { "" } else { "s" },
-                ));
-            }
-            if !compared.is_empty() {
-                reasons.push(format!(
-                    "{} {} named code{}, to name alone (as in 'F2554'), not a variable",
-                    listed(compared.iter().copied()),
-                    are(&compared),
-                    if compared.len() == 1 { "" } else { "s" },
-                ));
-            }
+            // `'A' is a variable, …` / `'A', 'B' are variables, …`.
+            let mut are = |names: &[&str], kind: &str, instead: &str| {
+                if !names.is_empty() {
+                    let (verb, plural) = if names.len() == 1 {
+                        ("is a", "")
+                    } else {
+                        ("are", "s")
+                    };
+                    let listed = listed(names.iter().copied());
+                    reasons.push(format!("{listed} {verb} {kind}{plural}, {instead}"));
+                }
+            };
+            are(
+                &alone,
+                "variable",
+                "to compare (as in 'GENDER = 2'), not a named code",
+            );
+            are(
+                &compared,
+                "named code",
+                "to name alone (as in 'F2554'), not a variable",
+            );
             (
                 ResultCode::PARTIAL,
                 format!(

@@ -389,13 +389,7 @@ async fn a_stored_rate_of_zero_is_a_fault_not_a_rate() {
     .execute(fx.db.pool())
     .await
     .unwrap();
-    let (response, got) = fx.post(Some(&fx.whole), &body).await;
-    assert_eq!(
-        response.status(),
-        StatusCode::INTERNAL_SERVER_ERROR,
-        "{got}"
-    );
-    assert_eq!(fx.bills().await, 0);
+    assert_fault_unbilled(&fx, &body, "a rate of 0").await;
     assert!(matches!(
         accounts::limits_of(&fx.db, account_id).await,
         Err(crosstab_server::store::DbError::Corrupt(_))
@@ -419,14 +413,19 @@ async fn a_damaged_key_row_is_a_fault_not_a_refusal() {
             .execute(fx.db.pool())
             .await
             .unwrap();
-        let (response, got) = fx.post(Some(&fx.whole), &body).await;
-        assert_eq!(
-            response.status(),
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "{column}: {got}"
-        );
-        assert_eq!(fx.bills().await, 0);
+        assert_fault_unbilled(&fx, &body, column).await;
     }
+}
+
+/// `body` from the whole-survey key is a 500 (damage of ours, reported), billed nothing.
+async fn assert_fault_unbilled(fx: &Fixture, body: &serde_json::Value, what: &str) {
+    let (response, got) = fx.post(Some(&fx.whole), body).await;
+    assert_eq!(
+        response.status(),
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "{what}: {got}"
+    );
+    assert_eq!(fx.bills().await, 0, "{what}");
 }
 
 /// Replicas share one ledger: calls another replica billed count against the quota here
