@@ -62,7 +62,14 @@ impl FromRequestParts<Arc<HttpState>> for Authenticated {
                 None => Err(ApiError::Unauthorized.into()),
             },
             Err(AuthError::Store(error)) => Err(error.into()),
-            Err(AuthError::Unavailable(reason)) => Err(ServiceError::Internal(reason)),
+            // Not a refusal (the token may be good), but paced like one: while a provider is
+            // down, made-up tokens naming its issuer must not come unpaced.
+            Err(AuthError::Unavailable(reason)) => {
+                match credentials_refused(parts, limits, address) {
+                    Some(retry_after_s) => Err(ApiError::RateLimited { retry_after_s }.into()),
+                    None => Err(ServiceError::Internal(reason)),
+                }
+            }
         }
     }
 }

@@ -41,6 +41,16 @@ pub async fn token(
         return invalid_request("grant_type is missing");
     };
     let assertion = params.get("assertion").map(String::as_str).unwrap_or("");
+    // Counted against the address's pace: past it, 429 rather than `answer`.
+    let paced =
+        |answer: Response| match credentials_refused(&parts, &state.services.limits, address) {
+            Some(retry_after_s) => {
+                super::api_error_response(&crosstab_contract::ApiError::RateLimited {
+                    retry_after_s,
+                })
+            }
+            None => answer,
+        };
     match state.services.sso.exchange(grant_type, assertion).await {
         Ok(issued) => {
             credentials_accepted(&parts);
@@ -55,18 +65,16 @@ pub async fn token(
         }
         Err(GrantError::InvalidGrant(reason)) => {
             tracing::info!(%reason, "token exchange refused");
-            match credentials_refused(&parts, &state.services.limits, address) {
-                Some(retry_after_s) => {
-                    super::api_error_response(&crosstab_contract::ApiError::RateLimited {
-                        retry_after_s,
-                    })
-                }
-                None => oauth_error(OAuthErrorCode::InvalidGrant, None),
-            }
+            paced(oauth_error(OAuthErrorCode::InvalidGrant, None))
         }
-        Err(
-            fault @ (GrantError::Store(_) | GrantError::Signing(_) | GrantError::Unavailable(_)),
-        ) => super::error::fault(fault.to_string()),
+        // A fault of ours (the assertion may be good), yet paced like a refusal so that
+        // made-up assertions can't come unpaced while a provider's keys are out of reach.
+        Err(unavailable @ GrantError::Unavailable(_)) => {
+            paced(super::error::fault(unavailable.to_string()))
+        }
+        Err(fault @ (GrantError::Store(_) | GrantError::Signing(_))) => {
+            super::error::fault(fault.to_string())
+        }
     }
 }
 

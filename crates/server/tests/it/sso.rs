@@ -900,6 +900,23 @@ async fn a_saml_assertion_is_exchanged_once_for_a_token_that_is_billed_to_its_ac
     )
     .await;
     assert_eq!(response.status(), 500, "{body}");
+    // An assertion claiming another issuer can't be that provider's: refused as usual.
+    let other = idp_assertions(&IdpParams {
+        entity_id: "https://other.corp.test/saml",
+        audience: &public_url,
+        subject: "ada@example.org",
+        account: "acme",
+        now,
+        lifetime: 300,
+    });
+    let (response, body) = exchange(
+        &fx,
+        SAML2_BEARER,
+        &URL_SAFE_NO_PAD.encode(&other.assertions["valid"]),
+    )
+    .await;
+    assert_eq!(response.status(), 400, "{body}");
+    assert_eq!(body, json!({"error": "invalid_grant"}));
     assert_eq!(fx.bills().await, 1);
 }
 

@@ -128,20 +128,26 @@ impl Sso {
         let registry = self.registry().await?;
         let now_ms = self.clock.now_ms();
         let mut refusals = Vec::new();
-        // Providers whose stored metadata this server can't use: the assertion may be one
-        // of theirs, so refusing it would blame the caller for our damage.
+        // Providers whose stored metadata this server can't use, and whose entity id the
+        // assertion claims: it may be theirs, so refusing it would blame the caller for
+        // our damage. (Any other assertion is refused as usual.)
+        let claimed = saml::claimed_issuer(&xml);
         let mut unusable = Vec::new();
         // RFC 7522: the bearer confirmation names this endpoint as its Recipient.
         let token_endpoint = format!("{}/v1/oauth/token", self.public_url.trim_end_matches('/'));
         for idp in registry.idps.iter().filter(|idp| idp.kind == IdpKind::Saml) {
-            let Some(metadata) = &idp.metadata else {
-                unusable.push(format!("{}: no stored metadata", idp.name));
-                continue;
-            };
-            let known = match saml::SamlIdp::from_stored(metadata) {
-                Ok(known) => known,
-                Err(error) => {
-                    unusable.push(format!("{}: {error}", idp.name));
+            let claimed_here = claimed.as_deref() == Some(idp.issuer.as_str());
+            let known = match idp.metadata.as_deref().map(saml::SamlIdp::from_stored) {
+                Some(Ok(known)) => known,
+                unusable_here => {
+                    let why = match unusable_here {
+                        Some(Err(error)) => error.to_string(),
+                        _ => "no stored metadata".to_owned(),
+                    };
+                    tracing::warn!(idp = %idp.name, %why, "stored SAML metadata unusable");
+                    if claimed_here {
+                        unusable.push(format!("{}: {why}", idp.name));
+                    }
                     continue;
                 }
             };

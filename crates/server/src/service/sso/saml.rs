@@ -28,6 +28,19 @@ pub const CLOCK_SKEW_SECONDS: i64 = 60;
 /// The only subject confirmation a bearer assertion may carry.
 pub const BEARER: &str = "urn:oasis:names:tc:SAML:2.0:cm:bearer";
 
+/// The `Issuer` the document's assertion claims, unverified (read within the limits of
+/// every read here): only to tell which configured provider it may be from.
+pub fn claimed_issuer(xml: &[u8]) -> Option<String> {
+    let text = document::read_text(xml, MAX_ASSERTION_BYTES).ok()?;
+    let parsed = document::parse(text).ok()?;
+    let assertion = parsed
+        .descendants()
+        .find(|node| document::is(node, document::SAML, "Assertion"))?;
+    let issuer = document::only_child(assertion, document::SAML, "Issuer")
+        .and_then(document::simple_text)?;
+    Some(issuer.trim().to_owned())
+}
+
 /// The signature algorithms accepted (with their digests); SHA-1 and anything weaker are not.
 const ALLOWED_ALGORITHMS: &[AllowedSignatureAlgorithm] = &[
     AllowedSignatureAlgorithm::RsaSha256,
