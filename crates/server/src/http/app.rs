@@ -229,6 +229,13 @@ fn with_cookie(mut response: Response, state: &HttpState, token: &str) -> AppRes
         ServiceError::Internal(format!("session cookie not a header value: {error}"))
     })?;
     response.headers_mut().insert(SET_COOKIE, value);
+    if state.https {
+        // The cookie of builds before the `__Host-` name, expired so no browser keeps it.
+        response.headers_mut().append(
+            SET_COOKIE,
+            HeaderValue::from_static(super::extract::EXPIRED_PLAIN_COOKIE),
+        );
+    }
     Ok(response)
 }
 

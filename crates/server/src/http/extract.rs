@@ -26,6 +26,10 @@ pub const SESSION_COOKIE: &str = "crosstab_session";
 /// from this very host, for `Path=/`, so no subdomain or plain-http page can plant one.
 pub const HOST_SESSION_COOKIE: &str = "__Host-crosstab_session";
 
+/// Over https, what expires the plain-named cookie earlier builds set there.
+pub const EXPIRED_PLAIN_COOKIE: &str =
+    "crosstab_session=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0; Secure";
+
 /// The session cookie's name when clients reach the service over https or not.
 pub fn session_cookie(https: bool) -> &'static str {
     if https {
@@ -240,6 +244,8 @@ mod tests {
         assert_eq!(session_token(&headers, false), Some("plain"));
         headers.insert(COOKIE, "crosstab_session=plain".parse().unwrap());
         assert_eq!(session_token(&headers, true), None);
+        // What expires the plain name is that name, expired, as it was set over https.
+        assert_eq!(EXPIRED_PLAIN_COOKIE, set_cookie("", 60, false) + "; Secure");
     }
 
     fn forwarded(lines: &[&[u8]]) -> Option<IpAddr> {
