@@ -119,6 +119,24 @@ impl Missing {
         self.texts.iter().any(|m| m == text)
     }
 
+    /// Whether the file labels any of these values of variable `name` (of `kind`).
+    fn labels_some(&self, meta: &SpssMetadata, name: &str, kind: Kind) -> bool {
+        let labels = meta.variable_value_labels.get(name).into_iter().flatten();
+        labels.into_iter().any(|(value, _)| match value {
+            Value::Numeric(v) => self.contains(kind.convert_spss(*v)),
+            Value::String(text) => self.contains_text(text.trim()),
+        })
+    }
+
+    /// Whether an answer as [`texts`] writes it (a string, or a number as text) is one of
+    /// these.
+    fn contains_written(&self, written: &str, kind: Kind) -> bool {
+        match kind {
+            Kind::Text => self.contains_text(written),
+            _ => written.parse().is_ok_and(|value| self.contains(value)),
+        }
+    }
+
     #[inline]
     fn contains(&self, value: f64) -> bool {
         self.values.contains(&value)
@@ -209,21 +227,24 @@ fn labels_of(meta: &SpssMetadata, input: &Input) -> SourceLabels {
 
 /// The variables with labelled user-missing values, said once: their answers import as
 /// missing, so those labels are left out of the codebook.
-fn missing_labels_warning(meta: &SpssMetadata, layout: &Layout) -> Option<String> {
-    let named: Vec<&str> = layout
+fn missing_labels_warning(
+    meta: &SpssMetadata,
+    layout: &Layout,
+    group: Option<&str>,
+) -> Option<String> {
+    let mut named: Vec<&str> = layout
         .inputs
         .iter()
-        .filter(|input| {
-            meta.variable_value_labels
-                .get(&input.name)
-                .into_iter()
-                .flatten()
-                .any(|(value, _)| {
-                    matches!(value, Value::Numeric(v) if input.missing.contains(input.kind.convert_spss(*v)))
-                })
-        })
+        .filter(|input| input.missing.labels_some(meta, &input.name, input.kind))
         .map(|input| input.name.as_str())
         .collect();
+    // The group's labels of user-missing values name no group (a string group, or one
+    // that is not also a variable, is not among the inputs).
+    if let (Some(name), Some((_, kind))) = (group, layout.group) {
+        if !named.contains(&name) && layout.group_missing.labels_some(meta, name, kind) {
+            named.push(name);
+        }
+    }
     const LISTED: usize = 20;
     let more = match named.len().saturating_sub(LISTED) {
         0 => String::new(),
@@ -680,7 +701,11 @@ fn read_scanner<R: Read + Seek>(
         file,
     )?;
     let mut warnings = layout.warnings();
-    warnings.extend(missing_labels_warning(&meta, &layout));
+    warnings.extend(missing_labels_warning(
+        &meta,
+        &layout,
+        definition.group_column.as_deref(),
+    ));
     let codes = set_codes(&meta, &layout, &mut warnings);
 
     // Room for the declared cases, but never more than the file could hold: each case
@@ -797,19 +822,25 @@ pub(super) fn stream(
         let column = |at: usize| batch.column(at);
 
         let (id_at, id_kind) = layout.id;
-        texts(
-            column(id_at),
-            id_kind,
-            &layout.id_missing,
-            &mut scratch,
-            &mut text,
-        )
-        .map_err(|reason| source_error(file, Some(&definition.id_column), reason))?;
+        // Read whole, so that a user-missing id is refused as such, not as an empty one.
+        let whole = Missing::default();
+        texts(column(id_at), id_kind, &whole, &mut scratch, &mut text)
+            .map_err(|reason| source_error(file, Some(&definition.id_column), reason))?;
         for (row, id) in text.drain(..).enumerate() {
             let case = cases + row as u64 + 1;
             let id = id.ok_or_else(|| {
                 case_error(case, &definition.id_column, "missing respondent id".into())
             })?;
+            if layout.id_missing.contains_written(&id, id_kind) {
+                return Err(case_error(
+                    case,
+                    &definition.id_column,
+                    format!(
+                        "missing respondent id: '{}' is a user-missing value",
+                        shorten(&id)
+                    ),
+                ));
+            }
             if let Some(first) = seen_ids.insert(id.clone(), case) {
                 return Err(case_error(
                     case,
@@ -978,7 +1009,9 @@ pub fn init_definition(
         &fields,
         &file,
     )?;
-    let mut warnings: Vec<String> = missing_labels_warning(meta, &layout).into_iter().collect();
+    let mut warnings: Vec<String> = missing_labels_warning(meta, &layout, group)
+        .into_iter()
+        .collect();
     let codes = set_codes(meta, &layout, &mut warnings);
 
     let name = Some(meta.file_label.trim())

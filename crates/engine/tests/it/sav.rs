@@ -572,9 +572,22 @@ fn user_missing_ids_and_groups_are_missing() {
     assert_eq!(groups, [Some("1"), None, Some("2"), None]);
     // REGION is a variable too: its 9s are missing answers.
     assert_eq!(survey.value("REGION", 1), None);
-    let (survey, _) = import_with(dir.path(), &toml("TEAM")).unwrap();
+    let (survey, team) = import_with(dir.path(), &toml("TEAM")).unwrap();
     let groups: Vec<_> = (0..4).map(|row| survey.group_of(row)).collect();
     assert_eq!(groups, [Some("red"), None, None, Some("blue")]);
+    // The import says whose labelled user-missing values it left out, the groups' too.
+    let said = |prepared: &import::Prepared, list: &str| {
+        assert!(
+            prepared
+                .warnings
+                .iter()
+                .any(|w| w.ends_with(&format!("their value labels are left out: {list}"))),
+            "{:?}",
+            prepared.warnings
+        )
+    };
+    said(&prepared, "REGION, S1, S2");
+    said(&team, "REGION, S1, S2, TEAM");
     // A string group's value labels name its groups, as a numeric group's do.
     let labels: Vec<_> = survey
         .codebook()
@@ -631,7 +644,11 @@ fn user_missing_ids_and_groups_are_missing() {
             ..
         } => assert_eq!(
             (case, variable.as_str(), reason.as_str()),
-            (2, "RESPID", "missing respondent id")
+            (
+                2,
+                "RESPID",
+                "missing respondent id: 'NA' is a user-missing value"
+            )
         ),
         other => panic!("expected a case error, got {other}"),
     }
