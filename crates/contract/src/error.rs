@@ -43,8 +43,8 @@ pub enum ApiError {
     /// The body is larger than the service reads.
     #[error("The request body is larger than {MAX_BODY_BYTES} bytes.")]
     PayloadTooLarge,
-    /// The body is not declared as JSON.
-    #[error("Content-Type must be application/json.")]
+    /// The body is not declared as JSON, or as JSON in another charset than UTF-8.
+    #[error("Content-Type must be application/json, in UTF-8.")]
     UnsupportedMediaType,
     /// No such path under the API (e.g. `POST /v1/crosstabs`).
     #[error("There is no such path in this API.")]
@@ -157,7 +157,7 @@ impl ApiError {
                 Some(format!("Send a request body of at most {MAX_BODY_BYTES} bytes."))
             }
             ApiError::UnsupportedMediaType => {
-                Some("Send the body as JSON with 'Content-Type: application/json'.".to_owned())
+                Some("Send the body as JSON in UTF-8 with 'Content-Type: application/json' (no charset, or charset=utf-8).".to_owned())
             }
             ApiError::NotFound => Some(
                 "Check the path: GET /v1/docs describes the API's paths.".to_owned(),

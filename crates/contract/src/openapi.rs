@@ -27,7 +27,7 @@ weighted projected audience (`WgtAud`, in `AudienceReportUnits`), unweighted res
 | ResultCode | Meaning |
 |---|---|
 | 0 | Success. `ResultDescription` is the empty string. |
-| 1 | Partial: one or more target codes name a variable or code the survey does not define. Each such entry is `{WgtAud: 0, Resps: 0, Stbl: 1}` and `ResultDescription` names the unknown codes (the first ten, each cut to 32 characters). |
+| 1 | Partial: one or more target codes name a variable or code the survey does not define. Each such entry is `{WgtAud: 0, Resps: 0, Stbl: 1}` and `ResultDescription` names the unknown codes (up to ten of each kind: not defined, a variable named alone, a named code compared; each cut to 32 characters). |
 
 On 4xx and 5xx, `ResultCode` equals the HTTP status and `error.code` is machine-readable. \
 A path of this API called with a method it does not serve (`GET /crosstab`) is 405 \
@@ -117,7 +117,7 @@ fn docs() {}
         (status = 403, description = "forbidden_survey: the key is not entitled to the survey or authorization group. Not retryable, not billed.", body = ErrorEnvelope),
         (status = 408, description = "request_timeout: the body did not arrive whole within the server's deadline; the connection is closed. Not billed.", body = ErrorEnvelope),
         (status = 413, description = "payload_too_large: the body exceeds 65536 bytes. Not billed.", body = ErrorEnvelope),
-        (status = 415, description = "unsupported_media_type: Content-Type is not application/json. Not billed.", body = ErrorEnvelope),
+        (status = 415, description = "unsupported_media_type: Content-Type is not application/json, or names a charset other than UTF-8. Not billed.", body = ErrorEnvelope),
         (status = 422, description = "idempotency_key_reused: the account already used this Idempotency-Key with another body. Send a new key for a new query. Not billed.", body = ErrorEnvelope),
         (status = 429, description = "rate_limited: over the account's request rate or daily quota, or too many failed authentications from this address. Retry after the Retry-After header's seconds. Not billed.", body = ErrorEnvelope,
             headers(("Retry-After" = u64, description = "Seconds to wait before retrying"))),

@@ -15,12 +15,13 @@ use crosstab_contract::{
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Tsify)]
 #[serde(rename_all = "camelCase")]
 pub enum Retry {
-    /// Don't retry: the same request fails identically (4xx) or needs no retry (200).
+    /// Don't retry: the same request fails identically (4xx but 401, 408 and 429) or needs
+    /// no retry (200).
     Never,
     /// 401: don't retry with the same key; fetch a fresh key from the portal first.
     AfterFreshKey,
-    /// 5xx, or a 429 without a usable `Retry-After`: retry with exponential backoff and
-    /// jitter (see `retryDelayMs`).
+    /// 5xx, 408 (the body did not arrive in time, so was never read), or a 429 without a
+    /// usable `Retry-After`: retry with exponential backoff and jitter (see `retryDelayMs`).
     Backoff,
     /// 429: retry once `retryAfterMs` (the `Retry-After` header) have passed.
     AfterDelay,
@@ -56,7 +57,8 @@ pub enum ParsedResponse {
         /// Departures from the contract that don't make the body unusable.
         problems: Vec<String>,
     },
-    /// 400 and any other 4xx but 401 and 403: the request is wrong; never retry it.
+    /// 400 and any other 4xx but 401, 403 and 429: the request is wrong (never retry it), or,
+    /// for a 408, did not arrive whole (`retry` is then `backoff`).
     BadRequest(ErrorAnswer),
     /// 401: the key is missing, malformed, invalid or expired; fetch a fresh key first.
     Unauthorized(ErrorAnswer),

@@ -4,7 +4,8 @@
 //! page's first download leaves them out; a table computed from a file also no longer
 //! holds the page up while it is computed.
 //!
-//! The page posts a [`Call`] (as JSON, with a file's text or bytes beside it) and gets
+//! The page posts a [`Call`] (as JSON, with a CSV's `File` or a compiled survey's bytes
+//! beside it; the worker reads the `File`, so the page holds no copy of it) and gets
 //! an [`Answer`] (the workbook's bytes beside it). Nothing of a file leaves the browser:
 //! the worker is a thread of the page's own origin.
 

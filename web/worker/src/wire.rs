@@ -68,7 +68,7 @@ pub struct ToWorker {
     pub id: JsValue,
     /// The call, as JSON.
     pub call: Option<String>,
-    /// A file's text or bytes, or `undefined`.
+    /// A CSV's `File` (or its text), a compiled survey's bytes, or `undefined`.
     pub data: JsValue,
 }
 
