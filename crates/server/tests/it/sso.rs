@@ -811,9 +811,9 @@ async fn a_saml_assertion_is_exchanged_once_for_a_token_that_is_billed_to_its_ac
     // The audience: this server's public URL (no --audience given).
     let public_url = fx.services.sso.public_url().to_owned();
     let now = fx.now() / 1000;
-    let signed = |account: &str| {
+    let signed_by = |entity_id: &str, account: &str| {
         idp_assertions(&IdpParams {
-            entity_id: "https://idp.corp.test/saml",
+            entity_id,
             audience: &public_url,
             subject: "ada@example.org",
             account,
@@ -821,6 +821,7 @@ async fn a_saml_assertion_is_exchanged_once_for_a_token_that_is_billed_to_its_ac
             lifetime: 300,
         })
     };
+    let signed = |account: &str| signed_by("https://idp.corp.test/saml", account);
     let idp_run = signed("acme");
     let known = SamlIdp::from_metadata(&idp_run.metadata).unwrap();
     let idp = IdentityProvider {
@@ -901,14 +902,7 @@ async fn a_saml_assertion_is_exchanged_once_for_a_token_that_is_billed_to_its_ac
     .await;
     assert_eq!(response.status(), 500, "{body}");
     // An assertion claiming another issuer can't be that provider's: refused as usual.
-    let other = idp_assertions(&IdpParams {
-        entity_id: "https://other.corp.test/saml",
-        audience: &public_url,
-        subject: "ada@example.org",
-        account: "acme",
-        now,
-        lifetime: 300,
-    });
+    let other = signed_by("https://other.corp.test/saml", "acme");
     let (response, body) = exchange(
         &fx,
         SAML2_BEARER,
