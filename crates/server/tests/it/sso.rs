@@ -509,6 +509,11 @@ pub async fn exchange(
     .await
 }
 
+/// [`exchange`] of a SAML assertion document, base64url-encoded as RFC 7522 has it.
+async fn exchange_saml(fx: &Fixture, xml: &str) -> (axum::http::Response<()>, Value) {
+    exchange(fx, SAML2_BEARER, &URL_SAFE_NO_PAD.encode(xml)).await
+}
+
 #[tokio::test]
 async fn a_providers_jwt_is_exchanged_for_a_token_of_this_server_that_is_billed_like_it() {
     let provider = Provider::start();
@@ -878,12 +883,7 @@ async fn a_saml_assertion_is_exchanged_once_for_a_token_that_is_billed_to_its_ac
 
     // An attribute naming no account: refused, and no account is made.
     let stranger = signed("nosuch");
-    let (response, body) = exchange(
-        &fx,
-        SAML2_BEARER,
-        &URL_SAFE_NO_PAD.encode(&stranger.assertions["valid"]),
-    )
-    .await;
+    let (response, body) = exchange_saml(&fx, &stranger.assertions["valid"]).await;
     assert_eq!(response.status(), 400, "{body}");
     assert_eq!(fx.bills().await, 1);
 
@@ -894,21 +894,11 @@ async fn a_saml_assertion_is_exchanged_once_for_a_token_that_is_billed_to_its_ac
         .await
         .unwrap();
     fx.services.sso.changed();
-    let (response, body) = exchange(
-        &fx,
-        SAML2_BEARER,
-        &URL_SAFE_NO_PAD.encode(&stranger.assertions["valid"]),
-    )
-    .await;
+    let (response, body) = exchange_saml(&fx, &stranger.assertions["valid"]).await;
     assert_eq!(response.status(), 500, "{body}");
     // An assertion claiming another issuer can't be that provider's: refused as usual.
     let other = signed_by("https://other.corp.test/saml", "acme");
-    let (response, body) = exchange(
-        &fx,
-        SAML2_BEARER,
-        &URL_SAFE_NO_PAD.encode(&other.assertions["valid"]),
-    )
-    .await;
+    let (response, body) = exchange_saml(&fx, &other.assertions["valid"]).await;
     assert_eq!(response.status(), 400, "{body}");
     assert_eq!(body, json!({"error": "invalid_grant"}));
     assert_eq!(fx.bills().await, 1);
