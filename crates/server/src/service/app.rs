@@ -101,6 +101,7 @@ impl From<UserError> for AppError {
     fn from(error: UserError) -> Self {
         match error {
             UserError::Invalid(reason) => AppError::BadRequest(reason),
+            other @ UserError::OtherAccount { .. } => AppError::BadRequest(other.to_string()),
             UserError::Db(error) => error.into(),
             UserError::Hash(reason) => AppError::Service(ServiceError::Internal(reason)),
         }

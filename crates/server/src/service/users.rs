@@ -44,6 +44,24 @@ pub enum UserError {
     /// A rule about usernames or passwords.
     #[error("{0}")]
     Invalid(String),
+    /// The user exists in another account: resetting its password must not move it (a
+    /// mistyped account would hand it another account's surveys).
+    #[error("user '{username}' belongs to account '{account}'")]
+    OtherAccount {
+        /// The user.
+        username: String,
+        /// The account it belongs to.
+        account: String,
+    },
+}
+
+/// Whether [`create_or_reset`] may move an existing user to the account it names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Moving {
+    /// An existing user of another account is refused ([`UserError::OtherAccount`]).
+    Refused,
+    /// An existing user of another account is moved to this one.
+    Allowed,
 }
 
 fn hash_password(password: &str) -> Result<String, UserError> {
@@ -82,8 +100,8 @@ async fn argon2<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) ->
 }
 
 /// Creates user `username` in `account` (creating the account if needed), or resets the
-/// password of an existing one (signing it out everywhere). Hashing runs off the async
-/// workers.
+/// password of an existing one of that account (signing it out everywhere). Hashing runs
+/// off the async workers.
 pub async fn create_or_reset(
     db: &Database,
     username: &str,
@@ -91,6 +109,22 @@ pub async fn create_or_reset(
     password: &str,
     now: i64,
 ) -> Result<(), UserError> {
+    create_or_reset_moving(db, username, account, password, now, Moving::Refused).await
+}
+
+/// [`create_or_reset`], moving a user of another account to `account` when `moving`
+/// allows it.
+pub async fn create_or_reset_moving(
+    db: &Database,
+    username: &str,
+    account: &str,
+    password: &str,
+    now: i64,
+    moving: Moving,
+) -> Result<(), UserError> {
+    if account.trim().is_empty() {
+        return Err(UserError::Invalid("an account name is not empty".into()));
+    }
     if username.is_empty() || username.len() > 64 || username.chars().any(char::is_control) {
         return Err(UserError::Invalid(
             "a username is 1 to 64 printable characters".into(),
@@ -100,6 +134,16 @@ pub async fn create_or_reset(
         return Err(UserError::Invalid(
             "a password has at least 8 characters".into(),
         ));
+    }
+    if moving == Moving::Refused {
+        if let Some(current) = store::account_of(db, username).await? {
+            if current != account {
+                return Err(UserError::OtherAccount {
+                    username: username.to_owned(),
+                    account: current,
+                });
+            }
+        }
     }
     let owned = password.to_owned();
     let hash = argon2(move || hash_password(&owned))
@@ -401,6 +445,41 @@ mod password_tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
+
+    #[tokio::test]
+    async fn a_password_reset_never_moves_a_user_to_another_account_unasked() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Database::connect(&crate::store::default_url(dir.path()))
+            .await
+            .unwrap();
+        let password = "correct horse battery";
+        create_or_reset(&db, "ann", "acme", password, 0)
+            .await
+            .unwrap();
+        // The same account: a reset. Another (a typo, say): refused, nothing changed.
+        create_or_reset(&db, "ann", "acme", password, 1)
+            .await
+            .unwrap();
+        let refused = create_or_reset(&db, "ann", "acmee", password, 2).await;
+        assert!(
+            matches!(&refused, Err(UserError::OtherAccount { account, .. }) if account == "acme"),
+            "{refused:?}"
+        );
+        assert_eq!(
+            store::account_of(&db, "ann").await.unwrap().as_deref(),
+            Some("acme")
+        );
+        // Asked for, it moves.
+        create_or_reset_moving(&db, "ann", "north", password, 3, Moving::Allowed)
+            .await
+            .unwrap();
+        assert_eq!(
+            store::account_of(&db, "ann").await.unwrap().as_deref(),
+            Some("north")
+        );
+        let empty = create_or_reset(&db, "bob", " ", password, 4).await;
+        assert!(matches!(empty, Err(UserError::Invalid(_))), "{empty:?}");
+    }
 
     #[tokio::test]
     async fn a_fault_in_the_check_takes_no_place_and_sets_no_lock() {

@@ -59,6 +59,16 @@ pub async fn create_or_reset(
     Ok(())
 }
 
+/// The name of the account user `username` belongs to, if the user exists.
+pub async fn account_of(db: &Database, username: &str) -> Result<Option<String>, DbError> {
+    Ok(sqlx::query_scalar(
+        "SELECT a.name FROM users u JOIN accounts a ON a.id = u.account_id WHERE u.username = $1",
+    )
+    .bind(username)
+    .fetch_optional(db.pool())
+    .await?)
+}
+
 /// The user named `username`, with what a sign-in checks.
 pub async fn login(db: &Database, username: &str) -> Result<Option<Login>, DbError> {
     let row = sqlx::query(
