@@ -113,7 +113,7 @@ enum Command {
         /// Another /v1 service the app sends its users' queries to, each with the key set
         /// for the user's account by `crosstab app upstream-key` (default: this server
         /// answers them itself, billed to the user's account).
-        #[arg(long, value_name = "URL")]
+        #[arg(long, value_name = "URL", value_parser = parse_upstream)]
         upstream: Option<String>,
         /// When a SQLite commit returns: full (a bill is on disk, surviving a power cut,
         /// before its 200) or normal (it survives a crash of the process, not of the
@@ -146,12 +146,12 @@ enum Command {
         /// (answers, every survey's respondent sets) get what the rest of the process
         /// (connections, requests in flight, the database driver) leaves, least recently
         /// used evicted first; they never get less than an eighth of it.
-        #[arg(long, env = "CROSSTAB_CACHE_MEMORY", value_name = "BYTES", value_parser = parse_bytes)]
+        #[arg(long, env = "CROSSTAB_CACHE_MEMORY", value_name = "BYTES", value_parser = parse_cache_memory)]
         cache_memory: Option<usize>,
         /// The address clients reach this service at, e.g. https://crosstab.example.com
         /// (https: the session cookie is Secure and HSTS is sent); default: the listen
         /// address over http.
-        #[arg(long, env = "CROSSTAB_PUBLIC_URL", value_name = "URL")]
+        #[arg(long, env = "CROSSTAB_PUBLIC_URL", value_name = "URL", value_parser = parse_public_url)]
         public_url: Option<String>,
         #[command(flatten)]
         limits: LimitArgs,
@@ -244,20 +244,22 @@ enum Command {
 struct LimitArgs {
     /// Seconds a client has to send a request's head (also between requests on a
     /// keep-alive connection).
-    #[arg(long, value_name = "SECONDS", default_value_t = 10)]
+    // Every limit is bounded: 0 would refuse every request (or connection), and past a
+    // day a deadline would overflow the clock's instants.
+    #[arg(long, value_name = "SECONDS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=86_400))]
     header_read_timeout: u64,
     /// Seconds a client has to send a request's whole body, from its head.
-    #[arg(long, value_name = "SECONDS", default_value_t = 30)]
+    #[arg(long, value_name = "SECONDS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=86_400))]
     body_timeout: u64,
     /// Seconds a connection may move no byte before it is closed.
-    #[arg(long, value_name = "SECONDS", default_value_t = 60)]
+    #[arg(long, value_name = "SECONDS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=86_400))]
     idle_timeout: u64,
     /// Connections open at once; past it, new ones are closed as soon as accepted.
-    #[arg(long, value_name = "N", default_value_t = 10_000)]
-    max_connections: usize,
+    #[arg(long, value_name = "N", default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    max_connections: u32,
     /// Seconds requests in flight get to finish after SIGINT/SIGTERM before their
     /// connections are closed (bills already committed stay).
-    #[arg(long, value_name = "SECONDS", default_value_t = 10)]
+    #[arg(long, value_name = "SECONDS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(0..=86_400))]
     shutdown_grace: u64,
 }
 
@@ -267,7 +269,7 @@ impl LimitArgs {
             header_read_timeout: Duration::from_secs(self.header_read_timeout),
             body_timeout: Duration::from_secs(self.body_timeout),
             idle_timeout: Duration::from_secs(self.idle_timeout),
-            max_connections: self.max_connections,
+            max_connections: self.max_connections as usize,
             shutdown_grace: Duration::from_secs(self.shutdown_grace),
         }
     }
@@ -285,7 +287,7 @@ enum AccountCommand {
         #[arg(long, value_name = "N")]
         per_second: Option<NonZeroU32>,
         /// Billed calls per UTC day.
-        #[arg(long, value_name = "N")]
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(0..=i64::MAX as u64))]
         daily_quota: Option<u64>,
         #[command(flatten)]
         store: Store,
@@ -318,6 +320,10 @@ enum UserCommand {
         /// The account whose surveys and keys the user works with (created if needed).
         #[arg(long)]
         account: String,
+        /// Move an existing user of another account to this one (without it, that is
+        /// refused: a mistyped account would hand the user another account's surveys).
+        #[arg(long = "move")]
+        moving: bool,
         #[command(flatten)]
         store: Store,
     },
@@ -548,6 +554,56 @@ fn parse_bytes(text: &str) -> Result<usize, String> {
         .ok_or_else(|| format!("'{text}' is too large"))
 }
 
+/// `--cache-memory`: a byte count of at least 1 MiB (less is a unit left out).
+fn parse_cache_memory(text: &str) -> Result<usize, String> {
+    const LEAST: usize = 1 << 20;
+    let bytes = parse_bytes(text)?;
+    if bytes < LEAST {
+        return Err(format!(
+            "'{text}' is {bytes} bytes, under 1MiB: give a unit, e.g. 512MiB"
+        ));
+    }
+    Ok(bytes)
+}
+
+/// `scheme://host[:port]`, http or https (any case), with no path, query or fragment: the
+/// address of a service, normalized (scheme and host in lower case, no trailing slash).
+fn service_url(text: &str, what: &str) -> Result<reqwest::Url, String> {
+    let url = reqwest::Url::parse(text.trim())
+        .map_err(|error| format!("'{text}' is not a URL ({error}): give {what}"))?;
+    if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
+        return Err(format!("'{text}': give {what}"));
+    }
+    if url.query().is_some() || url.fragment().is_some() || !url.username().is_empty() {
+        return Err(format!(
+            "'{text}': give {what}, with no query, fragment or user"
+        ));
+    }
+    Ok(url)
+}
+
+/// `--public-url`: where clients reach this service.
+fn parse_public_url(text: &str) -> Result<String, String> {
+    let what = "http(s)://host[:port], e.g. https://crosstab.example.com";
+    let url = service_url(text, what)?;
+    if url.path() != "/" {
+        return Err(format!("'{text}': give {what}, with no path"));
+    }
+    Ok(url.as_str().trim_end_matches('/').to_owned())
+}
+
+/// `--upstream`: another service's `/v1` (`/v1` is added when the URL has no path).
+fn parse_upstream(text: &str) -> Result<String, String> {
+    let what = "the other service's /v1, e.g. https://api.example.com/v1";
+    let url = service_url(text, what)?;
+    let base = url.as_str().trim_end_matches('/');
+    match url.path().trim_end_matches('/') {
+        "" => Ok(format!("{base}/v1")),
+        path if path.ends_with("/v1") => Ok(base.to_owned()),
+        _ => Err(format!("'{text}': give {what}")),
+    }
+}
+
 /// An eighth of the machine's memory (Linux's `MemTotal`).
 fn default_cache_memory() -> Result<usize, CliError> {
     let bytes = memory::machine_memory().map_err(|why| {
@@ -568,6 +624,11 @@ fn parse_lifetime(text: &str) -> Result<Duration, String> {
         .ok_or_else(error)?;
     let (number, unit) = text.split_at(split);
     let number: u64 = number.parse().map_err(|_| error())?;
+    if number == 0 {
+        return Err(format!(
+            "lifetime '{text}' is no time: a key must live a while (or leave out --expires-in)"
+        ));
+    }
     let seconds = match unit {
         "d" => number.checked_mul(86_400),
         "h" => number.checked_mul(3_600),
@@ -719,7 +780,12 @@ async fn execute(command: Command) -> Result<(), CliError> {
                     store,
                 },
         } => {
-            let key = std::fs::read_to_string(&key_file)?.trim().to_owned();
+            let key = std::fs::read_to_string(&key_file)
+                .map_err(|error| {
+                    std::io::Error::new(error.kind(), format!("{}: {error}", key_file.display()))
+                })?
+                .trim()
+                .to_owned();
             if key.is_empty() || key.chars().any(char::is_control) {
                 return Err(CliError::Usage(format!(
                     "{} holds no key (one line, no control characters)",
@@ -740,6 +806,7 @@ async fn execute(command: Command) -> Result<(), CliError> {
                 UserCommand::Create {
                     username,
                     account,
+                    moving,
                     store,
                 },
         } => {
@@ -747,9 +814,21 @@ async fn execute(command: Command) -> Result<(), CliError> {
             std::io::stdin().read_line(&mut password)?;
             let password = password.trim_end_matches(['\r', '\n']);
             let db = store.connect().await?;
-            users::create_or_reset(&db, &username, &account, password, now_ms())
+            let moving = if moving {
+                users::Moving::Allowed
+            } else {
+                users::Moving::Refused
+            };
+            users::create_or_reset_moving(&db, &username, &account, password, now_ms(), moving)
                 .await
-                .map_err(|e| CliError::Usage(e.to_string()))?;
+                .map_err(|e| match e {
+                    users::UserError::OtherAccount { username, account: current } => {
+                        CliError::Usage(format!(
+                            "user '{username}' belongs to account '{current}': give --account {current} to reset its password, or --move to move it to '{account}'"
+                        ))
+                    }
+                    e => CliError::Usage(e.to_string()),
+                })?;
             eprintln!("user '{username}' of account '{account}' is ready");
             Ok(())
         }
@@ -860,6 +939,7 @@ fn import_survey(path: &Path, data_dir: &Path) -> Result<String, CliError> {
 
 fn list_surveys(data_dir: &Path) -> Result<(), CliError> {
     let store = SurveyStore::open(data_dir)?;
+    let mut unreadable = Vec::new();
     for code in store.codes()? {
         match store.load(&code) {
             Ok(survey) => println!(
@@ -869,10 +949,22 @@ fn list_surveys(data_dir: &Path) -> Result<(), CliError> {
                 survey.respondents(),
                 survey.source_format().unwrap_or("-")
             ),
-            Err(error) => println!("{code}\t(unreadable: {error})"),
+            // Said on stderr, and the command fails: a script reading the list must not
+            // take a damaged survey for a listed one.
+            Err(error) => {
+                eprintln!("{code}: unreadable: {error}");
+                unreadable.push(code);
+            }
         }
     }
-    Ok(())
+    if unreadable.is_empty() {
+        Ok(())
+    } else {
+        Err(CliError::Usage(format!(
+            "unreadable surveys: {}",
+            unreadable.join(", ")
+        )))
+    }
 }
 
 async fn key(command: KeyCommand) -> Result<(), CliError> {
@@ -922,6 +1014,12 @@ async fn key(command: KeyCommand) -> Result<(), CliError> {
         }
         KeyCommand::List { account, store } => {
             let db = store.connect().await?;
+            if let Some(name) = &account {
+                if accounts::account_id(&db, name).await?.is_none() {
+                    db.close().await;
+                    return Err(CliError::Usage(format!("no account named '{name}'")));
+                }
+            }
             let keys = accounts::list_keys(&db, account.as_deref()).await?;
             db.close().await;
             let time = |ms: Option<i64>| {
@@ -944,6 +1042,10 @@ async fn key(command: KeyCommand) -> Result<(), CliError> {
             Ok(())
         }
         KeyCommand::Revoke { key_id, store } => {
+            // A whole key given for its id: its id is taken, and its secret never echoed.
+            let key_id = crate::keys::parse(&key_id)
+                .map_or(key_id.as_str(), |presented| presented.id)
+                .to_owned();
             let db = store.connect().await?;
             let found = accounts::revoke_key(&db, &key_id).await?;
             db.close().await;
@@ -1156,7 +1258,7 @@ mod tests {
         assert_eq!(parse_lifetime("30d"), Ok(Duration::from_secs(30 * 86_400)));
         assert_eq!(parse_lifetime("12h"), Ok(Duration::from_secs(12 * 3_600)));
         assert_eq!(parse_lifetime("15m"), Ok(Duration::from_secs(900)));
-        assert_eq!(parse_lifetime("0s"), Ok(Duration::ZERO));
+        assert!(parse_lifetime("0s").unwrap_err().contains("no time"));
         for bad in [
             "",
             "d",
@@ -1191,6 +1293,73 @@ mod tests {
         assert!(serve("--query-deadline", "0").is_err());
         assert!(serve("--query-deadline", "86400").is_ok());
         assert!(serve("--query-deadline", "4611686018427388").is_err());
+        // 0 closes every connection or request; past a day overflows, past a million
+        // connections made the semaphore panic.
+        for flag in ["--header-read-timeout", "--body-timeout", "--idle-timeout"] {
+            assert!(serve(flag, "0").is_err(), "{flag} 0");
+            assert!(serve(flag, "86401").is_err(), "{flag} 86401");
+            assert!(serve(flag, "1").is_ok(), "{flag} 1");
+        }
+        assert!(serve("--max-connections", "0").is_err());
+        assert!(serve("--max-connections", "18446744073709551615").is_err());
+        assert!(serve("--max-connections", "1000000").is_ok());
+        // A byte count without its unit is refused, not a cache of 512 bytes.
+        assert!(serve("--cache-memory", "512").is_err());
+        assert!(serve("--cache-memory", "512MiB").is_ok());
+    }
+
+    #[test]
+    fn service_urls_are_urls_of_a_host_and_say_so() {
+        assert_eq!(
+            parse_public_url("HTTPS://Crosstab.Example.com/"),
+            Ok("https://crosstab.example.com".to_owned())
+        );
+        assert_eq!(
+            parse_public_url("http://10.0.0.5:8080"),
+            Ok("http://10.0.0.5:8080".to_owned())
+        );
+        for bad in [
+            "crosstab.example.com",
+            "ftp://x.test",
+            "https://x.test/app",
+            "https://x.test/?a=1",
+            "https://user@x.test",
+        ] {
+            assert!(parse_public_url(bad).is_err(), "{bad}");
+        }
+        assert_eq!(
+            parse_upstream("https://api.example.com"),
+            Ok("https://api.example.com/v1".to_owned())
+        );
+        assert_eq!(
+            parse_upstream("https://api.example.com/v1/"),
+            Ok("https://api.example.com/v1".to_owned())
+        );
+        assert_eq!(
+            parse_upstream("http://127.0.0.1:9000/gateway/v1"),
+            Ok("http://127.0.0.1:9000/gateway/v1".to_owned())
+        );
+        for bad in ["api.example.com/v1", "https://api.example.com/v2"] {
+            assert!(parse_upstream(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_daily_quota_fits_the_store() {
+        let quota = |n: &str| {
+            Cli::try_parse_from([
+                "crosstab",
+                "account",
+                "limits",
+                "--account",
+                "a",
+                "--daily-quota",
+                n,
+            ])
+            .map(|_| ())
+        };
+        assert!(quota("9223372036854775807").is_ok());
+        assert!(quota("9223372036854775808").is_err());
     }
 
     #[test]

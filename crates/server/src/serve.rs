@@ -188,6 +188,16 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
     // Listened for from the first moment: a signal during start-up stops the server
     // cleanly once it is up, instead of killing it half-way.
     let shutdown = shutdown_signal()?;
+    // The address first: a server that can't listen (the port taken) changes nothing,
+    // not the demo's key and password, not its users' sessions.
+    let listener = tokio::net::TcpListener::bind(options.listen)
+        .await
+        .map_err(|error| {
+            std::io::Error::new(
+                error.kind(),
+                format!("listening on {}: {error}", options.listen),
+            )
+        })?;
     std::fs::create_dir_all(&options.data_dir)?;
     let db = Database::connect_with(&options.database, options.database_options).await?;
     let store = SurveyStore::open(&options.data_dir)?;
@@ -222,7 +232,6 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
     let surveys: Vec<String> = catalog.all().iter().map(|s| s.code().to_owned()).collect();
     let cors = Cors::new(&options.allowed_origins);
     let origins = cors.describe();
-    let listener = tokio::net::TcpListener::bind(options.listen).await?;
     let address = listener.local_addr()?;
     let public_url = options
         .public_url

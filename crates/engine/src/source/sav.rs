@@ -986,6 +986,12 @@ pub fn init_definition(
         ));
     }
     let scanner = guarded(&file, SPSS_FILE, || open(path))?;
+    // The definition names the file by its absolute path: an import resolves a relative
+    // one from the definition's own directory, which need not be where `init` ran.
+    let absolute = std::fs::canonicalize(path).map_err(|source| ImportError::Io {
+        path: file.clone(),
+        source,
+    })?;
     let meta = scanner.metadata();
     let fields = fields_of(&scanner.schema());
     let definition = SurveyDefinition {
@@ -1036,7 +1042,10 @@ pub fn init_definition(
     }
     line(format!("code = {}", quoted(code)));
     line(format!("name = {}", quoted(name)));
-    line(format!("respondents = {}", quoted(&file)));
+    line(format!(
+        "respondents = {}",
+        quoted(&absolute.display().to_string())
+    ));
     line(format!("id_column = {}", quoted(id)));
     line(format!("weight_column = {}", quoted(weight)));
     if let Some(group) = group {

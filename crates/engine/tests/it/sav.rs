@@ -673,6 +673,15 @@ fn init_writes_every_label_and_a_base() {
     ] {
         assert!(text.contains(expected), "{expected} not in:\n{text}");
     }
+    // The file by its absolute path, whatever directory the definition is put in (cargo
+    // runs tests in the crate's directory, so this relative path names the same file).
+    let relative = Path::new("tests/fixtures/sav/labelled.sav");
+    let from_relative = import::init_definition(relative, "FIX", "RESPID", "WEIGHT", None).unwrap();
+    let absolute = sav.canonicalize().unwrap().display().to_string();
+    assert!(
+        from_relative.contains(&format!("respondents = {absolute:?}")),
+        "{from_relative}"
+    );
     // A user-missing value's label labels no answer.
     assert!(
         !text.contains("Don't know") && !text.contains("No answer"),

@@ -20,21 +20,21 @@ pub struct Cors {
 }
 
 impl Cors {
-    /// From the configured origins. Trailing slashes are ignored (an `Origin` has none),
-    /// and case: browsers send the scheme and host in lower case.
+    /// From the configured origins, each as a browser sends it: `scheme://host[:port]`,
+    /// in lower case, without a default port or a trailing slash. A value that can never
+    /// be one (no scheme, a path, "null", a scheme other than http or https) is ignored
+    /// and said at start.
     pub fn new<I: IntoIterator<Item = S>, S: AsRef<str>>(origins: I) -> Cors {
         let mut cors = Cors::default();
         for origin in origins {
-            let origin = origin.as_ref().trim().trim_end_matches('/');
+            let origin = origin.as_ref().trim();
             if origin == "*" {
                 cors.any = true;
                 continue;
             }
-            let lower = origin.to_ascii_lowercase();
-            match HeaderValue::from_str(&lower) {
-                // "null" (sandboxed frames, files) is never an origin worth trusting.
-                Ok(value) if lower != "null" && !lower.is_empty() => cors.origins.push(value),
-                _ => cors.ignored.push(format!("{origin:?}")),
+            match as_sent(origin) {
+                Some(value) => cors.origins.push(value),
+                None => cors.ignored.push(format!("{origin:?}")),
             }
         }
         cors
@@ -104,6 +104,20 @@ impl Cors {
     }
 }
 
+/// `origin` as a browser's `Origin` header has it, if it can be one.
+fn as_sent(origin: &str) -> Option<HeaderValue> {
+    let url = reqwest::Url::parse(origin).ok()?;
+    let whole = matches!(url.scheme(), "http" | "https")
+        && url.path() == "/"
+        && url.query().is_none()
+        && url.fragment().is_none()
+        && url.username().is_empty();
+    // "null" (sandboxed frames, files) is never an origin worth trusting; it is no URL.
+    whole
+        .then(|| HeaderValue::from_str(&url.origin().ascii_serialization()).ok())
+        .flatten()
+}
+
 /// Response headers a page on an allowed origin may read: when to retry, whether an
 /// answer was given before, and the id to quote.
 pub const EXPOSED: &str = "Retry-After, Idempotent-Replayed, X-Request-Id";
@@ -151,13 +165,23 @@ mod tests {
 
     #[test]
     fn configured_origins_match_as_browsers_send_them() {
-        let cors = Cors::new(["HTTPS://App.Example.com/", "null", "bad\nvalue"]);
+        let cors = Cors::new([
+            "HTTPS://App.Example.com/",
+            "https://other.example.com:443",
+            "null",
+            "bad\nvalue",
+            "app.example.com",
+            "https://app.example.com/app",
+        ]);
         let sent = header("https://app.example.com");
         assert_eq!(cors.allow_listed(Some(&sent)), Some(&sent));
+        // A default port is what a browser leaves out.
+        let other = header("https://other.example.com");
+        assert_eq!(cors.allow_listed(Some(&other)), Some(&other));
         assert_eq!(cors.allow(Some(&header("null"))), None);
         assert_eq!(
             cors.describe(),
-            r#"https://app.example.com (ignored: "null", "bad\nvalue")"#
+            r#"https://app.example.com, https://other.example.com (ignored: "null", "bad\nvalue", "app.example.com", "https://app.example.com/app")"#
         );
     }
 }

@@ -89,9 +89,19 @@ async fn whole_process_statuses_envelopes_headers_and_ledger() {
     let whole = create_key(&data, "acme", &["--grant", "SMALL"]);
     let east = create_key(&data, "east", &["--grant", "SMALL:E", "--env", "test"]);
     let other_only = create_key(&data, "other", &["--grant", "OTHER"]);
-    let expired = create_key(&data, "acme", &["--grant", "SMALL", "--expires-in", "0s"]);
+    // The shortest lifetime (0s is refused: a key born expired is a mistake).
+    let expired = create_key(&data, "acme", &["--grant", "SMALL", "--expires-in", "1s"]);
+    std::thread::sleep(std::time::Duration::from_millis(1100));
     let revoked = create_key(&data, "acme", &["--grant", "SMALL"]);
-    cli(&data, &["key", "revoke", key_id(&revoked)]);
+    // Given whole, a key is revoked by its id, and its secret is not echoed.
+    let output = cli_output(&data, &["key", "revoke", &revoked]);
+    assert!(output.status.success());
+    let said = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(!said.contains(key_secret(&revoked)), "{said}");
+    // A key list of an account that does not exist is a mistake, not an empty list.
+    let output = cli_output(&data, &["key", "list", "--account", "nosuch"]);
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("no account named 'nosuch'"));
     assert!(whole.starts_with("ctx_live_") && east.starts_with("ctx_test_"));
     let keys = cli(&data, &["key", "list"]);
     for key in [&whole, &east, &other_only, &expired, &revoked] {
