@@ -448,10 +448,7 @@ mod password_tests {
 
     #[tokio::test]
     async fn a_password_reset_never_moves_a_user_to_another_account_unasked() {
-        let dir = tempfile::tempdir().unwrap();
-        let db = Database::connect(&crate::store::default_url(dir.path()))
-            .await
-            .unwrap();
+        let (_dir, db) = crate::store::scratch().await;
         let password = "correct horse battery";
         create_or_reset(&db, "ann", "acme", password, 0)
             .await
@@ -483,10 +480,7 @@ mod password_tests {
 
     #[tokio::test]
     async fn a_fault_in_the_check_takes_no_place_and_sets_no_lock() {
-        let dir = tempfile::tempdir().unwrap();
-        let db = Database::connect(&crate::store::default_url(dir.path()))
-            .await
-            .unwrap();
+        let (_dir, db) = crate::store::scratch().await;
         store::create_or_reset(&db, "ann", "acme", "not a hash", 0)
             .await
             .unwrap();

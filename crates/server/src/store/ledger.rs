@@ -1174,10 +1174,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_panicking_sqlite_writer_is_restarted() {
-        let dir = tempfile::tempdir().unwrap();
-        let db = Database::connect(&crate::store::default_url(dir.path()))
-            .await
-            .unwrap();
+        let (_dir, db) = crate::store::scratch().await;
         a_panicking_writer_is_restarted(&db).await;
     }
 

@@ -171,6 +171,16 @@ pub fn default_url(data_dir: &Path) -> String {
     url
 }
 
+/// A SQLite database of its own in a directory that lives as long as the returned guard
+/// (for unit tests).
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+pub(crate) async fn scratch() -> (tempfile::TempDir, Database) {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::connect(&default_url(dir.path())).await.unwrap();
+    (dir, db)
+}
+
 impl Database {
     /// Connects to `url` with the default options and brings its schema up to date.
     pub async fn connect(url: &str) -> Result<Database, DbError> {
