@@ -566,20 +566,9 @@ fn parse_cache_memory(text: &str) -> Result<usize, String> {
     Ok(bytes)
 }
 
-/// `scheme://host[:port]`, http or https (any case), with no path, query or fragment: the
-/// address of a service, normalized (scheme and host in lower case, no trailing slash).
+/// [`transport::web_url`], or a message saying what to give instead.
 fn service_url(text: &str, what: &str) -> Result<reqwest::Url, String> {
-    let url = reqwest::Url::parse(text.trim())
-        .map_err(|error| format!("'{text}' is not a URL ({error}): give {what}"))?;
-    if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
-        return Err(format!("'{text}': give {what}"));
-    }
-    if url.query().is_some() || url.fragment().is_some() || !url.username().is_empty() {
-        return Err(format!(
-            "'{text}': give {what}, with no query, fragment or user"
-        ));
-    }
-    Ok(url)
+    transport::web_url(text).map_err(|why| format!("'{text}': {why}: give {what}"))
 }
 
 /// `--public-url`: where clients reach this service.

@@ -104,18 +104,13 @@ impl Cors {
     }
 }
 
-/// `origin` as a browser's `Origin` header has it, if it can be one.
+/// `origin` as a browser's `Origin` header has it, if it can be one (with no path).
 fn as_sent(origin: &str) -> Option<HeaderValue> {
-    let url = reqwest::Url::parse(origin).ok()?;
-    let whole = matches!(url.scheme(), "http" | "https")
-        && url.path() == "/"
-        && url.query().is_none()
-        && url.fragment().is_none()
-        && url.username().is_empty();
     // "null" (sandboxed frames, files) is never an origin worth trusting; it is no URL.
-    whole
-        .then(|| HeaderValue::from_str(&url.origin().ascii_serialization()).ok())
-        .flatten()
+    let url = crate::service::transport::web_url(origin)
+        .ok()
+        .filter(|url| url.path() == "/")?;
+    HeaderValue::from_str(&url.origin().ascii_serialization()).ok()
 }
 
 /// Response headers a page on an allowed origin may read: when to retry, whether an

@@ -3,6 +3,20 @@
 
 use std::net::IpAddr;
 
+/// `text` as the address of a web service: an http or https URL (any case) of a host,
+/// with no query, fragment or user; whether it may have a path is the caller's to judge.
+/// Else why not.
+pub fn web_url(text: &str) -> Result<reqwest::Url, String> {
+    let url = reqwest::Url::parse(text.trim()).map_err(|error| format!("not a URL ({error})"))?;
+    if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
+        return Err("not an http(s) URL of a host".to_owned());
+    }
+    if url.query().is_some() || url.fragment().is_some() || !url.username().is_empty() {
+        return Err("a query, fragment or user in it".to_owned());
+    }
+    Ok(url)
+}
+
 /// Whether `url` is `https`, or plain `http` to this machine (a sidecar, a test), where
 /// nothing crosses a network.
 pub fn is_private(url: &str) -> bool {
