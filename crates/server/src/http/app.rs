@@ -224,17 +224,16 @@ fn me_of(user: &User) -> Me {
 
 /// `Set-Cookie` for the session `token` (empty: clear it).
 fn with_cookie(mut response: Response, state: &HttpState, token: &str) -> AppResult<Response> {
-    let cookie = set_cookie(token, SESSION_LIFETIME_MS / 1000, state.https);
-    let value = HeaderValue::from_str(&cookie).map_err(|error| {
-        ServiceError::Internal(format!("session cookie not a header value: {error}"))
-    })?;
-    response.headers_mut().insert(SET_COOKIE, value);
+    let mut cookies = vec![set_cookie(token, SESSION_LIFETIME_MS / 1000, state.https)];
     if state.https {
         // The cookie of builds before the `__Host-` name, expired so no browser keeps it.
-        response.headers_mut().append(
-            SET_COOKIE,
-            HeaderValue::from_static(super::extract::EXPIRED_PLAIN_COOKIE),
-        );
+        cookies.push(super::extract::expire_plain_cookie());
+    }
+    for cookie in cookies {
+        let value = HeaderValue::from_str(&cookie).map_err(|error| {
+            ServiceError::Internal(format!("session cookie not a header value: {error}"))
+        })?;
+        response.headers_mut().append(SET_COOKIE, value);
     }
     Ok(response)
 }

@@ -26,10 +26,6 @@ pub const SESSION_COOKIE: &str = "crosstab_session";
 /// from this very host, for `Path=/`, so no subdomain or plain-http page can plant one.
 pub const HOST_SESSION_COOKIE: &str = "__Host-crosstab_session";
 
-/// Over https, what expires the plain-named cookie earlier builds set there.
-pub const EXPIRED_PLAIN_COOKIE: &str =
-    "crosstab_session=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0; Secure";
-
 /// The session cookie's name when clients reach the service over https or not.
 pub fn session_cookie(https: bool) -> &'static str {
     if https {
@@ -61,36 +57,33 @@ impl FromRequestParts<Arc<HttpState>> for Authenticated {
                 credentials_accepted(parts);
                 Ok(Authenticated(principal))
             }
-            Err(AuthError::Unauthorized) => match credentials_refused(parts, limits, address) {
-                Some(retry_after_s) => Err(ApiError::RateLimited { retry_after_s }.into()),
-                None => Err(ApiError::Unauthorized.into()),
-            },
+            Err(AuthError::Unauthorized) => Err(credentials_refused(parts, limits, address)
+                .unwrap_or(ApiError::Unauthorized)
+                .into()),
             Err(AuthError::Store(error)) => Err(error.into()),
             // Not a refusal (the token may be good), but paced like one: while a provider is
             // down, made-up tokens naming its issuer must not come unpaced.
-            Err(AuthError::Unavailable(reason)) => {
-                match credentials_refused(parts, limits, address) {
-                    Some(retry_after_s) => Err(ApiError::RateLimited { retry_after_s }.into()),
-                    None => Err(ServiceError::Internal(reason)),
-                }
-            }
+            Err(AuthError::Unavailable(reason)) => Err(credentials_refused(parts, limits, address)
+                .map_or(ServiceError::Internal(reason), ServiceError::from)),
         }
     }
 }
 
 /// Counts a refused credential against its connection (which then slows down) and its
-/// address; the seconds to wait when the address is past its pace, to be answered with
-/// 429 instead (good credentials from the same address still work: one guesser behind a
-/// shared address must not lock out everyone else there).
+/// address; the 429 to answer instead when the address is past its pace (good
+/// credentials from the same address still work: one guesser behind a shared address
+/// must not lock out everyone else there).
 pub fn credentials_refused(
     parts: &Parts,
     limits: &RateLimits,
     address: Option<IpAddr>,
-) -> Option<u64> {
+) -> Option<ApiError> {
     if let Some(refusals) = super::listener::refusals(&parts.extensions) {
         refusals.refused();
     }
-    limits.auth_failed(address)
+    limits
+        .auth_failed(address)
+        .map(|retry_after_s| ApiError::RateLimited { retry_after_s })
 }
 
 /// Good credentials: the connection's count of refusals starts over.
@@ -208,9 +201,18 @@ fn token_from_cookies<'a>(header: &'a str, name: &str) -> Option<&'a str> {
 /// The `Set-Cookie` value for `token` lasting `max_age_s` (empty token: clear the cookie);
 /// over https, `Secure` and `__Host-` named.
 pub fn set_cookie(token: &str, max_age_s: i64, https: bool) -> String {
+    cookie(session_cookie(https), token, max_age_s, https)
+}
+
+/// Over https, what expires the plain-named cookie earlier builds set there.
+pub fn expire_plain_cookie() -> String {
+    cookie(SESSION_COOKIE, "", 0, true)
+}
+
+/// The session cookie `name` holding `token` for `max_age_s` (none for no token).
+fn cookie(name: &str, token: &str, max_age_s: i64, secure: bool) -> String {
     let max_age = if token.is_empty() { 0 } else { max_age_s };
-    let name = session_cookie(https);
-    let secure = if https { "; Secure" } else { "" };
+    let secure = if secure { "; Secure" } else { "" };
     format!("{name}={token}; Path=/; HttpOnly; SameSite=Strict; Max-Age={max_age}{secure}")
 }
 
@@ -245,7 +247,10 @@ mod tests {
         headers.insert(COOKIE, "crosstab_session=plain".parse().unwrap());
         assert_eq!(session_token(&headers, true), None);
         // What expires the plain name is that name, expired, as it was set over https.
-        assert_eq!(EXPIRED_PLAIN_COOKIE, set_cookie("", 60, false) + "; Secure");
+        assert_eq!(
+            expire_plain_cookie(),
+            "crosstab_session=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0; Secure"
+        );
     }
 
     fn forwarded(lines: &[&[u8]]) -> Option<IpAddr> {

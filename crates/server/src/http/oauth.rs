@@ -42,15 +42,10 @@ pub async fn token(
     };
     let assertion = params.get("assertion").map(String::as_str).unwrap_or("");
     // Counted against the address's pace: past it, 429 rather than `answer`.
-    let paced =
-        |answer: Response| match credentials_refused(&parts, &state.services.limits, address) {
-            Some(retry_after_s) => {
-                super::api_error_response(&crosstab_contract::ApiError::RateLimited {
-                    retry_after_s,
-                })
-            }
-            None => answer,
-        };
+    let paced = |answer: Response| {
+        credentials_refused(&parts, &state.services.limits, address)
+            .map_or(answer, |limited| super::api_error_response(&limited))
+    };
     match state.services.sso.exchange(grant_type, assertion).await {
         Ok(issued) => {
             credentials_accepted(&parts);

@@ -137,13 +137,13 @@ impl Sso {
         let token_endpoint = format!("{}/v1/oauth/token", self.public_url.trim_end_matches('/'));
         for idp in registry.idps.iter().filter(|idp| idp.kind == IdpKind::Saml) {
             let claimed_here = claimed.as_deref() == Some(idp.issuer.as_str());
-            let known = match idp.metadata.as_deref().map(saml::SamlIdp::from_stored) {
-                Some(Ok(known)) => known,
-                unusable_here => {
-                    let why = match unusable_here {
-                        Some(Err(error)) => error.to_string(),
-                        _ => "no stored metadata".to_owned(),
-                    };
+            let stored = match &idp.metadata {
+                Some(metadata) => saml::SamlIdp::from_stored(metadata).map_err(|e| e.to_string()),
+                None => Err("no stored metadata".to_owned()),
+            };
+            let known = match stored {
+                Ok(known) => known,
+                Err(why) => {
                     tracing::warn!(idp = %idp.name, %why, "stored SAML metadata unusable");
                     if claimed_here {
                         unusable.push(format!("{}: {why}", idp.name));
