@@ -119,13 +119,18 @@ impl Missing {
         self.texts.iter().any(|m| m == text)
     }
 
+    /// Whether a labelled value of a variable of `kind`, in SPSS's unit, is one of these.
+    fn holds(&self, value: &Value, kind: Kind) -> bool {
+        match value {
+            Value::Numeric(v) => self.contains(kind.convert_spss(*v)),
+            Value::String(text) => self.contains_text(text.trim()),
+        }
+    }
+
     /// Whether the file labels any of these values of variable `name` (of `kind`).
     fn labels_some(&self, meta: &SpssMetadata, name: &str, kind: Kind) -> bool {
         let labels = meta.variable_value_labels.get(name).into_iter().flatten();
-        labels.into_iter().any(|(value, _)| match value {
-            Value::Numeric(v) => self.contains(kind.convert_spss(*v)),
-            Value::String(text) => self.contains_text(text.trim()),
-        })
+        labels.into_iter().any(|(value, _)| self.holds(value, kind))
     }
 
     /// Whether an answer as [`texts`] writes it (a string, or a number as text) is one of
@@ -412,17 +417,16 @@ impl Layout {
         };
         let labels = meta.variable_value_labels.get(name).into_iter().flatten();
         labels
+            .filter(|(value, _)| !self.group_missing.holds(value, kind))
             .filter_map(|(value, label)| {
+                // The group as `texts` reads it: a number as text, a string trimmed.
                 let group = match value {
-                    Value::Numeric(v) => {
-                        let v = kind.convert_spss(*v);
-                        (v.is_finite() && !self.group_missing.contains(v)).then(|| number_text(v))
-                    }
-                    Value::String(text) => {
-                        let text = text.trim();
-                        (!text.is_empty() && !self.group_missing.contains_text(text))
-                            .then(|| text.to_owned())
-                    }
+                    Value::Numeric(v) => Some(kind.convert_spss(*v))
+                        .filter(|v| v.is_finite())
+                        .map(number_text),
+                    Value::String(text) => Some(text.trim())
+                        .filter(|text| !text.is_empty())
+                        .map(str::to_owned),
                 }?;
                 Some((group, label.clone()))
             })
