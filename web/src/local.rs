@@ -122,11 +122,7 @@ pub async fn file_columns(file: &web_sys::File) -> Result<Vec<String>, String> {
     let start = file
         .slice_with_f64_and_f64(0.0, HEADER_BYTES)
         .map_err(|_| format!("{} could not be read.", file.name()))?;
-    let text = JsFuture::from(start.text())
-        .await
-        .map_err(|_| format!("{} could not be read.", file.name()))?
-        .as_string()
-        .ok_or_else(|| format!("{} is not text.", file.name()))?;
+    let text = blob_text(&start, &file.name()).await?;
     if !whole && !text.contains('\n') {
         return Err(format!(
             "{}: its first line is over 1 MB, which no CSV header is.",
@@ -153,11 +149,16 @@ pub fn csv_columns(csv: &str) -> Result<Vec<String>, String> {
 
 /// The text of a file the user picked.
 pub async fn read_text(file: &web_sys::File) -> Result<String, String> {
-    let text = JsFuture::from(file.text())
+    blob_text(file, &file.name()).await
+}
+
+/// The text of `blob`, part or whole of the file `name`.
+async fn blob_text(blob: &web_sys::Blob, name: &str) -> Result<String, String> {
+    JsFuture::from(blob.text())
         .await
-        .map_err(|_| format!("{} could not be read.", file.name()))?;
-    text.as_string()
-        .ok_or_else(|| format!("{} is not text.", file.name()))
+        .map_err(|_| format!("{name} could not be read."))?
+        .as_string()
+        .ok_or_else(|| format!("{name} is not text."))
 }
 
 /// The bytes of a file the user picked, left in JS memory: they go to the worker as they
