@@ -29,8 +29,8 @@ use crate::service::{replicas, users};
 use crate::store::accounts::AccountLimits;
 use crate::store::identity_providers::{self, AccountRule, IdentityProvider, IdpKind};
 use crate::store::{
-    self, accounts, signing_keys, upstream_keys, usage, Database, DatabaseOptions, DbError,
-    Synchronous,
+    self, accounts, signing_keys, surveys, upstream_keys, usage, Backend, Database,
+    DatabaseOptions, DbError, Synchronous,
 };
 
 /// The crosstab survey-audience query service.
@@ -48,12 +48,14 @@ pub struct Store {
     #[arg(long, env = "CROSSTAB_DATA_DIR", default_value = "./data")]
     data_dir: PathBuf,
     /// Database URL (sqlite:PATH, which must exist unless ?mode=rwc is added, or
-    /// postgres://...); default: SQLite in the data dir, created if missing.
+    /// postgres://...); default: SQLite in the data dir (`serve` and `db migrate` create
+    /// it if missing).
     #[arg(long, env = "CROSSTAB_DATABASE_URL")]
     database: Option<String>,
 }
 
 impl Store {
+    /// The database's URL; the default one's data dir is created if missing.
     fn url(&self) -> Result<String, CliError> {
         match &self.database {
             Some(url) => Ok(url.clone()),
@@ -64,8 +66,36 @@ impl Store {
         }
     }
 
-    async fn connect(&self) -> Result<Database, CliError> {
+    /// Connects, creating the database if it is the default one and missing, and brings
+    /// its schema up to date.
+    async fn migrate(&self) -> Result<Database, CliError> {
         Ok(Database::connect(&self.url()?).await?)
+    }
+
+    /// Connects to the database as it is: an administrative command neither creates one
+    /// (a mistyped data dir would get keys no server reads) nor migrates one (a newer
+    /// binary would change the schema under running servers).
+    async fn connect(&self) -> Result<Database, CliError> {
+        let url = match &self.database {
+            Some(url) => url.clone(),
+            None => {
+                let file = self.data_dir.join(store::DEFAULT_FILE);
+                if !file.is_file() {
+                    return Err(CliError::Usage(format!(
+                        "no database at {}: `crosstab db migrate --data-dir {}` creates it (so does `crosstab serve`)",
+                        file.display(),
+                        self.data_dir.display()
+                    )));
+                }
+                store::default_url(&self.data_dir)
+            }
+        };
+        Database::connect_current(&url).await.map_err(|error| match error {
+            DbError::Schema(mismatch) => CliError::Usage(format!(
+                "{mismatch}: run `crosstab db migrate` with this crosstab (as `crosstab serve` does on start), then try again"
+            )),
+            error => CliError::Db(error),
+        })
     }
 }
 
@@ -198,6 +228,11 @@ enum Command {
         #[command(subcommand)]
         command: KeyCommand,
     },
+    /// The database: create it, or bring its schema up to date.
+    Db {
+        #[command(subcommand)]
+        command: DbCommand,
+    },
     /// Single sign-on for API calls: trusted identity providers and the token-signing key.
     Sso {
         #[command(subcommand)]
@@ -276,6 +311,17 @@ impl LimitArgs {
 }
 
 #[derive(Debug, Subcommand)]
+enum DbCommand {
+    /// Creates the database if it is the default SQLite one and missing, and applies the
+    /// schema migrations this crosstab has (`serve` does the same on start; the other
+    /// commands only use a database that is up to date).
+    Migrate {
+        #[command(flatten)]
+        store: Store,
+    },
+}
+
+#[derive(Debug, Subcommand)]
 enum AccountCommand {
     /// Set an account's request rate and daily quota over all its keys and users (each
     /// left out: not limited). Running servers apply it on the next request.
@@ -312,7 +358,8 @@ enum AppCommand {
 
 #[derive(Debug, Subcommand)]
 enum UserCommand {
-    /// Create a user (or reset its password); the password is read from standard input.
+    /// Create a user (or reset its password); the password is asked twice, not echoed, at
+    /// a terminal, or read as the first line of standard input from a pipe.
     Create {
         /// Sign-in name.
         #[arg(long)]
@@ -799,10 +846,15 @@ async fn execute(command: Command) -> Result<(), CliError> {
                     store,
                 },
         } => {
-            let mut password = String::new();
-            std::io::stdin().read_line(&mut password)?;
-            let password = password.trim_end_matches(['\r', '\n']);
             let db = store.connect().await?;
+            let password = match read_password(&username) {
+                Ok(password) => password,
+                Err(error) => {
+                    db.close().await;
+                    return Err(error);
+                }
+            };
+            let password = password.as_str();
             let moving = if moving {
                 users::Moving::Allowed
             } else {
@@ -829,11 +881,31 @@ async fn execute(command: Command) -> Result<(), CliError> {
                     database,
                 },
         } => {
-            let code = import_survey(&path, &data.data_dir)?;
-            let Some(url) = database.filter(|url| !url.starts_with("sqlite:")) else {
+            // Connected first: a database that can't be reached (or is not migrated)
+            // leaves the survey uninstalled here too, not installed but unpublished.
+            let db = match database.filter(|url| !url.starts_with("sqlite:")) {
+                Some(url) => Some(
+                    Store {
+                        data_dir: data.data_dir.clone(),
+                        database: Some(url),
+                    }
+                    .connect()
+                    .await?,
+                ),
+                None => None,
+            };
+            let code = match import_survey(&path, &data.data_dir) {
+                Ok(code) => code,
+                Err(error) => {
+                    if let Some(db) = db {
+                        db.close().await;
+                    }
+                    return Err(error);
+                }
+            };
+            let Some(db) = db else {
                 return Ok(());
             };
-            let db = Database::connect(&url).await?;
             let store = SurveyStore::open(&data.data_dir)?;
             let published = replicas::publish(&db, &store, &code, now_ms())
                 .await
@@ -859,6 +931,15 @@ async fn execute(command: Command) -> Result<(), CliError> {
                 "{}",
                 import::init_definition(&file, &code, &id, &weight, group.as_deref())?
             );
+            Ok(())
+        }
+        Command::Db {
+            command: DbCommand::Migrate { store },
+        } => {
+            let db = store.migrate().await?;
+            let version = store::schema_version(&db).await?;
+            db.close().await;
+            eprintln!("database schema at version {version}");
             Ok(())
         }
         Command::Key { command } => key(command).await,
@@ -894,6 +975,65 @@ async fn execute(command: Command) -> Result<(), CliError> {
             Ok(())
         }
     }
+}
+
+/// What the grants name that no survey here has: a survey neither installed in the data
+/// dir nor published in the database, a group its survey lacks. Granted all the same (a
+/// grant may come before its survey), but said: it is most often a typo.
+async fn unseen_grants(db: &Database, data_dir: &Path, grants: &[GrantSpec]) -> Vec<String> {
+    let published: Vec<String> = if db.backend() == Backend::Postgres {
+        match surveys::list(db).await {
+            Ok(list) => list.into_iter().map(|p| p.code).collect(),
+            Err(error) => {
+                return vec![format!(
+                    "published surveys not read ({error}): grants not checked"
+                )]
+            }
+        }
+    } else {
+        Vec::new()
+    };
+    let local = SurveyStore::open(data_dir).ok();
+    let mut unseen = Vec::new();
+    for grant in grants {
+        match local.as_ref().and_then(|store| store.load(&grant.survey).ok()) {
+            Some(survey) => {
+                for group in grant.groups.iter().filter(|g| !survey.has_group(g)) {
+                    unseen.push(format!(
+                        "survey '{}' has no group '{group}' (its groups: {}): granted all the same",
+                        grant.survey,
+                        survey.group_names().collect::<Vec<_>>().join(", ")
+                    ));
+                }
+            }
+            None if published.contains(&grant.survey) => {}
+            None => unseen.push(format!(
+                "no survey '{}' is installed in {} or published in the database: granted all the same, for when it is imported",
+                grant.survey,
+                data_dir.display()
+            )),
+        }
+    }
+    unseen
+}
+
+/// A new password: typed twice, unseen, at a terminal; else the first line of stdin (a
+/// script's pipe).
+fn read_password(username: &str) -> Result<String, CliError> {
+    use std::io::IsTerminal;
+    if !std::io::stdin().is_terminal() {
+        let mut line = String::new();
+        std::io::stdin().read_line(&mut line)?;
+        return Ok(line.trim_end_matches(['\r', '\n']).to_owned());
+    }
+    let first = rpassword::prompt_password(format!("password for '{username}': "))?;
+    let again = rpassword::prompt_password("the same again: ")?;
+    if first != again {
+        return Err(CliError::Usage(
+            "the two passwords differ; nothing was changed".into(),
+        ));
+    }
+    Ok(first)
 }
 
 /// Imports and installs a survey; its code.
@@ -979,8 +1119,12 @@ async fn key(command: KeyCommand) -> Result<(), CliError> {
                     "account '{account}' has no grants yet: give at least one --grant SURVEY[:GROUPS]"
                 )));
             }
+            let unseen = unseen_grants(&db, &store.data_dir, &grants).await;
             let key = accounts::create_key(&db, &account, &grants, env, expires_at).await?;
             db.close().await;
+            for warning in unseen {
+                eprintln!("warning: {warning}");
+            }
             let grants: Vec<String> = grants.iter().map(ToString::to_string).collect();
             eprintln!(
                 "created {} key {} for account '{}' (grants added: {}; expires: {})",

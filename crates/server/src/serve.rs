@@ -237,6 +237,14 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
         .public_url
         .clone()
         .unwrap_or_else(|| format!("http://{address}"));
+    if options.public_url.is_none() && db.backend() == Backend::Postgres {
+        // Replicas share keys and users but not this default: a token one signs would
+        // name an issuer the others refuse.
+        tracing::warn!(
+            issuer = %public_url,
+            "no --public-url on a shared PostgreSQL: this replica signs tokens as its own address, and other replicas refuse them; give every replica the address clients reach"
+        );
+    }
     let mut settings = options.settings;
     settings.public_url = public_url.clone();
     let (services, writer) = Services::start(

@@ -81,6 +81,29 @@ pub enum DbError {
     /// A stored value breaks a rule the server keeps when writing it.
     #[error("corrupt database: {0}")]
     Corrupt(&'static str),
+    /// The database was opened to be used as it is, and its schema is not this
+    /// server's.
+    #[error("{0}")]
+    Schema(SchemaMismatch),
+}
+
+/// How a database's schema differs from the one this build of the server migrates to.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SchemaMismatch {
+    /// No migration was ever applied: not a crosstab database yet.
+    #[error("the database has no crosstab schema yet")]
+    Empty,
+    /// Migrations of this build are not applied (or one failed part way).
+    #[error(
+        "the database's schema is older than this crosstab's (version {applied}, needs {needed})"
+    )]
+    Behind { applied: i64, needed: i64 },
+    /// The database holds migrations this build does not know: a newer build migrated it.
+    #[error("the database's schema (version {applied}) is newer than this crosstab's ({needed}): it was migrated by a newer crosstab")]
+    Ahead { applied: i64, needed: i64 },
+    /// A migration of this build was applied with other contents.
+    #[error("the database's migration {0} differs from this crosstab's")]
+    Changed(i64),
 }
 
 /// A connected, migrated database.
@@ -152,11 +175,14 @@ pub enum Synchronous {
     Normal,
 }
 
+/// The default database's file name, in the data dir.
+pub const DEFAULT_FILE: &str = "crosstab.db";
+
 /// The default database: `crosstab.db` in the data dir (created if missing), as a URL
 /// whose path is percent-encoded, so a dir named with ` `, `%`, `?` or `#` still works.
 pub fn default_url(data_dir: &Path) -> String {
     let dir = std::fs::canonicalize(data_dir).unwrap_or_else(|_| data_dir.to_path_buf());
-    let file = dir.join("crosstab.db");
+    let file = dir.join(DEFAULT_FILE);
     let mut url = String::from("sqlite://");
     // sqlx percent-decodes the path; everything but unreserved characters is escaped
     // (its own URL builder leaves `%` as is).
@@ -181,6 +207,17 @@ pub(crate) async fn scratch() -> (tempfile::TempDir, Database) {
     (dir, db)
 }
 
+/// What connecting does to the database's schema.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Schema {
+    /// Brings it up to date (a server starting, `crosstab db migrate`).
+    Migrate,
+    /// Leaves it as it is, and refuses a database whose schema is not this build's (an
+    /// administrative command must not create or upgrade a database under running
+    /// servers).
+    Current,
+}
+
 impl Database {
     /// Connects to `url` with the default options and brings its schema up to date.
     pub async fn connect(url: &str) -> Result<Database, DbError> {
@@ -190,6 +227,20 @@ impl Database {
     /// Connects to `url`, every connection set up as `options` say, and brings its schema
     /// up to date.
     pub async fn connect_with(url: &str, options: DatabaseOptions) -> Result<Database, DbError> {
+        Database::open_with(url, options, Schema::Migrate).await
+    }
+
+    /// Connects to `url` with the default options, its schema left as it is: it must be
+    /// the one this build migrates to ([`DbError::Schema`] otherwise).
+    pub async fn connect_current(url: &str) -> Result<Database, DbError> {
+        Database::open_with(url, DatabaseOptions::default(), Schema::Current).await
+    }
+
+    async fn open_with(
+        url: &str,
+        options: DatabaseOptions,
+        schema: Schema,
+    ) -> Result<Database, DbError> {
         sqlx::any::install_default_drivers();
         let backend = if url.starts_with("sqlite:") {
             Backend::Sqlite
@@ -217,17 +268,32 @@ impl Database {
             })
             .connect(url)
             .await?;
+        let migrator = match backend {
+            Backend::Sqlite => &SQLITE_MIGRATIONS,
+            Backend::Postgres => &POSTGRES_MIGRATIONS,
+        };
+        match schema {
+            Schema::Migrate => migrator.run(&pool).await?,
+            Schema::Current => {
+                let checked = schema_mismatch(&pool, backend, migrator).await;
+                match checked {
+                    Ok(None) => {}
+                    Ok(Some(mismatch)) => {
+                        pool.close().await;
+                        return Err(DbError::Schema(mismatch));
+                    }
+                    Err(error) => {
+                        pool.close().await;
+                        return Err(error);
+                    }
+                }
+            }
+        }
         let sqlite_file = match backend {
-            Backend::Sqlite => {
-                SQLITE_MIGRATIONS.run(&pool).await?;
-                // The ledger's writer and the key signal need the file (and each pooled
-                // connection would have a database of its own in memory).
-                Some(main_file(&pool).await?.ok_or(DbError::UnsupportedUrl)?)
-            }
-            Backend::Postgres => {
-                POSTGRES_MIGRATIONS.run(&pool).await?;
-                None
-            }
+            // The ledger's writer and the key signal need the file (and each pooled
+            // connection would have a database of its own in memory).
+            Backend::Sqlite => Some(main_file(&pool).await?.ok_or(DbError::UnsupportedUrl)?),
+            Backend::Postgres => None,
         };
         Ok(Database {
             url: Url(url.to_owned()),
@@ -313,6 +379,92 @@ impl Database {
     }
 }
 
+/// The newest schema migration applied to `db`.
+pub async fn schema_version(db: &Database) -> Result<i64, DbError> {
+    let version: Option<i64> =
+        sqlx::query_scalar("SELECT max(version) FROM _sqlx_migrations WHERE success")
+            .fetch_one(db.pool())
+            .await?;
+    Ok(version.unwrap_or(0))
+}
+
+/// How the schema of the database behind `pool` differs from `migrator`'s, if it does.
+async fn schema_mismatch(
+    pool: &AnyPool,
+    backend: Backend,
+    migrator: &Migrator,
+) -> Result<Option<SchemaMismatch>, DbError> {
+    let has_table: i64 = sqlx::query_scalar(match backend {
+        Backend::Sqlite => {
+            "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = '_sqlx_migrations'"
+        }
+        Backend::Postgres => {
+            "SELECT count(*) FROM pg_catalog.pg_tables \
+             WHERE schemaname = current_schema() AND tablename = '_sqlx_migrations'"
+        }
+    })
+    .fetch_one(pool)
+    .await?;
+    let applied: Vec<(i64, bool, Vec<u8>)> = if has_table == 0 {
+        Vec::new()
+    } else {
+        // The Any driver decodes no SQLite boolean: the outcome comes as a number.
+        let rows: Vec<(i64, i64, Vec<u8>)> = sqlx::query_as(
+            "SELECT version, CAST(CASE WHEN success THEN 1 ELSE 0 END AS BIGINT), checksum \
+             FROM _sqlx_migrations ORDER BY version",
+        )
+        .fetch_all(pool)
+        .await?;
+        rows.into_iter()
+            .map(|(version, success, checksum)| (version, success == 1, checksum))
+            .collect()
+    };
+    let known: Vec<(i64, &[u8])> = migrator
+        .iter()
+        .filter(|migration| migration.migration_type.is_up_migration())
+        .map(|migration| (migration.version, migration.checksum.as_ref()))
+        .collect();
+    Ok(compare_schema(&applied, &known))
+}
+
+/// Compares the migrations a database records (version, whether it succeeded, checksum)
+/// with those a build knows (version, checksum), both in ascending order.
+fn compare_schema(
+    applied: &[(i64, bool, Vec<u8>)],
+    known: &[(i64, &[u8])],
+) -> Option<SchemaMismatch> {
+    let needed = known.last().map_or(0, |(version, _)| *version);
+    let newest = applied.last().map_or(0, |(version, ..)| *version);
+    if applied.is_empty() {
+        return Some(SchemaMismatch::Empty);
+    }
+    // A version this build never had: a later build's.
+    if applied
+        .iter()
+        .any(|(version, ..)| !known.iter().any(|(known, _)| known == version))
+    {
+        return Some(SchemaMismatch::Ahead {
+            applied: newest,
+            needed,
+        });
+    }
+    for (version, checksum) in known {
+        match applied.iter().find(|(applied, ..)| applied == version) {
+            Some((_, true, stored)) if stored.as_slice() == *checksum => {}
+            Some((_, true, _)) => return Some(SchemaMismatch::Changed(*version)),
+            Some((_, false, _)) | None => {
+                let applied = applied
+                    .iter()
+                    .take_while(|(_, success, _)| *success)
+                    .last()
+                    .map_or(0, |(version, ..)| *version);
+                return Some(SchemaMismatch::Behind { applied, needed });
+            }
+        }
+    }
+    None
+}
+
 /// The file SQLite opened for the pool (`None` in memory): asked of SQLite itself, so
 /// the ledger and the key signal file use the very file the pool does, however the URL
 /// spelled it (percent-escapes, `..`, `sqlite:` or `sqlite://`).
@@ -322,4 +474,86 @@ async fn main_file(pool: &AnyPool) -> Result<Option<PathBuf>, DbError> {
             .fetch_one(pool)
             .await?;
     Ok((!file.is_empty()).then(|| PathBuf::from(file)))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_schema_compares_by_version_outcome_and_checksum() {
+        let known: [(i64, &[u8]); 2] = [(1, b"a"), (2, b"b")];
+        let row =
+            |version: i64, success: bool, checksum: &[u8]| (version, success, checksum.to_vec());
+        assert_eq!(
+            compare_schema(&[row(1, true, b"a"), row(2, true, b"b")], &known),
+            None
+        );
+        assert_eq!(compare_schema(&[], &known), Some(SchemaMismatch::Empty));
+        assert_eq!(
+            compare_schema(&[row(1, true, b"a")], &known),
+            Some(SchemaMismatch::Behind {
+                applied: 1,
+                needed: 2
+            })
+        );
+        assert_eq!(
+            compare_schema(&[row(1, true, b"a"), row(2, false, b"b")], &known),
+            Some(SchemaMismatch::Behind {
+                applied: 1,
+                needed: 2
+            })
+        );
+        assert_eq!(
+            compare_schema(
+                &[row(1, true, b"a"), row(2, true, b"b"), row(3, true, b"c")],
+                &known
+            ),
+            Some(SchemaMismatch::Ahead {
+                applied: 3,
+                needed: 2
+            })
+        );
+        assert_eq!(
+            compare_schema(&[row(1, true, b"a"), row(2, true, b"x")], &known),
+            Some(SchemaMismatch::Changed(2))
+        );
+    }
+
+    /// `connect_current` opens a migrated database and refuses, untouched, one that is
+    /// not (read from the database's own record of its migrations).
+    #[tokio::test]
+    async fn only_a_current_schema_is_opened_as_it_is() {
+        let (dir, db) = scratch().await;
+        let url = db.url().to_owned();
+        db.close().await;
+        Database::connect_current(&url).await.unwrap().close().await;
+
+        let newest: i64 = SQLITE_MIGRATIONS.iter().map(|m| m.version).max().unwrap();
+        let raw = AnyPool::connect(&url).await.unwrap();
+        sqlx::query("DELETE FROM _sqlx_migrations WHERE version = $1")
+            .bind(newest)
+            .execute(&raw)
+            .await
+            .unwrap();
+        raw.close().await;
+        let behind = Database::connect_current(&url).await.unwrap_err();
+        assert!(
+            matches!(behind, DbError::Schema(SchemaMismatch::Behind { needed, .. }) if needed == newest),
+            "{behind}"
+        );
+        // Still behind: nothing was migrated by looking.
+        assert!(Database::connect_current(&url).await.is_err());
+
+        let empty = default_url(&dir.path().join("empty"));
+        std::fs::create_dir(dir.path().join("empty")).unwrap();
+        let created = AnyPool::connect(&empty).await.unwrap();
+        created.close().await;
+        let refused = Database::connect_current(&empty).await.unwrap_err();
+        assert!(
+            matches!(refused, DbError::Schema(SchemaMismatch::Empty)),
+            "{refused}"
+        );
+    }
 }

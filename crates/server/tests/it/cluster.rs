@@ -99,6 +99,19 @@ async fn replicas_behind_nginx_bill_every_200_once_through_kills_reimports_and_a
     let v1 = temp.path().join("v1");
     let publisher = temp.path().join("publisher");
     let toml = small_version(&v1, 1);
+    // A database not migrated yet is refused before anything is installed, so a survey
+    // is never installed here but missing from the cluster.
+    let refused = cli_output(
+        &publisher,
+        &with_db(&["survey", "import", toml.to_str().unwrap()], &url),
+    );
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success() && said.contains("crosstab db migrate"),
+        "{said}"
+    );
+    assert!(!cli(&publisher, &["survey", "list"]).contains("SMALL"));
+    migrate(&publisher, &with_db(&[], &url));
     cli(
         &publisher,
         &with_db(&["survey", "import", toml.to_str().unwrap()], &url),

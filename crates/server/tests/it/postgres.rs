@@ -486,3 +486,52 @@ fn replica(
     let copies = Arc::new(SurveyCopies::new(db.clone(), store, Arc::clone(&catalog)));
     (dir, catalog, copies)
 }
+
+/// On a new PostgreSQL database the administrative commands refuse to work until
+/// `crosstab db migrate` has run (the schema check's PostgreSQL side), and a replica
+/// started without `--public-url` says that its tokens are its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commands_need_a_migrated_database_and_replicas_a_public_url() {
+    use crate::support::{cli_output, create_key, migrate, Server};
+
+    let Some(url) = postgres_url() else {
+        return;
+    };
+    let url = database_of_its_own(&url).await;
+    let temp = tempfile::tempdir().unwrap();
+    let data = temp.path().join("data");
+    let refused = cli_output(&data, &["key", "list", "--database", &url]);
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success()
+            && said.contains("no crosstab schema yet")
+            && said.contains("crosstab db migrate"),
+        "{said}"
+    );
+    migrate(&data, &["--database", &url]);
+    create_key(&data, "acme", &["--grant", "DEMO", "--database", &url]);
+
+    let log = temp.path().join("replica.log");
+    let server = Server::start_logging_to(&data, &["--database", &url], &log);
+    server.stop();
+    let logged = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        logged.contains("no --public-url on a shared PostgreSQL"),
+        "{logged}"
+    );
+    let log = temp.path().join("named.log");
+    let server = Server::start_logging_to(
+        &data,
+        &[
+            "--database",
+            &url,
+            "--public-url",
+            "https://crosstab.example.com",
+        ],
+        &log,
+    );
+    server.stop();
+    assert!(!std::fs::read_to_string(&log)
+        .unwrap()
+        .contains("--public-url"));
+}

@@ -86,6 +86,48 @@ async fn whole_process_statuses_envelopes_headers_and_ledger() {
     let list = cli(&data, &["survey", "list"]);
     assert!(list.contains("SMALL") && list.contains("OTHER"), "{list}");
 
+    // An administrative command neither creates a database nor migrates one.
+    let refused = cli_output(
+        &data,
+        &["key", "create", "--account", "acme", "--grant", "SMALL"],
+    );
+    assert!(!refused.status.success() && refused.stdout.is_empty());
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        said.contains("no database at") && said.contains("crosstab db migrate"),
+        "{said}"
+    );
+    assert!(!data.join("crosstab.db").exists());
+    migrate(&data, &[]);
+
+    // A grant of a survey not here, or of a group it lacks, is kept but said (a typo, most
+    // often); one of a survey that is here is not.
+    let typo = cli_output(
+        &data,
+        &[
+            "key",
+            "create",
+            "--account",
+            "typo",
+            "--grant",
+            "SMALL:e",
+            "--grant",
+            "SMAL",
+        ],
+    );
+    let said = String::from_utf8_lossy(&typo.stderr);
+    assert!(typo.status.success(), "{said}");
+    assert!(
+        said.contains("survey 'SMALL' has no group 'e' (its groups: E, W)")
+            && said.contains("no survey 'SMAL' is installed"),
+        "{said}"
+    );
+    let fine = cli_output(
+        &data,
+        &["key", "create", "--account", "typo", "--grant", "SMALL:E"],
+    );
+    assert!(!String::from_utf8_lossy(&fine.stderr).contains("warning"));
+
     let whole = create_key(&data, "acme", &["--grant", "SMALL"]);
     let east = create_key(&data, "east", &["--grant", "SMALL:E", "--env", "test"]);
     let other_only = create_key(&data, "other", &["--grant", "OTHER"]);
@@ -763,6 +805,13 @@ async fn demo_server_and_the_smaller_commands() {
         "sqlite:{}?mode=rwc",
         temp.path().join("elsewhere.db").display()
     );
+    let unmigrated = cli_output(&data, &["key", "list", "--database", elsewhere.as_str()]);
+    let said = String::from_utf8_lossy(&unmigrated.stderr);
+    assert!(
+        !unmigrated.status.success() && said.contains("no crosstab schema yet"),
+        "{said}"
+    );
+    migrate(&data, &["--database", elsewhere.as_str()]);
     let other = create_key(
         &data,
         "far",
@@ -785,4 +834,117 @@ async fn demo_server_and_the_smaller_commands() {
         "{by_env}"
     );
     assert!(!cli(&data, &["key", "list"]).contains(key_id(&other)));
+}
+
+/// `crosstab user create` in a pseudo-terminal (util-linux `script`), answering each
+/// prompt once it is shown; all the terminal showed.
+fn user_create_at_a_terminal(data: &std::path::Path, username: &str, answers: [&str; 2]) -> String {
+    use std::io::{Read, Write};
+    use std::sync::{Arc, Mutex};
+    let command = format!(
+        "{BIN} user create --username {username} --account acme --data-dir '{}'",
+        data.display()
+    );
+    let mut child = std::process::Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .env_remove("CROSSTAB_DATABASE_URL")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let shown = Arc::new(Mutex::new(Vec::new()));
+    let mut stdout = child.stdout.take().unwrap();
+    let reader = {
+        let shown = Arc::clone(&shown);
+        std::thread::spawn(move || {
+            let mut buffer = [0; 256];
+            while let Ok(n @ 1..) = stdout.read(&mut buffer) {
+                shown.lock().unwrap().extend_from_slice(&buffer[..n]);
+            }
+        })
+    };
+    let mut stdin = child.stdin.take().unwrap();
+    for (prompt, answer) in ["password for", "the same again"].iter().zip(answers) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while !String::from_utf8_lossy(&shown.lock().unwrap()).contains(prompt) {
+            assert!(std::time::Instant::now() < deadline, "no prompt {prompt:?}");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        stdin.write_all(format!("{answer}\r").as_bytes()).unwrap();
+        stdin.flush().unwrap();
+    }
+    drop(stdin);
+    child.wait().unwrap();
+    reader.join().unwrap();
+    let shown = shown.lock().unwrap();
+    String::from_utf8_lossy(&shown).into_owned()
+}
+
+#[tokio::test]
+async fn user_passwords_are_read_unseen_at_a_terminal_and_from_a_pipe() {
+    let temp = tempfile::tempdir().unwrap();
+    let (data, _key) = small_data_dir(temp.path());
+
+    let mut piped = std::process::Command::new(BIN)
+        .args([
+            "user",
+            "create",
+            "--username",
+            "piped",
+            "--account",
+            "acme",
+            "--data-dir",
+        ])
+        .arg(&data)
+        .env_remove("CROSSTAB_DATABASE_URL")
+        .stdin(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        let mut stdin = piped.stdin.take().unwrap();
+        stdin.write_all(b"piped-password-1\n").unwrap();
+    }
+    let output = piped.wait_with_output().unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+
+    let shown = user_create_at_a_terminal(&data, "typed", ["typed-password-1", "typed-password-1"]);
+    assert!(
+        shown.contains("user 'typed' of account 'acme' is ready"),
+        "{shown}"
+    );
+    assert!(!shown.contains("typed-password-1"), "echoed: {shown}");
+    let shown =
+        user_create_at_a_terminal(&data, "mistyped", ["typed-password-1", "typed-password-2"]);
+    assert!(shown.contains("the two passwords differ"), "{shown}");
+
+    let server = Server::start(&data, &[]);
+    let http = reqwest::Client::new();
+    let sign_in = |user: &'static str, password: &'static str| {
+        http.post(server.url("/app/login"))
+            .header("origin", server.url(""))
+            .json(&json!({"username": user, "password": password}))
+            .send()
+    };
+    assert_eq!(
+        sign_in("piped", "piped-password-1").await.unwrap().status(),
+        StatusCode::OK
+    );
+    assert_eq!(
+        sign_in("typed", "typed-password-1").await.unwrap().status(),
+        StatusCode::OK
+    );
+    assert_eq!(
+        sign_in("mistyped", "typed-password-1")
+            .await
+            .unwrap()
+            .status(),
+        StatusCode::UNAUTHORIZED
+    );
+    server.stop();
 }

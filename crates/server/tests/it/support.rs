@@ -31,6 +31,14 @@ pub fn cli_output(data_dir: &Path, args: &[&str]) -> Output {
         .unwrap()
 }
 
+/// `crosstab db migrate` on the data dir's database (created if missing), with `extra`
+/// flags (e.g. `--database URL`): administrative commands use only a migrated database.
+pub fn migrate(data_dir: &Path, extra: &[&str]) {
+    let mut args = vec!["db", "migrate"];
+    args.extend_from_slice(extra);
+    cli(data_dir, &args);
+}
+
 /// A key created with the CLI (the key alone on stdout).
 pub fn create_key(data_dir: &Path, account: &str, extra: &[&str]) -> String {
     let mut args = vec!["key", "create", "--account", account];
@@ -166,6 +174,7 @@ pub fn small_data_dir(temp: &Path) -> (std::path::PathBuf, String) {
     let data = temp.join("data");
     let small = write_small_survey(&temp.join("small"), "SMALL");
     cli(&data, &["survey", "import", small.to_str().unwrap()]);
+    migrate(&data, &[]);
     let key = create_key(&data, "acme", &["--grant", "SMALL"]);
     (data, key)
 }
