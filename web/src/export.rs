@@ -57,8 +57,8 @@ fn body(grid: &Grid, figures: &Figures) -> Vec<SheetLine> {
         for figure in &figures.shown {
             let number = |v: Option<f64>| v.map_or(Cell::Empty, Cell::Number);
             if *figure == Figure::Interval {
-                let low = line.cells.iter().map(|c| Cell::Number(c.ci_low)).collect();
-                let high = line.cells.iter().map(|c| Cell::Number(c.ci_high)).collect();
+                let low = line.cells.iter().map(|c| number(c.ci_low)).collect();
+                let high = line.cells.iter().map(|c| number(c.ci_high)).collect();
                 push("95% interval, low".to_owned(), low);
                 push("95% interval, high".to_owned(), high);
             } else {
@@ -442,6 +442,20 @@ mod tests {
             "{csv}"
         );
         assert!(!csv.contains("'-"), "{csv}");
+        // An interval that is undefined (one respondent in the design) is an empty field.
+        let mut alone = table();
+        alone.cells[0][1].ci_low = None;
+        alone.cells[0][1].ci_high = None;
+        let csv = to_csv(
+            &Grid::of(&alone, Arrangement::default()),
+            &figures,
+            &caption(),
+        );
+        assert!(
+            csv.lines()
+                .any(|l| l.ends_with(",\"95% interval, high\",64.5,34.5,")),
+            "{csv}"
+        );
         // Text that looks like a formula is still defused.
         assert_eq!(csv_field("-1+2"), "'-1+2");
     }

@@ -100,8 +100,11 @@ impl Figure {
             Figure::Horizontal => cell.horizontal_pct.and_then(one),
             Figure::Index => cell.index.and_then(one),
             Figure::EffectiveN => cell.effective_n.and_then(one),
-            Figure::StandardError => one(cell.standard_error),
-            Figure::Interval => Some((cell.ci_low, Some(cell.ci_high))),
+            Figure::StandardError => cell.standard_error.and_then(one),
+            Figure::Interval => cell
+                .ci_low
+                .zip(cell.ci_high)
+                .map(|(low, high)| (low, Some(high))),
             Figure::Rse => cell.relative_standard_error.map(|r| (100.0 * r, None)),
         }
     }
@@ -306,9 +309,9 @@ pub mod tests {
             horizontal_pct: vertical.map(|v| v / 2.0),
             index: vertical.map(|v| v * 2.0),
             effective_n: Some(weight / 2.0),
-            standard_error: 12.5,
-            ci_low: weight - 24.5,
-            ci_high: weight + 24.5,
+            standard_error: Some(12.5),
+            ci_low: Some(weight - 24.5),
+            ci_high: Some(weight + 24.5),
             relative_standard_error: (weight > 0.0).then(|| 12.5 / weight),
             stability: Stability::Stable,
             unstable_reasons: Vec::new(),
@@ -339,6 +342,16 @@ pub mod tests {
         let empty = cell(0.0, 0, None);
         assert_eq!(Figure::Vertical.text(&empty, 1000), "–");
         assert_eq!(Figure::Rse.value(&empty), None);
+        // One respondent in the design: no error and no interval, rather than exact ones.
+        let alone = TableCell {
+            standard_error: None,
+            ci_low: None,
+            ci_high: None,
+            relative_standard_error: None,
+            ..cell(5.0, 1, Some(100.0))
+        };
+        assert_eq!(Figure::StandardError.text(&alone, 1), "–");
+        assert_eq!(Figure::Interval.text(&alone, 1), "–");
         assert_eq!(Figure::Weighted.name(1000), "Weighted audience (×1,000)");
         assert_eq!(Figure::Weighted.name(1), "Weighted audience");
     }

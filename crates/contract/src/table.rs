@@ -462,14 +462,18 @@ pub struct TableCell {
     #[cfg_attr(feature = "ts", tsify(type = "number | null"))]
     pub effective_n: Option<f64>,
     /// Standard error of `T`, absolute: `√(n/(n−1) · Σ (z_i − z̄)²)` with `z_i = w_i y_i`,
-    /// that is `√(n/(n−1) · (weightSquared − T²/n))`; 0 when `n < 2` (and the RSE
-    /// `null`).
-    pub standard_error: f64,
+    /// that is `√(n/(n−1) · (weightSquared − T²/n))`; `null` when `n < 2` (one
+    /// respondent tells nothing of the spread: not an error of 0).
+    #[cfg_attr(feature = "ts", tsify(type = "number | null"))]
+    pub standard_error: Option<f64>,
     /// Lower end of the 95% confidence interval, `T − 1.959963984540054 · SE` (may be
-    /// below 0: it is the normal interval, not clipped).
-    pub ci_low: f64,
-    /// Upper end of the 95% confidence interval, `T + 1.959963984540054 · SE`.
-    pub ci_high: f64,
+    /// below 0: it is the normal interval, not clipped); `null` with the SE.
+    #[cfg_attr(feature = "ts", tsify(type = "number | null"))]
+    pub ci_low: Option<f64>,
+    /// Upper end of the 95% confidence interval, `T + 1.959963984540054 · SE`; `null`
+    /// with the SE.
+    #[cfg_attr(feature = "ts", tsify(type = "number | null"))]
+    pub ci_high: Option<f64>,
     /// Relative standard error `SE / T`; `null` when `T` is 0 or `n < 2`.
     #[cfg_attr(feature = "ts", tsify(type = "number | null"))]
     pub relative_standard_error: Option<f64>,
@@ -629,10 +633,10 @@ mod tests {
             horizontal_pct: Some(50.0),
             index: None,
             effective_n: Some(1.0),
-            standard_error: 0.0,
-            ci_low: 2.0,
-            ci_high: 2.0,
-            relative_standard_error: Some(0.0),
+            standard_error: None,
+            ci_low: None,
+            ci_high: None,
+            relative_standard_error: None,
             stability: Stability::Unstable,
             unstable_reasons: vec![UnstableReason::LowRespondents, UnstableReason::HighRse],
             significance: Some(Significance::Higher),
@@ -642,8 +646,8 @@ mod tests {
             value,
             json!({"weight": 2.0, "weightSquared": 4.0, "resps": 1, "wgtAud": 0.002,
                    "verticalPct": null, "horizontalPct": 50.0, "index": null,
-                   "effectiveN": 1.0, "standardError": 0.0, "ciLow": 2.0, "ciHigh": 2.0,
-                   "relativeStandardError": 0.0, "stability": 1,
+                   "effectiveN": 1.0, "standardError": null, "ciLow": null, "ciHigh": null,
+                   "relativeStandardError": null, "stability": 1,
                    "unstableReasons": ["lowRespondents", "highRse"],
                    "significance": "higher"})
         );

@@ -59,10 +59,10 @@ impl Figures {
         let variance = (self.sample >= 2).then(|| {
             (n / (n - 1.0) * (cell.weight_squared - cell.weight * cell.weight / n)).max(0.0)
         });
-        let standard_error = variance.map_or(0.0, f64::sqrt);
-        let relative_standard_error = variance
+        let standard_error = variance.map(f64::sqrt);
+        let relative_standard_error = standard_error
             .filter(|_| cell.weight != 0.0)
-            .map(|_| standard_error / cell.weight);
+            .map(|se| se / cell.weight);
         let vertical_pct = percent(cell.weight, column.weight);
         let row_share = percent(row.weight, self.base.weight).filter(|share| *share > 0.0);
         let index = vertical_pct
@@ -85,8 +85,8 @@ impl Figures {
             index,
             effective_n: cell.effective_n(),
             standard_error,
-            ci_low: cell.weight - Z_95 * standard_error,
-            ci_high: cell.weight + Z_95 * standard_error,
+            ci_low: standard_error.map(|se| cell.weight - Z_95 * se),
+            ci_high: standard_error.map(|se| cell.weight + Z_95 * se),
             relative_standard_error,
             stability: if unstable_reasons.is_empty() {
                 Stability::Stable
@@ -182,9 +182,12 @@ mod tests {
         // (100 − 100²/n)) for n = 1000 is √(1000/999 · 90) = 9.4916...
         assert_eq!(
             figures(100).cell(base, base, base, None).standard_error,
-            0.0
+            Some(0.0)
         );
-        let se = figures(1000).cell(base, base, base, None).standard_error;
+        let se = figures(1000)
+            .cell(base, base, base, None)
+            .standard_error
+            .unwrap();
         assert!(
             (se - (1000.0_f64 / 999.0 * 90.0).sqrt()).abs() < 1e-12,
             "{se}"
@@ -194,6 +197,9 @@ mod tests {
             ..figures(1)
         }
         .cell(unweighted(1), unweighted(1), unweighted(1), None);
+        // Undefined, not 0: one respondent is no evidence that the total is exact.
+        assert_eq!(one.standard_error, None);
+        assert_eq!((one.ci_low, one.ci_high), (None, None));
         assert_eq!(one.relative_standard_error, None);
         assert_eq!(one.unstable_reasons, [UnstableReason::HighRse]);
     }

@@ -281,9 +281,17 @@ impl Reference<'_> {
             self.effective_n(member),
         );
         let se = self.standard_error(member);
-        close(&format!("{what}: SE"), got.standard_error, se);
-        close(&format!("{what}: CI low"), got.ci_low, weight - Z * se);
-        close(&format!("{what}: CI high"), got.ci_high, weight + Z * se);
+        close_opt(&format!("{what}: SE"), got.standard_error, Some(se));
+        close_opt(
+            &format!("{what}: CI low"),
+            got.ci_low,
+            Some(weight - Z * se),
+        );
+        close_opt(
+            &format!("{what}: CI high"),
+            got.ci_high,
+            Some(weight + Z * se),
+        );
         let rse = (weight != 0.0).then(|| se / weight);
         close_opt(&format!("{what}: RSE"), got.relative_standard_error, rse);
         let (row_weight, column_weight) = (self.weight(row), self.weight(column));
