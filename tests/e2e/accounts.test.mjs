@@ -65,3 +65,42 @@ test("each user's app queries are billed to their own account, none to the other
   await asDemo.context.close();
   await asNora.context.close();
 });
+
+test("on a shared browser each user sees only their own history, and a sign-out the server confirms", async () => {
+  const demo = { username: server.username, password: server.password };
+  const context = await browser.newContext();
+  const page = await context.newPage();
+  await page.goto(server.origin);
+  await signIn(page, server, demo);
+  await page.locator('#target-0').fill('F2554');
+  await page.locator('#target-0').press('Tab');
+  await page.locator('#run').click();
+  await page.locator('#results-table').waitFor();
+  // The history's entries, leaving the page on the query screen (where signing in lands).
+  const history = async () => {
+    await page.getByRole('link', { name: 'History' }).click();
+    await page.getByRole('heading', { name: 'Query history' }).waitFor();
+    const items = await page.locator('.history-item').allTextContents();
+    await page.getByRole('link', { name: 'Query' }).click();
+    return items;
+  };
+  assert.equal((await history()).length, 1);
+
+  const signOut = page.waitForResponse((r) => r.url().endsWith('/app/logout'));
+  await page.getByRole('button', { name: 'Sign out' }).click();
+  assert.equal((await signOut).status(), 204);
+  await signIn(page, server, NORA);
+  assert.deepEqual(await history(), [], "nora sees none of demo's queries");
+  await page.getByRole('button', { name: 'Sign out' }).click();
+  await signIn(page, server, demo);
+  assert.equal((await history()).length, 1, "demo's history is still demo's");
+
+  // A sign-out the server does not confirm leaves the user signed in, and says so.
+  await page.route('**/app/logout', (route) => route.fulfill({ status: 503, contentType: 'application/json',
+    body: JSON.stringify({ ResultCode: 503, ResultDescription: 'Busy.', error: { code: 'unavailable', message: 'Busy.' } }) }));
+  await page.getByRole('button', { name: 'Sign out' }).click();
+  await page.locator('#sign-out-error').waitFor();
+  assert.match(await page.locator('#sign-out-error').textContent(), /Not signed out/);
+  assert.equal(await page.getByRole('button', { name: 'Sign out' }).count(), 1, 'still signed in');
+  await context.close();
+});

@@ -71,7 +71,10 @@ test('sign in, build a query from the codebook, run it: the numbers /v1/crosstab
 
   // Export CSV.
   const [download] = await Promise.all([page.waitForEvent('download'), page.locator('#export-csv').click()]);
-  const csv = readFileSync(await download.path(), 'utf8').trim().split('\n');
+  const text = readFileSync(await download.path(), 'utf8');
+  // A byte-order mark first, so Excel reads the file as UTF-8.
+  assert.equal(text[0], '\uFEFF');
+  const csv = text.slice(1).trim().split('\n');
   assert.match(csv[0], /^Target,Label,WgtAud/);
   assert.equal(csv.length, 3);
   assert.ok(csv[1].startsWith('F2554,'), csv[1]);

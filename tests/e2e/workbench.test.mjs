@@ -25,6 +25,10 @@ after(async () => {
 function bench(page) {
   let runs = 0;
   return {
+    /** Counts a run the test made by hand. */
+    counted() {
+      runs += 1;
+    },
     async variable(axis, name) {
       await page.locator(`#${axis}-variable`).selectOption(name);
       await page.locator(`#${axis}-add-variable`).click();
@@ -61,7 +65,7 @@ function bench(page) {
         col: td.dataset.col,
         figures: Object.fromEntries([...td.querySelectorAll('.fig')].map((s) => [s.dataset.figure, s.dataset.value])),
         reasons: td.querySelector('.marks')?.dataset.reasons ?? '',
-        said: td.querySelector('.sr-only')?.textContent ?? '',
+        said: td.querySelector('.said')?.textContent ?? '',
       })));
     },
   };
@@ -116,8 +120,25 @@ test('a table from the codebook by labels: every cell is /v1 for (row) AND (colu
   await page.screenshot({ path: join(artifacts, 'workbench-cost-prompt.png'), fullPage: true });
   await page.locator('#cost-cancel').click();
   assert.equal(await page.locator('#cost-prompt').count(), 0);
-  // The cancelled run ran nothing: the table shown is still the first one.
+  assert.equal(await page.evaluate(() => document.activeElement?.id), 'table-run', 'focus back on Run');
+  // The cancelled run ran nothing: the table shown is still the first one, said to be out
+  // of date now that the builder has more rows.
   assert.equal(await page.locator('#workbench-table[data-run="1"]').count(), 1);
+  assert.equal(await page.locator('#table-stale').count(), 1);
+  // What is confirmed is what was priced: a row added behind the open prompt waits.
+  await page.locator('#table-run').click();
+  await page.locator('#cost-prompt').waitFor();
+  await wb.typed('rows', 'AGE = 19');
+  assert.match(await page.locator('#cost-prompt').textContent(), /22 billed calls/);
+  await page.locator('#cost-confirm').click();
+  wb.counted();
+  await page.locator('#workbench-table[data-run="2"]').waitFor({ timeout: 60_000 });
+  assert.equal(await page.locator('#table-cost').getAttribute('data-billed'), '22');
+  assert.equal(await page.locator('#workbench-table tbody tr').count(), 9, 'Total and the 8 priced rows');
+  assert.equal(await page.locator('#table-stale').count(), 1, 'the builder has a row the table lacks');
+  await page.getByRole('button', { name: /^Remove (.* · )?AGE = 19$/ }).click();
+  assert.equal(await page.locator('#table-stale').count(), 0);
+  assert.match(await page.locator('#table-announce').textContent(), /Table ready: 8 rows by 4 columns/);
   await wb.run({ confirm: true });
   await page.locator('#figures-all').click();
   assert.equal(await page.locator('#table-cost').getAttribute('data-billed'), '22');
@@ -171,6 +192,7 @@ test('a table from the codebook by labels: every cell is /v1 for (row) AND (colu
   // Exports: CSV and an XLSX that opens, with the labels and the same figures.
   const [csvDownload] = await Promise.all([page.waitForEvent('download'), page.locator('#export-table-csv').click()]);
   const csv = readFileSync(await csvDownload.path(), 'utf8');
+  assert.ok(csv.startsWith('\uFEFFSurvey,'), csv.slice(0, 40));
   assert.match(csv, /Row,Figure,Total,Census region: Northeast · REGION = 1/);
   // The XLSX writer lives in the worker, loaded on this first export: the button says so
   // (and takes no second click) until the file is ready.
@@ -219,7 +241,8 @@ test('a table from the codebook by labels: every cell is /v1 for (row) AND (colu
   await page.locator('#saved-tables summary').click();
   await page.locator('#save-name').fill('regions');
   await page.locator('#save-table').click();
-  const saved = await page.evaluate(() => JSON.parse(localStorage.getItem('crosstab.tables')));
+  // Kept as this user's (account/username): another user of the browser has lists of their own.
+  const saved = await page.evaluate(() => JSON.parse(localStorage.getItem('crosstab.tables@demo/demo')));
   assert.equal(saved[0].name, 'regions');
   assert.equal(saved[0].request.rows.length, 8);
 
@@ -280,6 +303,34 @@ test('timing: a 20 × 10 table on the demo survey with every figure, from click 
   console.log(`workbench 20x10, all figures, local: ${localMs.join(', ')} ms click to rendered `
     + `(computed after ${computedMs.join(', ')} ms; target < 300)`);
   await context.close();
+});
+
+test("a local file's labels stay in the page: switched to the server, entries are named by the server's codebook", async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'crosstab-labels-'));
+  const csvPath = join(dir, 'panel.csv');
+  writeFileSync(csvPath, 'RESPID,WEIGHT,ZQ_LOCAL\nr1,1,1\nr2,2,2\nr3,1.5,1\n');
+  const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+  const page = await context.newPage();
+  await page.goto(server.origin);
+  await signIn(page, server);
+  await page.getByRole('link', { name: 'Tables' }).click();
+  await page.locator('#table-base').waitFor();
+  await page.locator('#source-local').check();
+  await page.locator('#local-data').setInputFiles(csvPath);
+  await page.locator('#local-id').selectOption('RESPID');
+  await page.locator('#local-weight').selectOption('WEIGHT');
+  await page.locator('#local-open').click();
+  await page.locator('#local-opened').waitFor();
+  const wb = bench(page);
+  await wb.variable('rows', 'ZQ_LOCAL');
+  const named = () => page.locator('#rows-list .axis-entry').allTextContents();
+  assert.deepEqual(await named(), ['ZQ_LOCAL: 1 · ZQ_LOCAL = 1', 'ZQ_LOCAL: 2 · ZQ_LOCAL = 2']);
+  await page.locator('#source-server').check();
+  await page.locator('#table-base').waitFor();
+  // The server's codebook has no such variable: the entries keep their codes, unlabelled.
+  assert.deepEqual(await named(), ['ZQ_LOCAL = 1', 'ZQ_LOCAL = 2']);
+  await context.close();
+  rmSync(dir, { recursive: true, force: true });
 });
 
 const ENGINE_READY = 'The in-page engine is ready: from here on, opening and computing need no network.';

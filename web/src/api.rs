@@ -126,6 +126,19 @@ async fn send_json<T: DeserializeOwned>(
     read(response).await
 }
 
+/// Sends a request whose success has no body to read.
+async fn send_bodiless(builder: RequestBuilder) -> Result<(), ApiFailure> {
+    let response = with_credentials(builder)
+        .send()
+        .await
+        .map_err(ApiFailure::network)?;
+    if response.ok() {
+        Ok(())
+    } else {
+        read::<Value>(response).await.map(|_| ())
+    }
+}
+
 /// Signs in.
 pub async fn login(username: &str, password: &str) -> Result<Me, ApiFailure> {
     let credentials = Credentials {
@@ -135,11 +148,10 @@ pub async fn login(username: &str, password: &str) -> Result<Me, ApiFailure> {
     send_json(Request::post(&url(paths::LOGIN)), &credentials).await
 }
 
-/// Signs out.
-pub async fn logout() {
-    let _ = with_credentials(Request::post(&url(paths::LOGOUT)))
-        .send()
-        .await;
+/// Signs out: the server forgets the session. An error when it could not be told (the
+/// session may still be valid).
+pub async fn logout() -> Result<(), ApiFailure> {
+    send_bodiless(Request::post(&url(paths::LOGOUT))).await
 }
 
 /// The signed-in user, if any.
@@ -296,15 +308,7 @@ pub async fn create_key(env: &str, expires_in_days: Option<u32>) -> Result<NewKe
 
 /// Revokes an API key.
 pub async fn revoke_key(id: &str) -> Result<(), ApiFailure> {
-    let response = with_credentials(Request::delete(&url(&paths::key(id))))
-        .send()
-        .await
-        .map_err(ApiFailure::network)?;
-    if response.ok() {
-        Ok(())
-    } else {
-        read::<Value>(response).await.map(|_| ())
-    }
+    send_bodiless(Request::delete(&url(&paths::key(id)))).await
 }
 
 /// Billed calls by day and survey.

@@ -267,6 +267,16 @@ pub fn chart_svg(grid: &Grid, figure: Figure, key: Key) -> String {
     svg
 }
 
+/// Offers CSV `text` as the file `name`, in UTF-8 with a byte-order mark: without it,
+/// Excel reads the file in the machine's legacy code page (`×` as `Ã—`).
+pub fn download_csv(name: &str, text: &str) -> Result<(), String> {
+    download(
+        name,
+        "text/csv;charset=utf-8",
+        format!("\u{FEFF}{text}").as_bytes(),
+    )
+}
+
 /// Offers `bytes` as a download named `name`.
 pub fn download(name: &str, mime: &str, bytes: &[u8]) -> Result<(), String> {
     let fail = |what: &str, e: JsValue| format!("{what}: {e:?}");

@@ -1,7 +1,6 @@
 //! Query history in local storage: the last queries run, re-run with a click.
 
 use crosstab_contract::{CrosstabRequest, ALL_GROUPS};
-use gloo_storage::{LocalStorage, Storage};
 use leptos::prelude::*;
 use serde::{Deserialize, Serialize};
 
@@ -57,7 +56,7 @@ fn describe(request: &CrosstabRequest) -> String {
 pub fn HistoryScreen(on_pick: Callback<CrosstabRequest>) -> impl IntoView {
     let items = RwSignal::new(entries());
     let clear = move |_| {
-        LocalStorage::delete(KEY);
+        crate::stored::delete(KEY);
         items.set(Vec::new());
     };
     view! {

@@ -97,6 +97,22 @@ enum Session {
     SignedIn(Me),
 }
 
+/// Moves `session` to `next`; the browser's lists (history, saved tables) become the
+/// new user's, and a local file opened by the last one is closed.
+fn enter(session: RwSignal<Session>, next: Session) {
+    let owner = match &next {
+        Session::SignedIn(me) => Some(format!("{}/{}", me.account, me.username)),
+        Session::Checking | Session::SignedOut => None,
+    };
+    if let Session::SignedIn(before) = session.get_untracked() {
+        if !matches!(&next, Session::SignedIn(me) if *me == before) {
+            local::close();
+        }
+    }
+    stored::set_owner(owner);
+    session.set(next);
+}
+
 #[component]
 fn App() -> impl IntoView {
     let session = RwSignal::new(Session::Checking);
@@ -105,13 +121,17 @@ fn App() -> impl IntoView {
     let rerun = RwSignal::new(None::<CrosstabRequest>);
     // An ended session (expired, or signed out in another tab) brings back the sign-in
     // form, whatever screen asked.
-    api::on_session_ended(move || session.set(Session::SignedOut));
+    api::on_session_ended(move || enter(session, Session::SignedOut));
     leptos::task::spawn_local(async move {
-        session.set(match api::me().await {
+        let next = match api::me().await {
             Ok(me) => Session::SignedIn(me),
             Err(_) => Session::SignedOut,
-        });
+        };
+        enter(session, next);
     });
+    // A sign-out the server did not confirm leaves the session as it is, and says so: on
+    // a shared computer, a reload would otherwise sign the last user back in.
+    let sign_out_error = RwSignal::new(None::<String>);
     let go = move |target: Screen| {
         screen.set(target);
         if let Some(window) = web_sys::window() {
@@ -120,8 +140,16 @@ fn App() -> impl IntoView {
     };
     let sign_out = move |_| {
         leptos::task::spawn_local(async move {
-            api::logout().await;
-            session.set(Session::SignedOut);
+            match api::logout().await {
+                Ok(()) => {
+                    sign_out_error.set(None);
+                    enter(session, Session::SignedOut);
+                }
+                Err(failure) => sign_out_error.set(Some(format!(
+                    "Not signed out: {} Try again before leaving this computer.",
+                    failure.message
+                ))),
+            }
         });
     };
     view! {
@@ -145,6 +173,7 @@ fn App() -> impl IntoView {
                 _ => ().into_any(),
             }}
         </header>
+        {move || sign_out_error.get().map(|message| view! { <p class="error" role="alert" id="sign-out-error">{message}</p> })}
         <main>
             {move || match session.get() {
                 Session::Checking => view! { <p class="status" role="status">"Loading…"</p> }.into_any(),
@@ -192,7 +221,7 @@ fn SignIn(session: RwSignal<Session>) -> impl IntoView {
         error.set(None);
         leptos::task::spawn_local(async move {
             match api::login(&username.get_untracked(), &password.get_untracked()).await {
-                Ok(me) => session.set(Session::SignedIn(me)),
+                Ok(me) => enter(session, Session::SignedIn(me)),
                 Err(failure) => error.set(Some(failure.message)),
             }
             password.set(String::new());

@@ -180,13 +180,16 @@ pub fn Keys() -> impl IntoView {
         if creating.get_untracked() {
             return;
         }
+        // Only an empty field means "never": a typo must not make a key that never
+        // expires.
+        let days = match expiry_days(&days.get_untracked()) {
+            Ok(days) => days,
+            Err(message) => {
+                error.set(Some(message));
+                return;
+            }
+        };
         creating.set(true);
-        let days = days
-            .get_untracked()
-            .trim()
-            .parse::<u32>()
-            .ok()
-            .filter(|d| *d > 0);
         let env = env.get_untracked();
         leptos::task::spawn_local(async move {
             match api::create_key(&env, days).await {
@@ -241,10 +244,19 @@ pub fn Keys() -> impl IntoView {
                                         <td>{key.expires_at.clone().unwrap_or_else(|| "never".into())}</td>
                                         <td>{key.revoked_at.clone().map_or_else(|| "active".to_owned(), |at| format!("revoked {at}"))}</td>
                                         <td>{active.then(|| view! {
-                                            <button class="secondary" on:click=move |_| {
+                                            <button class="secondary" aria-label=format!("Revoke key {id}") on:click=move |_| {
                                                 let id = id.clone();
+                                                let sure = web_sys::window().and_then(|w| w.confirm_with_message(&format!(
+                                                    "Revoke key {id}? Calls with it fail from their next request; this can't be undone."
+                                                )).ok());
+                                                if sure != Some(true) {
+                                                    return;
+                                                }
                                                 leptos::task::spawn_local(async move {
-                                                    if let Err(failure) = api::revoke_key(&id).await { error.set(Some(failure.message)); }
+                                                    match api::revoke_key(&id).await {
+                                                        Ok(()) => error.set(None),
+                                                        Err(failure) => error.set(Some(failure.message)),
+                                                    }
                                                     reload();
                                                 });
                                             }>"Revoke"</button>
@@ -311,5 +323,33 @@ fn caller_label(user: Option<String>, idp: Option<String>) -> String {
         (Some(user), _) => user,
         (None, Some(idp)) => format!("(single sign-on: {idp})"),
         (None, None) => "(API key)".to_owned(),
+    }
+}
+
+/// A key's lifetime as typed: empty for none, else a whole number of days from 1.
+fn expiry_days(text: &str) -> Result<Option<u32>, String> {
+    let text = text.trim();
+    if text.is_empty() {
+        return Ok(None);
+    }
+    match text.parse::<u32>() {
+        Ok(days) if days > 0 => Ok(Some(days)),
+        _ => Err(format!(
+            "'{text}' is not a number of days: give a whole number from 1, or leave the field empty for a key that never expires."
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::expiry_days;
+
+    #[test]
+    fn only_an_empty_expiry_means_never() {
+        assert_eq!(expiry_days(""), Ok(None));
+        assert_eq!(expiry_days(" 90 "), Ok(Some(90)));
+        for typo in ["0", "9o", "-1", "1.5", "ninety"] {
+            assert!(expiry_days(typo).is_err(), "{typo}");
+        }
     }
 }

@@ -126,8 +126,9 @@ pub fn QueryScreen(rerun: RwSignal<Option<CrosstabRequest>>) -> impl IntoView {
         }
         leptos::task::spawn_local(async move {
             let loaded = api::codebook(&code).await;
-            // The survey changed again while this one loaded: its answer is stale.
-            if survey.get_untracked() != code {
+            // The survey changed again while this one loaded, or the screen is gone
+            // (its signals with it): the answer is stale.
+            if survey.try_get_untracked().as_ref() != Some(&code) {
                 return;
             }
             if let Ok(book) = &loaded {
@@ -173,7 +174,9 @@ pub fn QueryScreen(rerun: RwSignal<Option<CrosstabRequest>>) -> impl IntoView {
     let problems = Memo::new(move |_| Problems::of(&draft.get()));
 
     let run = move || {
-        if problems.get_untracked().field.is_some() {
+        if problems.get_untracked().field.is_some()
+            || matches!(outcome.get_untracked(), Outcome::Loading)
+        {
             return;
         }
         let request = draft.get_untracked();
@@ -181,10 +184,15 @@ pub fn QueryScreen(rerun: RwSignal<Option<CrosstabRequest>>) -> impl IntoView {
         outcome.set(Outcome::Loading);
         leptos::task::spawn_local(async move {
             let call = api::crosstab(&request).await;
-            // The survey changed while this ran: its answer belongs to another screen.
-            if request.survey_code != survey.get_untracked() {
-                outcome.set(Outcome::Idle);
-                return;
+            // The survey changed while this ran: its answer belongs to another screen
+            // (and if the screen is gone, so is its place to show it).
+            match survey.try_get_untracked() {
+                None => return,
+                Some(now) if now != request.survey_code => {
+                    outcome.set(Outcome::Idle);
+                    return;
+                }
+                Some(_) => {}
             }
             outcome.set(Outcome::from_call(request.clone(), book, call));
             if let Some(summary) = outcome.get_untracked().summary() {
@@ -218,13 +226,17 @@ pub fn QueryScreen(rerun: RwSignal<Option<CrosstabRequest>>) -> impl IntoView {
         });
     };
 
+    // Not alerts: checked on every keystroke, they would interrupt a screen reader at
+    // each one. Each is tied to its input (aria-describedby, aria-invalid) instead.
     let field_error = move |name: &'static str| {
         move || {
-            problems.get().for_field(name).map(
-                |message| view! { <p class="error" role="alert" data-field=name>{message}</p> },
-            )
+            problems.get().for_field(name).map(|message| {
+                view! { <p class="error" id=format!("error-{name}") data-field=name>{message}</p> }
+            })
         }
     };
+    let invalid =
+        move |name: &'static str| move || problems.get().for_field(name).is_some().to_string();
 
     view! {
         <div class="layout">
@@ -296,6 +308,7 @@ pub fn QueryScreen(rerun: RwSignal<Option<CrosstabRequest>>) -> impl IntoView {
                                 <div class="target-row">
                                     <label for=id.clone() class="sr-only">{format!("Target {}", index + 1)}</label>
                                     <input id=id class="target" placeholder="F2554 or GENDER = 2 AND AGE BETWEEN 25 AND 54"
+                                        aria-invalid=invalid("TargetCodes") aria-describedby="error-TargetCodes"
                                         prop:value=move || targets.with(|list| list.get(index).cloned().unwrap_or_default())
                                         on:input=move |ev| { let v = event_target_value(&ev); targets.update(|list| if let Some(slot) = list.get_mut(index) { *slot = v; }); } />
                                     <span class="target-named muted" data-target-label=index>{move || {
@@ -316,8 +329,10 @@ pub fn QueryScreen(rerun: RwSignal<Option<CrosstabRequest>>) -> impl IntoView {
                 </fieldset>
                 {move || problems.get().for_field("request").map(|m| view! { <p class="error" role="alert">{m}</p> })}
                 <div class="row">
+                    // aria-disabled, not disabled: the button keeps the keyboard's focus while
+                    // the query runs (`run` refuses the click itself).
                     <button id="run" on:click=move |_| run()
-                        disabled=move || problems.get().field.is_some() || matches!(outcome.get(), Outcome::Loading)>
+                        aria-disabled=move || (problems.get().field.is_some() || matches!(outcome.get(), Outcome::Loading)).to_string()>
                         {move || if matches!(outcome.get(), Outcome::Loading) { "Running…" } else { "Run query" }}
                     </button>
                 </div>
@@ -348,6 +363,14 @@ pub fn QueryScreen(rerun: RwSignal<Option<CrosstabRequest>>) -> impl IntoView {
                 }}
             </section>
         </div>
+        // One live region, there from the start, so that a screen reader hears each run
+        // end (a region inserted with its text is often not read).
+        <p class="sr-only" role="status" id="query-announce">{move || match outcome.get() {
+            Outcome::Idle => "",
+            Outcome::Loading => "Running the query…",
+            Outcome::Failed(_) => "The query failed.",
+            Outcome::Answered(_) => "Results ready.",
+        }}</p>
         <ResultsView outcome=outcome />
     }
 }
@@ -360,7 +383,8 @@ pub(crate) fn load_surveys(
     leptos::task::spawn_local(async move {
         let list = api::surveys().await;
         if let Ok(list) = &list {
-            if survey.get_untracked().is_empty() {
+            // `None`: the screen that asked is gone.
+            if survey.try_get_untracked().is_some_and(|s| s.is_empty()) {
                 if let Some(first) = list.first() {
                     survey.set(first.code.clone());
                 }

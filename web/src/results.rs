@@ -167,22 +167,6 @@ fn to_csv(rows: &[Row], units: u32) -> String {
     out
 }
 
-fn download(name: &str, mime: &str, content: &str) {
-    let Some(document) = web_sys::window().and_then(|w| w.document()) else {
-        return;
-    };
-    let Ok(element) = document.create_element("a") else {
-        return;
-    };
-    let Ok(anchor) = element.dyn_into::<web_sys::HtmlAnchorElement>() else {
-        return;
-    };
-    let encoded: String = js_sys::encode_uri_component(content).into();
-    anchor.set_href(&format!("data:{mime};charset=utf-8,{encoded}"));
-    anchor.set_download(name);
-    anchor.click();
-}
-
 /// The request as a curl command for the `/v1` API, with a placeholder for the key.
 fn curl(request: &CrosstabRequest) -> String {
     let origin = match crate::api::backend_origin() {
@@ -231,13 +215,14 @@ fn advice(retry: Retry) -> &'static str {
 pub fn ResultsView(outcome: RwSignal<Outcome>) -> impl IntoView {
     let targets_as_rows = RwSignal::new(true);
     let copied = RwSignal::new(false);
+    let export_error = RwSignal::new(None::<String>);
     move || {
         match outcome.get() {
         Outcome::Idle => view! {
             <section class="card results empty-state"><p class="empty">"Run a query to see the audience figures here."</p></section>
         }.into_any(),
         Outcome::Loading => view! {
-            <section class="card results"><p class="status" role="status">"Running the query…"</p></section>
+            <section class="card results"><p class="status">"Running the query…"</p></section>
         }.into_any(),
         Outcome::Failed(message) => view! {
             <section class="card results"><p class="error" role="alert">{message}</p></section>
@@ -266,9 +251,10 @@ pub fn ResultsView(outcome: RwSignal<Outcome>) -> impl IntoView {
                                     on:click=move |_| targets_as_rows.update(|v| *v = !*v)>
                                     {move || if targets_as_rows.get() { "Show targets as columns" } else { "Show targets as rows" }}
                                 </button>
-                                <button class="secondary" id="export-csv" on:click=move |_| download("crosstab.csv", "text/csv", &csv)>"Export CSV"</button>
+                                <button class="secondary" id="export-csv" on:click=move |_| export_error.set(crate::export::download_csv("crosstab.csv", &csv).err())>"Export CSV"</button>
                             </div>
                         </div>
+                        {move || export_error.get().map(|message| view! { <p class="error" role="alert">{format!("Not exported: {message}")}</p> })}
                         {partial.map(|description| view! { <p class="warning" role="status" id="partial">{description}</p> })}
                         {move || {
                             let rows = table_rows.clone();

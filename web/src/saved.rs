@@ -3,7 +3,6 @@
 //! never a local file's data: a local table is saved as its request alone.
 
 use crosstab_contract::app::TableRequest;
-use gloo_storage::{LocalStorage, Storage};
 use serde::{Deserialize, Serialize};
 
 use crate::figures::Figures;
@@ -90,7 +89,7 @@ pub fn record(spec: Spec) {
 
 /// Forgets the history.
 pub fn clear_history() {
-    LocalStorage::delete(HISTORY);
+    crate::stored::delete(HISTORY);
 }
 
 #[cfg(test)]

@@ -2,10 +2,37 @@
 //! cannot read (written by a later one, or damaged) is kept as it was, not dropped with
 //! every other entry of its list at the next write.
 
+use std::cell::RefCell;
+
 use gloo_storage::{LocalStorage, Storage};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
+
+thread_local! {
+    /// Whose lists are read and written: the signed-in user's (`account/username`), or
+    /// nobody's (the page used without signing in).
+    static OWNER: RefCell<Option<String>> = const { RefCell::new(None) };
+}
+
+/// Makes the lists from now on those of `owner` (`None`: signed out). Each user of a
+/// shared browser sees only their own history and saved tables.
+pub fn set_owner(owner: Option<String>) {
+    OWNER.with(|slot| *slot.borrow_mut() = owner);
+}
+
+/// The storage key of the list `key` for the current owner.
+fn owned(key: &str) -> String {
+    OWNER.with(|slot| match slot.borrow().as_deref() {
+        Some(owner) => format!("{key}@{owner}"),
+        None => key.to_owned(),
+    })
+}
+
+/// Deletes the current owner's list `key`.
+pub fn delete(key: &str) {
+    LocalStorage::delete(owned(key));
+}
 
 /// A stored list: the entries read, and those kept unread.
 #[derive(Debug, Clone, PartialEq)]
@@ -19,12 +46,12 @@ pub struct StoredList<T> {
 impl<T: Serialize + DeserializeOwned> StoredList<T> {
     /// The list stored under `key`; empty when there is none, or it is no list at all.
     pub fn load(key: &str) -> StoredList<T> {
-        StoredList::from_value(LocalStorage::get(key).unwrap_or(Value::Null))
+        StoredList::from_value(LocalStorage::get(owned(key)).unwrap_or(Value::Null))
     }
 
     /// Writes the list under `key`.
     pub fn store(&self, key: &str) -> Result<(), String> {
-        LocalStorage::set(key, self.to_value()).map_err(|error| error.to_string())
+        LocalStorage::set(owned(key), self.to_value()).map_err(|error| error.to_string())
     }
 
     /// The list of a stored JSON value.

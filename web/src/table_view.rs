@@ -2,7 +2,7 @@
 //! their markers (and the reasons, for screen readers too), the legend, a chart, and the
 //! exports.
 
-use crosstab_contract::app::Table;
+use crosstab_contract::app::{Table, TableRequest};
 use leptos::prelude::*;
 
 use crate::export::{self, Caption};
@@ -22,6 +22,8 @@ pub struct Computed {
     pub ms: f64,
     /// Counts runs, so a test (or a reader) can tell a new answer from the last.
     pub run: u32,
+    /// The request it answers.
+    pub asked: TableRequest,
 }
 
 #[component]
@@ -29,6 +31,9 @@ pub fn TableView(
     computed: Computed,
     figures: RwSignal<Figures>,
     arrangement: RwSignal<Arrangement>,
+    /// The builder's request now: when it is no longer the one answered, the table says
+    /// it is out of date.
+    current: Memo<TableRequest>,
 ) -> impl IntoView {
     let Computed {
         table,
@@ -36,7 +41,9 @@ pub fn TableView(
         local,
         ms,
         run,
+        asked,
     } = computed;
+    let stale = move || current.with(|now| *now != asked);
     let export_error = RwSignal::new(None::<String>);
     // An XLSX on its way: the first one also waits for the worker that writes it to load.
     // Meanwhile the button is aria-disabled, not disabled, so it keeps the keyboard's focus.
@@ -77,11 +84,7 @@ pub fn TableView(
         let result = files.with_value(|(stem, caption)| {
             let name = format!("{stem}.{extension}");
             match extension {
-                "csv" => export::download(
-                    &name,
-                    "text/csv",
-                    export::to_csv(&grid, &chosen, caption).as_bytes(),
-                ),
+                "csv" => export::download_csv(&name, &export::to_csv(&grid, &chosen, caption)),
                 "xlsx" => {
                     if preparing_xlsx.get_untracked() {
                         return Ok(());
@@ -115,6 +118,10 @@ pub fn TableView(
                     {cost}{format!(" {} ms.", crosstab_wasm::display::format_number(ms, 0))}
                 </p>
             </div>
+            <p id="table-of">{heading.clone()}</p>
+            {move || stale().then(|| view! {
+                <p class="warning" id="table-stale">"The builder has changed since this table was run: run it again to see the change."</p>
+            })}
             <fieldset class="figures">
                 <legend>"Figures in each cell"</legend>
                 {Figure::ALL.into_iter().map(|figure| {
@@ -267,11 +274,13 @@ fn table_html(grid: &Grid, chosen: &Figures, caption: &str, run: u32) -> String 
                         Some(high) => format!("{v} {high}"),
                         None => v.to_string(),
                     });
+                // The name in words too: a title is not read by every screen reader.
+                let name = escape(&figure.name(grid.units));
                 let _ = write!(
                     out,
-                    "<span class=\"fig\" data-figure=\"{}\" data-value=\"{raw}\" title=\"{}\">{}</span>",
+                    "<span class=\"fig\" data-figure=\"{}\" data-value=\"{raw}\" title=\"{name}\">\
+                     <span class=\"sr-only\">{name}: </span>{}</span>",
                     figure.id(),
-                    escape(&figure.name(grid.units)),
                     escape(&figure.text(cell, grid.units))
                 );
             }
@@ -290,7 +299,7 @@ fn table_html(grid: &Grid, chosen: &Figures, caption: &str, run: u32) -> String 
                 let _ = write!(
                     out,
                     "<span class=\"marks\" data-reasons=\"{}\" data-significance=\"{significance}\" \
-                     title=\"{said}\" aria-hidden=\"true\">{marks}</span><span class=\"sr-only\">{said}</span>",
+                     title=\"{said}\" aria-hidden=\"true\">{marks}</span><span class=\"sr-only said\">{said}</span>",
                     reasons.join(" ")
                 );
             }
@@ -325,11 +334,12 @@ mod tests {
         assert!(html.contains(
             "<td class=\"num unstable\" data-row=\"0\" data-col=\"1\">\
             <span class=\"fig\" data-figure=\"weighted\" data-value=\"0.03\" \
-            title=\"Weighted audience (×1,000)\">0.0</span>"
+            title=\"Weighted audience (×1,000)\">\
+            <span class=\"sr-only\">Weighted audience (×1,000): </span>0.0</span>"
         ));
         assert!(html.contains("data-reasons=\"LowRespondents\" data-significance=\"Higher\""));
         assert!(html.contains(
-            "<span class=\"sr-only\">Unstable: 60 respondents or fewer; \
+            "<span class=\"sr-only said\">Unstable: 60 respondents or fewer; \
             Share significantly higher than in the rest of the base (95%)</span>"
         ));
         assert_eq!(html.matches("<tr").count(), 4, "head, Total and two rows");

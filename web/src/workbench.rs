@@ -36,6 +36,18 @@ enum Outcome {
     Done(Box<Computed>),
 }
 
+/// Moves the keyboard's focus to the element `id`, if it is there.
+fn focus(id: &str) {
+    use wasm_bindgen::JsCast;
+    if let Some(element) = web_sys::window()
+        .and_then(|w| w.document())
+        .and_then(|d| d.get_element_by_id(id))
+        .and_then(|e| e.dyn_into::<web_sys::HtmlElement>().ok())
+    {
+        let _ = element.focus();
+    }
+}
+
 fn now_ms() -> f64 {
     web_sys::window()
         .and_then(|w| w.performance())
@@ -127,8 +139,13 @@ pub fn WorkbenchScreen(signed_in: bool) -> impl IntoView {
     let figures = RwSignal::new(Figures::default());
     let arrangement = RwSignal::new(Arrangement::default());
     let outcome = RwSignal::new(Outcome::Idle);
-    let confirming = RwSignal::new(None::<u32>);
+    // The request a cost prompt asks about, frozen when it opened: what is confirmed is
+    // what was priced, whatever the builder behind it becomes.
+    let confirming = RwSignal::new(None::<TableRequest>);
     let runs = RwSignal::new(0u32);
+    // Bumped by every run and by whatever makes a run in flight stale (a switch of
+    // source, a saved table loaded, Clear): an answer comes in only if it is unchanged.
+    let epoch = RwSignal::new(0u32);
     let notice = RwSignal::new(None::<String>);
 
     if signed_in {
@@ -141,7 +158,8 @@ pub fn WorkbenchScreen(signed_in: bool) -> impl IntoView {
             server_book.set(None);
             leptos::task::spawn_local(async move {
                 let loaded = api::codebook(&code).await;
-                if survey.get_untracked() == code {
+                // The survey changed meanwhile, or the screen is gone with its signals.
+                if survey.try_get_untracked().as_ref() == Some(&code) {
                     server_book.set(Some(loaded));
                 }
             });
@@ -187,6 +205,27 @@ pub fn WorkbenchScreen(signed_in: bool) -> impl IntoView {
         }
     });
 
+    // Entries are labelled by the codebook they were picked in; in another survey's, or
+    // in the server's after a local file's, they are named again by that one (labels it
+    // lacks dropped), so no table shows one survey's labels over another's codes.
+    let labelled_by = StoredValue::new(None::<(Source, String)>);
+    Effect::new(move |_| {
+        let Some(book) = book.get() else { return };
+        let now = (source.get_untracked(), book.code.clone());
+        let before = labelled_by.get_value();
+        labelled_by.set_value(Some(now.clone()));
+        if before.is_none_or(|before| before == now) {
+            return;
+        }
+        let relabel = |list: &mut Vec<TableAxis>| {
+            for entry in list {
+                entry.label = Labelled::of(Some(&book), &entry.expression).label;
+            }
+        };
+        rows.update(relabel);
+        columns.update(relabel);
+    });
+
     let request = Memo::new(move |_| {
         let code = match source.get() {
             Source::Server => survey.get(),
@@ -210,25 +249,29 @@ pub fn WorkbenchScreen(signed_in: bool) -> impl IntoView {
     });
     let cost = Memo::new(move |_| billed_calls(rows.with(Vec::len), columns.with(Vec::len)));
 
-    let spec = move |name: String| Spec {
+    let spec_of = move |name: String, request: TableRequest| Spec {
         name,
         at: saved::now(),
-        request: request.get_untracked(),
+        request,
         figures: figures.get_untracked(),
         arrangement: arrangement.get_untracked(),
         local: source.get_untracked() == Source::Local,
     };
 
-    let run_now = move || {
+    let spec = move |name: String| spec_of(name, request.get_untracked());
+
+    let run_now = move |request: TableRequest| {
         confirming.set(None);
-        let request = request.get_untracked();
         let from = source.get_untracked();
         let caption = caption_of(book.get_untracked().as_ref(), &request, from);
         let started = now_ms();
         // What runs, as it is now: the builder stays editable while it computes.
-        let entry = spec(String::new());
+        let entry = spec_of(String::new(), request.clone());
         runs.update(|r| *r += 1);
         let run = runs.get_untracked();
+        epoch.update(|e| *e += 1);
+        let mine = epoch.get_untracked();
+        let asked = request.clone();
         let done = move |result: Result<crosstab_contract::app::Table, String>| match result {
             Ok(table) => {
                 saved::record(entry);
@@ -238,6 +281,7 @@ pub fn WorkbenchScreen(signed_in: bool) -> impl IntoView {
                     local: from == Source::Local,
                     ms: now_ms() - started,
                     run,
+                    asked,
                 })));
             }
             Err(message) => outcome.set(Outcome::Failed(message)),
@@ -248,27 +292,42 @@ pub fn WorkbenchScreen(signed_in: bool) -> impl IntoView {
                 Source::Local => local::table(request).await,
                 Source::Server => api::table(&request).await.map_err(|f| f.message),
             };
-            // Another run started meanwhile, or the source was switched: this answer
-            // is stale (`runs` counts runs only: the page shows it as `data-run`).
-            if runs.get_untracked() == run && source.get_untracked() == from {
+            // Another run started meanwhile, or the source was switched, a saved table
+            // loaded or the builder cleared: this answer is stale. `None`: the screen is
+            // gone (its signals with it), and nothing is shown.
+            if epoch.try_get_untracked() == Some(mine) {
                 done(answer);
             }
         });
     };
+    // The builder starts over from `to`: a run in flight is dropped, a prompt closed.
+    let reset = move |to: Outcome| {
+        epoch.update(|e| *e += 1);
+        confirming.set(None);
+        outcome.set(to);
+    };
     let switch = move |to: Source| {
+        if to == Source::Server && source.get_untracked() == Source::Local {
+            // A local file's labels are not sent with a server table: the server's
+            // codebook names the entries again once it is in (see the relabelling).
+            let unlabel = |list: &mut Vec<TableAxis>| list.iter_mut().for_each(|e| e.label = None);
+            rows.update(unlabel);
+            columns.update(unlabel);
+        }
         source.set(to);
-        outcome.set(Outcome::Idle);
+        reset(Outcome::Idle);
     };
     let run = move |_| {
         if problem.get_untracked().is_some() || outcome.get_untracked() == Outcome::Running {
             return;
         }
+        let request = request.get_untracked();
         if source.get_untracked() == Source::Server
             && cost.get_untracked() > TABLE_COST_PROMPT_THRESHOLD
         {
-            confirming.set(Some(cost.get_untracked()));
+            confirming.set(Some(request));
         } else {
-            run_now();
+            run_now(request);
         }
     };
 
@@ -296,7 +355,7 @@ pub fn WorkbenchScreen(signed_in: bool) -> impl IntoView {
         columns.set(request.columns);
         figures.set(spec.figures);
         arrangement.set(spec.arrangement);
-        outcome.set(Outcome::Idle);
+        reset(Outcome::Idle);
     });
 
     let add = move |to_rows: bool, entries: Vec<TableAxis>| {
@@ -387,13 +446,21 @@ pub fn WorkbenchScreen(signed_in: bool) -> impl IntoView {
                     ),
                 }}</p>
                 <div class="row">
+                    // aria-disabled, not disabled: the button keeps the keyboard's focus while
+                    // the table computes (`run` refuses the click itself).
                     <button id="table-run" on:click=run
-                        disabled=move || problem.get().is_some() || outcome.get() == Outcome::Running>
+                        aria-disabled=move || (problem.get().is_some() || outcome.get() == Outcome::Running).to_string()>
                         {move || if outcome.get() == Outcome::Running { "Running…" } else { "Run table" }}
                     </button>
-                    <button class="secondary" id="table-clear" on:click=move |_| { rows.set(Vec::new()); columns.set(Vec::new()); outcome.set(Outcome::Idle); }>"Clear"</button>
+                    <button class="secondary" id="table-clear" on:click=move |_| { rows.set(Vec::new()); columns.set(Vec::new()); reset(Outcome::Idle); }>"Clear"</button>
                 </div>
-                {move || confirming.get().map(|calls| view! { <CostPrompt calls=calls on_run=Callback::new(move |()| run_now()) on_cancel=Callback::new(move |()| confirming.set(None)) /> })}
+                {move || confirming.get().map(|frozen| {
+                    let calls = billed_calls(frozen.rows.len(), frozen.columns.len());
+                    // Either way the keyboard's focus goes back to the Run button.
+                    view! { <CostPrompt calls=calls
+                        on_run=Callback::new(move |()| { run_now(frozen.clone()); focus("table-run"); })
+                        on_cancel=Callback::new(move |()| { confirming.set(None); focus("table-run"); }) /> }
+                })}
             </section>
             <section class="card codebook" aria-labelledby="table-codebook-title">
                 <h2 id="table-codebook-title">"Codebook"</h2>
@@ -402,6 +469,10 @@ pub fn WorkbenchScreen(signed_in: bool) -> impl IntoView {
                     prop:value=move || search.get() on:input=move |ev| search.set(event_target_value(&ev)) />
                 {move || {
                     let Some(book) = book.get() else {
+                        // A codebook the server refused says why, not "choose a survey".
+                        if let (Source::Server, Some(Err(failure))) = (source.get(), server_book.get()) {
+                            return view! { <p class="error" role="alert" id="codebook-error">{format!("The codebook could not be loaded: {}", failure.message)}</p> }.into_any();
+                        }
                         return view! { <p class="muted">"Choose a survey or open a file to see its codebook."</p> }.into_any();
                     };
                     let query = search.get();
@@ -434,11 +505,24 @@ pub fn WorkbenchScreen(signed_in: bool) -> impl IntoView {
                 <SavedTables current=Callback::new(spec) on_load=load />
             </section>
         </div>
+        // One live region for the whole screen, there from the start, so that a screen
+        // reader hears each change of the run (a region inserted with its text is often
+        // not read).
+        <p class="sr-only" role="status" id="table-announce">{move || match outcome.get() {
+            Outcome::Idle => String::new(),
+            Outcome::Running => "Computing the table…".to_owned(),
+            Outcome::Failed(message) => format!("The table failed: {message}"),
+            Outcome::Done(computed) => format!(
+                "Table ready: {} rows by {} columns, with totals.",
+                computed.table.rows.len(),
+                computed.table.columns.len()
+            ),
+        }}</p>
         {move || match outcome.get() {
             Outcome::Idle => view! { <section class="card results empty-state"><p class="empty">"Add rows and columns, then run the table."</p></section> }.into_any(),
-            Outcome::Running => view! { <section class="card results"><p class="status" role="status">"Computing the table…"</p></section> }.into_any(),
+            Outcome::Running => view! { <section class="card results"><p class="status">"Computing the table…"</p></section> }.into_any(),
             Outcome::Failed(message) => view! { <section class="card results"><p class="error" role="alert" id="table-error">{message}</p></section> }.into_any(),
-            Outcome::Done(computed) => view! { <TableView computed=*computed figures=figures arrangement=arrangement /> }.into_any(),
+            Outcome::Done(computed) => view! { <TableView computed=*computed figures=figures arrangement=arrangement current=request /> }.into_any(),
         }}
     }
 }
