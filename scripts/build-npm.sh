@@ -173,7 +173,7 @@ const pkg = {
   typesVersions: { "*": { validator: ["./validator/node/crosstab_wasm.d.ts"] } },
   files: [...files, "README.md"],
   sideEffects: ["./web/crosstab_wasm.js", "./validator/web/crosstab_wasm.js"],
-  engines: { node: ">=18" },
+  engines: { node: ">=20" },
   keywords: ["crosstab", "survey", "audience", "wasm", "validation"],
 };
 fs.writeFileSync(process.argv[2], JSON.stringify(pkg, null, 2) + "\n");

@@ -130,6 +130,20 @@ test("non-survey bytes for fromCompiled", () => {
   for (const length of [2 ** 32, 2 ** 32 - 8]) {
     throwsCode(() => Survey.fromCompiled(new Uint8Array(length)), "out_of_memory");
   }
+  // An object that only claims to be bytes is not; a buffer transferred away is said so.
+  throwsCode(() => Survey.fromCompiled({ [Symbol.toStringTag]: "Uint8Array", length: 8 }), "invalid_argument");
+  const moved = new ArrayBuffer(8);
+  structuredClone(moved, { transfer: [moved] });
+  throwsCode(() => Survey.fromCompiled(moved), "invalid_argument");
+});
+
+test("bytes from another realm (a vm context, an iframe) are bytes all the same", async () => {
+  const vm = await import("node:vm");
+  const foreign = vm.runInNewContext("new Uint8Array([67, 84, 83, 86])");
+  assert.equal(foreign instanceof Uint8Array, false);
+  // Read (and refused for what they hold), not refused as "not a Uint8Array".
+  throwsCode(() => Survey.fromCompiled(foreign), "invalid_survey");
+  throwsCode(() => Survey.fromCompiled(vm.runInNewContext("new ArrayBuffer(4)")), "invalid_survey");
 });
 
 test("bad survey sources for fromCsv", () => {
@@ -154,6 +168,22 @@ test("bad arguments to the other helpers", () => {
   }
   assert.equal(pkg.formatNumber(1234.5, 1), "1,234.5");
   assert.equal(pkg.formatNumber(1234.6), "1,235");
+  // A number parameter takes numbers only: not coerced from a string or a boolean, and a
+  // BigInt is a CrosstabError, not a bare TypeError.
+  for (const call of [
+    () => pkg.formatNumber(10n),
+    () => pkg.formatNumber("1234"),
+    () => pkg.formatNumber(1, true),
+    () => pkg.absoluteAudience({ WgtAud: 1, Resps: 1, Stbl: 0 }, 1000n),
+    () => pkg.formatResult({ WgtAud: 1, Resps: 1, Stbl: 0 }, "1000"),
+    () => pkg.parseResponse(200n, {}),
+    () => pkg.parseResponse("200", {}),
+    () => pkg.retryDelayMs(Symbol("1")),
+    () => pkg.retryDelayMs("1"),
+  ]) {
+    throwsCode(call, "invalid_argument");
+  }
+  assert.ok(pkg.retryDelayMs(1) > 0);
   throwsCode(() => pkg.parseResponse(NaN, {}), "invalid_argument");
   throwsCode(() => pkg.parseResponse(200.5, {}), "invalid_argument");
   throwsCode(() => pkg.parseResponse(200, {}, { TargetCodes: "F2554" }), "invalid_argument");

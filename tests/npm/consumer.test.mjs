@@ -103,6 +103,10 @@ test("a TypeScript consumer type-checks with tsc --noEmit", () => {
   const dir = project();
   fs.copyFileSync(path.join(ROOT, "tests/npm/consumer.ts"), path.join(dir, "consumer.ts"));
   fs.copyFileSync(path.join(ROOT, "tests/npm/consumer-init.mts"), path.join(dir, "consumer-init.mts"));
+  // The README's own usage example, as a reader would paste it (its key declared).
+  const readme = fs.readFileSync(path.join(dir, "node_modules/crosstab-wasm/README.md"), "utf8");
+  const example = readme.split("## Usage")[1].match(/```js\n([\s\S]*?)```/)[1];
+  fs.writeFileSync(path.join(dir, "readme-example.mts"), `declare const apiKey: string;\n${example}`);
   fs.writeFileSync(
     path.join(dir, "tsconfig.json"),
     JSON.stringify({
@@ -115,7 +119,7 @@ test("a TypeScript consumer type-checks with tsc --noEmit", () => {
         skipLibCheck: false,
         types: [],
       },
-      files: ["consumer.ts", "consumer-init.mts"],
+      files: ["consumer.ts", "consumer-init.mts", "readme-example.mts"],
     }),
   );
   try {

@@ -68,8 +68,10 @@ async function startServer() {
 /**
  * A loopback proxy to `origin` that does to each POST what `plan` says next: "pass",
  * "lose" (the server answers and bills, then the client's connection is cut before the
- * answer), or "fail" (a 503 in the contract's envelope, the server never asked). Every
- * POST's Idempotency-Key is kept in `keys`.
+ * answer), "hold" (the server answers and bills, and the answer is held back: the
+ * connection stays open), "stall" (the server is never asked and nothing is answered),
+ * or "fail" (a 503 in the contract's envelope, the server never asked). Every POST's
+ * Idempotency-Key is kept in `keys`.
  */
 async function startProxy(origin) {
   const state = { plan: [], keys: [] };
@@ -80,6 +82,7 @@ async function startProxy(origin) {
     req.on("end", () => {
       const step = req.method === "POST" ? (state.plan.shift() ?? "pass") : "pass";
       if (req.method === "POST") state.keys.push(req.headers["idempotency-key"]);
+      if (step === "stall") return;
       if (step === "fail") {
         const body = JSON.stringify({
           ResultCode: 503,
@@ -99,6 +102,7 @@ async function startProxy(origin) {
               req.socket.destroy();
               return;
             }
+            if (step === "hold") return;
             res.writeHead(answer.statusCode, answer.headers).end(Buffer.concat(parts));
           });
         },
@@ -222,6 +226,13 @@ test("options are checked before anything is sent", async () => {
   assert.equal(await refused({ idempotencyKey: "x".repeat(256) }), "invalid_argument");
   assert.equal(await refused({ attempts: 0 }), "invalid_argument");
   assert.equal(await refused({ fetch: 42 }), "invalid_argument");
+  // A base URL that is no URL would be sent nowhere, each attempt a "lost answer".
+  assert.equal(await refused({ baseUrl: "crosstab.example.com/v1" }), "invalid_argument");
+  assert.equal(await refused({ baseUrl: "ftp://crosstab.example.com/v1" }), "invalid_argument");
+  // A signal that is no AbortSignal would fail only when first needed, after a bill.
+  assert.equal(await refused({ signal: { aborted: false } }), "invalid_argument");
+  assert.equal(await refused({ timeoutMs: 0 }), "invalid_argument");
+  assert.equal(await refused({ timeoutMs: "100" }), "invalid_argument");
   // A getter that throws is a bad option too, a CrosstabError naming it.
   const throwing = Object.defineProperty({ ...options() }, "attempts", {
     get() {
@@ -266,13 +277,66 @@ test("a fetch that resolves to no Response ends the query at once, not retried a
   assert.equal(calls, 2);
 });
 
-test("an abort ends the query with its reason: before it is sent, and while it waits to retry", async () => {
+test("a fetch that throws instead of returning a promise ends the query at once, with its key", async () => {
+  let calls = 0;
+  const throwing = () => {
+    calls += 1;
+    throw new TypeError("a wrapper's own bug");
+  };
+  const thrown = await rejection(pkg.sendCrosstab(REQUEST, options({ fetch: throwing, idempotencyKey: "k-2" })));
+  assert.equal(thrown.code, "invalid_argument");
+  assert.match(thrown.message, /options\.fetch threw \(a wrapper's own bug\)/);
+  assert.equal(thrown.idempotencyKey, "k-2");
+  assert.equal(calls, 1, "not tried again");
+});
+
+test("an attempt without its answer within timeoutMs is abandoned and tried again, with the same key", async () => {
+  const billed = server.billed();
+  proxy.keys.length = 0;
+  proxy.plan = ["stall"];
+  const started = Date.now();
+  const answer = await pkg.sendCrosstab(REQUEST, options({ timeoutMs: 300 }));
+  assert.equal(answer.kind, "success");
+  assert.equal(answer.attempts, 2);
+  assert.ok(Date.now() - started >= 300, "the first attempt was given its 300 ms");
+  assert.deepEqual(proxy.keys, [answer.idempotencyKey, answer.idempotencyKey]);
+  assert.equal(server.billed(), billed + 1, "the stalled attempt never reached the server");
+  // Stalled every time: a network_error that says so, with the key.
+  proxy.plan = ["stall", "stall"];
+  const lost = await rejection(pkg.sendCrosstab(REQUEST, options({ timeoutMs: 100, attempts: 2 })));
+  assert.equal(lost.code, "network_error");
+  assert.match(lost.message, /no whole answer within 100 ms/);
+  assert.match(lost.idempotencyKey, /^[0-9a-f]{32}$/);
+});
+
+test("an abort while the answer is on its way is an aborted error with the key, which resumes it unbilled", async () => {
+  const billed = server.billed();
+  proxy.plan = ["hold"];
+  proxy.keys.length = 0;
+  const controller = new AbortController();
+  const sending = pkg.sendCrosstab(REQUEST, options({ signal: controller.signal }));
+  // The server has answered and billed; its answer is held back by the proxy.
+  while (server.billed() === billed) await new Promise((r) => setTimeout(r, 20));
+  const reason = new Error("the researcher closed the tab");
+  controller.abort(reason);
+  const aborted = await rejection(sending);
+  assert.equal(aborted.name, "CrosstabError");
+  assert.equal(aborted.code, "aborted");
+  assert.equal(aborted.cause, reason);
+  assert.equal(aborted.idempotencyKey, proxy.keys[0]);
+  const resumed = await pkg.sendCrosstab(REQUEST, options({ idempotencyKey: aborted.idempotencyKey }));
+  assert.equal(resumed.replayed, true);
+  assert.equal(server.billed(), billed + 1, "billed once");
+});
+
+test("an abort ends the query: before it is sent, and while it waits to retry", async () => {
   const before = new AbortController();
   const reason = new Error("the researcher gave up");
   before.abort(reason);
   proxy.keys.length = 0;
   const early = await rejection(pkg.sendCrosstab(REQUEST, options({ signal: before.signal })));
-  assert.equal(early, reason);
+  assert.equal(early.code, "aborted");
+  assert.equal(early.cause, reason);
   assert.equal(proxy.keys.length, 0);
   // A 503 (answered at once), then the backoff's wait of 125 to 250 ms: an abort 40 ms
   // after the attempt lands in the wait, which must end then, not 85 ms or more later.
@@ -284,19 +348,19 @@ test("an abort ends the query with its reason: before it is sent, and while it w
   const started = Date.now();
   during.abort(reason);
   const late = await rejection(waiting);
-  assert.equal(late, reason);
+  assert.equal(late.code, "aborted");
+  assert.equal(late.cause, reason);
   assert.ok(Date.now() - started < 60, `the wait went on ${Date.now() - started} ms after the abort`);
   assert.equal(proxy.keys.length, 1, "no attempt after the abort");
 });
 
 test("a signal kept for many queries gathers no listeners, whichever ends each wait", async () => {
-  // Node's fetch keeps a listener of its own per request on the signal it is given, so
-  // these attempts are sent without it: what is counted is the waits' own.
+  // Each attempt's fetch gets a signal of its own (its deadline), listening to the
+  // caller's only while the attempt lasts; each wait listens only while it waits.
   const kept = new AbortController();
-  const unsignalled = (url, init) => fetch(url, { ...init, signal: undefined });
   for (let query = 0; query < 3; query++) {
     proxy.plan = ["fail", "fail"];
-    const answer = await pkg.sendCrosstab(REQUEST, options({ signal: kept.signal, fetch: unsignalled }));
+    const answer = await pkg.sendCrosstab(REQUEST, options({ signal: kept.signal }));
     assert.equal(answer.attempts, 3);
   }
   assert.equal(getEventListeners(kept.signal, "abort").length, 0);

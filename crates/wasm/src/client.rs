@@ -18,6 +18,17 @@ use crate::send::RetryPolicy;
 /// The code of the error thrown when the last attempt got no answer.
 const NETWORK_ERROR: &str = "network_error";
 
+/// The code of the error thrown when the caller's signal ended the query.
+const ABORTED: &str = "aborted";
+
+/// How long an attempt may wait for its whole answer by default, in ms: longer than the
+/// service's own query deadline (10 s by default), so a slow answer is still read.
+const DEFAULT_ATTEMPT_TIMEOUT_MS: f64 = 30_000.0;
+
+/// The longest `timeoutMs` taken: past it, a stalled connection would hold the query
+/// for most of an hour.
+const MAX_ATTEMPT_TIMEOUT_MS: f64 = 600_000.0;
+
 #[wasm_bindgen(typescript_custom_section)]
 const SEND_TYPES: &str = r#"
 /** Where and how `sendCrosstab` sends a query. */
@@ -36,13 +47,20 @@ export interface SendOptions {
   /** The longest wait before a retry, in ms (default 10000): a 429 whose `Retry-After`
    * is longer ends the query with that answer. */
   longestWaitMs?: number;
+  /** How long one attempt may wait for its whole answer, in ms (default 30000, at most
+   * 600000): past it the attempt is abandoned as a lost answer (retried with the same
+   * key). */
+  timeoutMs?: number;
   /** The `fetch` to send with (default `globalThis.fetch`). */
   fetch?: (
     url: string,
     init: { method: string; headers: Record<string, string>; body: string; signal?: any },
   ) => Promise<{ status: number; headers: { get(name: string): string | null }; text(): Promise<string> }>;
-  /** An `AbortSignal` that ends the query: the pending attempt is aborted and its
-   * reason thrown. (Typed by what is used of it, so no DOM typings are needed.) */
+  /** An `AbortSignal` that ends the query: the pending attempt is aborted and a
+   * `CrosstabError` with code `aborted` thrown, its `cause` the signal's reason and its
+   * `idempotencyKey` the query's (an attempt may have reached the service: send the
+   * query again with that key). (Typed by what is used of it, so no DOM typings are
+   * needed.) */
   signal?: {
     readonly aborted: boolean;
     readonly reason?: unknown;
@@ -72,6 +90,8 @@ struct SendOptions {
     /// The caller's key, if it gave one.
     key: Option<String>,
     policy: RetryPolicy,
+    /// How long one attempt may wait for its whole answer, in ms.
+    attempt_timeout_ms: f64,
     fetch: Function,
     signal: JsValue,
 }
@@ -84,8 +104,10 @@ struct SendOptions {
 /// a short `Retry-After` is tried again after the contract's backoff, up to `attempts`.
 /// When the last attempt gets no answer, its fate is unknown (the service may have
 /// answered and billed it): throws a `CrosstabError` with code `network_error` and the
-/// `idempotencyKey` to send the query again with, which cannot bill it twice. An abort
-/// (`signal`) ends the query at once, between attempts too, with its reason. Bad options
+/// `idempotencyKey` to send the query again with, which cannot bill it twice. An attempt
+/// that gets no whole answer within `timeoutMs` counts as one that got none. An abort
+/// (`signal`) ends the query at once, between attempts too: an `aborted` error with the
+/// reason as its `cause` and the `idempotencyKey`. Bad options
 /// (a getter that throws too), and a `fetch` that resolves to something that is no
 /// `Response`, throw `invalid_argument` at once: another attempt would do the same.
 #[wasm_bindgen(js_name = sendCrosstab, unchecked_return_type = "Promise<SentQuery>")]
@@ -119,9 +141,20 @@ async fn send(request: JsValue, options: JsValue) -> Result<JsValue, JsValue> {
     let mut attempt = 1;
     loop {
         if aborted(&options.signal) {
-            return Err(reason(&options.signal));
+            return Err(aborted_error(&options.signal, &key));
         }
         let outcome = match attempt_once(&options, &init, targets).await? {
+            Err(NoAnswer::Aborted) => return Err(aborted_error(&options.signal, &key)),
+            Err(NoAnswer::Threw(thrown)) => {
+                let why = thrown_message(&thrown).unwrap_or_else(|| "it threw".to_owned());
+                let js = error(
+                    INVALID_ARGUMENT,
+                    &format!("options.fetch threw ({why}) instead of returning a promise."),
+                );
+                let _ = Reflect::set(&js, &"cause".into(), &thrown);
+                let _ = Reflect::set(&js, &"idempotencyKey".into(), &key.as_str().into());
+                return Err(js);
+            }
             Err(NoAnswer::NotAResponse(what)) => {
                 let js = error(
                     INVALID_ARGUMENT,
@@ -149,6 +182,9 @@ async fn send(request: JsValue, options: JsValue) -> Result<JsValue, JsValue> {
             };
         };
         sleep(wait, &options.signal).await?;
+        if aborted(&options.signal) {
+            return Err(aborted_error(&options.signal, &key));
+        }
         attempt += 1;
     }
 }
@@ -161,20 +197,104 @@ enum NoAnswer {
     /// `fetch` resolved to something that is no `Response`: the options' mistake, which
     /// another attempt would repeat.
     NotAResponse(String),
+    /// `fetch` threw instead of returning a promise: the options' mistake too.
+    Threw(JsValue),
+    /// The caller's signal aborted it.
+    Aborted,
 }
 
 /// One attempt: `Ok` with the answer (and whether it was replayed), or `Err` with why no
-/// answer came. An aborted query throws instead.
+/// answer came. It is given `timeoutMs` for its whole answer: its own `AbortSignal`
+/// aborts the `fetch` then, or when the caller's signal aborts.
 async fn attempt_once(
     options: &SendOptions,
     init: &Object,
     targets: usize,
 ) -> Result<Result<(ParsedResponse, bool), NoAnswer>, JsValue> {
+    let deadline = AttemptDeadline::start(options.attempt_timeout_ms, &options.signal)?;
+    Reflect::set(init, &"signal".into(), &deadline.signal)?;
+    let outcome = attempt_with(options, init, targets).await;
+    let timed_out = aborted(&deadline.signal);
+    deadline.end()?;
+    Ok(match outcome {
+        Ok(answer) => Ok(answer),
+        Err(_) if aborted(&options.signal) => Err(NoAnswer::Aborted),
+        Err(NoAnswer::Lost(_)) if timed_out => Err(NoAnswer::Lost(error(
+            NETWORK_ERROR,
+            &format!(
+                "no whole answer within {} ms (options.timeoutMs)",
+                options.attempt_timeout_ms
+            ),
+        ))),
+        Err(failure) => Err(failure),
+    })
+}
+
+/// An attempt's own `AbortSignal`: aborted `ms` after it starts, or with the caller's.
+struct AttemptDeadline {
+    signal: JsValue,
+    timer: JsValue,
+    /// `controller.abort`, bound: the timer's callback and the caller's signal's listener.
+    abort: Function,
+    caller: JsValue,
+}
+
+impl AttemptDeadline {
+    fn start(ms: f64, caller: &JsValue) -> Result<AttemptDeadline, JsValue> {
+        let global = js_sys::global();
+        let constructor: Function = Reflect::get(&global, &"AbortController".into())?
+            .dyn_into()
+            .map_err(|_| error(INVALID_ARGUMENT, "no AbortController here."))?;
+        let controller = Reflect::construct(&constructor, &js_sys::Array::new())?;
+        let abort: Function = Reflect::get(&controller, &"abort".into())?.dyn_into()?;
+        let abort = abort.bind0(&controller);
+        let signal = Reflect::get(&controller, &"signal".into())?;
+        let set_timeout: Function = Reflect::get(&global, &"setTimeout".into())?
+            .dyn_into()
+            .map_err(|_| error(INVALID_ARGUMENT, "no setTimeout here."))?;
+        let timer = set_timeout.call2(&JsValue::UNDEFINED, &abort, &ms.into())?;
+        if caller.is_object() {
+            call_method(
+                caller,
+                "addEventListener",
+                &["abort".into(), abort.clone().into()],
+            )?;
+        }
+        Ok(AttemptDeadline {
+            signal,
+            timer,
+            abort,
+            caller: caller.clone(),
+        })
+    }
+
+    /// Stops the timer and stops listening to the caller's signal.
+    fn end(self) -> Result<(), JsValue> {
+        let clear_timeout: Function =
+            Reflect::get(&js_sys::global(), &"clearTimeout".into())?.dyn_into()?;
+        clear_timeout.call1(&JsValue::UNDEFINED, &self.timer)?;
+        if self.caller.is_object() {
+            call_method(
+                &self.caller,
+                "removeEventListener",
+                &["abort".into(), self.abort.into()],
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// The attempt itself: the `fetch` and the reading of its answer.
+async fn attempt_with(
+    options: &SendOptions,
+    init: &Object,
+    targets: usize,
+) -> Result<(ParsedResponse, bool), NoAnswer> {
     let answered = async {
         let promise = options
             .fetch
             .call2(&JsValue::UNDEFINED, &JsValue::from_str(&options.url), init)
-            .map_err(NoAnswer::Lost)?;
+            .map_err(NoAnswer::Threw)?;
         let response = JsFuture::from(Promise::resolve(&promise))
             .await
             .map_err(NoAnswer::Lost)?;
@@ -205,11 +325,7 @@ async fn attempt_once(
         let answer = parse_response(status as u16, &body, Some(targets), retry_after.as_deref());
         Ok::<_, NoAnswer>((answer, replayed))
     };
-    match answered.await {
-        Ok(answer) => Ok(Ok(answer)),
-        Err(_) if aborted(&options.signal) => Err(reason(&options.signal)),
-        Err(failure) => Ok(Err(failure)),
-    }
+    answered.await
 }
 
 /// The options, checked: `invalid_argument` for a missing or malformed one.
@@ -242,6 +358,7 @@ fn read_options(options: &JsValue) -> Result<SendOptions, JsValue> {
             })
     };
     let base_url = string("baseUrl")?;
+    check_base_url(&base_url)?;
     let authorizer = string("authorizer")?;
     let key = match get("idempotencyKey")? {
         key if key.is_undefined() || key.is_null() => None,
@@ -277,6 +394,32 @@ fn read_options(options: &JsValue) -> Result<SendOptions, JsValue> {
                 )
             })?;
     }
+    let mut attempt_timeout_ms = DEFAULT_ATTEMPT_TIMEOUT_MS;
+    let timeout = get("timeoutMs")?;
+    if !timeout.is_undefined() {
+        attempt_timeout_ms = timeout
+            .as_f64()
+            .filter(|ms| *ms >= 1.0 && *ms <= MAX_ATTEMPT_TIMEOUT_MS)
+            .ok_or_else(|| {
+                error(
+                    INVALID_ARGUMENT,
+                    "options.timeoutMs must be a number of milliseconds from 1 to 600000.",
+                )
+            })?;
+    }
+    let signal = get("signal")?;
+    // Checked now, not when an abort or a retry first needs it: by then an attempt may
+    // have been billed.
+    if !signal.is_undefined() && !signal.is_null() {
+        let method =
+            |name: &str| Reflect::get(&signal, &name.into()).is_ok_and(|m| m.is_function());
+        if !signal.is_object() || !method("addEventListener") || !method("removeEventListener") {
+            return Err(error(
+                INVALID_ARGUMENT,
+                "options.signal must be an AbortSignal.",
+            ));
+        }
+    }
     let fetch = match get("fetch")? {
         fetch if fetch.is_undefined() => Reflect::get(&js_sys::global(), &"fetch".into())?,
         fetch => fetch,
@@ -292,9 +435,43 @@ fn read_options(options: &JsValue) -> Result<SendOptions, JsValue> {
         authorizer,
         key,
         policy,
+        attempt_timeout_ms,
         fetch,
-        signal: get("signal")?,
+        signal,
     })
+}
+
+/// `invalid_argument` unless `base_url` is an http(s) URL, absolute or (in a page)
+/// relative to the page: a malformed one would be sent nowhere, yet each attempt would
+/// count as a lost answer.
+fn check_base_url(base_url: &str) -> Result<(), JsValue> {
+    let global = js_sys::global();
+    let url: Function = Reflect::get(&global, &"URL".into())?
+        .dyn_into()
+        .map_err(|_| error(INVALID_ARGUMENT, "no URL here."))?;
+    let page = Reflect::get(&global, &"location".into())
+        .ok()
+        .filter(JsValue::is_object)
+        .and_then(|location| Reflect::get(&location, &"href".into()).ok())
+        .filter(JsValue::is_string);
+    let args = js_sys::Array::of1(&base_url.into());
+    if let Some(page) = page {
+        args.push(&page);
+    }
+    let protocol = Reflect::construct(&url, &args)
+        .ok()
+        .and_then(|parsed| Reflect::get(&parsed, &"protocol".into()).ok())
+        .and_then(|protocol| protocol.as_string());
+    match protocol.as_deref() {
+        Some("http:" | "https:") => Ok(()),
+        _ => Err(error(
+            INVALID_ARGUMENT,
+            &format!(
+                "options.baseUrl must be the service's http(s) address, e.g. https://crosstab.example.com/v1 (got '{}').",
+                base_url.chars().take(200).collect::<String>()
+            ),
+        )),
+    }
 }
 
 /// The `fetch` init every attempt sends.
@@ -311,9 +488,7 @@ fn request_init(options: &SendOptions, key: &str, body: &str) -> Result<Object, 
     Reflect::set(&init, &"method".into(), &"POST".into())?;
     Reflect::set(&init, &"headers".into(), &headers)?;
     Reflect::set(&init, &"body".into(), &body.into())?;
-    if !options.signal.is_undefined() && !options.signal.is_null() {
-        Reflect::set(&init, &"signal".into(), &options.signal)?;
-    }
+    // `signal` is each attempt's own (see `attempt_once`).
     Ok(init)
 }
 
@@ -341,10 +516,13 @@ fn call_method(target: &JsValue, name: &str, args: &[JsValue]) -> Result<JsValue
     method.apply(target, &args.iter().collect())
 }
 
-/// Waits `ms` milliseconds (a `setTimeout` promise), or until `signal` aborts: then its
-/// reason is the error. Whichever ends the wait, the other is undone: a signal kept for
-/// many queries gathers no listeners, and no timer outlives an abort.
+/// Waits `ms` milliseconds (a `setTimeout` promise), or until `signal` aborts (at once if
+/// it has: the caller looks at it after). Whichever ends the wait, the other is undone: a
+/// signal kept for many queries gathers no listeners, and no timer outlives an abort.
 async fn sleep(ms: f64, signal: &JsValue) -> Result<(), JsValue> {
+    if aborted(signal) {
+        return Ok(());
+    }
     let global = js_sys::global();
     let timer_function = |name: &str| -> Result<Function, JsValue> {
         Reflect::get(&global, &name.into())?
@@ -388,11 +566,7 @@ async fn sleep(ms: f64, signal: &JsValue) -> Result<(), JsValue> {
             &[JsValue::from_str("abort"), wake.into()],
         )?;
     }
-    waited?;
-    if aborted(signal) {
-        return Err(reason(signal));
-    }
-    Ok(())
+    waited
 }
 
 /// Whether `signal` (an `AbortSignal`, if any) has aborted.
@@ -401,9 +575,20 @@ fn aborted(signal: &JsValue) -> bool {
         && Reflect::get(signal, &"aborted".into()).is_ok_and(|aborted| aborted.is_truthy())
 }
 
-/// Why `signal` aborted (what `fetch` rejects with).
-fn reason(signal: &JsValue) -> JsValue {
-    Reflect::get(signal, &"reason".into()).unwrap_or_else(|e| e)
+/// The caller's signal ended the query: an `aborted` error, its `cause` the signal's
+/// reason, with the key to send the query again with (an attempt may have been billed).
+fn aborted_error(signal: &JsValue, key: &str) -> JsValue {
+    let reason = Reflect::get(signal, &"reason".into()).unwrap_or_else(|e| e);
+    let why = thrown_message(&reason).unwrap_or_else(|| "no reason given".to_owned());
+    let js = error(
+        ABORTED,
+        &format!(
+            "The query was aborted ({why}); an attempt may have reached the service: send it again with its idempotencyKey."
+        ),
+    );
+    let _ = Reflect::set(&js, &"cause".into(), &reason);
+    let _ = Reflect::set(&js, &"idempotencyKey".into(), &key.into());
+    js
 }
 
 /// The answer as JS gets it, with how it came.

@@ -149,7 +149,7 @@ fn string_arg(value: &JsValue, name: &str) -> Result<String, JsValue> {
 /// (`res.headers.get("Retry-After")`) so a 429 says when to retry.
 #[wasm_bindgen(js_name = parseResponse, unchecked_return_type = "ParsedResponse")]
 pub fn parse_response(
-    status: f64,
+    #[wasm_bindgen(unchecked_param_type = "number")] status: JsValue,
     #[wasm_bindgen(unchecked_param_type = "unknown")] body: JsValue,
     #[wasm_bindgen(unchecked_optional_param_type = "CrosstabRequest | null")] request: Option<
         JsValue,
@@ -157,11 +157,10 @@ pub fn parse_response(
     #[wasm_bindgen(js_name = retryAfter, unchecked_optional_param_type = "string | number | null")]
     retry_after: Option<JsValue>,
 ) -> Result<JsValue, JsValue> {
+    const STATUS: &str = "status must be an HTTP status code (an integer from 0 to 999).";
+    let status = number(&status, STATUS)?;
     if !(status.fract() == 0.0 && (0.0..=999.0).contains(&status)) {
-        return Err(error(
-            INVALID_ARGUMENT,
-            "status must be an HTTP status code (an integer from 0 to 999).",
-        ));
+        return Err(error(INVALID_ARGUMENT, STATUS));
     }
     // A status in 0..=999 is exact in u16.
     let status = status as u16;
@@ -222,13 +221,30 @@ pub fn parse_response(
 /// answer classified `serverError`: exponential backoff from 250 ms with jitter, capped at
 /// 30 s.
 #[wasm_bindgen(js_name = retryDelayMs)]
-pub fn retry_delay_ms(attempt: f64) -> f64 {
+pub fn retry_delay_ms(
+    #[wasm_bindgen(unchecked_param_type = "number")] attempt: JsValue,
+) -> Result<f64, JsValue> {
+    let attempt = number(
+        &attempt,
+        "attempt must be a number (1 for the first retry).",
+    )?;
     let attempt = if attempt.is_finite() {
         attempt.clamp(0.0, f64::from(u32::MAX)) as u32
     } else {
         u32::MAX
     };
-    crate::retry::retry_delay_ms(attempt, js_sys::Math::random())
+    Ok(crate::retry::retry_delay_ms(
+        attempt,
+        js_sys::Math::random(),
+    ))
+}
+
+/// `value` as a number, else `invalid_argument` with `message`: JS would turn a string
+/// into a number unasked, and a BigInt into a bare `TypeError`.
+fn number(value: &JsValue, message: &str) -> Result<f64, JsValue> {
+    value
+        .as_f64()
+        .ok_or_else(|| error(INVALID_ARGUMENT, message))
 }
 
 /// A `CrosstabResult` as the contract allows it: `Stbl` 0 or 1, `WgtAud` at least 0.
@@ -254,14 +270,13 @@ fn result_from_js(result: JsValue) -> Result<CrosstabResult, JsValue> {
     Ok(result)
 }
 
-fn units_from_js(units: f64) -> Result<u32, JsValue> {
+fn units_from_js(units: &JsValue) -> Result<u32, JsValue> {
+    const UNITS: &str = "units must be AudienceReportUnits: a positive integer.";
+    let units = number(units, UNITS)?;
     if units.fract() == 0.0 && (1.0..=f64::from(u32::MAX)).contains(&units) {
         Ok(units as u32)
     } else {
-        Err(error(
-            INVALID_ARGUMENT,
-            "units must be AudienceReportUnits: a positive integer.",
-        ))
+        Err(error(INVALID_ARGUMENT, UNITS))
     }
 }
 
@@ -269,11 +284,11 @@ fn units_from_js(units: f64) -> Result<u32, JsValue> {
 #[wasm_bindgen(js_name = absoluteAudience)]
 pub fn absolute_audience(
     #[wasm_bindgen(unchecked_param_type = "CrosstabResult")] result: JsValue,
-    units: f64,
+    #[wasm_bindgen(unchecked_param_type = "number")] units: JsValue,
 ) -> Result<f64, JsValue> {
     Ok(display::absolute_audience(
         &result_from_js(result)?,
-        units_from_js(units)?,
+        units_from_js(&units)?,
     ))
 }
 
@@ -281,25 +296,27 @@ pub fn absolute_audience(
 #[wasm_bindgen(js_name = formatResult, unchecked_return_type = "FormattedResult")]
 pub fn format_result(
     #[wasm_bindgen(unchecked_param_type = "CrosstabResult")] result: JsValue,
-    units: f64,
+    #[wasm_bindgen(unchecked_param_type = "number")] units: JsValue,
 ) -> Result<JsValue, JsValue> {
-    let formatted = display::format_result(&result_from_js(result)?, units_from_js(units)?);
+    let formatted = display::format_result(&result_from_js(result)?, units_from_js(&units)?);
     to_js(&formatted)
 }
 
 /// `value` with `,` between thousands and `decimals` places (an integer from 0 to 6;
 /// anything else throws `invalid_argument`).
 #[wasm_bindgen(js_name = formatNumber)]
-pub fn format_number(value: f64, decimals: Option<f64>) -> Result<String, JsValue> {
-    let decimals = match decimals {
+pub fn format_number(
+    #[wasm_bindgen(unchecked_param_type = "number")] value: JsValue,
+    #[wasm_bindgen(unchecked_optional_param_type = "number")] decimals: Option<JsValue>,
+) -> Result<String, JsValue> {
+    const DECIMALS: &str = "decimals must be an integer from 0 to 6.";
+    let value = number(&value, "value must be a number.")?;
+    let decimals = match decimals.filter(|d| !d.is_undefined()) {
         None => 0,
-        Some(d) if d.fract() == 0.0 && (0.0..=6.0).contains(&d) => d as u8,
-        Some(_) => {
-            return Err(error(
-                INVALID_ARGUMENT,
-                "decimals must be an integer from 0 to 6.",
-            ))
-        }
+        Some(d) => match number(&d, DECIMALS)? {
+            d if d.fract() == 0.0 && (0.0..=6.0).contains(&d) => d as u8,
+            _ => return Err(error(INVALID_ARGUMENT, DECIMALS)),
+        },
     };
     Ok(display::format_number(value, decimals))
 }
@@ -333,7 +350,10 @@ mod engine {
     use crosstab_contract::app::{TableError, TableRequest};
     use crosstab_contract::{ApiError, CrosstabResponse, CrosstabResult};
 
-    use super::{api_error, error, json_text, string_arg, to_js, validate_js, INVALID_ARGUMENT};
+    use super::{
+        api_error, error, json_text, string_arg, thrown_message, to_js, validate_js,
+        INVALID_ARGUMENT,
+    };
     use crate::survey::{INVALID_SURVEY, INVALID_SURVEY_SOURCE, OUT_OF_MEMORY};
     use crosstab_engine::{AlignedBytes, LoadError};
 
@@ -397,15 +417,44 @@ mod engine {
         pub fn from_compiled(
             #[wasm_bindgen(unchecked_param_type = "Uint8Array | ArrayBuffer")] bytes: JsValue,
         ) -> Result<Survey, JsValue> {
-            let array = if let Some(array) = bytes.dyn_ref::<Uint8Array>() {
-                array.clone()
-            } else if let Some(buffer) = bytes.dyn_ref::<ArrayBuffer>() {
-                Uint8Array::new(buffer)
-            } else {
-                return Err(error(
+            // By the object's own tag, not `instanceof`: an array from another realm
+            // (an iframe, a `vm` context, jsdom) is one too.
+            let tag = Reflect::get(&js_sys::global(), &"Object".into())
+                .and_then(|object| Reflect::get(&object, &"prototype".into()))
+                .and_then(|prototype| Reflect::get(&prototype, &"toString".into()))
+                .ok()
+                .and_then(|to_string| to_string.dyn_into::<js_sys::Function>().ok())
+                .and_then(|to_string| to_string.call0(&bytes).ok())
+                .and_then(|tag| tag.as_string());
+            let not_bytes = || {
+                error(
                     INVALID_ARGUMENT,
                     "bytes must be a Uint8Array or an ArrayBuffer.",
-                ));
+                )
+            };
+            let array = match tag.as_deref() {
+                // A tag can be claimed (`Symbol.toStringTag`); a view's slot can't.
+                Some("[object Uint8Array]") if ArrayBuffer::is_view(&bytes) => {
+                    bytes.unchecked_into::<Uint8Array>()
+                }
+                Some("[object ArrayBuffer]") => {
+                    let constructor = Reflect::get(&js_sys::global(), &"Uint8Array".into())
+                        .ok()
+                        .and_then(|c| c.dyn_into::<js_sys::Function>().ok())
+                        .ok_or_else(not_bytes)?;
+                    // A detached buffer (transferred to a worker) can't be viewed.
+                    Reflect::construct(&constructor, &js_sys::Array::of1(&bytes))
+                        .map_err(|thrown| {
+                            let why = thrown_message(&thrown)
+                                .unwrap_or_else(|| "it can't be read".to_owned());
+                            error(
+                                INVALID_ARGUMENT,
+                                &format!("bytes: the ArrayBuffer can't be read ({why}); was it transferred?"),
+                            )
+                        })?
+                        .unchecked_into::<Uint8Array>()
+                }
+                _ => return Err(not_bytes()),
             };
             // The length as JS has it: `length()` is a u32, and an array may hold 2^32.
             let length = Reflect::get(&array, &"length".into())
