@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -74,6 +75,9 @@ struct Account {
     /// When a call was last admitted (Unix ms), and whether the account has a quota.
     last_admitted: i64,
     has_quota: bool,
+    /// When the tally was last read from the ledger (Unix ms): an account refused all
+    /// minute is read once a minute, not on each refusal.
+    last_read: i64,
 }
 
 /// An account's calls in the ledger today before `before` (Unix ms): final (see
@@ -97,7 +101,8 @@ impl Tally {
 impl Account {
     /// Today's count from the ledger, read from `read` (unless another read moved the
     /// tally meanwhile): the ledger's calls and this replica's not yet billed.
-    fn apply(&mut self, read: Tally, (tally, recent): (Tally, u64)) {
+    fn apply(&mut self, read: Tally, (tally, recent): (Tally, u64), now: i64) {
+        self.last_read = now;
         if self.tally == read {
             self.tally = tally;
             self.used = tally.counted + recent + self.pending;
@@ -214,6 +219,8 @@ pub struct RateLimits {
     accounts: Mutex<HashMap<i64, Account>>,
     failed_auth: AddressPace,
     sign_in: AddressPace,
+    /// Reads of an account's count from the ledger.
+    tally_reads: AtomicU64,
 }
 
 impl RateLimits {
@@ -225,7 +232,13 @@ impl RateLimits {
             sign_in: AddressPace::new(addresses.sign_in_per_minute, &clock),
             clock,
             accounts: Mutex::new(HashMap::new()),
+            tally_reads: AtomicU64::new(0),
         }
+    }
+
+    /// How many times an account's count was read from the ledger.
+    pub fn tally_reads(&self) -> u64 {
+        self.tally_reads.load(Ordering::Relaxed)
     }
 
     fn accounts(&self) -> MutexGuard<'_, HashMap<i64, Account>> {
@@ -259,12 +272,12 @@ impl RateLimits {
             .accounts()
             .get(&account_id)
             .filter(|account| account.day == day)
-            .map(|account| (account.tally, account.last_admitted));
+            .map(|account| (account.tally, account.last_read));
         // Today's count from the ledger (every replica's bills) when this replica's is
-        // not kept in step: the day's first call here, or the first after a quiet minute
-        // (read before deciding, not under the lock: it's a query).
+        // not kept in step: the day's first call here, or the first after a minute
+        // unread (read before deciding, not under the lock: it's a query).
         let tally = known.map_or(Tally::day(day), |(tally, _)| tally);
-        let stale = known.is_none_or(|(_, last)| now - last > SHARED_WHILE_ACTIVE_MS);
+        let stale = known.is_none_or(|(_, last)| now.saturating_sub(last) > SHARED_WHILE_ACTIVE_MS);
         let fresh = match limits.daily_quota {
             Some(_) if stale => Some(self.read_tally(account_id, tally, now).await?),
             _ => None,
@@ -278,6 +291,7 @@ impl RateLimits {
             tally: Tally::day(day),
             last_admitted: now,
             has_quota: false,
+            last_read: i64::MIN,
         });
         if account.day != day {
             account.day = day;
@@ -286,7 +300,7 @@ impl RateLimits {
             account.tally = Tally::day(day);
         }
         if let Some(fresh) = fresh {
-            account.apply(tally, fresh);
+            account.apply(tally, fresh, now);
         }
         account.has_quota = limits.daily_quota.is_some();
         if let Some(rate) = limits.per_second {
@@ -357,7 +371,7 @@ impl RateLimits {
                         .get_mut(&account_id)
                         .filter(|a| a.day == day)
                     {
-                        account.apply(tally, fresh);
+                        account.apply(tally, fresh, now);
                     }
                 }
                 Err(error) => {
@@ -375,6 +389,7 @@ impl RateLimits {
         mut tally: Tally,
         now: i64,
     ) -> Result<(Tally, u64), ServiceError> {
+        self.tally_reads.fetch_add(1, Ordering::Relaxed);
         let settled = now - SETTLED_MS;
         if settled - tally.before >= SETTLED_MS {
             tally.counted +=

@@ -66,6 +66,7 @@ impl SurveyCopies {
             match self.copy(&published).await {
                 Ok(Outcome::Installed) => copied.push(published.code.clone()),
                 Ok(Outcome::Unchanged) => {}
+                Ok(Outcome::Gone) => continue,
                 Err(error) => {
                     tracing::warn!(
                         survey = %published.code,
@@ -114,8 +115,7 @@ impl SurveyCopies {
             return Ok(Outcome::Unchanged);
         }
         let Some(blob) = surveys::fetch(&self.db, &published.sha256).await? else {
-            // Replaced meanwhile: the next round copies the current one.
-            return Ok(Outcome::Unchanged);
+            return Ok(Outcome::Gone);
         };
         let store = self.store.clone();
         let want = published.sha256.clone();
@@ -184,8 +184,12 @@ impl Drop for Copier {
 enum Outcome {
     /// Installed in the data dir.
     Installed,
-    /// The local copy is that blob already (or the blob was replaced meanwhile).
+    /// The local copy is that blob already.
     Unchanged,
+    /// The blob was replaced meanwhile: nothing settled, so the next round (or the one
+    /// the replacement announces) copies whatever the survey is then, even if it is
+    /// this blob again.
+    Gone,
     /// Not installed, and why: the file is one this build cannot read, or not the blob
     /// published. (A data dir that fails to take it is an error of the round instead.)
     Refused(String),

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use axum::body::Bytes;
-use crosstab_contract::idempotency::IDEMPOTENCY_KEY;
+use crosstab_contract::idempotency::{key_from_bytes, IDEMPOTENCY_KEY};
 use crosstab_contract::retry::retry_delay_ms;
 use crosstab_contract::{AUTH_HEADER, CONTRACT_VERSION, OPERATION_IDS};
 use rand::Rng;
@@ -55,30 +55,39 @@ impl Upstream {
         &self.base
     }
 
-    /// Forwards a crosstab body with `key` (and the request's `Idempotency-Key`, so the
-    /// upstream bills it once however often it is sent); returns the upstream's status
-    /// and body.
+    /// Forwards a crosstab body with `key` and an `Idempotency-Key` (the request's, or a
+    /// fresh one), so the upstream bills it once however often it is sent; returns the
+    /// upstream's status and body.
     pub async fn crosstab(
         &self,
         key: &str,
         body: Bytes,
         idempotency_key: Option<&str>,
     ) -> Result<(u16, Bytes), Unreachable> {
+        // Every attempt carries one key, the caller's or a fresh one: a 5xx may follow a
+        // bill whose outcome the upstream could not tell (a commit left unanswered), and
+        // the key makes the retry get that answer instead of a second bill.
+        let fresh;
+        let idempotency_key = match idempotency_key {
+            Some(key) => key,
+            None => {
+                fresh = key_from_bytes(rand::thread_rng().gen());
+                fresh.as_str()
+            }
+        };
         let mut attempt = 0;
         loop {
-            let mut request = self
+            let request = self
                 .client
                 .post(format!("{}/crosstab", self.base))
                 .header(reqwest::header::CONTENT_TYPE, "application/json")
                 .header(AUTH_HEADER, key)
+                .header(IDEMPOTENCY_KEY, idempotency_key)
                 .body(body.clone());
-            if let Some(idempotency_key) = idempotency_key {
-                request = request.header(IDEMPOTENCY_KEY, idempotency_key);
-            }
             let sent = request.send().await;
-            // Retried only when the call cannot have been billed: a 5xx, or a connection
-            // that never opened. A timeout, or a 2xx-4xx whose body broke off, may follow a
-            // committed bill, so sending it again could bill the user twice.
+            // Retried only on a 5xx (a bill it may follow is answered again under the key,
+            // not billed twice) or a connection that never opened. A timeout, or a 2xx-4xx
+            // whose body broke off, is not: an upstream that keeps no keys would bill again.
             let outcome = match sent {
                 Ok(response) if response.status().is_redirection() => {
                     // Not followed (the key would go along); not retried (it may follow a

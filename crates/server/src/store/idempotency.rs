@@ -2,6 +2,7 @@
 //! bill's transaction stores the answer with it (see [`super::ledger`]), so a retry of
 //! the same body is answered from here, unbilled.
 
+use sqlx::any::AnyRow;
 use sqlx::Row;
 
 use super::{Database, DbError};
@@ -49,6 +50,26 @@ pub async fn reserve(
     abandoned_before: i64,
 ) -> Result<Reservation, DbError> {
     loop {
+        // Looked at first, without writing: a retry waiting on a request in flight asks
+        // many times a second, and each write would take SQLite's one write lock from
+        // the ledger's commits.
+        let held = sqlx::query(
+            "SELECT body_sha256, status, response, created_at FROM idempotency_keys \
+             WHERE account_id = $1 AND key = $2",
+        )
+        .bind(claim.account_id)
+        .bind(claim.key)
+        .fetch_optional(db.pool())
+        .await?;
+        if let Some(row) = held {
+            let created_at: i64 = row.try_get(3)?;
+            let status: Option<i64> = row.try_get(1)?;
+            let free =
+                created_at < expired_before || (status.is_none() && created_at < abandoned_before);
+            if !free {
+                return reservation_of(&row, claim.body_sha256);
+            }
+        }
         let mut tx = db.pool().begin().await?;
         sqlx::query(
             "DELETE FROM idempotency_keys WHERE account_id = $1 AND key = $2 \
@@ -89,22 +110,28 @@ pub async fn reserve(
             tx.rollback().await?;
             continue;
         };
-        let held: String = row.try_get(0)?;
-        let status: Option<i64> = row.try_get(1)?;
-        let reservation = if held != claim.body_sha256 {
-            Reservation::OtherBody
-        } else if let Some(status) = status {
-            Reservation::Answered {
-                status: u16::try_from(status)
-                    .map_err(|_| DbError::Corrupt("a stored status is out of range"))?,
-                body: row.try_get(2)?,
-            }
-        } else {
-            Reservation::InProgress
-        };
+        let reservation = reservation_of(&row, claim.body_sha256)?;
         tx.commit().await?;
         return Ok(reservation);
     }
+}
+
+/// What a key held by another request (`row`: its body's SHA-256, status and response)
+/// means for a request whose body hashes to `body_sha256`.
+fn reservation_of(row: &AnyRow, body_sha256: &str) -> Result<Reservation, DbError> {
+    let held: String = row.try_get(0)?;
+    let status: Option<i64> = row.try_get(1)?;
+    Ok(if held != body_sha256 {
+        Reservation::OtherBody
+    } else if let Some(status) = status {
+        Reservation::Answered {
+            status: u16::try_from(status)
+                .map_err(|_| DbError::Corrupt("a stored status is out of range"))?,
+            body: row.try_get(2)?,
+        }
+    } else {
+        Reservation::InProgress
+    })
 }
 
 /// Gives back `owner`'s reservation of `key`, if its request was not billed (so a retry

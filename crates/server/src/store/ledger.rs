@@ -368,7 +368,7 @@ async fn write_loop(db: &Database, pending: &mut mpsc::UnboundedReceiver<Pending
             continue;
         }
         let started = Instant::now();
-        let result = held.write(db, &batch).await;
+        let result = held.write(db, &mut batch).await;
         settle(&mut batch, result, started);
     }
     // Every bill is written: the connection is ended as the database expects.
@@ -411,8 +411,12 @@ fn gather(
             Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
         }
     }
-    // A requester that went away (its client disconnected) before its bill was written
-    // will send no 200, so it is not billed.
+    drop_departed(batch)
+}
+
+/// Drops from `batch` the answers whose requester went away (its client disconnected):
+/// it will send no 200, so it is not billed. Whether any is left to write.
+fn drop_departed(batch: &mut Vec<Pending>) -> bool {
     let before = batch.len();
     batch.retain(|answer| !answer.done.is_closed());
     if batch.len() < before {
@@ -638,49 +642,79 @@ impl Held {
     /// would hold every bill behind it until the kernel gives up (minutes). A batch whose
     /// commit may have taken is looked for in the database ([`reconcile`]), so a call
     /// billed is never answered 500 (its client would send it again, and pay twice).
-    async fn write(&mut self, db: &Database, batch: &[Pending]) -> Result<Lost, DbError> {
+    ///
+    /// Opening a connection may take a while (the database restarting): requesters that
+    /// went away meanwhile are dropped from `batch` right before it is written. A held
+    /// connection found gone when the batch is sent (the database restarted within the
+    /// second it goes untested) is replaced once, the batch unwritten on it.
+    async fn write(&mut self, db: &Database, batch: &mut Vec<Pending>) -> Result<Lost, DbError> {
         let statement = db.options.statement_timeout;
-        // Taken out for the batch, and put back only after a success.
-        let mut session = match self.0.take() {
-            Some(mut session) => {
-                let usable = session.used.elapsed() <= IDLE_TEST
-                    || matches!(
-                        tokio::time::timeout(statement, session.conn.ping()).await,
-                        Ok(Ok(()))
-                    );
-                if usable {
-                    session
-                } else {
-                    Session::open(db).await?
-                }
-            }
-            None => Session::open(db).await?,
-        };
-        // UPDATE, INSERT and COMMIT, each within the statement timeout, and a margin.
-        let limit = statement * 3 + Duration::from_secs(1);
-        let result = tokio::time::timeout(limit, write_batch(&mut session.conn, batch))
-            .await
-            .unwrap_or(Err(Unwritten::Unknown(DbError::TimedOut(limit))));
-        match result {
-            Ok(lost) => {
-                session.used = Instant::now();
-                self.0 = Some(session);
-                Ok(lost)
-            }
-            Err(Unwritten::Not(error)) => Err(error),
-            Err(Unwritten::Unknown(error)) => {
-                let found = tokio::time::timeout(limit, reconcile(db, &session, batch)).await;
-                match found {
-                    Ok(Ok(Some(lost))) => {
-                        tracing::warn!(%error, "ledger commit unanswered, but it took");
-                        Ok(lost)
+        let mut replaced = false;
+        loop {
+            // Taken out for the batch, and put back only after a success.
+            let (mut session, held) = match self.0.take() {
+                Some(mut session) => {
+                    let usable = session.used.elapsed() <= IDLE_TEST
+                        || matches!(
+                            tokio::time::timeout(statement, session.conn.ping()).await,
+                            Ok(Ok(()))
+                        );
+                    if usable {
+                        (session, true)
+                    } else {
+                        (Session::open(db).await?, false)
                     }
-                    Ok(Ok(None)) => Err(error),
-                    Ok(Err(reason)) => Err(unknown(batch, &error, &reason.to_string())),
-                    Err(_) => Err(unknown(batch, &error, "the database did not answer")),
                 }
+                None => (Session::open(db).await?, false),
+            };
+            if !drop_departed(batch) {
+                self.0 = Some(session);
+                return Ok(Lost::new());
             }
+            // UPDATE, INSERT and COMMIT, each within the statement timeout, and a margin.
+            let limit = statement * 3 + Duration::from_secs(1);
+            let result = tokio::time::timeout(limit, write_batch(&mut session.conn, batch))
+                .await
+                .unwrap_or(Err(Unwritten::Unknown(DbError::TimedOut(limit))));
+            return match result {
+                Ok(lost) => {
+                    session.used = Instant::now();
+                    self.0 = Some(session);
+                    Ok(lost)
+                }
+                Err(Unwritten::Not(error)) if held && !replaced && connection_gone(&error) => {
+                    tracing::warn!(%error, "ledger connection gone; the batch goes on a new one");
+                    replaced = true;
+                    continue;
+                }
+                Err(Unwritten::Not(error)) => Err(error),
+                Err(Unwritten::Unknown(error)) => {
+                    let found = tokio::time::timeout(limit, reconcile(db, &session, batch)).await;
+                    match found {
+                        Ok(Ok(Some(lost))) => {
+                            tracing::warn!(%error, "ledger commit unanswered, but it took");
+                            Ok(lost)
+                        }
+                        Ok(Ok(None)) => Err(error),
+                        Ok(Err(reason)) => Err(unknown(batch, &error, &reason.to_string())),
+                        Err(_) => Err(unknown(batch, &error, "the database did not answer")),
+                    }
+                }
+            };
         }
+    }
+}
+
+/// Whether `error` says the connection itself is gone (the socket closed, or the server
+/// ended the session: shutting down, restarted, or the session terminated), rather than
+/// anything about the statement.
+fn connection_gone(error: &DbError) -> bool {
+    match error {
+        DbError::Sqlx(sqlx::Error::Io(_)) => true,
+        DbError::Sqlx(sqlx::Error::Database(error)) => error
+            .code()
+            .is_some_and(|code| code.starts_with("08") || code.starts_with("57P")),
+        _ => false,
     }
 }
 

@@ -31,6 +31,11 @@ pub async fn publish(
 ) -> Result<(), DbError> {
     let size = i64::try_from(bytes.len()).map_err(|_| DbError::Corrupt("a survey too large"))?;
     let mut tx = db.pool().begin().await?;
+    // One publication at a time (they are rare): one that finds a blob stored and skips
+    // its chunks must not see another delete that blob before it commits.
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtext('crosstab: publish a survey'))")
+        .execute(&mut *tx)
+        .await?;
     let stored: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM survey_blobs WHERE sha256 = $1")
         .bind(sha256)
         .fetch_one(&mut *tx)

@@ -492,6 +492,15 @@ async fn a_daily_quota_counts_the_calls_other_replicas_billed() {
     assert_eq!(post(&fx.whole, &whole).await, StatusCode::OK);
     assert_eq!(post(&fx.whole, &whole).await, StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(fx.bills().await, 11);
+
+    // An account refused all along is read from the ledger once a minute, not once per
+    // refusal: hammering at a quota costs the shared database nothing more.
+    fx.clock.advance(61_000);
+    let reads = fx.services.limits.tally_reads();
+    for _ in 0..20 {
+        assert_eq!(post(&fx.whole, &whole).await, StatusCode::TOO_MANY_REQUESTS);
+    }
+    assert_eq!(fx.services.limits.tally_reads(), reads + 1);
 }
 
 #[tokio::test]

@@ -669,6 +669,65 @@ async fn a_bill_during_a_short_postgres_restart_is_written_when_it_is_back() {
     db.close().await;
 }
 
+/// A requester that goes away while the writer waits for the database to come back is
+/// not billed: it is looked at again once the connection is there, right before the write.
+#[tokio::test]
+async fn a_requester_gone_while_the_database_was_away_is_not_billed() {
+    let Some(pg_bin) = crate::support::Postgres::binaries() else {
+        eprintln!("PostgreSQL not installed: skipped");
+        return;
+    };
+    let temp = tempfile::tempdir().unwrap();
+    let postgres = crate::support::Postgres::start(pg_bin, &temp.path().join("pg"));
+    let (db, account_id) = database_at(&postgres.url()).await;
+    let (ledger, writer) = Ledger::start(db.clone());
+    ledger.bill(bill(account_id, 1)).await.unwrap();
+
+    postgres.stop();
+    tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
+    let gone = {
+        let ledger = ledger.clone();
+        tokio::spawn(async move { ledger.bill(bill(account_id, 2)).await })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    // Its client disconnected: the request is dropped while the writer waits.
+    gone.abort();
+    postgres.start_again();
+    // A later bill is written: the writer is past the wait.
+    ledger.bill(bill(account_id, 3)).await.unwrap();
+
+    drop(ledger);
+    writer.finish().await;
+    assert_eq!(ledger::count(&db).await.unwrap(), 2, "bills 1 and 3 only");
+    db.close().await;
+}
+
+/// The writer's connection ended by the server (a restart, a terminated session) within
+/// the second it goes untested: the batch is written on a new connection, not failed.
+#[tokio::test]
+async fn a_connection_ended_by_the_server_is_replaced_without_failing_the_batch() {
+    let Some(url) = postgres_url() else {
+        return;
+    };
+    let url = database_of_its_own(&url).await;
+    let (db, account_id) = database_at(&url).await;
+    let (ledger, writer) = Ledger::start(db.clone());
+    ledger.bill(bill(account_id, 1)).await.unwrap();
+    // Every other session of this database, the writer's among them, is ended.
+    sqlx::query(
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+         WHERE datname = current_database() AND pid <> pg_backend_pid()",
+    )
+    .execute(db.pool())
+    .await
+    .unwrap();
+    ledger.bill(bill(account_id, 2)).await.unwrap();
+    drop(ledger);
+    writer.finish().await;
+    assert_eq!(ledger::count(&db).await.unwrap(), 2);
+    db.close().await;
+}
+
 /// The statement timeout of the databases below.
 const STATEMENT_TIMEOUT: Duration = Duration::from_secs(2);
 

@@ -413,6 +413,39 @@ async fn a_blob_that_does_not_match_its_hash_is_not_installed() {
     assert!(catalog.get("DEMO").is_none(), "a damaged blob was served");
 }
 
+/// A survey whose blob is gone when a round comes to fetch it (replaced meanwhile) is not
+/// settled at that blob: published with it again, it is copied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blob_replaced_while_a_round_fetches_it_is_copied_when_it_comes_back() {
+    use crosstab_engine::demo::{self, DemoConfig};
+
+    let Some(url) = postgres_url() else {
+        return;
+    };
+    let url = database_of_its_own(&url).await;
+    let db = Database::connect(&url).await.unwrap();
+    let bytes = demo::compile(&DemoConfig {
+        respondents: 320,
+        flags: 4,
+        seed: 5,
+    })
+    .unwrap();
+    publish(&db, &bytes, "DEMO").await;
+    // What a round sees when the survey moves on between its list and its fetch: the
+    // listed blob no longer stored.
+    sqlx::query("DELETE FROM survey_blobs")
+        .execute(db.pool())
+        .await
+        .unwrap();
+    let (_replica, catalog, copies) = replica(&db);
+    assert!(copies.sync().await.unwrap().is_empty());
+    assert!(catalog.get("DEMO").is_none());
+    // The survey comes back to that very blob (A, B, A): it is copied.
+    publish(&db, &bytes, "DEMO").await;
+    assert_eq!(copies.sync().await.unwrap(), vec!["DEMO".to_owned()]);
+    assert_eq!(catalog.get("DEMO").unwrap().respondents(), 320);
+}
+
 /// A survey in the database that this build can't read (compiled by a newer build, or
 /// damaged) is skipped and logged: the copy round goes on to the surveys after it, and the
 /// next round doesn't fail on it either.

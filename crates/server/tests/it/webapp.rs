@@ -626,6 +626,50 @@ async fn a_redirecting_upstream_is_not_followed() {
     );
 }
 
+/// A query sent without an `Idempotency-Key` still carries one upstream, the same on
+/// every retry: a 5xx may follow a bill the upstream could not confirm, and the retry must
+/// get that answer rather than a second bill.
+#[tokio::test]
+async fn retries_upstream_carry_one_key_even_when_the_caller_gave_none() {
+    let keys = Arc::new(std::sync::Mutex::new(Vec::<Option<String>>::new()));
+    let seen = Arc::clone(&keys);
+    let router = Router::new().route(
+        "/v1/crosstab",
+        axum::routing::post(move |headers: axum::http::HeaderMap| {
+            let seen = Arc::clone(&seen);
+            async move {
+                let key = headers
+                    .get("idempotency-key")
+                    .map(|k| k.to_str().unwrap().to_owned());
+                let mut seen = seen.lock().unwrap();
+                seen.push(key);
+                if seen.len() < 3 {
+                    (
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        axum::Json(json!({"ResultCode": 503})),
+                    )
+                } else {
+                    (StatusCode::OK, axum::Json(json!({"ok": true})))
+                }
+            }
+        }),
+    );
+    let base = format!("{}/v1", listen(router).await);
+    let app = app_with(Some(Upstream::new(&base).unwrap())).await;
+    let ann = app.session("ann").await;
+    let body = request("VEC", None, "ALL", &["WOMEN"]);
+    let (parts, _) = app.post(&ann, "/app/api/crosstab", &body).await;
+    assert_eq!(parts.status, StatusCode::OK);
+    let keys = keys.lock().unwrap().clone();
+    assert_eq!(keys.len(), 3);
+    let first = keys[0].clone().expect("a key upstream");
+    assert!(!first.is_empty());
+    assert!(
+        keys.iter().all(|k| k.as_deref() == Some(first.as_str())),
+        "{keys:?}"
+    );
+}
+
 #[tokio::test]
 async fn the_upstream_client_retries_5xx_never_4xx_and_passes_answers_through() {
     let (base, calls) = scripted_upstream(vec![
