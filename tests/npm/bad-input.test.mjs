@@ -132,6 +132,9 @@ test("non-survey bytes for fromCompiled", () => {
   }
   // An object that only claims to be bytes is not; a buffer transferred away is said so.
   throwsCode(() => Survey.fromCompiled({ [Symbol.toStringTag]: "Uint8Array", length: 8 }), "invalid_argument");
+  const wide = new Int16Array(8);
+  Object.defineProperty(wide, Symbol.toStringTag, { value: "Uint8Array" });
+  throwsCode(() => Survey.fromCompiled(wide), "invalid_argument");
   const moved = new ArrayBuffer(8);
   structuredClone(moved, { transfer: [moved] });
   throwsCode(() => Survey.fromCompiled(moved), "invalid_argument");
@@ -168,6 +171,7 @@ test("bad arguments to the other helpers", () => {
   }
   assert.equal(pkg.formatNumber(1234.5, 1), "1,234.5");
   assert.equal(pkg.formatNumber(1234.6), "1,235");
+  assert.equal(pkg.formatNumber(1234.6, null), "1,235");
   // A number parameter takes numbers only: not coerced from a string or a boolean, and a
   // BigInt is a CrosstabError, not a bare TypeError.
   for (const call of [

@@ -309,6 +309,40 @@ test("an attempt without its answer within timeoutMs is abandoned and tried agai
   assert.match(lost.idempotencyKey, /^[0-9a-f]{32}$/);
 });
 
+test("a fetch that ignores the signal still ends on time, by timeoutMs or by an abort", async () => {
+  // Never settles, whatever its init.signal does (an old wrapper, a stub).
+  const deaf = () => new Promise(() => {});
+  const lost = await rejection(pkg.sendCrosstab(REQUEST, options({ fetch: deaf, timeoutMs: 100, attempts: 2 })));
+  assert.equal(lost.code, "network_error");
+  assert.match(lost.message, /no whole answer within 100 ms/);
+  const controller = new AbortController();
+  const sending = pkg.sendCrosstab(REQUEST, options({ fetch: deaf, signal: controller.signal }));
+  setTimeout(() => controller.abort(new Error("enough")), 50);
+  const aborted = await rejection(sending);
+  assert.equal(aborted.code, "aborted");
+  assert.match(aborted.message, /may have reached the service/);
+  // A body that never ends is cut off the same way.
+  const endless = async () => ({ status: 200, headers: new Headers(), text: () => new Promise(() => {}) });
+  const cut = await rejection(pkg.sendCrosstab(REQUEST, options({ fetch: endless, timeoutMs: 100, attempts: 1 })));
+  assert.equal(cut.code, "network_error");
+});
+
+test("a path for a base URL is taken with the caller's own fetch (server-side rendering), refused without", async () => {
+  const urls = [];
+  const framework = async (url) => {
+    urls.push(url);
+    return new Response(JSON.stringify({ ResultCode: 503, ResultDescription: "Busy.", error: { code: "unavailable" } }), {
+      status: 503,
+      headers: { "content-type": "application/json" },
+    });
+  };
+  const answer = await pkg.sendCrosstab(REQUEST, options({ baseUrl: "/api/v1", fetch: framework, attempts: 1 }));
+  assert.equal(answer.kind, "serverError");
+  assert.deepEqual(urls, ["/api/v1/crosstab"]);
+  const refused = await rejection(pkg.sendCrosstab(REQUEST, options({ baseUrl: "/api/v1" })));
+  assert.equal(refused.code, "invalid_argument");
+});
+
 test("an abort while the answer is on its way is an aborted error with the key, which resumes it unbilled", async () => {
   const billed = server.billed();
   proxy.plan = ["hold"];
@@ -336,6 +370,7 @@ test("an abort ends the query: before it is sent, and while it waits to retry", 
   proxy.keys.length = 0;
   const early = await rejection(pkg.sendCrosstab(REQUEST, options({ signal: before.signal })));
   assert.equal(early.code, "aborted");
+  assert.match(early.message, /before it was sent/);
   assert.equal(early.cause, reason);
   assert.equal(proxy.keys.length, 0);
   // A 503 (answered at once), then the backoff's wait of 125 to 250 ms: an abort 40 ms

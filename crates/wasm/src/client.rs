@@ -141,10 +141,10 @@ async fn send(request: JsValue, options: JsValue) -> Result<JsValue, JsValue> {
     let mut attempt = 1;
     loop {
         if aborted(&options.signal) {
-            return Err(aborted_error(&options.signal, &key));
+            return Err(aborted_error(&options.signal, &key, attempt > 1));
         }
         let outcome = match attempt_once(&options, &init, targets).await? {
-            Err(NoAnswer::Aborted) => return Err(aborted_error(&options.signal, &key)),
+            Err(NoAnswer::Aborted) => return Err(aborted_error(&options.signal, &key, true)),
             Err(NoAnswer::Threw(thrown)) => {
                 let why = thrown_message(&thrown).unwrap_or_else(|| "it threw".to_owned());
                 let js = error(
@@ -183,7 +183,7 @@ async fn send(request: JsValue, options: JsValue) -> Result<JsValue, JsValue> {
         };
         sleep(wait, &options.signal).await?;
         if aborted(&options.signal) {
-            return Err(aborted_error(&options.signal, &key));
+            return Err(aborted_error(&options.signal, &key, true));
         }
         attempt += 1;
     }
@@ -213,7 +213,7 @@ async fn attempt_once(
 ) -> Result<Result<(ParsedResponse, bool), NoAnswer>, JsValue> {
     let deadline = AttemptDeadline::start(options.attempt_timeout_ms, &options.signal)?;
     Reflect::set(init, &"signal".into(), &deadline.signal)?;
-    let outcome = attempt_with(options, init, targets).await;
+    let outcome = attempt_with(options, init, targets, &deadline).await;
     let timed_out = aborted(&deadline.signal);
     deadline.end()?;
     Ok(match outcome {
@@ -233,6 +233,9 @@ async fn attempt_once(
 /// An attempt's own `AbortSignal`: aborted `ms` after it starts, or with the caller's.
 struct AttemptDeadline {
     signal: JsValue,
+    /// Rejects once `signal` aborts: every wait of the attempt races it, so a `fetch` (or
+    /// a body) that ignores the signal still ends on time.
+    stopped: Promise,
     timer: JsValue,
     /// `controller.abort`, bound: the timer's callback and the caller's signal's listener.
     abort: Function,
@@ -249,6 +252,17 @@ impl AttemptDeadline {
         let abort: Function = Reflect::get(&controller, &"abort".into())?.dyn_into()?;
         let abort = abort.bind0(&controller);
         let signal = Reflect::get(&controller, &"signal".into())?;
+        let mut listening = Ok(JsValue::UNDEFINED);
+        let stopped = Promise::new(&mut |_, reject| {
+            let once = Object::new();
+            let _ = Reflect::set(&once, &"once".into(), &JsValue::TRUE);
+            listening = call_method(
+                &signal,
+                "addEventListener",
+                &["abort".into(), reject.into(), once.into()],
+            );
+        });
+        listening?;
         let set_timeout: Function = Reflect::get(&global, &"setTimeout".into())?
             .dyn_into()
             .map_err(|_| error(INVALID_ARGUMENT, "no setTimeout here."))?;
@@ -262,10 +276,17 @@ impl AttemptDeadline {
         }
         Ok(AttemptDeadline {
             signal,
+            stopped,
             timer,
             abort,
             caller: caller.clone(),
         })
+    }
+
+    /// `promise`, unless the attempt's signal aborts first: then its reason, rejected.
+    fn race(&self, promise: &JsValue) -> JsFuture {
+        let both = js_sys::Array::of2(&Promise::resolve(promise), &self.stopped);
+        JsFuture::from(Promise::race(&both))
     }
 
     /// Stops the timer and stops listening to the caller's signal.
@@ -289,15 +310,14 @@ async fn attempt_with(
     options: &SendOptions,
     init: &Object,
     targets: usize,
+    deadline: &AttemptDeadline,
 ) -> Result<(ParsedResponse, bool), NoAnswer> {
     let answered = async {
         let promise = options
             .fetch
             .call2(&JsValue::UNDEFINED, &JsValue::from_str(&options.url), init)
             .map_err(NoAnswer::Threw)?;
-        let response = JsFuture::from(Promise::resolve(&promise))
-            .await
-            .map_err(NoAnswer::Lost)?;
+        let response = deadline.race(&promise).await.map_err(NoAnswer::Lost)?;
         let not_a_response = |what: &str| NoAnswer::NotAResponse(what.to_owned());
         let status = Reflect::get(&response, &"status".into())
             .ok()
@@ -315,7 +335,8 @@ async fn attempt_with(
         let replayed = header(IDEMPOTENT_REPLAYED)?.as_deref() == Some("true");
         let text = call_method(&response, "text", &[])
             .map_err(|_| not_a_response("its text() is not a method"))?;
-        let text = JsFuture::from(Promise::resolve(&text))
+        let text = deadline
+            .race(&text)
             .await
             .map_err(NoAnswer::Lost)?
             .as_string()
@@ -358,7 +379,6 @@ fn read_options(options: &JsValue) -> Result<SendOptions, JsValue> {
             })
     };
     let base_url = string("baseUrl")?;
-    check_base_url(&base_url)?;
     let authorizer = string("authorizer")?;
     let key = match get("idempotencyKey")? {
         key if key.is_undefined() || key.is_null() => None,
@@ -420,7 +440,11 @@ fn read_options(options: &JsValue) -> Result<SendOptions, JsValue> {
             ));
         }
     }
-    let fetch = match get("fetch")? {
+    let given = get("fetch")?;
+    // A fetch of the caller's own (a framework's, in server-side rendering) may take a
+    // path without a page to resolve it against.
+    check_base_url(&base_url, !given.is_undefined())?;
+    let fetch = match given {
         fetch if fetch.is_undefined() => Reflect::get(&js_sys::global(), &"fetch".into())?,
         fetch => fetch,
     };
@@ -442,9 +466,12 @@ fn read_options(options: &JsValue) -> Result<SendOptions, JsValue> {
 }
 
 /// `invalid_argument` unless `base_url` is an http(s) URL, absolute or (in a page)
-/// relative to the page: a malformed one would be sent nowhere, yet each attempt would
-/// count as a lost answer.
-fn check_base_url(base_url: &str) -> Result<(), JsValue> {
+/// relative to the page, or a path (`/v1`) given to the caller's own fetch: a malformed
+/// one would be sent nowhere, yet each attempt would count as a lost answer.
+fn check_base_url(base_url: &str, own_fetch: bool) -> Result<(), JsValue> {
+    if own_fetch && base_url.starts_with('/') && !base_url.starts_with("//") {
+        return Ok(());
+    }
     let global = js_sys::global();
     let url: Function = Reflect::get(&global, &"URL".into())?
         .dyn_into()
@@ -576,16 +603,17 @@ fn aborted(signal: &JsValue) -> bool {
 }
 
 /// The caller's signal ended the query: an `aborted` error, its `cause` the signal's
-/// reason, with the key to send the query again with (an attempt may have been billed).
-fn aborted_error(signal: &JsValue, key: &str) -> JsValue {
+/// reason, with the key to send the query again with (once `sent`, an attempt may have
+/// been billed).
+fn aborted_error(signal: &JsValue, key: &str, sent: bool) -> JsValue {
     let reason = Reflect::get(signal, &"reason".into()).unwrap_or_else(|e| e);
     let why = thrown_message(&reason).unwrap_or_else(|| "no reason given".to_owned());
-    let js = error(
-        ABORTED,
-        &format!(
-            "The query was aborted ({why}); an attempt may have reached the service: send it again with its idempotencyKey."
-        ),
-    );
+    let message = if sent {
+        format!("The query was aborted ({why}); an attempt may have reached the service: send it again with its idempotencyKey.")
+    } else {
+        format!("The query was aborted ({why}) before it was sent.")
+    };
+    let js = error(ABORTED, &message);
     let _ = Reflect::set(&js, &"cause".into(), &reason);
     let _ = Reflect::set(&js, &"idempotencyKey".into(), &key.into());
     js

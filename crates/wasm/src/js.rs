@@ -311,7 +311,7 @@ pub fn format_number(
 ) -> Result<String, JsValue> {
     const DECIMALS: &str = "decimals must be an integer from 0 to 6.";
     let value = number(&value, "value must be a number.")?;
-    let decimals = match decimals.filter(|d| !d.is_undefined()) {
+    let decimals = match decimals.filter(|d| !d.is_undefined() && !d.is_null()) {
         None => 0,
         Some(d) => match number(&d, DECIMALS)? {
             d if d.fract() == 0.0 && (0.0..=6.0).contains(&d) => d as u8,
@@ -434,7 +434,13 @@ mod engine {
             };
             let array = match tag.as_deref() {
                 // A tag can be claimed (`Symbol.toStringTag`); a view's slot can't.
-                Some("[object Uint8Array]") if ArrayBuffer::is_view(&bytes) => {
+                Some("[object Uint8Array]")
+                    if ArrayBuffer::is_view(&bytes)
+                        && Reflect::get(&bytes, &"BYTES_PER_ELEMENT".into())
+                            .ok()
+                            .and_then(|size| size.as_f64())
+                            == Some(1.0) =>
+                {
                     bytes.unchecked_into::<Uint8Array>()
                 }
                 Some("[object ArrayBuffer]") => {
