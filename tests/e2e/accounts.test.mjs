@@ -71,6 +71,11 @@ test("on a shared browser each user sees only their own history, and a sign-out 
   const context = await browser.newContext();
   const page = await context.newPage();
   await page.goto(server.origin);
+  // Lists kept before lists had owners are nobody's: the app drops them unread.
+  await page.evaluate(() => localStorage.setItem('crosstab.tables', JSON.stringify([{ name: 'a stranger' }])));
+  await page.reload();
+  await page.getByRole('heading', { name: 'Sign in' }).waitFor();
+  assert.equal(await page.evaluate(() => localStorage.getItem('crosstab.tables')), null);
   await signIn(page, server, demo);
   await page.locator('#target-0').fill('F2554');
   await page.locator('#target-0').press('Tab');

@@ -309,8 +309,14 @@ pub fn download(name: &str, mime: &str, bytes: &[u8]) -> Result<(), String> {
     Ok(())
 }
 
-/// Draws `svg` on a canvas and offers it as a PNG download.
-pub fn download_png(name: &str, svg: &str) -> Result<(), String> {
+/// Draws `svg` on a canvas and offers it as a PNG download; `failed` hears why when that
+/// fails after this returns (the image loads, and is drawn, later).
+pub fn download_png(
+    name: &str,
+    svg: &str,
+    failed: impl Fn(String) + 'static,
+) -> Result<(), String> {
+    let failed = std::rc::Rc::new(failed);
     let document = web_sys::window()
         .and_then(|w| w.document())
         .ok_or("no document")?;
@@ -326,33 +332,41 @@ pub fn download_png(name: &str, svg: &str) -> Result<(), String> {
         .map_err(|_| "not a canvas".to_owned())?;
     let name = name.to_owned();
     let loaded = image.clone();
+    let on_load_failure = std::rc::Rc::clone(&failed);
     let onload = wasm_bindgen::closure::Closure::once_into_js(move || {
-        canvas.set_width(loaded.natural_width());
-        canvas.set_height(loaded.natural_height());
-        let Ok(Some(context)) = canvas.get_context("2d") else {
-            return;
-        };
-        let Ok(context) = context.dyn_into::<web_sys::CanvasRenderingContext2d>() else {
-            return;
-        };
-        if context
-            .draw_image_with_html_image_element(&loaded, 0.0, 0.0)
-            .is_err()
-        {
-            return;
-        }
-        if let Ok(url) = canvas.to_data_url_with_type("image/png") {
-            if let Ok(anchor) = document
+        let drawn = (|| {
+            canvas.set_width(loaded.natural_width());
+            canvas.set_height(loaded.natural_height());
+            let context = canvas
+                .get_context("2d")
+                .ok()
+                .flatten()
+                .and_then(|c| c.dyn_into::<web_sys::CanvasRenderingContext2d>().ok())
+                .ok_or("no 2D canvas here")?;
+            context
+                .draw_image_with_html_image_element(&loaded, 0.0, 0.0)
+                .map_err(|_| "the chart could not be drawn")?;
+            let url = canvas
+                .to_data_url_with_type("image/png")
+                .map_err(|_| "the canvas gave no PNG")?;
+            let anchor = document
                 .create_element("a")
-                .map(|a| a.unchecked_into::<web_sys::HtmlAnchorElement>())
-            {
-                anchor.set_href(&url);
-                anchor.set_download(&name);
-                anchor.click();
-            }
+                .map_err(|_| "no link")?
+                .unchecked_into::<web_sys::HtmlAnchorElement>();
+            anchor.set_href(&url);
+            anchor.set_download(&name);
+            anchor.click();
+            Ok::<(), &str>(())
+        })();
+        if let Err(why) = drawn {
+            on_load_failure(why.to_owned());
         }
     });
+    let onerror = wasm_bindgen::closure::Closure::once_into_js(move || {
+        failed("the chart could not be read as an image".to_owned());
+    });
     image.set_onload(Some(onload.unchecked_ref()));
+    image.set_onerror(Some(onerror.unchecked_ref()));
     image.set_src(&source);
     Ok(())
 }

@@ -7,7 +7,8 @@ use serde::{Deserialize, Serialize};
 use crate::choices::{Choice, ChoiceList};
 use crate::stored::StoredList;
 
-const KEY: &str = "crosstab.history";
+/// The list's name in local storage (each user's under it, see `stored`).
+pub const KEY: &str = "crosstab.history";
 const MAX_ENTRIES: usize = 50;
 
 /// One past query.

@@ -115,6 +115,7 @@ fn enter(session: RwSignal<Session>, next: Session) {
 
 #[component]
 fn App() -> impl IntoView {
+    stored::forget_unowned(&[history::KEY, saved::SAVED, saved::HISTORY]);
     let session = RwSignal::new(Session::Checking);
     let screen = RwSignal::new(Screen::from_hash(&current_hash()));
     // A query picked from the history, handed to the query screen to load and run.

@@ -9,8 +9,10 @@ use crate::figures::Figures;
 use crate::grid::Arrangement;
 use crate::stored::StoredList;
 
-const SAVED: &str = "crosstab.tables";
-const HISTORY: &str = "crosstab.table-history";
+/// The saved tables' name in local storage (each user's under it, see `stored`).
+pub const SAVED: &str = "crosstab.tables";
+/// The tables run lately, likewise.
+pub const HISTORY: &str = "crosstab.table-history";
 const MAX_HISTORY: usize = 30;
 
 /// A table as the researcher built it.

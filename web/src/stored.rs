@@ -21,12 +21,17 @@ pub fn set_owner(owner: Option<String>) {
     OWNER.with(|slot| *slot.borrow_mut() = owner);
 }
 
-/// The storage key of the list `key` for the current owner.
+/// The storage key of the list `key` for the current owner (`@` alone: nobody signed in).
 fn owned(key: &str) -> String {
-    OWNER.with(|slot| match slot.borrow().as_deref() {
-        Some(owner) => format!("{key}@{owner}"),
-        None => key.to_owned(),
-    })
+    OWNER.with(|slot| format!("{key}@{}", slot.borrow().as_deref().unwrap_or("")))
+}
+
+/// Deletes the lists `keys` kept before lists had owners: whose they were is not known,
+/// so no user may be shown them.
+pub fn forget_unowned(keys: &[&str]) {
+    for key in keys {
+        LocalStorage::delete(key);
+    }
 }
 
 /// Deletes the current owner's list `key`.

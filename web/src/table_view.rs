@@ -105,7 +105,9 @@ pub fn TableView(
                     Ok(())
                 }
                 "svg" => export::download(&name, "image/svg+xml", chart().as_bytes()),
-                _ => export::download_png(&name, &chart()),
+                _ => export::download_png(&name, &chart(), move |why| {
+                    export_error.set(Some(why));
+                }),
             }
         });
         export_error.set(result.err());

@@ -263,10 +263,16 @@ pub fn WorkbenchScreen(signed_in: bool) -> impl IntoView {
     let run_now = move |request: TableRequest| {
         confirming.set(None);
         let from = source.get_untracked();
-        let caption = caption_of(book.get_untracked().as_ref(), &request, from);
+        // The codebook of the request's survey only (a prompt confirmed after a switch of
+        // survey runs the request it priced, of the survey it was priced for).
+        let request_book = book
+            .get_untracked()
+            .filter(|book| book.code == request.survey);
+        let caption = caption_of(request_book.as_ref(), &request, from);
         let started = now_ms();
         // What runs, as it is now: the builder stays editable while it computes.
         let entry = spec_of(String::new(), request.clone());
+        let late_entry = entry.clone();
         runs.update(|r| *r += 1);
         let run = runs.get_untracked();
         epoch.update(|e| *e += 1);
@@ -295,8 +301,20 @@ pub fn WorkbenchScreen(signed_in: bool) -> impl IntoView {
             // Another run started meanwhile, or the source was switched, a saved table
             // loaded or the builder cleared: this answer is stale. `None`: the screen is
             // gone (its signals with it), and nothing is shown.
-            if epoch.try_get_untracked() == Some(mine) {
-                done(answer);
+            match epoch.try_get_untracked() {
+                Some(now) if now == mine => done(answer),
+                // Billed all the same: kept where it can be opened again, and said.
+                Some(_) => {
+                    if let (Source::Server, Ok(table)) = (from, &answer) {
+                        saved::record(late_entry);
+                        notice.set(Some(format!(
+                            "A table run before your change was billed ({} call{}) and not shown: it is under Recently run.",
+                            table.billed_calls,
+                            if table.billed_calls == 1 { "" } else { "s" }
+                        )));
+                    }
+                }
+                None => {}
             }
         });
     };
@@ -307,7 +325,8 @@ pub fn WorkbenchScreen(signed_in: bool) -> impl IntoView {
         outcome.set(to);
     };
     let switch = move |to: Source| {
-        if to == Source::Server && source.get_untracked() == Source::Local {
+        let from_file = matches!(labelled_by.get_value(), Some((Source::Local, _)));
+        if to == Source::Server && from_file {
             // A local file's labels are not sent with a server table: the server's
             // codebook names the entries again once it is in (see the relabelling).
             let unlabel = |list: &mut Vec<TableAxis>| list.iter_mut().for_each(|e| e.label = None);
