@@ -30,7 +30,7 @@ use crate::store::accounts::AccountLimits;
 use crate::store::identity_providers::{self, AccountRule, IdentityProvider, IdpKind};
 use crate::store::{
     self, accounts, signing_keys, surveys, upstream_keys, usage, Backend, Database,
-    DatabaseOptions, DbError, Synchronous,
+    DatabaseOptions, DbError, SchemaMismatch, Synchronous,
 };
 
 /// The crosstab survey-audience query service.
@@ -91,12 +91,40 @@ impl Store {
             }
         };
         Database::connect_current(&url).await.map_err(|error| match error {
-            DbError::Schema(mismatch) => CliError::Usage(format!(
-                "{mismatch}: run `crosstab db migrate` with this crosstab (as `crosstab serve` does on start), then try again"
-            )),
-            error => CliError::Db(error),
+            DbError::Schema(mismatch) => {
+                let advice = match mismatch {
+                    SchemaMismatch::Empty | SchemaMismatch::Behind { .. } => {
+                        "run `crosstab db migrate` with this crosstab (as `crosstab serve` does on start), then try again"
+                    }
+                    SchemaMismatch::Ahead { .. } => {
+                        "use the newer crosstab that migrated it (this one can't go back)"
+                    }
+                    SchemaMismatch::Changed(_) => {
+                        "it was migrated by another build of crosstab: compare its _sqlx_migrations table with this build's migrations"
+                    }
+                };
+                CliError::Usage(format!("{mismatch}: {advice}"))
+            }
+            // A SQLite file named by URL that is not there (sqlx says only that it can't
+            // open it).
+            error => match sqlite_path(&url).filter(|path| !path.exists()) {
+                Some(path) if !url.contains("mode=rwc") => CliError::Usage(format!(
+                    "no database at {}: `crosstab db migrate --database '{url}?mode=rwc'` creates it",
+                    path.display()
+                )),
+                _ => CliError::Db(error),
+            },
         })
     }
+}
+
+/// The file a `sqlite:` URL names, as written (before its `?` options).
+fn sqlite_path(url: &str) -> Option<PathBuf> {
+    let rest = url
+        .strip_prefix("sqlite://")
+        .or_else(|| url.strip_prefix("sqlite:"))?;
+    let path = rest.split('?').next().unwrap_or(rest);
+    (!path.is_empty() && path != ":memory:").then(|| PathBuf::from(path))
 }
 
 /// Only the data directory (for commands that touch no database).

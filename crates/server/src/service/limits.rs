@@ -75,8 +75,8 @@ struct Account {
     /// When a call was last admitted (Unix ms), and whether the account has a quota.
     last_admitted: i64,
     has_quota: bool,
-    /// When the tally was last read from the ledger (Unix ms): an account refused all
-    /// minute is read once a minute, not on each refusal.
+    /// When a call here last read the tally from the ledger (Unix ms): an account refused
+    /// all minute is read once a minute, not on each refusal.
     last_read: i64,
 }
 
@@ -101,8 +101,7 @@ impl Tally {
 impl Account {
     /// Today's count from the ledger, read from `read` (unless another read moved the
     /// tally meanwhile): the ledger's calls and this replica's not yet billed.
-    fn apply(&mut self, read: Tally, (tally, recent): (Tally, u64), now: i64) {
-        self.last_read = now;
+    fn apply(&mut self, read: Tally, (tally, recent): (Tally, u64)) {
         if self.tally == read {
             self.tally = tally;
             self.used = tally.counted + recent + self.pending;
@@ -272,12 +271,16 @@ impl RateLimits {
             .accounts()
             .get(&account_id)
             .filter(|account| account.day == day)
-            .map(|account| (account.tally, account.last_read));
+            .map(|account| (account.tally, account.last_admitted, account.last_read));
         // Today's count from the ledger (every replica's bills) when this replica's is
-        // not kept in step: the day's first call here, or the first after a minute
-        // unread (read before deciding, not under the lock: it's a query).
-        let tally = known.map_or(Tally::day(day), |(tally, _)| tally);
-        let stale = known.is_none_or(|(_, last)| now.saturating_sub(last) > SHARED_WHILE_ACTIVE_MS);
+        // not kept in step: the day's first call here, or the first after a quiet minute
+        // (read before deciding, not under the lock: it's a query). An account refused
+        // all along is read again only a minute after its last read here.
+        let tally = known.map_or(Tally::day(day), |(tally, ..)| tally);
+        let stale = known.is_none_or(|(_, admitted, read)| {
+            now - admitted > SHARED_WHILE_ACTIVE_MS
+                && now.saturating_sub(read) > SHARED_WHILE_ACTIVE_MS
+        });
         let fresh = match limits.daily_quota {
             Some(_) if stale => Some(self.read_tally(account_id, tally, now).await?),
             _ => None,
@@ -300,7 +303,8 @@ impl RateLimits {
             account.tally = Tally::day(day);
         }
         if let Some(fresh) = fresh {
-            account.apply(tally, fresh, now);
+            account.apply(tally, fresh);
+            account.last_read = now;
         }
         account.has_quota = limits.daily_quota.is_some();
         if let Some(rate) = limits.per_second {
@@ -371,7 +375,7 @@ impl RateLimits {
                         .get_mut(&account_id)
                         .filter(|a| a.day == day)
                     {
-                        account.apply(tally, fresh, now);
+                        account.apply(tally, fresh);
                     }
                 }
                 Err(error) => {

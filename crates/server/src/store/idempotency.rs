@@ -5,7 +5,7 @@
 use sqlx::any::AnyRow;
 use sqlx::Row;
 
-use super::{Database, DbError};
+use super::{Backend, Database, DbError};
 
 /// What a key stands for when a request arrives with it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,20 +50,25 @@ pub async fn reserve(
     abandoned_before: i64,
 ) -> Result<Reservation, DbError> {
     loop {
-        // Looked at first, without writing: a retry waiting on a request in flight asks
-        // many times a second, and each write would take SQLite's one write lock from
-        // the ledger's commits.
-        let held = sqlx::query(
-            "SELECT body_sha256, status, response, created_at FROM idempotency_keys \
-             WHERE account_id = $1 AND key = $2",
-        )
-        .bind(claim.account_id)
-        .bind(claim.key)
-        .fetch_optional(db.pool())
-        .await?;
+        // On SQLite, looked at first without writing: a retry waiting on a request in
+        // flight asks many times a second, and each write would take SQLite's one write
+        // lock from the ledger's commits. (PostgreSQL locks the row alone.)
+        let held = if db.backend() == Backend::Sqlite {
+            sqlx::query(
+                "SELECT body_sha256, status, response, created_at FROM idempotency_keys \
+                 WHERE account_id = $1 AND key = $2",
+            )
+            .bind(claim.account_id)
+            .bind(claim.key)
+            .fetch_optional(db.pool())
+            .await?
+        } else {
+            None
+        };
         if let Some(row) = held {
             let created_at: i64 = row.try_get(3)?;
             let status: Option<i64> = row.try_get(1)?;
+            // The rule of the DELETE below.
             let free =
                 created_at < expired_before || (status.is_none() && created_at < abandoned_before);
             if !free {

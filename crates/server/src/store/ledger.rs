@@ -695,6 +695,12 @@ impl Held {
                             tracing::warn!(%error, "ledger commit unanswered, but it took");
                             Ok(lost)
                         }
+                        // Looked for and certainly not there: as good as unwritten.
+                        Ok(Ok(None)) if held && !replaced && connection_gone(&error) => {
+                            tracing::warn!(%error, "ledger connection gone; the batch goes on a new one");
+                            replaced = true;
+                            continue;
+                        }
                         Ok(Ok(None)) => Err(error),
                         Ok(Err(reason)) => Err(unknown(batch, &error, &reason.to_string())),
                         Err(_) => Err(unknown(batch, &error, "the database did not answer")),

@@ -948,3 +948,41 @@ async fn user_passwords_are_read_unseen_at_a_terminal_and_from_a_pipe() {
     );
     server.stop();
 }
+
+/// A database the command can't use as it is says what to do about it: migrate one that
+/// is behind, use the newer build for one ahead, create a SQLite file named by URL.
+#[tokio::test]
+async fn a_database_not_at_this_schema_is_refused_with_the_way_out() {
+    let temp = tempfile::tempdir().unwrap();
+    let data = temp.path().join("data");
+    migrate(&data, &[]);
+    let url = crosstab_server::store::default_url(&data);
+    let db = crosstab_server::store::Database::connect(&url)
+        .await
+        .unwrap();
+    sqlx::query(
+        "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) \
+         VALUES (99999999, 'from a newer build', TRUE, x'00', 0)",
+    )
+    .execute(db.pool())
+    .await
+    .unwrap();
+    db.close().await;
+    let ahead = cli_output(&data, &["key", "list"]);
+    let said = String::from_utf8_lossy(&ahead.stderr);
+    assert!(!ahead.status.success());
+    assert!(
+        said.contains("newer than this crosstab") && said.contains("use the newer crosstab"),
+        "{said}"
+    );
+    assert!(!said.contains("db migrate"), "migrating can't help: {said}");
+
+    let missing = format!("sqlite:{}", temp.path().join("nowhere.db").display());
+    let refused = cli_output(&data, &["key", "list", "--database", &missing]);
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success() && said.contains("no database at") && said.contains("mode=rwc"),
+        "{said}"
+    );
+    assert!(!temp.path().join("nowhere.db").exists());
+}
