@@ -21,6 +21,17 @@ after(async () => {
   await server?.stop();
 });
 
+/** A new browser context signed in as the demo user, on the Tables screen with a survey's codebook in. */
+async function signedInTables(options = {}) {
+  const context = await browser.newContext({ viewport: { width: 1280, height: 900 }, ...options });
+  const page = await context.newPage();
+  await page.goto(server.origin);
+  await signIn(page, server);
+  await page.getByRole('link', { name: 'Tables' }).click();
+  await page.locator('#table-base').waitFor();
+  return { context, page };
+}
+
 /** The workbench's actions on one page (its runs counted to tell answers apart). */
 function bench(page) {
   let runs = 0;
@@ -84,14 +95,9 @@ async function v1(target, { survey = 'DEMO', base = 'ADULTS' } = {}) {
 }
 
 test('a table from the codebook by labels: every cell is /v1 for (row) AND (column), billed as /v1 would bill it', async () => {
-  const context = await browser.newContext({ viewport: { width: 1280, height: 900 }, acceptDownloads: true });
-  const page = await context.newPage();
-  await page.goto(server.origin);
-  await signIn(page, server);
-  await page.getByRole('link', { name: 'Tables' }).click();
+  const { context, page } = await signedInTables({ acceptDownloads: true });
   await page.getByRole('heading', { name: 'Build a table' }).waitFor();
   const wb = bench(page);
-  await page.locator('#table-base').waitFor();
 
   // Picked by label; shown as Label · CODE.
   await wb.pick('rows', 'women 25', 'Women 25-54 · F2554');
@@ -265,12 +271,7 @@ async function twentyByTen(wb) {
 }
 
 test('timing: a 20 × 10 table on the demo survey with every figure, from click to rendered', async () => {
-  const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
-  const page = await context.newPage();
-  await page.goto(server.origin);
-  await signIn(page, server);
-  await page.getByRole('link', { name: 'Tables' }).click();
-  await page.locator('#table-base').waitFor();
+  const { context, page } = await signedInTables();
   const wb = bench(page);
   await twentyByTen(wb);
   assert.match(await page.locator('#table-price').textContent(), /takes 115 billed calls/);
@@ -309,12 +310,7 @@ test("a local file's labels stay in the page: switched to the server, entries ar
   const dir = mkdtempSync(join(tmpdir(), 'crosstab-labels-'));
   const csvPath = join(dir, 'panel.csv');
   writeFileSync(csvPath, 'RESPID,WEIGHT,ZQ_LOCAL\nr1,1,1\nr2,2,2\nr3,1.5,1\n');
-  const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
-  const page = await context.newPage();
-  await page.goto(server.origin);
-  await signIn(page, server);
-  await page.getByRole('link', { name: 'Tables' }).click();
-  await page.locator('#table-base').waitFor();
+  const { context, page } = await signedInTables();
   await page.locator('#source-local').check();
   await page.locator('#local-data').setInputFiles(csvPath);
   await page.locator('#local-id').selectOption('RESPID');
