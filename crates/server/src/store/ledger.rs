@@ -676,37 +676,36 @@ impl Held {
             let result = tokio::time::timeout(limit, write_batch(&mut session.conn, batch))
                 .await
                 .unwrap_or(Err(Unwritten::Unknown(DbError::TimedOut(limit))));
-            return match result {
+            // Why the batch is certainly not in the database, if it is not.
+            let unwritten = match result {
                 Ok(lost) => {
                     session.used = Instant::now();
                     self.0 = Some(session);
-                    Ok(lost)
+                    return Ok(lost);
                 }
-                Err(Unwritten::Not(error)) if held && !replaced && connection_gone(&error) => {
-                    tracing::warn!(%error, "ledger connection gone; the batch goes on a new one");
-                    replaced = true;
-                    continue;
-                }
-                Err(Unwritten::Not(error)) => Err(error),
+                Err(Unwritten::Not(error)) => error,
                 Err(Unwritten::Unknown(error)) => {
                     let found = tokio::time::timeout(limit, reconcile(db, &session, batch)).await;
                     match found {
                         Ok(Ok(Some(lost))) => {
                             tracing::warn!(%error, "ledger commit unanswered, but it took");
-                            Ok(lost)
+                            return Ok(lost);
                         }
-                        // Looked for and certainly not there: as good as unwritten.
-                        Ok(Ok(None)) if held && !replaced && connection_gone(&error) => {
-                            tracing::warn!(%error, "ledger connection gone; the batch goes on a new one");
-                            replaced = true;
-                            continue;
+                        // Looked for and not there: as good as unwritten.
+                        Ok(Ok(None)) => error,
+                        Ok(Err(reason)) => return Err(unknown(batch, &error, &reason.to_string())),
+                        Err(_) => {
+                            return Err(unknown(batch, &error, "the database did not answer"))
                         }
-                        Ok(Ok(None)) => Err(error),
-                        Ok(Err(reason)) => Err(unknown(batch, &error, &reason.to_string())),
-                        Err(_) => Err(unknown(batch, &error, "the database did not answer")),
                     }
                 }
             };
+            if held && !replaced && connection_gone(&unwritten) {
+                tracing::warn!(error = %unwritten, "ledger connection gone; the batch goes on a new one");
+                replaced = true;
+                continue;
+            }
+            return Err(unwritten);
         }
     }
 }

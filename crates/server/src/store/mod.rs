@@ -275,17 +275,12 @@ impl Database {
         match schema {
             Schema::Migrate => migrator.run(&pool).await?,
             Schema::Current => {
-                let checked = schema_mismatch(&pool, backend, migrator).await;
-                match checked {
-                    Ok(None) => {}
-                    Ok(Some(mismatch)) => {
-                        pool.close().await;
-                        return Err(DbError::Schema(mismatch));
-                    }
-                    Err(error) => {
-                        pool.close().await;
-                        return Err(error);
-                    }
+                let current = schema_mismatch(&pool, backend, migrator)
+                    .await
+                    .and_then(|mismatch| mismatch.map_or(Ok(()), |m| Err(DbError::Schema(m))));
+                if let Err(error) = current {
+                    pool.close().await;
+                    return Err(error);
                 }
             }
         }
