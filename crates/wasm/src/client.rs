@@ -147,25 +147,24 @@ async fn send(request: JsValue, options: JsValue) -> Result<JsValue, JsValue> {
             Err(NoAnswer::Aborted) => return Err(aborted_error(&options.signal, &key, true)),
             Err(NoAnswer::Threw(thrown)) => {
                 let why = thrown_message(&thrown).unwrap_or_else(|| "it threw".to_owned());
-                let js = error(
+                return Err(keyed_error(
                     INVALID_ARGUMENT,
                     &format!("options.fetch threw ({why}) instead of returning a promise."),
-                );
-                let _ = Reflect::set(&js, &"cause".into(), &thrown);
-                let _ = Reflect::set(&js, &"idempotencyKey".into(), &key.as_str().into());
-                return Err(js);
+                    &key,
+                    Some(&thrown),
+                ));
             }
             Err(NoAnswer::NotAResponse(what)) => {
-                let js = error(
+                return Err(keyed_error(
                     INVALID_ARGUMENT,
                     &format!(
                         "options.fetch resolved to something that is no Response ({what}); \
                          the query may have reached the service: send it again with its \
                          idempotencyKey."
                     ),
-                );
-                let _ = Reflect::set(&js, &"idempotencyKey".into(), &key.as_str().into());
-                return Err(js);
+                    &key,
+                    None,
+                ));
             }
             Err(NoAnswer::Lost(failure)) => Err(failure),
             Ok(answer) => Ok(answer),
@@ -244,29 +243,22 @@ struct AttemptDeadline {
 
 impl AttemptDeadline {
     fn start(ms: f64, caller: &JsValue) -> Result<AttemptDeadline, JsValue> {
-        let global = js_sys::global();
-        let constructor: Function = Reflect::get(&global, &"AbortController".into())?
-            .dyn_into()
-            .map_err(|_| error(INVALID_ARGUMENT, "no AbortController here."))?;
-        let controller = Reflect::construct(&constructor, &js_sys::Array::new())?;
+        let controller =
+            Reflect::construct(&global_function("AbortController")?, &js_sys::Array::new())?;
         let abort: Function = Reflect::get(&controller, &"abort".into())?.dyn_into()?;
         let abort = abort.bind0(&controller);
         let signal = Reflect::get(&controller, &"signal".into())?;
         let mut listening = Ok(JsValue::UNDEFINED);
         let stopped = Promise::new(&mut |_, reject| {
-            let once = Object::new();
-            let _ = Reflect::set(&once, &"once".into(), &JsValue::TRUE);
             listening = call_method(
                 &signal,
                 "addEventListener",
-                &["abort".into(), reject.into(), once.into()],
+                &["abort".into(), reject.into(), once().into()],
             );
         });
         listening?;
-        let set_timeout: Function = Reflect::get(&global, &"setTimeout".into())?
-            .dyn_into()
-            .map_err(|_| error(INVALID_ARGUMENT, "no setTimeout here."))?;
-        let timer = set_timeout.call2(&JsValue::UNDEFINED, &abort, &ms.into())?;
+        let timer =
+            global_function("setTimeout")?.call2(&JsValue::UNDEFINED, &abort, &ms.into())?;
         if caller.is_object() {
             call_method(
                 caller,
@@ -291,9 +283,7 @@ impl AttemptDeadline {
 
     /// Stops the timer and stops listening to the caller's signal.
     fn end(self) -> Result<(), JsValue> {
-        let clear_timeout: Function =
-            Reflect::get(&js_sys::global(), &"clearTimeout".into())?.dyn_into()?;
-        clear_timeout.call1(&JsValue::UNDEFINED, &self.timer)?;
+        global_function("clearTimeout")?.call1(&JsValue::UNDEFINED, &self.timer)?;
         if self.caller.is_object() {
             call_method(
                 &self.caller,
@@ -472,11 +462,8 @@ fn check_base_url(base_url: &str, own_fetch: bool) -> Result<(), JsValue> {
     if own_fetch && base_url.starts_with('/') && !base_url.starts_with("//") {
         return Ok(());
     }
-    let global = js_sys::global();
-    let url: Function = Reflect::get(&global, &"URL".into())?
-        .dyn_into()
-        .map_err(|_| error(INVALID_ARGUMENT, "no URL here."))?;
-    let page = Reflect::get(&global, &"location".into())
+    let url = global_function("URL")?;
+    let page = Reflect::get(&js_sys::global(), &"location".into())
         .ok()
         .filter(JsValue::is_object)
         .and_then(|location| Reflect::get(&location, &"href".into()).ok())
@@ -543,6 +530,21 @@ fn call_method(target: &JsValue, name: &str, args: &[JsValue]) -> Result<JsValue
     method.apply(target, &args.iter().collect())
 }
 
+/// The global function `name` (`setTimeout`, `URL`, ...), or `invalid_argument`: this
+/// JavaScript has none.
+fn global_function(name: &str) -> Result<Function, JsValue> {
+    Reflect::get(&js_sys::global(), &name.into())?
+        .dyn_into()
+        .map_err(|_| error(INVALID_ARGUMENT, &format!("no {name} here.")))
+}
+
+/// `{once: true}`: options of a listener that goes with the first event.
+fn once() -> Object {
+    let once = Object::new();
+    let _ = Reflect::set(&once, &"once".into(), &JsValue::TRUE);
+    once
+}
+
 /// Waits `ms` milliseconds (a `setTimeout` promise), or until `signal` aborts (at once if
 /// it has: the caller looks at it after). Whichever ends the wait, the other is undone: a
 /// signal kept for many queries gathers no listeners, and no timer outlives an abort.
@@ -550,14 +552,8 @@ async fn sleep(ms: f64, signal: &JsValue) -> Result<(), JsValue> {
     if aborted(signal) {
         return Ok(());
     }
-    let global = js_sys::global();
-    let timer_function = |name: &str| -> Result<Function, JsValue> {
-        Reflect::get(&global, &name.into())?
-            .dyn_into()
-            .map_err(|_| error(INVALID_ARGUMENT, &format!("no {name} here.")))
-    };
-    let set_timeout = timer_function("setTimeout")?;
-    let clear_timeout = timer_function("clearTimeout")?;
+    let set_timeout = global_function("setTimeout")?;
+    let clear_timeout = global_function("clearTimeout")?;
     let mut failed = None;
     let mut wake = None;
     let mut timer = JsValue::UNDEFINED;
@@ -567,13 +563,10 @@ async fn sleep(ms: f64, signal: &JsValue) -> Result<(), JsValue> {
             Err(e) => failed = Some(e),
         }
         if signal.is_object() {
-            // `{once: true}`: the listener goes with the first abort.
-            let once = Object::new();
-            let _ = Reflect::set(&once, &"once".into(), &JsValue::TRUE);
             let listen = [
                 JsValue::from_str("abort"),
                 resolve.clone().into(),
-                once.into(),
+                once().into(),
             ];
             if let Err(e) = call_method(signal, "addEventListener", &listen) {
                 failed = Some(e);
@@ -613,8 +606,16 @@ fn aborted_error(signal: &JsValue, key: &str, sent: bool) -> JsValue {
     } else {
         format!("The query was aborted ({why}) before it was sent.")
     };
-    let js = error(ABORTED, &message);
-    let _ = Reflect::set(&js, &"cause".into(), &reason);
+    keyed_error(ABORTED, &message, key, Some(&reason))
+}
+
+/// A `CrosstabError` for a query that may have been sent: it carries the `idempotencyKey`
+/// to send it again with, and what caused it, if anything did.
+fn keyed_error(code: &str, message: &str, key: &str, cause: Option<&JsValue>) -> JsValue {
+    let js = error(code, message);
+    if let Some(cause) = cause {
+        let _ = Reflect::set(&js, &"cause".into(), cause);
+    }
     let _ = Reflect::set(&js, &"idempotencyKey".into(), &key.into());
     js
 }
@@ -637,13 +638,12 @@ fn sent(
 /// the key to send the query again with.
 fn network_error(failure: &JsValue, key: &str) -> JsValue {
     let message = thrown_message(failure).unwrap_or_else(|| "no answer".to_owned());
-    let js = error(
+    keyed_error(
         NETWORK_ERROR,
         &format!(
             "No answer from the service ({message}); send the query again with its idempotencyKey."
         ),
-    );
-    let _ = Reflect::set(&js, &"cause".into(), failure);
-    let _ = Reflect::set(&js, &"idempotencyKey".into(), &key.into());
-    js
+        key,
+        Some(failure),
+    )
 }
