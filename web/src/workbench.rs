@@ -209,21 +209,24 @@ pub fn WorkbenchScreen(signed_in: bool) -> impl IntoView {
     // in the server's after a local file's, they are named again by that one (labels it
     // lacks dropped), so no table shows one survey's labels over another's codes.
     let labelled_by = StoredValue::new(None::<(Source, String)>);
+    // Names every entry by `book`'s labels (none without a book).
+    let relabel = move |book: Option<&Codebook>| {
+        let name = |list: &mut Vec<TableAxis>| {
+            for entry in list {
+                entry.label = Labelled::of(book, &entry.expression).label;
+            }
+        };
+        rows.update(name);
+        columns.update(name);
+    };
     Effect::new(move |_| {
         let Some(book) = book.get() else { return };
         let now = (source.get_untracked(), book.code.clone());
         let before = labelled_by.get_value();
         labelled_by.set_value(Some(now.clone()));
-        if before.is_none_or(|before| before == now) {
-            return;
+        if before.is_some_and(|before| before != now) {
+            relabel(Some(&book));
         }
-        let relabel = |list: &mut Vec<TableAxis>| {
-            for entry in list {
-                entry.label = Labelled::of(Some(&book), &entry.expression).label;
-            }
-        };
-        rows.update(relabel);
-        columns.update(relabel);
     });
 
     let request = Memo::new(move |_| {
@@ -329,9 +332,7 @@ pub fn WorkbenchScreen(signed_in: bool) -> impl IntoView {
         if to == Source::Server && from_file {
             // A local file's labels are not sent with a server table: the server's
             // codebook names the entries again once it is in (see the relabelling).
-            let unlabel = |list: &mut Vec<TableAxis>| list.iter_mut().for_each(|e| e.label = None);
-            rows.update(unlabel);
-            columns.update(unlabel);
+            relabel(None);
         }
         source.set(to);
         reset(Outcome::Idle);
