@@ -666,8 +666,11 @@ async fn a_bill_during_a_short_postgres_restart_is_written_when_it_is_back() {
         !during.is_finished(),
         "answered while the database was down"
     );
-    // Its client disconnected: that request is dropped while the writer waits.
+    // Its client disconnected: that request is dropped while the writer waits (awaited,
+    // so it is gone before the database is back: the writer runs on a thread of its
+    // own, and `start_again` blocks this one).
     gone.abort();
+    assert!(gone.await.unwrap_err().is_cancelled());
     postgres.start_again();
     during.await.unwrap().unwrap();
 
