@@ -78,6 +78,16 @@ while IFS= read -r -d '' snippet; do
   fi
   for name in $names; do echo "exports.$name = $name;" >>"$snippet"; done
 done < <(find "$PKG/node" -path '*/snippets/*' -name '*.js' -print0)
+# The engine's glue: a freed Survey is said as such (crates/wasm/js/freed.js), checked
+# against this wasm-bindgen's glue, which keeps the handle in `__wbg_ptr` (0 once freed).
+for dir in node web; do
+  glue="$PKG/$dir/crosstab_wasm.js"
+  if ! grep -Eq '^(export )?class Survey \{$' "$glue" || ! grep -q 'this.__wbg_ptr = 0;' "$glue"; then
+    echo "$glue: not the Survey glue crates/wasm/js/freed.js was written for" >&2
+    exit 1
+  fi
+  cat "$ROOT/crates/wasm/js/freed.js" >>"$glue"
+done
 # wasm-bindgen declares `[Symbol.dispose]()` on classes, which only type-checks with
 # `lib: esnext.disposable`; drop the declaration (the method still exists at runtime) so
 # the types check under any ES2020+ lib, without `skipLibCheck`.

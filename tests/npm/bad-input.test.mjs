@@ -149,6 +149,30 @@ test("bytes from another realm (a vm context, an iframe) are bytes all the same"
   throwsCode(() => Survey.fromCompiled(vm.runInNewContext("new ArrayBuffer(4)")), "invalid_survey");
 });
 
+test("a freed survey: free() again does nothing, any other use is survey_freed", () => {
+  const freed = Survey.fromCsv(toml, csv);
+  assert.equal(freed.crosstab(GOOD).Results.length, 1);
+  freed.free();
+  freed.free();
+  freed[Symbol.dispose]();
+  for (const use of [
+    () => freed.crosstab(GOOD),
+    () => freed.table({ populationBase: "ALL", rows: [{ expression: "*" }], columns: [{ expression: "*" }] }),
+    () => freed.codebook(),
+    () => freed.code,
+    () => freed.respondents,
+  ]) {
+    throwsCode(use, "survey_freed");
+  }
+  // Disposal first, then free(): the same.
+  const disposed = Survey.fromCsv(toml, csv);
+  disposed[Symbol.dispose]();
+  disposed.free();
+  throwsCode(() => disposed.crosstab(GOOD), "survey_freed");
+  // Other surveys are untouched.
+  assert.equal(survey.crosstab(GOOD).Results[0].Resps > 0, true);
+});
+
 test("bad survey sources for fromCsv", () => {
   throwsCode(() => Survey.fromCsv("not = [toml", csv), "invalid_survey_source");
   throwsCode(() => Survey.fromCsv(toml, "ID,W\n"), "invalid_survey_source");

@@ -8,7 +8,7 @@ import fs from "node:fs";
 import path from "node:path";
 import test from "node:test";
 
-import { ROOT, project } from "./helpers.mjs";
+import { ROOT, project, vectorSurveySource } from "./helpers.mjs";
 
 const REQUEST = { SurveyCode: "VEC", PopulationBaseCode: "ALL", TargetCodes: ["F2554"] };
 
@@ -96,6 +96,14 @@ test("the web build initializes from bytes (initSync) and answers the same", asy
     assert.equal(outcome.ok, false);
     assert.equal(outcome.body.error.code, "invalid_target_codes");
     assert.equal(typeof web.default, "function", "web build exports its async init");
+    if (sub === "web") {
+      // The engine's web glue says a freed survey as the Node one does.
+      const { toml, csv } = vectorSurveySource();
+      const survey = web.Survey.fromCsv(toml, csv);
+      survey.free();
+      survey.free();
+      assert.throws(() => survey.crosstab(REQUEST), { name: "CrosstabError", code: "survey_freed" });
+    }
   }
 });
 

@@ -19,7 +19,7 @@ pub const INVALID_ARGUMENT: &str = "invalid_argument";
 const ERROR_TYPES: &str = r#"
 /** The `Error` every function of this package throws: `code` is machine-readable (the
  * contract's `error.code`, such as `invalid_request`, or `invalid_argument`,
- * `invalid_survey`, `invalid_survey_source`); `status` and `body` are the HTTP status
+ * `invalid_survey`, `invalid_survey_source`, `survey_freed`); `status` and `body` are the HTTP status
  * and envelope the server would answer with, for contract errors. */
 export interface CrosstabError extends Error {
   code: string;
