@@ -62,11 +62,15 @@ test('sign in, build a query from the codebook, run it: the numbers /v1/crosstab
   const respondents = await page.locator('#results-table tbody tr td:nth-child(4)').allTextContents();
   assert.deepEqual(respondents.map((t) => Number(t.replace(/,/g, ''))), direct.body.Results.map((r) => r.Resps));
 
-  // Flip orientation: targets become columns.
+  // Flip orientation: targets become columns, with their labels as in rows.
+  const labels = await page.locator('#results-table tbody th .target-label').allTextContents();
+  assert.equal(labels.length, 2);
+  assert.equal(labels[0], 'Women 25-54');
   await page.locator('#flip').click();
   await page.locator('#results-table[data-orientation="columns"]').waitFor();
-  const headers = await page.locator('#results-table thead th').allTextContents();
-  assert.deepEqual(headers.slice(1), ['F2554', 'P_COFFEE_01 = 1']);
+  const headers = await page.locator('#results-table thead th code').allTextContents();
+  assert.deepEqual(headers, ['F2554', 'P_COFFEE_01 = 1']);
+  assert.deepEqual(await page.locator('#results-table thead th .target-label').allTextContents(), labels);
   await page.screenshot({ path: join(artifacts, 'results-columns.png'), fullPage: true });
 
   // Export CSV.
@@ -79,6 +83,19 @@ test('sign in, build a query from the codebook, run it: the numbers /v1/crosstab
   assert.equal(csv.length, 3);
   assert.ok(csv[1].startsWith('F2554,'), csv[1]);
   assert.equal(Number(csv[1].split(',')[4]), direct.body.Results[0].Resps);
+
+  // The curl command copies (said once the browser has it), and the next answer's
+  // button starts over.
+  await context.grantPermissions(['clipboard-read', 'clipboard-write']);
+  await page.locator('details.curl summary').click();
+  await page.locator('#copy-curl').click();
+  await page.locator('#copy-curl', { hasText: /^Copied$/ }).waitFor();
+  assert.equal(await page.evaluate(() => navigator.clipboard.readText()), await page.locator('#curl').textContent());
+  await page.locator('#base').selectOption('ADULTS');
+  await page.locator('#run').click();
+  await page.locator('#results-table').waitFor();
+  await page.locator('details.curl summary').click();
+  assert.equal(await page.locator('#copy-curl').textContent(), 'Copy curl command');
   await context.close();
 });
 

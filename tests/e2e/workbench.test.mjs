@@ -118,6 +118,15 @@ test('a table from the codebook by labels: every cell is /v1 for (row) AND (colu
   const rows = await wb.expressions('rows');
   const columns = await wb.expressions('columns');
   assert.equal(rows.length, 8);
+  // Moving an entry by keyboard keeps the focus on its button, wherever it moves.
+  await page.locator('#rows-down-0').focus();
+  await page.keyboard.press('Enter');
+  await page.waitForFunction(() => document.activeElement?.id === 'rows-down-1');
+  assert.deepEqual((await wb.expressions('rows')).slice(0, 2), [rows[1], rows[0]]);
+  await page.keyboard.press('Shift+Tab');
+  await page.keyboard.press('Enter');
+  await page.waitForFunction(() => document.activeElement?.id === 'rows-up-0');
+  assert.deepEqual(await wb.expressions('rows'), rows);
   // 8 × 4: 32 cells and 12 totals, 22 calls: above 20, the app asks first.
   assert.match(await page.locator('#table-price').textContent(), /takes 22 billed calls/);
   await page.locator('#table-run').click();
@@ -131,18 +140,28 @@ test('a table from the codebook by labels: every cell is /v1 for (row) AND (colu
   // of date now that the builder has more rows.
   assert.equal(await page.locator('#workbench-table[data-run="1"]').count(), 1);
   assert.equal(await page.locator('#table-stale').count(), 1);
-  // What is confirmed is what was priced: a row added behind the open prompt waits.
+  // The prompt is modal: the builder behind it takes no click and no focus until it is
+  // answered (Escape cancels it).
   await page.locator('#table-run').click();
   await page.locator('#cost-prompt').waitFor();
-  await wb.typed('rows', 'AGE = 19');
-  assert.match(await page.locator('#cost-prompt').textContent(), /22 billed calls/);
+  assert.equal(await page.locator('#cost-prompt').evaluate((d) => d.matches(':modal')), true);
+  assert.equal(await page.evaluate(() => document.activeElement?.id), 'cost-confirm');
+  await assert.rejects(page.locator('#rows-expression').click({ timeout: 1000 }));
+  await page.keyboard.press('Escape');
+  assert.equal(await page.locator('#cost-prompt').count(), 0);
+  assert.equal(await page.evaluate(() => document.activeElement?.id), 'table-run', 'focus back on Run');
+  await page.locator('#table-run').click();
+  await page.locator('#cost-prompt').waitFor();
   await page.locator('#cost-confirm').click();
   wb.counted();
   await page.locator('#workbench-table[data-run="2"]').waitFor({ timeout: 60_000 });
   assert.equal(await page.locator('#table-cost').getAttribute('data-billed'), '22');
   assert.equal(await page.locator('#workbench-table tbody tr').count(), 9, 'Total and the 8 priced rows');
+  await wb.typed('rows', 'AGE = 19');
   assert.equal(await page.locator('#table-stale').count(), 1, 'the builder has a row the table lacks');
   await page.getByRole('button', { name: /^Remove (.* · )?AGE = 19$/ }).click();
+  // The focus goes to the entry now last, not to the page.
+  await page.waitForFunction(() => document.activeElement?.id === 'rows-remove-7');
   assert.equal(await page.locator('#table-stale').count(), 0);
   assert.match(await page.locator('#table-announce').textContent(), /Table ready: 8 rows by 4 columns/);
   await wb.run({ confirm: true });

@@ -314,9 +314,8 @@ pub fn download(name: &str, mime: &str, bytes: &[u8]) -> Result<(), String> {
 pub fn download_png(
     name: &str,
     svg: &str,
-    failed: impl Fn(String) + 'static,
+    failed: impl FnOnce(String) + 'static,
 ) -> Result<(), String> {
-    let failed = std::rc::Rc::new(failed);
     let document = web_sys::window()
         .and_then(|w| w.document())
         .ok_or("no document")?;
@@ -331,12 +330,17 @@ pub fn download_png(
         .dyn_into::<web_sys::HtmlCanvasElement>()
         .map_err(|_| "not a canvas".to_owned())?;
     let name = name.to_owned();
-    let loaded = image.clone();
-    let on_load_failure = std::rc::Rc::clone(&failed);
-    let onload = wasm_bindgen::closure::Closure::once_into_js(move || {
+    image.set_src(&source);
+    // `decode()` settles once, either way: no handler is left behind unused.
+    let decoded = wasm_bindgen_futures::JsFuture::from(image.decode());
+    leptos::task::spawn_local(async move {
+        if decoded.await.is_err() {
+            failed("the chart could not be read as an image".to_owned());
+            return;
+        }
         let drawn = (|| {
-            canvas.set_width(loaded.natural_width());
-            canvas.set_height(loaded.natural_height());
+            canvas.set_width(image.natural_width());
+            canvas.set_height(image.natural_height());
             let context = canvas
                 .get_context("2d")
                 .ok()
@@ -344,7 +348,7 @@ pub fn download_png(
                 .and_then(|c| c.dyn_into::<web_sys::CanvasRenderingContext2d>().ok())
                 .ok_or("no 2D canvas here")?;
             context
-                .draw_image_with_html_image_element(&loaded, 0.0, 0.0)
+                .draw_image_with_html_image_element(&image, 0.0, 0.0)
                 .map_err(|_| "the chart could not be drawn")?;
             let url = canvas
                 .to_data_url_with_type("image/png")
@@ -359,15 +363,9 @@ pub fn download_png(
             Ok::<(), &str>(())
         })();
         if let Err(why) = drawn {
-            on_load_failure(why.to_owned());
+            failed(why.to_owned());
         }
     });
-    let onerror = wasm_bindgen::closure::Closure::once_into_js(move || {
-        failed("the chart could not be read as an image".to_owned());
-    });
-    image.set_onload(Some(onload.unchecked_ref()));
-    image.set_onerror(Some(onerror.unchecked_ref()));
-    image.set_src(&source);
     Ok(())
 }
 

@@ -184,7 +184,9 @@ fn curl(request: &CrosstabRequest) -> String {
     )
 }
 
-fn copy_to_clipboard(text: &str) -> bool {
+/// Copies `text` to the clipboard: whether the browser said it did (`writeText` settles
+/// its promise only then; it refuses without permission or outside a secure context).
+async fn copy_to_clipboard(text: String) -> bool {
     let Some(window) = web_sys::window() else {
         return false;
     };
@@ -195,11 +197,24 @@ fn copy_to_clipboard(text: &str) -> bool {
     let Ok(write) = js_sys::Reflect::get(&clipboard, &"writeText".into()) else {
         return false;
     };
-    write
+    let promise = write
         .dyn_into::<js_sys::Function>()
         .ok()
         .and_then(|f| f.call1(&clipboard, &text.into()).ok())
-        .is_some()
+        .and_then(|p| p.dyn_into::<js_sys::Promise>().ok());
+    match promise {
+        Some(promise) => wasm_bindgen_futures::JsFuture::from(promise).await.is_ok(),
+        None => false,
+    }
+}
+
+/// The copy button's text: what the last copy of this answer's command did.
+fn copy_text(copied: Option<bool>) -> &'static str {
+    match copied {
+        None => "Copy curl command",
+        Some(true) => "Copied",
+        Some(false) => "Not copied: select the command and copy it",
+    }
 }
 
 fn advice(retry: Retry) -> &'static str {
@@ -214,9 +229,10 @@ fn advice(retry: Retry) -> &'static str {
 #[component]
 pub fn ResultsView(outcome: RwSignal<Outcome>) -> impl IntoView {
     let targets_as_rows = RwSignal::new(true);
-    let copied = RwSignal::new(false);
-    let export_error = RwSignal::new(None::<String>);
     move || {
+        // Each answer's own: a copy or an export of an earlier answer says nothing of it.
+        let copied = RwSignal::new(None::<bool>);
+        let export_error = RwSignal::new(None::<String>);
         match outcome.get() {
         Outcome::Idle => view! {
             <section class="card results empty-state"><p class="empty">"Run a query to see the audience figures here."</p></section>
@@ -292,7 +308,8 @@ pub fn ResultsView(outcome: RwSignal<Outcome>) -> impl IntoView {
                                     <div class="table-wrap">
                                     <table id="results-table" data-orientation="columns">
                                         <thead><tr><th scope="col">"Measure"</th>
-                                            {rows.iter().map(|r| view! { <th scope="col"><code>{r.target.clone()}</code></th> }).collect_view()}
+                                            {rows.iter().map(|r| view! { <th scope="col"><code>{r.target.clone()}</code>
+                                                {(!r.label.is_empty()).then(|| view! { <span class="muted target-label">{r.label.clone()}</span> })}</th> }).collect_view()}
                                         </tr></thead>
                                         <tbody>
                                             {measure(weighted_head, rows.iter().map(|r| r.weighted.clone()).collect())}
@@ -312,7 +329,8 @@ pub fn ResultsView(outcome: RwSignal<Outcome>) -> impl IntoView {
                                 let width = if max > 0.0 { 100.0 * row.absolute / max } else { 0.0 };
                                 view! {
                                     <div class="bar-row">
-                                        <span class="bar-label"><code>{row.target.clone()}</code></span>
+                                        <span class="bar-label"><code>{row.target.clone()}</code>
+                                            {(!row.label.is_empty()).then(|| view! { <span class="muted target-label">{row.label.clone()}</span> })}</span>
                                         <span class="bar-track"><span class="bar" class:unstable=row.unstable style=format!("width: {width:.1}%")></span></span>
                                         <span class="bar-value">{row.display.clone()}</span>
                                     </div>
@@ -322,8 +340,15 @@ pub fn ResultsView(outcome: RwSignal<Outcome>) -> impl IntoView {
                         <details class="curl">
                             <summary>"Use this query from code (curl)"</summary>
                             <pre id="curl">{command}</pre>
-                            <button class="secondary" on:click=move |_| copied.set(copy_to_clipboard(&command_for_copy))>
-                                {move || if copied.get() { "Copied" } else { "Copy curl command" }}
+                            <button class="secondary" id="copy-curl" on:click=move |_| {
+                                let text = command_for_copy.clone();
+                                leptos::task::spawn_local(async move {
+                                    let done = copy_to_clipboard(text).await;
+                                    // The answer may have been replaced meanwhile.
+                                    let _ = copied.try_set(Some(done));
+                                });
+                            }>
+                                {move || copy_text(copied.get())}
                             </button>
                             <p class="muted">"Set CROSSTAB_API_KEY to a key from the API keys page; keep it server-side."</p>
                         </details>

@@ -550,24 +550,43 @@ pub fn WorkbenchScreen(signed_in: bool) -> impl IntoView {
 /// "This table takes N billed calls": asked before a table above the threshold runs.
 #[component]
 fn CostPrompt(calls: u32, on_run: Callback<()>, on_cancel: Callback<()>) -> impl IntoView {
+    let dialog = NodeRef::<leptos::html::Dialog>::new();
     let confirm = NodeRef::<leptos::html::Button>::new();
     Effect::new(move |_| {
-        if let Some(button) = confirm.get() {
-            let _ = button.focus();
+        if let Some(dialog) = dialog.get() {
+            // Modal: the page behind is inert until the prompt is answered.
+            if !dialog.open() {
+                let _ = dialog.show_modal();
+            }
+            if let Some(button) = confirm.get() {
+                let _ = button.focus();
+            }
         }
     });
+    // Closed before the answer is acted on: the page is inert while it is open, so the
+    // focus could not go back to it.
+    let answer = move |run: bool| {
+        if let Some(dialog) = dialog.get_untracked() {
+            dialog.close();
+        }
+        if run {
+            on_run.run(());
+        } else {
+            on_cancel.run(());
+        }
+    };
     view! {
-        <div class="dialog" role="alertdialog" aria-modal="true" aria-labelledby="cost-title" aria-describedby="cost-text" id="cost-prompt"
-            on:keydown=move |ev| if ev.key() == "Escape" { on_cancel.run(()) }>
+        <dialog class="dialog" role="alertdialog" aria-labelledby="cost-title" aria-describedby="cost-text" id="cost-prompt" node_ref=dialog
+            on:cancel=move |ev: web_sys::Event| { ev.prevent_default(); answer(false) }>
             <h2 id="cost-title">"Run this table on the server?"</h2>
             <p id="cost-text">{format!(
                 "It takes {calls} billed calls on your account, more than {TABLE_COST_PROMPT_THRESHOLD}: the calls /v1 would bill for the same questions."
             )}</p>
             <div class="row">
-                <button id="cost-confirm" node_ref=confirm on:click=move |_| on_run.run(())>{format!("Run ({calls} calls)")}</button>
-                <button class="secondary" id="cost-cancel" on:click=move |_| on_cancel.run(())>"Cancel"</button>
+                <button id="cost-confirm" node_ref=confirm on:click=move |_| answer(true)>{format!("Run ({calls} calls)")}</button>
+                <button class="secondary" id="cost-cancel" on:click=move |_| answer(false)>"Cancel"</button>
             </div>
-        </div>
+        </dialog>
     }
 }
 
@@ -615,7 +634,13 @@ fn AxisEditor(
             }
         });
     };
+    // The list is drawn again after a change: the keyboard's focus goes to the same
+    // button of the moved entry, or to the next entry's Remove, once it is drawn.
+    let focus_later = move |id: String| {
+        request_animation_frame(move || focus(&id));
+    };
     let move_by = move |index: usize, up: bool| {
+        let mut moved = None;
         items.update(|list| {
             let other = if up {
                 index.checked_sub(1)
@@ -624,8 +649,26 @@ fn AxisEditor(
             };
             if let Some(other) = other.filter(|o| *o < list.len()) {
                 list.swap(index, other);
+                moved = Some(other);
             }
         });
+        if let Some(to) = moved {
+            focus_later(format!("{name}-{}-{to}", if up { "up" } else { "down" }));
+        }
+    };
+    let remove = move |index: usize| {
+        let mut left = None;
+        items.update(|list| {
+            if index < list.len() {
+                list.remove(index);
+                left = Some(list.len());
+            }
+        });
+        match left {
+            Some(0) => focus_later(format!("{name}-variable")),
+            Some(len) => focus_later(format!("{name}-remove-{}", index.min(len - 1))),
+            None => {}
+        }
     };
     view! {
         <fieldset class="axis" id=format!("{name}-axis")>
@@ -637,10 +680,10 @@ fn AxisEditor(
                         <li>
                             <span class="axis-entry" data-expression=entry.expression.clone()>{text.clone()}</span>
                             <span class="axis-buttons">
-                                <button class="secondary icon" aria-label=format!("Move {text} up") on:click=move |_| move_by(index, true)>"↑"</button>
-                                <button class="secondary icon" aria-label=format!("Move {text} down") on:click=move |_| move_by(index, false)>"↓"</button>
-                                <button class="secondary icon" aria-label=format!("Remove {text}")
-                                    on:click=move |_| items.update(|list| { if index < list.len() { list.remove(index); } })>"×"</button>
+                                <button class="secondary icon" id=format!("{name}-up-{index}") aria-label=format!("Move {text} up") on:click=move |_| move_by(index, true)>"↑"</button>
+                                <button class="secondary icon" id=format!("{name}-down-{index}") aria-label=format!("Move {text} down") on:click=move |_| move_by(index, false)>"↓"</button>
+                                <button class="secondary icon" id=format!("{name}-remove-{index}") aria-label=format!("Remove {text}")
+                                    on:click=move |_| remove(index)>"×"</button>
                             </span>
                         </li>
                     }
