@@ -27,7 +27,9 @@ use crate::service::transport;
 use crate::service::Settings;
 use crate::service::{replicas, users};
 use crate::store::accounts::AccountLimits;
-use crate::store::identity_providers::{self, AccountRule, IdentityProvider, IdpKind};
+use crate::store::identity_providers::{
+    self, AccountRule, AllowedChange, IdentityProvider, IdpKind,
+};
 use crate::store::{
     self, accounts, signing_keys, surveys, upstream_keys, usage, Backend, Database,
     DatabaseOptions, DbError, SchemaMismatch, Synchronous,
@@ -496,6 +498,9 @@ enum SsoCommand {
         audience: Option<String>,
         #[command(flatten)]
         account: OidcAccount,
+        /// An account the claim may name (repeatable; any other is refused).
+        #[arg(long, value_name = "ACCOUNT", requires = "account_claim")]
+        allow_account: Vec<String>,
         #[command(flatten)]
         store: Store,
     },
@@ -514,6 +519,9 @@ enum SsoCommand {
         audience: Option<String>,
         #[command(flatten)]
         account: SamlAccount,
+        /// An account the attribute may name (repeatable; any other is refused).
+        #[arg(long, value_name = "ACCOUNT", requires = "account_attribute")]
+        allow_account: Vec<String>,
         #[command(flatten)]
         store: Store,
     },
@@ -526,6 +534,28 @@ enum SsoCommand {
     Remove {
         /// Its name.
         name: String,
+        #[command(flatten)]
+        store: Store,
+    },
+    /// Let an identity provider whose tokens name their account (--account-claim,
+    /// --account-attribute) name one more account.
+    AllowAccount {
+        /// The provider's name.
+        #[arg(long)]
+        name: String,
+        /// The account.
+        account: String,
+        #[command(flatten)]
+        store: Store,
+    },
+    /// Stop an identity provider naming an account: its tokens for it stop working on the
+    /// next request.
+    DenyAccount {
+        /// The provider's name.
+        #[arg(long)]
+        name: String,
+        /// The account.
+        account: String,
         #[command(flatten)]
         store: Store,
     },
@@ -544,8 +574,9 @@ struct OidcAccount {
     /// Every token's account.
     #[arg(long)]
     account: Option<String>,
-    /// The claim naming each token's account (which must exist).
-    #[arg(long, value_name = "CLAIM")]
+    /// The claim naming each token's account (which must exist and be allowed by
+    /// --allow-account).
+    #[arg(long, value_name = "CLAIM", requires = "allow_account")]
     account_claim: Option<String>,
 }
 
@@ -556,8 +587,9 @@ struct SamlAccount {
     /// Every assertion's account.
     #[arg(long)]
     account: Option<String>,
-    /// The attribute naming each assertion's account (which must exist).
-    #[arg(long, value_name = "ATTRIBUTE")]
+    /// The attribute naming each assertion's account (which must exist and be allowed
+    /// by --allow-account).
+    #[arg(long, value_name = "ATTRIBUTE", requires = "allow_account")]
     account_attribute: Option<String>,
 }
 
@@ -565,10 +597,18 @@ struct SamlAccount {
 fn account_rule(
     account: Option<String>,
     named_by: Option<String>,
+    allowed: Vec<String>,
 ) -> Result<AccountRule, CliError> {
     match (account, named_by) {
         (Some(account), None) if !account.trim().is_empty() => Ok(AccountRule::Fixed(account)),
-        (None, Some(claim)) if !claim.trim().is_empty() => Ok(AccountRule::Named(claim)),
+        (None, Some(by))
+            if !by.trim().is_empty() && allowed.iter().all(|a| !a.trim().is_empty()) =>
+        {
+            let mut allowed = allowed;
+            allowed.sort();
+            allowed.dedup();
+            Ok(AccountRule::Named { by, allowed })
+        }
         _ => Err(CliError::Usage(
             "give one of --account or the claim (attribute) naming the account, not empty"
                 .to_owned(),
@@ -1227,9 +1267,10 @@ async fn sso(command: SsoCommand) -> Result<(), CliError> {
             issuer,
             audience,
             account,
+            allow_account,
             store,
         } => {
-            let rule = account_rule(account.account, account.account_claim)?;
+            let rule = account_rule(account.account, account.account_claim, allow_account)?;
             if !(issuer.starts_with("https://") || issuer.starts_with("http://")) {
                 return Err(CliError::Usage(format!(
                     "--issuer '{issuer}' is not an http(s) URL"
@@ -1267,9 +1308,10 @@ async fn sso(command: SsoCommand) -> Result<(), CliError> {
             metadata,
             audience,
             account,
+            allow_account,
             store,
         } => {
-            let rule = account_rule(account.account, account.account_attribute)?;
+            let rule = account_rule(account.account, account.account_attribute, allow_account)?;
             let xml = std::fs::read_to_string(&metadata)?;
             let known = SamlIdp::from_metadata(&xml)
                 .map_err(|error| CliError::Usage(format!("{}: {error}", metadata.display())))?;
@@ -1292,7 +1334,12 @@ async fn sso(command: SsoCommand) -> Result<(), CliError> {
             for idp in idps {
                 let account = match &idp.account {
                     AccountRule::Fixed(account) => account.clone(),
-                    AccountRule::Named(claim) => format!("named by {claim}"),
+                    AccountRule::Named { by, allowed } if allowed.is_empty() => {
+                        format!("named by {by}: none allowed")
+                    }
+                    AccountRule::Named { by, allowed } => {
+                        format!("named by {by}: {}", allowed.join(", "))
+                    }
                 };
                 println!(
                     "{}\t{}\t{}\t{}\t{}",
@@ -1318,6 +1365,35 @@ async fn sso(command: SsoCommand) -> Result<(), CliError> {
                 )))
             }
         }
+        SsoCommand::AllowAccount {
+            name,
+            account,
+            store,
+        } => {
+            let db = store.connect().await?;
+            if accounts::account_id(&db, &account).await?.is_none() {
+                eprintln!(
+                    "warning: no account named '{account}' yet: its tokens are refused until it exists"
+                );
+            }
+            let changed = identity_providers::allow_account(&db, &name, &account).await?;
+            db.close().await;
+            allowed_change(changed, &name)?;
+            eprintln!("identity provider '{name}' may name account '{account}'");
+            Ok(())
+        }
+        SsoCommand::DenyAccount {
+            name,
+            account,
+            store,
+        } => {
+            let db = store.connect().await?;
+            let changed = identity_providers::deny_account(&db, &name, &account).await?;
+            db.close().await;
+            allowed_change(changed, &name)?;
+            eprintln!("identity provider '{name}' may no longer name account '{account}'");
+            Ok(())
+        }
         SsoCommand::RotateKey { store } => {
             let key = signing::generate(now_ms());
             let db = store.connect().await?;
@@ -1332,14 +1408,38 @@ async fn sso(command: SsoCommand) -> Result<(), CliError> {
     }
 }
 
+/// `sso allow-account` / `deny-account`'s refusals.
+fn allowed_change(change: AllowedChange, name: &str) -> Result<(), CliError> {
+    match change {
+        AllowedChange::Changed => Ok(()),
+        AllowedChange::NoSuchProvider => Err(CliError::Usage(format!(
+            "no identity provider named '{name}'"
+        ))),
+        AllowedChange::FixedAccount => Err(CliError::Usage(format!(
+            "identity provider '{name}' bills one fixed account: its tokens name none"
+        ))),
+    }
+}
+
 async fn add_idp(store: &Store, idp: &IdentityProvider) -> Result<(), CliError> {
     let db = store.connect().await?;
-    if let AccountRule::Fixed(account) = &idp.account {
-        if accounts::account_id(&db, account).await?.is_none() {
-            db.close().await;
-            return Err(CliError::Usage(format!(
-                "no account named '{account}' (create it with `crosstab key create --account {account} --grant ...`)"
-            )));
+    match &idp.account {
+        AccountRule::Fixed(account) => {
+            if accounts::account_id(&db, account).await?.is_none() {
+                db.close().await;
+                return Err(CliError::Usage(format!(
+                    "no account named '{account}' (create it with `crosstab key create --account {account} --grant ...`)"
+                )));
+            }
+        }
+        AccountRule::Named { allowed, .. } => {
+            for account in allowed {
+                if accounts::account_id(&db, account).await?.is_none() {
+                    eprintln!(
+                        "warning: no account named '{account}' yet: its tokens are refused until it exists"
+                    );
+                }
+            }
         }
     }
     let added = identity_providers::add(&db, idp).await?;

@@ -66,11 +66,14 @@ struct Cached {
     principal: Arc<Principal>,
 }
 
-/// A verified bearer token's principal, and until when (Unix ms) the token holds.
+/// A verified bearer token's principal, until when (Unix ms) the token holds, and when it
+/// is to be verified again (as its issuer's keys are looked at again: a token of a key
+/// the issuer withdrew does not outlive it by the token's own say).
 #[derive(Debug)]
 struct CachedToken {
     principal: Arc<Principal>,
     valid_until_ms: i64,
+    recheck_at_ms: i64,
 }
 
 /// Most verified tokens kept; past it, expired ones are dropped, then all.
@@ -379,12 +382,13 @@ impl Authenticator {
             .unwrap_or_else(|p| p.into_inner())
             .get(&digest)
         {
-            return if now <= hit.valid_until_ms {
-                Ok(Arc::clone(&hit.principal))
-            } else {
+            if now > hit.valid_until_ms {
                 tracing::info!("bearer token refused: expired");
-                Err(AuthError::Unauthorized)
-            };
+                return Err(AuthError::Unauthorized);
+            }
+            if now < hit.recheck_at_ms {
+                return Ok(Arc::clone(&hit.principal));
+            }
         }
         let generation = self.generation.load(Ordering::SeqCst);
         let identity = match self.sso.verify_bearer(jwt).await {
@@ -427,6 +431,7 @@ impl Authenticator {
                 CachedToken {
                     principal: Arc::clone(&principal),
                     valid_until_ms,
+                    recheck_at_ms: now.saturating_add(super::sso::jwks::KEYS_MAX_AGE_MS),
                 },
             );
             self.tokens_charge.entries(tokens.len());

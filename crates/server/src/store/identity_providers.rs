@@ -38,8 +38,29 @@ impl IdpKind {
 pub enum AccountRule {
     /// Always this account.
     Fixed(String),
-    /// The account named by this claim (OIDC) or attribute (SAML) of the token.
-    Named(String),
+    /// The account named by claim (OIDC) or attribute (SAML) `by` of the token, which must
+    /// be one of `allowed`: an identity provider vouches for the accounts it was trusted
+    /// with, never for another tenant's.
+    Named {
+        /// The claim or attribute.
+        by: String,
+        /// The accounts it may name, sorted.
+        allowed: Vec<String>,
+    },
+}
+
+impl AccountRule {
+    /// `named`, when a token of this rule may be billed to it: the fixed account, or one
+    /// of those the claim or attribute may name.
+    pub fn permits<'a>(&'a self, named: &'a str) -> Option<&'a str> {
+        match self {
+            AccountRule::Fixed(account) => (account == named).then_some(named),
+            AccountRule::Named { allowed, .. } => allowed
+                .iter()
+                .any(|account| account == named)
+                .then_some(named),
+        }
+    }
 }
 
 /// A trusted identity provider.
@@ -65,7 +86,7 @@ pub struct IdentityProvider {
 pub async fn add(db: &Database, idp: &IdentityProvider) -> Result<bool, DbError> {
     let (account, claim) = match &idp.account {
         AccountRule::Fixed(account) => (Some(account.as_str()), None),
-        AccountRule::Named(claim) => (None, Some(claim.as_str())),
+        AccountRule::Named { by, .. } => (None, Some(by.as_str())),
     };
     let mut tx = db.pool().begin().await?;
     let taken: i64 = sqlx::query_scalar(
@@ -96,6 +117,11 @@ pub async fn add(db: &Database, idp: &IdentityProvider) -> Result<bool, DbError>
     .bind(idp.created_at)
     .execute(&mut *tx)
     .await?;
+    if let AccountRule::Named { allowed, .. } = &idp.account {
+        for account in allowed {
+            insert_allowed(&mut tx, &idp.name, account).await?;
+        }
+    }
     bump_revision(&mut tx).await?;
     tx.commit().await?;
     signal_key_change(db);
@@ -105,6 +131,10 @@ pub async fn add(db: &Database, idp: &IdentityProvider) -> Result<bool, DbError>
 /// Removes the provider `name`; `false` if there is none.
 pub async fn remove(db: &Database, name: &str) -> Result<bool, DbError> {
     let mut tx = db.pool().begin().await?;
+    sqlx::query("DELETE FROM identity_provider_accounts WHERE idp = $1")
+        .bind(name)
+        .execute(&mut *tx)
+        .await?;
     let removed = sqlx::query("DELETE FROM identity_providers WHERE name = $1")
         .bind(name)
         .execute(&mut *tx)
@@ -121,8 +151,97 @@ pub async fn remove(db: &Database, name: &str) -> Result<bool, DbError> {
     Ok(removed)
 }
 
+async fn insert_allowed(
+    conn: &mut sqlx::AnyConnection,
+    idp: &str,
+    account: &str,
+) -> Result<(), DbError> {
+    sqlx::query(
+        "INSERT INTO identity_provider_accounts (idp, account) VALUES ($1, $2) \
+         ON CONFLICT DO NOTHING",
+    )
+    .bind(idp)
+    .bind(account)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// What [`allow_account`] and [`deny_account`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AllowedChange {
+    /// Done (or it already was so).
+    Changed,
+    /// No provider has this name.
+    NoSuchProvider,
+    /// The provider bills one fixed account: it names none.
+    FixedAccount,
+}
+
+/// Lets the provider `idp` (whose tokens name their account) name `account`.
+pub async fn allow_account(
+    db: &Database,
+    idp: &str,
+    account: &str,
+) -> Result<AllowedChange, DbError> {
+    change_allowed(db, idp, account, true).await
+}
+
+/// Stops the provider `idp` naming `account`: its tokens for it stop on the next request.
+pub async fn deny_account(
+    db: &Database,
+    idp: &str,
+    account: &str,
+) -> Result<AllowedChange, DbError> {
+    change_allowed(db, idp, account, false).await
+}
+
+async fn change_allowed(
+    db: &Database,
+    idp: &str,
+    account: &str,
+    allow: bool,
+) -> Result<AllowedChange, DbError> {
+    let mut tx = db.pool().begin().await?;
+    let named_by: Option<Option<String>> =
+        sqlx::query_scalar("SELECT account_claim FROM identity_providers WHERE name = $1")
+            .bind(idp)
+            .fetch_optional(&mut *tx)
+            .await?;
+    match named_by {
+        None => return Ok(AllowedChange::NoSuchProvider),
+        Some(None) => return Ok(AllowedChange::FixedAccount),
+        Some(Some(_)) => {}
+    }
+    if allow {
+        insert_allowed(&mut tx, idp, account).await?;
+    } else {
+        sqlx::query("DELETE FROM identity_provider_accounts WHERE idp = $1 AND account = $2")
+            .bind(idp)
+            .bind(account)
+            .execute(&mut *tx)
+            .await?;
+    }
+    bump_revision(&mut tx).await?;
+    tx.commit().await?;
+    signal_key_change(db);
+    Ok(AllowedChange::Changed)
+}
+
 /// Every provider, by name.
 pub async fn list(db: &Database) -> Result<Vec<IdentityProvider>, DbError> {
+    let mut allowed: std::collections::HashMap<String, Vec<String>> =
+        std::collections::HashMap::new();
+    let pairs =
+        sqlx::query("SELECT idp, account FROM identity_provider_accounts ORDER BY idp, account")
+            .fetch_all(db.pool())
+            .await?;
+    for pair in &pairs {
+        allowed
+            .entry(pair.try_get(0)?)
+            .or_default()
+            .push(pair.try_get(1)?);
+    }
     let rows = sqlx::query(
         "SELECT name, kind, issuer, audience, account, account_claim, metadata, created_at \
          FROM identity_providers ORDER BY name",
@@ -134,13 +253,17 @@ pub async fn list(db: &Database) -> Result<Vec<IdentityProvider>, DbError> {
             let kind: String = row.try_get(1)?;
             let account: Option<String> = row.try_get(4)?;
             let claim: Option<String> = row.try_get(5)?;
+            let name: String = row.try_get(0)?;
             let account = match (account, claim) {
                 (Some(account), None) => AccountRule::Fixed(account),
-                (None, Some(claim)) => AccountRule::Named(claim),
+                (None, Some(by)) => AccountRule::Named {
+                    by,
+                    allowed: allowed.remove(&name).unwrap_or_default(),
+                },
                 _ => return Err(DbError::Corrupt("an identity provider's account rule")),
             };
             Ok(IdentityProvider {
-                name: row.try_get(0)?,
+                name,
                 kind: IdpKind::from_name(&kind)
                     .ok_or(DbError::Corrupt("an identity provider's kind"))?,
                 issuer: row.try_get(2)?,

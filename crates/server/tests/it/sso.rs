@@ -20,6 +20,7 @@ use serde_json::{json, Value};
 
 use super::common::{code, postgres_url, request, Fixture};
 use super::support::{cli, cli_output, Server};
+use crosstab_server::service::sso::jwks;
 
 /// The audience the provider's access tokens are minted for (a resource indicator).
 const API: &str = "https://crosstab.test/api";
@@ -414,6 +415,34 @@ async fn a_rotated_provider_key_is_fetched_without_a_restart() {
     assert_eq!(fx.bills().await, 2);
 }
 
+/// A key the provider withdrew stops verifying once the set held is older than its
+/// maximum age, though no token named an unknown key.
+#[tokio::test]
+async fn a_withdrawn_provider_key_stops_verifying_within_the_key_sets_maximum_age() {
+    let provider = Provider::start();
+    let fx = trusting(&provider).await;
+    let old = provider.access_token("backend", API).await;
+    provider.rotate().await;
+    let fetches = fx.services.sso.key_sets().fetches();
+    // Within the age the held set answers (and then the token's cached principal),
+    // without a fetch.
+    let (response, _) = fx.post(Some(&bearer(&old)), &query()).await;
+    assert_eq!(response.status(), 200);
+    fx.clock.advance(jwks::KEYS_MAX_AGE_MS - 1_000);
+    let (response, _) = fx.post(Some(&bearer(&old)), &query()).await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(fx.services.sso.key_sets().fetches(), fetches);
+    // Past it, the set is fetched again: the old key is gone (the token still in time).
+    fx.clock.advance(1_001);
+    let (response, _) = fx.post(Some(&bearer(&old)), &query()).await;
+    assert_eq!(response.status(), 401);
+    assert_eq!(fx.services.sso.key_sets().fetches(), fetches + 1);
+    let new = provider.access_token("backend", API).await;
+    let (response, body) = fx.post(Some(&bearer(&new)), &query()).await;
+    assert_eq!(response.status(), 200, "{body}");
+    assert_eq!(fx.services.sso.key_sets().fetches(), fetches + 1);
+}
+
 /// A token whose key can't be had because the provider is down may well be good: the
 /// caller gets a 500 to retry, not a 401 telling it to fetch another credential.
 #[tokio::test]
@@ -436,10 +465,14 @@ async fn a_provider_whose_keys_cannot_be_fetched_is_a_fault_not_a_refusal() {
 }
 
 #[tokio::test]
-async fn an_account_claim_naming_no_account_is_401() {
+async fn an_account_claim_names_only_an_allowed_account_that_exists() {
     let provider = Provider::start();
     let fx = Fixture::new().await;
-    let by_claim = AccountRule::Named("crosstab_account".to_owned());
+    // Trusted to name "nosuch" and a tenant of its own, not acme.
+    let by_claim = AccountRule::Named {
+        by: "crosstab_account".to_owned(),
+        allowed: vec!["nosuch".to_owned(), "theirs".to_owned()],
+    };
     assert!(
         identity_providers::add(&fx.db, &oidc("corp", &provider.issuer, API, by_claim))
             .await
@@ -447,9 +480,42 @@ async fn an_account_claim_naming_no_account_is_401() {
     );
     fx.services.sso.prepare().await.unwrap();
 
+    // A token naming acme, an account that exists but the provider was not trusted with:
+    // refused as a bearer and at the token endpoint.
     let acme = provider.access_token("backend", API).await;
+    let (response, _) = fx.post(Some(&bearer(&acme)), &query()).await;
+    assert_eq!(response.status(), 401);
+    let (response, body) = exchange(&fx, JWT_BEARER, &acme).await;
+    assert_eq!(response.status(), 400);
+    assert_eq!(body, json!({"error": "invalid_grant"}));
+    // Allowed, it works from the next request; denied again, it stops.
+    use identity_providers::AllowedChange;
+    assert_eq!(
+        identity_providers::allow_account(&fx.db, "corp", "acme")
+            .await
+            .unwrap(),
+        AllowedChange::Changed
+    );
     let (response, body) = fx.post(Some(&bearer(&acme)), &query()).await;
     assert_eq!(response.status(), 200, "{body}");
+    assert_eq!(
+        identity_providers::deny_account(&fx.db, "corp", "acme")
+            .await
+            .unwrap(),
+        AllowedChange::Changed
+    );
+    let (response, _) = fx.post(Some(&bearer(&acme)), &query()).await;
+    assert_eq!(response.status(), 401);
+    assert_eq!(
+        identity_providers::allow_account(&fx.db, "nope", "acme")
+            .await
+            .unwrap(),
+        AllowedChange::NoSuchProvider
+    );
+    identity_providers::allow_account(&fx.db, "corp", "acme")
+        .await
+        .unwrap();
+    // Allowed, but no such account: refused, and never created.
     let stranger = provider.access_token("stranger", API).await;
     let (response, _) = fx.post(Some(&bearer(&stranger)), &query()).await;
     assert_eq!(response.status(), 401);
@@ -565,6 +631,29 @@ async fn a_providers_jwt_is_exchanged_for_a_token_of_this_server_that_is_billed_
     let (response, _) = fx.post(Some(&bearer(&renewed)), &query()).await;
     assert_eq!(response.status(), 200);
 
+    // Signed with this server's own key but not as it issues tokens (a key taken from a
+    // backup): a lifetime over an hour, an account its provider does not bill, a subject
+    // with a control character. Each is refused; the claims unchanged are not.
+    let own =
+        crosstab_server::service::sso::signing::OwnKeys::from_stored(std::slice::from_ref(&key))
+            .unwrap();
+    let issued = claims_of(&renewed);
+    let later = issued["iat"].as_i64().unwrap() + 7200;
+    for (claim, value) in [
+        ("exp", json!(later)),
+        ("acct", json!("north")),
+        ("sub", json!("a\u{0}b")),
+    ] {
+        let mut forged = issued.clone();
+        forged[claim] = value;
+        let token = own.sign(&forged).unwrap().unwrap();
+        let (response, _) = fx.post(Some(&bearer(&token)), &query()).await;
+        assert_eq!(response.status(), 401, "{claim}");
+    }
+    let resigned = own.sign(&issued).unwrap().unwrap();
+    let (response, _) = fx.post(Some(&bearer(&resigned)), &query()).await;
+    assert_eq!(response.status(), 200);
+
     // Its own token is no assertion; a forged one of its issuer is refused.
     let (_, body) = exchange(&fx, JWT_BEARER, &renewed).await;
     assert_eq!(body["error"], "invalid_grant");
@@ -575,8 +664,8 @@ async fn a_providers_jwt_is_exchanged_for_a_token_of_this_server_that_is_billed_
     assert!(identity_providers::remove(&fx.db, "corp").await.unwrap());
     let (response, _) = fx.post(Some(&bearer(&renewed)), &query()).await;
     assert_eq!(response.status(), 401);
-    // Exchanges billed nothing: only the three crosstabs.
-    assert_eq!(fx.bills().await, 3);
+    // Exchanges billed nothing: only the four crosstabs.
+    assert_eq!(fx.bills().await, 4);
 }
 
 fn claims_of(token: &str) -> Value {
@@ -752,6 +841,8 @@ fn the_cli_configures_providers_that_a_running_server_follows() {
             &provider.issuer,
             "--account-claim",
             "a",
+            "--allow-account",
+            "acme",
         ],
     );
     assert!(!again.status.success());
@@ -834,7 +925,10 @@ async fn a_saml_assertion_is_exchanged_once_for_a_token_that_is_billed_to_its_ac
         kind: IdpKind::Saml,
         issuer: known.entity_id().to_owned(),
         audience: None,
-        account: AccountRule::Named("account".to_owned()),
+        account: AccountRule::Named {
+            by: "account".to_owned(),
+            allowed: vec!["acme".to_owned(), "nosuch".to_owned()],
+        },
         metadata: Some(known.to_stored()),
         created_at: 0,
     };
@@ -886,6 +980,11 @@ async fn a_saml_assertion_is_exchanged_once_for_a_token_that_is_billed_to_its_ac
     let (response, body) = exchange_saml(&fx, &stranger.assertions["valid"]).await;
     assert_eq!(response.status(), 400, "{body}");
     assert_eq!(fx.bills().await, 1);
+    // One naming an account that exists but the provider was not trusted with: refused.
+    let other_tenant = signed("north");
+    let (response, body) = exchange_saml(&fx, &other_tenant.assertions["valid"]).await;
+    assert_eq!(response.status(), 400, "{body}");
+    assert_eq!(body, json!({"error": "invalid_grant"}));
 
     // Stored metadata this server can't use (damaged in the database): the assertion may
     // be that provider's, so it is a fault to report (500), not an invalid_grant.
@@ -1009,6 +1108,8 @@ fn the_cli_trusts_a_saml_idp_by_its_metadata_and_a_running_server_exchanges_its_
                 file.to_str().unwrap(),
                 "--account-attribute",
                 "account",
+                "--allow-account",
+                "acme",
             ],
         )
     };
@@ -1022,10 +1123,26 @@ fn the_cli_trusts_a_saml_idp_by_its_metadata_and_a_running_server_exchanges_its_
     let list = cli(&data, &["sso", "list"]);
     assert!(
         list.contains(
-            "corp-saml\tsaml\thttps://idp.corp.test/saml\t(public URL)\tnamed by account"
+            "corp-saml\tsaml\thttps://idp.corp.test/saml\t(public URL)\tnamed by account: acme"
         ),
         "{list}"
     );
+    // The accounts it may name change by command, and a fixed-account provider has none.
+    cli(
+        &data,
+        &["sso", "allow-account", "--name", "corp-saml", "north"],
+    );
+    let list = cli(&data, &["sso", "list"]);
+    assert!(list.contains("named by account: acme, north"), "{list}");
+    cli(
+        &data,
+        &["sso", "deny-account", "--name", "corp-saml", "north"],
+    );
+    let list = cli(&data, &["sso", "list"]);
+    assert!(list.contains("named by account: acme\n"), "{list}");
+    let refused = cli_output(&data, &["sso", "allow-account", "--name", "nope", "north"]);
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("no identity provider named 'nope'"));
 
     let client = reqwest::blocking::Client::new();
     let assertion = URL_SAFE_NO_PAD.encode(&signed.assertions["valid"]);

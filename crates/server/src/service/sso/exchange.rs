@@ -10,8 +10,8 @@ use base64::engine::general_purpose::GeneralPurposeConfig;
 use base64::engine::{DecodePaddingMode, GeneralPurpose};
 use base64::Engine as _;
 
-use super::{peek, saml, string_claim, Identity, Sso, TokenError};
-use crate::store::identity_providers::{AccountRule, IdpKind};
+use super::{account_of, peek, saml, string_claim, Identity, Sso, TokenError};
+use crate::store::identity_providers::IdpKind;
 use crate::store::{accounts, saml_replay, DbError};
 
 pub use crosstab_contract::oauth::{
@@ -165,20 +165,26 @@ impl Sso {
                     continue;
                 }
             };
-            let account = match &idp.account {
-                AccountRule::Fixed(account) => account.clone(),
-                AccountRule::Named(attribute) => verified
+            let account = account_of(idp, |attribute| {
+                verified
                     .attributes
                     .get(attribute)
                     .and_then(|values| values.first())
-                    .cloned()
+                    .map(String::as_str)
                     .ok_or_else(|| {
                         GrantError::InvalidGrant(format!(
                             "{}: no attribute {attribute:?}",
                             idp.name
                         ))
-                    })?,
-            };
+                    })
+            })?;
+            if !super::recordable_subject(&verified.subject) {
+                return Err(GrantError::InvalidGrant(format!(
+                    "{}: a subject of over {} bytes or with a control character",
+                    idp.name,
+                    super::MAX_SUBJECT_LEN
+                )));
+            }
             let expires_at_ms = verified.not_on_or_after.saturating_mul(1000);
             if !saml_replay::first_use(&self.db, &idp.name, &verified.id, expires_at_ms).await? {
                 return Err(GrantError::InvalidGrant(format!(

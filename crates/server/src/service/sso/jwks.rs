@@ -2,6 +2,9 @@
 //! document (`{issuer}/.well-known/openid-configuration` → `jwks_uri`), fetched at start,
 //! kept between, and fetched again when a token names a key id not among them, at most
 //! once per [`REFETCH_AFTER_MS`] per issuer (a flood of made-up key ids costs one fetch).
+//! A set older than [`KEYS_MAX_AGE_MS`] is fetched again by the first request that needs
+//! it (the others meanwhile use it), so a key the issuer withdrew stops verifying within
+//! minutes; should that fetch fail, the set held stays in use.
 //!
 //! Each key's algorithm is decided by the key itself (RSA → RS256, P-256 → ES256,
 //! Ed25519 → EdDSA), never by a token's header: a token claiming another algorithm for
@@ -18,6 +21,8 @@ use crate::clock::Clock;
 
 /// The least time between two fetches of one issuer's keys, in ms.
 pub const REFETCH_AFTER_MS: i64 = 10_000;
+/// How long a fetched key set is trusted before it is fetched again, in ms.
+pub const KEYS_MAX_AGE_MS: i64 = 5 * 60 * 1000;
 /// How long a fetch of a discovery document or a key set may take.
 const FETCH_TIMEOUT: Duration = Duration::from_secs(5);
 /// The largest discovery document or key set read.
@@ -57,6 +62,8 @@ struct IssuerKeys {
     keys: HashMap<String, VerifyingKey>,
     /// The last fetch tried (Unix ms), successful or not.
     tried_at: Option<i64>,
+    /// The last fetch that succeeded (Unix ms): when `keys` were had.
+    fetched_at: Option<i64>,
     /// Why the last fetch failed, if it did.
     failure: Option<String>,
 }
@@ -104,13 +111,37 @@ impl KeySets {
         issuers.get(issuer)?.keys.get(kid).cloned()
     }
 
+    /// Whether `issuer`'s keys were fetched too long ago to be trusted without a look,
+    /// and not tried within [`REFETCH_AFTER_MS`].
+    fn due(&self, issuer: &str, now: i64) -> bool {
+        let issuers = self.issuers.read().unwrap_or_else(|p| p.into_inner());
+        issuers.get(issuer).is_some_and(|keys| {
+            keys.fetched_at.is_none_or(|at| now - at >= KEYS_MAX_AGE_MS)
+                && keys.tried_at.is_none_or(|at| now - at >= REFETCH_AFTER_MS)
+        })
+    }
+
     /// `issuer`'s key `kid`: held, or fetched now unless the issuer's keys were fetched
     /// within [`REFETCH_AFTER_MS`]; `None` when the issuer has no such key. When the keys
     /// could not be fetched (now, or by that recent try), the error: the token may well be
     /// good, so it is not to be refused as if it were not.
     pub async fn key(&self, issuer: &str, kid: &str) -> Result<Option<VerifyingKey>, FetchError> {
         if let Some(key) = self.cached(issuer, kid) {
-            return Ok(Some(key));
+            if !self.due(issuer, self.clock.now_ms()) {
+                return Ok(Some(key));
+            }
+            // One request looks again; the others use the held set meanwhile, and so
+            // does this one should the look fail (logged by `fetch`).
+            let Ok(_fetching) = self.fetching.try_lock() else {
+                return Ok(Some(key));
+            };
+            if !self.due(issuer, self.clock.now_ms()) {
+                return Ok(self.cached(issuer, kid));
+            }
+            return match self.fetch(issuer).await {
+                Ok(_) => Ok(self.cached(issuer, kid)),
+                Err(_) => Ok(Some(key)),
+            };
         }
         let _fetching = self.fetching.lock().await;
         // Fetched while this request waited?
@@ -182,6 +213,7 @@ impl KeySets {
                 IssuerKeys {
                     keys,
                     tried_at: Some(now),
+                    fetched_at: Some(now),
                     failure: None,
                 },
             );

@@ -65,6 +65,16 @@ pub enum TokenError {
     /// A claim that must be there is missing or not of its type.
     #[error("claim {0:?} missing or malformed")]
     Claim(String),
+    /// The token names an account its identity provider may not name.
+    #[error(
+        "identity provider {idp:?} may not name account {account:?} (`crosstab sso allow-account`)"
+    )]
+    AccountNotAllowed {
+        /// The provider.
+        idp: String,
+        /// The account the token named.
+        account: String,
+    },
     /// A token of this server names an identity provider that is no longer configured.
     #[error("identity provider {0:?} was removed")]
     RemovedIdp(String),
@@ -215,14 +225,37 @@ impl Sso {
             return Err(TokenError::Audience(audience_text(&claims)));
         }
         let expires_at_s = self.check_times(&claims)?;
-        let idp = string_claim(&claims, "idp")?;
-        if !registry.idps.iter().any(|known| known.name == idp) {
-            return Err(TokenError::RemovedIdp(idp.to_owned()));
+        // This server issues for an hour at most, from `iat`: a token saying otherwise
+        // was not made by it (a signing key taken from a backup would have to say so).
+        let issued_at =
+            time_claim(&claims, "iat")?.ok_or_else(|| TokenError::Claim("iat".to_owned()))?;
+        let now_s = self.clock.now_ms().div_euclid(1000);
+        if expires_at_s - issued_at > crosstab_contract::oauth::MAX_TOKEN_LIFETIME_S
+            || issued_at > now_s + LEEWAY_S
+        {
+            return Err(TokenError::Claim("iat".to_owned()));
         }
+        let name = string_claim(&claims, "idp")?;
+        let idp = registry
+            .idps
+            .iter()
+            .find(|known| known.name == name)
+            .ok_or_else(|| TokenError::RemovedIdp(name.to_owned()))?;
+        // The account as the provider's rule has it now (a provider denied an account
+        // since the exchange, or changed to another, no longer vouches for it).
+        let named = string_claim(&claims, "acct")?;
+        let account = idp
+            .account
+            .permits(named)
+            .map(str::to_owned)
+            .ok_or_else(|| TokenError::AccountNotAllowed {
+                idp: idp.name.clone(),
+                account: named.to_owned(),
+            })?;
         Ok(Identity {
-            idp: Arc::from(idp),
-            subject: Arc::from(string_claim(&claims, "sub")?),
-            account: string_claim(&claims, "acct")?.to_owned(),
+            idp: Arc::from(name),
+            subject: Arc::from(subject_claim(&claims)?),
+            account,
             expires_at_s,
         })
     }
@@ -260,13 +293,10 @@ impl Sso {
             })
             .ok_or_else(|| TokenError::Audience(audience_text(&claims)))?;
         let expires_at_s = self.check_times(&claims)?;
-        let account = match &idp.account {
-            AccountRule::Fixed(account) => account.clone(),
-            AccountRule::Named(claim) => string_claim(&claims, claim)?.to_owned(),
-        };
+        let account = account_of(idp, |claim| string_claim(&claims, claim))?;
         Ok(Identity {
             idp: Arc::from(idp.name.as_str()),
-            subject: Arc::from(string_claim(&claims, "sub")?),
+            subject: Arc::from(subject_claim(&claims)?),
             account,
             expires_at_s,
         })
@@ -285,6 +315,26 @@ impl Sso {
             }
         }
         Ok(exp)
+    }
+}
+
+/// The account of a token of `idp`: its fixed one, or the one its claim or attribute
+/// (read by `named`) names, when `idp` may name it.
+fn account_of<'a, E: From<TokenError>>(
+    idp: &IdentityProvider,
+    named: impl FnOnce(&str) -> Result<&'a str, E>,
+) -> Result<String, E> {
+    match &idp.account {
+        AccountRule::Fixed(account) => Ok(account.clone()),
+        rule @ AccountRule::Named { by, .. } => {
+            let account = named(by)?;
+            rule.permits(account).map(str::to_owned).ok_or_else(|| {
+                E::from(TokenError::AccountNotAllowed {
+                    idp: idp.name.clone(),
+                    account: account.to_owned(),
+                })
+            })
+        }
     }
 }
 
@@ -319,6 +369,26 @@ fn verified_claims(token: &str, key: &VerifyingKey) -> Result<Claims, TokenError
     jsonwebtoken::decode::<Claims>(token, &key.key, &validation)
         .map(|data| data.claims)
         .map_err(TokenError::Signature)
+}
+
+/// The largest subject kept (it is recorded with every bill).
+pub const MAX_SUBJECT_LEN: usize = 255;
+
+/// Whether `subject` can be recorded with a bill: not empty, at most
+/// [`MAX_SUBJECT_LEN`] bytes, no control character (PostgreSQL refuses NUL in text, which
+/// would fail the whole batch of bills it was written with).
+pub fn recordable_subject(subject: &str) -> bool {
+    !subject.is_empty()
+        && subject.len() <= MAX_SUBJECT_LEN
+        && !subject.chars().any(char::is_control)
+}
+
+/// `sub`, when [`recordable_subject`].
+fn subject_claim(claims: &Claims) -> Result<&str, TokenError> {
+    string_claim(claims, "sub")
+        .ok()
+        .filter(|subject| recordable_subject(subject))
+        .ok_or_else(|| TokenError::Claim("sub".to_owned()))
 }
 
 fn string_claim<'a>(claims: &'a Claims, name: &str) -> Result<&'a str, TokenError> {
