@@ -24,3 +24,6 @@ pub const MAX_TABLE_ROWS: usize = 200;
 pub const MAX_TABLE_COLUMNS: usize = 50;
 /// Longest label of a table's row or column, in characters.
 pub const MAX_TABLE_LABEL_CHARS: usize = 256;
+/// Largest app table request body (`/app/api/table`), in bytes: room for every row and
+/// column at its longest expression and label, in UTF-8.
+pub const MAX_TABLE_BODY_BYTES: usize = 1024 * 1024;

@@ -23,6 +23,8 @@ use axum::{Extension, Json, Router};
 use crosstab_contract::app::{
     AppErrorCode, CodebookQuery, Credentials, KeyInfo, Me, NewKey, NewKeyRequest, Table, UsageRow,
 };
+use crosstab_contract::limits::{MAX_BODY_BYTES, MAX_TABLE_BODY_BYTES};
+use crosstab_contract::ApiError;
 use crosstab_contract::{ErrorDetail, ErrorEnvelope};
 use serde::de::DeserializeOwned;
 use tower_http::services::{ServeDir, ServeFile};
@@ -209,6 +211,16 @@ fn same_origin(origin: Option<&HeaderValue>, headers: &HeaderMap) -> bool {
         .is_some_and(|(_, rest)| rest.eq_ignore_ascii_case(host))
 }
 
+/// The request body within `limit` bytes; past it (or timed out, or broken off) the
+/// contract's 413, 408 or 400, with the connection closed as the body was left unread.
+async fn read_body(body: Body, headers: &HeaderMap, limit: usize) -> Result<Bytes, Response> {
+    super::body::read_within(body, headers, limit)
+        .await
+        .map_err(|error| {
+            super::body::closing(ServiceError::from(ApiError::from(error)).into_response())
+        })
+}
+
 /// A JSON body of type `T`, or a 400 saying what to send.
 fn parse<T: DeserializeOwned>(body: &Bytes, expected: &str) -> AppResult<T> {
     serde_json::from_slice(body)
@@ -241,19 +253,29 @@ fn with_cookie(mut response: Response, state: &HttpState, token: &str) -> AppRes
 async fn login(
     State(state): State<Arc<HttpState>>,
     ClientAddress(address): ClientAddress,
-    body: Bytes,
-) -> AppResult<Response> {
-    // An address that tries too many sign-ins, whatever the names, waits.
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, Response> {
+    // An address that tries too many sign-ins, whatever the names, waits: before its
+    // body is even read.
     if let Some(seconds) = state.services.limits.sign_in_attempt(address) {
-        return Err(AppError::Locked(i64::try_from(seconds).unwrap_or(i64::MAX)).into());
+        let locked = AppFailure::from(AppError::Locked(i64::try_from(seconds).unwrap_or(i64::MAX)));
+        return Err(super::body::unread(body, &headers, locked.into_response()).await);
     }
-    let credentials: Credentials = parse(&body, r#"{"username": ..., "password": ...}"#)?;
+    let body = read_body(body, &headers, MAX_BODY_BYTES).await?;
+    signed_in(&state, &body)
+        .await
+        .map_err(IntoResponse::into_response)
+}
+
+async fn signed_in(state: &HttpState, body: &Bytes) -> AppResult<Response> {
+    let credentials: Credentials = parse(body, r#"{"username": ..., "password": ...}"#)?;
     let session = state
         .app
         .sign_in(&credentials.username, &credentials.password)
         .await?;
     let response = Json(me_of(&session.user)).into_response();
-    with_cookie(response, &state, &session.token)
+    with_cookie(response, state, &session.token)
 }
 
 async fn logout(State(state): State<Arc<HttpState>>, headers: HeaderMap) -> AppResult<Response> {
@@ -288,10 +310,23 @@ async fn crosstab(
     Extension(request_id): Extension<RequestId>,
     SessionUser(user): SessionUser,
     headers: HeaderMap,
+    body: Body,
+) -> Result<Response, Response> {
+    let body = read_body(body, &headers, MAX_BODY_BYTES).await?;
+    query(&state, &user, &headers, body, &request_id)
+        .await
+        .map_err(IntoResponse::into_response)
+}
+
+async fn query(
+    state: &HttpState,
+    user: &User,
+    headers: &HeaderMap,
     body: Bytes,
+    request_id: &RequestId,
 ) -> AppResult<Response> {
-    let key = super::v1::idempotency_key(&headers).map_err(ServiceError::from)?;
-    let (status, body) = match state.app.crosstab(&user, body, &request_id, key).await? {
+    let key = super::v1::idempotency_key(headers).map_err(ServiceError::from)?;
+    let (status, body) = match state.app.crosstab(user, body, request_id, key).await? {
         AppAnswer::Answered(answer) => return Ok(super::v1::answer_response(answer)),
         AppAnswer::Forwarded { status, body } => {
             let status = StatusCode::from_u16(status).map_err(|_| {
@@ -311,9 +346,14 @@ async fn table(
     State(state): State<Arc<HttpState>>,
     Extension(request_id): Extension<RequestId>,
     SessionUser(user): SessionUser,
-    body: Bytes,
-) -> AppResult<Json<Table>> {
-    Ok(Json(state.app.table(&user, &body, &request_id).await?))
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Json<Table>, Response> {
+    let body = read_body(body, &headers, MAX_TABLE_BODY_BYTES).await?;
+    match state.app.table(&user, &body, &request_id).await {
+        Ok(table) => Ok(Json(table)),
+        Err(error) => Err(AppFailure::from(error).into_response()),
+    }
 }
 
 /// A stored time as the app shows it (to the second, UTC).
@@ -346,18 +386,26 @@ async fn list_keys(
 async fn create_key(
     State(state): State<Arc<HttpState>>,
     SessionUser(user): SessionUser,
-    body: Bytes,
-) -> AppResult<Json<NewKey>> {
-    let request: NewKeyRequest =
-        parse(&body, r#"{"env": "live"|"test", "expiresInDays": n|null}"#)?;
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Json<NewKey>, Response> {
+    let body = read_body(body, &headers, MAX_BODY_BYTES).await?;
+    new_key(&state, &user, &body)
+        .await
+        .map(Json)
+        .map_err(IntoResponse::into_response)
+}
+
+async fn new_key(state: &HttpState, user: &User, body: &Bytes) -> AppResult<NewKey> {
+    let request: NewKeyRequest = parse(body, r#"{"env": "live"|"test", "expiresInDays": n|null}"#)?;
     let key = state
         .app
-        .create_key(&user, &request.env, request.expires_in_days)
+        .create_key(user, &request.env, request.expires_in_days)
         .await?;
-    Ok(Json(NewKey {
+    Ok(NewKey {
         id: key.id,
         key: key.token,
-    }))
+    })
 }
 
 async fn revoke_key(

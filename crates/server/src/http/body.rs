@@ -13,7 +13,7 @@ use super::listener::BodyDeadline;
 /// Why a request body was not read whole.
 #[derive(Debug)]
 pub enum BodyError {
-    /// Declared or found to be over 64 KiB.
+    /// Declared or found to be over its limit (64 KiB but for app tables).
     TooLarge,
     /// It did not arrive whole within its deadline.
     TimedOut,
@@ -37,28 +37,35 @@ impl From<BodyError> for ApiError {
 
 /// The body, unless it is over 64 KiB (declared or as read) or breaks off.
 pub async fn read(body: Body, headers: &HeaderMap) -> Result<Bytes, BodyError> {
+    read_within(body, headers, MAX_BODY_BYTES).await
+}
+
+/// The body, unless it is over `limit` bytes (declared or as read) or breaks off.
+pub async fn read_within(
+    body: Body,
+    headers: &HeaderMap,
+    limit: usize,
+) -> Result<Bytes, BodyError> {
     let declared = headers
         .get(CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|len| len > MAX_BODY_BYTES as u64) {
+    if declared.is_some_and(|len| len > limit as u64) {
         return Err(BodyError::TooLarge);
     }
-    axum::body::to_bytes(body, MAX_BODY_BYTES)
-        .await
-        .map_err(|error| {
-            let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&error);
-            while let Some(error) = cause {
-                if error.is::<http_body_util::LengthLimitError>() {
-                    return BodyError::TooLarge;
-                }
-                if error.is::<BodyDeadline>() {
-                    return BodyError::TimedOut;
-                }
-                cause = error.source();
+    axum::body::to_bytes(body, limit).await.map_err(|error| {
+        let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&error);
+        while let Some(error) = cause {
+            if error.is::<http_body_util::LengthLimitError>() {
+                return BodyError::TooLarge;
             }
-            BodyError::Unreadable
-        })
+            if error.is::<BodyDeadline>() {
+                return BodyError::TimedOut;
+            }
+            cause = error.source();
+        }
+        BodyError::Unreadable
+    })
 }
 
 /// `response` to a request whose body was not needed: the body is read and dropped (up to

@@ -130,16 +130,23 @@ pub async fn serve(
                     () = &mut stop, if !closing => {
                         connection.as_mut().graceful_shutdown();
                         closing = true;
+                        idle.as_mut().reset(tokio::time::Instant::now() + idle_timeout);
                     }
                     // Activity moves the deadline only when the timer fires: then it
                     // sleeps again until the connection has been idle for the whole time.
-                    () = idle.as_mut(), if !closing => {
+                    // Idle while closing, a response is stuck on a client that reads
+                    // nothing (a graceful shutdown waits for it): the connection is
+                    // dropped, or it would hold its slot for ever.
+                    () = idle.as_mut() => {
                         let left = activity.idle_left(idle_timeout);
-                        if left.is_zero() {
+                        if !left.is_zero() {
+                            idle.as_mut().reset(tokio::time::Instant::now() + left);
+                        } else if closing {
+                            break;
+                        } else {
                             connection.as_mut().graceful_shutdown();
                             closing = true;
-                        } else {
-                            idle.as_mut().reset(tokio::time::Instant::now() + left);
+                            idle.as_mut().reset(tokio::time::Instant::now() + idle_timeout);
                         }
                     }
                 }

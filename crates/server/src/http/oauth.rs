@@ -19,6 +19,7 @@ use crosstab_contract::oauth::{
 use super::extract::{credentials_accepted, credentials_refused, ClientAddress};
 use super::HttpState;
 use crate::service::sso::exchange::GrantError;
+use crosstab_contract::oauth::SAML2_BEARER;
 
 /// `POST /v1/oauth/token`.
 pub async fn token(
@@ -41,6 +42,16 @@ pub async fn token(
         return invalid_request("grant_type is missing");
     };
     let assertion = params.get("assertion").map(String::as_str).unwrap_or("");
+    // A SAML assertion costs XML parsing and a signature check: from an address past its
+    // pace it waits, good or not, before any of that (a JWT is cheap to refuse, so a good
+    // one from a shared address still goes through, as on /v1).
+    if grant_type == SAML2_BEARER {
+        if let Some(retry_after_s) = state.services.limits.auth_waiting(address) {
+            return super::api_error_response(&crosstab_contract::ApiError::RateLimited {
+                retry_after_s,
+            });
+        }
+    }
     // Counted against the address's pace: past it, 429 rather than `answer`.
     let paced = |answer: Response| {
         credentials_refused(&parts, &state.services.limits, address)

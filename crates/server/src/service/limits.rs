@@ -409,6 +409,12 @@ impl RateLimits {
         self.failed_auth.attempt(address?)
     }
 
+    /// Seconds `address` must still wait for its failed authentications, without
+    /// counting one (to refuse before costly checks).
+    pub fn auth_waiting(&self, address: Option<IpAddr>) -> Option<u64> {
+        self.failed_auth.waiting(address?)
+    }
+
     /// Counts a sign-in attempt by `address`: the seconds to wait if one too many.
     pub fn sign_in_attempt(&self, address: Option<IpAddr>) -> Option<u64> {
         match address {

@@ -155,6 +155,30 @@ fn idle_connections_do_not_stop_a_paying_client_and_surplus_ones_are_closed() {
     assert_eq!(bills(&data), 50);
 }
 
+/// A client that sends requests and never reads the answers: once the connection has
+/// moved nothing either way for the idle time, it is closed mid-answer, not kept waiting
+/// for a reader that never comes (holding a connection slot for ever).
+#[test]
+fn a_client_that_never_reads_its_answers_gives_its_slot_back_after_the_idle_time() {
+    let temp = tempfile::tempdir().unwrap();
+    let (data, _key) = small_data_dir(temp.path());
+    let server = Server::start(&data, &["--idle-timeout", "1", "--max-connections", "1"]);
+    let mut stalled = TcpStream::connect(server.addr).unwrap();
+    // Pipelined: far more answer than the sockets' buffers hold.
+    let one = b"GET /v1/docs HTTP/1.1\r\nHost: x\r\n\r\n";
+    stalled.write_all(&one.repeat(4000)).unwrap();
+    // Two idle times: one to start closing, one more with nothing moving.
+    std::thread::sleep(Duration::from_secs(4));
+    // The one slot is free again: the next client is served.
+    let mut next = TcpStream::connect(server.addr).unwrap();
+    next.write_all(b"GET /v1/docs HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let (sent, _) = until_closed(&mut next, Duration::from_secs(5)).expect("next kept open");
+    assert!(sent.starts_with("HTTP/1.1 200"), "{:.200}", sent);
+    drop(stalled);
+    server.stop();
+}
+
 /// SIGTERM while connections hang mid-body: the server waits for them only as long as
 /// its shutdown grace, exits cleanly, and every 200 a client got is billed.
 #[test]

@@ -1083,15 +1083,19 @@ fn the_cli_trusts_a_saml_idp_by_its_metadata_and_a_running_server_exchanges_its_
     let temp = tempfile::tempdir().unwrap();
     let (data, _key) = super::support::small_data_dir(temp.path());
     let public_url = "https://crosstab.example.com";
-    let server = Server::start(&data, &["--public-url", public_url]);
-    let signed = idp_assertions(&IdpParams {
+    let server = Server::start(
+        &data,
+        &["--public-url", public_url, "--failed-auth-per-minute", "3"],
+    );
+    let params = IdpParams {
         entity_id: "https://idp.corp.test/saml",
         audience: public_url,
         subject: "ada@example.org",
         account: "acme",
         now: chrono::Utc::now().timestamp(),
         lifetime: 300,
-    });
+    };
+    let signed = idp_assertions(&params);
     let metadata = temp.path().join("idp.xml");
     std::fs::write(&metadata, &signed.metadata).unwrap();
     let not_metadata = temp.path().join("not.xml");
@@ -1176,6 +1180,23 @@ fn the_cli_trusts_a_saml_idp_by_its_metadata_and_a_running_server_exchanges_its_
         usage.contains("acme,,,,corp-saml,ada@example.org,SMALL,1,"),
         "{usage}"
     );
+    // Past its address's pace (the replay and three made-up JWTs), a SAML assertion waits
+    // before it is even parsed: a good one too.
+    for _ in 0..3 {
+        client
+            .post(server.url("/v1/oauth/token"))
+            .form(&[("grant_type", JWT_BEARER), ("assertion", "not.a.jwt")])
+            .send()
+            .unwrap();
+    }
+    let fresh = URL_SAFE_NO_PAD.encode(&idp_assertions(&params).assertions["valid"]);
+    let paced = client
+        .post(server.url("/v1/oauth/token"))
+        .form(&[("grant_type", SAML2_BEARER), ("assertion", &fresh)])
+        .send()
+        .unwrap();
+    assert_eq!(paced.status(), 429);
+    assert!(paced.headers().contains_key("retry-after"));
     server.stop();
 }
 

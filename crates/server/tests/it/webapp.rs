@@ -1283,3 +1283,42 @@ async fn with_an_upstream_tables_are_refused_plainly_and_nothing_is_sent() {
     assert_eq!(calls.load(Ordering::SeqCst), 0);
     assert_eq!(app.fx.bills().await, 0);
 }
+
+/// `/app` bodies are read within the contract's 64 KiB (a table's within its own, larger
+/// limit): past it, the contract's 413 with the connection closed, before anything is
+/// looked up.
+#[tokio::test]
+async fn app_bodies_are_read_within_their_limits() {
+    let app = app_with(None).await;
+    let ann = app.session("ann").await;
+    let huge = "x".repeat(crosstab_contract::limits::MAX_BODY_BYTES + 1);
+    let (parts, body) = app.login(&huge, PASSWORD).await;
+    assert_eq!(parts.status, StatusCode::PAYLOAD_TOO_LARGE, "{body}");
+    assert_eq!(code(&body), "payload_too_large");
+    assert_eq!(parts.headers["connection"], "close");
+    let (parts, body) = app
+        .post(&ann, "/app/api/keys", &json!({"env": "test", "note": huge}))
+        .await;
+    assert_eq!(parts.status, StatusCode::PAYLOAD_TOO_LARGE, "{body}");
+    let (parts, body) = app
+        .post(&ann, "/app/api/crosstab", &json!({"SurveyCode": huge}))
+        .await;
+    assert_eq!(parts.status, StatusCode::PAYLOAD_TOO_LARGE, "{body}");
+    // A table of the most rows at the longest labels is over 64 KiB, and answered.
+    let label = "é".repeat(crosstab_contract::limits::MAX_TABLE_LABEL_CHARS);
+    let mut table = table_body(None, "ALL", &["WOMEN"; 200], &["SMOKER = 1"]);
+    for row in table["rows"].as_array_mut().unwrap() {
+        row["label"] = json!(label);
+    }
+    assert!(table.to_string().len() > crosstab_contract::limits::MAX_BODY_BYTES);
+    let (parts, body) = app.post(&ann, "/app/api/table", &table).await;
+    assert_eq!(parts.status, StatusCode::OK, "{:.200}", body.to_string());
+    let over = "x".repeat(crosstab_contract::limits::MAX_TABLE_BODY_BYTES);
+    let (parts, _) = app
+        .post(&ann, "/app/api/table", &json!({"survey": over}))
+        .await;
+    assert_eq!(parts.status, StatusCode::PAYLOAD_TOO_LARGE);
+    // Nothing was billed but the table.
+    let table_calls = crosstab_contract::app::billed_calls(200, 1);
+    assert_eq!(app.fx.bills().await, i64::from(table_calls));
+}

@@ -72,6 +72,23 @@ impl From<TokenError> for GrantError {
 }
 
 impl Sso {
+    /// `work`'s result: XML parsing and signature checks are CPU work, run on the
+    /// blocking threads, as many at once as there are cores.
+    async fn blocking<T: Send + 'static>(
+        &self,
+        work: impl FnOnce() -> T + Send + 'static,
+    ) -> Result<T, GrantError> {
+        let unfinished = |e: String| GrantError::Unavailable(format!("the check did not run: {e}"));
+        let _slot = self
+            .verifying
+            .acquire()
+            .await
+            .map_err(|e| unfinished(e.to_string()))?;
+        tokio::task::spawn_blocking(work)
+            .await
+            .map_err(|e| unfinished(e.to_string()))
+    }
+
     /// Exchanges `assertion` of `grant_type` for an access token of this server.
     pub async fn exchange(&self, grant_type: &str, assertion: &str) -> Result<Issued, GrantError> {
         if ![JWT_BEARER, SAML2_BEARER].contains(&grant_type) {
@@ -128,15 +145,24 @@ impl Sso {
         let registry = self.registry().await?;
         let now_ms = self.clock.now_ms();
         let mut refusals = Vec::new();
+        let xml: Arc<[u8]> = xml.into();
+        let claimed = self
+            .blocking({
+                let xml = Arc::clone(&xml);
+                move || saml::claimed_issuer(&xml)
+            })
+            .await?;
         // Providers whose stored metadata this server can't use, and whose entity id the
         // assertion claims: it may be theirs, so refusing it would blame the caller for
         // our damage. (Any other assertion is refused as usual.)
-        let claimed = saml::claimed_issuer(&xml);
         let mut unusable = Vec::new();
         // RFC 7522: the bearer confirmation names this endpoint as its Recipient.
         let token_endpoint = format!("{}/v1/oauth/token", self.public_url.trim_end_matches('/'));
-        for idp in registry.idps.iter().filter(|idp| idp.kind == IdpKind::Saml) {
-            let claimed_here = claimed.as_deref() == Some(idp.issuer.as_str());
+        // Only the providers of the issuer it claims can have signed it (each checks the
+        // issuer too): one signature check, however many providers are configured.
+        for idp in registry.idps.iter().filter(|idp| {
+            idp.kind == IdpKind::Saml && claimed.as_deref() == Some(idp.issuer.as_str())
+        }) {
             let stored = match &idp.metadata {
                 Some(metadata) => saml::SamlIdp::from_stored(metadata).map_err(|e| e.to_string()),
                 None => Err("no stored metadata".to_owned()),
@@ -145,20 +171,29 @@ impl Sso {
                 Ok(known) => known,
                 Err(why) => {
                     tracing::warn!(idp = %idp.name, %why, "stored SAML metadata unusable");
-                    if claimed_here {
-                        unusable.push(format!("{}: {why}", idp.name));
-                    }
+                    unusable.push(format!("{}: {why}", idp.name));
                     continue;
                 }
             };
-            let audience = idp.audience.as_deref().unwrap_or(&self.public_url);
-            let verified = match saml::verify_assertion(
-                &xml,
-                &known,
-                audience,
-                &token_endpoint,
-                now_ms.div_euclid(1000),
-            ) {
+            let audience = idp
+                .audience
+                .clone()
+                .unwrap_or_else(|| self.public_url.clone());
+            let checked = self
+                .blocking({
+                    let (xml, recipient) = (Arc::clone(&xml), token_endpoint.clone());
+                    move || {
+                        saml::verify_assertion(
+                            &xml,
+                            &known,
+                            &audience,
+                            &recipient,
+                            now_ms.div_euclid(1000),
+                        )
+                    }
+                })
+                .await?;
+            let verified = match checked {
                 Ok(verified) => verified,
                 Err(error) => {
                     refusals.push(format!("{}: {error}", idp.name));
@@ -207,7 +242,10 @@ impl Sso {
             )));
         }
         if refusals.is_empty() {
-            refusals.push("no SAML identity provider is configured".to_owned());
+            refusals.push(match claimed {
+                Some(issuer) => format!("no SAML identity provider has entity id {issuer:?}"),
+                None => "the assertion names no issuer".to_owned(),
+            });
         }
         Err(GrantError::InvalidGrant(refusals.join("; ")))
     }

@@ -118,6 +118,9 @@ pub struct Sso {
     /// Loaded on first need after each change.
     registry: RwLock<Option<Arc<Registry>>>,
     generation: AtomicU64,
+    /// SAML assertions checked at once (a core each, off the request threads): made-up
+    /// assertions cost the server no more than its cores.
+    verifying: tokio::sync::Semaphore,
 }
 
 impl Sso {
@@ -130,6 +133,9 @@ impl Sso {
             public_url: public_url.trim_end_matches('/').to_owned(),
             registry: RwLock::new(None),
             generation: AtomicU64::new(0),
+            verifying: tokio::sync::Semaphore::new(
+                std::thread::available_parallelism().map_or(1, usize::from),
+            ),
         }
     }
 
