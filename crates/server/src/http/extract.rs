@@ -105,7 +105,8 @@ impl FromRequestParts<Arc<HttpState>> for SessionUser {
         state: &Arc<HttpState>,
     ) -> Result<Self, Self::Rejection> {
         let token = session_token(&parts.headers, state.https);
-        Ok(SessionUser(state.app.session_user(token).await?))
+        let address = client_address(parts, state);
+        Ok(SessionUser(state.app.session_user(token, address).await?))
     }
 }
 

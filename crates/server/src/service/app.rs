@@ -137,7 +137,13 @@ pub struct AppService {
     services: Arc<Services>,
     upstream: Option<Upstream>,
     unknown_names: UnknownNames,
+    /// Sessions found live lately (by the token's SHA-256): looked up even from an
+    /// address past its pace, so a guesser does not sign out the others behind it.
+    live_sessions: std::sync::Mutex<std::collections::HashSet<[u8; 32]>>,
 }
+
+/// Sessions remembered as live before the set starts over.
+const MAX_LIVE_SESSIONS: usize = 100_000;
 
 impl AppService {
     /// The backend over `services`; queries run here unless an `upstream` is given.
@@ -146,6 +152,7 @@ impl AppService {
             services,
             upstream,
             unknown_names: UnknownNames::default(),
+            live_sessions: std::sync::Mutex::new(std::collections::HashSet::new()),
         }
     }
 
@@ -170,17 +177,59 @@ impl AppService {
     }
 
     /// Ends the session `token`.
-    pub async fn sign_out(&self, token: &str) -> Result<(), AppError> {
+    pub async fn sign_out(
+        &self,
+        token: &str,
+        address: Option<std::net::IpAddr>,
+    ) -> Result<(), AppError> {
+        use sha2::Digest as _;
+        let digest: [u8; 32] = sha2::Sha256::digest(token.as_bytes()).into();
+        let was_live = self
+            .live_sessions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&digest);
+        // From an address past its pace, a token not seen live is not worth a write.
+        if !was_live && self.services.limits.auth_waiting(address).is_some() {
+            return Ok(());
+        }
         Ok(sessions::end(&self.services.db, token).await?)
     }
 
-    /// The user of the live session `token`.
-    pub async fn session_user(&self, token: Option<&str>) -> Result<User, AppError> {
+    /// The user of the live session `token`, sent from `address`. A token that names
+    /// no live session counts as a failed authentication of the address; past its pace,
+    /// only tokens found live lately are looked up (a flood of made-up cookies would
+    /// otherwise hold the database's connections).
+    pub async fn session_user(
+        &self,
+        token: Option<&str>,
+        address: Option<std::net::IpAddr>,
+    ) -> Result<User, AppError> {
+        use sha2::Digest as _;
         let token = token.ok_or(AppError::NotSignedIn)?;
+        let digest: [u8; 32] = sha2::Sha256::digest(token.as_bytes()).into();
+        let limits = &self.services.limits;
+        let live = || self.live_sessions.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(seconds) = limits.auth_waiting(address) {
+            if !live().contains(&digest) {
+                return Err(AppError::Locked(i64::try_from(seconds).unwrap_or(i64::MAX)));
+            }
+        }
         let now = self.services.clock.now_ms();
-        sessions::user(&self.services.db, token, now)
-            .await?
-            .ok_or(AppError::NotSignedIn)
+        match sessions::user(&self.services.db, token, now).await? {
+            Some(user) => {
+                let mut live = live();
+                if live.len() >= MAX_LIVE_SESSIONS {
+                    live.clear();
+                }
+                live.insert(digest);
+                Ok(user)
+            }
+            None => match limits.auth_failed(address) {
+                Some(seconds) => Err(AppError::Locked(i64::try_from(seconds).unwrap_or(i64::MAX))),
+                None => Err(AppError::NotSignedIn),
+            },
+        }
     }
 
     /// What `user`'s account may query now.

@@ -103,7 +103,14 @@ pub struct Services {
     pub limits: Arc<RateLimits>,
     /// Time.
     pub clock: Arc<dyn Clock>,
+    /// The database probe's last answer, and when (monotonic): probes within
+    /// [`READY_PROBE_REUSE`] of it share it, so a flood of `/ready` costs the pool one
+    /// query a second.
+    last_probe: tokio::sync::Mutex<Option<(std::time::Instant, Result<(), String>)>>,
 }
+
+/// How long one database probe answers `/ready`.
+const READY_PROBE_REUSE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Why the service is not ready to take billed calls.
 #[derive(Debug, thiserror::Error)]
@@ -126,11 +133,20 @@ impl Services {
         if !self.crosstab.can_bill() {
             return Err(NotReady::Ledger);
         }
-        match tokio::time::timeout(READY_PROBE_TIMEOUT, self.db.ping()).await {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(error)) => Err(NotReady::Database(error.to_string())),
-            Err(_) => Err(NotReady::Database("no answer within 2 s".to_owned())),
+        // One probe at a time; those waiting take its answer.
+        let mut last = self.last_probe.lock().await;
+        if let Some((at, answer)) = last.as_ref() {
+            if at.elapsed() < READY_PROBE_REUSE {
+                return answer.clone().map_err(NotReady::Database);
+            }
         }
+        let answer = match tokio::time::timeout(READY_PROBE_TIMEOUT, self.db.ping()).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(error)) => Err(error.to_string()),
+            Err(_) => Err("no answer within 2 s".to_owned()),
+        };
+        *last = Some((std::time::Instant::now(), answer.clone()));
+        answer.map_err(NotReady::Database)
     }
 
     /// On a database that pushes its changes (PostgreSQL): a task that applies them as
@@ -213,6 +229,7 @@ impl Services {
             db,
             catalog,
             clock,
+            last_probe: tokio::sync::Mutex::new(None),
         };
         (Arc::new(services), writer)
     }

@@ -604,3 +604,73 @@ async fn the_app_gets_security_headers_and_the_api_does_not_need_them() {
     assert!(!docs.headers().contains_key("content-security-policy"));
     assert_eq!(docs.headers()["x-content-type-options"], "nosniff");
 }
+
+/// Made-up session cookies count against their address's pace as bad keys do: past it,
+/// they are refused (429) before any database lookup, while a session found live from
+/// the same address keeps working (a guesser does not sign out the others behind it).
+#[test]
+fn made_up_session_cookies_are_paced_and_a_live_session_still_works() {
+    let temp = tempfile::tempdir().unwrap();
+    let (data, _key) = small_data_dir(temp.path());
+    let mut create = std::process::Command::new(BIN)
+        .args([
+            "user",
+            "create",
+            "--username",
+            "ann",
+            "--account",
+            "acme",
+            "--data-dir",
+        ])
+        .arg(&data)
+        .env_remove("CROSSTAB_DATABASE_URL")
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    create
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"ann-password-1\n")
+        .unwrap();
+    assert!(create.wait().unwrap().success());
+    let server = Server::start(&data, &["--failed-auth-per-minute", "3"]);
+    let origin = format!("http://{}", server.addr);
+    let client = reqwest::blocking::Client::new();
+    let login = client
+        .post(server.url("/app/login"))
+        .header("origin", &origin)
+        .json(&json!({"username": "ann", "password": "ann-password-1"}))
+        .send()
+        .unwrap();
+    assert_eq!(login.status(), reqwest::StatusCode::OK);
+    let live = login.headers()["set-cookie"]
+        .to_str()
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_owned();
+    let me = |cookie: &str| {
+        client
+            .get(server.url("/app/api/me"))
+            .header("cookie", cookie)
+            .send()
+            .unwrap()
+    };
+    assert_eq!(me(&live).status(), reqwest::StatusCode::OK);
+    let statuses: Vec<u16> = (0..6)
+        .map(|i| {
+            me(&format!("crosstab_session=made-up-{i}"))
+                .status()
+                .as_u16()
+        })
+        .collect();
+    assert_eq!(statuses[0], 401, "{statuses:?}");
+    assert_eq!(*statuses.last().unwrap(), 429, "{statuses:?}");
+    let paced = me("crosstab_session=made-up-again");
+    assert_eq!(paced.status(), reqwest::StatusCode::TOO_MANY_REQUESTS);
+    assert!(paced.headers().contains_key("retry-after"));
+    assert_eq!(me(&live).status(), reqwest::StatusCode::OK);
+    server.stop();
+}
