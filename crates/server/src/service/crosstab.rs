@@ -29,6 +29,8 @@ pub const IDEMPOTENCY_KEPT_MS: i64 = 24 * 60 * 60 * 1000;
 
 /// How often a request looks again at a key another request is answering.
 const IN_PROGRESS_POLL: Duration = Duration::from_millis(20);
+/// The longest wait between two looks, the wait doubling from [`IN_PROGRESS_POLL`].
+const IN_PROGRESS_POLL_MAX: Duration = Duration::from_millis(200);
 
 /// A 200 body, and whether it is the stored answer to an earlier request with the same
 /// `Idempotency-Key` (then not billed again).
@@ -288,19 +290,29 @@ impl Crosstab {
             owner: &owner,
         };
         let started = Instant::now();
+        let mut poll = IN_PROGRESS_POLL;
+        let mut waiting = false;
         loop {
             let now = self.clock.now_ms();
             let abandoned = i64::try_from(self.deadline.as_millis())
                 .unwrap_or(i64::MAX)
                 .saturating_mul(2);
-            let reservation = idempotency::reserve(
-                &self.db,
-                claim,
-                now,
-                now - IDEMPOTENCY_KEPT_MS,
-                now.saturating_sub(abandoned),
-            )
-            .await?;
+            let (expired_before, abandoned_before) =
+                (now - IDEMPOTENCY_KEPT_MS, now.saturating_sub(abandoned));
+            // Waiting on a request in flight: read, and write only once the key is free
+            // (many retries of one key must not each write many times a second).
+            let looked = if waiting {
+                idempotency::look(&self.db, claim, expired_before, abandoned_before).await?
+            } else {
+                None
+            };
+            let reservation = match looked {
+                Some(held) => held,
+                None => {
+                    idempotency::reserve(&self.db, claim, now, expired_before, abandoned_before)
+                        .await?
+                }
+            };
             match reservation {
                 Reservation::Reserved => {
                     return Ok(Held::Ours(Reserved {
@@ -323,7 +335,11 @@ impl Crosstab {
                 Reservation::InProgress if started.elapsed() > self.deadline => {
                     return Err(ApiError::DeadlineExceeded.into())
                 }
-                Reservation::InProgress => tokio::time::sleep(IN_PROGRESS_POLL).await,
+                Reservation::InProgress => {
+                    waiting = true;
+                    tokio::time::sleep(poll).await;
+                    poll = (poll * 2).min(IN_PROGRESS_POLL_MAX);
+                }
             }
         }
     }

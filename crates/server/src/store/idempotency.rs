@@ -52,27 +52,11 @@ pub async fn reserve(
     loop {
         // On SQLite, looked at first without writing: a retry waiting on a request in
         // flight asks many times a second, and each write would take SQLite's one write
-        // lock from the ledger's commits. (PostgreSQL locks the row alone.)
-        let held = if db.backend() == Backend::Sqlite {
-            sqlx::query(
-                "SELECT body_sha256, status, response, created_at FROM idempotency_keys \
-                 WHERE account_id = $1 AND key = $2",
-            )
-            .bind(claim.account_id)
-            .bind(claim.key)
-            .fetch_optional(db.pool())
-            .await?
-        } else {
-            None
-        };
-        if let Some(row) = held {
-            let created_at: i64 = row.try_get(3)?;
-            let status: Option<i64> = row.try_get(1)?;
-            // The rule of the DELETE below.
-            let free =
-                created_at < expired_before || (status.is_none() && created_at < abandoned_before);
-            if !free {
-                return reservation_of(&row, claim.body_sha256);
+        // lock from the ledger's commits. (On PostgreSQL, which locks the row alone, a
+        // first try goes straight to the write; a waiting one looks first, by `look`.)
+        if db.backend() == Backend::Sqlite {
+            if let Some(held) = look(db, claim, expired_before, abandoned_before).await? {
+                return Ok(held);
             }
         }
         let mut tx = db.pool().begin().await?;
@@ -119,6 +103,34 @@ pub async fn reserve(
         tx.commit().await?;
         return Ok(reservation);
     }
+}
+
+/// What `claim`'s key holds, read without writing: `None` when it is free to reserve
+/// (absent, expired, or abandoned: the rule of [`reserve`]'s DELETE, stated again here).
+pub async fn look(
+    db: &Database,
+    claim: Claim<'_>,
+    expired_before: i64,
+    abandoned_before: i64,
+) -> Result<Option<Reservation>, DbError> {
+    let row = sqlx::query(
+        "SELECT body_sha256, status, response, created_at FROM idempotency_keys \
+         WHERE account_id = $1 AND key = $2",
+    )
+    .bind(claim.account_id)
+    .bind(claim.key)
+    .fetch_optional(db.pool())
+    .await?;
+    let Some(row) = row else {
+        return Ok(None);
+    };
+    let created_at: i64 = row.try_get(3)?;
+    let status: Option<i64> = row.try_get(1)?;
+    let free = created_at < expired_before || (status.is_none() && created_at < abandoned_before);
+    if free {
+        return Ok(None);
+    }
+    reservation_of(&row, claim.body_sha256).map(Some)
 }
 
 /// What a key held by another request (`row`: its body's SHA-256, status and response)

@@ -134,3 +134,45 @@ async fn answers_survey_sets_and_keys_count_against_one_budget() {
     fx.services.auth.changed();
     assert!(fx.memory.used() < before);
 }
+
+/// A bill made from the response cache records what was asked, as a computed one does:
+/// the survey, group, base, number of targets, key and the response's own request id.
+#[tokio::test]
+async fn a_cached_answer_is_billed_with_its_own_request() {
+    let fx = Fixture::new().await;
+    let body = request("VEC", Some("N"), "ALL", &["WOMEN", "GENDER = 1"]);
+    let (first, _) = fx.post(Some(&fx.north), &body).await;
+    let (second, _) = fx.post(Some(&fx.north), &body).await;
+    assert_eq!(
+        (first.status(), second.status()),
+        (StatusCode::OK, StatusCode::OK)
+    );
+    assert_eq!(
+        fx.services.crosstab.cache().len(),
+        1,
+        "the second was a cache hit"
+    );
+    let ids: Vec<String> = [&first, &second]
+        .iter()
+        .map(|r| r.headers()["x-request-id"].to_str().unwrap().to_owned())
+        .collect();
+    assert_ne!(ids[0], ids[1]);
+    let key_id = fx.north.split('_').nth(2).unwrap().to_owned();
+    let rows: Vec<(String, Option<String>, String, i64, String, String)> = sqlx::query_as(
+        "SELECT survey, grp, base, targets, key_id, request_id FROM ledger ORDER BY id",
+    )
+    .fetch_all(fx.db.pool())
+    .await
+    .unwrap();
+    let expected = |id: &str| {
+        (
+            "VEC".to_owned(),
+            Some("N".to_owned()),
+            "ALL".to_owned(),
+            2,
+            key_id.clone(),
+            id.to_owned(),
+        )
+    };
+    assert_eq!(rows, vec![expected(&ids[0]), expected(&ids[1])]);
+}

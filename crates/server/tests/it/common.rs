@@ -113,14 +113,29 @@ impl Fixture {
         Fixture::on(&url, dir, origins).await
     }
 
+    /// The fixture with these service settings.
+    pub async fn with_settings(settings: Settings) -> Fixture {
+        let dir = tempfile::tempdir().unwrap();
+        let url = store::default_url(dir.path());
+        Fixture::on_with(&url, dir, &[ORIGIN], settings).await
+    }
+
     /// The fixture on the database at `url` (its surveys installed in `dir`).
     pub async fn on(url: &str, dir: tempfile::TempDir, origins: &[&str]) -> Fixture {
+        Fixture::on_with(url, dir, origins, Settings::default()).await
+    }
+
+    async fn on_with(
+        url: &str,
+        dir: tempfile::TempDir,
+        origins: &[&str],
+        settings: Settings,
+    ) -> Fixture {
         install_surveys(dir.path());
         let db = Database::connect(url).await.unwrap();
         let whole = key(&db, "acme", &["VEC"], KeyEnv::Live, None).await;
         let north = key(&db, "north", &["VEC:N"], KeyEnv::Live, None).await;
         let other = key(&db, "demo-only", &["DEMO"], KeyEnv::Test, None).await;
-        let settings = Settings::default();
         let memory = Arc::clone(&settings.memory);
         let (catalog, _) = Catalog::within(SurveyStore::open(dir.path()).unwrap(), &memory);
         let clock = ManualClock::at(now_ms());

@@ -674,3 +674,32 @@ fn made_up_session_cookies_are_paced_and_a_live_session_still_works() {
     assert_eq!(me(&live).status(), reqwest::StatusCode::OK);
     server.stop();
 }
+
+/// A call admitted under the daily quota but not billed (the ledger refused the write:
+/// 500) gives its place back: the next call is served, and only billed calls count.
+#[tokio::test]
+async fn an_unbilled_call_gives_its_quota_place_back() {
+    let fx = Fixture::new().await;
+    let limits = AccountLimits {
+        per_second: None,
+        daily_quota: Some(1),
+    };
+    assert!(accounts::set_limits(&fx.db, "acme", limits).await.unwrap());
+    let body = common::request("VEC", None, "ALL", &["WOMEN"]);
+    sqlx::query("ALTER TABLE ledger RENAME TO ledger_away")
+        .execute(fx.db.pool())
+        .await
+        .unwrap();
+    let (failed, _) = fx.post(Some(&fx.whole), &body).await;
+    assert_eq!(failed.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    sqlx::query("ALTER TABLE ledger_away RENAME TO ledger")
+        .execute(fx.db.pool())
+        .await
+        .unwrap();
+    let other = common::request("VEC", None, "ALL", &["GENDER = 1"]);
+    let (served, answer) = fx.post(Some(&fx.whole), &other).await;
+    assert_eq!(served.status(), StatusCode::OK, "{answer}");
+    let (over, _) = fx.post(Some(&fx.whole), &body).await;
+    assert_eq!(over.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(fx.bills().await, 1);
+}

@@ -235,3 +235,48 @@ async fn ready_follows_the_database() {
         "{body}"
     );
 }
+
+/// Past the query deadline the answer is 503 `deadline_exceeded`: not billed, and its
+/// idempotency key given back (a retry is computed anew).
+#[tokio::test]
+async fn an_answer_past_the_deadline_is_503_unbilled_and_gives_its_key_back() {
+    let fx = Fixture::with_settings(crosstab_server::service::Settings {
+        query_deadline: std::time::Duration::from_nanos(1),
+        ..Default::default()
+    })
+    .await;
+    let body = common::request("VEC", None, "ALL", &["WOMEN"]);
+    let (late, envelope) = fx.send(keyed(&fx.whole, "d1", &body)).await;
+    assert_eq!(late.status(), StatusCode::SERVICE_UNAVAILABLE, "{envelope}");
+    assert_eq!(common::code(&envelope), "deadline_exceeded");
+    assert_eq!(fx.bills().await, 0);
+    let kept: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM idempotency_keys WHERE key = 'd1'")
+        .fetch_one(fx.db.pool())
+        .await
+        .unwrap();
+    assert_eq!(kept, 0, "the key is given back");
+}
+
+/// A retry of an answered key is answered again even when the account is over its quota
+/// (the answer was billed once already; refusing it would lose it).
+#[tokio::test]
+async fn a_replay_is_answered_over_the_quota_and_billed_once() {
+    use crosstab_server::store::accounts::{self, AccountLimits};
+    let fx = Fixture::new().await;
+    let limits = AccountLimits {
+        per_second: None,
+        daily_quota: Some(1),
+    };
+    assert!(accounts::set_limits(&fx.db, "acme", limits).await.unwrap());
+    let body = common::request("VEC", None, "ALL", &["WOMEN"]);
+    let (first, answer) = fx.send(keyed(&fx.whole, "q", &body)).await;
+    assert_eq!(first.status(), StatusCode::OK);
+    let (again, same) = fx.send(keyed(&fx.whole, "q", &body)).await;
+    assert_eq!(again.status(), StatusCode::OK, "{same}");
+    assert!(replayed(&again));
+    assert_eq!(same, answer);
+    // A new query is over the quota.
+    let (over, _) = fx.send(keyed(&fx.whole, "q2", &body)).await;
+    assert_eq!(over.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(fx.bills().await, 1);
+}

@@ -1322,3 +1322,37 @@ async fn app_bodies_are_read_within_their_limits() {
     let table_calls = crosstab_contract::app::billed_calls(200, 1);
     assert_eq!(app.fx.bills().await, i64::from(table_calls));
 }
+
+/// A table's bills are /v1's for the same targets two at a time: 3 × 2 is 11 targets
+/// (6 cells, 3 row totals, 2 column totals), billed as 5 calls of two and one of one,
+/// each with the table's survey, base and group, and the user.
+#[tokio::test]
+async fn a_tables_bills_say_what_each_call_asked() {
+    let app = app_with(None).await;
+    let ann = app.session("ann").await;
+    let body = table_body(
+        None,
+        "ALL",
+        &["WOMEN", "SMOKER = 1", "GENDER = 1"],
+        &["AGE >= 35", "SMOKER = 0"],
+    );
+    let (parts, table) = app.post(&ann, "/app/api/table", &body).await;
+    assert_eq!(parts.status, StatusCode::OK, "{table}");
+    let rows: Vec<(String, Option<String>, String, i64)> =
+        sqlx::query_as("SELECT survey, grp, base, targets FROM ledger ORDER BY id")
+            .fetch_all(app.fx.db.pool())
+            .await
+            .unwrap();
+    let targets: Vec<i64> = rows.iter().map(|row| row.3).collect();
+    assert_eq!(targets, [2, 2, 2, 2, 2, 1]);
+    assert!(
+        rows.iter()
+            .all(|(survey, group, base, _)| survey == "VEC" && group.is_none() && base == "ALL"),
+        "{rows:?}"
+    );
+    let users: Vec<Option<i64>> = sqlx::query_scalar("SELECT user_id FROM ledger")
+        .fetch_all(app.fx.db.pool())
+        .await
+        .unwrap();
+    assert!(users.iter().all(Option::is_some), "{users:?}");
+}
