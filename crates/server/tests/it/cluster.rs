@@ -136,6 +136,7 @@ async fn replicas_behind_nginx_bill_every_200_once_through_kills_reimports_and_a
     let front = format!("127.0.0.1:{}", free_port());
     let _nginx = Nginx::start(&nginx_bin, &temp.path().join("nginx"), &front, &ports);
     let front = format!("http://{front}");
+    app_through_nginx(&publisher, &url, &front).await;
 
     // The load: logical queries, each with its own key, retried until answered.
     let answers: Arc<Mutex<HashMap<String, (u16, Value)>>> = Arc::default();
@@ -308,4 +309,65 @@ async fn replicas_behind_nginx_bill_every_200_once_through_kills_reimports_and_a
         kept == seen,
         "keys kept with a bill differ from the keys answered 200"
     );
+}
+
+/// A researcher signs in to the app through nginx on its own port (the browser's Origin
+/// has the port, so nginx must pass the Host with it) and runs a table whose body is over
+/// /v1's 64 KiB (nginx must let a table's larger body through).
+async fn app_through_nginx(publisher: &Path, url: &str, front: &str) {
+    create_key(publisher, "app", &with_db(&["--grant", "SMALL"], url));
+    let mut create = std::process::Command::new(BIN)
+        .args(with_db(
+            &["user", "create", "--username", "ann", "--account", "app"],
+            url,
+        ))
+        .arg("--data-dir")
+        .arg(publisher)
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        create
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(b"ann-password-1\n")
+            .unwrap();
+    }
+    assert!(create.wait().unwrap().success());
+    let client = reqwest::Client::new();
+    let login = client
+        .post(format!("{front}/app/login"))
+        .header("origin", front)
+        .json(&serde_json::json!({"username": "ann", "password": "ann-password-1"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(login.status(), 200, "{}", login.text().await.unwrap());
+    let cookie = login.headers()["set-cookie"]
+        .to_str()
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_owned();
+    let label = "é".repeat(crosstab_contract::limits::MAX_TABLE_LABEL_CHARS);
+    let rows: Vec<Value> = (0..150)
+        .map(|_| serde_json::json!({"expression": "GENDER = 1", "label": label}))
+        .collect();
+    let table = serde_json::json!({"survey": "SMALL", "populationBase": "ALL",
+        "rows": rows, "columns": [{"expression": "AGE >= 40"}]});
+    assert!(table.to_string().len() > crosstab_contract::limits::MAX_BODY_BYTES);
+    let answered = client
+        .post(format!("{front}/app/api/table"))
+        .header("origin", front)
+        .header("cookie", &cookie)
+        .json(&table)
+        .send()
+        .await
+        .unwrap();
+    let status = answered.status();
+    let text = answered.text().await.unwrap();
+    assert_eq!(status, 200, "{:.300}", text);
 }
