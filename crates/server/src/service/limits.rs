@@ -171,6 +171,7 @@ impl AddressPace {
 
     /// Seconds `address` must still wait, without counting an attempt.
     fn waiting(&self, address: IpAddr) -> Option<u64> {
+        let address = paced_as(address);
         let now = self.clock.0.monotonic();
         let mut blocked = self.blocked();
         match blocked.get(&address) {
@@ -185,6 +186,7 @@ impl AddressPace {
 
     /// Counts an attempt by `address`: the seconds to wait if it is one too many.
     fn attempt(&self, address: IpAddr) -> Option<u64> {
+        let address = paced_as(address);
         let not_until = self.limiter.check_key(&address).err()?;
         let now = self.clock.0.monotonic();
         let wait = not_until.wait_time_from(now);
@@ -202,6 +204,21 @@ impl AddressPace {
         self.limiter.retain_recent();
         let now = self.clock.0.monotonic();
         self.blocked().retain(|_, until| *until > now);
+    }
+}
+
+/// The address `address` is paced as: an IPv6 client's whole /64 (one host is given a
+/// /64, and would otherwise have 2^64 addresses to spread its attempts over), an IPv4
+/// one (mapped into IPv6 or not) as itself.
+fn paced_as(address: IpAddr) -> IpAddr {
+    match address {
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6(std::net::Ipv6Addr::from(
+                u128::from(v6) & !((1u128 << 64) - 1),
+            )),
+        },
+        v4 => v4,
     }
 }
 
@@ -444,6 +461,25 @@ mod tests {
         assert_eq!(seconds_until(Duration::from_millis(1)), 1);
         assert_eq!(seconds_until(Duration::from_millis(1000)), 1);
         assert_eq!(seconds_until(Duration::from_millis(1001)), 2);
+    }
+
+    #[test]
+    fn an_ipv6_network_is_paced_as_one_and_a_mapped_ipv4_as_itself() {
+        let a: IpAddr = "2001:db8:1:2:aaaa::1".parse().unwrap();
+        let b: IpAddr = "2001:db8:1:2:ffff::9".parse().unwrap();
+        let other: IpAddr = "2001:db8:1:3::1".parse().unwrap();
+        assert_eq!(paced_as(a), paced_as(b));
+        assert_ne!(paced_as(a), paced_as(other));
+        let mapped: IpAddr = "::ffff:192.0.2.7".parse().unwrap();
+        assert_eq!(paced_as(mapped), "192.0.2.7".parse::<IpAddr>().unwrap());
+        // Attempts from anywhere in the /64 count together.
+        let clock = ManualClock::at(1_700_000_000_000);
+        let pace = AddressPace::new(2, &(Arc::clone(&clock) as Arc<dyn Clock>));
+        assert_eq!(pace.attempt(a), None);
+        assert_eq!(pace.attempt(b), None);
+        assert!(pace.attempt("2001:db8:1:2::77".parse().unwrap()).is_some());
+        assert!(pace.waiting(a).is_some());
+        assert_eq!(pace.attempt(other), None);
     }
 
     #[test]
