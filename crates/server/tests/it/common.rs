@@ -49,13 +49,23 @@ pub struct Fixture {
 }
 
 /// The throwaway PostgreSQL's URL (`CROSSTAB_TEST_POSTGRES_URL`); `None`, and the test
-/// says it is skipped, when it is unset.
+/// says it is skipped, when it is unset, unless PostgreSQL tests are required
+/// (`CROSSTAB_TEST_REQUIRE_POSTGRES`, as scripts/test sets it): then the test fails.
 pub fn postgres_url() -> Option<String> {
     let url = std::env::var("CROSSTAB_TEST_POSTGRES_URL").ok();
     if url.is_none() {
-        eprintln!("CROSSTAB_TEST_POSTGRES_URL not set: PostgreSQL test skipped");
+        skipped("CROSSTAB_TEST_POSTGRES_URL not set");
     }
     url
+}
+
+/// Says a PostgreSQL test is skipped for `why`, or fails it when such tests are required.
+pub fn skipped(why: &str) {
+    assert!(
+        std::env::var_os("CROSSTAB_TEST_REQUIRE_POSTGRES").is_none(),
+        "{why}, and CROSSTAB_TEST_REQUIRE_POSTGRES says PostgreSQL tests must run"
+    );
+    eprintln!("{why}: PostgreSQL test skipped");
 }
 
 /// The URL of a new, empty database beside the one `url` names.
@@ -227,11 +237,22 @@ fn router_over(
     upstream: Option<Upstream>,
     app_dir: Option<&Path>,
 ) -> HttpService {
+    router_for(services, origins, upstream, app_dir, false)
+}
+
+/// The router over `services`, for clients that reach it over `https` or not.
+pub fn router_for(
+    services: &Arc<Services>,
+    origins: &[String],
+    upstream: Option<Upstream>,
+    app_dir: Option<&Path>,
+    https: bool,
+) -> HttpService {
     let app = AppService::new(Arc::clone(services), upstream);
     let options = HttpOptions {
         cors: Cors::new(origins),
         app_dir,
-        https: false,
+        https,
         trusted_proxy_header: None,
     };
     let state = HttpState::new(Arc::clone(services), app, options).unwrap();

@@ -640,7 +640,7 @@ async fn deleting_is_refused(db: &Database, account_id: i64, account: &str, user
 #[tokio::test]
 async fn a_bill_during_a_short_postgres_restart_is_written_when_it_is_back() {
     let Some(pg_bin) = crate::support::Postgres::binaries() else {
-        eprintln!("PostgreSQL not installed: skipped");
+        crate::common::skipped("PostgreSQL not installed");
         return;
     };
     let temp = tempfile::tempdir().unwrap();

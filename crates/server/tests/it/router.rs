@@ -642,3 +642,77 @@ async fn a_replaced_signal_file_is_followed_again() {
     assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
     assert_eq!(code(&body), "unauthorized");
 }
+
+/// With `--allowed-origin '*'`, any origin's preflight gets the methods and headers, and
+/// its POST the allow-origin header; every answer of /v1/crosstab varies by Origin, so a
+/// cache never hands one origin's answer to another.
+#[tokio::test]
+async fn a_wildcard_origin_preflights_and_posts_from_anywhere_and_answers_vary() {
+    let fx = Fixture::with_origins(&["*"]).await;
+    let preflight = Request::options("/v1/crosstab")
+        .header("origin", "https://any.test")
+        .header("access-control-request-method", "POST")
+        .header(
+            "access-control-request-headers",
+            "content-type, service-engine-authorizer",
+        )
+        .body(Body::empty())
+        .unwrap();
+    let (answer, _) = fx.send(preflight).await;
+    assert_eq!(answer.status(), StatusCode::OK);
+    let header = |name: &str| {
+        answer
+            .headers()
+            .get(name)
+            .map(|v| v.to_str().unwrap().to_owned())
+    };
+    assert!(header("access-control-allow-origin").is_some());
+    assert_eq!(
+        header("access-control-allow-methods").as_deref(),
+        Some("POST, OPTIONS")
+    );
+    let allowed = header("access-control-allow-headers")
+        .unwrap()
+        .to_ascii_lowercase();
+    for name in [
+        "content-type",
+        "service-engine-authorizer",
+        "idempotency-key",
+    ] {
+        assert!(allowed.contains(name), "{allowed}");
+    }
+    let mut sent = crate::common::post(
+        Some(&fx.whole),
+        request("VEC", None, "ALL", &["WOMEN"]).to_string(),
+    );
+    sent.headers_mut()
+        .insert("origin", "https://any.test".parse().unwrap());
+    let (answer, _) = fx.send(sent).await;
+    assert_eq!(answer.status(), StatusCode::OK);
+    assert!(answer.headers().contains_key("access-control-allow-origin"));
+    // In the default fixture: no Origin, or one not allowed, gets no allow-origin, and
+    // the answer still varies by Origin.
+    let fx = Fixture::new().await;
+    for origin in [None, Some("http://evil.test")] {
+        let mut sent = crate::common::post(
+            Some(&fx.whole),
+            request("VEC", None, "ALL", &["WOMEN"]).to_string(),
+        );
+        if let Some(origin) = origin {
+            sent.headers_mut().insert("origin", origin.parse().unwrap());
+        }
+        let (answer, _) = fx.send(sent).await;
+        assert_eq!(answer.status(), StatusCode::OK);
+        assert!(!answer.headers().contains_key("access-control-allow-origin"));
+        let vary: Vec<String> = answer
+            .headers()
+            .get_all("vary")
+            .iter()
+            .map(|v| v.to_str().unwrap().to_ascii_lowercase())
+            .collect();
+        assert!(
+            vary.iter().any(|v| v.contains("origin")),
+            "{origin:?}: {vary:?}"
+        );
+    }
+}

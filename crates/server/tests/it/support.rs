@@ -249,11 +249,19 @@ pub struct Postgres {
 impl Postgres {
     /// Debian's PostgreSQL binaries, newest version, if installed.
     pub fn binaries() -> Option<std::path::PathBuf> {
+        // Debian's versioned directories, else the initdb on PATH (as scripts/test finds it).
+        let on_path = std::env::var_os("PATH")
+            .and_then(|path| std::env::split_paths(&path).find(|dir| dir.join("initdb").exists()));
         let mut found: Vec<std::path::PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
-            .ok()?
-            .filter_map(|entry| entry.ok().map(|e| e.path().join("bin")))
-            .filter(|bin| bin.join("initdb").exists())
-            .collect();
+            .map(|dirs| {
+                dirs.filter_map(|entry| entry.ok().map(|e| e.path().join("bin")))
+                    .filter(|bin| bin.join("initdb").exists())
+                    .collect()
+            })
+            .unwrap_or_default();
+        if found.is_empty() {
+            return on_path;
+        }
         found.sort_by_key(|path| {
             path.parent()
                 .and_then(|p| p.file_name())

@@ -1356,3 +1356,41 @@ async fn a_tables_bills_say_what_each_call_asked() {
         .unwrap();
     assert!(users.iter().all(Option::is_some), "{users:?}");
 }
+
+/// Behind TLS (`--public-url https://...`): pages carry HSTS, the session cookie is the
+/// `__Host-` one with `Secure`, and only that name signs in (the plain one is expired).
+#[tokio::test]
+async fn over_https_the_session_is_a_secure_host_cookie() {
+    let App { fx, .. } = app_with(None).await;
+    let dir = fx.dir.path().to_path_buf();
+    let router = crate::common::router_for(&fx.services, &fx.origins, None, Some(&dir), true);
+    let https = App { fx, router };
+    let (page, _) = https
+        .send(Request::get("/").body(Body::empty()).unwrap())
+        .await;
+    assert!(
+        page.headers.contains_key("strict-transport-security"),
+        "{:?}",
+        page.headers
+    );
+    let (parts, _) = https.login("ann", PASSWORD).await;
+    assert_eq!(parts.status, StatusCode::OK);
+    let cookies: Vec<&str> = parts
+        .headers
+        .get_all("set-cookie")
+        .iter()
+        .map(|v| v.to_str().unwrap())
+        .collect();
+    let session = cookies
+        .iter()
+        .find(|c| c.starts_with("__Host-crosstab_session="))
+        .unwrap_or_else(|| panic!("{cookies:?}"));
+    assert!(session.contains("; Secure"), "{session}");
+    assert!(session.contains("Path=/"), "{session}");
+    let host_cookie = session.split(';').next().unwrap().to_owned();
+    let (me, _) = https.get(&host_cookie, "/app/api/me").await;
+    assert_eq!(me.status, StatusCode::OK);
+    let plain = host_cookie.replacen("__Host-", "", 1);
+    let (refused, _) = https.get(&plain, "/app/api/me").await;
+    assert_eq!(refused.status, StatusCode::UNAUTHORIZED);
+}
