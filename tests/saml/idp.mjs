@@ -4,7 +4,8 @@
 //   { "metadata": "<EntityDescriptor ...>", "entity_id": "...", "assertions": { case: xml } }
 //
 // usage: node idp.mjs '{"entity_id": "...", "audience": "...", "subject": "...",
-//                       "account": "...", "now": <unix s>, "lifetime": <s>}'
+//                       "account": "...", "now": <unix s>, "lifetime": <s>,
+//                       "other_accounts": ["...", ...]}'
 //
 // The keys are made at each run with openssl (self-signed, test-only, thrown away).
 import { execFileSync } from 'node:child_process';
@@ -26,6 +27,8 @@ const subject = params.subject ?? 'ada@example.org';
 const account = params.account ?? 'acme';
 const now = params.now ?? Math.floor(Date.now() / 1000);
 const lifetime = params.lifetime ?? 300;
+// Other accounts to sign a valid assertion for, with the same key (cases `valid_for_<account>`).
+const otherAccounts = params.other_accounts ?? [];
 
 /** A throwaway RSA key and self-signed certificate (PEM strings). */
 function keyPair(cn) {
@@ -212,7 +215,9 @@ const cases = {
   )),
   not_bearer: sign(assertion({ Method: 'urn:oasis:names:tc:SAML:2.0:cm:holder-of-key' })),
   no_name_id: sign(assertion({ NameID: null })),
+  control_in_name_id: sign(assertion({ NameID: 'ada\u0085@example.org' })),
 };
+for (const other of otherAccounts) cases[`valid_for_${other}`] = sign(assertion({ Account: other }));
 
 process.stdout.write(JSON.stringify({
   entity_id: entityId,

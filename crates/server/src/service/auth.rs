@@ -196,8 +196,9 @@ impl Authenticator {
         }
     }
 
-    /// Drops every cached key if keys or grants changed since the last look.
-    async fn follow_changes(&self) -> Result<(), DbError> {
+    /// Drops every cached key (and the identity providers) if keys, grants or providers
+    /// changed since the last look.
+    pub async fn follow_changes(&self) -> Result<(), DbError> {
         let signal = self.current_signal().await?;
         let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
         if seen.as_ref() != Some(&signal) {

@@ -34,6 +34,9 @@ pub struct IdpParams<'a> {
     pub now: i64,
     /// How long the valid assertions hold (seconds).
     pub lifetime: i64,
+    /// Other accounts to sign a valid assertion for with the same key
+    /// (`valid_for_<account>`).
+    pub other_accounts: &'a [&'a str],
 }
 
 /// What the test IdP printed.
@@ -63,6 +66,7 @@ pub fn idp_assertions(params: &IdpParams<'_>) -> IdpOutput {
         "account": params.account,
         "now": params.now,
         "lifetime": params.lifetime,
+        "other_accounts": params.other_accounts,
     });
     let output = Command::new("node")
         .arg("idp.mjs")
@@ -96,6 +100,7 @@ fn signed() -> &'static (IdpOutput, i64) {
             account: "acme",
             now,
             lifetime: LIFETIME,
+            other_accounts: &[],
         });
         (output, now)
     })

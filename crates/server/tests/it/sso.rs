@@ -915,12 +915,32 @@ async fn a_saml_assertion_is_exchanged_once_for_a_token_that_is_billed_to_its_ac
             account,
             now,
             lifetime: 300,
+            other_accounts: &[],
         })
     };
-    let signed = |account: &str| signed_by("https://idp.corp.test/saml", account);
-    let idp_run = signed("acme");
+    // One IdP key signs for acme and the other accounts the test names.
+    let idp_run = idp_assertions(&IdpParams {
+        entity_id: "https://idp.corp.test/saml",
+        audience: &public_url,
+        subject: "ada@example.org",
+        account: "acme",
+        now,
+        lifetime: 300,
+        other_accounts: &["nosuch", "north", "later"],
+    });
+    // Why the exchange of `case` is refused (as the log has it).
+    let refusal = |case: &'static str| {
+        let assertion = URL_SAFE_NO_PAD.encode(&idp_run.assertions[case]);
+        let sso = std::sync::Arc::clone(&fx.services.sso);
+        async move {
+            match sso.exchange(SAML2_BEARER, &assertion).await {
+                Err(crosstab_server::service::sso::exchange::GrantError::InvalidGrant(why)) => why,
+                other => panic!("{case}: {other:?}"),
+            }
+        }
+    };
     let known = SamlIdp::from_metadata(&idp_run.metadata).unwrap();
-    let idp = IdentityProvider {
+    let mut idp = IdentityProvider {
         name: "corp-saml".to_owned(),
         kind: IdpKind::Saml,
         issuer: known.entity_id().to_owned(),
@@ -935,6 +955,48 @@ async fn a_saml_assertion_is_exchanged_once_for_a_token_that_is_billed_to_its_ac
     assert!(identity_providers::add(&fx.db, &idp).await.unwrap());
     fx.services.sso.prepare().await.unwrap();
     let encoded = |case: &str| URL_SAFE_NO_PAD.encode(&idp_run.assertions[case]);
+
+    // An assertion naming an account that does not exist yet is refused, and not used
+    // up: once the account exists, it is exchanged.
+    let early = &idp_run.assertions["valid_for_later"];
+    if let AccountRule::Named { allowed, .. } = &mut idp.account {
+        allowed.push("later".to_owned());
+    }
+    assert!(identity_providers::remove(&fx.db, "corp-saml")
+        .await
+        .unwrap());
+    assert!(identity_providers::add(&fx.db, &idp).await.unwrap());
+    assert!(refusal("valid_for_later").await.contains("does not exist"));
+    crate::common::key(
+        &fx.db,
+        "later",
+        &["VEC"],
+        crosstab_server::keys::KeyEnv::Test,
+        None,
+    )
+    .await;
+    let (response, body) = exchange_saml(&fx, early).await;
+    assert_eq!(response.status(), 200, "{body}");
+    // Exchanged once, it stays used when its provider is added again under another name.
+    assert!(identity_providers::remove(&fx.db, "corp-saml")
+        .await
+        .unwrap());
+    idp.name = "corp-saml-again".to_owned();
+    assert!(identity_providers::add(&fx.db, &idp).await.unwrap());
+    let (response, _) = exchange_saml(&fx, early).await;
+    assert_eq!(
+        response.status(),
+        400,
+        "a replay under the provider's new name"
+    );
+    assert!(refusal("valid_for_later")
+        .await
+        .contains("exchanged before"));
+    assert!(identity_providers::remove(&fx.db, "corp-saml-again")
+        .await
+        .unwrap());
+    idp.name = "corp-saml".to_owned();
+    assert!(identity_providers::add(&fx.db, &idp).await.unwrap());
 
     let (response, body) = exchange(&fx, SAML2_BEARER, &encoded("valid")).await;
     assert_eq!(response.status(), 200, "{body}");
@@ -976,15 +1038,21 @@ async fn a_saml_assertion_is_exchanged_once_for_a_token_that_is_billed_to_its_ac
     );
 
     // An attribute naming no account: refused, and no account is made.
-    let stranger = signed("nosuch");
-    let (response, body) = exchange_saml(&fx, &stranger.assertions["valid"]).await;
+    let (response, body) = exchange_saml(&fx, &idp_run.assertions["valid_for_nosuch"]).await;
     assert_eq!(response.status(), 400, "{body}");
+    assert!(refusal("valid_for_nosuch").await.contains("does not exist"));
     assert_eq!(fx.bills().await, 1);
     // One naming an account that exists but the provider was not trusted with: refused.
-    let other_tenant = signed("north");
-    let (response, body) = exchange_saml(&fx, &other_tenant.assertions["valid"]).await;
+    let (response, body) = exchange_saml(&fx, &idp_run.assertions["valid_for_north"]).await;
     assert_eq!(response.status(), 400, "{body}");
     assert_eq!(body, json!({"error": "invalid_grant"}));
+    assert!(refusal("valid_for_north")
+        .await
+        .contains("may not name account"));
+    // A subject with a control character can't be recorded with a bill: refused.
+    assert!(refusal("control_in_name_id")
+        .await
+        .contains("control character"));
 
     // Stored metadata this server can't use (damaged in the database): the assertion may
     // be that provider's, so it is a fault to report (500), not an invalid_grant.
@@ -993,7 +1061,7 @@ async fn a_saml_assertion_is_exchanged_once_for_a_token_that_is_billed_to_its_ac
         .await
         .unwrap();
     fx.services.sso.changed();
-    let (response, body) = exchange_saml(&fx, &stranger.assertions["valid"]).await;
+    let (response, body) = exchange_saml(&fx, &idp_run.assertions["valid_for_nosuch"]).await;
     assert_eq!(response.status(), 500, "{body}");
     // An assertion claiming another issuer can't be that provider's: refused as usual.
     let other = signed_by("https://other.corp.test/saml", "acme");
@@ -1094,6 +1162,7 @@ fn the_cli_trusts_a_saml_idp_by_its_metadata_and_a_running_server_exchanges_its_
         account: "acme",
         now: chrono::Utc::now().timestamp(),
         lifetime: 300,
+        other_accounts: &[],
     };
     let signed = idp_assertions(&params);
     let metadata = temp.path().join("idp.xml");

@@ -220,8 +220,16 @@ impl Sso {
                     super::MAX_SUBJECT_LEN
                 )));
             }
+            // Last, once all else holds: an assertion refused for its account is not
+            // used up. Kept by the provider's entity id, which outlives its name here.
+            if accounts::account_id(&self.db, &account).await?.is_none() {
+                return Err(GrantError::InvalidGrant(format!(
+                    "{}: account {account:?} does not exist",
+                    idp.name
+                )));
+            }
             let expires_at_ms = verified.not_on_or_after.saturating_mul(1000);
-            if !saml_replay::first_use(&self.db, &idp.name, &verified.id, expires_at_ms).await? {
+            if !saml_replay::first_use(&self.db, &idp.issuer, &verified.id, expires_at_ms).await? {
                 return Err(GrantError::InvalidGrant(format!(
                     "{}: assertion {:?} was exchanged before",
                     idp.name, verified.id
