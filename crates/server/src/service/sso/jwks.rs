@@ -75,8 +75,9 @@ pub struct KeySets {
     client: Result<reqwest::Client, String>,
     clock: Arc<dyn Clock>,
     issuers: RwLock<HashMap<String, IssuerKeys>>,
-    /// One fetch at a time (requests waiting for it then find its keys).
-    fetching: tokio::sync::Mutex<()>,
+    /// One fetch at a time per issuer (requests waiting for it then find its keys); a
+    /// slow issuer delays no other's.
+    fetching: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     fetches: Mutex<u64>,
 }
 
@@ -96,7 +97,7 @@ impl KeySets {
             client,
             clock,
             issuers: RwLock::new(HashMap::new()),
-            fetching: tokio::sync::Mutex::new(()),
+            fetching: Mutex::new(HashMap::new()),
             fetches: Mutex::new(0),
         }
     }
@@ -104,6 +105,12 @@ impl KeySets {
     /// How many fetches of key sets were tried (for tests of the rate limit).
     pub fn fetches(&self) -> u64 {
         *self.fetches.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// `issuer`'s fetch lock (issuers are the configured ones: the map stays small).
+    fn fetching(&self, issuer: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut locks = self.fetching.lock().unwrap_or_else(|p| p.into_inner());
+        Arc::clone(locks.entry(issuer.to_owned()).or_default())
     }
 
     fn cached(&self, issuer: &str, kid: &str) -> Option<VerifyingKey> {
@@ -132,7 +139,8 @@ impl KeySets {
             }
             // One request looks again; the others use the held set meanwhile, and so
             // does this one should the look fail (logged by `fetch`).
-            let Ok(_fetching) = self.fetching.try_lock() else {
+            let fetching = self.fetching(issuer);
+            let Ok(_fetching) = fetching.try_lock() else {
                 return Ok(Some(key));
             };
             if !self.due(issuer, self.clock.now_ms()) {
@@ -143,7 +151,8 @@ impl KeySets {
                 Err(_) => Ok(Some(key)),
             };
         }
-        let _fetching = self.fetching.lock().await;
+        let fetching = self.fetching(issuer);
+        let _fetching = fetching.lock().await;
         // Fetched while this request waited?
         if let Some(key) = self.cached(issuer, kid) {
             return Ok(Some(key));
@@ -167,7 +176,8 @@ impl KeySets {
 
     /// Fetches `issuer`'s keys now (at start), replacing those held when it succeeds.
     pub async fn refresh(&self, issuer: &str) -> Result<usize, FetchError> {
-        let _fetching = self.fetching.lock().await;
+        let fetching = self.fetching(issuer);
+        let _fetching = fetching.lock().await;
         self.fetch(issuer).await
     }
 
