@@ -326,6 +326,12 @@ struct LimitArgs {
     /// connections are closed (bills already committed stay).
     #[arg(long, value_name = "SECONDS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(0..=86_400))]
     shutdown_grace: u64,
+    /// Seconds after SIGINT/SIGTERM during which requests are still served but `/ready`
+    /// answers 503 (draining), so a load balancer stops sending new ones before the
+    /// listener closes (behind one: at least its health checks' interval times their
+    /// fall count).
+    #[arg(long, value_name = "SECONDS", default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=3_600))]
+    drain: u64,
 }
 
 impl LimitArgs {
@@ -336,6 +342,7 @@ impl LimitArgs {
             idle_timeout: Duration::from_secs(self.idle_timeout),
             max_connections: self.max_connections as usize,
             shutdown_grace: Duration::from_secs(self.shutdown_grace),
+            drain: Duration::from_secs(self.drain),
         }
     }
 }

@@ -276,6 +276,7 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
 
     let copier = copies.map(|copies| Arc::new(Copier::spawn(copies)));
     let pushed = services.follow_changes(copier.clone());
+    let draining = Arc::clone(&services);
     let follower = tokio::spawn(async move {
         let mut tick = tokio::time::interval(REFRESH_EVERY);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -303,6 +304,19 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
         }
     });
 
+    // Past the signal, drain first: served, but not ready, for `drain`.
+    let drain = options.limits.drain;
+    let shutdown = async move {
+        shutdown.await;
+        if !drain.is_zero() {
+            draining.drain();
+            tracing::info!(
+                seconds = drain.as_secs(),
+                "draining before the listener closes"
+            );
+            tokio::time::sleep(drain).await;
+        }
+    };
     listener::serve(listener, router, options.limits, shutdown).await;
     follower.abort();
     if let Some(resident) = resident {

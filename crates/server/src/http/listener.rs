@@ -38,6 +38,10 @@ pub struct Limits {
     /// After a shutdown signal, requests in flight get this long; then their connections
     /// are closed.
     pub shutdown_grace: Duration,
+    /// After a shutdown signal and before the listener closes, requests are still served
+    /// this long while `/ready` says the server is draining, so a load balancer moves
+    /// new ones elsewhere first.
+    pub drain: Duration,
 }
 
 /// The error a request body gives once its deadline has passed.

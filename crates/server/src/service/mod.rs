@@ -107,6 +107,8 @@ pub struct Services {
     /// [`READY_PROBE_REUSE`] of it share it, so a flood of `/ready` costs the pool one
     /// query a second.
     last_probe: tokio::sync::Mutex<Option<(std::time::Instant, Result<(), String>)>>,
+    /// Shutting down: still serving, but not ready for new traffic.
+    draining: std::sync::atomic::AtomicBool,
 }
 
 /// How long one database probe answers `/ready`.
@@ -121,15 +123,28 @@ pub enum NotReady {
     /// The ledger writer has stopped.
     #[error("the ledger writer has stopped")]
     Ledger,
+    /// Shutting down: requests in flight and the last ones are served, new ones should
+    /// go elsewhere.
+    #[error("draining: the server is shutting down")]
+    Draining,
 }
 
 /// How long a readiness probe waits for the database.
 const READY_PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 
 impl Services {
-    /// Whether this replica can answer and bill now: the database answers within 2 s
-    /// and the ledger writer runs.
+    /// From now on `/ready` says the server is draining (it is shutting down).
+    pub fn drain(&self) {
+        self.draining
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Whether this replica can answer and bill now: not draining, the database answers
+    /// within 2 s and the ledger writer runs.
     pub async fn ready(&self) -> Result<(), NotReady> {
+        if self.draining.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(NotReady::Draining);
+        }
         if !self.crosstab.can_bill() {
             return Err(NotReady::Ledger);
         }
@@ -230,6 +245,7 @@ impl Services {
             catalog,
             clock,
             last_probe: tokio::sync::Mutex::new(None),
+            draining: std::sync::atomic::AtomicBool::new(false),
         };
         (Arc::new(services), writer)
     }

@@ -705,3 +705,47 @@ async fn an_unbilled_call_gives_its_quota_place_back() {
     assert_eq!(over.status(), StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(fx.bills().await, 1);
 }
+
+/// With --drain, a SIGTERM first turns /ready to 503 (draining) while requests are still
+/// served and billed, so a load balancer moves new ones elsewhere; then the server exits.
+#[test]
+fn a_draining_server_is_not_ready_but_still_serves_until_it_stops() {
+    let temp = tempfile::tempdir().unwrap();
+    let (data, key) = small_data_dir(temp.path());
+    let server = Server::start(&data, &["--drain", "2"]);
+    let client = reqwest::blocking::Client::new();
+    assert_eq!(
+        client.get(server.url("/ready")).send().unwrap().status(),
+        reqwest::StatusCode::OK
+    );
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &server.child_id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let started = Instant::now();
+    // The signal arrives in a moment: then /ready says draining.
+    let ready = loop {
+        let answer = client.get(server.url("/ready")).send().unwrap();
+        if answer.status() != reqwest::StatusCode::OK || started.elapsed() > Duration::from_secs(1)
+        {
+            break answer;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(ready.status(), reqwest::StatusCode::SERVICE_UNAVAILABLE);
+    let reason: serde_json::Value = ready.json().unwrap();
+    assert!(
+        reason["reason"].as_str().unwrap().contains("draining"),
+        "{reason}"
+    );
+    // Still served, and billed.
+    assert_eq!(billed_post(&server, &key).status(), reqwest::StatusCode::OK);
+    server.wait_stopped(Duration::from_secs(10));
+    assert!(
+        started.elapsed() >= Duration::from_millis(1500),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(bills(&data), 1);
+}

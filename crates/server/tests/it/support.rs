@@ -137,6 +137,24 @@ impl Server {
         format!("http://{}{path}", self.addr)
     }
 
+    /// The server process's id.
+    pub fn child_id(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Waits up to `within` for the server to exit cleanly (after a signal sent).
+    pub fn wait_stopped(mut self, within: Duration) {
+        let started = std::time::Instant::now();
+        while started.elapsed() < within {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                assert!(status.success(), "server exited with {status}");
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("server did not stop within {within:?}");
+    }
+
     /// SIGTERM, then wait for a clean exit.
     pub fn stop(self) {
         self.stop_with("TERM");
