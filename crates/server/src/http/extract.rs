@@ -15,7 +15,6 @@ use crosstab_contract::{ApiError, AUTH_HEADER};
 use super::app::AppFailure;
 use super::HttpState;
 use crate::service::auth::AuthError;
-use crate::service::limits::RateLimits;
 use crate::service::principal::Principal;
 use crate::service::users::User;
 use crate::service::ServiceError;
@@ -46,7 +45,6 @@ impl FromRequestParts<Arc<HttpState>> for Authenticated {
         parts: &mut Parts,
         state: &Arc<HttpState>,
     ) -> Result<Self, Self::Rejection> {
-        let limits = &state.services.limits;
         let address = client_address(parts, state);
         let token = parts
             .headers
@@ -57,13 +55,13 @@ impl FromRequestParts<Arc<HttpState>> for Authenticated {
                 credentials_accepted(parts);
                 Ok(Authenticated(principal))
             }
-            Err(AuthError::Unauthorized) => Err(credentials_refused(parts, limits, address)
+            Err(AuthError::Unauthorized) => Err(credentials_refused(parts, state, address)
                 .unwrap_or(ApiError::Unauthorized)
                 .into()),
             Err(AuthError::Store(error)) => Err(error.into()),
             // Not a refusal (the token may be good), but paced like one: while a provider is
             // down, made-up tokens naming its issuer must not come unpaced.
-            Err(AuthError::Unavailable(reason)) => Err(credentials_refused(parts, limits, address)
+            Err(AuthError::Unavailable(reason)) => Err(credentials_refused(parts, state, address)
                 .map_or(ServiceError::Internal(reason), ServiceError::from)),
         }
     }
@@ -75,13 +73,19 @@ impl FromRequestParts<Arc<HttpState>> for Authenticated {
 /// must not lock out everyone else there).
 pub fn credentials_refused(
     parts: &Parts,
-    limits: &RateLimits,
+    state: &HttpState,
     address: Option<IpAddr>,
 ) -> Option<ApiError> {
-    if let Some(refusals) = super::listener::refusals(&parts.extensions) {
-        refusals.refused();
+    // Behind a proxy, a connection is the proxy's, carrying many clients' requests: it
+    // is not slowed for one of them (the address's pace still counts the client).
+    if state.trusted_proxy_header.is_none() {
+        if let Some(refusals) = super::listener::refusals(&parts.extensions) {
+            refusals.refused();
+        }
     }
-    limits
+    state
+        .services
+        .limits
         .auth_failed(address)
         .map(|retry_after_s| ApiError::RateLimited { retry_after_s })
 }

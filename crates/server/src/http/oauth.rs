@@ -54,7 +54,7 @@ pub async fn token(
     }
     // Counted against the address's pace: past it, 429 rather than `answer`.
     let paced = |answer: Response| {
-        credentials_refused(&parts, &state.services.limits, address)
+        credentials_refused(&parts, &state, address)
             .map_or(answer, |limited| super::api_error_response(&limited))
     };
     // Providers added, removed or changed since the last request count from this one.

@@ -749,3 +749,57 @@ fn a_draining_server_is_not_ready_but_still_serves_until_it_stops() {
     );
     assert_eq!(bills(&data), 1);
 }
+
+/// Behind a proxy (`--trust-proxy-header`), a connection carries many clients' requests:
+/// refusals on it do not slow it (each client's address is still paced).
+#[test]
+fn behind_a_proxy_a_connection_is_not_slowed_for_one_clients_refusals() {
+    let temp = tempfile::tempdir().unwrap();
+    let (data, key) = small_data_dir(temp.path());
+    let server = Server::start(
+        &data,
+        &[
+            "--trust-proxy-header",
+            "X-Forwarded-For",
+            "--failed-auth-per-minute",
+            "1000000000",
+        ],
+    );
+    let proxy = reqwest::blocking::Client::builder()
+        .pool_max_idle_per_host(1)
+        .build()
+        .unwrap();
+    let refused = |n: usize| {
+        let started = Instant::now();
+        for i in 0..n {
+            let status = proxy
+                .post(server.url("/v1/crosstab"))
+                .header("Service-Engine-Authorizer", keys::generate(KeyEnv::Live).token)
+                .header("X-Forwarded-For", format!("198.51.100.{}", i % 200))
+                .json(&json!({"SurveyCode": "SMALL", "PopulationBaseCode": "ALL", "TargetCodes": ["WOMEN"]}))
+                .send()
+                .unwrap()
+                .status();
+            assert_eq!(status, reqwest::StatusCode::UNAUTHORIZED);
+        }
+        started.elapsed()
+    };
+    let first = refused(16);
+    // Ten more would wait 10 + 20 + ... + 100 ms = 550 ms on a connection of its own.
+    let more = refused(10);
+    assert!(
+        more.saturating_sub(first / 16 * 10) < Duration::from_millis(250),
+        "{more:?} against {first:?} for sixteen"
+    );
+    // A good key on it is answered.
+    let good = proxy
+        .post(server.url("/v1/crosstab"))
+        .header("Service-Engine-Authorizer", &key)
+        .json(
+            &json!({"SurveyCode": "SMALL", "PopulationBaseCode": "ALL", "TargetCodes": ["WOMEN"]}),
+        )
+        .send()
+        .unwrap();
+    assert_eq!(good.status(), reqwest::StatusCode::OK);
+    server.stop();
+}
