@@ -367,7 +367,8 @@ pub enum AppErrorCode {
     NotSignedIn,
     /// 401: wrong username or password.
     InvalidCredentials,
-    /// 429: locked after too many failed sign-ins (with `Retry-After`).
+    /// 429: locked after too many failed sign-ins, or too many session cookies naming no
+    /// session from the address (with `Retry-After`).
     TooManyAttempts,
     /// 403: a non-GET request from an origin that is neither the server nor allowed.
     ForbiddenOrigin,
@@ -381,6 +382,8 @@ pub enum AppErrorCode {
     UpstreamUnreachable,
     /// 409: the account holds as many usable keys as the app creates.
     TooManyKeys,
+    /// 413: a body over the route's limit (64 KiB; a table's 1 MiB).
+    PayloadTooLarge,
 }
 
 impl AppErrorCode {
@@ -396,6 +399,7 @@ impl AppErrorCode {
             AppErrorCode::NotConfigured => "not_configured",
             AppErrorCode::UpstreamUnreachable => "upstream_unreachable",
             AppErrorCode::TooManyKeys => "too_many_keys",
+            AppErrorCode::PayloadTooLarge => "payload_too_large",
         }
     }
 
@@ -410,6 +414,7 @@ impl AppErrorCode {
             AppErrorCode::NotConfigured => 503,
             AppErrorCode::UpstreamUnreachable => 502,
             AppErrorCode::TooManyKeys => 409,
+            AppErrorCode::PayloadTooLarge => 413,
         }
     }
 

@@ -77,7 +77,7 @@ impl IntoResponse for AppFailure {
             AppError::Service(_) | AppError::Unreachable(_) => AppErrorCode::UpstreamUnreachable,
             AppError::NotSignedIn => AppErrorCode::NotSignedIn,
             AppError::InvalidCredentials => AppErrorCode::InvalidCredentials,
-            AppError::Locked(_) => AppErrorCode::TooManyAttempts,
+            AppError::Locked(_) | AppError::UnknownSessions(_) => AppErrorCode::TooManyAttempts,
             AppError::NotFound => AppErrorCode::NotFound,
             AppError::BadRequest(_) => AppErrorCode::InvalidRequest,
             AppError::NotConfigured => AppErrorCode::NotConfigured,
@@ -86,7 +86,7 @@ impl IntoResponse for AppFailure {
         };
         let mut response = envelope(code, error.to_string());
         match error {
-            AppError::Locked(seconds) => {
+            AppError::Locked(seconds) | AppError::UnknownSessions(seconds) => {
                 response
                     .headers_mut()
                     .insert(RETRY_AFTER, HeaderValue::from(seconds));
@@ -214,11 +214,16 @@ fn same_origin(origin: Option<&HeaderValue>, headers: &HeaderMap) -> bool {
 /// The request body within `limit` bytes; past it (or timed out, or broken off) the
 /// contract's 413, 408 or 400, with the connection closed as the body was left unread.
 async fn read_body(body: Body, headers: &HeaderMap, limit: usize) -> Result<Bytes, Response> {
-    super::body::read_within(body, headers, limit)
-        .await
-        .map_err(|error| {
-            super::body::closing(ServiceError::from(ApiError::from(error)).into_response())
-        })
+    let refused = match super::body::read_within(body, headers, limit).await {
+        Ok(bytes) => return Ok(bytes),
+        // The route's own limit, which may not be the contract's 64 KiB.
+        Err(super::body::BodyError::TooLarge(limit)) => envelope(
+            AppErrorCode::PayloadTooLarge,
+            format!("The request body is larger than {limit} bytes: send at most {limit}."),
+        ),
+        Err(error) => ServiceError::from(ApiError::from(error)).into_response(),
+    };
+    Err(super::body::closing(refused))
 }
 
 /// A JSON body of type `T`, or a 400 saying what to send.
@@ -278,13 +283,9 @@ async fn signed_in(state: &HttpState, body: &Bytes) -> AppResult<Response> {
     with_cookie(response, state, &session.token)
 }
 
-async fn logout(
-    State(state): State<Arc<HttpState>>,
-    ClientAddress(address): ClientAddress,
-    headers: HeaderMap,
-) -> AppResult<Response> {
+async fn logout(State(state): State<Arc<HttpState>>, headers: HeaderMap) -> AppResult<Response> {
     if let Some(token) = session_token(&headers, state.https) {
-        state.app.sign_out(token, address).await?;
+        state.app.sign_out(token).await?;
     }
     with_cookie(StatusCode::NO_CONTENT.into_response(), &state, "")
 }

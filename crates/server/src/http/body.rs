@@ -13,8 +13,8 @@ use super::listener::BodyDeadline;
 /// Why a request body was not read whole.
 #[derive(Debug)]
 pub enum BodyError {
-    /// Declared or found to be over its limit (64 KiB but for app tables).
-    TooLarge,
+    /// Declared or found to be over its limit (64 KiB but for app tables): the limit.
+    TooLarge(usize),
     /// It did not arrive whole within its deadline.
     TimedOut,
     /// The stream broke off or was malformed before its end.
@@ -24,7 +24,7 @@ pub enum BodyError {
 impl From<BodyError> for ApiError {
     fn from(error: BodyError) -> ApiError {
         match error {
-            BodyError::TooLarge => ApiError::PayloadTooLarge,
+            BodyError::TooLarge(_) => ApiError::PayloadTooLarge,
             BodyError::TimedOut => ApiError::RequestTimeout,
             BodyError::Unreadable => ApiError::InvalidRequest {
                 field: None,
@@ -51,13 +51,13 @@ pub async fn read_within(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|len| len > limit as u64) {
-        return Err(BodyError::TooLarge);
+        return Err(BodyError::TooLarge(limit));
     }
     axum::body::to_bytes(body, limit).await.map_err(|error| {
         let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&error);
         while let Some(error) = cause {
             if error.is::<http_body_util::LengthLimitError>() {
-                return BodyError::TooLarge;
+                return BodyError::TooLarge(limit);
             }
             if error.is::<BodyDeadline>() {
                 return BodyError::TimedOut;

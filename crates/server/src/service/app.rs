@@ -54,6 +54,10 @@ pub enum AppError {
     /// Locked after too many failed sign-ins, for this many more seconds.
     #[error("Too many failed sign-ins: try again in {0} seconds.")]
     Locked(i64),
+    /// Too many session cookies naming no session came from this address: this many
+    /// more seconds before another is looked up.
+    #[error("Too many requests with unknown session cookies from your address: sign in again, or wait {0} seconds.")]
+    UnknownSessions(i64),
     /// Nothing here by that name.
     #[error("Not found.")]
     NotFound,
@@ -145,6 +149,12 @@ pub struct AppService {
 /// Sessions remembered as live before the set starts over.
 const MAX_LIVE_SESSIONS: usize = 100_000;
 
+/// A session token's SHA-256, as the set of live sessions keeps it.
+fn session_digest(token: &str) -> [u8; 32] {
+    use sha2::Digest as _;
+    sha2::Sha256::digest(token.as_bytes()).into()
+}
+
 impl AppService {
     /// The backend over `services`; queries run here unless an `upstream` is given.
     pub fn new(services: Arc<Services>, upstream: Option<Upstream>) -> AppService {
@@ -165,6 +175,7 @@ impl AppService {
             SignIn::Accepted(user) => {
                 let token = new_token();
                 sessions::start(db, &user, &token, now, now + SESSION_LIFETIME_MS).await?;
+                self.seen_live(session_digest(&token));
                 Ok(Session { user, token })
             }
             SignIn::Rejected { failures } => {
@@ -177,59 +188,62 @@ impl AppService {
     }
 
     /// Ends the session `token`.
-    pub async fn sign_out(
-        &self,
-        token: &str,
-        address: Option<std::net::IpAddr>,
-    ) -> Result<(), AppError> {
-        use sha2::Digest as _;
-        let digest: [u8; 32] = sha2::Sha256::digest(token.as_bytes()).into();
-        let was_live = self
-            .live_sessions
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&digest);
-        // From an address past its pace, a token not seen live is not worth a write.
-        if !was_live && self.services.limits.auth_waiting(address).is_some() {
-            return Ok(());
-        }
+    pub async fn sign_out(&self, token: &str) -> Result<(), AppError> {
+        self.live_sessions().remove(&session_digest(token));
         Ok(sessions::end(&self.services.db, token).await?)
     }
 
-    /// The user of the live session `token`, sent from `address`. A token that names
-    /// no live session counts as a failed authentication of the address; past its pace,
-    /// only tokens found live lately are looked up (a flood of made-up cookies would
-    /// otherwise hold the database's connections).
+    /// The user of the live session `token`, sent from `address`. A token that names no
+    /// session at all (not an expired one) counts against the address's pace of unknown
+    /// session cookies (its own, not that of bad API keys); past it, only tokens seen
+    /// live here lately (signed in or looked up) are looked up, so a flood of made-up
+    /// cookies holds no database connection.
     pub async fn session_user(
         &self,
         token: Option<&str>,
         address: Option<std::net::IpAddr>,
     ) -> Result<User, AppError> {
-        use sha2::Digest as _;
         let token = token.ok_or(AppError::NotSignedIn)?;
-        let digest: [u8; 32] = sha2::Sha256::digest(token.as_bytes()).into();
+        let digest = session_digest(token);
         let limits = &self.services.limits;
-        let live = || self.live_sessions.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(seconds) = limits.auth_waiting(address) {
-            if !live().contains(&digest) {
-                return Err(AppError::Locked(i64::try_from(seconds).unwrap_or(i64::MAX)));
+        let paced =
+            |seconds: u64| AppError::UnknownSessions(i64::try_from(seconds).unwrap_or(i64::MAX));
+        if let Some(seconds) = limits.unknown_sessions_waiting(address) {
+            if !self.live_sessions().contains(&digest) {
+                return Err(paced(seconds));
             }
         }
         let now = self.services.clock.now_ms();
-        match sessions::user(&self.services.db, token, now).await? {
-            Some(user) => {
-                let mut live = live();
-                if live.len() >= MAX_LIVE_SESSIONS {
-                    live.clear();
-                }
-                live.insert(digest);
+        match sessions::lookup(&self.services.db, token, now).await? {
+            sessions::Lookup::Live(user) => {
+                self.seen_live(digest);
                 Ok(user)
             }
-            None => match limits.auth_failed(address) {
-                Some(seconds) => Err(AppError::Locked(i64::try_from(seconds).unwrap_or(i64::MAX))),
-                None => Err(AppError::NotSignedIn),
-            },
+            sessions::Lookup::Ended => {
+                self.live_sessions().remove(&digest);
+                Err(AppError::NotSignedIn)
+            }
+            sessions::Lookup::Unknown => {
+                self.live_sessions().remove(&digest);
+                match limits.unknown_session(address) {
+                    Some(seconds) => Err(paced(seconds)),
+                    None => Err(AppError::NotSignedIn),
+                }
+            }
         }
+    }
+
+    fn live_sessions(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<[u8; 32]>> {
+        // Digests only: a set a panic left half-written is still usable.
+        self.live_sessions.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn seen_live(&self, digest: [u8; 32]) {
+        let mut live = self.live_sessions();
+        if live.len() >= MAX_LIVE_SESSIONS {
+            live.clear();
+        }
+        live.insert(digest);
     }
 
     /// What `user`'s account may query now.

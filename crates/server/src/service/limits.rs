@@ -235,6 +235,9 @@ pub struct RateLimits {
     accounts: Mutex<HashMap<i64, Account>>,
     failed_auth: AddressPace,
     sign_in: AddressPace,
+    /// Session cookies naming no session: their own pace (at the failed-authentication
+    /// rate), so bad API keys from an address never stop its researchers' sessions.
+    unknown_sessions: AddressPace,
     /// Reads of an account's count from the ledger.
     tally_reads: AtomicU64,
 }
@@ -246,6 +249,7 @@ impl RateLimits {
             db,
             failed_auth: AddressPace::new(addresses.failed_auth_per_minute, &clock),
             sign_in: AddressPace::new(addresses.sign_in_per_minute, &clock),
+            unknown_sessions: AddressPace::new(addresses.failed_auth_per_minute, &clock),
             clock,
             accounts: Mutex::new(HashMap::new()),
             tally_reads: AtomicU64::new(0),
@@ -432,6 +436,18 @@ impl RateLimits {
         self.failed_auth.waiting(address?)
     }
 
+    /// Counts a session cookie from `address` that names no session: the seconds to wait
+    /// if it is one too many.
+    pub fn unknown_session(&self, address: Option<IpAddr>) -> Option<u64> {
+        self.unknown_sessions.attempt(address?)
+    }
+
+    /// Seconds `address` must still wait for its unknown session cookies, without
+    /// counting one.
+    pub fn unknown_sessions_waiting(&self, address: Option<IpAddr>) -> Option<u64> {
+        self.unknown_sessions.waiting(address?)
+    }
+
     /// Counts a sign-in attempt by `address`: the seconds to wait if one too many.
     pub fn sign_in_attempt(&self, address: Option<IpAddr>) -> Option<u64> {
         match address {
@@ -447,6 +463,7 @@ impl RateLimits {
     pub fn forget_idle(&self) {
         self.failed_auth.forget_idle();
         self.sign_in.forget_idle();
+        self.unknown_sessions.forget_idle();
     }
 }
 

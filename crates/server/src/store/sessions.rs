@@ -35,27 +35,40 @@ pub async fn start(
     Ok(())
 }
 
-/// The user of the session `token` if it is live at `now`.
-pub async fn user(db: &Database, token: &str, now: i64) -> Result<Option<User>, DbError> {
+/// What a session token names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Lookup {
+    /// A live session, of this user.
+    Live(User),
+    /// A session that has expired.
+    Ended,
+    /// No session (never, or ended and gone).
+    Unknown,
+}
+
+/// What `token` names at `now`.
+pub async fn lookup(db: &Database, token: &str, now: i64) -> Result<Lookup, DbError> {
     let row = sqlx::query(
-        "SELECT u.id, u.username, a.id, a.name FROM sessions s \
+        "SELECT u.id, u.username, a.id, a.name, s.expires_at FROM sessions s \
          JOIN users u ON u.id = s.user_id JOIN accounts a ON a.id = u.account_id \
-         WHERE s.token_hash = $1 AND s.expires_at > $2",
+         WHERE s.token_hash = $1",
     )
     .bind(token_hash(token))
-    .bind(now)
     .fetch_optional(db.pool())
     .await?;
-    row.map(|row| {
-        Ok::<User, sqlx::Error>(User {
-            id: row.try_get(0)?,
-            username: row.try_get(1)?,
-            account_id: row.try_get(2)?,
-            account: row.try_get(3)?,
-        })
-    })
-    .transpose()
-    .map_err(DbError::from)
+    let Some(row) = row else {
+        return Ok(Lookup::Unknown);
+    };
+    let expires_at: i64 = row.try_get(4)?;
+    if expires_at <= now {
+        return Ok(Lookup::Ended);
+    }
+    Ok(Lookup::Live(User {
+        id: row.try_get(0)?,
+        username: row.try_get(1)?,
+        account_id: row.try_get(2)?,
+        account: row.try_get(3)?,
+    }))
 }
 
 /// Ends a session.

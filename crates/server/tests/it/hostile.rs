@@ -607,11 +607,12 @@ async fn the_app_gets_security_headers_and_the_api_does_not_need_them() {
     assert_eq!(docs.headers()["x-content-type-options"], "nosniff");
 }
 
-/// Made-up session cookies count against their address's pace as bad keys do: past it,
-/// they are refused (429) before any database lookup, while a session found live from
-/// the same address keeps working (a guesser does not sign out the others behind it).
+/// Made-up session cookies are paced per address on their own (bad API keys from the same
+/// address do not count): past the pace they are refused (429) before any database
+/// lookup, while a session signed in or seen live here goes on working, a fresh sign-in
+/// included.
 #[test]
-fn made_up_session_cookies_are_paced_and_a_live_session_still_works() {
+fn made_up_session_cookies_are_paced_on_their_own_and_live_sessions_still_work() {
     let temp = tempfile::tempdir().unwrap();
     let (data, _key) = small_data_dir(temp.path());
     let mut create = std::process::Command::new(BIN)
@@ -639,20 +640,22 @@ fn made_up_session_cookies_are_paced_and_a_live_session_still_works() {
     let server = Server::start(&data, &["--failed-auth-per-minute", "3"]);
     let origin = format!("http://{}", server.addr);
     let client = reqwest::blocking::Client::new();
-    let login = client
-        .post(server.url("/app/login"))
-        .header("origin", &origin)
-        .json(&json!({"username": "ann", "password": "ann-password-1"}))
-        .send()
-        .unwrap();
-    assert_eq!(login.status(), reqwest::StatusCode::OK);
-    let live = login.headers()["set-cookie"]
-        .to_str()
-        .unwrap()
-        .split(';')
-        .next()
-        .unwrap()
-        .to_owned();
+    let sign_in = || {
+        let login = client
+            .post(server.url("/app/login"))
+            .header("origin", &origin)
+            .json(&json!({"username": "ann", "password": "ann-password-1"}))
+            .send()
+            .unwrap();
+        assert_eq!(login.status(), reqwest::StatusCode::OK);
+        login.headers()["set-cookie"]
+            .to_str()
+            .unwrap()
+            .split(';')
+            .next()
+            .unwrap()
+            .to_owned()
+    };
     let me = |cookie: &str| {
         client
             .get(server.url("/app/api/me"))
@@ -660,8 +663,21 @@ fn made_up_session_cookies_are_paced_and_a_live_session_still_works() {
             .send()
             .unwrap()
     };
-    assert_eq!(me(&live).status(), reqwest::StatusCode::OK);
-    let statuses: Vec<u16> = (0..6)
+    let live = sign_in();
+    // Bad API keys past the address's pace leave the app's cookies alone.
+    for _ in 0..5 {
+        billed_post(&server, &keys::generate(KeyEnv::Live).token);
+    }
+    assert_eq!(
+        billed_post(&server, &keys::generate(KeyEnv::Live).token).status(),
+        reqwest::StatusCode::TOO_MANY_REQUESTS
+    );
+    assert_eq!(
+        me("crosstab_session=made-up").status(),
+        reqwest::StatusCode::UNAUTHORIZED
+    );
+    // Made-up cookies: refused, then paced.
+    let statuses: Vec<u16> = (0..5)
         .map(|i| {
             me(&format!("crosstab_session=made-up-{i}"))
                 .status()
@@ -673,7 +689,10 @@ fn made_up_session_cookies_are_paced_and_a_live_session_still_works() {
     let paced = me("crosstab_session=made-up-again");
     assert_eq!(paced.status(), reqwest::StatusCode::TOO_MANY_REQUESTS);
     assert!(paced.headers().contains_key("retry-after"));
+    // The session signed in before (never looked up since) and a fresh sign-in work.
     assert_eq!(me(&live).status(), reqwest::StatusCode::OK);
+    let fresh = sign_in();
+    assert_eq!(me(&fresh).status(), reqwest::StatusCode::OK);
     server.stop();
 }
 

@@ -1314,10 +1314,16 @@ async fn app_bodies_are_read_within_their_limits() {
     let (parts, body) = app.post(&ann, "/app/api/table", &table).await;
     assert_eq!(parts.status, StatusCode::OK, "{:.200}", body.to_string());
     let over = "x".repeat(crosstab_contract::limits::MAX_TABLE_BODY_BYTES);
-    let (parts, _) = app
+    let (parts, body) = app
         .post(&ann, "/app/api/table", &json!({"survey": over}))
         .await;
     assert_eq!(parts.status, StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(code(&body), "payload_too_large");
+    let limit = crosstab_contract::limits::MAX_TABLE_BODY_BYTES.to_string();
+    assert!(
+        body["error"]["message"].as_str().unwrap().contains(&limit),
+        "{body}"
+    );
     // Nothing was billed but the table.
     let table_calls = crosstab_contract::app::billed_calls(200, 1);
     assert_eq!(app.fx.bills().await, i64::from(table_calls));
