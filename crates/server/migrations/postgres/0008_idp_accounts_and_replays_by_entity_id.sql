@@ -6,3 +6,14 @@ CREATE TABLE identity_provider_accounts (
     account TEXT NOT NULL,
     PRIMARY KEY (idp, account)
 );
+
+-- Used SAML assertions are kept by their provider's entity id, which outlives the name
+-- the provider has here (removed and added again under another name, its assertions
+-- stay used): the rows of the providers configured now move to their entity ids.
+INSERT INTO saml_assertions_used (idp, id, expires_at)
+    SELECT p.issuer, u.id, u.expires_at
+    FROM saml_assertions_used u JOIN identity_providers p ON p.name = u.idp AND p.kind = 'saml'
+    ON CONFLICT DO NOTHING;
+DELETE FROM saml_assertions_used
+    WHERE idp IN (SELECT name FROM identity_providers WHERE kind = 'saml')
+    AND idp NOT IN (SELECT issuer FROM identity_providers);

@@ -31,7 +31,8 @@ pub struct Limits {
     /// A request's whole body must arrive within this of its head.
     pub body_timeout: Duration,
     /// A connection with no bytes either way for this long is closed (after any request
-    /// in flight).
+    /// in flight; dropped if it then stays that long with an answer the client does not
+    /// read).
     pub idle_timeout: Duration,
     /// Connections open at once; past it, new ones are closed as soon as accepted.
     pub max_connections: usize,
@@ -138,15 +139,18 @@ pub async fn serve(
                     }
                     // Activity moves the deadline only when the timer fires: then it
                     // sleeps again until the connection has been idle for the whole time.
-                    // Idle while closing, a response is stuck on a client that reads
-                    // nothing (a graceful shutdown waits for it): the connection is
-                    // dropped, or it would hold its slot for ever.
+                    // Idle while closing with a write blocked, a response is stuck on a
+                    // client that reads nothing (a graceful shutdown waits for it): the
+                    // connection is dropped, or it would hold its slot for ever. (Idle
+                    // while closing otherwise, a request is still computing: it goes on.)
                     () = idle.as_mut() => {
                         let left = activity.idle_left(idle_timeout);
                         if !left.is_zero() {
                             idle.as_mut().reset(tokio::time::Instant::now() + left);
-                        } else if closing {
+                        } else if closing && activity.write_blocked() {
                             break;
+                        } else if closing {
+                            idle.as_mut().reset(tokio::time::Instant::now() + idle_timeout);
                         } else {
                             connection.as_mut().graceful_shutdown();
                             closing = true;
@@ -221,11 +225,13 @@ pub fn refusals(request_extensions: &axum::http::Extensions) -> Option<&Refusals
     request_extensions.get::<Arc<Refusals>>().map(Arc::as_ref)
 }
 
-/// When a connection last moved a byte.
+/// When a connection last moved a byte, and whether its last write found the socket
+/// full (the client is not reading).
 #[derive(Debug)]
 struct Activity {
     started: Instant,
     last_ms: AtomicU64,
+    write_blocked: std::sync::atomic::AtomicBool,
 }
 
 impl Activity {
@@ -233,7 +239,18 @@ impl Activity {
         Activity {
             started: Instant::now(),
             last_ms: AtomicU64::new(0),
+            write_blocked: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// Notes how a write went: blocked (`Pending`) or not.
+    fn wrote<T>(&self, polled: &Poll<T>) {
+        self.write_blocked
+            .store(polled.is_pending(), Ordering::Relaxed);
+    }
+
+    fn write_blocked(&self) -> bool {
+        self.write_blocked.load(Ordering::Relaxed)
     }
 
     fn touch(&self) {
@@ -276,6 +293,7 @@ impl AsyncWrite for Watched {
         data: &[u8],
     ) -> Poll<std::io::Result<usize>> {
         let polled = Pin::new(&mut self.inner).poll_write(cx, data);
+        self.activity.wrote(&polled);
         if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
             self.activity.touch();
         }
@@ -296,6 +314,7 @@ impl AsyncWrite for Watched {
         bufs: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
         let polled = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        self.activity.wrote(&polled);
         if matches!(polled, Poll::Ready(Ok(n)) if n > 0) {
             self.activity.touch();
         }

@@ -57,11 +57,7 @@ pub async fn token(
         credentials_refused(&parts, &state, address)
             .map_or(answer, |limited| super::api_error_response(&limited))
     };
-    // Providers added, removed or changed since the last request count from this one.
-    if let Err(error) = state.services.auth.follow_changes().await {
-        return super::error::fault(error.to_string());
-    }
-    match state.services.sso.exchange(grant_type, assertion).await {
+    match state.services.exchange(grant_type, assertion).await {
         Ok(issued) => {
             credentials_accepted(&parts);
             no_store(

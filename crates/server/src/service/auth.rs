@@ -67,8 +67,8 @@ struct Cached {
 }
 
 /// A verified bearer token's principal, until when (Unix ms) the token holds, and when it
-/// is to be verified again (as its issuer's keys are looked at again: a token of a key
-/// the issuer withdrew does not outlive it by the token's own say).
+/// is to be verified again (when the issuer's key set it was verified with is due: a
+/// token of a key the issuer withdrew does not outlive it by the token's own say).
 #[derive(Debug)]
 struct CachedToken {
     principal: Arc<Principal>,
@@ -198,7 +198,7 @@ impl Authenticator {
 
     /// Drops every cached key (and the identity providers) if keys, grants or providers
     /// changed since the last look.
-    pub async fn follow_changes(&self) -> Result<(), DbError> {
+    pub(crate) async fn follow_changes(&self) -> Result<(), DbError> {
         let signal = self.current_signal().await?;
         let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
         if seen.as_ref() != Some(&signal) {
@@ -432,7 +432,7 @@ impl Authenticator {
                 CachedToken {
                     principal: Arc::clone(&principal),
                     valid_until_ms,
-                    recheck_at_ms: now.saturating_add(super::sso::jwks::KEYS_MAX_AGE_MS),
+                    recheck_at_ms: identity.verified_until_ms.unwrap_or(i64::MAX),
                 },
             );
             self.tokens_charge.entries(tokens.len());

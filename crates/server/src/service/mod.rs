@@ -133,6 +133,18 @@ pub enum NotReady {
 const READY_PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 
 impl Services {
+    /// The token endpoint: exchanges `assertion` of `grant_type` for an access token, with
+    /// the identity providers as they are now (a change counts from this request on, as
+    /// on `/v1`).
+    pub async fn exchange(
+        &self,
+        grant_type: &str,
+        assertion: &str,
+    ) -> Result<sso::exchange::Issued, sso::exchange::GrantError> {
+        self.auth.follow_changes().await?;
+        self.sso.exchange(grant_type, assertion).await
+    }
+
     /// From now on `/ready` says the server is draining (it is shutting down).
     pub fn drain(&self) {
         self.draining

@@ -79,14 +79,18 @@ impl Sso {
         work: impl FnOnce() -> T + Send + 'static,
     ) -> Result<T, GrantError> {
         let unfinished = |e: String| GrantError::Unavailable(format!("the check did not run: {e}"));
-        let _slot = self
-            .verifying
-            .acquire()
+        // The slot goes with the work: a caller that leaves does not stop the check, so
+        // it must not give the slot back before the check ends.
+        let slot = Arc::clone(&self.verifying)
+            .acquire_owned()
             .await
             .map_err(|e| unfinished(e.to_string()))?;
-        tokio::task::spawn_blocking(work)
-            .await
-            .map_err(|e| unfinished(e.to_string()))
+        tokio::task::spawn_blocking(move || {
+            let _slot = slot;
+            work()
+        })
+        .await
+        .map_err(|e| unfinished(e.to_string()))
     }
 
     /// Exchanges `assertion` of `grant_type` for an access token of this server.
@@ -240,6 +244,7 @@ impl Sso {
                 subject: Arc::from(verified.subject.as_str()),
                 account,
                 expires_at_s: verified.not_on_or_after,
+                verified_until_ms: None,
             });
         }
         if !unusable.is_empty() {

@@ -2,9 +2,9 @@
 //! document (`{issuer}/.well-known/openid-configuration` → `jwks_uri`), fetched at start,
 //! kept between, and fetched again when a token names a key id not among them, at most
 //! once per [`REFETCH_AFTER_MS`] per issuer (a flood of made-up key ids costs one fetch).
-//! A set older than [`KEYS_MAX_AGE_MS`] is fetched again by the first request that needs
-//! it (the others meanwhile use it), so a key the issuer withdrew stops verifying within
-//! minutes; should that fetch fail, the set held stays in use.
+//! A set older than [`KEYS_MAX_AGE_MS`] is fetched again beside the first request that
+//! needs it (which, and the others meanwhile, use the set held), so a key the issuer
+//! withdrew stops verifying within minutes; should that fetch fail, the set held stays.
 //!
 //! Each key's algorithm is decided by the key itself (RSA → RS256, P-256 → ES256,
 //! Ed25519 → EdDSA), never by a token's header: a token claiming another algorithm for
@@ -54,6 +54,16 @@ pub enum FetchError {
     /// The last fetch, too recent to try again, failed so.
     #[error("the last fetch failed: {0}")]
     Earlier(String),
+}
+
+/// A key held, and when the set it is from is to be looked at again (Unix ms): what it
+/// verified holds until then.
+#[derive(Debug, Clone)]
+pub struct Held {
+    /// The key.
+    pub key: VerifyingKey,
+    /// When its set is due to be fetched again.
+    pub due_at_ms: i64,
 }
 
 /// One issuer's keys by key id, and when they were last fetched.
@@ -113,9 +123,15 @@ impl KeySets {
         Arc::clone(locks.entry(issuer.to_owned()).or_default())
     }
 
-    fn cached(&self, issuer: &str, kid: &str) -> Option<VerifyingKey> {
+    fn cached(&self, issuer: &str, kid: &str) -> Option<Held> {
         let issuers = self.issuers.read().unwrap_or_else(|p| p.into_inner());
-        issuers.get(issuer)?.keys.get(kid).cloned()
+        let keys = issuers.get(issuer)?;
+        Some(Held {
+            key: keys.keys.get(kid)?.clone(),
+            due_at_ms: keys
+                .fetched_at
+                .map_or(i64::MIN, |at| at.saturating_add(KEYS_MAX_AGE_MS)),
+        })
     }
 
     /// Whether `issuer`'s keys were fetched too long ago to be trusted without a look,
@@ -132,24 +148,28 @@ impl KeySets {
     /// within [`REFETCH_AFTER_MS`]; `None` when the issuer has no such key. When the keys
     /// could not be fetched (now, or by that recent try), the error: the token may well be
     /// good, so it is not to be refused as if it were not.
-    pub async fn key(&self, issuer: &str, kid: &str) -> Result<Option<VerifyingKey>, FetchError> {
+    pub async fn key(
+        self: &Arc<Self>,
+        issuer: &str,
+        kid: &str,
+    ) -> Result<Option<Held>, FetchError> {
         if let Some(key) = self.cached(issuer, kid) {
-            if !self.due(issuer, self.clock.now_ms()) {
-                return Ok(Some(key));
+            if self.due(issuer, self.clock.now_ms()) {
+                // Looked at again beside the requests, which use the held set meanwhile
+                // (and go on with it should the look fail: logged by `fetch`).
+                let keys = Arc::clone(self);
+                let issuer = issuer.to_owned();
+                tokio::spawn(async move {
+                    let fetching = keys.fetching(&issuer);
+                    let Ok(_fetching) = fetching.try_lock() else {
+                        return;
+                    };
+                    if keys.due(&issuer, keys.clock.now_ms()) {
+                        let _ = keys.fetch(&issuer).await;
+                    }
+                });
             }
-            // One request looks again; the others use the held set meanwhile, and so
-            // does this one should the look fail (logged by `fetch`).
-            let fetching = self.fetching(issuer);
-            let Ok(_fetching) = fetching.try_lock() else {
-                return Ok(Some(key));
-            };
-            if !self.due(issuer, self.clock.now_ms()) {
-                return Ok(self.cached(issuer, kid));
-            }
-            return match self.fetch(issuer).await {
-                Ok(_) => Ok(self.cached(issuer, kid)),
-                Err(_) => Ok(Some(key)),
-            };
+            return Ok(Some(key));
         }
         let fetching = self.fetching(issuer);
         let _fetching = fetching.lock().await;

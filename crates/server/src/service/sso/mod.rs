@@ -98,6 +98,9 @@ pub struct Identity {
     pub account: String,
     /// When the token expires (`exp`), Unix seconds.
     pub expires_at_s: i64,
+    /// Until when (Unix ms) the verification holds without looking again: the issuer's
+    /// key set is due then (`None`: this server's own keys, which follow changes).
+    pub verified_until_ms: Option<i64>,
 }
 
 /// What is configured: identity providers and this server's keys.
@@ -114,28 +117,28 @@ pub struct Sso {
     clock: Arc<dyn Clock>,
     /// This server's public URL: its tokens' issuer and the default audience.
     public_url: String,
-    keys: KeySets,
+    keys: Arc<KeySets>,
     /// Loaded on first need after each change.
     registry: RwLock<Option<Arc<Registry>>>,
     generation: AtomicU64,
     /// SAML assertions checked at once (a core each, off the request threads): made-up
     /// assertions cost the server no more than its cores.
-    verifying: tokio::sync::Semaphore,
+    verifying: Arc<tokio::sync::Semaphore>,
 }
 
 impl Sso {
     /// The service over `db`'s identity providers, for a server reached at `public_url`.
     pub fn new(db: Database, clock: Arc<dyn Clock>, public_url: &str) -> Sso {
         Sso {
-            keys: KeySets::new(Arc::clone(&clock)),
+            keys: Arc::new(KeySets::new(Arc::clone(&clock))),
             db,
             clock,
             public_url: public_url.trim_end_matches('/').to_owned(),
             registry: RwLock::new(None),
             generation: AtomicU64::new(0),
-            verifying: tokio::sync::Semaphore::new(
+            verifying: Arc::new(tokio::sync::Semaphore::new(
                 std::thread::available_parallelism().map_or(1, usize::from),
-            ),
+            )),
         }
     }
 
@@ -178,6 +181,20 @@ impl Sso {
     /// OpenID Connect issuer's keys (failures are logged; they are fetched again on need).
     pub async fn prepare(&self) -> Result<(), DbError> {
         let registry = self.registry().await?;
+        // A provider added before allowed accounts existed names none: said at start.
+        for idp in &registry.idps {
+            if let AccountRule::Named { by, allowed } = &idp.account {
+                if allowed.is_empty() {
+                    tracing::warn!(
+                        idp = %idp.name,
+                        named_by = %by,
+                        "identity provider may name no account: its tokens are refused until \
+                         `crosstab sso allow-account --name {} ACCOUNT`",
+                        idp.name
+                    );
+                }
+            }
+        }
         if !registry.own.can_sign() {
             let key = signing::generate(self.clock.now_ms());
             if signing_keys::insert_first(&self.db, &key).await? {
@@ -263,6 +280,7 @@ impl Sso {
             subject: Arc::from(subject_claim(&claims)?),
             account,
             expires_at_s,
+            verified_until_ms: None,
         })
     }
 
@@ -283,7 +301,7 @@ impl Sso {
         if candidates.is_empty() {
             return Err(TokenError::UnknownIssuer(issuer.to_owned()));
         }
-        let key = self
+        let held = self
             .keys
             .key(issuer, kid)
             .await?
@@ -291,7 +309,7 @@ impl Sso {
                 issuer: issuer.to_owned(),
                 kid: kid.to_owned(),
             })?;
-        let claims = verified_claims(token, &key)?;
+        let claims = verified_claims(token, &held.key)?;
         let idp = candidates
             .iter()
             .find(|idp| {
@@ -305,6 +323,7 @@ impl Sso {
             subject: Arc::from(subject_claim(&claims)?),
             account,
             expires_at_s,
+            verified_until_ms: Some(held.due_at_ms),
         })
     }
 
