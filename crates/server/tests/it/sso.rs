@@ -658,6 +658,31 @@ async fn a_providers_jwt_is_exchanged_for_a_token_of_this_server_that_is_billed_
     assert_ne!(key.kid, old_kid);
     let (response, _) = fx.post(Some(&bearer(&renewed)), &query()).await;
     assert_eq!(response.status(), 200);
+    // The retired key signed nothing after its retirement: a token it signed "now" (its
+    // private key taken from a backup) is refused.
+    let retired = signing_keys::all(&fx.db)
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|stored| stored.kid == old_kid)
+        .unwrap();
+    let mut as_retired = retired.clone();
+    as_retired.retired_at = None;
+    let old_keys =
+        crosstab_server::service::sso::signing::OwnKeys::from_stored(&[as_retired]).unwrap();
+    fx.clock.advance(300_000);
+    let mut late = claims_of(&token);
+    let retired_s = retired.retired_at.unwrap() / 1000;
+    // Issued well after the retirement, yet not in the future.
+    late["iat"] = json!(retired_s + 200);
+    late["exp"] = json!(retired_s + 800);
+    let forged = old_keys.sign(&late).unwrap().unwrap();
+    let (response, _) = fx.post(Some(&bearer(&forged)), &query()).await;
+    assert_eq!(
+        response.status(),
+        401,
+        "signed by the retired key after it was retired"
+    );
 
     // Signed with this server's own key but not as it issues tokens (a key taken from a
     // backup): a lifetime over an hour, an account its provider does not bill, a subject

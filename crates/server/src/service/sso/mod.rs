@@ -253,8 +253,14 @@ impl Sso {
         let issued_at =
             time_claim(&claims, "iat")?.ok_or_else(|| TokenError::Claim("iat".to_owned()))?;
         let now_s = self.clock.now_ms().div_euclid(1000);
+        // A retired key signed nothing after its retirement.
+        let retired = registry
+            .own
+            .retired_at(kid)
+            .is_some_and(|at_ms| issued_at > at_ms.div_euclid(1000) + LEEWAY_S);
         if expires_at_s - issued_at > crosstab_contract::oauth::MAX_TOKEN_LIFETIME_S
             || issued_at > now_s + LEEWAY_S
+            || retired
         {
             return Err(TokenError::Claim("iat".to_owned()));
         }

@@ -44,6 +44,8 @@ pub fn generate(now_ms: i64) -> StoredKey {
 pub struct OwnKeys {
     signing: Option<(String, EncodingKey)>,
     verifying: HashMap<String, VerifyingKey>,
+    /// When each retired key was retired (Unix ms): it verifies only tokens issued before.
+    retired: HashMap<String, i64>,
 }
 
 impl std::fmt::Debug for OwnKeys {
@@ -60,6 +62,10 @@ impl OwnKeys {
     pub fn from_stored(stored: &[StoredKey]) -> Result<OwnKeys, DbError> {
         let corrupt = |_| DbError::Corrupt("a token-signing key");
         let mut verifying = HashMap::new();
+        let retired = stored
+            .iter()
+            .filter_map(|key| Some((key.kid.clone(), key.retired_at?)))
+            .collect();
         for key in stored {
             verifying.insert(
                 key.kid.clone(),
@@ -79,7 +85,11 @@ impl OwnKeys {
                 Ok::<_, DbError>((key.kid.clone(), EncodingKey::from_ed_der(&der)))
             })
             .transpose()?;
-        Ok(OwnKeys { signing, verifying })
+        Ok(OwnKeys {
+            signing,
+            verifying,
+            retired,
+        })
     }
 
     /// Whether there is a key to sign with.
@@ -90,6 +100,11 @@ impl OwnKeys {
     /// The key `kid`, if it is one of ours.
     pub fn key(&self, kid: &str) -> Option<&VerifyingKey> {
         self.verifying.get(kid)
+    }
+
+    /// When key `kid` was retired (Unix ms), if it was: tokens it signed after are not ours.
+    pub fn retired_at(&self, kid: &str) -> Option<i64> {
+        self.retired.get(kid).copied()
     }
 
     /// `claims` signed by the current key; `None` if there is none.
