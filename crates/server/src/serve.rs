@@ -277,22 +277,33 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
     let copier = copies.map(|copies| Arc::new(Copier::spawn(copies)));
     let pushed = services.follow_changes(copier.clone());
     let draining = Arc::clone(&services);
+    // The key revision, every second on a task of its own: the backstop to revocations
+    // waits behind no catalog refresh, quota sharing or purge.
+    let revisions = {
+        let services = Arc::clone(&services);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(REFRESH_EVERY);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                if let Err(error) = services.auth.follow_revision().await {
+                    tracing::warn!(%error, "key revision not read");
+                }
+            }
+        })
+    };
     let follower = tokio::spawn(async move {
         let mut tick = tokio::time::interval(REFRESH_EVERY);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         for round in 0u64.. {
             tick.tick().await;
-            // A backstop to the announcements, every 10 s (copied beside this loop, so
-            // the key revision below is still read every second).
+            // A backstop to the announcements, every 10 s (copied beside this loop).
             if let Some(copier) = copier.as_ref().filter(|_| round % 10 == 9) {
                 copier.nudge();
             }
             let catalog = Arc::clone(&catalog);
             if let Ok(refresh) = tokio::task::spawn_blocking(move || catalog.refresh()).await {
                 log_refresh(&refresh);
-            }
-            if let Err(error) = services.auth.follow_revision().await {
-                tracing::warn!(%error, "key revision not read");
             }
             services.limits.forget_idle();
             if let Err(error) = services.limits.share_quotas().await {
@@ -319,6 +330,7 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
     };
     listener::serve(listener, router, options.limits, shutdown).await;
     follower.abort();
+    revisions.abort();
     if let Some(resident) = resident {
         resident.abort();
     }
