@@ -411,6 +411,16 @@ enum UserCommand {
         #[command(flatten)]
         store: Store,
     },
+    /// Disable a user: it can no longer sign in, and its sessions end now (the bills it
+    /// made stay; `user create` with a new password enables it again). API keys it made
+    /// are its account's: revoke them with `key revoke`.
+    Disable {
+        /// Sign-in name.
+        #[arg(long)]
+        username: String,
+        #[command(flatten)]
+        store: Store,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -946,6 +956,20 @@ async fn execute(command: Command) -> Result<(), CliError> {
                     e => CliError::Usage(e.to_string()),
                 })?;
             eprintln!("user '{username}' of account '{account}' is ready");
+            Ok(())
+        }
+        Command::User {
+            command: UserCommand::Disable { username, store },
+        } => {
+            let db = store.connect().await?;
+            let found = crate::store::users::disable(&db, &username, now_ms()).await;
+            db.close().await;
+            if !found? {
+                return Err(CliError::Usage(format!("no user named '{username}'")));
+            }
+            eprintln!(
+                "user '{username}' disabled: its sessions ended; keys of its account stay (crosstab key list, key revoke)"
+            );
             Ok(())
         }
         Command::Survey {

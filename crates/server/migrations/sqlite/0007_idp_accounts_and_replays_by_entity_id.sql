@@ -17,3 +17,7 @@ INSERT INTO saml_assertions_used (idp, id, expires_at)
 DELETE FROM saml_assertions_used
     WHERE idp IN (SELECT name FROM identity_providers WHERE kind = 'saml')
     AND idp NOT IN (SELECT issuer FROM identity_providers);
+
+-- A user an operator disabled (`crosstab user disable`): no sign-in, no session; kept,
+-- as the ledger's bills name it. `user create` with a new password enables it again.
+ALTER TABLE users ADD COLUMN disabled_at BIGINT;

@@ -51,7 +51,7 @@ pub async fn lookup(db: &Database, token: &str, now: i64) -> Result<Lookup, DbEr
     let row = sqlx::query(
         "SELECT u.id, u.username, a.id, a.name, s.expires_at FROM sessions s \
          JOIN users u ON u.id = s.user_id JOIN accounts a ON a.id = u.account_id \
-         WHERE s.token_hash = $1",
+         WHERE s.token_hash = $1 AND u.disabled_at IS NULL",
     )
     .bind(token_hash(token))
     .fetch_optional(db.pool())

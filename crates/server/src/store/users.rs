@@ -42,7 +42,7 @@ pub async fn create_or_reset(
     let account_id = ensure_account(&mut tx, account, now).await?;
     sqlx::query(
         "INSERT INTO users (username, account_id, password_hash, created_at) VALUES ($1, $2, $3, $4) \
-         ON CONFLICT (username) DO UPDATE SET account_id = $2, password_hash = $3, failed_logins = 0, locked_until = NULL",
+         ON CONFLICT (username) DO UPDATE SET account_id = $2, password_hash = $3, failed_logins = 0, locked_until = NULL, disabled_at = NULL",
     )
     .bind(username)
     .bind(account_id)
@@ -69,11 +69,37 @@ pub async fn account_of(db: &Database, username: &str) -> Result<Option<String>,
     .await?)
 }
 
-/// The user named `username`, with what a sign-in checks.
+/// Disables user `username` at `now`, ending its sessions: `false` if there is no such
+/// user. (Kept, not deleted: the ledger's bills name it.)
+pub async fn disable(db: &Database, username: &str, now: i64) -> Result<bool, DbError> {
+    let mut tx = db.pool().begin().await?;
+    let found: Option<i64> = sqlx::query_scalar("SELECT id FROM users WHERE username = $1")
+        .bind(username)
+        .fetch_optional(&mut *tx)
+        .await?;
+    let Some(id) = found else {
+        return Ok(false);
+    };
+    sqlx::query("UPDATE users SET disabled_at = $2 WHERE id = $1 AND disabled_at IS NULL")
+        .bind(id)
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+    sqlx::query("DELETE FROM sessions WHERE user_id = $1")
+        .bind(id)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(true)
+}
+
+/// The enabled user named `username`, with what a sign-in checks (a disabled one is as
+/// no user: it signs in as a name without one would fail).
 pub async fn login(db: &Database, username: &str) -> Result<Option<Login>, DbError> {
     let row = sqlx::query(
         "SELECT u.id, u.password_hash, u.locked_until, a.id, a.name \
-         FROM users u JOIN accounts a ON a.id = u.account_id WHERE u.username = $1",
+         FROM users u JOIN accounts a ON a.id = u.account_id \
+         WHERE u.username = $1 AND u.disabled_at IS NULL",
     )
     .bind(username)
     .fetch_optional(db.pool())

@@ -615,28 +615,7 @@ async fn the_app_gets_security_headers_and_the_api_does_not_need_them() {
 fn made_up_session_cookies_are_paced_on_their_own_and_live_sessions_still_work() {
     let temp = tempfile::tempdir().unwrap();
     let (data, _key) = small_data_dir(temp.path());
-    let mut create = std::process::Command::new(BIN)
-        .args([
-            "user",
-            "create",
-            "--username",
-            "ann",
-            "--account",
-            "acme",
-            "--data-dir",
-        ])
-        .arg(&data)
-        .env_remove("CROSSTAB_DATABASE_URL")
-        .stdin(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    create
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(b"ann-password-1\n")
-        .unwrap();
-    assert!(create.wait().unwrap().success());
+    create_user(&data, "ann", "acme", "ann-password-1");
     let server = Server::start(&data, &["--failed-auth-per-minute", "3"]);
     let origin = format!("http://{}", server.addr);
     let client = reqwest::blocking::Client::new();
@@ -820,5 +799,54 @@ fn behind_a_proxy_a_connection_is_not_slowed_for_one_clients_refusals() {
         .send()
         .unwrap();
     assert_eq!(good.status(), reqwest::StatusCode::OK);
+    server.stop();
+}
+
+/// `crosstab user disable`: the user's sessions end at once, it can no longer sign in
+/// (refused as a wrong password is), and `user create` with a new password enables it.
+#[test]
+fn a_disabled_user_is_signed_out_and_cannot_sign_in_until_enabled_again() {
+    let temp = tempfile::tempdir().unwrap();
+    let (data, _key) = small_data_dir(temp.path());
+    create_user(&data, "ann", "acme", "ann-password-1");
+    let server = Server::start(&data, &[]);
+    let origin = format!("http://{}", server.addr);
+    let client = reqwest::blocking::Client::new();
+    let sign_in = |password: &str| {
+        client
+            .post(server.url("/app/login"))
+            .header("origin", &origin)
+            .json(&json!({"username": "ann", "password": password}))
+            .send()
+            .unwrap()
+    };
+    let login = sign_in("ann-password-1");
+    assert_eq!(login.status(), reqwest::StatusCode::OK);
+    let cookie = login.headers()["set-cookie"]
+        .to_str()
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_owned();
+    let me = || {
+        client
+            .get(server.url("/app/api/me"))
+            .header("cookie", &cookie)
+            .send()
+            .unwrap()
+            .status()
+    };
+    assert_eq!(me(), reqwest::StatusCode::OK);
+    cli(&data, &["user", "disable", "--username", "ann"]);
+    assert_eq!(me(), reqwest::StatusCode::UNAUTHORIZED);
+    let refused = sign_in("ann-password-1");
+    assert_eq!(refused.status(), reqwest::StatusCode::UNAUTHORIZED);
+    let body: serde_json::Value = refused.json().unwrap();
+    assert_eq!(body["error"]["code"], "invalid_credentials");
+    let unknown = cli_output(&data, &["user", "disable", "--username", "nobody"]);
+    assert!(!unknown.status.success());
+    create_user(&data, "ann", "acme", "ann-password-2");
+    assert_eq!(sign_in("ann-password-2").status(), reqwest::StatusCode::OK);
     server.stop();
 }

@@ -197,6 +197,34 @@ pub fn small_data_dir(temp: &Path) -> (std::path::PathBuf, String) {
     (data, key)
 }
 
+/// `crosstab user create` of `username` in `account` with `password` (from a pipe).
+pub fn create_user(data: &Path, username: &str, account: &str, password: &str) {
+    use std::io::Write;
+    let mut create = Command::new(BIN)
+        .args([
+            "user",
+            "create",
+            "--username",
+            username,
+            "--account",
+            account,
+            "--data-dir",
+        ])
+        .arg(data)
+        .env_remove("CROSSTAB_DATABASE_URL")
+        .stdin(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    create
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(format!("{password}\n").as_bytes())
+        .unwrap();
+    assert!(create.wait().unwrap().success());
+}
+
 /// A six-respondent survey whose figures are checked by hand in the tests.
 ///
 /// | id | W   | REGION | GENDER | AGE |
