@@ -316,26 +316,13 @@ async fn replicas_behind_nginx_bill_every_200_once_through_kills_reimports_and_a
 /// /v1's 64 KiB (nginx must let a table's larger body through).
 async fn app_through_nginx(publisher: &Path, url: &str, front: &str) {
     create_key(publisher, "app", &with_db(&["--grant", "SMALL"], url));
-    let mut create = std::process::Command::new(BIN)
-        .args(with_db(
-            &["user", "create", "--username", "ann", "--account", "app"],
-            url,
-        ))
-        .arg("--data-dir")
-        .arg(publisher)
-        .stdin(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    {
-        use std::io::Write;
-        create
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(b"ann-password-1\n")
-            .unwrap();
-    }
-    assert!(create.wait().unwrap().success());
+    create_user(
+        publisher,
+        "ann",
+        "app",
+        "ann-password-1",
+        &["--database", url],
+    );
     let client = reqwest::Client::new();
     let login = client
         .post(format!("{front}/app/login"))
@@ -345,13 +332,7 @@ async fn app_through_nginx(publisher: &Path, url: &str, front: &str) {
         .await
         .unwrap();
     assert_eq!(login.status(), 200, "{}", login.text().await.unwrap());
-    let cookie = login.headers()["set-cookie"]
-        .to_str()
-        .unwrap()
-        .split(';')
-        .next()
-        .unwrap()
-        .to_owned();
+    let cookie = session_cookie(login.headers());
     let label = "é".repeat(crosstab_contract::limits::MAX_TABLE_LABEL_CHARS);
     let rows: Vec<Value> = (0..150)
         .map(|_| serde_json::json!({"expression": "GENDER = 1", "label": label}))

@@ -203,6 +203,19 @@ impl Fixture {
     }
 }
 
+/// Gives `account` a daily quota of `calls` (no rate).
+pub async fn daily_quota(fx: &Fixture, account: &str, calls: u64) {
+    let limits = crosstab_server::store::accounts::AccountLimits {
+        per_second: None,
+        daily_quota: Some(calls),
+    };
+    assert!(
+        crosstab_server::store::accounts::set_limits(&fx.db, account, limits)
+            .await
+            .unwrap()
+    );
+}
+
 pub fn post(key: Option<&str>, body: impl Into<Body>) -> Request<Body> {
     let mut builder = Request::post("/v1/crosstab").header("content-type", "application/json");
     if let Some(key) = key {

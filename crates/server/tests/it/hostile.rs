@@ -615,7 +615,7 @@ async fn the_app_gets_security_headers_and_the_api_does_not_need_them() {
 fn made_up_session_cookies_are_paced_on_their_own_and_live_sessions_still_work() {
     let temp = tempfile::tempdir().unwrap();
     let (data, _key) = small_data_dir(temp.path());
-    create_user(&data, "ann", "acme", "ann-password-1");
+    create_user(&data, "ann", "acme", "ann-password-1", &[]);
     let server = Server::start(&data, &["--failed-auth-per-minute", "3"]);
     let origin = format!("http://{}", server.addr);
     let client = reqwest::blocking::Client::new();
@@ -627,13 +627,7 @@ fn made_up_session_cookies_are_paced_on_their_own_and_live_sessions_still_work()
             .send()
             .unwrap();
         assert_eq!(login.status(), reqwest::StatusCode::OK);
-        login.headers()["set-cookie"]
-            .to_str()
-            .unwrap()
-            .split(';')
-            .next()
-            .unwrap()
-            .to_owned()
+        session_cookie(login.headers())
     };
     let me = |cookie: &str| {
         client
@@ -680,11 +674,7 @@ fn made_up_session_cookies_are_paced_on_their_own_and_live_sessions_still_work()
 #[tokio::test]
 async fn an_unbilled_call_gives_its_quota_place_back() {
     let fx = Fixture::new().await;
-    let limits = AccountLimits {
-        per_second: None,
-        daily_quota: Some(1),
-    };
-    assert!(accounts::set_limits(&fx.db, "acme", limits).await.unwrap());
+    common::daily_quota(&fx, "acme", 1).await;
     let body = common::request("VEC", None, "ALL", &["WOMEN"]);
     sqlx::query("ALTER TABLE ledger RENAME TO ledger_away")
         .execute(fx.db.pool())
@@ -808,7 +798,7 @@ fn behind_a_proxy_a_connection_is_not_slowed_for_one_clients_refusals() {
 fn a_disabled_user_is_signed_out_and_cannot_sign_in_until_enabled_again() {
     let temp = tempfile::tempdir().unwrap();
     let (data, _key) = small_data_dir(temp.path());
-    create_user(&data, "ann", "acme", "ann-password-1");
+    create_user(&data, "ann", "acme", "ann-password-1", &[]);
     let server = Server::start(&data, &[]);
     let origin = format!("http://{}", server.addr);
     let client = reqwest::blocking::Client::new();
@@ -822,13 +812,7 @@ fn a_disabled_user_is_signed_out_and_cannot_sign_in_until_enabled_again() {
     };
     let login = sign_in("ann-password-1");
     assert_eq!(login.status(), reqwest::StatusCode::OK);
-    let cookie = login.headers()["set-cookie"]
-        .to_str()
-        .unwrap()
-        .split(';')
-        .next()
-        .unwrap()
-        .to_owned();
+    let cookie = session_cookie(login.headers());
     let me = || {
         client
             .get(server.url("/app/api/me"))
@@ -846,7 +830,7 @@ fn a_disabled_user_is_signed_out_and_cannot_sign_in_until_enabled_again() {
     assert_eq!(body["error"]["code"], "invalid_credentials");
     let unknown = cli_output(&data, &["user", "disable", "--username", "nobody"]);
     assert!(!unknown.status.success());
-    create_user(&data, "ann", "acme", "ann-password-2");
+    create_user(&data, "ann", "acme", "ann-password-2", &[]);
     assert_eq!(sign_in("ann-password-2").status(), reqwest::StatusCode::OK);
     server.stop();
 }

@@ -261,13 +261,8 @@ async fn an_answer_past_the_deadline_is_503_unbilled_and_gives_its_key_back() {
 /// (the answer was billed once already; refusing it would lose it).
 #[tokio::test]
 async fn a_replay_is_answered_over_the_quota_and_billed_once() {
-    use crosstab_server::store::accounts::{self, AccountLimits};
     let fx = Fixture::new().await;
-    let limits = AccountLimits {
-        per_second: None,
-        daily_quota: Some(1),
-    };
-    assert!(accounts::set_limits(&fx.db, "acme", limits).await.unwrap());
+    common::daily_quota(&fx, "acme", 1).await;
     let body = common::request("VEC", None, "ALL", &["WOMEN"]);
     let (first, answer) = fx.send(keyed(&fx.whole, "q", &body)).await;
     assert_eq!(first.status(), StatusCode::OK);

@@ -197,8 +197,9 @@ pub fn small_data_dir(temp: &Path) -> (std::path::PathBuf, String) {
     (data, key)
 }
 
-/// `crosstab user create` of `username` in `account` with `password` (from a pipe).
-pub fn create_user(data: &Path, username: &str, account: &str, password: &str) {
+/// `crosstab user create` of `username` in `account` with `password` (from a pipe), with
+/// `extra` arguments (`--database URL`).
+pub fn create_user(data: &Path, username: &str, account: &str, password: &str, extra: &[&str]) {
     use std::io::Write;
     let mut create = Command::new(BIN)
         .args([
@@ -208,8 +209,9 @@ pub fn create_user(data: &Path, username: &str, account: &str, password: &str) {
             username,
             "--account",
             account,
-            "--data-dir",
         ])
+        .args(extra)
+        .arg("--data-dir")
         .arg(data)
         .env_remove("CROSSTAB_DATABASE_URL")
         .stdin(Stdio::piped())
@@ -223,6 +225,17 @@ pub fn create_user(data: &Path, username: &str, account: &str, password: &str) {
         .write_all(format!("{password}\n").as_bytes())
         .unwrap();
     assert!(create.wait().unwrap().success());
+}
+
+/// The session cookie (`name=value`) a sign-in's answer sets.
+pub fn session_cookie(headers: &reqwest::header::HeaderMap) -> String {
+    headers["set-cookie"]
+        .to_str()
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_owned()
 }
 
 /// A six-respondent survey whose figures are checked by hand in the tests.
