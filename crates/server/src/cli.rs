@@ -216,7 +216,9 @@ enum Command {
         #[command(flatten)]
         limits: LimitArgs,
         /// Behind a load balancer: the header it puts the client's address in (e.g.
-        /// X-Forwarded-For; the last address in it counts). Only with a proxy that sets it.
+        /// X-Forwarded-For; the last address in it counts). Only with a proxy that sets it,
+        /// and replicas reachable only through it (a request with the header is taken as
+        /// the proxy's).
         #[arg(long = "trust-proxy-header", value_name = "HEADER")]
         trusted_proxy_header: Option<axum::http::HeaderName>,
         /// Seconds a query may compute (at most a day); past it, 503 `deadline_exceeded`,

@@ -283,9 +283,13 @@ async fn signed_in(state: &HttpState, body: &Bytes) -> AppResult<Response> {
     with_cookie(response, state, &session.token)
 }
 
-async fn logout(State(state): State<Arc<HttpState>>, headers: HeaderMap) -> AppResult<Response> {
+async fn logout(
+    State(state): State<Arc<HttpState>>,
+    ClientAddress(address): ClientAddress,
+    headers: HeaderMap,
+) -> AppResult<Response> {
     if let Some(token) = session_token(&headers, state.https) {
-        state.app.sign_out(token).await?;
+        state.app.sign_out(token, address).await?;
     }
     with_cookie(StatusCode::NO_CONTENT.into_response(), &state, "")
 }

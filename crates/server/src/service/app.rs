@@ -188,9 +188,27 @@ impl AppService {
     }
 
     /// Ends the session `token`.
-    pub async fn sign_out(&self, token: &str) -> Result<(), AppError> {
-        self.live_sessions().remove(&session_digest(token));
-        Ok(sessions::end(&self.services.db, token).await?)
+    pub async fn sign_out(
+        &self,
+        token: &str,
+        address: Option<std::net::IpAddr>,
+    ) -> Result<(), AppError> {
+        let limits = &self.services.limits;
+        let was_live = self.live_sessions().remove(&session_digest(token));
+        // Past the address's pace, a token not seen live is not looked for: the sign-out
+        // is refused (said, not silently skipped), as any use of such a cookie is.
+        if !was_live {
+            if let Some(seconds) = limits.unknown_sessions_waiting(address) {
+                return Err(AppError::UnknownSessions(
+                    i64::try_from(seconds).unwrap_or(i64::MAX),
+                ));
+            }
+        }
+        if !sessions::end(&self.services.db, token).await? {
+            // Naming no session, it counts as any unknown cookie does.
+            let _ = limits.unknown_session(address);
+        }
+        Ok(())
     }
 
     /// The user of the live session `token`, sent from `address`. A token that names no

@@ -432,7 +432,11 @@ impl Authenticator {
                 CachedToken {
                     principal: Arc::clone(&principal),
                     valid_until_ms,
-                    recheck_at_ms: identity.verified_until_ms.unwrap_or(i64::MAX),
+                    // While the issuer's set can't be fetched again, verified again at
+                    // most as often as a fetch is tried.
+                    recheck_at_ms: identity.verified_until_ms.map_or(i64::MAX, |due| {
+                        due.max(now.saturating_add(super::sso::jwks::REFETCH_AFTER_MS))
+                    }),
                 },
             );
             self.tokens_charge.entries(tokens.len());

@@ -71,11 +71,12 @@ pub async fn lookup(db: &Database, token: &str, now: i64) -> Result<Lookup, DbEr
     }))
 }
 
-/// Ends a session.
-pub async fn end(db: &Database, token: &str) -> Result<(), DbError> {
-    sqlx::query("DELETE FROM sessions WHERE token_hash = $1")
+/// Ends a session: whether there was one.
+pub async fn end(db: &Database, token: &str) -> Result<bool, DbError> {
+    let ended = sqlx::query("DELETE FROM sessions WHERE token_hash = $1")
         .bind(token_hash(token))
         .execute(db.pool())
-        .await?;
-    Ok(())
+        .await?
+        .rows_affected();
+    Ok(ended > 0)
 }

@@ -73,18 +73,18 @@ pub async fn account_of(db: &Database, username: &str) -> Result<Option<String>,
 /// user. (Kept, not deleted: the ledger's bills name it.)
 pub async fn disable(db: &Database, username: &str, now: i64) -> Result<bool, DbError> {
     let mut tx = db.pool().begin().await?;
-    let found: Option<i64> = sqlx::query_scalar("SELECT id FROM users WHERE username = $1")
-        .bind(username)
-        .fetch_optional(&mut *tx)
-        .await?;
+    // The write first: on SQLite it takes the write lock at once, with no read before it
+    // that a commit of another connection could make stale.
+    let found: Option<i64> = sqlx::query_scalar(
+        "UPDATE users SET disabled_at = COALESCE(disabled_at, $2) WHERE username = $1 RETURNING id",
+    )
+    .bind(username)
+    .bind(now)
+    .fetch_optional(&mut *tx)
+    .await?;
     let Some(id) = found else {
         return Ok(false);
     };
-    sqlx::query("UPDATE users SET disabled_at = $2 WHERE id = $1 AND disabled_at IS NULL")
-        .bind(id)
-        .bind(now)
-        .execute(&mut *tx)
-        .await?;
     sqlx::query("DELETE FROM sessions WHERE user_id = $1")
         .bind(id)
         .execute(&mut *tx)

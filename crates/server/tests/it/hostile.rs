@@ -666,6 +666,23 @@ fn made_up_session_cookies_are_paced_on_their_own_and_live_sessions_still_work()
     assert_eq!(me(&live).status(), reqwest::StatusCode::OK);
     let fresh = sign_in();
     assert_eq!(me(&fresh).status(), reqwest::StatusCode::OK);
+    // Signing out with a made-up cookie is refused too (no write for it); a live session
+    // signs out, and is then as unknown as any.
+    let sign_out = |cookie: &str| {
+        client
+            .post(server.url("/app/logout"))
+            .header("origin", &origin)
+            .header("cookie", cookie)
+            .send()
+            .unwrap()
+            .status()
+    };
+    assert_eq!(
+        sign_out("crosstab_session=made-up-out"),
+        reqwest::StatusCode::TOO_MANY_REQUESTS
+    );
+    assert_eq!(sign_out(&fresh), reqwest::StatusCode::NO_CONTENT);
+    assert_eq!(me(&fresh).status(), reqwest::StatusCode::TOO_MANY_REQUESTS);
     server.stop();
 }
 
@@ -757,27 +774,41 @@ fn behind_a_proxy_a_connection_is_not_slowed_for_one_clients_refusals() {
         .pool_max_idle_per_host(1)
         .build()
         .unwrap();
-    let refused = |n: usize| {
+    // `n` forged keys on `client`'s one connection, forwarded for a client or not.
+    let refused = |client: &reqwest::blocking::Client, n: usize, forwarded: bool| {
         let started = Instant::now();
         for i in 0..n {
-            let status = proxy
+            let mut request = client
                 .post(server.url("/v1/crosstab"))
                 .header("Service-Engine-Authorizer", keys::generate(KeyEnv::Live).token)
-                .header("X-Forwarded-For", format!("198.51.100.{}", i % 200))
-                .json(&json!({"SurveyCode": "SMALL", "PopulationBaseCode": "ALL", "TargetCodes": ["WOMEN"]}))
-                .send()
-                .unwrap()
-                .status();
-            assert_eq!(status, reqwest::StatusCode::UNAUTHORIZED);
+                .json(&json!({"SurveyCode": "SMALL", "PopulationBaseCode": "ALL", "TargetCodes": ["WOMEN"]}));
+            if forwarded {
+                request = request.header("X-Forwarded-For", format!("198.51.100.{}", i % 200));
+            }
+            assert_eq!(
+                request.send().unwrap().status(),
+                reqwest::StatusCode::UNAUTHORIZED
+            );
         }
         started.elapsed()
     };
-    let first = refused(16);
+    let first = refused(&proxy, 16, true);
     // Ten more would wait 10 + 20 + ... + 100 ms = 550 ms on a connection of its own.
-    let more = refused(10);
+    let more = refused(&proxy, 10, true);
     assert!(
         more.saturating_sub(first / 16 * 10) < Duration::from_millis(250),
         "{more:?} against {first:?} for sixteen"
+    );
+    // A connection whose requests come without the header (not through the proxy) is.
+    let direct = reqwest::blocking::Client::builder()
+        .pool_max_idle_per_host(1)
+        .build()
+        .unwrap();
+    let unpaused = refused(&direct, 16, false);
+    let slowed = refused(&direct, 5, false);
+    assert!(
+        slowed.saturating_sub(unpaused / 16 * 5) >= Duration::from_millis(150),
+        "{slowed:?} against {unpaused:?} for sixteen"
     );
     // A good key on it is answered.
     let good = proxy
