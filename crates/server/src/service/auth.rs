@@ -135,8 +135,15 @@ pub struct Authenticator {
     cache: RwLock<HashMap<String, Arc<Cached>>>,
     /// Every key id, loaded on first need after each change.
     known: RwLock<Option<Arc<HashSet<String>>>>,
+    /// One load of the id set at a time: after a change, the requests that find it gone
+    /// wait for one load rather than each reading every id.
+    loading_known: tokio::sync::Mutex<()>,
+    /// One load of a key at a time, per key (the same for its requests after a change).
+    loading_keys: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// Database reads of one key (for the tests that a flood makes none).
     key_reads: AtomicU64,
+    /// Database reads of the set of every key id.
+    id_set_reads: AtomicU64,
     /// Single sign-on: bearer tokens.
     sso: Arc<Sso>,
     /// Verified bearer tokens by their SHA-256.
@@ -174,7 +181,10 @@ impl Authenticator {
             generation: AtomicU64::new(0),
             cache: RwLock::new(HashMap::new()),
             known: RwLock::new(None),
+            loading_known: tokio::sync::Mutex::new(()),
+            loading_keys: Mutex::new(HashMap::new()),
             key_reads: AtomicU64::new(0),
+            id_set_reads: AtomicU64::new(0),
             sso,
             tokens: RwLock::new(HashMap::new()),
             keys_charge: Charge::new(memory),
@@ -279,13 +289,24 @@ impl Authenticator {
         self.key_reads.load(Ordering::Relaxed)
     }
 
+    /// How many times the set of every key id was read from the database.
+    pub fn id_set_reads(&self) -> u64 {
+        self.id_set_reads.load(Ordering::Relaxed)
+    }
+
     /// Whether `key_id` exists, from the set of every id (loaded once per change).
     async fn exists(&self, key_id: &str) -> Result<bool, DbError> {
-        let known = self.known.read().unwrap_or_else(|p| p.into_inner()).clone();
-        let known = match known {
+        let held = || self.known.read().unwrap_or_else(|p| p.into_inner()).clone();
+        let known = match held() {
             Some(known) => known,
             None => {
+                let _loading = self.loading_known.lock().await;
+                // Loaded while this request waited?
+                if let Some(known) = held() {
+                    return Ok(known.contains(key_id));
+                }
                 let generation = self.generation.load(Ordering::SeqCst);
+                self.id_set_reads.fetch_add(1, Ordering::Relaxed);
                 let ids: HashSet<String> = accounts::key_ids(&self.db).await?.into_iter().collect();
                 let ids = Arc::new(ids);
                 let mut slot = self.known.write().unwrap_or_else(|p| p.into_inner());
@@ -311,6 +332,33 @@ impl Authenticator {
         }
         if !self.exists(key_id).await? {
             return Ok(None);
+        }
+        // One load per key at a time: the others wait, then find it cached.
+        let lock = {
+            let mut loading = self.loading_keys.lock().unwrap_or_else(|p| p.into_inner());
+            Arc::clone(loading.entry(key_id.to_owned()).or_default())
+        };
+        let guard = lock.lock().await;
+        let found = self.load(key_id, generation).await;
+        drop(guard);
+        let mut loading = self.loading_keys.lock().unwrap_or_else(|p| p.into_inner());
+        // The last one out removes the entry (held by the map and this request only).
+        if Arc::strong_count(&lock) == 2 {
+            loading.remove(key_id);
+        }
+        found
+    }
+
+    /// Key `key_id` from the cache (loaded by a request this one waited for) or the
+    /// database, cached unless a change was noticed since `generation`.
+    async fn load(&self, key_id: &str, generation: u64) -> Result<Option<Arc<Cached>>, DbError> {
+        if let Some(hit) = self
+            .cache
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(key_id)
+        {
+            return Ok(Some(Arc::clone(hit)));
         }
         self.key_reads.fetch_add(1, Ordering::Relaxed);
         let Some(record) = accounts::load_key(&self.db, key_id).await? else {

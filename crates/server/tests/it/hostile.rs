@@ -865,3 +865,40 @@ fn a_disabled_user_is_signed_out_and_cannot_sign_in_until_enabled_again() {
     assert_eq!(sign_in("ann-password-2").status(), reqwest::StatusCode::OK);
     server.stop();
 }
+
+/// After a key change, the requests that find the caches emptied wait for one read of
+/// the key ids and one read of their key, not one each.
+#[tokio::test]
+async fn after_a_key_change_concurrent_requests_read_the_keys_once() {
+    let fx = std::sync::Arc::new(Fixture::new().await);
+    let body = common::request("VEC", None, "ALL", &["WOMEN"]);
+    assert_eq!(
+        fx.post(Some(&fx.whole), &body).await.0.status(),
+        StatusCode::OK
+    );
+    // Any key change empties every cache.
+    common::key(&fx.db, "acme", &[], KeyEnv::Test, None).await;
+    let (ids, keys) = (
+        fx.services.auth.id_set_reads(),
+        fx.services.auth.key_reads(),
+    );
+    let requests: Vec<_> = (0..40)
+        .map(|_| {
+            let (fx, body) = (std::sync::Arc::clone(&fx), body.clone());
+            tokio::spawn(async move { fx.post(Some(&fx.whole), &body).await.0.status() })
+        })
+        .collect();
+    for request in requests {
+        assert_eq!(request.await.unwrap(), StatusCode::OK);
+    }
+    assert_eq!(
+        fx.services.auth.id_set_reads(),
+        ids + 1,
+        "one read of the ids"
+    );
+    assert_eq!(
+        fx.services.auth.key_reads(),
+        keys + 1,
+        "one read of the key"
+    );
+}
