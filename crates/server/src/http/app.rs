@@ -45,6 +45,8 @@ pub enum AppFailure {
     App(AppError),
     /// A non-GET request from an origin that is neither this server nor allowed.
     ForeignOrigin,
+    /// The request body was not read whole (over the route's limit, late, broken off).
+    Body(super::body::BodyError),
 }
 
 impl From<AppError> for AppFailure {
@@ -70,6 +72,19 @@ impl IntoResponse for AppFailure {
                 )
             }
             AppFailure::App(AppError::Service(error)) => return error.into_response(),
+            // Left unread: the connection is closed, so the client does not reuse it.
+            AppFailure::Body(error) => {
+                return super::body::closing(match error {
+                    // The route's own limit, which may not be the contract's 64 KiB.
+                    super::body::BodyError::TooLarge(limit) => envelope(
+                        AppErrorCode::PayloadTooLarge,
+                        format!(
+                            "The request body is larger than {limit} bytes: send at most {limit}."
+                        ),
+                    ),
+                    error => ServiceError::from(ApiError::from(error)).into_response(),
+                });
+            }
             AppFailure::App(error) => error,
         };
         let code = match &error {
@@ -213,17 +228,10 @@ fn same_origin(origin: Option<&HeaderValue>, headers: &HeaderMap) -> bool {
 
 /// The request body within `limit` bytes; past it (or timed out, or broken off) the
 /// contract's 413, 408 or 400, with the connection closed as the body was left unread.
-async fn read_body(body: Body, headers: &HeaderMap, limit: usize) -> Result<Bytes, Response> {
-    let refused = match super::body::read_within(body, headers, limit).await {
-        Ok(bytes) => return Ok(bytes),
-        // The route's own limit, which may not be the contract's 64 KiB.
-        Err(super::body::BodyError::TooLarge(limit)) => envelope(
-            AppErrorCode::PayloadTooLarge,
-            format!("The request body is larger than {limit} bytes: send at most {limit}."),
-        ),
-        Err(error) => ServiceError::from(ApiError::from(error)).into_response(),
-    };
-    Err(super::body::closing(refused))
+async fn read_body(body: Body, headers: &HeaderMap, limit: usize) -> AppResult<Bytes> {
+    super::body::read_within(body, headers, limit)
+        .await
+        .map_err(AppFailure::Body)
 }
 
 /// A JSON body of type `T`, or a 400 saying what to send.
@@ -260,27 +268,21 @@ async fn login(
     ClientAddress(address): ClientAddress,
     headers: HeaderMap,
     body: Body,
-) -> Result<Response, Response> {
+) -> AppResult<Response> {
     // An address that tries too many sign-ins, whatever the names, waits: before its
-    // body is even read.
+    // body is even read (dropped unread, up to 64 KiB, so the connection stays usable).
     if let Some(seconds) = state.services.limits.sign_in_attempt(address) {
         let locked = AppFailure::from(AppError::Locked(i64::try_from(seconds).unwrap_or(i64::MAX)));
-        return Err(super::body::unread(body, &headers, locked.into_response()).await);
+        return Ok(super::body::unread(body, &headers, locked.into_response()).await);
     }
     let body = read_body(body, &headers, MAX_BODY_BYTES).await?;
-    signed_in(&state, &body)
-        .await
-        .map_err(IntoResponse::into_response)
-}
-
-async fn signed_in(state: &HttpState, body: &Bytes) -> AppResult<Response> {
-    let credentials: Credentials = parse(body, r#"{"username": ..., "password": ...}"#)?;
+    let credentials: Credentials = parse(&body, r#"{"username": ..., "password": ...}"#)?;
     let session = state
         .app
         .sign_in(&credentials.username, &credentials.password)
         .await?;
     let response = Json(me_of(&session.user)).into_response();
-    with_cookie(response, state, &session.token)
+    with_cookie(response, &state, &session.token)
 }
 
 async fn logout(
@@ -320,22 +322,10 @@ async fn crosstab(
     SessionUser(user): SessionUser,
     headers: HeaderMap,
     body: Body,
-) -> Result<Response, Response> {
-    let body = read_body(body, &headers, MAX_BODY_BYTES).await?;
-    query(&state, &user, &headers, body, &request_id)
-        .await
-        .map_err(IntoResponse::into_response)
-}
-
-async fn query(
-    state: &HttpState,
-    user: &User,
-    headers: &HeaderMap,
-    body: Bytes,
-    request_id: &RequestId,
 ) -> AppResult<Response> {
-    let key = super::v1::idempotency_key(headers).map_err(ServiceError::from)?;
-    let (status, body) = match state.app.crosstab(user, body, request_id, key).await? {
+    let body = read_body(body, &headers, MAX_BODY_BYTES).await?;
+    let key = super::v1::idempotency_key(&headers).map_err(ServiceError::from)?;
+    let (status, body) = match state.app.crosstab(&user, body, &request_id, key).await? {
         AppAnswer::Answered(answer) => return Ok(super::v1::answer_response(answer)),
         AppAnswer::Forwarded { status, body } => {
             let status = StatusCode::from_u16(status).map_err(|_| {
@@ -357,12 +347,9 @@ async fn table(
     SessionUser(user): SessionUser,
     headers: HeaderMap,
     body: Body,
-) -> Result<Json<Table>, Response> {
+) -> AppResult<Json<Table>> {
     let body = read_body(body, &headers, MAX_TABLE_BODY_BYTES).await?;
-    match state.app.table(&user, &body, &request_id).await {
-        Ok(table) => Ok(Json(table)),
-        Err(error) => Err(AppFailure::from(error).into_response()),
-    }
+    Ok(Json(state.app.table(&user, &body, &request_id).await?))
 }
 
 /// A stored time as the app shows it (to the second, UTC).
@@ -397,24 +384,18 @@ async fn create_key(
     SessionUser(user): SessionUser,
     headers: HeaderMap,
     body: Body,
-) -> Result<Json<NewKey>, Response> {
+) -> AppResult<Json<NewKey>> {
     let body = read_body(body, &headers, MAX_BODY_BYTES).await?;
-    new_key(&state, &user, &body)
-        .await
-        .map(Json)
-        .map_err(IntoResponse::into_response)
-}
-
-async fn new_key(state: &HttpState, user: &User, body: &Bytes) -> AppResult<NewKey> {
-    let request: NewKeyRequest = parse(body, r#"{"env": "live"|"test", "expiresInDays": n|null}"#)?;
+    let request: NewKeyRequest =
+        parse(&body, r#"{"env": "live"|"test", "expiresInDays": n|null}"#)?;
     let key = state
         .app
-        .create_key(user, &request.env, request.expires_in_days)
+        .create_key(&user, &request.env, request.expires_in_days)
         .await?;
-    Ok(NewKey {
+    Ok(Json(NewKey {
         id: key.id,
         key: key.token,
-    })
+    }))
 }
 
 async fn revoke_key(
