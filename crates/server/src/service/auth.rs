@@ -320,15 +320,15 @@ impl Authenticator {
         Ok(known.contains(key_id))
     }
 
+    fn cached(&self, key_id: &str) -> Option<Arc<Cached>> {
+        let cache = self.cache.read().unwrap_or_else(|p| p.into_inner());
+        cache.get(key_id).map(Arc::clone)
+    }
+
     async fn lookup(&self, key_id: &str) -> Result<Option<Arc<Cached>>, DbError> {
         let generation = self.generation.load(Ordering::SeqCst);
-        if let Some(hit) = self
-            .cache
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(key_id)
-        {
-            return Ok(Some(Arc::clone(hit)));
+        if let Some(hit) = self.cached(key_id) {
+            return Ok(Some(hit));
         }
         if !self.exists(key_id).await? {
             return Ok(None);
@@ -352,13 +352,8 @@ impl Authenticator {
     /// Key `key_id` from the cache (loaded by a request this one waited for) or the
     /// database, cached unless a change was noticed since `generation`.
     async fn load(&self, key_id: &str, generation: u64) -> Result<Option<Arc<Cached>>, DbError> {
-        if let Some(hit) = self
-            .cache
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(key_id)
-        {
-            return Ok(Some(Arc::clone(hit)));
+        if let Some(hit) = self.cached(key_id) {
+            return Ok(Some(hit));
         }
         self.key_reads.fetch_add(1, Ordering::Relaxed);
         let Some(record) = accounts::load_key(&self.db, key_id).await? else {

@@ -108,15 +108,6 @@ impl Sso {
             SAML2_BEARER => self.saml_grant(assertion).await?,
             _ => return Err(GrantError::UnsupportedGrantType),
         };
-        if accounts::account_id(&self.db, &identity.account)
-            .await?
-            .is_none()
-        {
-            return Err(GrantError::InvalidGrant(format!(
-                "account {:?} does not exist",
-                identity.account
-            )));
-        }
         self.issue(&identity).await
     }
 
@@ -130,9 +121,21 @@ impl Sso {
                 "an access token of this server is not an assertion".to_owned(),
             ));
         }
-        Ok(self
+        let identity = self
             .verify_idp_jwt(&registry, assertion, &kid, issuer)
-            .await?)
+            .await?;
+        self.require_account(&identity.account).await?;
+        Ok(identity)
+    }
+
+    /// Refuses a grant for an account that does not exist (accounts are never made here).
+    async fn require_account(&self, account: &str) -> Result<(), GrantError> {
+        match accounts::account_id(&self.db, account).await? {
+            Some(_) => Ok(()),
+            None => Err(GrantError::InvalidGrant(format!(
+                "account {account:?} does not exist"
+            ))),
+        }
     }
 
     /// A SAML assertion signed by a configured SAML IdP, for the configured audience, not
@@ -226,12 +229,7 @@ impl Sso {
             }
             // Last, once all else holds: an assertion refused for its account is not
             // used up. Kept by the provider's entity id, which outlives its name here.
-            if accounts::account_id(&self.db, &account).await?.is_none() {
-                return Err(GrantError::InvalidGrant(format!(
-                    "{}: account {account:?} does not exist",
-                    idp.name
-                )));
-            }
+            self.require_account(&account).await?;
             let expires_at_ms = verified.not_on_or_after.saturating_mul(1000);
             if !saml_replay::first_use(&self.db, &idp.issuer, &verified.id, expires_at_ms).await? {
                 return Err(GrantError::InvalidGrant(format!(
