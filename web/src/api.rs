@@ -3,7 +3,7 @@
 
 use crosstab_contract::app::{
     paths, AppErrorCode, Codebook, Credentials, KeyInfo, Me, NewKey, NewKeyRequest, SurveySummary,
-    Table, TableRequest, UsageRow,
+    Table, TableRequest, UsageQuery, UsageReport,
 };
 use crosstab_contract::idempotency::{key_from_bytes, IDEMPOTENCY_KEY};
 use crosstab_contract::{CrosstabRequest, ErrorEnvelope};
@@ -311,9 +311,17 @@ pub async fn revoke_key(id: &str) -> Result<(), ApiFailure> {
     send_bodiless(Request::delete(&url(&paths::key(id)))).await
 }
 
-/// Billed calls by day and survey.
-pub async fn usage() -> Result<Vec<UsageRow>, ApiFailure> {
-    get(paths::USAGE).await
+/// Billed calls by day and survey over the days `query` names (the backend's default
+/// period for those it leaves out).
+pub async fn usage(query: &UsageQuery) -> Result<UsageReport, ApiFailure> {
+    let days = [("from", &query.from), ("to", &query.to)];
+    let days = days
+        .into_iter()
+        .filter_map(|(name, day)| day.as_deref().map(|day| (name, day)));
+    fetch(with_credentials(
+        Request::get(&url(paths::USAGE)).query(days),
+    ))
+    .await
 }
 
 #[cfg(test)]

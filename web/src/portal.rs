@@ -1,7 +1,7 @@
 //! The developer portal: the API reference rendered from `/v1/docs` (no CDN assets),
 //! the user's API keys, how to call the API (a key, or single sign-on), and billed usage.
 
-use crosstab_contract::app::{KeyInfo, NewKey, UsageRow};
+use crosstab_contract::app::{KeyInfo, NewKey, UsageQuery, UsageReport, USAGE_MAX_DAYS};
 use leptos::prelude::*;
 use serde_json::Value;
 
@@ -275,45 +275,84 @@ pub fn Keys() -> impl IntoView {
 
 #[component]
 pub fn Usage() -> impl IntoView {
-    let usage = RwSignal::new(None::<Result<Vec<UsageRow>, ApiFailure>>);
-    leptos::task::spawn_local(async move { usage.set(Some(api::usage().await)) });
-    move || {
-        view! {
-            <section class="card">
-                <h1>"Usage"</h1>
-                <p class="muted">"Billed calls (HTTP 200 from /v1/crosstab) by day and survey, and by user for queries run in this app. Rejected calls are not billed."</p>
-                {match usage.get() {
-                    None => view! { <p class="status" role="status">"Loading usage…"</p> }.into_any(),
-                    Some(Err(failure)) => view! { <p class="error" role="alert">{failure.message}</p> }.into_any(),
-                    Some(Ok(rows)) if rows.is_empty() => view! { <p class="empty">"No billed calls yet."</p> }.into_any(),
-                    Some(Ok(rows)) => {
-                        let total: u64 = rows.iter().map(|r| r.calls).sum();
-                        // The backend names the user where it knows who ran the queries.
-                        let by_user = rows.iter().any(|r| r.user.is_some() || r.idp.is_some());
-                        let label_columns = if by_user { "3" } else { "2" };
-                        view! {
-                            <table id="usage-table">
-                                <thead><tr>
-                                    <th scope="col">"Day"</th><th scope="col">"Survey"</th>
-                                    {by_user.then(|| view! { <th scope="col">"User"</th> })}
-                                    <th scope="col">"Billed calls"</th>
-                                </tr></thead>
-                                <tbody>
-                                    {rows.into_iter().map(|r| view! {
-                                        <tr>
-                                            <td>{r.day}</td><td>{r.survey}</td>
-                                            {by_user.then(|| view! { <td>{caller_label(r.user, r.idp)}</td> })}
-                                            <td class="num">{r.calls}</td>
-                                        </tr>
-                                    }).collect_view()}
-                                </tbody>
-                                <tfoot><tr><th scope="row" colspan=label_columns>"Total"</th><td class="num">{total}</td></tr></tfoot>
-                            </table>
-                        }.into_any()
-                    }
-                }}
-            </section>
-        }
+    let report = RwSignal::new(None::<Result<UsageReport, ApiFailure>>);
+    // The period's inputs: empty asks for the backend's default, which then fills them.
+    let from = RwSignal::new(String::new());
+    let to = RwSignal::new(String::new());
+    // Only the latest request's answer is shown (an earlier one may come back later).
+    let asked = RwSignal::new(0u32);
+    let load = move || {
+        let Some(ask) = asked.try_update(|n| {
+            *n += 1;
+            *n
+        }) else {
+            return;
+        };
+        let day = |text: String| Some(text.trim().to_owned()).filter(|t| !t.is_empty());
+        let query = UsageQuery {
+            from: day(from.get_untracked()),
+            to: day(to.get_untracked()),
+        };
+        report.set(None);
+        leptos::task::spawn_local(async move {
+            let answer = api::usage(&query).await;
+            if asked.try_get_untracked() != Some(ask) {
+                return;
+            }
+            if let Ok(answer) = &answer {
+                from.set(answer.from.clone());
+                to.set(answer.to.clone());
+            }
+            report.try_set(Some(answer));
+        });
+    };
+    load();
+    view! {
+        <section class="card">
+            <h1>"Usage"</h1>
+            <p class="muted">"Billed calls (HTTP 200 from /v1/crosstab) by day and survey, and by user for queries run in this app. Rejected calls are not billed. Days are UTC; a report covers at most " {USAGE_MAX_DAYS} " days."</p>
+            <form class="row" id="usage-period" on:submit=move |ev| { ev.prevent_default(); load(); }>
+                <label for="usage-from">"From"</label>
+                <input id="usage-from" type="date" prop:value=move || from.get() on:input=move |ev| from.set(event_target_value(&ev)) />
+                <label for="usage-to">"To"</label>
+                <input id="usage-to" type="date" prop:value=move || to.get() on:input=move |ev| to.set(event_target_value(&ev)) />
+                <button type="submit">"Show"</button>
+            </form>
+            {move || match report.get() {
+                None => view! { <p class="status" role="status">"Loading usage…"</p> }.into_any(),
+                Some(Err(failure)) => view! { <p class="error" role="alert">{failure.message}</p> }.into_any(),
+                Some(Ok(report)) if report.rows.is_empty() => view! {
+                    <p class="empty" role="status">{format!("No billed calls from {} to {}.", report.from, report.to)}</p>
+                }.into_any(),
+                Some(Ok(report)) => {
+                    let total: u64 = report.rows.iter().map(|r| r.calls).sum();
+                    // The backend names the user where it knows who ran the queries.
+                    let by_user = report.rows.iter().any(|r| r.user.is_some() || r.idp.is_some());
+                    let label_columns = if by_user { "3" } else { "2" };
+                    let caption = format!("Billed calls from {} to {}", report.from, report.to);
+                    view! {
+                        <table id="usage-table">
+                            <caption>{caption}</caption>
+                            <thead><tr>
+                                <th scope="col">"Day"</th><th scope="col">"Survey"</th>
+                                {by_user.then(|| view! { <th scope="col">"User"</th> })}
+                                <th scope="col">"Billed calls"</th>
+                            </tr></thead>
+                            <tbody>
+                                {report.rows.into_iter().map(|r| view! {
+                                    <tr>
+                                        <td>{r.day}</td><td>{r.survey}</td>
+                                        {by_user.then(|| view! { <td>{caller_label(r.user, r.idp)}</td> })}
+                                        <td class="num">{r.calls}</td>
+                                    </tr>
+                                }).collect_view()}
+                            </tbody>
+                            <tfoot><tr><th scope="row" colspan=label_columns>"Total"</th><td class="num">{total}</td></tr></tfoot>
+                        </table>
+                    }.into_any()
+                }
+            }}
+        </section>
     }
 }
 

@@ -45,7 +45,7 @@ pub mod paths {
     pub const KEYS: &str = "/app/api/keys";
     /// `DELETE`: revokes one key (204); the route pattern, see [`key`].
     pub const KEY: &str = "/app/api/keys/{id}";
-    /// `GET`: billed calls, `[`[`super::UsageRow`]`]`.
+    /// `GET` (query [`super::UsageQuery`]): billed calls, a [`super::UsageReport`].
     pub const USAGE: &str = "/app/api/usage";
 
     /// The codebook path of survey `code` (survey codes need no escaping).
@@ -340,8 +340,38 @@ impl fmt::Debug for NewKey {
     }
 }
 
-/// Billed calls on one day for one survey (and user, where known): an element of
-/// `GET /app/api/usage`.
+/// Query string of `GET /app/api/usage`: the UTC days to report, `YYYY-MM-DD`, both
+/// included. `to` defaults to today, `from` to [`USAGE_DEFAULT_DAYS`] days ending at `to`;
+/// a period longer than [`USAGE_MAX_DAYS`], or ending before it starts, is a 400.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UsageQuery {
+    /// The first day.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
+    /// The last day.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to: Option<String>,
+}
+
+/// Days `GET /app/api/usage` reports when not told which: today and the 30 before.
+pub const USAGE_DEFAULT_DAYS: u32 = 31;
+/// The longest period `GET /app/api/usage` reports at once, in days (a leap year).
+pub const USAGE_MAX_DAYS: u32 = 366;
+
+/// `GET /app/api/usage`'s answer: the period reported (UTC days, `YYYY-MM-DD`, both
+/// included) and its billed calls, newest day first.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UsageReport {
+    /// The first day.
+    pub from: String,
+    /// The last day.
+    pub to: String,
+    /// Billed calls per day, survey and caller.
+    pub rows: Vec<UsageRow>,
+}
+
+/// Billed calls on one day for one survey (and user, where known): a row of
+/// [`UsageReport`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct UsageRow {
     /// The UTC day, `YYYY-MM-DD`.
@@ -685,6 +715,23 @@ mod tests {
         pinned(
             &row,
             json!({"day": "2026-01-02", "survey": "DEMO", "idp": "corp", "calls": 7}),
+        );
+        pinned(
+            &UsageReport {
+                from: "2026-01-01".into(),
+                to: "2026-01-31".into(),
+                rows: vec![row],
+            },
+            json!({"from": "2026-01-01", "to": "2026-01-31", "rows": [
+                {"day": "2026-01-02", "survey": "DEMO", "idp": "corp", "calls": 7}]}),
+        );
+        pinned(&UsageQuery::default(), json!({}));
+        pinned(
+            &UsageQuery {
+                from: Some("2026-01-01".into()),
+                to: None,
+            },
+            json!({"from": "2026-01-01"}),
         );
     }
 

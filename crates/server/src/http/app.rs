@@ -10,6 +10,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use axum::body::{Body, Bytes};
+use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path as UrlPath, Query, Request, State};
 use axum::http::header::{
     ACCESS_CONTROL_ALLOW_CREDENTIALS, ACCESS_CONTROL_ALLOW_ORIGIN, CACHE_CONTROL, CONTENT_TYPE,
@@ -21,7 +22,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use axum::{Extension, Json, Router};
 use crosstab_contract::app::{
-    AppErrorCode, CodebookQuery, Credentials, KeyInfo, Me, NewKey, NewKeyRequest, Table, UsageRow,
+    AppErrorCode, CodebookQuery, Credentials, KeyInfo, Me, NewKey, NewKeyRequest, Table,
+    UsageQuery, UsageReport, UsageRow,
 };
 use crosstab_contract::limits::{MAX_BODY_BYTES, MAX_TABLE_BODY_BYTES};
 use crosstab_contract::ApiError;
@@ -410,8 +412,10 @@ async fn revoke_key(
 async fn usage(
     State(state): State<Arc<HttpState>>,
     SessionUser(user): SessionUser,
-) -> AppResult<Json<Vec<UsageRow>>> {
-    let rows = state.app.usage(&user).await?;
+    query: Result<Query<UsageQuery>, QueryRejection>,
+) -> AppResult<Json<UsageReport>> {
+    let Query(query) = query.map_err(|rejection| AppError::BadRequest(rejection.body_text()))?;
+    let (period, rows) = state.app.usage(&user, &query).await?;
     let rows = rows
         .into_iter()
         .map(|row| {
@@ -426,5 +430,9 @@ async fn usage(
             })
         })
         .collect::<Result<_, ServiceError>>()?;
-    Ok(Json(rows))
+    Ok(Json(UsageReport {
+        from: period.from.to_string(),
+        to: period.to.to_string(),
+        rows,
+    }))
 }

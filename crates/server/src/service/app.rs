@@ -10,7 +10,7 @@ use std::sync::Arc;
 use axum::body::Bytes;
 use base64::Engine as _;
 use crosstab_contract::app::{
-    Codebook, CodebookSearch, SurveySummary, Table, TableRequest, Totals,
+    Codebook, CodebookSearch, SurveySummary, Table, TableRequest, Totals, UsageQuery,
 };
 use crosstab_contract::{validate_body, ApiError, Expr};
 use crosstab_engine::{Bitset, Survey};
@@ -19,6 +19,7 @@ use rand::RngCore;
 use super::crosstab::Answer;
 use super::principal::{Credential, Principal};
 use super::upstream::Upstream;
+use super::usage::{Period, PeriodError};
 use super::users::{self, SignIn, UnknownNames, User, UserError};
 use super::{RequestId, ServiceError, Services};
 use crate::grants::{Grants, SurveyGrant};
@@ -389,9 +390,20 @@ impl AppService {
         Ok(())
     }
 
-    /// `user`'s account's billed calls per day, survey and user.
-    pub async fn usage(&self, user: &User) -> Result<Vec<DailyUsage>, AppError> {
-        Ok(usage::daily(&self.services.db, user.account_id).await?)
+    /// `user`'s account's billed calls per day, survey and user, over the period `query`
+    /// names (a 400 when it names none).
+    pub async fn usage(
+        &self,
+        user: &User,
+        query: &UsageQuery,
+    ) -> Result<(Period, Vec<DailyUsage>), AppError> {
+        let period = Period::of(query, self.services.clock.now_ms()).map_err(|e| match e {
+            PeriodError::Clock(_) => AppError::Service(ServiceError::Internal(e.to_string())),
+            e => AppError::BadRequest(e.to_string()),
+        })?;
+        let (from, to) = period.millis();
+        let rows = usage::daily(&self.services.db, user.account_id, from, to).await?;
+        Ok((period, rows))
     }
 }
 

@@ -13,6 +13,7 @@ pub mod replicas;
 pub mod sso;
 pub mod transport;
 pub mod upstream;
+pub mod usage;
 pub mod users;
 
 use std::sync::Arc;

@@ -101,8 +101,15 @@ pub struct DailyUsage {
     pub calls: i64,
 }
 
-/// Account `account_id`'s billed calls per day, survey and app user, newest day first.
-pub async fn daily(db: &Database, account_id: i64) -> Result<Vec<DailyUsage>, DbError> {
+/// Account `account_id`'s billed calls at or after `from` and before `to` (Unix ms) per
+/// day, survey and app user, newest day first: one range of the ledger's index, however
+/// long the account's history.
+pub async fn daily(
+    db: &Database,
+    account_id: i64,
+    from: i64,
+    to: i64,
+) -> Result<Vec<DailyUsage>, DbError> {
     let day = match db.backend() {
         Backend::Sqlite => "strftime('%Y-%m-%d', l.at / 1000, 'unixepoch')",
         Backend::Postgres => {
@@ -111,11 +118,15 @@ pub async fn daily(db: &Database, account_id: i64) -> Result<Vec<DailyUsage>, Db
     };
     let rows = sqlx::query(&format!(
         "SELECT {day} AS day, l.survey, u.username, l.idp, COUNT(*) FROM ledger l \
-         LEFT JOIN users u ON u.id = l.user_id WHERE l.account_id = $1 \
+         LEFT JOIN users u ON u.id = l.user_id WHERE l.account_id = $1 AND {} AND {} \
          GROUP BY day, l.survey, u.username, l.idp \
-         ORDER BY day DESC, l.survey, u.username, l.idp"
+         ORDER BY day DESC, l.survey, u.username, l.idp",
+        at_or_after(db.backend(), "$2"),
+        before(db.backend(), "$3")
     ))
     .bind(account_id)
+    .bind(from)
+    .bind(to)
     .fetch_all(db.pool())
     .await?;
     rows.iter()

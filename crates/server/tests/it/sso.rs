@@ -247,7 +247,7 @@ async fn access_and_id_tokens_of_a_real_provider_are_accepted_and_billed_to_the_
         .fetch_one(fx.db.pool())
         .await
         .unwrap();
-    let mut daily: Vec<(Option<String>, i64)> = usage::daily(&fx.db, account_id)
+    let mut daily: Vec<(Option<String>, i64)> = usage::daily(&fx.db, account_id, 0, i64::MAX)
         .await
         .unwrap()
         .into_iter()

@@ -796,8 +796,9 @@ async fn each_users_queries_are_billed_to_their_own_account() {
 
     let (_, ann_usage) = app.get(&ann, "/app/api/usage").await;
     let (_, nora_usage) = app.get(&nora, "/app/api/usage").await;
-    let calls = |rows: &Value, user: Option<&str>| -> u64 {
-        rows.as_array()
+    let calls = |usage: &Value, user: Option<&str>| -> u64 {
+        usage["rows"]
+            .as_array()
             .unwrap()
             .iter()
             .filter(|r| r["user"].as_str() == user)
@@ -808,9 +809,92 @@ async fn each_users_queries_are_billed_to_their_own_account() {
     assert_eq!(calls(&ann_usage, None), 1, "acme's key call: {ann_usage}");
     assert_eq!(calls(&ann_usage, Some("nora")), 0, "{ann_usage}");
     assert_eq!(calls(&nora_usage, Some("nora")), 2, "{nora_usage}");
-    assert_eq!(nora_usage.as_array().unwrap().len(), 1, "{nora_usage}");
-    assert_eq!(nora_usage[0]["survey"], "VEC");
-    assert_eq!(nora_usage[0]["day"].as_str().unwrap().len(), 10);
+    assert_eq!(
+        nora_usage["rows"].as_array().unwrap().len(),
+        1,
+        "{nora_usage}"
+    );
+    assert_eq!(nora_usage["rows"][0]["survey"], "VEC");
+    assert_eq!(nora_usage["rows"][0]["day"], nora_usage["to"]);
+}
+
+/// The usage page reports a period of UTC days, by default today and the 30 before (the
+/// ledger is read for those days only, however long the account's history); other
+/// periods are asked for by `from` and `to`, and a malformed, reversed or too long one
+/// is the app's 400, naming the reason.
+#[tokio::test]
+async fn usage_is_reported_for_a_period_of_days() {
+    let app = app_with(None).await;
+    let day_of = |ms: i64| {
+        chrono::DateTime::from_timestamp_millis(ms)
+            .unwrap()
+            .date_naive()
+    };
+    let query = |cookie: &str| {
+        let body = request("VEC", None, "ALL", &["WOMEN"]);
+        let app = &app;
+        let cookie = cookie.to_owned();
+        async move {
+            let (parts, _) = app.post(&cookie, "/app/api/crosstab", &body).await;
+            assert_eq!(parts.status, StatusCode::OK);
+        }
+    };
+    let first = day_of(app.fx.now());
+    query(&app.session("ann").await).await;
+    // 40 days on (the session has expired meanwhile), two more calls.
+    app.fx.clock.advance(40 * 86_400_000);
+    let today = day_of(app.fx.now());
+    let ann = app.session("ann").await;
+    query(&ann).await;
+    query(&ann).await;
+
+    let days = |usage: &Value| -> Vec<(String, u64)> {
+        usage["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| {
+                (
+                    r["day"].as_str().unwrap().to_owned(),
+                    r["calls"].as_u64().unwrap(),
+                )
+            })
+            .collect()
+    };
+    // By default: the last 31 days, so not the first call.
+    let (parts, usage) = app.get(&ann, "/app/api/usage").await;
+    assert_eq!(parts.status, StatusCode::OK);
+    assert_eq!(usage["to"], today.to_string());
+    assert_eq!(usage["from"], (today - chrono::Days::new(30)).to_string());
+    assert_eq!(days(&usage), [(today.to_string(), 2)], "{usage}");
+    // The first day alone, and both days, newest first.
+    let (_, usage) = app
+        .get(&ann, &format!("/app/api/usage?from={first}&to={first}"))
+        .await;
+    assert_eq!(days(&usage), [(first.to_string(), 1)], "{usage}");
+    let (_, usage) = app.get(&ann, &format!("/app/api/usage?from={first}")).await;
+    assert_eq!(usage["to"], today.to_string(), "`to` defaults to today");
+    assert_eq!(
+        days(&usage),
+        [(today.to_string(), 2), (first.to_string(), 1)],
+        "{usage}"
+    );
+    // Refusals, each saying why.
+    let too_long = format!("from={first}&to={}", first + chrono::Days::new(366));
+    for (query, says) in [
+        ("from=2026-1-05", "'from' must be a day as YYYY-MM-DD"),
+        ("to=tomorrow", "'to' must be a day as YYYY-MM-DD"),
+        ("from=2026-02-30", "'from' must be a day"),
+        ("from=2026-11-29&to=2026-11-28", "is after"),
+        (too_long.as_str(), "at most 366 days"),
+        ("from=2026-01-01&from=2026-01-02", "duplicate field"),
+    ] {
+        let (parts, body) = app.get(&ann, &format!("/app/api/usage?{query}")).await;
+        assert_eq!(parts.status, StatusCode::BAD_REQUEST, "{query}: {body}");
+        assert_eq!(body["error"]["code"], "invalid_request", "{query}: {body}");
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(message.contains(says), "{query}: {message}");
+    }
 }
 
 /// The app's page answers the app's own routes (client-side paths), never a mistyped API
@@ -1073,7 +1157,7 @@ async fn a_table_is_v1_cell_by_cell_and_billed_as_v1_would_bill_it() {
     assert_eq!(table["rows"][1]["label"], "SMOKER = 1");
     // The bills are the user's, as the app's usage page shows them.
     let (_, usage) = app.get(&ann, "/app/api/usage").await;
-    assert_eq!(usage[0]["calls"], json!(expected), "{usage}");
+    assert_eq!(usage["rows"][0]["calls"], json!(expected), "{usage}");
 
     let key = app.fx.whole.clone();
     let base = v1_one(&app, &key, None, "ALL", "*").await;
