@@ -14,6 +14,7 @@ use crosstab_engine::{import, ImportError, LoadError, MemoryBudget};
 use crate::clock::{now_ms, SystemClock};
 use crate::grants::GrantSpec;
 use crate::http::listener::Limits;
+use crate::http::proxy::TrustedProxy;
 use crate::keys::{KeyEnv, MAX_LIFETIME_DAYS};
 use crate::report::{self, Format};
 use crate::serve::{self, ServeError, ServeOptions};
@@ -216,11 +217,16 @@ enum Command {
         #[command(flatten)]
         limits: LimitArgs,
         /// Behind a load balancer: the header it puts the client's address in (e.g.
-        /// X-Forwarded-For; the last address in it counts). Only with a proxy that sets it,
-        /// and replicas reachable only through it (a request with the header is taken as
-        /// the proxy's).
+        /// X-Forwarded-For; the last address in it counts). Only with a proxy that sets it;
+        /// name the proxy with --trusted-proxy, or the header is believed from any peer.
         #[arg(long = "trust-proxy-header", value_name = "HEADER")]
         trusted_proxy_header: Option<axum::http::HeaderName>,
+        /// The load balancer's address or network (e.g. 10.0.0.5, 10.0.0.0/24; repeat for
+        /// more): only its requests name their client by --trust-proxy-header, any other
+        /// peer is taken as itself.
+        #[arg(long = "trusted-proxy", value_name = "ADDRESS|NETWORK",
+              requires = "trusted_proxy_header", value_parser = crate::http::proxy::parse_network)]
+        trusted_proxies: Vec<ipnet::IpNet>,
         /// Seconds a query may compute (at most a day); past it, 503 `deadline_exceeded`,
         /// not billed.
         #[arg(long, value_name = "SECONDS", default_value_t = 10,
@@ -829,6 +835,7 @@ async fn execute(command: Command) -> Result<(), CliError> {
             public_url,
             limits,
             trusted_proxy_header,
+            trusted_proxies,
             query_deadline,
             failed_auth_per_minute,
             sign_in_per_minute,
@@ -852,7 +859,8 @@ async fn execute(command: Command) -> Result<(), CliError> {
                 upstream,
                 limits: limits.limits(),
                 public_url,
-                trusted_proxy_header,
+                trusted_proxy: trusted_proxy_header
+                    .map(|header| TrustedProxy::new(header, trusted_proxies)),
                 settings: Settings {
                     cache: ResponseCache::within(response_cache_entries, &memory),
                     memory,

@@ -14,6 +14,7 @@ use crate::clock::{Clock, SystemClock};
 use crate::grants::GrantSpec;
 use crate::http::cors::Cors;
 use crate::http::listener::{self, Limits};
+use crate::http::proxy::TrustedProxy;
 use crate::http::{self, HttpOptions, HttpState};
 use crate::keys::KeyEnv;
 use crate::service::app::AppService;
@@ -52,8 +53,8 @@ pub struct ServeOptions {
     /// The address clients reach this service at (`https://...` makes cookies `Secure`
     /// and sends HSTS); `None`: the listen address, as `http://`.
     pub public_url: Option<String>,
-    /// The header a trusted proxy puts the client's address in.
-    pub trusted_proxy_header: Option<axum::http::HeaderName>,
+    /// The proxy whose header names the client, if any.
+    pub trusted_proxy: Option<TrustedProxy>,
     /// How the services behave.
     pub settings: crate::service::Settings,
 }
@@ -245,6 +246,15 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
             "no --public-url on a shared PostgreSQL: this replica signs tokens as its own address, and other replicas refuse them; give every replica the address clients reach"
         );
     }
+    if options
+        .trusted_proxy
+        .as_ref()
+        .is_some_and(TrustedProxy::trusts_any_peer)
+    {
+        tracing::warn!(
+            "--trust-proxy-header without --trusted-proxy: the header is believed from any peer, so a client reaching this server other than through the proxy can name itself any address; name the proxy with --trusted-proxy"
+        );
+    }
     let mut settings = options.settings;
     settings.public_url = public_url.clone();
     let (services, writer) = Services::start(
@@ -266,7 +276,7 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
         cors,
         app_dir: Some(&options.app_dir),
         https: public_url.starts_with("https://"),
-        trusted_proxy_header: options.trusted_proxy_header.clone(),
+        trusted_proxy: options.trusted_proxy.clone(),
     };
     let state =
         HttpState::new(Arc::clone(&services), app, options_http).map_err(ServeError::App)?;

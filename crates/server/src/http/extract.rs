@@ -2,14 +2,13 @@
 //! `Service-Engine-Authorizer` credential; a cookie is never looked at) and
 //! [`SessionUser`] for `/app` (the session cookie).
 
-use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use axum::extract::FromRequestParts;
 use axum::http::header::COOKIE;
 use axum::http::request::Parts;
-use axum::http::{HeaderMap, HeaderName};
+use axum::http::HeaderMap;
 use crosstab_contract::{ApiError, AUTH_HEADER};
 
 use super::app::AppFailure;
@@ -76,13 +75,13 @@ pub fn credentials_refused(
     state: &HttpState,
     address: Option<IpAddr>,
 ) -> Option<ApiError> {
-    // A proxy's connection (with --trust-proxy-header, a request carrying its header)
-    // carries many clients' requests: it is not slowed for one of them (the address's
-    // pace still counts the client). A request without the header is.
+    // A proxy's connection (a trusted peer's request carrying its header) carries many
+    // clients' requests: it is not slowed for one of them (the address's pace still
+    // counts the client). Any other is.
     let from_proxy = state
-        .trusted_proxy_header
+        .trusted_proxy
         .as_ref()
-        .is_some_and(|header| parts.headers.contains_key(header));
+        .is_some_and(|proxy| proxy.carried(&parts.headers, peer(parts)));
     if !from_proxy {
         if let Some(refusals) = super::listener::refusals(&parts.extensions) {
             refusals.refused();
@@ -119,57 +118,19 @@ impl FromRequestParts<Arc<HttpState>> for SessionUser {
     }
 }
 
-/// The client's address: the connection's peer, or with `--trust-proxy-header`, the
-/// address the proxy in front of this server appended last to that header. A request
-/// whose header holds no address (it reached this server past the proxy, or the proxy
-/// writes something else) counts as its peer's: never as no one, whom no limit counts.
+/// The client's address: the connection's peer, or behind a trusted proxy, the address
+/// it names ([`TrustedProxy::client`]).
 pub fn client_address(parts: &Parts, state: &HttpState) -> Option<IpAddr> {
-    let peer = super::listener::peer(&parts.extensions).map(|address| address.ip());
-    client_of(&parts.headers, state.trusted_proxy_header.as_ref(), peer)
-}
-
-/// [`client_address`] of a request with `headers` from `peer`, trusting `trusted`.
-fn client_of(
-    headers: &HeaderMap,
-    trusted: Option<&HeaderName>,
-    peer: Option<IpAddr>,
-) -> Option<IpAddr> {
-    let Some(header) = trusted else {
-        return peer;
-    };
-    let forwarded = forwarded_address(headers, header);
-    if forwarded.is_none() {
-        warn_unforwarded(header, peer);
+    let peer = peer(parts);
+    match &state.trusted_proxy {
+        Some(proxy) => proxy.client(&parts.headers, peer),
+        None => peer,
     }
-    forwarded.or(peer)
 }
 
-/// The last address in the last `header` line (the one the nearest proxy wrote): `ip`,
-/// `ip:port` or `[ipv6]:port`.
-fn forwarded_address(headers: &HeaderMap, header: &HeaderName) -> Option<IpAddr> {
-    let line = headers.get_all(header).iter().next_back()?;
-    let last = line.as_bytes().rsplit(|byte| *byte == b',').next()?;
-    let text = std::str::from_utf8(last).ok()?.trim();
-    text.parse::<IpAddr>()
-        .ok()
-        .or_else(|| text.parse::<SocketAddr>().ok().map(|address| address.ip()))
-}
-
-/// Warns that a request came without a usable `header`, at most once a minute: a proxy
-/// misconfigured would otherwise write a line per request.
-fn warn_unforwarded(header: &HeaderName, peer: Option<IpAddr>) {
-    static LAST_MINUTE: AtomicU64 = AtomicU64::new(u64::MAX);
-    let minute = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |elapsed| elapsed.as_secs() / 60);
-    if LAST_MINUTE.swap(minute, Ordering::Relaxed) != minute {
-        tracing::warn!(
-            %header,
-            ?peer,
-            "a request without a client address in the trusted proxy header: counted as its \
-             peer's (behind a balancer that does not set it, every client shares one pace)"
-        );
-    }
+/// The connection's peer; `None` for a request that came through no listener.
+fn peer(parts: &Parts) -> Option<IpAddr> {
+    super::listener::peer(&parts.extensions).map(|address| address.ip())
 }
 
 /// The client's address (see [`client_address`]); `None` for a request that came through
@@ -261,56 +222,5 @@ mod tests {
             expire_plain_cookie(),
             "crosstab_session=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0; Secure"
         );
-    }
-
-    fn forwarded(lines: &[&[u8]]) -> Option<IpAddr> {
-        let header = HeaderName::from_static("x-forwarded-for");
-        let mut headers = HeaderMap::new();
-        for line in lines {
-            headers.append(&header, axum::http::HeaderValue::from_bytes(line).unwrap());
-        }
-        forwarded_address(&headers, &header)
-    }
-
-    #[test]
-    fn the_client_is_the_last_address_the_nearest_proxy_wrote() {
-        let ip = |text: &str| Some(text.parse::<IpAddr>().unwrap());
-        assert_eq!(forwarded(&[b"10.0.0.1"]), ip("10.0.0.1"));
-        assert_eq!(forwarded(&[b"6.6.6.6, 10.0.0.1"]), ip("10.0.0.1"));
-        // Proxies that write the port too.
-        assert_eq!(forwarded(&[b"10.0.0.1:51234"]), ip("10.0.0.1"));
-        assert_eq!(forwarded(&[b"[2001:db8::7]:443"]), ip("2001:db8::7"));
-        assert_eq!(forwarded(&[b" 2001:db8::7 "]), ip("2001:db8::7"));
-        // A line the client wrote comes first; the proxy's own line counts.
-        assert_eq!(forwarded(&[b"6.6.6.6", b"10.0.0.1"]), ip("10.0.0.1"));
-        // A byte the client put before the proxy's address does not hide it.
-        assert_eq!(forwarded(&[b"\xff\xfe, 10.0.0.1"]), ip("10.0.0.1"));
-        assert_eq!(forwarded(&[b"10.0.0.1", b"\xff"]), None);
-        assert_eq!(forwarded(&[]), None);
-        assert_eq!(forwarded(&[b"unknown"]), None);
-        assert_eq!(forwarded(&[b"10.0.0.1,"]), None);
-    }
-
-    #[test]
-    fn without_a_forwarded_address_the_client_is_its_peer_never_no_one() {
-        let header = HeaderName::from_static("x-forwarded-for");
-        let peer = Some(IpAddr::from([192, 0, 2, 9]));
-        let mut headers = HeaderMap::new();
-        // Trusting no header, the peer, whatever a client wrote.
-        headers.insert(&header, axum::http::HeaderValue::from_static("10.0.0.1"));
-        assert_eq!(client_of(&headers, None, peer), peer);
-        assert_eq!(
-            client_of(&headers, Some(&header), peer),
-            Some(IpAddr::from([10, 0, 0, 1]))
-        );
-        for unusable in ["", "unknown", "for=10.0.0.1"] {
-            headers.insert(&header, axum::http::HeaderValue::from_static(unusable));
-            assert_eq!(
-                client_of(&headers, Some(&header), peer),
-                peer,
-                "{unusable:?}"
-            );
-        }
-        assert_eq!(client_of(&HeaderMap::new(), Some(&header), peer), peer);
     }
 }

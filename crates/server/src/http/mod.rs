@@ -11,6 +11,7 @@ mod headers;
 pub mod listener;
 pub mod oauth;
 pub mod observe;
+pub mod proxy;
 pub mod v1;
 
 use std::any::Any;
@@ -44,8 +45,8 @@ pub struct HttpState {
     pub https: bool,
     /// The app's security headers.
     pub security: headers::SecurityHeaders,
-    /// The header a trusted proxy puts the client's address in.
-    pub trusted_proxy_header: Option<axum::http::HeaderName>,
+    /// The proxy whose header names the client, if any.
+    pub trusted_proxy: Option<proxy::TrustedProxy>,
 }
 
 impl HttpState {
@@ -62,7 +63,7 @@ impl HttpState {
             docs: Bytes::from(crosstab_contract::openapi::document_json()),
             https: options.https,
             security: headers::SecurityHeaders::new(options.app_dir, options.https)?,
-            trusted_proxy_header: options.trusted_proxy_header,
+            trusted_proxy: options.trusted_proxy,
         }))
     }
 }
@@ -76,8 +77,8 @@ pub struct HttpOptions<'a> {
     pub app_dir: Option<&'a Path>,
     /// Whether clients reach the service over `https`.
     pub https: bool,
-    /// The header a trusted proxy puts the client's address in.
-    pub trusted_proxy_header: Option<axum::http::HeaderName>,
+    /// The proxy whose header names the client, if any.
+    pub trusted_proxy: Option<proxy::TrustedProxy>,
 }
 
 /// The whole HTTP surface as one service: the router, observed.

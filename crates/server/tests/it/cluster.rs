@@ -129,7 +129,17 @@ async fn replicas_behind_nginx_bill_every_200_once_through_kills_reimports_and_a
         Server::start_at(
             &data,
             &ports[n],
-            &["--database", &url, "--query-deadline", "1"],
+            // As deploy/ has them: nginx (on loopback) names the client.
+            &[
+                "--database",
+                &url,
+                "--query-deadline",
+                "1",
+                "--trust-proxy-header",
+                "X-Forwarded-For",
+                "--trusted-proxy",
+                "127.0.0.1",
+            ],
         )
     };
     let mut replicas: Vec<Option<Server>> = (0..3).map(|n| Some(start(n))).collect();

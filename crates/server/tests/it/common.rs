@@ -266,7 +266,7 @@ pub fn router_for(
         cors: Cors::new(origins),
         app_dir,
         https,
-        trusted_proxy_header: None,
+        trusted_proxy: None,
     };
     let state = HttpState::new(Arc::clone(services), app, options).unwrap();
     http::router(state, app_dir)

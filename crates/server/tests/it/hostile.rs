@@ -823,6 +823,40 @@ fn behind_a_proxy_a_connection_is_not_slowed_for_one_clients_refusals() {
     server.stop();
 }
 
+/// With `--trusted-proxy`, only the named proxy's header names the client: a client that
+/// reaches a replica directly is paced as itself, whatever address it writes there.
+#[test]
+fn only_the_trusted_proxy_names_the_client() {
+    let temp = tempfile::tempdir().unwrap();
+    let (data, _key) = small_data_dir(temp.path());
+    // Bad keys, each claiming another address, until one is refused for the pace.
+    let paced_after = |trusted: &[&str]| {
+        let mut args = vec!["--trust-proxy-header", "X-Forwarded-For"];
+        args.extend(trusted.iter().flat_map(|net| ["--trusted-proxy", *net]));
+        args.extend(["--failed-auth-per-minute", "3"]);
+        let server = Server::start(&data, &args);
+        let client = reqwest::blocking::Client::new();
+        let paced = (0..6).find(|i| {
+            let status = client
+                .post(server.url("/v1/crosstab"))
+                .header("Service-Engine-Authorizer", keys::generate(KeyEnv::Live).token)
+                .header("X-Forwarded-For", format!("198.51.100.{i}"))
+                .json(&json!({"SurveyCode": "SMALL", "PopulationBaseCode": "ALL", "TargetCodes": ["WOMEN"]}))
+                .send()
+                .unwrap()
+                .status();
+            status == reqwest::StatusCode::TOO_MANY_REQUESTS
+        });
+        server.stop();
+        paced
+    };
+    // This test's client (loopback) is the proxy: each request is its forwarded client's.
+    assert_eq!(paced_after(&["127.0.0.0/8"]), None);
+    assert_eq!(paced_after(&[]), None, "any peer's header, as before");
+    // Another proxy is named: the client is itself, and paced after its third bad key.
+    assert_eq!(paced_after(&["192.0.2.10", "10.0.0.0/8"]), Some(3));
+}
+
 /// `crosstab user disable`: the user's sessions end at once, it can no longer sign in
 /// (refused as a wrong password is), and `user create` with a new password enables it.
 #[test]
