@@ -355,8 +355,15 @@ impl RateLimits {
             });
         };
         if account.used.saturating_add(calls) > quota {
-            let tomorrow_ms = (day + 1) * DAY_MS - now;
-            let wait = Duration::from_millis(u64::try_from(tomorrow_ms).unwrap_or(0));
+            // Calls admitted and not yet settled may still be given back (an unbilled
+            // failure): a refusal that rests on them is worth a retry in a second.
+            let settled = account.used.saturating_sub(account.pending);
+            let wait = if settled.saturating_add(calls) <= quota {
+                Duration::from_secs(1)
+            } else {
+                let tomorrow_ms = (day + 1) * DAY_MS - now;
+                Duration::from_millis(u64::try_from(tomorrow_ms).unwrap_or(0))
+            };
             return Err(ApiError::RateLimited {
                 retry_after_s: seconds_until(wait),
             }

@@ -711,6 +711,53 @@ async fn an_unbilled_call_gives_its_quota_place_back() {
     assert_eq!(fx.bills().await, 1);
 }
 
+/// A refusal for the daily quota that rests on calls admitted and not yet settled (which
+/// an unbilled failure gives back) says to retry in a second, not at midnight; once they
+/// are billed, it says midnight.
+#[tokio::test]
+async fn a_quota_refusal_resting_on_unsettled_calls_says_retry_in_a_second() {
+    use crosstab_contract::ApiError;
+    use crosstab_server::grants::Grants;
+    use crosstab_server::service::principal::{Credential, Principal};
+    use crosstab_server::service::ServiceError;
+
+    let fx = Fixture::new().await;
+    let account_id = accounts::account_id(&fx.db, "acme").await.unwrap().unwrap();
+    let caller = Principal {
+        account_id,
+        account: "acme".into(),
+        grants: Grants::from_rows([("VEC".to_owned(), "*".to_owned())]),
+        limits: AccountLimits {
+            per_second: None,
+            daily_quota: Some(2),
+        },
+        credential: Credential::Key("k".into()),
+    };
+    let limits = &fx.services.limits;
+    let wait = |refused: ServiceError| match refused {
+        ServiceError::Rejected(ApiError::RateLimited { retry_after_s }) => retry_after_s,
+        other => panic!("{other:?}"),
+    };
+    let billed = limits.admit(&caller).await.unwrap();
+    billed.billed();
+    let in_flight = limits.admit(&caller).await.unwrap();
+    assert_eq!(wait(limits.admit(&caller).await.unwrap_err()), 1);
+    // Given back (dropped unbilled): the place is free again.
+    drop(in_flight);
+    let in_flight = limits.admit(&caller).await.unwrap();
+    in_flight.billed();
+    let until_midnight = 86_400 - (fx.now() / 1000).rem_euclid(86_400);
+    let refused = wait(limits.admit(&caller).await.unwrap_err());
+    assert!(
+        refused > 1 || until_midnight <= 1,
+        "{refused} s, midnight in {until_midnight} s"
+    );
+    assert!(
+        refused.abs_diff(until_midnight as u64) <= 1,
+        "{refused} against {until_midnight}"
+    );
+}
+
 /// With --drain, a SIGTERM first turns /ready to 503 (draining) while requests are still
 /// served and billed, so a load balancer moves new ones elsewhere; then the server exits.
 #[test]
