@@ -526,6 +526,14 @@ enum SsoCommand {
         /// An account the claim may name (repeatable; any other is refused).
         #[arg(long, value_name = "ACCOUNT", requires = "account_claim")]
         allow_account: Vec<String>,
+        /// An OAuth client whose tokens are accepted, by their `azp` or `client_id`
+        /// (repeatable; default any client whose tokens name the audience: name them when
+        /// the audience is shared by applications that should not call this service).
+        #[arg(long = "client", value_name = "CLIENT_ID")]
+        clients: Vec<String>,
+        /// A scope its tokens must hold (in `scope` or `scp`).
+        #[arg(long, value_name = "SCOPE")]
+        scope: Option<String>,
         #[command(flatten)]
         store: Store,
     },
@@ -1309,9 +1317,24 @@ async fn sso(command: SsoCommand) -> Result<(), CliError> {
             audience,
             account,
             allow_account,
+            mut clients,
+            scope,
             store,
         } => {
             let rule = account_rule(account.account, account.account_claim, allow_account)?;
+            if let Some(bad) = clients.iter().find(|c| c.is_empty()) {
+                return Err(CliError::Usage(format!("--client '{bad}' is empty")));
+            }
+            if scope
+                .as_deref()
+                .is_some_and(|s| s.is_empty() || s.contains(' '))
+            {
+                return Err(CliError::Usage(
+                    "--scope is one scope, without spaces".to_owned(),
+                ));
+            }
+            clients.sort();
+            clients.dedup();
             if !(issuer.starts_with("https://") || issuer.starts_with("http://")) {
                 return Err(CliError::Usage(format!(
                     "--issuer '{issuer}' is not an http(s) URL"
@@ -1330,6 +1353,8 @@ async fn sso(command: SsoCommand) -> Result<(), CliError> {
                 issuer,
                 audience,
                 account: rule,
+                clients,
+                scope,
                 metadata: None,
                 created_at: now_ms(),
             };
@@ -1362,6 +1387,8 @@ async fn sso(command: SsoCommand) -> Result<(), CliError> {
                 issuer: known.entity_id().to_owned(),
                 audience,
                 account: rule,
+                clients: Vec::new(),
+                scope: None,
                 metadata: Some(known.to_stored()),
                 created_at: now_ms(),
             };
@@ -1371,7 +1398,7 @@ async fn sso(command: SsoCommand) -> Result<(), CliError> {
             let db = store.connect().await?;
             let idps = identity_providers::list(&db).await?;
             db.close().await;
-            println!("name\tkind\tissuer\taudience\taccount");
+            println!("name\tkind\tissuer\taudience\taccount\tclients\tscope");
             for idp in idps {
                 let account = match &idp.account {
                     AccountRule::Fixed(account) => account.clone(),
@@ -1382,13 +1409,20 @@ async fn sso(command: SsoCommand) -> Result<(), CliError> {
                         format!("named by {by}: {}", allowed.join(", "))
                     }
                 };
+                let clients = match idp.kind {
+                    IdpKind::Oidc if idp.clients.is_empty() => "(any)".to_owned(),
+                    IdpKind::Oidc => idp.clients.join(", "),
+                    IdpKind::Saml => "-".to_owned(),
+                };
                 println!(
-                    "{}\t{}\t{}\t{}\t{}",
+                    "{}\t{}\t{}\t{}\t{}\t{}\t{}",
                     idp.name,
                     idp.kind.as_str(),
                     idp.issuer,
                     idp.audience.as_deref().unwrap_or("(public URL)"),
-                    account
+                    account,
+                    clients,
+                    idp.scope.as_deref().unwrap_or("-")
                 );
             }
             Ok(())

@@ -76,6 +76,11 @@ pub struct IdentityProvider {
     pub audience: Option<String>,
     /// Which account its tokens are billed to.
     pub account: AccountRule,
+    /// The OAuth clients its tokens must come from, by `azp` or `client_id`, sorted
+    /// (OpenID Connect only; empty: any client of the audience).
+    pub clients: Vec<String>,
+    /// A scope its tokens must hold (OpenID Connect only).
+    pub scope: Option<String>,
     /// The SAML metadata (SAML only).
     pub metadata: Option<String>,
     /// When it was added, Unix ms.
@@ -104,8 +109,9 @@ pub async fn add(db: &Database, idp: &IdentityProvider) -> Result<bool, DbError>
     }
     sqlx::query(
         "INSERT INTO identity_providers \
-         (name, kind, issuer, audience, account, account_claim, metadata, created_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+         (name, kind, issuer, audience, account, account_claim, metadata, created_at, \
+          required_scope) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
     )
     .bind(&idp.name)
     .bind(idp.kind.as_str())
@@ -115,12 +121,23 @@ pub async fn add(db: &Database, idp: &IdentityProvider) -> Result<bool, DbError>
     .bind(claim)
     .bind(idp.metadata.as_deref())
     .bind(idp.created_at)
+    .bind(idp.scope.as_deref())
     .execute(&mut *tx)
     .await?;
     if let AccountRule::Named { allowed, .. } = &idp.account {
         for account in allowed {
             insert_allowed(&mut tx, &idp.name, account).await?;
         }
+    }
+    for client in &idp.clients {
+        sqlx::query(
+            "INSERT INTO identity_provider_clients (idp, client) VALUES ($1, $2) \
+             ON CONFLICT DO NOTHING",
+        )
+        .bind(&idp.name)
+        .bind(client)
+        .execute(&mut *tx)
+        .await?;
     }
     bump_revision(&mut tx).await?;
     tx.commit().await?;
@@ -131,10 +148,12 @@ pub async fn add(db: &Database, idp: &IdentityProvider) -> Result<bool, DbError>
 /// Removes the provider `name`; `false` if there is none.
 pub async fn remove(db: &Database, name: &str) -> Result<bool, DbError> {
     let mut tx = db.pool().begin().await?;
-    sqlx::query("DELETE FROM identity_provider_accounts WHERE idp = $1")
-        .bind(name)
-        .execute(&mut *tx)
-        .await?;
+    for table in ["identity_provider_accounts", "identity_provider_clients"] {
+        sqlx::query(&format!("DELETE FROM {table} WHERE idp = $1"))
+            .bind(name)
+            .execute(&mut *tx)
+            .await?;
+    }
     let removed = sqlx::query("DELETE FROM identity_providers WHERE name = $1")
         .bind(name)
         .execute(&mut *tx)
@@ -242,8 +261,21 @@ pub async fn list(db: &Database) -> Result<Vec<IdentityProvider>, DbError> {
             .or_default()
             .push(pair.try_get(1)?);
     }
+    let mut clients: std::collections::HashMap<String, Vec<String>> =
+        std::collections::HashMap::new();
+    let pairs =
+        sqlx::query("SELECT idp, client FROM identity_provider_clients ORDER BY idp, client")
+            .fetch_all(db.pool())
+            .await?;
+    for pair in &pairs {
+        clients
+            .entry(pair.try_get(0)?)
+            .or_default()
+            .push(pair.try_get(1)?);
+    }
     let rows = sqlx::query(
-        "SELECT name, kind, issuer, audience, account, account_claim, metadata, created_at \
+        "SELECT name, kind, issuer, audience, account, account_claim, metadata, created_at, \
+                required_scope \
          FROM identity_providers ORDER BY name",
     )
     .fetch_all(db.pool())
@@ -262,6 +294,7 @@ pub async fn list(db: &Database) -> Result<Vec<IdentityProvider>, DbError> {
                 },
                 _ => return Err(DbError::Corrupt("an identity provider's account rule")),
             };
+            let clients = clients.remove(&name).unwrap_or_default();
             Ok(IdentityProvider {
                 name,
                 kind: IdpKind::from_name(&kind)
@@ -269,6 +302,8 @@ pub async fn list(db: &Database) -> Result<Vec<IdentityProvider>, DbError> {
                 issuer: row.try_get(2)?,
                 audience: row.try_get(3)?,
                 account,
+                clients,
+                scope: row.try_get(8)?,
                 metadata: row.try_get(6)?,
                 created_at: row.try_get(7)?,
             })

@@ -160,6 +160,8 @@ fn oidc(name: &str, issuer: &str, audience: &str, account: AccountRule) -> Ident
         issuer: issuer.to_owned(),
         audience: Some(audience.to_owned()),
         account,
+        clients: Vec::new(),
+        scope: None,
         metadata: None,
         created_at: 0,
     }
@@ -391,6 +393,99 @@ async fn forged_misaddressed_expired_and_algorithm_confused_tokens_are_401_and_b
     let (response, body) = fx.post(Some(&bearer(&good)), &query()).await;
     assert_eq!(response.status(), 401, "{body}");
     assert_eq!(fx.bills().await, 1);
+}
+
+/// A provider told which OAuth clients it accepts (`sso add-oidc --client`) and which
+/// scope its tokens need (`--scope`) refuses other clients' tokens, and tokens without
+/// the scope, though they name its audience: on `/v1` and at the token endpoint alike.
+#[tokio::test]
+async fn a_provider_accepts_only_the_clients_and_the_scope_it_was_told() {
+    let provider = Provider::start();
+    let fx = Fixture::new().await;
+    let mut idp = oidc(
+        "corp",
+        &provider.issuer,
+        API,
+        AccountRule::Fixed("acme".to_owned()),
+    );
+    idp.clients = vec!["backend".to_owned()];
+    idp.scope = Some("crosstab".to_owned());
+    assert!(identity_providers::add(&fx.db, &idp).await.unwrap());
+    fx.services.sso.prepare().await.unwrap();
+    assert_eq!(identity_providers::list(&fx.db).await.unwrap(), [idp]);
+
+    // The provider's own access tokens: backend's are taken, stranger's are not.
+    let backend = provider.access_token("backend", API).await;
+    let (response, body) = fx.post(Some(&bearer(&backend)), &query()).await;
+    assert_eq!(response.status(), 200, "{body}");
+    let stranger = provider.access_token("stranger", API).await;
+    let (response, _) = fx.post(Some(&bearer(&stranger)), &query()).await;
+    assert_eq!(response.status(), 401);
+    let (response, body) = exchange(&fx, JWT_BEARER, &stranger).await;
+    assert_eq!(response.status(), 400, "{body}");
+    assert_eq!(body["error"], "invalid_grant", "{body}");
+    let (response, body) = exchange(&fx, JWT_BEARER, &backend).await;
+    assert_eq!(response.status(), 200, "{body}");
+
+    // Tokens of the provider's key, claim by claim.
+    let now = fx.now() / 1000;
+    let signed = |extra: Value| {
+        let mut claims =
+            json!({"iss": provider.issuer, "aud": API, "sub": "svc", "exp": now + 600});
+        claims
+            .as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        provider.sign(json!({"alg": "ES256"}), claims)
+    };
+    for (case, extra, status) in [
+        (
+            "client_id, scope among others",
+            json!({"client_id": "backend", "scope": "read crosstab"}),
+            200,
+        ),
+        (
+            "azp, scp as a list",
+            json!({"azp": "backend", "scp": ["crosstab"]}),
+            200,
+        ),
+        (
+            "scp as a string",
+            json!({"client_id": "backend", "scp": "crosstab"}),
+            200,
+        ),
+        (
+            "another client",
+            json!({"client_id": "other", "scope": "crosstab"}),
+            401,
+        ),
+        ("no client", json!({"scope": "crosstab"}), 401),
+        (
+            "one client of two not accepted",
+            json!({"azp": "other", "client_id": "backend", "scope": "crosstab"}),
+            401,
+        ),
+        (
+            "a client that is not a string",
+            json!({"client_id": ["backend"], "scope": "crosstab"}),
+            401,
+        ),
+        ("no scope", json!({"client_id": "backend"}), 401),
+        (
+            "a longer scope",
+            json!({"client_id": "backend", "scope": "crosstab:read"}),
+            401,
+        ),
+        (
+            "the scope in another claim",
+            json!({"client_id": "backend", "scopes": "crosstab"}),
+            401,
+        ),
+    ] {
+        let token = signed(extra).await;
+        let (response, body) = fx.post(Some(&bearer(&token)), &query()).await;
+        assert_eq!(response.status(), status, "{case}: {body}");
+    }
 }
 
 #[tokio::test]
@@ -888,6 +983,12 @@ fn the_cli_configures_providers_that_a_running_server_follows() {
             &provider.issuer,
             "--account",
             "acme",
+            "--client",
+            "backend",
+            "--client",
+            "backend",
+            "--scope",
+            "crosstab",
         ],
     );
     let said = String::from_utf8_lossy(&added.stderr);
@@ -909,10 +1010,29 @@ fn the_cli_configures_providers_that_a_running_server_follows() {
         ],
     );
     assert!(!again.status.success());
+    let spaced = cli_output(
+        &data,
+        &[
+            "sso",
+            "add-oidc",
+            "--name",
+            "corp2",
+            "--issuer",
+            &provider.issuer,
+            "--audience",
+            "other",
+            "--account",
+            "acme",
+            "--scope",
+            "read write",
+        ],
+    );
+    assert!(!spaced.status.success());
+    assert!(String::from_utf8_lossy(&spaced.stderr).contains("one scope"));
     let list = cli(&data, &["sso", "list"]);
     assert!(
         list.contains(&format!(
-            "corp\toidc\t{}\t(public URL)\tacme",
+            "corp\toidc\t{}\t(public URL)\tacme\tbackend\tcrosstab\n",
             provider.issuer
         )),
         "{list}"
@@ -1012,6 +1132,8 @@ async fn a_saml_assertion_is_exchanged_once_for_a_token_that_is_billed_to_its_ac
             by: "account".to_owned(),
             allowed: vec!["acme".to_owned(), "nosuch".to_owned()],
         },
+        clients: Vec::new(),
+        scope: None,
         metadata: Some(known.to_stored()),
         created_at: 0,
     };
@@ -1275,7 +1397,7 @@ fn the_cli_trusts_a_saml_idp_by_its_metadata_and_a_running_server_exchanges_its_
         &["sso", "deny-account", "--name", "corp-saml", "north"],
     );
     let list = cli(&data, &["sso", "list"]);
-    assert!(list.contains("named by account: acme\n"), "{list}");
+    assert!(list.contains("named by account: acme\t"), "{list}");
     let refused = cli_output(&data, &["sso", "allow-account", "--name", "nope", "north"]);
     assert!(!refused.status.success());
     assert!(String::from_utf8_lossy(&refused.stderr).contains("no identity provider named 'nope'"));

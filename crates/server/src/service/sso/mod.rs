@@ -75,6 +75,25 @@ pub enum TokenError {
         /// The account the token named.
         account: String,
     },
+    /// The token comes from an OAuth client its provider was not told to accept (by
+    /// `azp` and `client_id`; `None`: it names none).
+    #[error(
+        "identity provider {idp:?} does not accept client {client:?} (`sso add-oidc --client`)"
+    )]
+    ClientNotAllowed {
+        /// The provider.
+        idp: String,
+        /// The client the token names.
+        client: Option<String>,
+    },
+    /// The token lacks the scope its provider requires.
+    #[error("identity provider {idp:?} requires scope {scope:?}")]
+    ScopeMissing {
+        /// The provider.
+        idp: String,
+        /// The scope required.
+        scope: String,
+    },
     /// A token of this server names an identity provider that is no longer configured.
     #[error("identity provider {0:?} was removed")]
     RemovedIdp(String),
@@ -323,6 +342,7 @@ impl Sso {
             })
             .ok_or_else(|| TokenError::Audience(audience_text(&claims)))?;
         let expires_at_s = self.check_times(&claims)?;
+        check_client_and_scope(idp, &claims)?;
         let account = account_of(idp, |claim| string_claim(&claims, claim))?;
         Ok(Identity {
             idp: Arc::from(idp.name.as_str()),
@@ -367,6 +387,47 @@ fn account_of<'a, E: From<TokenError>>(
             })
         }
     }
+}
+
+/// Whether a token of `idp` with `claims` comes from a client it accepts (every client
+/// the token names, by `azp` and `client_id`, is one of them) and holds the scope it
+/// requires (in `scope`, space-separated as RFC 9068 has it, or `scp`, a list or a
+/// string, as some providers write it).
+fn check_client_and_scope(idp: &IdentityProvider, claims: &Claims) -> Result<(), TokenError> {
+    if !idp.clients.is_empty() {
+        let named: Vec<Option<&str>> = ["azp", "client_id"]
+            .iter()
+            .filter_map(|claim| claims.get(*claim))
+            .map(Value::as_str)
+            .collect();
+        let accepted = !named.is_empty()
+            && named
+                .iter()
+                .all(|client| client.is_some_and(|c| idp.clients.iter().any(|a| a == c)));
+        if !accepted {
+            return Err(TokenError::ClientNotAllowed {
+                idp: idp.name.clone(),
+                client: named.into_iter().flatten().next().map(str::to_owned),
+            });
+        }
+    }
+    if let Some(scope) = &idp.scope {
+        let holds = |value: &Value| match value {
+            Value::String(scopes) => scopes.split(' ').any(|s| s == scope),
+            Value::Array(scopes) => scopes.iter().any(|s| s.as_str() == Some(scope)),
+            _ => false,
+        };
+        if !["scope", "scp"]
+            .iter()
+            .any(|claim| claims.get(*claim).is_some_and(holds))
+        {
+            return Err(TokenError::ScopeMissing {
+                idp: idp.name.clone(),
+                scope: scope.clone(),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// The key id and the (unverified) claims of `token`, to know whose key to check it with.
