@@ -1276,17 +1276,21 @@ async fn sso_on_postgres() {
     .await;
     let audience = format!("https://crosstab.test/{unique}");
     let name = format!("corp-{unique}");
-    let idp = oidc(
+    let mut idp = oidc(
         &name,
         &provider.issuer,
         &audience,
         AccountRule::Fixed(account.clone()),
     );
+    idp.clients = vec!["backend".to_owned(), "other".to_owned()];
+    idp.scope = Some("crosstab".to_owned());
     assert!(identity_providers::add(&fx.db, &idp).await.unwrap());
     assert!(
         !identity_providers::add(&fx.db, &idp).await.unwrap(),
         "same name"
     );
+    let stored = identity_providers::list(&fx.db).await.unwrap();
+    assert!(stored.contains(&idp), "{stored:?}");
     fx.services.sso.prepare().await.unwrap();
 
     let assertion = provider.access_token("backend", &audience).await;
@@ -1327,6 +1331,13 @@ async fn sso_on_postgres() {
             .unwrap()
     );
     assert!(identity_providers::remove(&fx.db, &name).await.unwrap());
+    let clients: i64 =
+        sqlx::query_scalar("SELECT COUNT(*) FROM identity_provider_clients WHERE idp = $1")
+            .bind(&name)
+            .fetch_one(fx.db.pool())
+            .await
+            .unwrap();
+    assert_eq!(clients, 0, "removed with its provider");
 }
 
 #[test]
