@@ -20,7 +20,7 @@ use super::crosstab::Answer;
 use super::principal::{Credential, Principal};
 use super::upstream::Upstream;
 use super::usage::{Period, PeriodError};
-use super::users::{self, SignIn, UnknownNames, User, UserError};
+use super::users::{self, SignIn, User, UserError};
 use super::{RequestId, ServiceError, Services};
 use crate::grants::{Grants, SurveyGrant};
 use crate::keys::{KeyEnv, NewKey, MAX_LIFETIME_DAYS};
@@ -141,7 +141,6 @@ pub enum AppAnswer {
 pub struct AppService {
     services: Arc<Services>,
     upstream: Option<Upstream>,
-    unknown_names: UnknownNames,
     /// Sessions found live lately (by the token's SHA-256): looked up even from an
     /// address past its pace, so a guesser does not sign out the others behind it.
     live_sessions: std::sync::Mutex<std::collections::HashSet<[u8; 32]>>,
@@ -162,7 +161,6 @@ impl AppService {
         AppService {
             services,
             upstream,
-            unknown_names: UnknownNames::default(),
             live_sessions: std::sync::Mutex::new(std::collections::HashSet::new()),
         }
     }
@@ -172,7 +170,7 @@ impl AppService {
     pub async fn sign_in(&self, username: &str, password: &str) -> Result<Session, AppError> {
         let db = &self.services.db;
         let now = self.services.clock.now_ms();
-        match users::sign_in(db, &self.unknown_names, username, password, now).await? {
+        match users::sign_in(db, username, password, now).await? {
             SignIn::Accepted(user) => {
                 let token = new_token();
                 sessions::start(db, &user, &token, now, now + SESSION_LIFETIME_MS).await?;

@@ -213,7 +213,9 @@ impl Services {
             crate::store::saml_replay::purge(&self.db, now - sso::LEEWAY_S * 1000).await?;
         let retired_before = now - (sso::exchange::MAX_LIFETIME_S + sso::LEEWAY_S) * 1000;
         let signing = crate::store::signing_keys::purge(&self.db, retired_before).await?;
-        Ok(keys + assertions + signing)
+        let names =
+            crate::store::unknown_names::purge(&self.db, now - users::UNKNOWN_NAME_KEPT_MS).await?;
+        Ok(keys + assertions + signing + names)
     }
 
     /// The services over `db` and `catalog`, with the ledger writer started (finish the

@@ -6,7 +6,7 @@ use argon2::Argon2;
 use rand::RngCore;
 
 pub use crate::store::users::User;
-use crate::store::{users as store, Database, DbError};
+use crate::store::{unknown_names, users as store, Database, DbError};
 
 /// Consecutive failed sign-ins that lock a user.
 pub const MAX_FAILED_LOGINS: i64 = 5;
@@ -172,93 +172,20 @@ fn decoy_hash() -> Result<&'static str, UserError> {
         .map_err(|reason| UserError::Hash(reason.clone()))
 }
 
-/// Names without a user kept at most (past this, the one tried longest ago is forgotten).
-const UNKNOWN_NAMES_KEPT: usize = 10_000;
-
-/// A name as the map keeps it: its SHA-256, so a 2 MB name costs what a short one does.
-type NameKey = [u8; 32];
-
-/// Failed sign-ins for names that have no user, counted in this server's memory so that
-/// they are slowed and then locked as a real user's are: on one server neither the delay
-/// nor the lock tells whether a name exists. (Real users' counts are in the database and
-/// shared by every server; these are per process and start again on a restart.)
-#[derive(Debug, Default)]
-pub struct UnknownNames {
-    names: std::sync::Mutex<std::collections::HashMap<NameKey, Attempts>>,
-}
-
-fn name_key(name: &str) -> NameKey {
+/// A name as the database keeps its failed sign-ins when it has no user: its SHA-256, in
+/// hex, so a 2 MB name costs what a short one does.
+fn name_key(name: &str) -> String {
     use sha2::Digest;
-    sha2::Sha256::digest(name.as_bytes()).into()
+    crate::keys::to_hex(&sha2::Sha256::digest(name.as_bytes()))
 }
 
-#[derive(Debug, Clone, Copy, Default)]
-struct Attempts {
-    failures: i64,
-    locked_until: Option<i64>,
-    last: i64,
-}
+/// How long a name without a user is remembered after its last attempt (unless locked).
+pub const UNKNOWN_NAME_KEPT_MS: i64 = 24 * 60 * 60 * 1000;
 
-impl UnknownNames {
-    fn names(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<NameKey, Attempts>> {
-        // The map holds counters only: one a panic left half-written is still usable.
-        self.names
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// Counts an attempt on `name`, as the users table would: `Err` with the seconds left
-    /// while it is locked or its attempts are all taken, else the attempt's number.
-    fn attempt(&self, name: &str, now: i64) -> Result<i64, i64> {
-        let key = name_key(name);
-        let mut names = self.names();
-        if !names.contains_key(&key) && names.len() >= UNKNOWN_NAMES_KEPT {
-            // A scan, only when full and for a new name: each attempt also costs an argon2.
-            let stalest = names.iter().min_by_key(|(_, a)| a.last).map(|(k, _)| *k);
-            if let Some(stalest) = stalest {
-                names.remove(&stalest);
-            }
-        }
-        let attempts = names.entry(key).or_default();
-        attempts.last = now;
-        match attempts.locked_until {
-            Some(until) if until > now => return Err((until - now + 999) / 1000),
-            Some(_) => {
-                *attempts = Attempts {
-                    last: now,
-                    ..Attempts::default()
-                }
-            }
-            None => {}
-        }
-        if attempts.failures >= MAX_FAILED_LOGINS {
-            return Err(LOCK_MS / 1000);
-        }
-        attempts.failures += 1;
-        Ok(attempts.failures)
-    }
-
-    /// Gives back the place an attempt on `name` took, for an attempt never judged.
-    fn give_back(&self, name: &str) {
-        if let Some(attempts) = self.names().get_mut(&name_key(name)) {
-            attempts.failures = attempts.failures.saturating_sub(1);
-        }
-    }
-
-    /// Locks `name` until `until` (its last allowed attempt failed).
-    fn lock(&self, name: &str, until: i64) {
-        if let Some(attempts) = self.names().get_mut(&name_key(name)) {
-            *attempts = Attempts {
-                failures: 0,
-                locked_until: Some(until),
-                last: attempts.last,
-            };
-        }
-    }
-}
-
-/// Where a name's failed sign-ins are counted: a user's row, or the in-memory map for
-/// names without a user. Both follow one rule, in [`sign_in`].
+/// Where a name's failed sign-ins are counted: a user's row, or the row of a name without
+/// a user (by its hash). Both are in the database every server shares, and follow one
+/// rule, in [`sign_in`]: from any number of servers, neither the lock nor the count it
+/// takes tells whether a name exists.
 enum Failures<'a> {
     User {
         db: &'a Database,
@@ -266,8 +193,8 @@ enum Failures<'a> {
         locked_until: Option<i64>,
     },
     Unknown {
-        names: &'a UnknownNames,
-        name: &'a str,
+        db: &'a Database,
+        key: String,
     },
 }
 
@@ -275,6 +202,7 @@ impl Failures<'_> {
     /// Takes a place for this attempt before the (slow) password check: `Err` with the
     /// seconds to wait while locked or with every place taken, else the attempt's number.
     async fn take(&self, now: i64) -> Result<Result<i64, i64>, DbError> {
+        let wait = |until: i64| (until - now + 999) / 1000;
         match self {
             Failures::User {
                 db,
@@ -282,14 +210,22 @@ impl Failures<'_> {
                 locked_until,
             } => {
                 if let Some(until) = locked_until.filter(|until| *until > now) {
-                    return Ok(Err((until - now + 999) / 1000));
+                    return Ok(Err(wait(until)));
                 }
                 // Parallel guesses each take their own place, and none past the limit is
                 // checked at all (the last may still be checking).
                 let attempt = store::take_attempt(db, *id, MAX_FAILED_LOGINS, now).await?;
                 Ok(attempt.ok_or(LOCK_MS / 1000))
             }
-            Failures::Unknown { names, name } => Ok(names.attempt(name, now)),
+            Failures::Unknown { db, key } => {
+                match unknown_names::take_attempt(db, key, MAX_FAILED_LOGINS, now).await? {
+                    Some(attempt) => Ok(Ok(attempt)),
+                    None => Ok(Err(unknown_names::locked_until(db, key)
+                        .await?
+                        .filter(|until| *until > now)
+                        .map_or(LOCK_MS / 1000, wait))),
+                }
+            }
         }
     }
 
@@ -298,10 +234,7 @@ impl Failures<'_> {
     async fn give_back(&self) -> Result<(), DbError> {
         match self {
             Failures::User { db, id, .. } => store::give_back_attempt(db, *id).await,
-            Failures::Unknown { names, name } => {
-                names.give_back(name);
-                Ok(())
-            }
+            Failures::Unknown { db, key } => unknown_names::give_back_attempt(db, key).await,
         }
     }
 
@@ -310,9 +243,9 @@ impl Failures<'_> {
     async fn reset(&self, until: Option<i64>) -> Result<(), DbError> {
         match self {
             Failures::User { db, id, .. } => store::reset_attempts(db, *id, until).await?,
-            Failures::Unknown { names, name } => {
+            Failures::Unknown { db, key } => {
                 if let Some(until) = until {
-                    names.lock(name, until);
+                    unknown_names::lock(db, key, until).await?;
                 }
             }
         }
@@ -321,10 +254,9 @@ impl Failures<'_> {
 }
 
 /// Checks a sign-in, counting failures and locking after too many (for names without a
-/// user too, in `unknown`, so that both answer alike).
+/// user too, so that both answer alike).
 pub async fn sign_in(
     db: &Database,
-    unknown: &UnknownNames,
     username: &str,
     password: &str,
     now: i64,
@@ -335,8 +267,8 @@ pub async fn sign_in(
     let (failures, stored, user) = match login {
         None => (
             Failures::Unknown {
-                names: unknown,
-                name: username,
+                db,
+                key: name_key(username),
             },
             decoy_hash()?.to_owned(),
             None,
@@ -381,30 +313,62 @@ pub async fn sign_in(
 
 #[cfg(test)]
 mod unknown_names_tests {
+    #![allow(clippy::unwrap_used)]
+
     use super::*;
 
-    #[test]
-    fn the_map_of_unknown_names_stays_bounded_and_forgets_the_stalest() {
-        let unknown = UnknownNames::default();
-        for n in 0..UNKNOWN_NAMES_KEPT {
-            assert_eq!(unknown.attempt(&format!("name{n}"), n as i64), Ok(1));
+    /// The answers to `tries` wrong passwords for `name` at `now`.
+    async fn answers(db: &Database, name: &str, tries: usize, now: i64) -> Vec<String> {
+        let mut answers = Vec::new();
+        for _ in 0..tries {
+            let answer = sign_in(db, name, "wrong", now).await.unwrap();
+            answers.push(format!("{answer:?}"));
         }
-        assert_eq!(unknown.attempt("late", 1_000_000), Ok(1));
-        let names = unknown.names();
-        assert_eq!(names.len(), UNKNOWN_NAMES_KEPT);
-        assert!(!names.contains_key(&name_key("name0")) && names.contains_key(&name_key("name1")));
+        answers
     }
 
-    #[test]
-    fn a_lock_ends_and_the_count_starts_again() {
-        let unknown = UnknownNames::default();
-        for attempt in 1..=MAX_FAILED_LOGINS {
-            assert_eq!(unknown.attempt("x", 0), Ok(attempt));
-        }
-        assert_eq!(unknown.attempt("x", 0), Err(LOCK_MS / 1000), "all taken");
-        unknown.lock("x", LOCK_MS);
-        assert_eq!(unknown.attempt("x", LOCK_MS - 1000), Err(1));
-        assert_eq!(unknown.attempt("x", LOCK_MS), Ok(1));
+    #[tokio::test]
+    async fn a_name_without_a_user_is_counted_and_locked_as_a_user_is() {
+        let (_dir, db) = crate::store::scratch().await;
+        create_or_reset(&db, "ann", "acme", "correct horse battery", 0)
+            .await
+            .unwrap();
+        let user = answers(&db, "ann", 7, 1_000).await;
+        let nobody = answers(&db, "nobody", 7, 1_000).await;
+        assert_eq!(user, nobody);
+        assert!(
+            user[3].contains("Rejected") && user[4].contains("Locked"),
+            "{user:?}"
+        );
+        // The lock ends alike, and the count starts again.
+        let later = 1_000 + LOCK_MS;
+        assert_eq!(
+            answers(&db, "ann", 1, later - 1_000).await,
+            answers(&db, "nobody", 1, later - 1_000).await
+        );
+        assert_eq!(
+            answers(&db, "ann", 2, later).await,
+            answers(&db, "nobody", 2, later).await
+        );
+        // The count is the database's (every server's), not this process's: a name's
+        // row holds it, by the name's hash.
+        let key = name_key("nobody");
+        assert_eq!(key.len(), 64);
+        let failures: i64 =
+            sqlx::query_scalar("SELECT failures FROM unknown_name_attempts WHERE name_key = $1")
+                .bind(&key)
+                .fetch_one(db.pool())
+                .await
+                .unwrap();
+        assert_eq!(failures, 2);
+        // Forgotten a day after its last attempt, not while locked.
+        assert_eq!(unknown_names::purge(&db, later).await.unwrap(), 0);
+        assert_eq!(
+            unknown_names::purge(&db, later + UNKNOWN_NAME_KEPT_MS + 1)
+                .await
+                .unwrap(),
+            1
+        );
     }
 }
 
@@ -484,10 +448,9 @@ mod password_tests {
         store::create_or_reset(&db, "ann", "acme", "not a hash", 0)
             .await
             .unwrap();
-        let unknown = UnknownNames::default();
         // Past the number of tries a lock takes: each is a fault, none a wrong password.
         for _ in 0..MAX_FAILED_LOGINS + 2 {
-            let answer = sign_in(&db, &unknown, "ann", "any", 1_000).await;
+            let answer = sign_in(&db, "ann", "any", 1_000).await;
             assert!(matches!(answer, Err(UserError::Hash(_))), "{answer:?}");
         }
         // Kept, the fifth place would have left the count full with no lock to end it.

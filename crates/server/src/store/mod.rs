@@ -18,6 +18,7 @@ pub mod sessions;
 pub mod signing_keys;
 mod sqlite;
 pub mod surveys;
+pub mod unknown_names;
 pub mod upstream_keys;
 pub mod usage;
 pub mod users;

@@ -141,26 +141,41 @@ async fn postgres_keys_grants_ledger_and_usage() {
     }
     assert_eq!(won, 1, "the limit held under concurrent creations");
 
+    // A name without a user is counted and locked alike, in the database's own row (a
+    // statement of its own on PostgreSQL).
+    let nobody = format!("nobody-{account}");
+    for failure in 1..users::MAX_FAILED_LOGINS {
+        assert!(matches!(
+            users::sign_in(&db, &nobody, "wrong", fx.now()).await.unwrap(),
+            SignIn::Rejected { failures } if failures == failure
+        ));
+    }
+    for _ in 0..2 {
+        assert!(matches!(
+            users::sign_in(&db, &nobody, "wrong", fx.now())
+                .await
+                .unwrap(),
+            SignIn::Locked { .. }
+        ));
+    }
+
     // Sign-in counts each failure in one statement, and locks at the limit.
-    let unknown = users::UnknownNames::default();
     let user = format!("u-{account}");
     users::create_or_reset(&db, &user, &account, "right password", fx.now())
         .await
         .unwrap();
     for failure in 1..users::MAX_FAILED_LOGINS {
         assert!(matches!(
-            users::sign_in(&db, &unknown, &user, "wrong", fx.now()).await.unwrap(),
+            users::sign_in(&db, &user, "wrong", fx.now()).await.unwrap(),
             SignIn::Rejected { failures } if failures == failure
         ));
     }
     assert!(matches!(
-        users::sign_in(&db, &unknown, &user, "wrong", fx.now())
-            .await
-            .unwrap(),
+        users::sign_in(&db, &user, "wrong", fx.now()).await.unwrap(),
         SignIn::Locked { .. }
     ));
     assert!(matches!(
-        users::sign_in(&db, &unknown, &user, "right password", fx.now())
+        users::sign_in(&db, &user, "right password", fx.now())
             .await
             .unwrap(),
         SignIn::Locked { .. }
@@ -170,7 +185,7 @@ async fn postgres_keys_grants_ledger_and_usage() {
         .await
         .unwrap();
     assert!(matches!(
-        users::sign_in(&db, &unknown, &user, "another password", fx.now())
+        users::sign_in(&db, &user, "another password", fx.now())
             .await
             .unwrap(),
         SignIn::Accepted(_)

@@ -236,12 +236,11 @@ async fn parallel_wrong_passwords_cannot_share_one_count() {
 #[tokio::test]
 async fn unknown_names_answer_exactly_as_real_ones() {
     let app = app_with(None).await;
-    let unknown = users::UnknownNames::default();
     let mut answers = Vec::new();
     for name in ["ann", "nobody"] {
         let mut seen = Vec::new();
         for _ in 0..users::MAX_FAILED_LOGINS + 1 {
-            let answer = users::sign_in(&app.fx.db, &unknown, name, "wrong password", app.fx.now())
+            let answer = users::sign_in(&app.fx.db, name, "wrong password", app.fx.now())
                 .await
                 .unwrap();
             seen.push(match answer {
@@ -255,14 +254,20 @@ async fn unknown_names_answer_exactly_as_real_ones() {
     assert_eq!(answers[0], answers[1]);
     assert_eq!(answers[0][0], "rejected after 1");
     assert!(answers[0][users::MAX_FAILED_LOGINS as usize - 1].starts_with("locked"));
-    // And through the app's own sign-in (one count per server, kept across requests).
+    // The lock is the database's, as a user's is: every server's sign-in sees it.
+    let (parts, body) = app.login("nobody", "wrong password").await;
+    assert_eq!(
+        (parts.status, code(&body)),
+        (StatusCode::TOO_MANY_REQUESTS, "too_many_attempts")
+    );
+    // And through the app's own sign-in, counted across requests.
     for _ in 1..users::MAX_FAILED_LOGINS {
         assert_eq!(
-            app.login("nobody", "wrong password").await.0.status,
+            app.login("somebody", "wrong password").await.0.status,
             StatusCode::UNAUTHORIZED
         );
     }
-    let (parts, body) = app.login("nobody", "wrong password").await;
+    let (parts, body) = app.login("somebody", "wrong password").await;
     assert_eq!(
         (parts.status, code(&body)),
         (StatusCode::TOO_MANY_REQUESTS, "too_many_attempts")

@@ -1,0 +1,11 @@
+-- Failed sign-ins for names that have no user, by the name's SHA-256 (hex): counted and
+-- locked as a user's are, in the database every server shares, so that neither the lock
+-- nor the count it takes tells whether a name exists, however many servers answer.
+-- A row is forgotten a day after its last attempt (unless locked).
+CREATE TABLE unknown_name_attempts (
+    name_key     TEXT PRIMARY KEY,
+    failures     BIGINT NOT NULL,
+    locked_until BIGINT,
+    last_at      BIGINT NOT NULL
+);
+CREATE INDEX unknown_name_attempts_last_at ON unknown_name_attempts (last_at);
