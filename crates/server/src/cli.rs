@@ -111,11 +111,18 @@ impl Store {
             // A SQLite file named by URL that is not there (sqlx says only that it can't
             // open it).
             error => match sqlite_path(&url).filter(|path| !path.exists()) {
-                Some(path) if !url.contains("mode=rwc") => CliError::Usage(format!(
-                    "no database at {}: `crosstab db migrate --database '{url}?mode=rwc'` creates it",
-                    path.display()
-                )),
-                _ => CliError::Db(error),
+                Some(path) => {
+                    let creating = match (url.contains("mode=rwc"), url.contains('?')) {
+                        (true, _) => url.clone(),
+                        (false, true) => format!("{url}&mode=rwc"),
+                        (false, false) => format!("{url}?mode=rwc"),
+                    };
+                    CliError::Usage(format!(
+                        "no database at {}: `crosstab db migrate --database '{creating}'` creates it",
+                        path.display()
+                    ))
+                }
+                None => CliError::Db(error),
             },
         })
     }

@@ -250,6 +250,11 @@ impl Database {
         } else {
             return Err(DbError::UnsupportedUrl);
         };
+        // A database taken as it is is never created: a refused command leaves no empty file.
+        let url = match (backend, schema) {
+            (Backend::Sqlite, Schema::Current) => url.replace("mode=rwc", "mode=rw"),
+            _ => url.to_owned(),
+        };
         let setup = options.setup(backend);
         let pool = AnyPoolOptions::new()
             .acquire_timeout(CONNECT_TIMEOUT)
@@ -267,7 +272,7 @@ impl Database {
                     Ok(())
                 })
             })
-            .connect(url)
+            .connect(&url)
             .await?;
         let migrator = match backend {
             Backend::Sqlite => &SQLITE_MIGRATIONS,
@@ -292,7 +297,7 @@ impl Database {
             Backend::Postgres => None,
         };
         Ok(Database {
-            url: Url(url.to_owned()),
+            url: Url(url),
             pool,
             backend,
             sqlite_file,

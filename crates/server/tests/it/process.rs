@@ -805,6 +805,19 @@ async fn demo_server_and_the_smaller_commands() {
         "sqlite:{}?mode=rwc",
         temp.path().join("elsewhere.db").display()
     );
+    // Not there: refused, and not created (even with `mode=rwc`), the command to
+    // create it named.
+    let missing = cli_output(&data, &["key", "list", "--database", elsewhere.as_str()]);
+    let said = String::from_utf8_lossy(&missing.stderr);
+    assert!(
+        !missing.status.success()
+            && said.contains("no database at")
+            && said.contains(&format!("db migrate --database '{elsewhere}'")),
+        "{said}"
+    );
+    assert!(!temp.path().join("elsewhere.db").exists());
+    // There, but never migrated: refused for that.
+    std::fs::File::create(temp.path().join("elsewhere.db")).unwrap();
     let unmigrated = cli_output(&data, &["key", "list", "--database", elsewhere.as_str()]);
     let said = String::from_utf8_lossy(&unmigrated.stderr);
     assert!(
