@@ -108,8 +108,9 @@ impl Drop for Reserved {
         if self.settled {
             return;
         }
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(self.release());
+        // Tracked, so the pool closes only after it (at shutdown too).
+        if tokio::runtime::Handle::try_current().is_ok() {
+            self.db.spawn_after_request(self.release());
         }
     }
 }

@@ -41,6 +41,8 @@ pub const DEFAULT_STATEMENT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The longest wait for a connection, from the pool or a new one.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long closing waits for the writes departed requests left (each one statement).
+const CLOSE_WAIT: Duration = Duration::from_secs(5);
 
 /// The longest pause between two attempts to connect to a database that refuses.
 const MAX_CONNECT_BACKOFF: Duration = Duration::from_secs(1);
@@ -115,6 +117,9 @@ pub struct Database {
     backend: Backend,
     sqlite_file: Option<PathBuf>,
     options: DatabaseOptions,
+    /// Writes left to run after their request (an idempotency key given back when its
+    /// client went away): [`Database::close`] waits for them before closing the pool.
+    after_requests: tokio_util::task::TaskTracker,
 }
 
 /// How every connection to a database is set up.
@@ -302,6 +307,7 @@ impl Database {
             backend,
             sqlite_file,
             options,
+            after_requests: tokio_util::task::TaskTracker::new(),
         })
     }
 
@@ -376,7 +382,26 @@ impl Database {
 
     /// Closes every connection (after the last write, so SQLite checkpoints its WAL).
     pub async fn close(&self) {
+        self.after_requests.close();
+        if tokio::time::timeout(CLOSE_WAIT, self.after_requests.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                left = self.after_requests.len(),
+                "writes left by departed requests did not finish before the database closed"
+            );
+        }
         self.pool.close().await;
+    }
+
+    /// Runs `write`, left by a request that is gone, on its own task: [`Database::close`]
+    /// waits for it.
+    pub fn spawn_after_request(
+        &self,
+        write: impl std::future::Future<Output = ()> + Send + 'static,
+    ) {
+        self.after_requests.spawn(write);
     }
 }
 
@@ -481,6 +506,32 @@ async fn main_file(pool: &AnyPool) -> Result<Option<PathBuf>, DbError> {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    /// A write a departed request left (an idempotency key given back) still runs when
+    /// the server closes the database right after: the pool waits for it.
+    #[tokio::test]
+    #[allow(clippy::unwrap_used)]
+    async fn closing_waits_for_the_writes_departed_requests_left() {
+        let (dir, db) = scratch().await;
+        let writer = db.clone();
+        let written = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let done = std::sync::Arc::clone(&written);
+        db.spawn_after_request(async move {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let wrote = sqlx::query("INSERT INTO accounts (name, created_at) VALUES ('late', 0)")
+                .execute(writer.pool())
+                .await;
+            done.store(wrote.is_ok(), std::sync::atomic::Ordering::SeqCst);
+        });
+        db.close().await;
+        assert!(written.load(std::sync::atomic::Ordering::SeqCst));
+        let again = Database::connect(&default_url(dir.path())).await.unwrap();
+        let late: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM accounts WHERE name = 'late'")
+            .fetch_one(again.pool())
+            .await
+            .unwrap();
+        assert_eq!(late, 1);
+    }
 
     #[test]
     fn a_schema_compares_by_version_outcome_and_checksum() {
