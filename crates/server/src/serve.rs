@@ -320,7 +320,7 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
                 tracing::warn!(%error, "daily quotas not brought in step with the ledger");
             }
             if let Err(error) = services.purge_expired().await {
-                tracing::warn!(%error, "expired idempotency keys not purged");
+                tracing::warn!(%error, "expired records (idempotency keys, assertion ids, retired keys, unknown names) not purged");
             }
         }
     });

@@ -204,7 +204,7 @@ impl Services {
 
     /// Forgets what is kept only for a while: idempotency keys past their day, ids of
     /// expired SAML assertions, signing keys retired longer ago than any token they signed
-    /// can live.
+    /// can live, failure counts of names without a user past their day (or their number).
     pub async fn purge_expired(&self) -> Result<u64, DbError> {
         let now = self.clock.now_ms();
         let before = now - crosstab::IDEMPOTENCY_KEPT_MS;
@@ -213,8 +213,13 @@ impl Services {
             crate::store::saml_replay::purge(&self.db, now - sso::LEEWAY_S * 1000).await?;
         let retired_before = now - (sso::exchange::MAX_LIFETIME_S + sso::LEEWAY_S) * 1000;
         let signing = crate::store::signing_keys::purge(&self.db, retired_before).await?;
-        let names =
-            crate::store::unknown_names::purge(&self.db, now - users::UNKNOWN_NAME_KEPT_MS).await?;
+        let names = crate::store::unknown_names::purge(
+            &self.db,
+            now - users::COUNT_KEPT_MS,
+            now,
+            users::UNKNOWN_NAMES_KEPT,
+        )
+        .await?;
         Ok(keys + assertions + signing + names)
     }
 

@@ -179,54 +179,51 @@ fn name_key(name: &str) -> String {
     crate::keys::to_hex(&sha2::Sha256::digest(name.as_bytes()))
 }
 
-/// How long a name without a user is remembered after its last attempt (unless locked).
-pub const UNKNOWN_NAME_KEPT_MS: i64 = 24 * 60 * 60 * 1000;
+/// How long a failure count (a user's, or a name's without one) lasts after its last
+/// attempt: then it starts again.
+pub const COUNT_KEPT_MS: i64 = 24 * 60 * 60 * 1000;
+
+/// Names without a user whose counts the database keeps at most (past this, the least
+/// recently tried are forgotten, as a quiet day forgets them).
+pub const UNKNOWN_NAMES_KEPT: i64 = 100_000;
 
 /// Where a name's failed sign-ins are counted: a user's row, or the row of a name without
 /// a user (by its hash). Both are in the database every server shares, and follow one
 /// rule, in [`sign_in`]: from any number of servers, neither the lock nor the count it
 /// takes tells whether a name exists.
 enum Failures<'a> {
-    User {
-        db: &'a Database,
-        id: i64,
-        locked_until: Option<i64>,
-    },
-    Unknown {
-        db: &'a Database,
-        key: String,
-    },
+    User { db: &'a Database, id: i64 },
+    Unknown { db: &'a Database, key: String },
 }
 
 impl Failures<'_> {
     /// Takes a place for this attempt before the (slow) password check: `Err` with the
     /// seconds to wait while locked or with every place taken, else the attempt's number.
+    /// Parallel guesses each take their own place, and none past the limit is checked at
+    /// all (the last may still be checking). A user and a name without one take the same
+    /// statements: one to take the place, one more to read the lock when refused.
     async fn take(&self, now: i64) -> Result<Result<i64, i64>, DbError> {
-        let wait = |until: i64| (until - now + 999) / 1000;
-        match self {
-            Failures::User {
-                db,
-                id,
-                locked_until,
-            } => {
-                if let Some(until) = locked_until.filter(|until| *until > now) {
-                    return Ok(Err(wait(until)));
-                }
-                // Parallel guesses each take their own place, and none past the limit is
-                // checked at all (the last may still be checking).
-                let attempt = store::take_attempt(db, *id, MAX_FAILED_LOGINS, now).await?;
-                Ok(attempt.ok_or(LOCK_MS / 1000))
+        let forget_before = now - COUNT_KEPT_MS;
+        let taken = match self {
+            Failures::User { db, id } => {
+                store::take_attempt(db, *id, MAX_FAILED_LOGINS, now, forget_before).await?
             }
             Failures::Unknown { db, key } => {
-                match unknown_names::take_attempt(db, key, MAX_FAILED_LOGINS, now).await? {
-                    Some(attempt) => Ok(Ok(attempt)),
-                    None => Ok(Err(unknown_names::locked_until(db, key)
-                        .await?
-                        .filter(|until| *until > now)
-                        .map_or(LOCK_MS / 1000, wait))),
-                }
+                unknown_names::take_attempt(db, key, MAX_FAILED_LOGINS, now, forget_before).await?
             }
+        };
+        if let Some(attempt) = taken {
+            return Ok(Ok(attempt));
         }
+        let locked_until = match self {
+            Failures::User { db, id } => store::locked_until(db, *id).await?,
+            Failures::Unknown { db, key } => unknown_names::locked_until(db, key).await?,
+        };
+        Ok(Err(locked_until
+            .filter(|until| *until > now)
+            .map_or(LOCK_MS / 1000, |until| {
+                (until - now + 999) / 1000
+            })))
     }
 
     /// Gives back the place [`Failures::take`] took, for an attempt a fault left unjudged:
@@ -277,7 +274,6 @@ pub async fn sign_in(
             Failures::User {
                 db,
                 id: login.user.id,
-                locked_until: login.locked_until,
             },
             login.password_hash,
             Some(login.user),
@@ -333,42 +329,65 @@ mod unknown_names_tests {
         create_or_reset(&db, "ann", "acme", "correct horse battery", 0)
             .await
             .unwrap();
-        let user = answers(&db, "ann", 7, 1_000).await;
-        let nobody = answers(&db, "nobody", 7, 1_000).await;
-        assert_eq!(user, nobody);
+        let both = |tries: usize, now: i64| {
+            let db = db.clone();
+            async move {
+                let user = answers(&db, "ann", tries, now).await;
+                let nobody = answers(&db, "nobody", tries, now).await;
+                assert_eq!(user, nobody, "at {now}");
+                user
+            }
+        };
+        let first = both(7, 1_000).await;
         assert!(
-            user[3].contains("Rejected") && user[4].contains("Locked"),
-            "{user:?}"
+            first[3].contains("Rejected") && first[4].contains("Locked"),
+            "{first:?}"
         );
         // The lock ends alike, and the count starts again.
         let later = 1_000 + LOCK_MS;
-        assert_eq!(
-            answers(&db, "ann", 1, later - 1_000).await,
-            answers(&db, "nobody", 1, later - 1_000).await
-        );
-        assert_eq!(
-            answers(&db, "ann", 2, later).await,
-            answers(&db, "nobody", 2, later).await
-        );
-        // The count is the database's (every server's), not this process's: a name's
-        // row holds it, by the name's hash.
-        let key = name_key("nobody");
-        assert_eq!(key.len(), 64);
-        let failures: i64 =
-            sqlx::query_scalar("SELECT failures FROM unknown_name_attempts WHERE name_key = $1")
-                .bind(&key)
-                .fetch_one(db.pool())
+        both(1, later - 1_000).await;
+        assert!(both(2, later).await[1].contains("failures: 2"));
+        // A count left a day alone starts again, for both alike.
+        let next_day = later + COUNT_KEPT_MS + 1;
+        assert!(both(1, next_day).await[0].contains("failures: 1"));
+        // Past the day, the name's row goes (its count would start again anyway); a
+        // locked one stays while locked, whatever its last attempt.
+        let fresh =
+            |key: &'static str| unknown_names::take_attempt(&db, key, MAX_FAILED_LOGINS, 0, 0);
+        fresh("locked").await.unwrap();
+        unknown_names::lock(&db, "locked", next_day + LOCK_MS)
+            .await
+            .unwrap();
+        fresh("quiet").await.unwrap();
+        let purged = unknown_names::purge(&db, next_day, next_day, UNKNOWN_NAMES_KEPT).await;
+        assert_eq!(purged.unwrap(), 1, "only the quiet one");
+        assert!(unknown_names::locked_until(&db, "locked")
+            .await
+            .unwrap()
+            .is_some());
+    }
+
+    #[tokio::test]
+    async fn past_their_number_the_least_recently_tried_names_are_forgotten() {
+        let (_dir, db) = crate::store::scratch().await;
+        for (n, key) in ["a", "b", "c", "d"].into_iter().enumerate() {
+            let at = n as i64 * 1_000;
+            unknown_names::take_attempt(&db, key, MAX_FAILED_LOGINS, at, 0)
                 .await
                 .unwrap();
-        assert_eq!(failures, 2);
-        // Forgotten a day after its last attempt, not while locked.
-        assert_eq!(unknown_names::purge(&db, later).await.unwrap(), 0);
+        }
+        unknown_names::lock(&db, "a", 1_000_000).await.unwrap();
+        // Two kept: the locked one stays, then the most recently tried.
+        assert_eq!(unknown_names::purge(&db, 0, 5_000, 2).await.unwrap(), 2);
+        let left =
+            |key: &'static str| unknown_names::take_attempt(&db, key, MAX_FAILED_LOGINS, 6_000, 0);
+        assert_eq!(left("d").await.unwrap(), Some(2), "kept, its count goes on");
         assert_eq!(
-            unknown_names::purge(&db, later + UNKNOWN_NAME_KEPT_MS + 1)
-                .await
-                .unwrap(),
-            1
+            left("b").await.unwrap(),
+            Some(1),
+            "forgotten, it starts again"
         );
+        assert_eq!(left("a").await.unwrap(), None, "locked");
     }
 }
 
@@ -455,7 +474,7 @@ mod password_tests {
         }
         // Kept, the fifth place would have left the count full with no lock to end it.
         let login = store::login(&db, "ann").await.unwrap().unwrap();
-        assert_eq!(login.locked_until, None);
+        assert_eq!(store::locked_until(&db, login.user.id).await.unwrap(), None);
     }
 
     #[test]

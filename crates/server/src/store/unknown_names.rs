@@ -4,19 +4,22 @@
 use super::{Database, DbError};
 
 /// Takes a place for an attempt on name `key` at `now`: its number, or `None` while the
-/// name is locked or its `max` places are taken (as [`super::users::take_attempt`]).
+/// name is locked or its `max` places are taken (as [`super::users::take_attempt`], whose
+/// count also starts again after an attempt older than `forget_before`).
 pub async fn take_attempt(
     db: &Database,
     key: &str,
     max: i64,
     now: i64,
+    forget_before: i64,
 ) -> Result<Option<i64>, DbError> {
     Ok(sqlx::query_scalar(
         "INSERT INTO unknown_name_attempts (name_key, failures, locked_until, last_at) \
          VALUES ($1, 1, NULL, $3) \
-         ON CONFLICT (name_key) DO UPDATE SET \
-           failures = unknown_name_attempts.failures + 1, last_at = $3 \
-         WHERE unknown_name_attempts.failures < $2 \
+         ON CONFLICT (name_key) DO UPDATE SET last_at = $3, failures = CASE \
+           WHEN unknown_name_attempts.last_at < $4 THEN 1 \
+           ELSE unknown_name_attempts.failures + 1 END \
+         WHERE (unknown_name_attempts.failures < $2 OR unknown_name_attempts.last_at < $4) \
            AND (unknown_name_attempts.locked_until IS NULL \
                 OR unknown_name_attempts.locked_until <= $3) \
          RETURNING failures",
@@ -24,6 +27,7 @@ pub async fn take_attempt(
     .bind(key)
     .bind(max)
     .bind(now)
+    .bind(forget_before)
     .fetch_optional(db.pool())
     .await?)
 }
@@ -63,14 +67,33 @@ pub async fn lock(db: &Database, key: &str, until: i64) -> Result<(), DbError> {
     Ok(())
 }
 
-/// Forgets names last tried before `before` and not locked past it.
-pub async fn purge(db: &Database, before: i64) -> Result<u64, DbError> {
-    Ok(sqlx::query(
+/// Forgets names last tried before `before` and not locked past it (their counts would
+/// start again anyway), then, past `keep` names, the least recently tried unlocked ones:
+/// a flood of made-up names costs the database at most that many rows.
+pub async fn purge(db: &Database, before: i64, now: i64, keep: i64) -> Result<u64, DbError> {
+    let mut forgotten = sqlx::query(
         "DELETE FROM unknown_name_attempts WHERE last_at < $1 \
          AND (locked_until IS NULL OR locked_until < $1)",
     )
     .bind(before)
     .execute(db.pool())
     .await?
-    .rows_affected())
+    .rows_affected();
+    let kept: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM unknown_name_attempts")
+        .fetch_one(db.pool())
+        .await?;
+    if kept > keep {
+        forgotten += sqlx::query(
+            "DELETE FROM unknown_name_attempts WHERE name_key IN ( \
+               SELECT name_key FROM unknown_name_attempts \
+               WHERE locked_until IS NULL OR locked_until <= $1 \
+               ORDER BY last_at LIMIT $2)",
+        )
+        .bind(now)
+        .bind(kept - keep)
+        .execute(db.pool())
+        .await?
+        .rows_affected();
+    }
+    Ok(forgotten)
 }

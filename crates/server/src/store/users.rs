@@ -25,8 +25,6 @@ pub struct Login {
     pub user: User,
     /// Its argon2 hash (PHC string).
     pub password_hash: String,
-    /// Locked until then, Unix ms.
-    pub locked_until: Option<i64>,
 }
 
 /// Creates user `username` in `account` (creating the account if needed) with
@@ -97,7 +95,7 @@ pub async fn disable(db: &Database, username: &str, now: i64) -> Result<bool, Db
 /// no user: it signs in as a name without one would fail).
 pub async fn login(db: &Database, username: &str) -> Result<Option<Login>, DbError> {
     let row = sqlx::query(
-        "SELECT u.id, u.password_hash, u.locked_until, a.id, a.name \
+        "SELECT u.id, u.password_hash, a.id, a.name \
          FROM users u JOIN accounts a ON a.id = u.account_id \
          WHERE u.username = $1 AND u.disabled_at IS NULL",
     )
@@ -109,11 +107,10 @@ pub async fn login(db: &Database, username: &str) -> Result<Option<Login>, DbErr
         user: User {
             id: row.try_get(0)?,
             username: username.to_owned(),
-            account_id: row.try_get(3)?,
-            account: row.try_get(4)?,
+            account_id: row.try_get(2)?,
+            account: row.try_get(3)?,
         },
         password_hash: row.try_get(1)?,
-        locked_until: row.try_get(2)?,
     }))
 }
 
@@ -125,17 +122,35 @@ pub async fn take_attempt(
     id: i64,
     max: i64,
     now: i64,
+    forget_before: i64,
 ) -> Result<Option<i64>, DbError> {
+    // A count whose last attempt is older than `forget_before` starts again.
     Ok(sqlx::query_scalar(
-        "UPDATE users SET failed_logins = failed_logins + 1 \
-         WHERE id = $1 AND failed_logins < $2 AND (locked_until IS NULL OR locked_until <= $3) \
+        "UPDATE users SET last_attempt_at = $3, failed_logins = CASE \
+           WHEN last_attempt_at IS NULL OR last_attempt_at < $4 THEN 1 \
+           ELSE failed_logins + 1 END \
+         WHERE id = $1 \
+           AND (failed_logins < $2 OR last_attempt_at IS NULL OR last_attempt_at < $4) \
+           AND (locked_until IS NULL OR locked_until <= $3) \
          RETURNING failed_logins",
     )
     .bind(id)
     .bind(max)
     .bind(now)
+    .bind(forget_before)
     .fetch_optional(db.pool())
     .await?)
+}
+
+/// Until when (Unix ms) user `id` is locked, if it is.
+pub async fn locked_until(db: &Database, id: i64) -> Result<Option<i64>, DbError> {
+    Ok(
+        sqlx::query_scalar::<_, Option<i64>>("SELECT locked_until FROM users WHERE id = $1")
+            .bind(id)
+            .fetch_optional(db.pool())
+            .await?
+            .flatten(),
+    )
 }
 
 /// Gives back a place [`take_attempt`] took for user `id`.
