@@ -288,7 +288,7 @@ pub fn Usage() -> impl IntoView {
         }) else {
             return;
         };
-        let day = |text: String| Some(text.trim().to_owned()).filter(|t| !t.is_empty());
+        let day = |text: String| Some(text).filter(|t| !t.trim().is_empty());
         let query = UsageQuery {
             from: day(from.get_untracked()),
             to: day(to.get_untracked()),
@@ -299,31 +299,54 @@ pub fn Usage() -> impl IntoView {
             if asked.try_get_untracked() != Some(ask) {
                 return;
             }
+            // The period answered fills the inputs, unless they were changed meanwhile.
             if let Ok(answer) = &answer {
-                from.set(answer.from.clone());
-                to.set(answer.to.clone());
+                let sent = |day: &Option<String>| day.clone().unwrap_or_default();
+                if from.try_get_untracked() == Some(sent(&query.from)) {
+                    from.set(answer.from.clone());
+                }
+                if to.try_get_untracked() == Some(sent(&query.to)) {
+                    to.set(answer.to.clone());
+                }
             }
             report.try_set(Some(answer));
         });
     };
     load();
+    let refused = move || matches!(report.get(), Some(Err(_)));
+    // One live region, always there, whose text says what the page now shows.
+    let status = move || match report.get() {
+        None => "Loading usage…".to_owned(),
+        Some(Err(_)) => String::new(),
+        Some(Ok(report)) if report.rows.is_empty() => {
+            format!("No billed calls from {} to {}.", report.from, report.to)
+        }
+        Some(Ok(report)) => {
+            let total: u64 = report.rows.iter().map(|r| r.calls).sum();
+            format!(
+                "{total} billed calls from {} to {}.",
+                report.from, report.to
+            )
+        }
+    };
     view! {
         <section class="card">
             <h1>"Usage"</h1>
             <p class="muted">"Billed calls (HTTP 200 from /v1/crosstab) by day and survey, and by user for queries run in this app. Rejected calls are not billed. Days are UTC; a report covers at most " {USAGE_MAX_DAYS} " days."</p>
             <form class="row" id="usage-period" on:submit=move |ev| { ev.prevent_default(); load(); }>
                 <label for="usage-from">"From"</label>
-                <input id="usage-from" type="date" prop:value=move || from.get() on:input=move |ev| from.set(event_target_value(&ev)) />
+                <input id="usage-from" type="date" prop:value=move || from.get() on:input=move |ev| from.set(event_target_value(&ev))
+                    aria-invalid=move || refused().to_string() aria-describedby=move || refused().then_some("usage-error") />
                 <label for="usage-to">"To"</label>
-                <input id="usage-to" type="date" prop:value=move || to.get() on:input=move |ev| to.set(event_target_value(&ev)) />
+                <input id="usage-to" type="date" prop:value=move || to.get() on:input=move |ev| to.set(event_target_value(&ev))
+                    aria-invalid=move || refused().to_string() aria-describedby=move || refused().then_some("usage-error") />
                 <button type="submit">"Show"</button>
             </form>
+            <p class="status" role="status" id="usage-status">{status}</p>
             {move || match report.get() {
-                None => view! { <p class="status" role="status">"Loading usage…"</p> }.into_any(),
-                Some(Err(failure)) => view! { <p class="error" role="alert">{failure.message}</p> }.into_any(),
-                Some(Ok(report)) if report.rows.is_empty() => view! {
-                    <p class="empty" role="status">{format!("No billed calls from {} to {}.", report.from, report.to)}</p>
-                }.into_any(),
+                None => ().into_any(),
+                Some(Err(failure)) => view! { <p class="error" role="alert" id="usage-error">{failure.message}</p> }.into_any(),
+                Some(Ok(report)) if report.rows.is_empty() => ().into_any(),
                 Some(Ok(report)) => {
                     let total: u64 = report.rows.iter().map(|r| r.calls).sum();
                     // The backend names the user where it knows who ran the queries.

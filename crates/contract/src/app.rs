@@ -344,6 +344,7 @@ impl fmt::Debug for NewKey {
 /// included. `to` defaults to today, `from` to [`USAGE_DEFAULT_DAYS`] days ending at `to`;
 /// a period longer than [`USAGE_MAX_DAYS`], or ending before it starts, is a 400.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct UsageQuery {
     /// The first day.
     #[serde(default, skip_serializing_if = "Option::is_none")]

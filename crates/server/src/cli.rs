@@ -1334,7 +1334,7 @@ async fn sso(command: SsoCommand) -> Result<(), CliError> {
             }
             if scope
                 .as_deref()
-                .is_some_and(|s| s.is_empty() || s.contains(' '))
+                .is_some_and(|s| s.is_empty() || s.contains(char::is_whitespace))
             {
                 return Err(CliError::Usage(
                     "--scope is one scope, without spaces".to_owned(),

@@ -59,10 +59,23 @@ impl TrustedProxy {
 
 /// A `--trusted-proxy` value: a network (`10.0.0.0/8`, `fd00::/8`) or one address.
 pub fn parse_network(text: &str) -> Result<IpNet, String> {
-    text.parse::<IpNet>()
+    let net = text
+        .parse::<IpNet>()
         .or_else(|_| text.parse::<IpAddr>().map(IpNet::from))
         .map(|net| net.trunc())
-        .map_err(|_| format!("'{text}' is neither an address nor a network such as 10.0.0.0/8"))
+        .map_err(|_| format!("'{text}' is neither an address nor a network such as 10.0.0.0/8"))?;
+    // Peers are compared in their canonical form (an IPv4-mapped address as IPv4): a
+    // mapped network would never match one.
+    match net {
+        IpNet::V6(v6) if v6.addr().to_ipv4_mapped().is_some() => Err(format!(
+            "'{text}' is an IPv4-mapped network: write it as IPv4 (such as {}/{})",
+            v6.addr()
+                .to_ipv4_mapped()
+                .map_or_else(String::new, |a| a.to_string()),
+            v6.prefix_len().saturating_sub(96)
+        )),
+        net => Ok(net),
+    }
 }
 
 /// The last address in the last `header` line (the one the nearest proxy wrote): `ip`,
@@ -185,7 +198,13 @@ mod tests {
             "10.0.0.0/8"
         );
         assert_eq!(parse_network("::1").unwrap().to_string(), "::1/128");
-        for bad in ["", "10.0.0.0/33", "example.com", "10.0.0.1:80"] {
+        for bad in [
+            "",
+            "10.0.0.0/33",
+            "example.com",
+            "10.0.0.1:80",
+            "::ffff:10.0.0.0/104",
+        ] {
             assert!(parse_network(bad).is_err(), "{bad}");
         }
     }

@@ -102,8 +102,8 @@ pub struct DailyUsage {
 }
 
 /// Account `account_id`'s billed calls at or after `from` and before `to` (Unix ms) per
-/// day, survey and app user, newest day first: one range of the ledger's index, however
-/// long the account's history.
+/// day, survey and app user, newest day first: the ledger's index bounds the read from
+/// `from` on (on SQLite to `to` too), however long the account's history before it.
 pub async fn daily(
     db: &Database,
     account_id: i64,

@@ -98,6 +98,25 @@ async fn postgres_keys_grants_ledger_and_usage() {
         .map(|r| (r.key_id.as_deref().unwrap(), r.env.as_deref().unwrap()))
         .collect();
     assert_eq!(envs.len(), 2, "{envs:?}");
+    // The app's daily usage over a period: today's calls within it, none before it or
+    // after (the batches' times bound the read on PostgreSQL).
+    let account_id = accounts::account_id(&db, &account).await.unwrap().unwrap();
+    let day_ms = 86_400_000;
+    let today = fx.now().div_euclid(day_ms) * day_ms;
+    let daily = |from: i64, to: i64| {
+        let db = db.clone();
+        async move {
+            usage::daily(&db, account_id, from, to)
+                .await
+                .unwrap()
+                .iter()
+                .map(|row| row.calls)
+                .sum::<i64>()
+        }
+    };
+    assert_eq!(daily(today, today + day_ms).await, 3 + revoked_bills);
+    assert_eq!(daily(today - day_ms, today).await, 0);
+    assert_eq!(daily(today + day_ms, today + 2 * day_ms).await, 0);
     for (key, env) in [(&whole, "live"), (&north, "test")] {
         assert!(
             envs.contains(&(key.split('_').nth(2).unwrap(), env)),

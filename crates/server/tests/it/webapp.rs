@@ -893,6 +893,7 @@ async fn usage_is_reported_for_a_period_of_days() {
         ("from=2026-11-29&to=2026-11-28", "is after"),
         (too_long.as_str(), "at most 366 days"),
         ("from=2026-01-01&from=2026-01-02", "duplicate field"),
+        ("since=2026-01-01", "unknown field"),
     ] {
         let (parts, body) = app.get(&ann, &format!("/app/api/usage?{query}")).await;
         assert_eq!(parts.status, StatusCode::BAD_REQUEST, "{query}: {body}");
