@@ -247,32 +247,32 @@ async fn change_allowed(
     Ok(AllowedChange::Changed)
 }
 
+/// The values of a table of (`idp`, value) pairs, by provider, each list sorted.
+async fn by_provider(
+    db: &Database,
+    table: &str,
+    column: &str,
+) -> Result<std::collections::HashMap<String, Vec<String>>, DbError> {
+    let mut values: std::collections::HashMap<String, Vec<String>> =
+        std::collections::HashMap::new();
+    let pairs = sqlx::query(&format!(
+        "SELECT idp, {column} FROM {table} ORDER BY idp, {column}"
+    ))
+    .fetch_all(db.pool())
+    .await?;
+    for pair in &pairs {
+        values
+            .entry(pair.try_get(0)?)
+            .or_default()
+            .push(pair.try_get(1)?);
+    }
+    Ok(values)
+}
+
 /// Every provider, by name.
 pub async fn list(db: &Database) -> Result<Vec<IdentityProvider>, DbError> {
-    let mut allowed: std::collections::HashMap<String, Vec<String>> =
-        std::collections::HashMap::new();
-    let pairs =
-        sqlx::query("SELECT idp, account FROM identity_provider_accounts ORDER BY idp, account")
-            .fetch_all(db.pool())
-            .await?;
-    for pair in &pairs {
-        allowed
-            .entry(pair.try_get(0)?)
-            .or_default()
-            .push(pair.try_get(1)?);
-    }
-    let mut clients: std::collections::HashMap<String, Vec<String>> =
-        std::collections::HashMap::new();
-    let pairs =
-        sqlx::query("SELECT idp, client FROM identity_provider_clients ORDER BY idp, client")
-            .fetch_all(db.pool())
-            .await?;
-    for pair in &pairs {
-        clients
-            .entry(pair.try_get(0)?)
-            .or_default()
-            .push(pair.try_get(1)?);
-    }
+    let mut allowed = by_provider(db, "identity_provider_accounts", "account").await?;
+    let mut clients = by_provider(db, "identity_provider_clients", "client").await?;
     let rows = sqlx::query(
         "SELECT name, kind, issuer, audience, account, account_claim, metadata, created_at, \
                 required_scope \
