@@ -179,6 +179,59 @@ fn a_client_that_never_reads_its_answers_gives_its_slot_back_after_the_idle_time
     server.stop();
 }
 
+/// A request still computing when its connection has been idle past the idle time goes
+/// on to its answer (here its bill waits on a database another process holds locked):
+/// only a connection whose answer a client will not read is dropped.
+#[test]
+fn a_request_still_computing_past_the_idle_time_is_answered() {
+    let temp = tempfile::tempdir().unwrap();
+    let (data, key) = small_data_dir(temp.path());
+    let server = Server::start(&data, &["--idle-timeout", "1"]);
+    // Warmed: the key is known, so only the bill's commit waits below.
+    assert_eq!(billed_post(&server, &key).status(), reqwest::StatusCode::OK);
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let url = crosstab_server::store::default_url(&data);
+    let (db, mut holder) = runtime.block_on(async {
+        let db = crosstab_server::store::Database::connect(&url)
+            .await
+            .unwrap();
+        let mut holder = db.pool().acquire().await.unwrap();
+        sqlx::query("BEGIN IMMEDIATE")
+            .execute(&mut *holder)
+            .await
+            .unwrap();
+        (db, holder)
+    });
+    let started = Instant::now();
+    let asking = std::thread::spawn({
+        let (url, key) = (server.url("/v1/crosstab"), key.clone());
+        move || {
+            let answer = reqwest::blocking::Client::new()
+                .post(url)
+                .header("Service-Engine-Authorizer", key)
+                .json(&json!({"SurveyCode": "SMALL", "PopulationBaseCode": "ALL", "TargetCodes": ["MEN"]}))
+                .send()
+                .map(|answer| answer.status());
+            (answer, started.elapsed())
+        }
+    });
+    // Three idle times with nothing moving on the connection.
+    std::thread::sleep(Duration::from_millis(3500));
+    runtime.block_on(async {
+        sqlx::query("ROLLBACK").execute(&mut *holder).await.unwrap();
+        drop(holder);
+        db.close().await;
+    });
+    let (answer, took) = asking.join().unwrap();
+    assert_eq!(answer.unwrap(), reqwest::StatusCode::OK, "after {took:?}");
+    assert!(
+        took >= Duration::from_secs(3),
+        "{took:?}: the bill did not wait"
+    );
+    server.stop();
+    assert_eq!(bills(&data), 2);
+}
+
 /// SIGTERM while connections hang mid-body: the server waits for them only as long as
 /// its shutdown grace, exits cleanly, and every 200 a client got is billed.
 #[test]
