@@ -7,10 +7,14 @@
 //! requests leave the CPU idle while their bills are flushed, ~1.6 µs per request more
 //! than `GET /v1/docs`.)
 //!
-//! Lossless: the access log is what bills reconcile with. When [`MAX_PENDING`] bytes wait,
-//! logging waits for the writer rather than drop a line; a stderr that would block is
-//! waited for; after [`LogGuard`] is dropped and the queue written out, lines are written
-//! directly. (Only a stderr that fails outright, e.g. a closed pipe, loses lines.)
+//! Lossless while the process runs: the access log is what bills reconcile with (its
+//! `billed` fields add up to the ledger's bills). When [`MAX_PENDING`] bytes wait, logging
+//! waits for the writer rather than drop a line, so a stalled stderr (a full pipe, a
+//! stuck journald) stalls requests too; a stderr that would block is waited for; after
+//! [`LogGuard`] is dropped and the queue written out, lines are written directly. Lines
+//! are lost when stderr fails outright (a closed pipe, a full disk) and, up to
+//! [`MAX_PENDING`] of them, when the process is killed outright (SIGKILL, the OOM killer):
+//! the ledger, not the log, is the record of bills.
 //!
 //! When stderr is a regular file (`crosstab serve 2>>server.log`), the writer also
 //! flushes it to disk every [`SYNC_EVERY`] bytes: at full load the access log grows by

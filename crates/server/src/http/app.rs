@@ -22,8 +22,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use axum::{Extension, Json, Router};
 use crosstab_contract::app::{
-    AppErrorCode, CodebookQuery, Credentials, KeyInfo, Me, NewKey, NewKeyRequest, Table,
-    UsageQuery, UsageReport, UsageRow,
+    AppErrorCode, CodebookQuery, Credentials, KeyInfo, Me, NewKey, NewKeyRequest, UsageQuery,
+    UsageReport, UsageRow,
 };
 use crosstab_contract::limits::{MAX_BODY_BYTES, MAX_TABLE_BODY_BYTES};
 use crosstab_contract::ApiError;
@@ -34,6 +34,7 @@ use tower_http::set_header::SetResponseHeader;
 
 use super::error::fault;
 use super::extract::{session_token, set_cookie, ClientAddress, SessionUser};
+use super::observe::Billed;
 use super::HttpState;
 use crate::service::app::{AppAnswer, AppError, SESSION_LIFETIME_MS};
 use crate::service::users::User;
@@ -349,9 +350,13 @@ async fn table(
     SessionUser(user): SessionUser,
     headers: HeaderMap,
     body: Body,
-) -> AppResult<Json<Table>> {
+) -> AppResult<Response> {
     let body = read_body(body, &headers, MAX_TABLE_BODY_BYTES).await?;
-    Ok(Json(state.app.table(&user, &body, &request_id).await?))
+    let table = state.app.table(&user, &body, &request_id).await?;
+    let billed = Billed(u64::from(table.billed_calls));
+    let mut response = Json(table).into_response();
+    response.extensions_mut().insert(billed);
+    Ok(response)
 }
 
 /// A stored time as the app shows it (to the second, UTC).

@@ -12,6 +12,7 @@ use axum::http::HeaderMap;
 use crosstab_contract::{ApiError, AUTH_HEADER};
 
 use super::app::AppFailure;
+use super::observe::AccessNote;
 use super::HttpState;
 use crate::service::auth::AuthError;
 use crate::service::principal::Principal;
@@ -52,6 +53,9 @@ impl FromRequestParts<Arc<HttpState>> for Authenticated {
         match state.services.auth.authenticate(token).await {
             Ok(principal) => {
                 credentials_accepted(parts);
+                if let Some(note) = parts.extensions.get::<Arc<AccessNote>>() {
+                    note.caller(&principal.account, None);
+                }
                 Ok(Authenticated(principal))
             }
             Err(AuthError::Unauthorized) => Err(credentials_refused(parts, state, address)
@@ -114,23 +118,44 @@ impl FromRequestParts<Arc<HttpState>> for SessionUser {
     ) -> Result<Self, Self::Rejection> {
         let token = session_token(&parts.headers, state.https);
         let address = client_address(parts, state);
-        Ok(SessionUser(state.app.session_user(token, address).await?))
+        let user = state.app.session_user(token, address).await?;
+        if let Some(note) = parts.extensions.get::<Arc<AccessNote>>() {
+            note.caller(&Arc::from(user.account.as_str()), Some(&user.username));
+        }
+        Ok(SessionUser(user))
     }
 }
 
 /// The client's address: the connection's peer, or behind a trusted proxy, the address
 /// it names ([`TrustedProxy::client`]).
 pub fn client_address(parts: &Parts, state: &HttpState) -> Option<IpAddr> {
-    let peer = peer(parts);
-    match &state.trusted_proxy {
-        Some(proxy) => proxy.client(&parts.headers, peer),
-        None => peer,
-    }
+    client_from(&parts.headers, &parts.extensions, state)
 }
 
 /// The connection's peer; `None` for a request that came through no listener.
 fn peer(parts: &Parts) -> Option<IpAddr> {
-    super::listener::peer(&parts.extensions).map(|address| address.ip())
+    peer_of(&parts.extensions)
+}
+
+fn peer_of(extensions: &axum::http::Extensions) -> Option<IpAddr> {
+    super::listener::peer(extensions).map(|address| address.ip())
+}
+
+/// [`client_address`] of a whole request (before the router takes it apart).
+pub fn client_of(request: &axum::extract::Request, state: &HttpState) -> Option<IpAddr> {
+    client_from(request.headers(), request.extensions(), state)
+}
+
+fn client_from(
+    headers: &HeaderMap,
+    extensions: &axum::http::Extensions,
+    state: &HttpState,
+) -> Option<IpAddr> {
+    let peer = peer_of(extensions);
+    match &state.trusted_proxy {
+        Some(proxy) => proxy.client(headers, peer),
+        None => peer,
+    }
 }
 
 /// The client's address (see [`client_address`]); `None` for a request that came through

@@ -61,6 +61,7 @@ pub async fn serve(
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     let (stop, stopping) = watch::channel(false);
     let mut connections = JoinSet::new();
+    let mut refused_at_limit = RefusedAtLimit::default();
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
         .header_read_timeout(limits.header_read_timeout);
@@ -82,7 +83,7 @@ pub async fn serve(
             }
         };
         let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
-            tracing::warn!(%peer, limit = limits.max_connections, "connection refused: at the connection limit");
+            refused_at_limit.refused(peer, limits.max_connections);
             continue;
         };
         // Small responses on keep-alive connections: don't let Nagle hold them back.
@@ -175,6 +176,34 @@ pub async fn serve(
             "connections still open at the shutdown deadline: closed"
         );
         connections.shutdown().await;
+    }
+}
+
+/// Connections refused at the connection limit, said at most once a second (with how
+/// many since the last line): a client holding every slot and connecting in a loop would
+/// otherwise write a line per attempt.
+#[derive(Debug, Default)]
+struct RefusedAtLimit {
+    second: u64,
+    since: u64,
+}
+
+impl RefusedAtLimit {
+    fn refused(&mut self, peer: SocketAddr, limit: usize) {
+        self.since += 1;
+        let second = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |elapsed| elapsed.as_secs());
+        if second != self.second {
+            tracing::warn!(
+                %peer,
+                limit,
+                refused = self.since,
+                "connections refused at the connection limit (this one's peer, and how many since the last line)"
+            );
+            self.second = second;
+            self.since = 0;
+        }
     }
 }
 

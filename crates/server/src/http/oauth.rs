@@ -70,7 +70,7 @@ pub async fn token(
             oauth_error(OAuthErrorCode::UnsupportedGrantType, None)
         }
         Err(GrantError::InvalidGrant(reason)) => {
-            tracing::info!(%reason, "token exchange refused");
+            tracing::info!(?reason, "token exchange refused");
             paced(oauth_error(OAuthErrorCode::InvalidGrant, None))
         }
         // A fault of ours (the assertion may be good), yet paced like a refusal so that

@@ -1,7 +1,7 @@
 //! The outermost layer of every request: a fresh `X-Request-Id`, CORS origin headers on
 //! `/v1`, the security headers ([`super::headers`]), one access-log line (method, path,
-//! status, latency, account, request id; never a key or a body), and the cause of any 500
-//! (a [`Fault`]).
+//! status, latency, client address, account and app user, calls billed, request id; never
+//! a key or a body; client text escaped), and the cause of any 500 (a [`Fault`]).
 //!
 //! It wraps the whole router once ([`Observe`]), not each of its routes: a layer given to
 //! `Router::layer` wraps every route in a boxed service of its own that each request
@@ -25,9 +25,34 @@ use crate::service::RequestId;
 /// The response header carrying the request id.
 pub const REQUEST_ID_HEADER: &str = "x-request-id";
 
-/// The account a request was made for (a response extension, for the access log).
-#[derive(Debug, Clone)]
-pub struct AccountName(pub Arc<str>);
+/// Who a request was for, as the extractors find it (a request extension they fill in,
+/// read for the access log once the answer is made).
+#[derive(Debug, Default)]
+pub struct AccessNote(std::sync::Mutex<Caller>);
+
+#[derive(Debug, Default, Clone)]
+struct Caller {
+    account: Option<Arc<str>>,
+    user: Option<Arc<str>>,
+}
+
+impl AccessNote {
+    /// The request was made for `account`, by app user `user` if any.
+    pub fn caller(&self, account: &Arc<str>, user: Option<&str>) {
+        let mut caller = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        caller.account = Some(Arc::clone(account));
+        caller.user = user.map(Arc::from);
+    }
+
+    fn read(&self) -> Caller {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+/// The calls an answer billed (a response extension; none: 0), for the access log, whose
+/// `billed` fields then add up to the ledger's bills.
+#[derive(Debug, Clone, Copy)]
+pub struct Billed(pub u64);
 
 /// A service (the router), observed.
 #[derive(Debug, Clone)]
@@ -67,8 +92,11 @@ where
                 .to_string(),
         );
         request.extensions_mut().insert(RequestId(Arc::clone(&id)));
+        let note = Arc::new(AccessNote::default());
+        request.extensions_mut().insert(Arc::clone(&note));
         let method = request.method().clone();
         let path = request.uri().path().to_owned();
+        let client = super::extract::client_of(&request, &self.state);
         let origin = request.headers().get(ORIGIN).cloned();
         let answer = self.inner.call(request);
         let state = Arc::clone(&self.state);
@@ -83,19 +111,22 @@ where
                 response.headers_mut().insert(REQUEST_ID_HEADER, value);
             }
             if let Some(Fault(cause)) = response.extensions().get::<Fault>() {
-                tracing::error!(request_id = %id, %cause, "answered 500");
+                // Debug-formatted: a cause may quote what a client sent.
+                tracing::error!(request_id = %id, ?cause, "answered 500");
             }
-            let account = response
-                .extensions()
-                .get::<AccountName>()
-                .map(|a| Arc::clone(&a.0));
+            let caller = note.read();
+            let billed = response.extensions().get::<Billed>().map_or(0, |b| b.0);
+            // Client text (the path, an account or user name) escaped: no forged lines.
             tracing::info!(
                 target: "crosstab::access",
                 method = %method,
-                path = %path,
+                path = %path.escape_debug(),
                 status = response.status().as_u16(),
                 latency_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
-                account = account.as_deref().unwrap_or("-"),
+                client = %client.map_or_else(|| "-".to_owned(), |ip| ip.to_string()),
+                account = %caller.account.as_deref().unwrap_or("-").escape_debug(),
+                user = %caller.user.as_deref().unwrap_or("-").escape_debug(),
+                billed,
                 request_id = %id,
             );
             Ok(response)

@@ -15,7 +15,7 @@ use crosstab_contract::ApiError;
 use super::body;
 use super::error::api_error_response;
 use super::extract::Authenticated;
-use super::observe::AccountName;
+use super::observe::Billed;
 use super::HttpState;
 use crate::service::crosstab::Answer;
 use crate::service::{RequestId, ServiceError};
@@ -73,6 +73,9 @@ pub fn answer_response(answer: Answer) -> Response {
     response
         .headers_mut()
         .insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
+        .extensions_mut()
+        .insert(Billed(u64::from(!answer.replayed)));
     if answer.replayed {
         response
             .headers_mut()
@@ -111,7 +114,7 @@ async fn crosstab(
             return body::unread(request_body, &parts.headers, error.into_response()).await
         }
     };
-    let mut response = if !body::is_json(&parts.headers) {
+    let response = if !body::is_json(&parts.headers) {
         let response = api_error_response(&ApiError::UnsupportedMediaType);
         body::unread(request_body, &parts.headers, response).await
     } else {
@@ -134,8 +137,5 @@ async fn crosstab(
             Err(error) => body::closing(api_error_response(&error.into())),
         }
     };
-    response
-        .extensions_mut()
-        .insert(AccountName(Arc::clone(&principal.account)));
     response
 }

@@ -442,12 +442,12 @@ impl Authenticator {
                 return Err(AuthError::Unavailable(unavailable.to_string()))
             }
             Err(reason) => {
-                tracing::info!(%reason, "bearer token refused");
+                tracing::info!(?reason, "bearer token refused");
                 return Err(AuthError::Unauthorized);
             }
         };
         let Some(account_id) = accounts::account_id(&self.db, &identity.account).await? else {
-            tracing::info!(account = %identity.account, idp = %identity.idp, "bearer token refused: its account does not exist");
+            tracing::info!(account = ?identity.account, idp = %identity.idp, "bearer token refused: its account does not exist");
             return Err(AuthError::Unauthorized);
         };
         let principal = Arc::new(Principal {

@@ -524,6 +524,35 @@ async fn access_log_has_every_request_once_and_never_a_key_or_body() {
         sent.extend(client.await.unwrap());
     }
     assert_eq!(sent.len(), CLIENTS * PER_CLIENT, "request ids are unique");
+    // A retry answered again (a 200 billed nothing), and a token whose header carries a
+    // line of its own (its refusal reason quotes it): the log says each as it is.
+    use base64::Engine as _;
+    let b64 = |text: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(text);
+    let forged = format!(
+        "Bearer {}.{}.c2ln",
+        b64("{\"alg\":\"x\\nFORGED LINE \\u001b[31m\",\"kid\":\"k\"}"),
+        b64("{}")
+    );
+    for (authorizer, idempotency) in [
+        (key.as_str(), Some("log-retry")),
+        (key.as_str(), Some("log-retry")),
+        (forged.as_str(), None),
+    ] {
+        let mut request = http
+            .post(server.url("/v1/crosstab"))
+            .header(CONTENT_TYPE, "application/json")
+            .header("Service-Engine-Authorizer", authorizer)
+            .body(req("SMALL", None, "ALL", &["WOMEN"]).to_string());
+        if let Some(idempotency) = idempotency {
+            request = request.header("Idempotency-Key", idempotency);
+        }
+        let response = request.send().await.unwrap();
+        let id = response.headers()["x-request-id"]
+            .to_str()
+            .unwrap()
+            .to_owned();
+        sent.insert(id, response.status().as_u16());
+    }
     server.stop();
 
     let text = std::fs::read_to_string(&log).unwrap();
@@ -548,6 +577,7 @@ async fn access_log_has_every_request_once_and_never_a_key_or_body() {
             .map(str::to_owned)
     };
     let mut logged = std::collections::HashMap::new();
+    let mut billed = 0;
     for line in text
         .lines()
         .filter(|line| line.contains("crosstab::access"))
@@ -555,14 +585,31 @@ async fn access_log_has_every_request_once_and_never_a_key_or_body() {
         let id = field(line, "request_id=").expect(line);
         let status: u16 = field(line, "status=").expect(line).parse().unwrap();
         assert!(logged.insert(id, status).is_none(), "logged twice: {line}");
+        // Who asked: the client's address, and the account of a key that was accepted.
+        assert_eq!(
+            field(line, "client=").as_deref(),
+            Some("127.0.0.1"),
+            "{line}"
+        );
+        if status == 200 {
+            assert_ne!(field(line, "account=").as_deref(), Some("-"), "{line}");
+        }
+        billed += field(line, "billed=").expect(line).parse::<u64>().unwrap();
     }
     assert_eq!(logged, sent, "one access line per request, with its status");
     let oks = sent.values().filter(|&&status| status == 200).count();
     let usage: Value = serde_json::from_str(&cli(&data, &["usage", "--format", "json"])).unwrap();
     assert_eq!(
         usage[0]["calls"].as_u64(),
-        Some(oks as u64),
-        "bills = logged 200s"
+        Some(billed),
+        "bills = the access lines' billed"
+    );
+    assert_eq!(billed, oks as u64 - 1, "the retry's 200 billed nothing");
+    // The token's line break stayed inside its refusal's line.
+    assert!(text.contains("bearer token refused"), "not logged");
+    assert!(
+        !text.lines().any(|line| line.starts_with("FORGED")) && !text.contains('\u{1b}'),
+        "a client wrote a line of its own"
     );
     let secret = key_secret(&key);
     assert!(!text.contains(secret), "the log shows a key");
@@ -570,6 +617,54 @@ async fn access_log_has_every_request_once_and_never_a_key_or_body() {
         !text.contains("SurveyCode") && !text.contains("WOMEN"),
         "the log shows a body"
     );
+}
+
+/// An app query's access line names its account and user and the calls it billed (a
+/// table's several), as a key's names its account.
+#[test]
+fn app_requests_are_logged_with_their_account_user_and_bills() {
+    let temp = tempfile::tempdir().unwrap();
+    let (data, _key) = small_data_dir(temp.path());
+    create_user(&data, "ann", "acme", "ann-password-1", &[]);
+    let log = temp.path().join("server.log");
+    let server = Server::start_logging_to(&data, &[], &log);
+    let origin = format!("http://{}", server.addr);
+    let client = reqwest::blocking::Client::new();
+    let login = client
+        .post(server.url("/app/login"))
+        .header("origin", &origin)
+        .json(&json!({"username": "ann", "password": "ann-password-1"}))
+        .send()
+        .unwrap();
+    assert_eq!(login.status(), StatusCode::OK);
+    let cookie = session_cookie(login.headers());
+    let table = client
+        .post(server.url("/app/api/table"))
+        .header("origin", &origin)
+        .header("cookie", &cookie)
+        .json(&json!({"survey": "SMALL", "populationBase": "ALL",
+                      "rows": [{"expression": "WOMEN"}], "columns": [{"expression": "*"}]}))
+        .send()
+        .unwrap();
+    assert_eq!(table.status(), StatusCode::OK);
+    let billed = table.json::<Value>().unwrap()["billedCalls"]
+        .as_u64()
+        .unwrap();
+    server.stop();
+    let text = std::fs::read_to_string(&log).unwrap();
+    let line = text
+        .lines()
+        .find(|line| line.contains("crosstab::access") && line.contains("path=/app/api/table"))
+        .unwrap_or_else(|| panic!("no access line:\n{text}"));
+    for part in [
+        "account=acme",
+        "user=ann",
+        &format!("billed={billed}"),
+        "client=127.0.0.1",
+    ] {
+        assert!(line.contains(part), "{part} missing from: {line}");
+    }
+    assert!(billed > 1, "{billed}");
 }
 
 /// `--cache-memory` bounds the whole process's resident memory: a budget smaller than what
