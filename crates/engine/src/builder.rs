@@ -310,7 +310,9 @@ pub(crate) fn encode_column(values: &[f64]) -> (Vec<f64>, CodeVec) {
     for &value in values.iter().filter(|v| !v.is_nan()) {
         match large.as_mut() {
             Some(map) => {
-                map.entry(key(value)).or_insert(value);
+                // -0 is kept as 0, as the small dictionary keeps it.
+                map.entry(key(value))
+                    .or_insert(if value == 0.0 { 0.0 } else { value });
             }
             None => {
                 if !small.iter().any(|s| key(*s) == key(value)) {
@@ -365,6 +367,11 @@ mod tests {
         let (dict, codes) = encode_column(&[3.0, f64::NAN, 1.0, 3.0, -0.0, 0.0]);
         assert_eq!(dict, vec![0.0, 1.0, 3.0]);
         assert_eq!(codes, CodeVec::U8(vec![3, 0, 2, 3, 1, 1]));
+        // Past the small dictionary's size too: -0 is stored as 0.
+        let mut many: Vec<f64> = (1..=20).map(f64::from).collect();
+        many.push(-0.0);
+        let (dict, _) = encode_column(&many);
+        assert_eq!(dict[0].to_bits(), 0.0f64.to_bits());
     }
 
     #[test]

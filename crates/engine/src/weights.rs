@@ -58,7 +58,9 @@ fn scaled(weight: f64, decimals: u32) -> Option<u64> {
     let power = POWERS[decimals as usize];
     let integer = (weight * power).round();
     // The division is correctly rounded, so equality says `weight` is the f64 nearest
-    // to `integer / 10^decimals`: the decimal the source wrote.
+    // to `integer / 10^decimals`: a decimal of that many places the source could have
+    // written (the one it wrote while `integer` is below 2^52, where neighbouring
+    // decimals' doubles differ).
     (integer >= 0.0 && integer < EXACT_LIMIT as f64 && integer / power == weight)
         .then_some(integer as u64)
 }
