@@ -351,14 +351,8 @@ fn an_address_that_tries_too_many_sign_ins_waits() {
     let temp = tempfile::tempdir().unwrap();
     let (data, _) = small_data_dir(temp.path());
     let server = Server::start(&data, &["--sign-in-per-minute", "3"]);
-    let login = |name: &str| {
-        reqwest::blocking::Client::new()
-            .post(server.url("/app/login"))
-            .header("Origin", server.url(""))
-            .json(&json!({"username": name, "password": "wrong password"}))
-            .send()
-            .unwrap()
-    };
+    let client = reqwest::blocking::Client::new();
+    let login = |name: &str| app_login(&client, &server, name, "wrong password");
     for n in 0..3 {
         assert_eq!(
             login(&format!("name{n}")).status(),
@@ -673,12 +667,7 @@ fn made_up_session_cookies_are_paced_on_their_own_and_live_sessions_still_work()
     let origin = format!("http://{}", server.addr);
     let client = reqwest::blocking::Client::new();
     let sign_in = || {
-        let login = client
-            .post(server.url("/app/login"))
-            .header("origin", &origin)
-            .json(&json!({"username": "ann", "password": "ann-password-1"}))
-            .send()
-            .unwrap();
+        let login = app_login(&client, &server, "ann", "ann-password-1");
         assert_eq!(login.status(), reqwest::StatusCode::OK);
         session_cookie(login.headers())
     };
@@ -965,16 +954,8 @@ fn a_disabled_user_is_signed_out_and_cannot_sign_in_until_enabled_again() {
     let (data, _key) = small_data_dir(temp.path());
     create_user(&data, "ann", "acme", "ann-password-1", &[]);
     let server = Server::start(&data, &[]);
-    let origin = format!("http://{}", server.addr);
     let client = reqwest::blocking::Client::new();
-    let sign_in = |password: &str| {
-        client
-            .post(server.url("/app/login"))
-            .header("origin", &origin)
-            .json(&json!({"username": "ann", "password": password}))
-            .send()
-            .unwrap()
-    };
+    let sign_in = |password: &str| app_login(&client, &server, "ann", password);
     let login = sign_in("ann-password-1");
     assert_eq!(login.status(), reqwest::StatusCode::OK);
     let cookie = session_cookie(login.headers());

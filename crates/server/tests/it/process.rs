@@ -630,12 +630,7 @@ fn app_requests_are_logged_with_their_account_user_and_bills() {
     let server = Server::start_logging_to(&data, &[], &log);
     let origin = format!("http://{}", server.addr);
     let client = reqwest::blocking::Client::new();
-    let login = client
-        .post(server.url("/app/login"))
-        .header("origin", &origin)
-        .json(&json!({"username": "ann", "password": "ann-password-1"}))
-        .send()
-        .unwrap();
+    let login = app_login(&client, &server, "ann", "ann-password-1");
     assert_eq!(login.status(), StatusCode::OK);
     let cookie = session_cookie(login.headers());
     let table = client

@@ -227,6 +227,22 @@ pub fn create_user(data: &Path, username: &str, account: &str, password: &str, e
     assert!(create.wait().unwrap().success());
 }
 
+/// The answer to signing `username` in to `server`'s app with `password` (from the
+/// server's own origin).
+pub fn app_login(
+    client: &reqwest::blocking::Client,
+    server: &Server,
+    username: &str,
+    password: &str,
+) -> reqwest::blocking::Response {
+    client
+        .post(server.url("/app/login"))
+        .header("origin", format!("http://{}", server.addr))
+        .json(&serde_json::json!({"username": username, "password": password}))
+        .send()
+        .unwrap()
+}
+
 /// The session cookie (`name=value`) a sign-in's answer sets.
 pub fn session_cookie(headers: &reqwest::header::HeaderMap) -> String {
     headers["set-cookie"]
