@@ -124,13 +124,14 @@ pub async fn take_attempt(
     now: i64,
     forget_before: i64,
 ) -> Result<Option<i64>, DbError> {
-    // A count whose last attempt is older than `forget_before` starts again.
+    // A count whose last attempt is older than `forget_before` starts again. One with no
+    // time (counted by a build before the times, as during a rolling upgrade) goes on:
+    // replicas of both builds taking turns must still reach the lock.
     Ok(sqlx::query_scalar(
         "UPDATE users SET last_attempt_at = $3, failed_logins = CASE \
-           WHEN last_attempt_at IS NULL OR last_attempt_at < $4 THEN 1 \
-           ELSE failed_logins + 1 END \
+           WHEN last_attempt_at < $4 THEN 1 ELSE failed_logins + 1 END \
          WHERE id = $1 \
-           AND (failed_logins < $2 OR last_attempt_at IS NULL OR last_attempt_at < $4) \
+           AND (failed_logins < $2 OR last_attempt_at < $4) \
            AND (locked_until IS NULL OR locked_until <= $3) \
          RETURNING failed_logins",
     )
@@ -172,4 +173,46 @@ pub async fn reset_attempts(db: &Database, id: i64, until: Option<i64>) -> Resul
         .execute(db.pool())
         .await?;
     Ok(())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    const DAY: i64 = 86_400_000;
+
+    #[tokio::test]
+    async fn a_count_without_a_time_goes_on_and_an_old_one_starts_again() {
+        let (_dir, db) = crate::store::scratch().await;
+        create_or_reset(&db, "ann", "acme", "hash", 0)
+            .await
+            .unwrap();
+        let id = login(&db, "ann").await.unwrap().unwrap().user.id;
+        // Four failures counted by a build before the times (a rolling upgrade).
+        sqlx::query("UPDATE users SET failed_logins = 4 WHERE id = $1")
+            .bind(id)
+            .execute(db.pool())
+            .await
+            .unwrap();
+        let now = 10 * DAY;
+        assert_eq!(
+            take_attempt(&db, id, 5, now, now - DAY).await.unwrap(),
+            Some(5)
+        );
+        assert_eq!(
+            take_attempt(&db, id, 5, now, now - DAY).await.unwrap(),
+            None
+        );
+        // A day later the count starts again.
+        let later = now + DAY + 1;
+        assert_eq!(
+            take_attempt(&db, id, 5, later, later - DAY).await.unwrap(),
+            Some(1)
+        );
+        assert_eq!(
+            take_attempt(&db, id, 5, later, later - DAY).await.unwrap(),
+            Some(2)
+        );
+    }
 }
