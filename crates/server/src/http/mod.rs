@@ -117,11 +117,42 @@ async fn not_found() -> Response {
     api_error_response(&ApiError::NotFound)
 }
 
-/// A panic in a handler answers 500 in the contract's envelope, with no internals.
-fn panic_response(_: Box<dyn Any + Send + 'static>) -> Response {
+/// A panic in a handler answers 500 in the contract's envelope, with no internals; its
+/// message goes to the log with the request's id (as the 500's cause).
+fn panic_response(payload: Box<dyn Any + Send + 'static>) -> Response {
+    let message = payload
+        .downcast_ref::<&str>()
+        .map(|text| (*text).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a payload that is not text".to_owned());
     let mut response = api_error_response(&ApiError::Internal);
     response
         .extensions_mut()
-        .insert(Fault("request handler panicked".into()));
+        .insert(Fault(format!("request handler panicked: {message}")));
     response
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_panic_answers_the_contracts_500_and_logs_its_message() {
+        for payload in [
+            Box::new("boom") as Box<dyn Any + Send>,
+            Box::new(String::from("boom")),
+        ] {
+            let response = panic_response(payload);
+            assert_eq!(
+                response.status(),
+                axum::http::StatusCode::INTERNAL_SERVER_ERROR
+            );
+            let Fault(cause) = response.extensions().get::<Fault>().unwrap();
+            assert_eq!(cause, "request handler panicked: boom");
+        }
+        let response = panic_response(Box::new(7_u8));
+        let Fault(cause) = response.extensions().get::<Fault>().unwrap();
+        assert!(cause.ends_with("not text"), "{cause}");
+    }
 }
