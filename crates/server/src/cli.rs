@@ -16,6 +16,7 @@ use crate::grants::GrantSpec;
 use crate::http::listener::Limits;
 use crate::http::proxy::TrustedProxy;
 use crate::keys::{KeyEnv, MAX_LIFETIME_DAYS};
+use crate::logging::LogFormat;
 use crate::report::{self, Format};
 use crate::serve::{self, ServeError, ServeOptions};
 use crate::service::cache::{ResponseCache, DEFAULT_ENTRIES};
@@ -42,6 +43,10 @@ use crate::store::{
 pub struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// How log lines are written to stderr: `text` (key=value), or `json` (one object a
+    /// line, for log pipelines).
+    #[arg(long, global = true, env = "CROSSTAB_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
 }
 
 /// Where surveys and the database live.
@@ -811,11 +816,14 @@ pub fn run() -> ExitCode {
     let cli = Cli::parse();
     let serving = matches!(cli.command, Command::Serve { .. });
     // sqlx's slow-statement warnings are for operators of a server, not for a long report.
-    let logging = crate::logging::init(if serving {
-        SERVE_LOG_FILTER
-    } else {
-        "warn,sqlx=error"
-    });
+    let logging = crate::logging::init(
+        if serving {
+            SERVE_LOG_FILTER
+        } else {
+            "warn,sqlx=error"
+        },
+        cli.log_format,
+    );
     let result = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -39,9 +39,19 @@ const MAX_PENDING: usize = 8 << 20;
 /// Bytes of log written between two flushes of a log file to disk.
 const SYNC_EVERY: u64 = 1 << 20;
 
-/// Starts logging with `default` as the filter (unless `RUST_LOG` says otherwise). Keep
-/// the guard: dropping it writes out what is queued and stops the log thread.
-pub fn init(default: &str) -> LogGuard {
+/// How lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// `key=value` text (colours at a terminal).
+    Text,
+    /// One JSON object a line (every value escaped by the encoder).
+    Json,
+}
+
+/// Starts logging with `default` as the filter (unless `RUST_LOG` says otherwise), in
+/// `format`. Keep the guard: dropping it writes out what is queued and stops the log
+/// thread.
+pub fn init(default: &str, format: LogFormat) -> LogGuard {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
     let ansi = io::IsTerminal::is_terminal(&io::stderr());
     let queue = Arc::new(Queue::new(write_stderr));
@@ -62,11 +72,13 @@ pub fn init(default: &str) -> LogGuard {
             None
         }
     };
-    let _ = tracing_subscriber::fmt()
+    let subscriber = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(LogSink(Arc::clone(&queue)))
-        .with_ansi(ansi)
-        .try_init();
+        .with_writer(LogSink(Arc::clone(&queue)));
+    let _ = match format {
+        LogFormat::Text => subscriber.with_ansi(ansi).try_init(),
+        LogFormat::Json => subscriber.json().try_init(),
+    };
     LogGuard { queue, writer }
 }
 

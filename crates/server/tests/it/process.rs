@@ -619,6 +619,43 @@ async fn access_log_has_every_request_once_and_never_a_key_or_body() {
     );
 }
 
+/// `--log-format json`: every line one JSON object, the access line's fields as values.
+#[test]
+fn json_logs_are_one_object_a_line() {
+    let temp = tempfile::tempdir().unwrap();
+    let (data, key) = small_data_dir(temp.path());
+    let log = temp.path().join("server.log");
+    let server = Server::start_logging_to(&data, &["--log-format", "json"], &log);
+    let client = reqwest::blocking::Client::new();
+    for authorizer in [key.as_str(), "ctx_live_nope_nope"] {
+        client
+            .post(server.url("/v1/crosstab"))
+            .header("Service-Engine-Authorizer", authorizer)
+            .json(&req("SMALL", None, "ALL", &["WOMEN"]))
+            .send()
+            .unwrap();
+    }
+    server.stop();
+    let text = std::fs::read_to_string(&log).unwrap();
+    let lines: Vec<Value> = text
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|_| panic!("not JSON: {line}")))
+        .collect();
+    let access: Vec<&Value> = lines
+        .iter()
+        .filter(|line| line["target"] == "crosstab::access")
+        .collect();
+    assert_eq!(access.len(), 2, "{text}");
+    let fields = &access[0]["fields"];
+    assert_eq!(fields["status"], 200, "{fields}");
+    assert_eq!(fields["billed"], 1, "{fields}");
+    assert_eq!(fields["path"], "/v1/crosstab", "{fields}");
+    assert_eq!(fields["client"], "127.0.0.1", "{fields}");
+    assert_ne!(fields["account"], "-", "{fields}");
+    assert_eq!(access[1]["fields"]["status"], 401);
+    assert_eq!(access[1]["fields"]["billed"], 0);
+}
+
 /// An app query's access line names its account and user and the calls it billed (a
 /// table's several), as a key's names its account.
 #[test]
