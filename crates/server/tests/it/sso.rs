@@ -486,6 +486,32 @@ async fn a_provider_accepts_only_the_clients_and_the_scope_it_was_told() {
         let (response, body) = fx.post(Some(&bearer(&token)), &query()).await;
         assert_eq!(response.status(), status, "{case}: {body}");
     }
+
+    // A token naming two audiences is taken by the provider of either whose clients
+    // and scope it meets: here another provider of the same issuer, without limits.
+    let open = oidc(
+        "open",
+        &provider.issuer,
+        "other-api",
+        AccountRule::Fixed("acme".to_owned()),
+    );
+    assert!(identity_providers::add(&fx.db, &open).await.unwrap());
+    fx.services.sso.prepare().await.unwrap();
+    let both = signed(json!({"aud": [API, "other-api"], "client_id": "other"})).await;
+    let (response, body) = fx.post(Some(&bearer(&both)), &query()).await;
+    assert_eq!(response.status(), 200, "{body}");
+    let limited = signed(json!({"aud": [API], "client_id": "other"})).await;
+    assert_eq!(
+        fx.post(Some(&bearer(&limited)), &query()).await.0.status(),
+        401
+    );
+    let bills = token_bills(&fx, "acme").await;
+    assert!(
+        bills
+            .iter()
+            .any(|(idp, sub, _)| idp == "open" && sub == "svc"),
+        "{bills:?}"
+    );
 }
 
 #[tokio::test]

@@ -335,14 +335,25 @@ impl Sso {
                 kid: kid.to_owned(),
             })?;
         let claims = verified_claims(token, &held.key)?;
+        // The first provider of an audience the token names whose clients and scope it
+        // meets (a token may name several audiences); else why the first refused it.
+        let mut refusal = None;
         let idp = candidates
             .iter()
-            .find(|idp| {
+            .filter(|idp| {
                 names_audience(&claims, idp.audience.as_deref().unwrap_or(&self.public_url))
             })
-            .ok_or_else(|| TokenError::Audience(audience_text(&claims)))?;
+            .find(|idp| match check_client_and_scope(idp, &claims) {
+                Ok(()) => true,
+                Err(why) => {
+                    refusal.get_or_insert(why);
+                    false
+                }
+            })
+            .ok_or_else(|| {
+                refusal.unwrap_or_else(|| TokenError::Audience(audience_text(&claims)))
+            })?;
         let expires_at_s = self.check_times(&claims)?;
-        check_client_and_scope(idp, &claims)?;
         let account = account_of(idp, |claim| string_claim(&claims, claim))?;
         Ok(Identity {
             idp: Arc::from(idp.name.as_str()),
