@@ -8,7 +8,8 @@
 //! than `GET /v1/docs`.)
 //!
 //! Lossless while the process runs: the access log is what bills reconcile with (its
-//! `billed` fields add up to the ledger's bills). When [`MAX_PENDING`] bytes wait, logging
+//! `billed` fields, with the lines of bills whose client went away before the answer and
+//! of commits whose outcome was unknown, add up to the ledger's bills). When [`MAX_PENDING`] bytes wait, logging
 //! waits for the writer rather than drop a line, so a stalled stderr (a full pipe, a
 //! stuck journald) stalls requests too; a stderr that would block is waited for; after
 //! [`LogGuard`] is dropped and the queue written out, lines are written directly. Lines
@@ -79,6 +80,26 @@ pub fn init(default: &str, format: LogFormat) -> LogGuard {
         LogFormat::Text => subscriber.with_ansi(ansi).try_init(),
         LogFormat::Json => subscriber.json().try_init(),
     };
+    // A panic is a log line like any other (escaped, in the chosen format, in order with
+    // the rest), not text the default hook writes straight to stderr.
+    std::panic::set_hook(Box::new(|info| {
+        let message = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|text| (*text).to_owned())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a payload that is not text".to_owned());
+        let location = info
+            .location()
+            .map(|l| format!("{}:{}", l.file(), l.line()));
+        let thread = std::thread::current();
+        tracing::error!(
+            panic = ?message,
+            location = location.as_deref().unwrap_or("-"),
+            thread = thread.name().unwrap_or("-"),
+            "panicked"
+        );
+    }));
     LogGuard { queue, writer }
 }
 

@@ -141,9 +141,14 @@ fn peer_of(extensions: &axum::http::Extensions) -> Option<IpAddr> {
     super::listener::peer(extensions).map(|address| address.ip())
 }
 
-/// [`client_address`] of a whole request (before the router takes it apart).
+/// [`client_address`] of a whole request (before the router takes it apart), for the
+/// access log: a missing proxy header is not said here (see [`TrustedProxy::client_quietly`]).
 pub fn client_of(request: &axum::extract::Request, state: &HttpState) -> Option<IpAddr> {
-    client_from(request.headers(), request.extensions(), state)
+    let peer = peer_of(request.extensions());
+    match &state.trusted_proxy {
+        Some(proxy) => proxy.client_quietly(request.headers(), peer),
+        None => peer,
+    }
 }
 
 fn client_from(

@@ -25,10 +25,10 @@ use crate::service::RequestId;
 /// The response header carrying the request id.
 pub const REQUEST_ID_HEADER: &str = "x-request-id";
 
-/// Who a request was for, as the extractors find it (a request extension they fill in,
-/// read for the access log once the answer is made).
+/// Who a request was for, as the extractors find it (a request extension they fill in
+/// once, read for the access log once the answer is made).
 #[derive(Debug, Default)]
-pub struct AccessNote(std::sync::Mutex<Caller>);
+pub struct AccessNote(std::sync::OnceLock<Caller>);
 
 #[derive(Debug, Default, Clone)]
 struct Caller {
@@ -37,20 +37,36 @@ struct Caller {
 }
 
 impl AccessNote {
-    /// The request was made for `account`, by app user `user` if any.
+    /// The request was made for `account`, by app user `user` if any (the first caller
+    /// noted stands).
     pub fn caller(&self, account: &Arc<str>, user: Option<&str>) {
-        let mut caller = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        caller.account = Some(Arc::clone(account));
-        caller.user = user.map(Arc::from);
+        let _ = self.0.set(Caller {
+            account: Some(Arc::clone(account)),
+            user: user.map(Arc::from),
+        });
     }
 
     fn read(&self) -> Caller {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.0.get().cloned().unwrap_or_default()
     }
 }
 
-/// The calls an answer billed (a response extension; none: 0), for the access log, whose
-/// `billed` fields then add up to the ledger's bills.
+/// A client address as the access line shows it (`-` for none), without allocating.
+struct Client(Option<std::net::IpAddr>);
+
+impl std::fmt::Display for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            Some(address) => address.fmt(f),
+            None => f.write_str("-"),
+        }
+    }
+}
+
+/// The calls an answer billed (a response extension; none: 0), for the access log: its
+/// `billed` fields, with the lines of bills whose client went away before the answer
+/// ("billed, but the client went away") and of commits whose outcome was unknown, add up
+/// to the ledger's bills.
 #[derive(Debug, Clone, Copy)]
 pub struct Billed(pub u64);
 
@@ -116,16 +132,17 @@ where
             }
             let caller = note.read();
             let billed = response.extensions().get::<Billed>().map_or(0, |b| b.0);
-            // Client text (the path, an account or user name) escaped: no forged lines.
+            // Client text escaped: the path (which holds no space) by `escape_debug`, an
+            // account or user name quoted as a string value.
             tracing::info!(
                 target: "crosstab::access",
                 method = %method,
                 path = %path.escape_debug(),
                 status = response.status().as_u16(),
                 latency_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
-                client = %client.map_or_else(|| "-".to_owned(), |ip| ip.to_string()),
-                account = %caller.account.as_deref().unwrap_or("-").escape_debug(),
-                user = %caller.user.as_deref().unwrap_or("-").escape_debug(),
+                client = %Client(client),
+                account = caller.account.as_deref().unwrap_or("-"),
+                user = caller.user.as_deref().unwrap_or("-"),
                 billed,
                 request_id = %id,
             );

@@ -45,15 +45,31 @@ impl TrustedProxy {
     /// The client of a request from `peer` with `headers`: the address the proxy appended
     /// last to its header, when `peer` is a proxy; otherwise, or when the header holds no
     /// address, the peer itself (never no one, whom no limit counts).
+    /// A trusted peer's request without the header is said (at most once a minute): the
+    /// proxy does not set it, and every client would share one pace.
     pub fn client(&self, headers: &HeaderMap, peer: Option<IpAddr>) -> Option<IpAddr> {
-        if !self.trusts(peer) {
-            return peer;
-        }
-        let forwarded = forwarded_address(headers, &self.header);
-        if forwarded.is_none() {
+        let (client, unforwarded) = self.named(headers, peer);
+        if unforwarded {
             warn_unforwarded(&self.header, peer);
         }
-        forwarded.or(peer)
+        client
+    }
+
+    /// [`TrustedProxy::client`], saying nothing of a missing header (for the access log
+    /// of every request, health checks included, which proxies send without it).
+    pub fn client_quietly(&self, headers: &HeaderMap, peer: Option<IpAddr>) -> Option<IpAddr> {
+        self.named(headers, peer).0
+    }
+
+    /// The client, and whether a trusted peer's request came without an address.
+    fn named(&self, headers: &HeaderMap, peer: Option<IpAddr>) -> (Option<IpAddr>, bool) {
+        if !self.trusts(peer) {
+            return (peer, false);
+        }
+        match forwarded_address(headers, &self.header) {
+            Some(client) => (Some(client), false),
+            None => (peer, true),
+        }
     }
 }
 

@@ -296,7 +296,8 @@ impl Ledger {
     ///
     /// Dropping the future (the client went away) before the bill is written leaves it
     /// out; after it is committed, the bill stands and the drop is logged with the
-    /// request id, so bills always reconcile with the 200s in the access log.
+    /// request id, so bills always reconcile with the access log (its lines' `billed`
+    /// fields and these).
     pub async fn bill(&self, bill: Bill) -> Result<(), LedgerError> {
         self.submit(vec![bill], None).await
     }

@@ -125,13 +125,16 @@ pub async fn take_attempt(
     forget_before: i64,
 ) -> Result<Option<i64>, DbError> {
     // A count whose last attempt is older than `forget_before` starts again. One with no
-    // time (counted by a build before the times, as during a rolling upgrade) goes on:
-    // replicas of both builds taking turns must still reach the lock.
+    // time (counted by a build before the times, as during a rolling upgrade) goes on, so
+    // replicas of both builds taking turns still reach the lock; but one left full with
+    // no time and no lock (that build died checking the last place) starts again, or it
+    // would refuse the user for ever.
     Ok(sqlx::query_scalar(
         "UPDATE users SET last_attempt_at = $3, failed_logins = CASE \
-           WHEN last_attempt_at < $4 THEN 1 ELSE failed_logins + 1 END \
+           WHEN last_attempt_at < $4 OR (last_attempt_at IS NULL AND failed_logins >= $2) \
+           THEN 1 ELSE failed_logins + 1 END \
          WHERE id = $1 \
-           AND (failed_logins < $2 OR last_attempt_at < $4) \
+           AND (failed_logins < $2 OR last_attempt_at < $4 OR last_attempt_at IS NULL) \
            AND (locked_until IS NULL OR locked_until <= $3) \
          RETURNING failed_logins",
     )
@@ -203,6 +206,20 @@ mod tests {
         assert_eq!(
             take_attempt(&db, id, 5, now, now - DAY).await.unwrap(),
             None
+        );
+        // Full with no time (its build died checking the last place): it starts again.
+        sqlx::query("UPDATE users SET failed_logins = 5, last_attempt_at = NULL WHERE id = $1")
+            .bind(id)
+            .execute(db.pool())
+            .await
+            .unwrap();
+        assert_eq!(
+            take_attempt(&db, id, 5, now, now - DAY).await.unwrap(),
+            Some(1)
+        );
+        assert_eq!(
+            take_attempt(&db, id, 5, now, now - DAY).await.unwrap(),
+            Some(2)
         );
         // A day later the count starts again.
         let later = now + DAY + 1;

@@ -488,17 +488,26 @@ async fn a_provider_accepts_only_the_clients_and_the_scope_it_was_told() {
     }
 
     // A token naming two audiences is taken by the provider of either whose clients
-    // and scope it meets: here another provider of the same issuer, without limits.
+    // and scope it meets: here another provider of the same issuer, without limits (its
+    // name sorts first; the limited provider still comes first for its own clients).
     let open = oidc(
-        "open",
+        "alpha",
         &provider.issuer,
         "other-api",
         AccountRule::Fixed("acme".to_owned()),
     );
     assert!(identity_providers::add(&fx.db, &open).await.unwrap());
     fx.services.sso.prepare().await.unwrap();
-    let both = signed(json!({"aud": [API, "other-api"], "client_id": "other"})).await;
-    let (response, body) = fx.post(Some(&bearer(&both)), &query()).await;
+    let both = |client: &str, sub: &str| {
+        signed(
+            json!({"aud": [API, "other-api"], "client_id": client, "scope": "crosstab", "sub": sub}),
+        )
+    };
+    let other = both("other", "via-alpha").await;
+    let (response, body) = fx.post(Some(&bearer(&other)), &query()).await;
+    assert_eq!(response.status(), 200, "{body}");
+    let backend = both("backend", "via-corp").await;
+    let (response, body) = fx.post(Some(&bearer(&backend)), &query()).await;
     assert_eq!(response.status(), 200, "{body}");
     let limited = signed(json!({"aud": [API], "client_id": "other"})).await;
     assert_eq!(
@@ -506,12 +515,14 @@ async fn a_provider_accepts_only_the_clients_and_the_scope_it_was_told() {
         401
     );
     let bills = token_bills(&fx, "acme").await;
-    assert!(
-        bills
-            .iter()
-            .any(|(idp, sub, _)| idp == "open" && sub == "svc"),
-        "{bills:?}"
-    );
+    for (idp, sub) in [("alpha", "via-alpha"), ("corp", "via-corp")] {
+        assert!(
+            bills
+                .iter()
+                .any(|(i, s, calls)| i == idp && s == sub && *calls == 1),
+            "{idp} {sub}: {bills:?}"
+        );
+    }
 }
 
 #[tokio::test]

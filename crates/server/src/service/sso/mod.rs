@@ -336,7 +336,11 @@ impl Sso {
             })?;
         let claims = verified_claims(token, &held.key)?;
         // The first provider of an audience the token names whose clients and scope it
-        // meets (a token may name several audiences); else why the first refused it.
+        // meets (a token may name several audiences), those limited to some clients or a
+        // scope before the others (whose wider trust must not take their tokens); else
+        // why the first refused it.
+        let mut candidates = candidates;
+        candidates.sort_by_key(|idp| idp.clients.is_empty() && idp.scope.is_none());
         let mut refusal = None;
         let idp = candidates
             .iter()
