@@ -192,44 +192,39 @@ mod tests {
             .await
             .unwrap();
         let id = login(&db, "ann").await.unwrap().unwrap().user.id;
-        // Four failures counted by a build before the times (a rolling upgrade).
-        sqlx::query("UPDATE users SET failed_logins = 4 WHERE id = $1")
-            .bind(id)
-            .execute(db.pool())
-            .await
-            .unwrap();
+        // A count as a build before the times left it (a rolling upgrade).
+        let counted_before = |failures: i64| {
+            let db = db.clone();
+            async move {
+                sqlx::query(
+                    "UPDATE users SET failed_logins = $1, last_attempt_at = NULL WHERE id = $2",
+                )
+                .bind(failures)
+                .bind(id)
+                .execute(db.pool())
+                .await
+                .unwrap();
+            }
+        };
+        // The places `take_attempt` gives at `at`, in turn.
+        let takes = |at: i64, times: usize| {
+            let db = db.clone();
+            async move {
+                let mut taken = Vec::new();
+                for _ in 0..times {
+                    taken.push(take_attempt(&db, id, 5, at, at - DAY).await.unwrap());
+                }
+                taken
+            }
+        };
         let now = 10 * DAY;
-        assert_eq!(
-            take_attempt(&db, id, 5, now, now - DAY).await.unwrap(),
-            Some(5)
-        );
-        assert_eq!(
-            take_attempt(&db, id, 5, now, now - DAY).await.unwrap(),
-            None
-        );
+        // Four failures counted before: the fifth place, then none.
+        counted_before(4).await;
+        assert_eq!(takes(now, 2).await, [Some(5), None]);
         // Full with no time (its build died checking the last place): it starts again.
-        sqlx::query("UPDATE users SET failed_logins = 5, last_attempt_at = NULL WHERE id = $1")
-            .bind(id)
-            .execute(db.pool())
-            .await
-            .unwrap();
-        assert_eq!(
-            take_attempt(&db, id, 5, now, now - DAY).await.unwrap(),
-            Some(1)
-        );
-        assert_eq!(
-            take_attempt(&db, id, 5, now, now - DAY).await.unwrap(),
-            Some(2)
-        );
+        counted_before(5).await;
+        assert_eq!(takes(now, 2).await, [Some(1), Some(2)]);
         // A day later the count starts again.
-        let later = now + DAY + 1;
-        assert_eq!(
-            take_attempt(&db, id, 5, later, later - DAY).await.unwrap(),
-            Some(1)
-        );
-        assert_eq!(
-            take_attempt(&db, id, 5, later, later - DAY).await.unwrap(),
-            Some(2)
-        );
+        assert_eq!(takes(now + DAY + 1, 2).await, [Some(1), Some(2)]);
     }
 }
