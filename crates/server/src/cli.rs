@@ -831,10 +831,15 @@ pub fn run() -> ExitCode {
         Ok(runtime) => runtime.block_on(execute(cli.command)),
         Err(error) => Err(CliError::from(error)),
     };
+    // In JSON, the last word is a log line too: stderr stays one object a line.
+    if let (Err(error), LogFormat::Json) = (&result, cli.log_format) {
+        tracing::error!(error = %error, "failed");
+    }
     // Every log line is out before the last word.
     drop(logging);
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        Err(_) if cli.log_format == LogFormat::Json => ExitCode::FAILURE,
         Err(error) => {
             eprintln!("error: {error}");
             ExitCode::FAILURE

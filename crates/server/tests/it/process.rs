@@ -654,6 +654,26 @@ fn json_logs_are_one_object_a_line() {
     assert_ne!(fields["account"], "-", "{fields}");
     assert_eq!(access[1]["fields"]["status"], 401);
     assert_eq!(access[1]["fields"]["billed"], 0);
+    // A command that fails says so as a JSON line too.
+    let nowhere = temp.path().join("nowhere");
+    let failed = cli_output(&nowhere, &["--log-format", "json", "key", "list"]);
+    assert!(!failed.status.success());
+    let said = String::from_utf8_lossy(&failed.stderr);
+    let lines: Vec<Value> = said
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|_| panic!("not JSON: {line}")))
+        .collect();
+    let last = lines
+        .last()
+        .unwrap_or_else(|| panic!("nothing said: {said}"));
+    assert_eq!(last["level"], "ERROR", "{said}");
+    assert!(
+        last["fields"]["error"]
+            .as_str()
+            .unwrap()
+            .contains("no database at"),
+        "{said}"
+    );
 }
 
 /// An app query's access line names its account and user and the calls it billed (a
