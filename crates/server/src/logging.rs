@@ -83,12 +83,7 @@ pub fn init(default: &str, format: LogFormat) -> LogGuard {
     // A panic is a log line like any other (escaped, in the chosen format, in order with
     // the rest), not text the default hook writes straight to stderr.
     std::panic::set_hook(Box::new(|info| {
-        let message = info
-            .payload()
-            .downcast_ref::<&str>()
-            .map(|text| (*text).to_owned())
-            .or_else(|| info.payload().downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "a payload that is not text".to_owned());
+        let message = panic_message(info.payload());
         let location = info
             .location()
             .map(|l| format!("{}:{}", l.file(), l.line()));
@@ -101,6 +96,15 @@ pub fn init(default: &str, format: LogFormat) -> LogGuard {
         );
     }));
     LogGuard { queue, writer }
+}
+
+/// A panic's message: its payload's text (`panic!` makes a `&str` or a `String`).
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|text| (*text).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a payload that is not text".to_owned())
 }
 
 /// Keeps the log thread running; dropping it writes out every queued line first.

@@ -120,11 +120,7 @@ async fn not_found() -> Response {
 /// A panic in a handler answers 500 in the contract's envelope, with no internals; its
 /// message goes to the log with the request's id (as the 500's cause).
 fn panic_response(payload: Box<dyn Any + Send + 'static>) -> Response {
-    let message = payload
-        .downcast_ref::<&str>()
-        .map(|text| (*text).to_owned())
-        .or_else(|| payload.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "a payload that is not text".to_owned());
+    let message = crate::logging::panic_message(payload.as_ref());
     let mut response = api_error_response(&ApiError::Internal);
     response
         .extensions_mut()
