@@ -67,11 +67,19 @@ pub async fn serve(
         .header_read_timeout(limits.header_read_timeout);
     tokio::pin!(shutdown);
     loop {
+        let unsaid = refused_at_limit.unsaid_until();
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
             () = &mut shutdown => break,
             // Reap finished connections as we go, so the set holds only live ones.
             Some(_) = connections.join_next(), if !connections.is_empty() => continue,
+            // Refusals not yet said are said a second after the last line, even if no
+            // more come.
+            () = tokio::time::sleep_until(unsaid.unwrap_or_else(tokio::time::Instant::now)),
+                if unsaid.is_some() => {
+                refused_at_limit.say(limits.max_connections);
+                continue;
+            }
         };
         let (tcp, peer) = match accepted {
             Ok(accepted) => accepted,
@@ -181,29 +189,50 @@ pub async fn serve(
 
 /// Connections refused at the connection limit, said at most once a second (with how
 /// many since the last line): a client holding every slot and connecting in a loop would
-/// otherwise write a line per attempt.
+/// otherwise write a line per attempt. Those left unsaid are said a second after the last
+/// line.
 #[derive(Debug, Default)]
 struct RefusedAtLimit {
-    second: u64,
-    since: u64,
+    last_line: Option<tokio::time::Instant>,
+    unsaid: u64,
 }
 
 impl RefusedAtLimit {
+    const EVERY: Duration = Duration::from_secs(1);
+
     fn refused(&mut self, peer: SocketAddr, limit: usize) {
-        self.since += 1;
-        let second = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |elapsed| elapsed.as_secs());
-        if second != self.second {
+        self.unsaid += 1;
+        let now = tokio::time::Instant::now();
+        if self.last_line.is_none_or(|at| at + Self::EVERY <= now) {
             tracing::warn!(
                 %peer,
                 limit,
-                refused = self.since,
+                refused = self.unsaid,
                 "connections refused at the connection limit (this one's peer, and how many since the last line)"
             );
-            self.second = second;
-            self.since = 0;
+            self.said();
         }
+    }
+
+    /// When the refusals not yet said are due, if there are any.
+    fn unsaid_until(&self) -> Option<tokio::time::Instant> {
+        let last = self.last_line?;
+        (self.unsaid > 0).then(|| last + Self::EVERY)
+    }
+
+    /// Says the refusals not yet said.
+    fn say(&mut self, limit: usize) {
+        tracing::warn!(
+            limit,
+            refused = self.unsaid,
+            "connections refused at the connection limit (how many since the last line)"
+        );
+        self.said();
+    }
+
+    fn said(&mut self) {
+        self.last_line = Some(tokio::time::Instant::now());
+        self.unsaid = 0;
     }
 }
 

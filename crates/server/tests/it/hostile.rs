@@ -179,6 +179,54 @@ fn a_client_that_never_reads_its_answers_gives_its_slot_back_after_the_idle_time
     server.stop();
 }
 
+/// Connections refused at the connection limit are said once a second with a count, and
+/// those after the last line are said a second later even when no more come (they were
+/// lost until the next refusal).
+#[test]
+fn refusals_at_the_connection_limit_are_all_counted_in_the_log() {
+    let temp = tempfile::tempdir().unwrap();
+    let (data, _key) = small_data_dir(temp.path());
+    let log = temp.path().join("server.log");
+    let server = Server::start_logging_to(&data, &["--max-connections", "1"], &log);
+    let mut holder = TcpStream::connect(server.addr).unwrap();
+    holder
+        .write_all(b"GET /v1/docs HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    holder
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    assert!(
+        holder.read(&mut [0u8; 64]).unwrap() > 0,
+        "the holder is served"
+    );
+    for _ in 0..5 {
+        let mut refused = TcpStream::connect(server.addr).unwrap();
+        assert!(until_closed(&mut refused, Duration::from_secs(5)).is_some());
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    server.stop();
+    let text = std::fs::read_to_string(&log).unwrap();
+    let counts: Vec<u64> = text
+        .lines()
+        .filter(|line| line.contains("refused at the connection limit"))
+        .map(|line| {
+            let at = line.find("refused=").expect("a count") + "refused=".len();
+            let digits: String = line[at..]
+                .chars()
+                .take_while(char::is_ascii_digit)
+                .collect();
+            digits.parse().unwrap()
+        })
+        .collect();
+    assert_eq!(counts.iter().sum::<u64>(), 5, "{text}");
+    assert_eq!(
+        counts.len(),
+        2,
+        "one line at once, one for the rest: {text}"
+    );
+    drop(holder);
+}
+
 /// A request still computing when its connection has been idle past the idle time goes
 /// on to its answer (here its bill waits on a database another process holds locked):
 /// only a connection whose answer a client will not read is dropped.
