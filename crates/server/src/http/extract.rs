@@ -13,6 +13,7 @@ use crosstab_contract::{ApiError, AUTH_HEADER};
 
 use super::app::AppFailure;
 use super::observe::AccessNote;
+use super::proxy::Sender;
 use super::HttpState;
 use crate::service::auth::AuthError;
 use crate::service::principal::Principal;
@@ -79,13 +80,9 @@ pub fn credentials_refused(
     state: &HttpState,
     address: Option<IpAddr>,
 ) -> Option<ApiError> {
-    // A proxy's connection (a trusted peer's request carrying its header) carries many
-    // clients' requests: it is not slowed for one of them (the address's pace still
-    // counts the client). Any other is.
-    let from_proxy = state
-        .trusted_proxy
-        .as_ref()
-        .is_some_and(|proxy| proxy.carried(&parts.headers, peer(parts)));
+    // A proxy's connection carries many clients' requests: it is not slowed for one of
+    // them (the address's pace still counts the client). Any other is.
+    let from_proxy = sender(parts, state).carried;
     if !from_proxy {
         if let Some(refusals) = super::listener::refusals(&parts.extensions) {
             refusals.refused();
@@ -126,40 +123,37 @@ impl FromRequestParts<Arc<HttpState>> for SessionUser {
     }
 }
 
-/// The client's address: the connection's peer, or behind a trusted proxy, the address
-/// it names ([`TrustedProxy::client`]).
+/// The client's address ([`Sender::client`]), for a route that paces it: a proxy's
+/// request without one is said (at most once a minute).
 pub fn client_address(parts: &Parts, state: &HttpState) -> Option<IpAddr> {
-    client_from(&parts.headers, &parts.extensions, state)
-}
-
-/// The connection's peer; `None` for a request that came through no listener.
-fn peer(parts: &Parts) -> Option<IpAddr> {
-    peer_of(&parts.extensions)
-}
-
-fn peer_of(extensions: &axum::http::Extensions) -> Option<IpAddr> {
-    super::listener::peer(extensions).map(|address| address.ip())
-}
-
-/// [`client_address`] of a whole request (before the router takes it apart), for the
-/// access log: a missing proxy header is not said here (see [`TrustedProxy::client_quietly`]).
-pub fn client_of(request: &axum::extract::Request, state: &HttpState) -> Option<IpAddr> {
-    let peer = peer_of(request.extensions());
-    match &state.trusted_proxy {
-        Some(proxy) => proxy.client_quietly(request.headers(), peer),
-        None => peer,
+    let sender = sender(parts, state);
+    if let (true, Some(proxy)) = (sender.unforwarded, &state.trusted_proxy) {
+        proxy.warn_unforwarded(sender.client);
     }
+    sender.client
 }
 
-fn client_from(
+/// Who sent the request: as the access log found it (see [`sender_of`]), or found now
+/// for one that came another way.
+fn sender(parts: &Parts, state: &HttpState) -> Sender {
+    parts
+        .extensions
+        .get::<Sender>()
+        .copied()
+        .unwrap_or_else(|| sender_of(&parts.headers, &parts.extensions, state))
+}
+
+/// Who sent a request with `headers` and `extensions`: found once per request, by the
+/// access log, which leaves it among the request's extensions for the extractors.
+pub fn sender_of(
     headers: &HeaderMap,
     extensions: &axum::http::Extensions,
     state: &HttpState,
-) -> Option<IpAddr> {
-    let peer = peer_of(extensions);
+) -> Sender {
+    let peer = super::listener::peer(extensions).map(|address| address.ip());
     match &state.trusted_proxy {
-        Some(proxy) => proxy.client(headers, peer),
-        None => peer,
+        Some(proxy) => proxy.sender(headers, peer),
+        None => Sender::direct(peer),
     }
 }
 

@@ -112,7 +112,10 @@ where
         request.extensions_mut().insert(Arc::clone(&note));
         let method = request.method().clone();
         let path = request.uri().path().to_owned();
-        let client = super::extract::client_of(&request, &self.state);
+        let sender =
+            super::extract::sender_of(request.headers(), request.extensions(), &self.state);
+        request.extensions_mut().insert(sender);
+        let client = sender.client;
         let origin = request.headers().get(ORIGIN).cloned();
         let answer = self.inner.call(request);
         let state = Arc::clone(&self.state);

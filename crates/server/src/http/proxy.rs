@@ -36,39 +36,62 @@ impl TrustedProxy {
             })
     }
 
-    /// Whether a request from `peer` with `headers` came through the proxy: a trusted
-    /// peer's, carrying the header. Its connection carries many clients' requests.
-    pub fn carried(&self, headers: &HeaderMap, peer: Option<IpAddr>) -> bool {
-        self.trusts(peer) && headers.contains_key(&self.header)
-    }
-
-    /// The client of a request from `peer` with `headers`: the address the proxy appended
-    /// last to its header, when `peer` is a proxy; otherwise, or when the header holds no
-    /// address, the peer itself (never no one, whom no limit counts).
-    /// A trusted peer's request without the header is said (at most once a minute): the
-    /// proxy does not set it, and every client would share one pace.
-    pub fn client(&self, headers: &HeaderMap, peer: Option<IpAddr>) -> Option<IpAddr> {
-        let (client, unforwarded) = self.named(headers, peer);
-        if unforwarded {
-            warn_unforwarded(&self.header, peer);
-        }
-        client
-    }
-
-    /// [`TrustedProxy::client`], saying nothing of a missing header (for the access log
-    /// of every request, health checks included, which proxies send without it).
-    pub fn client_quietly(&self, headers: &HeaderMap, peer: Option<IpAddr>) -> Option<IpAddr> {
-        self.named(headers, peer).0
-    }
-
-    /// The client, and whether a trusted peer's request came without an address.
-    fn named(&self, headers: &HeaderMap, peer: Option<IpAddr>) -> (Option<IpAddr>, bool) {
+    /// Who sent a request from `peer` with `headers`.
+    pub fn sender(&self, headers: &HeaderMap, peer: Option<IpAddr>) -> Sender {
         if !self.trusts(peer) {
-            return (peer, false);
+            return Sender::direct(peer);
         }
-        match forwarded_address(headers, &self.header) {
-            Some(client) => (Some(client), false),
-            None => (peer, true),
+        let forwarded = forwarded_address(headers, &self.header);
+        Sender {
+            client: forwarded.or(peer),
+            carried: headers.contains_key(&self.header),
+            unforwarded: forwarded.is_none(),
+        }
+    }
+
+    /// Warns that a request from `peer`, a proxy, came without a usable client address,
+    /// at most once a minute: a proxy misconfigured would otherwise write a line per
+    /// request.
+    pub fn warn_unforwarded(&self, peer: Option<IpAddr>) {
+        static LAST_MINUTE: AtomicU64 = AtomicU64::new(u64::MAX);
+        let minute = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |elapsed| elapsed.as_secs() / 60);
+        if LAST_MINUTE.swap(minute, Ordering::Relaxed) != minute {
+            tracing::warn!(
+                header = %self.header,
+                ?peer,
+                "a request without a client address in the trusted proxy header: counted as \
+                 its peer's (behind a balancer that does not set it, every client shares one \
+                 pace)"
+            );
+        }
+    }
+}
+
+/// Who sent a request, as the proxy rule sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sender {
+    /// The client: the address the proxy appended last to its header, when the peer is a
+    /// proxy; otherwise, or when the header holds no address, the peer itself (never no
+    /// one, whom no limit counts). `None` only for a request that came through no
+    /// listener.
+    pub client: Option<IpAddr>,
+    /// Whether the request came through the proxy (a trusted peer's, carrying the
+    /// header): its connection carries many clients' requests.
+    pub carried: bool,
+    /// Whether a trusted peer's request came without a usable address: the proxy does
+    /// not set it, and every client would share one pace.
+    pub unforwarded: bool,
+}
+
+impl Sender {
+    /// A request straight from `peer`, no proxy between.
+    pub fn direct(peer: Option<IpAddr>) -> Sender {
+        Sender {
+            client: peer,
+            carried: false,
+            unforwarded: false,
         }
     }
 }
@@ -103,23 +126,6 @@ fn forwarded_address(headers: &HeaderMap, header: &HeaderName) -> Option<IpAddr>
     text.parse::<IpAddr>()
         .ok()
         .or_else(|| text.parse::<SocketAddr>().ok().map(|address| address.ip()))
-}
-
-/// Warns that a request came without a usable `header`, at most once a minute: a proxy
-/// misconfigured would otherwise write a line per request.
-fn warn_unforwarded(header: &HeaderName, peer: Option<IpAddr>) {
-    static LAST_MINUTE: AtomicU64 = AtomicU64::new(u64::MAX);
-    let minute = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |elapsed| elapsed.as_secs() / 60);
-    if LAST_MINUTE.swap(minute, Ordering::Relaxed) != minute {
-        tracing::warn!(
-            %header,
-            ?peer,
-            "a request without a client address in the trusted proxy header: counted as its \
-             peer's (behind a balancer that does not set it, every client shares one pace)"
-        );
-    }
 }
 
 #[cfg(test)]
@@ -168,14 +174,27 @@ mod tests {
         let peer = ip("192.0.2.9");
         let mut headers = HeaderMap::new();
         headers.insert(xff(), axum::http::HeaderValue::from_static("10.0.0.1"));
-        assert_eq!(any.client(&headers, peer), ip("10.0.0.1"));
-        assert!(any.carried(&headers, peer));
+        let forwarded = Sender {
+            client: ip("10.0.0.1"),
+            carried: true,
+            unforwarded: false,
+        };
+        assert_eq!(any.sender(&headers, peer), forwarded);
         for unusable in ["", "unknown", "for=10.0.0.1"] {
             headers.insert(xff(), axum::http::HeaderValue::from_static(unusable));
-            assert_eq!(any.client(&headers, peer), peer, "{unusable:?}");
+            let unforwarded = Sender {
+                client: peer,
+                carried: true,
+                unforwarded: true,
+            };
+            assert_eq!(any.sender(&headers, peer), unforwarded, "{unusable:?}");
         }
-        assert_eq!(any.client(&HeaderMap::new(), peer), peer);
-        assert!(!any.carried(&HeaderMap::new(), peer));
+        let without = Sender {
+            client: peer,
+            carried: false,
+            unforwarded: true,
+        };
+        assert_eq!(any.sender(&HeaderMap::new(), peer), without);
     }
 
     #[test]
@@ -188,19 +207,16 @@ mod tests {
         let mut headers = HeaderMap::new();
         headers.insert(xff(), axum::http::HeaderValue::from_static("203.0.113.5"));
         for trusted in ["127.0.0.1", "10.1.200.3", "fd12::1", "::ffff:10.1.0.9"] {
-            assert_eq!(
-                proxy.client(&headers, ip(trusted)),
-                ip("203.0.113.5"),
-                "{trusted}"
-            );
-            assert!(proxy.carried(&headers, ip(trusted)), "{trusted}");
+            let sender = proxy.sender(&headers, ip(trusted));
+            assert_eq!(sender.client, ip("203.0.113.5"), "{trusted}");
+            assert!(sender.carried && !sender.unforwarded, "{trusted}");
         }
         // Anyone else is its own address, whatever it wrote, and its connection its own.
         for direct in ["127.0.0.2", "10.2.0.1", "2001:db8::1", "::ffff:192.0.2.1"] {
-            assert_eq!(proxy.client(&headers, ip(direct)), ip(direct), "{direct}");
-            assert!(!proxy.carried(&headers, ip(direct)), "{direct}");
+            let direct = ip(direct);
+            assert_eq!(proxy.sender(&headers, direct), Sender::direct(direct));
         }
-        assert_eq!(proxy.client(&headers, None), None);
+        assert_eq!(proxy.sender(&headers, None), Sender::direct(None));
     }
 
     #[test]
