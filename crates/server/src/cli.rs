@@ -55,9 +55,9 @@ pub struct Store {
     /// Data directory: installed surveys, and the SQLite database unless --database is given.
     #[arg(long, env = "CROSSTAB_DATA_DIR", default_value = "./data")]
     data_dir: PathBuf,
-    /// Database URL (sqlite:PATH, which must exist unless ?mode=rwc is added, or
-    /// postgres://...); default: SQLite in the data dir (`serve` and `db migrate` create
-    /// it if missing).
+    /// Database URL (sqlite:PATH, or postgres://...); default: SQLite in the data dir.
+    /// Only `serve` and `db migrate` create a missing SQLite file (the default one, or
+    /// one given with ?mode=rwc); other commands need it to exist.
     #[arg(long, env = "CROSSTAB_DATABASE_URL")]
     database: Option<String>,
 }
@@ -153,28 +153,36 @@ pub struct DataDir {
 /// `serve`'s log filter unless `RUST_LOG` says otherwise.
 const SERVE_LOG_FILTER: &str = "info,sqlx=warn";
 
-/// The settings `serve` reads from the environment alone (flags name their own).
+/// The settings `serve` reads from the environment alone (every flag but `--demo` may be
+/// set by the variable its help names; a list's values separated by commas).
 fn serve_environment() -> String {
     format!(
         "\
 Environment:
-  RUST_LOG                          Log filter (default {SERVE_LOG_FILTER})"
+  RUST_LOG                          Log filter (default {SERVE_LOG_FILTER})
+  Every flag but --demo may also be set by the variable its help names [env: ...]; a
+  repeatable flag's values separated by commas."
     )
 }
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Serve the /v1 API.
+    /// Serve the /v1 API, the app (its files and /app) and /ready.
     #[command(after_help = serve_environment())]
     Serve {
         /// Address to listen on (port 0 picks a free port; the address is printed).
-        #[arg(long, default_value = "127.0.0.1:8080")]
+        #[arg(long, env = "CROSSTAB_LISTEN", default_value = "127.0.0.1:8080")]
         listen: SocketAddr,
         #[command(flatten)]
         store: Store,
         /// A browser origin allowed to call the API (repeatable; `*` allows any origin on
         /// /v1, while /app, which signs users in, admits only origins named here).
-        #[arg(long = "allowed-origin", value_name = "ORIGIN")]
+        #[arg(
+            long = "allowed-origin",
+            env = "CROSSTAB_ALLOWED_ORIGIN",
+            value_name = "ORIGIN",
+            value_delimiter = ','
+        )]
         allowed_origins: Vec<String>,
         /// Make the data dir usable at once: demo survey, account `demo`, a key for it and
         /// a user `demo` for the app (key and password printed).
@@ -186,7 +194,7 @@ enum Command {
         /// Another /v1 service the app sends its users' queries to, each with the key set
         /// for the user's account by `crosstab app upstream-key` (default: this server
         /// answers them itself, billed to the user's account).
-        #[arg(long, value_name = "URL", value_parser = parse_upstream)]
+        #[arg(long, env = "CROSSTAB_UPSTREAM", value_name = "URL", value_parser = parse_upstream)]
         upstream: Option<String>,
         /// When a SQLite commit returns: full (a bill is on disk, surviving a power cut,
         /// before its 200) or normal (it survives a crash of the process, not of the
@@ -215,7 +223,7 @@ enum Command {
         #[arg(long, env = "CROSSTAB_RESPONSE_CACHE_ENTRIES", default_value_t = DEFAULT_ENTRIES)]
         response_cache_entries: usize,
         /// Bytes the process may keep resident besides the mapped survey files, e.g.
-        /// 2GiB, 512MiB, 1000000; default an eighth of the machine's memory. Its caches
+        /// 2GiB, 512MiB, 1048576 (at least 1MiB); default an eighth of the machine's memory. Its caches
         /// (answers, every survey's respondent sets) get what the rest of the process
         /// (connections, requests in flight, the database driver) leaves, least recently
         /// used evicted first; they never get less than an eighth of it.
@@ -231,25 +239,30 @@ enum Command {
         /// Behind a load balancer: the header it puts the client's address in (e.g.
         /// X-Forwarded-For; the last address in it counts). Only with a proxy that sets it;
         /// name the proxy with --trusted-proxy, or the header is believed from any peer.
-        #[arg(long = "trust-proxy-header", value_name = "HEADER")]
+        #[arg(
+            long = "trust-proxy-header",
+            env = "CROSSTAB_TRUST_PROXY_HEADER",
+            value_name = "HEADER"
+        )]
         trusted_proxy_header: Option<axum::http::HeaderName>,
         /// The load balancer's address or network (e.g. 10.0.0.5, 10.0.0.0/24; repeat for
         /// more): only its requests name their client by --trust-proxy-header, any other
         /// peer is taken as itself.
-        #[arg(long = "trusted-proxy", value_name = "ADDRESS|NETWORK",
+        #[arg(long = "trusted-proxy", env = "CROSSTAB_TRUSTED_PROXY", value_name = "ADDRESS|NETWORK",
+              value_delimiter = ',',
               requires = "trusted_proxy_header", value_parser = crate::http::proxy::parse_network)]
         trusted_proxies: Vec<ipnet::IpNet>,
         /// Seconds a query may compute (at most a day); past it, 503 `deadline_exceeded`,
         /// not billed.
-        #[arg(long, value_name = "SECONDS", default_value_t = 10,
+        #[arg(long, env = "CROSSTAB_QUERY_DEADLINE", value_name = "SECONDS", default_value_t = 10,
               value_parser = clap::value_parser!(u64).range(1..=86_400))]
         query_deadline: u64,
         /// Failed authentications per client address and minute; past it, 429.
-        #[arg(long, value_name = "N", default_value_t = 60,
+        #[arg(long, env = "CROSSTAB_FAILED_AUTH_PER_MINUTE", value_name = "N", default_value_t = 60,
               value_parser = clap::value_parser!(u32).range(1..))]
         failed_auth_per_minute: u32,
         /// Sign-in attempts to the app per client address and minute; past it, 429.
-        #[arg(long, value_name = "N", default_value_t = 20,
+        #[arg(long, env = "CROSSTAB_SIGN_IN_PER_MINUTE", value_name = "N", default_value_t = 20,
               value_parser = clap::value_parser!(u32).range(1..))]
         sign_in_per_minute: u32,
     },
@@ -308,7 +321,7 @@ enum Command {
         #[arg(long, value_name = "N")]
         repeat: Option<usize>,
     },
-    /// Billed calls per account, key and survey.
+    /// Billed calls per account, key, caller (app user or SSO subject) and survey.
     Usage {
         /// Only this account.
         #[arg(long)]
@@ -331,26 +344,26 @@ struct LimitArgs {
     /// keep-alive connection).
     // Every limit is bounded: 0 would refuse every request (or connection), and past a
     // day a deadline would overflow the clock's instants.
-    #[arg(long, value_name = "SECONDS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    #[arg(long, env = "CROSSTAB_HEADER_READ_TIMEOUT", value_name = "SECONDS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=86_400))]
     header_read_timeout: u64,
     /// Seconds a client has to send a request's whole body, from its head.
-    #[arg(long, value_name = "SECONDS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    #[arg(long, env = "CROSSTAB_BODY_TIMEOUT", value_name = "SECONDS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=86_400))]
     body_timeout: u64,
     /// Seconds a connection may move no byte before it is closed.
-    #[arg(long, value_name = "SECONDS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    #[arg(long, env = "CROSSTAB_IDLE_TIMEOUT", value_name = "SECONDS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=86_400))]
     idle_timeout: u64,
     /// Connections open at once; past it, new ones are closed as soon as accepted.
-    #[arg(long, value_name = "N", default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    #[arg(long, env = "CROSSTAB_MAX_CONNECTIONS", value_name = "N", default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     max_connections: u32,
     /// Seconds requests in flight get to finish after SIGINT/SIGTERM before their
     /// connections are closed (bills already committed stay).
-    #[arg(long, value_name = "SECONDS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(0..=86_400))]
+    #[arg(long, env = "CROSSTAB_SHUTDOWN_GRACE", value_name = "SECONDS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(0..=86_400))]
     shutdown_grace: u64,
     /// Seconds after SIGINT/SIGTERM during which requests are still served but `/ready`
     /// answers 503 (draining), so a load balancer stops sending new ones before the
     /// listener closes (behind one: at least its health checks' interval times their
     /// fall count).
-    #[arg(long, value_name = "SECONDS", default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=3_600))]
+    #[arg(long, env = "CROSSTAB_DRAIN", value_name = "SECONDS", default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=3_600))]
     drain: u64,
 }
 

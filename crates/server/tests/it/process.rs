@@ -790,6 +790,64 @@ fn serve_help_documents_every_environment_setting() {
         help.contains(&cache_default),
         "serve --help states another response cache default than the code's"
     );
+    // Every flag may come from the environment too (a unit's or a container's), --demo
+    // and --help aside.
+    let mut flags = Vec::new();
+    for line in help.lines() {
+        let line = line.trim_start();
+        if let Some(flag) = line
+            .strip_prefix("-h, ")
+            .or(Some(line))
+            .filter(|l| l.starts_with("--"))
+        {
+            let name: String = flag.chars().take_while(|c| !c.is_whitespace()).collect();
+            flags.push((name, String::new()));
+        } else if let Some((_, text)) = flags.last_mut() {
+            text.push_str(line);
+        }
+    }
+    assert!(flags.len() >= 20, "{flags:?}");
+    for (flag, text) in &flags {
+        if flag != "--demo" && flag != "--help" {
+            assert!(
+                text.contains("[env: CROSSTAB_"),
+                "{flag} has no variable: {text}"
+            );
+        }
+    }
+}
+
+/// Settings from the environment are checked as their flags are, lists split at commas.
+#[test]
+fn serve_settings_from_the_environment_are_checked_like_flags() {
+    let temp = tempfile::tempdir().unwrap();
+    let refused = |name: &str, value: &str| {
+        let output = std::process::Command::new(BIN)
+            .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(temp.path())
+            .env(name, value)
+            .output()
+            .unwrap();
+        assert!(!output.status.success(), "{name}={value} was taken");
+        String::from_utf8_lossy(&output.stderr).into_owned()
+    };
+    let said = refused("CROSSTAB_QUERY_DEADLINE", "0");
+    assert!(said.contains("--query-deadline"), "{said}");
+    let said = refused("CROSSTAB_MAX_CONNECTIONS", "none");
+    assert!(said.contains("--max-connections"), "{said}");
+    // The first value is good: the second is the one refused.
+    let said = std::process::Command::new(BIN)
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(temp.path())
+        .env("CROSSTAB_TRUST_PROXY_HEADER", "x-forwarded-for")
+        .env("CROSSTAB_TRUSTED_PROXY", "127.0.0.1,10.0.0.0/99")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&said.stderr);
+    assert!(
+        !said.status.success() && text.contains("'10.0.0.0/99'"),
+        "{text}"
+    );
 }
 
 /// SIGINT under load: requests in flight get their answers, the server exits cleanly, and
