@@ -323,7 +323,8 @@ async fn replicas_behind_nginx_bill_every_200_once_through_kills_reimports_and_a
 
 /// A researcher signs in to the app through nginx on its own port (the browser's Origin
 /// has the port, so nginx must pass the Host with it) and runs a table whose body is over
-/// /v1's 64 KiB (nginx must let a table's larger body through).
+/// /v1's 64 KiB (nginx must let a table's larger body through), and sends the token
+/// endpoint a form as large as a SAML assertion may make it.
 async fn app_through_nginx(publisher: &Path, url: &str, front: &str) {
     create_key(publisher, "app", &with_db(&["--grant", "SMALL"], url));
     create_user(
@@ -361,4 +362,27 @@ async fn app_through_nginx(publisher: &Path, url: &str, front: &str) {
     let status = answered.status();
     let text = answered.text().await.unwrap();
     assert_eq!(status, 200, "{:.300}", text);
+    // The token endpoint reads up to 256 KiB (a SAML assertion is large): nginx passes
+    // such a form on, and the server, not nginx, answers it.
+    let assertion = "a".repeat(crosstab_contract::oauth::MAX_TOKEN_REQUEST_BYTES - 1024);
+    let exchanged = client
+        .post(format!("{front}/v1/oauth/token"))
+        .form(&[
+            (
+                "grant_type",
+                "urn:ietf:params:oauth:grant-type:saml2-bearer",
+            ),
+            ("assertion", assertion.as_str()),
+        ])
+        .send()
+        .await
+        .unwrap();
+    let status = exchanged.status();
+    let text = exchanged.text().await.unwrap();
+    assert_eq!(status, 400, "{:.300}", text);
+    assert!(
+        text.contains("\"error\""),
+        "not the server's answer: {:.300}",
+        text
+    );
 }
