@@ -89,6 +89,13 @@ fn check_definition(
             "at least one [[population_bases]] is required".into(),
         ));
     }
+    // Without the column no respondent is in any group: every group's answer would be 0.
+    if definition.group_column.is_none() && !definition.groups.is_empty() {
+        return Err(def_error(
+            line_of_key("[groups]"),
+            "[groups] labels the values of the group column: give group_column too (or remove [groups])".into(),
+        ));
+    }
     Ok(())
 }
 
@@ -376,12 +383,18 @@ fn read_respondents(
         .headers()
         .map_err(|e| data_error(1, "-", format!("unreadable header: {e}")))?
         .clone();
+    // A file separated by semicolons or tabs (a spreadsheet's export) reads as one column.
+    let separated_otherwise = match headers.iter().collect::<Vec<_>>().as_slice() {
+        [one] if one.contains(';') => " (it is separated by semicolons: save it with commas)",
+        [one] if one.contains('\t') => " (it is separated by tabs: save it with commas)",
+        _ => "",
+    };
     let find = |name: &str, role: &str| {
         headers.iter().position(|h| h == name).ok_or_else(|| {
             data_error(
                 1,
                 name,
-                format!("the {role} column '{name}' is not in the header"),
+                format!("the {role} column '{name}' is not in the header{separated_otherwise}"),
             )
         })
     };
@@ -599,6 +612,8 @@ pub fn prepare_file(path: &std::path::Path) -> Result<Prepared, ImportError> {
         let data = read_respondents(&definition, std::io::BufReader::new(csv), &data_file)?;
         (data, Vec::new())
     };
+    let mut warnings = warnings;
+    warnings.extend(zero_weights_warning(&data.weights, &data_file));
     let format = data.format;
     let builder = assemble(&definition, &text, &file, data, &data_file)?;
     Ok(Prepared {
@@ -606,6 +621,21 @@ pub fn prepare_file(path: &std::path::Path) -> Result<Prepared, ImportError> {
         code: definition.code,
         warnings,
         format,
+    })
+}
+
+/// What to say of respondents weighted 0: they are respondents all the same (counted in
+/// `Resps` and stability, and in a table's sample sizes), which a data team that meant
+/// to leave them out (screen-outs, a boost) should know.
+#[cfg(feature = "fs")]
+fn zero_weights_warning(weights: &[f64], file: &str) -> Option<String> {
+    let zero = weights.iter().filter(|w| **w == 0.0).count();
+    (zero > 0).then(|| {
+        format!(
+            "{file}: {zero} respondent{} weighted 0: counted as respondents (Resps, stability) \
+             though they add nothing to WgtAud; leave them out of the file to exclude them",
+            if zero == 1 { " is" } else { "s are" }
+        )
     })
 }
 

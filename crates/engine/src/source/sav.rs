@@ -18,7 +18,7 @@ use std::path::Path;
 
 use ambers::{MissingSpec, MrType, SpssMetadata, Value};
 use arrow::array::{
-    Array, ArrayRef, Date32Array, DurationMicrosecondArray, Float64Array, RecordBatch,
+    Array, ArrayRef, Date32Array, DurationMicrosecondArray, Float64Array, RecordBatch, StringArray,
     StringViewArray, TimestampMicrosecondArray,
 };
 use arrow::datatypes::{DataType, TimeUnit};
@@ -401,6 +401,8 @@ pub(super) struct Layout {
     skipped_strings: Vec<String>,
     /// Columns of other types (lists, structs, binary), skipped.
     skipped_other: Vec<String>,
+    /// Numeric variables whose names targets can't use, skipped.
+    skipped_names: Vec<String>,
 }
 
 impl Layout {
@@ -448,7 +450,22 @@ impl Layout {
                 self.skipped_other.join(", ")
             ));
         }
+        if let Some(said) = self.skipped_names_warning() {
+            warnings.push(said);
+        }
         warnings
+    }
+
+    /// The numeric variables skipped for their names, if any.
+    fn skipped_names_warning(&self) -> Option<String> {
+        (!self.skipped_names.is_empty()).then(|| {
+            format!(
+                "variables whose names a target can't use (a name starts with a letter or '_', \
+                 uses only letters, digits, '_' and '.', and is not AND, OR, NOT, IN or \
+                 BETWEEN); skipped, rename them in the file to import them: {}",
+                self.skipped_names.join(", ")
+            )
+        })
     }
 }
 
@@ -524,6 +541,7 @@ pub(super) fn layout(
     let mut inputs = Vec::new();
     let mut skipped_strings = Vec::new();
     let mut skipped_other = Vec::new();
+    let mut skipped_names = Vec::new();
     for (at, (name, data_type)) in fields.iter().enumerate() {
         if at == id || at == weight || (Some(at) == group && !group_is_variable) {
             continue;
@@ -536,12 +554,11 @@ pub(super) fn layout(
             skipped_strings.push(name.clone());
             continue;
         }
+        // One such name (`Größe`, `Q1@a`, `IN`, all valid in SPSS) must not cost the
+        // whole file: it is skipped and said.
         if !is_expr_name(name) {
-            return Err(source_error(
-                file,
-                Some(name),
-                "a variable's name must start with a letter or '_' and use only letters, digits, '_' and '.' (and not be AND, OR, NOT, IN or BETWEEN): rename it in the file".into(),
-            ));
+            skipped_names.push(name.clone());
+            continue;
         }
         let input = Input {
             name: name.clone(),
@@ -574,6 +591,7 @@ pub(super) fn layout(
         by_name,
         skipped_strings,
         skipped_other,
+        skipped_names,
     })
 }
 
@@ -638,6 +656,18 @@ fn texts(
         out.extend(strings.iter().map(|s| {
             s.map(str::trim)
                 .filter(|s| !s.is_empty() && !missing.contains_text(s))
+                .map(str::to_owned)
+        }));
+    } else if kind == Kind::Number && array.data_type().is_integer() {
+        // Integers as their digits: through f64, ids past 2^53 would round into others.
+        let array = arrow::compute::cast(array, &DataType::Utf8)
+            .map_err(|e| format!("{} can't be read as text: {e}", array.data_type()))?;
+        let strings = array
+            .as_any()
+            .downcast_ref::<StringArray>()
+            .ok_or_else(|| format!("unexpected column type {}", array.data_type()))?;
+        out.extend(strings.iter().map(|s| {
+            s.filter(|s| s.parse::<f64>().is_ok_and(|v| !missing.contains(v)))
                 .map(str::to_owned)
         }));
     } else {
@@ -971,6 +1001,23 @@ fn quoted(text: &str) -> String {
     toml::Value::String(text.to_owned()).to_string()
 }
 
+/// Which SPSS format the file at `path` is: by its extension, else by its first bytes
+/// (`$FL3` begins a zlib-compressed `.zsav`).
+fn spss_format(path: &Path) -> SourceFormat {
+    let by_name = SourceFormat::from_extension(&path.to_string_lossy()).filter(|f| f.is_spss());
+    by_name.unwrap_or_else(|| {
+        let mut magic = [0u8; 4];
+        let zsav = File::open(path)
+            .and_then(|mut file| file.read_exact(&mut magic))
+            .is_ok_and(|()| &magic == b"$FL3");
+        if zsav {
+            SourceFormat::Zsav
+        } else {
+            SourceFormat::Sav
+        }
+    })
+}
+
 /// A starting definition for the SPSS file at `path` (written into the definition as
 /// given): every numeric variable's label and value labels, the group's value labels,
 /// the multiple-response sets as codes, and the base `ALL = "*"`.
@@ -1044,12 +1091,17 @@ pub fn init_definition(
             layout.skipped_strings.join(", ")
         ));
     }
+    if let Some(said) = layout.skipped_names_warning() {
+        line(format!("# {said}"));
+    }
     line(format!("code = {}", quoted(code)));
     line(format!("name = {}", quoted(name)));
     line(format!(
         "respondents = {}",
         quoted(&absolute.display().to_string())
     ));
+    // Said outright: a file named without .sav or .zsav would otherwise be read as CSV.
+    line(format!("format = {}", quoted(spss_format(path).name())));
     line(format!("id_column = {}", quoted(id)));
     line(format!("weight_column = {}", quoted(weight)));
     if let Some(group) = group {

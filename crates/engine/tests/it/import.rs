@@ -112,6 +112,45 @@ fn data_errors_name_line_column_and_reason() {
     }
 }
 
+/// Respondents weighted 0 are respondents all the same: the import says how many.
+#[test]
+fn respondents_weighted_zero_are_counted_in_a_warning() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.toml");
+    std::fs::write(&path, TOML).unwrap();
+    let warnings = |csv: &str| {
+        std::fs::write(dir.path().join("r.csv"), csv).unwrap();
+        import::prepare_file(&path).unwrap().warnings
+    };
+    let said = warnings(CSV);
+    assert_eq!(said.len(), 1, "{said:?}");
+    assert!(said[0].ends_with("r.csv: 1 respondent is weighted 0: counted as respondents (Resps, stability) though they add nothing to WgtAud; leave them out of the file to exclude them"), "{said:?}");
+    assert!(warnings(&CSV.replace("r2,2.25", "r2,0"))
+        .iter()
+        .any(|w| w.contains(": 2 respondents are weighted 0")));
+    assert_eq!(
+        warnings(&CSV.replace("r3,0,", "r3,1,")),
+        Vec::<String>::new()
+    );
+}
+
+/// A spreadsheet's export separated by semicolons or tabs is one column to a CSV reader:
+/// the error says what the file is separated by.
+#[test]
+fn a_file_separated_otherwise_is_said_to_be() {
+    for (separator, said) in [(";", "semicolons"), ("\t", "tabs")] {
+        let csv = CSV.replace(',', separator);
+        let (line, column, reason) = data_error(&csv);
+        assert_eq!((line, column.as_str()), (1, "ID"));
+        assert!(
+            reason.ends_with(&format!("(it is separated by {said}: save it with commas)")),
+            "{reason}"
+        );
+    }
+    let (_, _, reason) = data_error(&CSV.replace("ID,", "RESPID,"));
+    assert_eq!(reason, "the id column 'ID' is not in the header");
+}
+
 #[test]
 fn definition_errors_name_the_line() {
     let bad_expr = TOML.replace("expr = \"X = 1\"", "expr = \"X = \"");
@@ -146,6 +185,15 @@ fn definition_errors_name_the_line() {
 
     let no_bases = TOML.replace("[[population_bases]]\ncode = \"ALL\"\nexpr = \"*\"\n", "");
     assert!(definition_error(&no_bases).1.contains("population_bases"));
+
+    // Group labels without the group column: every group would be empty.
+    let labels_alone = format!(
+        "{}\n[groups]\nA = \"North\"\n",
+        TOML.replace("group_column = \"G\"\n", "")
+    );
+    let (line, reason) = definition_error(&labels_alone);
+    assert!(reason.contains("give group_column too"), "{reason}");
+    assert!(line > 18, "{line}");
 
     let bad_code = TOML.replace("code = \"T\"", "code = \"T T\"");
     assert!(definition_error(&bad_code).1.contains("survey code"));

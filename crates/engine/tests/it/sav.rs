@@ -231,6 +231,21 @@ fn format_key_overrides_the_extension() {
     assert!(import_with(dir.path(), &definition(&copy)).is_err());
 }
 
+/// `init` says the file's format outright: its definition imports a file named without
+/// .sav or .zsav (read as CSV otherwise).
+#[test]
+fn init_names_the_format_of_a_file_without_its_extension() {
+    let dir = tempfile::tempdir().unwrap();
+    for (fixture, format) in [("labelled.zsav", "zsav"), ("labelled.sav", "sav")] {
+        let copy = dir.path().join(format!("{format}-data.bin"));
+        std::fs::copy(fixtures().join(fixture), &copy).unwrap();
+        let text = import::init_definition(&copy, "FIX", "RESPID", "WEIGHT", None).unwrap();
+        assert!(text.contains(&format!("format = \"{format}\"\n")), "{text}");
+        let (survey, _) = import_with(dir.path(), &text).unwrap();
+        assert_eq!(survey.respondents(), 300);
+    }
+}
+
 fn source_reason(error: ImportError) -> String {
     match error {
         ImportError::Source { file, reason, .. } => {
@@ -834,6 +849,99 @@ fn write_parquet(path: &Path, batch: &RecordBatch) {
     let mut writer = parquet::arrow::ArrowWriter::try_new(file, batch.schema(), None).unwrap();
     writer.write(batch).unwrap();
     writer.close().unwrap();
+}
+
+/// Integer ids past 2^53 keep every digit (through f64, neighbours would collide).
+#[test]
+fn parquet_integer_ids_keep_every_digit() {
+    use arrow::array::{Float64Array, Int64Array, UInt64Array};
+    let ids: Vec<i64> = vec![20_240_512_000_012_345, 20_240_512_000_012_344, 7];
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("RESPID", DataType::Int64, true),
+        Field::new("WEIGHT", DataType::Float64, true),
+        Field::new("G", DataType::UInt64, true),
+    ]));
+    let batch = RecordBatch::try_new(
+        schema,
+        vec![
+            Arc::new(Int64Array::from(ids.clone())),
+            Arc::new(Float64Array::from(vec![1.0, 2.0, 3.0])),
+            Arc::new(UInt64Array::from(vec![u64::MAX, u64::MAX - 1, 2])),
+        ],
+    )
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("r.parquet");
+    write_parquet(&path, &batch);
+    let toml = format!(
+        "code = \"P\"\nname = \"P\"\nrespondents = {:?}\nid_column = \"RESPID\"\nweight_column = \"WEIGHT\"\ngroup_column = \"G\"\n[[population_bases]]\ncode = \"ALL\"\nexpr = \"*\"\n",
+        path.display().to_string()
+    );
+    let (survey, _) = import_with(dir.path(), &toml).unwrap();
+    let read: Vec<String> = (0..3)
+        .map(|row| survey.id(row).unwrap().to_owned())
+        .collect();
+    let want: Vec<String> = ids.iter().map(i64::to_string).collect();
+    assert_eq!(read, want);
+    let groups: Vec<String> = survey
+        .codebook()
+        .groups
+        .into_iter()
+        .map(|g| g.value)
+        .collect();
+    assert_eq!(
+        groups,
+        ["18446744073709551614", "18446744073709551615", "2"]
+    );
+}
+
+/// A numeric variable whose name no target can use is skipped and said, not a refusal
+/// of the whole file.
+#[test]
+fn variables_named_as_no_target_can_name_them_are_skipped() {
+    use arrow::array::{Float64Array, Int16Array, StringArray};
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("RESPID", DataType::Utf8, true),
+        Field::new("WEIGHT", DataType::Float64, true),
+        Field::new("Größe", DataType::Int16, true),
+        Field::new("IN", DataType::Int16, true),
+        Field::new("X", DataType::Int16, true),
+    ]));
+    let small = || Arc::new(Int16Array::from(vec![1, 2])) as arrow::array::ArrayRef;
+    let batch = RecordBatch::try_new(
+        schema,
+        vec![
+            Arc::new(StringArray::from(vec!["a", "b"])),
+            Arc::new(Float64Array::from(vec![1.0, 2.0])),
+            small(),
+            small(),
+            small(),
+        ],
+    )
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("r.parquet");
+    write_parquet(&path, &batch);
+    let toml = format!(
+        "code = \"P\"\nname = \"P\"\nrespondents = {:?}\nid_column = \"RESPID\"\nweight_column = \"WEIGHT\"\n[[population_bases]]\ncode = \"ALL\"\nexpr = \"*\"\n",
+        path.display().to_string()
+    );
+    let (survey, prepared) = import_with(dir.path(), &toml).unwrap();
+    let names: Vec<String> = survey
+        .codebook()
+        .variables
+        .into_iter()
+        .map(|v| v.name)
+        .collect();
+    assert_eq!(names, ["X"]);
+    assert!(
+        prepared
+            .warnings
+            .iter()
+            .any(|w| w.contains("rename them in the file to import them: Größe, IN")),
+        "{:?}",
+        prepared.warnings
+    );
 }
 
 #[test]
