@@ -12,7 +12,8 @@ this script recomputes every cell from the respondent CSV with pandas and compar
   T ± qnorm(0.975)·SE (scipy), the RSE, Σw², n_eff, respondents, the percentages and index;
 - the column test with statsmodels' `proportions_ztest` (pooled two-proportion z-test) on
   effective sample sizes, the column against the rest of the base, where both have an
-  effective size of at least 30.
+  effective size of at least 30 and the row holds at least 5 (effective) respondents of
+  the two and leaves at least 5 out.
 
 Everything to 1e-9 relative. R itself is not installable here (CRAN is unreachable).
 Usage: check-table-stats.py [NATIVE_HELPER]   (run with the venv scripts/setup makes:
@@ -53,6 +54,8 @@ def mask(data, expression):
     if m := re.fullmatch(r"(\w+) (=|>=|<=) (\S+)", expression):
         column, value = data[m[1]], float(m[3])
         return {"=": column == value, ">=": column >= value, "<=": column <= value}[m[2]]
+    if m := re.fullmatch(r"\((.+)\) AND \((.+)\)", expression):
+        return mask(data, m[1]) & mask(data, m[2])
     raise ValueError(f"not an expression this check reads: {expression}")
 
 
@@ -115,6 +118,9 @@ def column_test(row, column, w, base):
     pooled = (sizes[0] * shares[0] + sizes[1] * shares[1]) / (sizes[0] + sizes[1])
     if pooled <= 0 or pooled >= 1:
         return None
+    # A rare row is not tested: at least 5 (effective) respondents in and out of it.
+    if min(sum(sizes) * pooled, sum(sizes) * (1 - pooled)) < 5:
+        return None
     z, _ = proportions_ztest([shares[0] * sizes[0], shares[1] * sizes[1]], sizes)
     assert abs(abs(z) - Z) > 1e-6, f"z {z} too near the edge to decide"
     return "higher" if z > Z else "lower" if z < -Z else None
@@ -132,7 +138,9 @@ def check(work):
     subprocess.run([NATIVE, "demo", work, "20000"], check=True, stdout=subprocess.DEVNULL)
     data = pd.read_csv(os.path.join(work, "respondents.csv"))
     flags = [c for c in data.columns if c.startswith("P_")][:8]
-    rows = [f"{flag} = 1" for flag in flags] + ["SMOKER = 1", "INCOME >= 5"]
+    # The last, a row of four respondents all aged 55 or more: the z-test alone would mark
+    # it against the rest of the base, the rare-row rule leaves it untested.
+    rows = [f"{flag} = 1" for flag in flags] + ["SMOKER = 1", "INCOME >= 5", "(AGE = 58) AND (INCOME = 1)"]
     columns = ["REGION = 1", "REGION = 2", "REGION = 3", "REGION = 4", "GENDER = 2",
                "AGE BETWEEN 18 AND 34", "AGE >= 55", "*"]
     designs = [("ADULTS", "*", None), ("WOMEN", "GENDER = 2", "3"), ("A18_34", "AGE BETWEEN 18 AND 34", None)]

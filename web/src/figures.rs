@@ -2,7 +2,7 @@
 //! markers (stability and the column test) with their legend.
 
 use crosstab_contract::app::{Significance, TableCell, UnstableReason};
-use crosstab_contract::table::MIN_TESTED_EFFECTIVE_N;
+use crosstab_contract::table::{MIN_TESTED_EFFECTIVE_N, MIN_TESTED_EXPECTED};
 use crosstab_wasm::display::format_number;
 use serde::{Deserialize, Serialize};
 
@@ -236,8 +236,12 @@ pub fn legend(figures: &Figures, threshold: u64, flipped: bool) -> Vec<String> {
             ));
         }
         lines.push(format!(
-            "Tested where the column and the rest of the base each have an effective sample size of {MIN_TESTED_EFFECTIVE_N} or more."
+            "Two-sided z-test of two proportions (pooled; Kish effective sample sizes; no continuity correction), each column against the rest of the base; tested where each side has an effective sample size of {MIN_TESTED_EFFECTIVE_N} or more and the row holds {MIN_TESTED_EXPECTED} or more of both sides' respondents (effective), and leaves as many out."
         ));
+        lines.push(
+            "Each arrow is one test at 95% with no correction for the table's many tests: where there is no real difference, about 1 test in 20 shows an arrow by chance."
+                .to_owned(),
+        );
         if flipped {
             lines.push(
                 "Flipped: the arrows test the table as built, its rows within its columns."
@@ -375,10 +379,10 @@ pub mod tests {
         };
         assert_eq!(marks(&c, &quiet), "");
         assert!(legend(&quiet, 60, true).iter().all(|l| !l.contains('*')));
-        assert_eq!(legend(&all, 60, false).len(), 7);
+        assert_eq!(legend(&all, 60, false).len(), 8);
         // Flipped, the legend says the arrows are the table's as built (exports too).
         let flipped = legend(&all, 60, true);
-        assert_eq!(flipped.len(), 8);
+        assert_eq!(flipped.len(), 9);
         assert!(flipped
             .iter()
             .any(|l| l.starts_with("Flipped: the arrows test")));

@@ -3,7 +3,8 @@
 //! `subset(design, base)`) and the column test.
 
 use crosstab_contract::table::{
-    Significance, TableCell, UnstableReason, MAX_STABLE_RSE, MIN_TESTED_EFFECTIVE_N, Z_95,
+    Significance, TableCell, UnstableReason, MAX_STABLE_RSE, MIN_TESTED_EFFECTIVE_N,
+    MIN_TESTED_EXPECTED, Z_95,
 };
 use crosstab_contract::Stability;
 
@@ -113,7 +114,8 @@ impl Figures {
 ///
 /// `None` when either side's effective size is under [`MIN_TESTED_EFFECTIVE_N`] (the
 /// normal approximation would call two respondents of five a difference), a side has no
-/// weight, or the pooled share is 0 or 1 (nothing to test).
+/// weight, the pooled share is 0 or 1 (nothing to test), or the row's effective count in
+/// or out of the two sides is under [`MIN_TESTED_EXPECTED`] (a rare row).
 pub(crate) fn column_test(
     cell: Moments,
     row: Moments,
@@ -129,6 +131,10 @@ pub(crate) fn column_test(
     let p1 = cell.weight / column.weight;
     let p2 = (row.weight - cell.weight).max(0.0) / complement.weight;
     let pooled = (n1 * p1 + n2 * p2) / (n1 + n2);
+    let both = n1 + n2;
+    if (both * pooled).min(both * (1.0 - pooled)) < MIN_TESTED_EXPECTED {
+        return None;
+    }
     let variance = pooled * (1.0 - pooled) * (1.0 / n1 + 1.0 / n2);
     // Also refuses NaN: nothing to test.
     let deviation = Some(variance.sqrt()).filter(|d| *d > 0.0)?;
@@ -167,6 +173,26 @@ mod tests {
         // z is over 4 for 10 respondents too, but too few to test.
         assert_eq!(test(10, 1000), None);
         assert_eq!(test(1000, 28), None);
+    }
+
+    #[test]
+    fn the_column_test_needs_a_row_of_five_in_and_out() {
+        let (column, rest) = (unweighted(1000), unweighted(1000));
+        // 4 of 1000 against none of 1000: z is 2.0 (Fisher's exact p is 0.12).
+        assert_eq!(
+            column_test(unweighted(4), unweighted(4), column, rest),
+            None
+        );
+        // 6 against none: z 2.45 (Fisher's p 0.031).
+        assert_eq!(
+            column_test(unweighted(6), unweighted(6), column, rest),
+            Some(Significance::Higher)
+        );
+        // Likewise out of the row: 996 of 1000 against all of them.
+        assert_eq!(
+            column_test(unweighted(996), unweighted(1996), column, rest),
+            None
+        );
     }
 
     #[test]
