@@ -163,6 +163,20 @@ test('a table from the codebook by labels: every cell is /v1 for (row) AND (colu
   // The focus goes to the entry now last, not to the page.
   await page.waitForFunction(() => document.activeElement?.id === 'rows-remove-7');
   assert.equal(await page.locator('#table-stale').count(), 0);
+  // A row naming what the survey lacks is said before anything runs (its cells would be
+  // zeros, and billed), and Run does nothing until it is corrected or removed.
+  await wb.typed('rows', 'GENDR = 1');
+  assert.match(
+    await page.locator('#table-problem').textContent(),
+    /^Not in survey DEMO: row 9 \(GENDR = 1\): the survey does not define 'GENDR'\. Correct or remove them to run the table\.$/,
+  );
+  assert.equal(await page.locator('#table-run').getAttribute('aria-disabled'), 'true');
+  await page.locator('#table-run').focus();
+  await page.keyboard.press('Enter');
+  assert.equal(await page.locator('#cost-prompt').count(), 0);
+  assert.equal(await page.locator('#workbench-table[data-run="2"]').count(), 1, 'nothing ran');
+  await page.getByRole('button', { name: 'Remove GENDR = 1' }).click();
+  assert.equal(await page.locator('#table-problem').count(), 0);
   assert.match(await page.locator('#table-announce').textContent(), /Table ready: 8 rows by 4 columns/);
   await wb.run({ confirm: true });
   await page.locator('#figures-all').click();
@@ -288,6 +302,37 @@ async function twentyByTen(wb) {
   assert.equal((await wb.expressions('rows')).length, 20);
   assert.equal((await wb.expressions('columns')).length, 10);
 }
+
+test('a session that ends keeps the table being built: signed in again, the builder has it back', async () => {
+  const { context, page } = await signedInTables();
+  const wb = bench(page);
+  await wb.variable('rows', 'GENDER');
+  await wb.typed('columns', 'AGE >= 40');
+  const rows = await wb.expressions('rows');
+  assert.equal(rows.length, 2);
+  // The session ends elsewhere (signed out in another tab): the next call finds it gone.
+  const out = await context.request.post(`${server.origin}/app/logout`, { headers: { origin: server.origin } });
+  assert.equal(out.status(), 204);
+  await page.locator('#table-run').click();
+  await page.locator('#session-ended').waitFor();
+  assert.match(await page.locator('#session-ended').textContent(), /The table you were building is kept/);
+  await page.getByLabel('Username').fill(server.username);
+  await page.getByLabel('Password').fill(server.password);
+  await page.getByRole('button', { name: 'Sign in' }).click();
+  await page.locator('#table-base').waitFor();
+  assert.deepEqual(await wb.expressions('rows'), rows);
+  assert.deepEqual(await wb.expressions('columns'), ['AGE >= 40']);
+  assert.equal(await page.locator('#session-ended').count(), 0);
+  // A reload brings it back too; Clear empties it for good.
+  await page.reload();
+  await page.locator('#table-base').waitFor();
+  assert.deepEqual(await wb.expressions('rows'), rows);
+  await page.locator('#table-clear').click();
+  await page.reload();
+  await page.locator('#table-base').waitFor();
+  assert.deepEqual(await wb.expressions('rows'), []);
+  await context.close();
+});
 
 test('timing: a 20 × 10 table on the demo survey with every figure, from click to rendered', async () => {
   const { context, page } = await signedInTables();
@@ -432,7 +477,19 @@ test('a private file: opened with the guided form, computed in the page, never s
   assert.ok(sent.some(({ url }) => url.endsWith('/crosstab-web-worker_bg.wasm')), 'the worker module was fetched after the page load');
   await context.setOffline(true);
   assert.match(await page.locator('#local-private').textContent(), /never uploaded, and nothing is billed/);
+  // A file with no column named as a weight: none is taken for one (a category's codes
+  // would weight every figure), and Open asks for it.
+  const unweighted = join(dir, 'no-weight.csv');
+  writeFileSync(unweighted, 'RESPID,GENDER,AGE\n1,1,30\n2,2,40\n');
+  await page.locator('#local-data').setInputFiles(unweighted);
+  await page.locator('.guided .muted', { hasText: 'no-weight.csv: 3 columns' }).waitFor();
+  assert.equal(await page.locator('#local-weight').inputValue(), '');
+  await page.locator('#local-open').click();
+  assert.match(await page.locator('#local-error').textContent(), /^Choose the weight column/);
+  assert.equal(await page.locator('#local-opened').count(), 0);
   await page.locator('#local-data').setInputFiles(csvPath);
+  await page.locator('.guided .muted', { hasText: 'private-panel.csv: 5 columns' }).waitFor();
+  assert.equal(await page.locator('#local-weight').inputValue(), 'WEIGHT', 'a WEIGHT column is taken');
   await page.locator('#local-code').fill('PRIV');
   await page.locator('#local-id').selectOption('RESPID');
   await page.locator('#local-weight').selectOption('WEIGHT');

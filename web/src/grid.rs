@@ -37,6 +37,9 @@ pub struct Arrangement {
     pub hide_empty: bool,
 }
 
+/// What a heading naming what the survey lacks (its cells all zero) ends with.
+pub const UNKNOWN_MARK: &str = " (not in this survey)";
+
 /// A row or column heading.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Head {
@@ -61,11 +64,15 @@ impl Head {
     }
 
     fn of(index: usize, header: &TableHeader) -> Head {
-        let label = if header.label.is_empty() || header.label == header.expression {
+        let mut label = if header.label.is_empty() || header.label == header.expression {
             header.expression.clone()
         } else {
             format!("{} · {}", header.label, header.expression)
         };
+        // In words, so the screen, a screen reader and every export say it.
+        if header.unknown {
+            label.push_str(UNKNOWN_MARK);
+        }
         Head {
             key: Key::At(index),
             label,
@@ -238,6 +245,15 @@ pub mod tests {
         assert_eq!(weights, [40.0, 10.0, 30.0]);
         let totals: Vec<f64> = grid.lines[0].cells.iter().map(|c| c.weight).collect();
         assert_eq!(totals, [400.0, 100.0, 300.0]);
+    }
+
+    #[test]
+    fn a_heading_naming_what_the_survey_lacks_says_so_in_words() {
+        let mut unknown = table();
+        unknown.rows[1].unknown = true;
+        let grid = Grid::of(&unknown, Arrangement::default());
+        assert_eq!(labels(&grid)[2], "GENDER = 3 (not in this survey)");
+        assert!(grid.lines[2].head.unknown && !grid.lines[1].head.unknown);
     }
 
     #[test]

@@ -122,7 +122,11 @@ fn App() -> impl IntoView {
     let rerun = RwSignal::new(None::<CrosstabRequest>);
     // An ended session (expired, or signed out in another tab) brings back the sign-in
     // form, whatever screen asked.
-    api::on_session_ended(move || enter(session, Session::SignedOut));
+    let ended = RwSignal::new(false);
+    api::on_session_ended(move || {
+        ended.set(true);
+        enter(session, Session::SignedOut);
+    });
     leptos::task::spawn_local(async move {
         let next = match api::me().await {
             Ok(me) => Session::SignedIn(me),
@@ -180,16 +184,18 @@ fn App() -> impl IntoView {
                 Session::Checking => view! { <p class="status" role="status">"Loading…"</p> }.into_any(),
                 // A survey file on this computer needs no account: tables from it are
                 // computed here, so they work signed out (and offline) too.
-                Session::SignedOut if screen.get() == Screen::Table => view! {
+                // (A session that ended asks to sign in again, here too: the table being
+                // built comes back with it.)
+                Session::SignedOut if screen.get() == Screen::Table && !ended.get() => view! {
                     <p class="row"><a href="#/query" on:click=move |ev: leptos::ev::MouseEvent| { ev.prevent_default(); go(Screen::Query); }>"← Sign in to use the server's surveys"</a></p>
                     <workbench::WorkbenchScreen signed_in=false />
                 }.into_any(),
                 Session::SignedOut => view! {
-                    <SignIn session=session />
+                    <SignIn session=session ended=ended />
                     <section class="card signin">
                         <h2>"Private data"</h2>
                         <p class="muted">"Work on a survey file from this computer without signing in: it is computed in this page, never uploaded, and not billed."</p>
-                        <button class="secondary" id="open-local" on:click=move |_| go(Screen::Table)>"Open a survey file"</button>
+                        <button class="secondary" id="open-local" on:click=move |_| { ended.set(false); go(Screen::Table); }>"Open a survey file"</button>
                     </section>
                 }.into_any(),
                 Session::SignedIn(_) => match screen.get() {
@@ -211,7 +217,7 @@ fn App() -> impl IntoView {
 }
 
 #[component]
-fn SignIn(session: RwSignal<Session>) -> impl IntoView {
+fn SignIn(session: RwSignal<Session>, ended: RwSignal<bool>) -> impl IntoView {
     let username = RwSignal::new(String::new());
     let password = RwSignal::new(String::new());
     let error = RwSignal::new(None::<String>);
@@ -222,7 +228,10 @@ fn SignIn(session: RwSignal<Session>) -> impl IntoView {
         error.set(None);
         leptos::task::spawn_local(async move {
             match api::login(&username.get_untracked(), &password.get_untracked()).await {
-                Ok(me) => enter(session, Session::SignedIn(me)),
+                Ok(me) => {
+                    ended.set(false);
+                    enter(session, Session::SignedIn(me));
+                }
                 Err(failure) => error.set(Some(failure.message)),
             }
             password.set(String::new());
@@ -232,6 +241,9 @@ fn SignIn(session: RwSignal<Session>) -> impl IntoView {
     view! {
         <section class="card signin">
             <h1>"Sign in"</h1>
+            {move || ended.get().then(|| view! {
+                <p class="warning" role="status" id="session-ended">"Your session has ended: sign in again. The table you were building is kept."</p>
+            })}
             <p class="muted">"Use the username and password your account administrator gave you."</p>
             <form on:submit=submit>
                 <label for="username">"Username"</label>

@@ -14,6 +14,9 @@ pub const SAVED: &str = "crosstab.tables";
 /// The tables run lately, likewise.
 pub const HISTORY: &str = "crosstab.table-history";
 const MAX_HISTORY: usize = 30;
+/// The table being built on the server, likewise: kept as it changes, so a session that
+/// ends (or a reload) does not lose it.
+pub const DRAFT: &str = "crosstab.table-draft";
 
 /// A table as the researcher built it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -87,6 +90,16 @@ pub fn record(spec: Spec) {
     all.entries.insert(0, spec);
     all.entries.truncate(MAX_HISTORY);
     let _ = all.store(HISTORY);
+}
+
+/// The table the user was building, if kept.
+pub fn draft() -> Option<Spec> {
+    StoredList::load(DRAFT).entries.into_iter().next()
+}
+
+/// Keeps `spec` as the table being built.
+pub fn keep_draft(spec: Spec) {
+    let _ = StoredList::of(vec![spec]).store(DRAFT);
 }
 
 /// Forgets the history.

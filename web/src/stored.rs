@@ -49,6 +49,14 @@ pub struct StoredList<T> {
 }
 
 impl<T: Serialize + DeserializeOwned> StoredList<T> {
+    /// A list of `entries` alone (writing it drops any kept unread).
+    pub fn of(entries: Vec<T>) -> StoredList<T> {
+        StoredList {
+            entries,
+            unread: Vec::new(),
+        }
+    }
+
     /// The list stored under `key`; empty when there is none, or it is no list at all.
     pub fn load(key: &str) -> StoredList<T> {
         StoredList::from_value(LocalStorage::get(owned(key)).unwrap_or(Value::Null))

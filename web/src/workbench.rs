@@ -62,6 +62,12 @@ fn axis_entry(book: Option<&Codebook>, expression: &str) -> TableAxis {
     }
 }
 
+/// Whether a CSV column's name says it holds weights (`WEIGHT`, `wgt_final`, `WT`).
+fn looks_like_weight(column: &str) -> bool {
+    let name = column.to_lowercase();
+    name.contains("weight") || name.contains("wgt") || name == "wt" || name.starts_with("wt_")
+}
+
 /// One entry per value of `variable`: its labelled values, or every value when none is
 /// labelled.
 fn value_entries(book: &Codebook, variable: &str) -> Vec<TableAxis> {
@@ -243,12 +249,14 @@ pub fn WorkbenchScreen(signed_in: bool) -> impl IntoView {
             columns: columns.get(),
         }
     });
-    let problem = Memo::new(move |_| {
-        request
+    // What stops a run: an invalid request, or entries naming what the survey lacks
+    // (all-zero cells, billed on the server), said before it runs.
+    let problem = Memo::new(move |_| match request.get().validate() {
+        Err(error) => Some(ApiError::from(error).to_string()),
+        Ok(valid) => book
             .get()
-            .validate()
-            .err()
-            .map(|error| ApiError::from(error).to_string())
+            .filter(|book| book.code == valid.request.survey)
+            .and_then(|book| valid.names_unknown_to(&book)),
     });
     let cost = Memo::new(move |_| billed_calls(rows.with(Vec::len), columns.with(Vec::len)));
 
@@ -389,6 +397,26 @@ pub fn WorkbenchScreen(signed_in: bool) -> impl IntoView {
         });
     };
     let search = RwSignal::new(String::new());
+    // The server table being built is kept as it changes (the user's own, in this
+    // browser) and brought back when the screen opens again: after the session ended and
+    // the user signed in again, or a reload.
+    if signed_in {
+        if let Some(draft) = saved::draft().filter(|draft| !draft.local) {
+            load.run(draft);
+        }
+        Effect::new(move |_| {
+            if source.get() == Source::Server {
+                saved::keep_draft(Spec {
+                    name: String::new(),
+                    at: saved::now(),
+                    request: request.get(),
+                    figures: figures.get(),
+                    arrangement: arrangement.get(),
+                    local: false,
+                });
+            }
+        });
+    }
 
     view! {
         <div class="layout workbench">
@@ -788,11 +816,12 @@ fn LocalOpen(opened: RwSignal<Option<Opened>>) -> impl IntoView {
                         });
                         name.set(file_name.clone());
                         id_column.set(found.first().cloned().unwrap_or_default());
+                        // Only a column named as a weight is taken for one: any other
+                        // (a category's codes) would weight every figure wrongly, silently.
                         weight_column.set(
                             found
                                 .iter()
-                                .find(|c| c.to_lowercase().contains("weight"))
-                                .or(found.get(1))
+                                .find(|c| looks_like_weight(c))
                                 .cloned()
                                 .unwrap_or_default(),
                         );
@@ -838,8 +867,15 @@ fn LocalOpen(opened: RwSignal<Option<Opened>>) -> impl IntoView {
             error.set(Some("Choose the respondent file first.".into()));
             return;
         };
-        busy.set(true);
         let definition = definition.get_untracked();
+        if definition.is_none() && weight_column.get_untracked().is_empty() {
+            error.set(Some(
+                "Choose the weight column: every figure is a sum of respondents' weights (for an unweighted survey, add a column of 1s)."
+                    .into(),
+            ));
+            return;
+        }
+        busy.set(true);
         let guided = GuidedDefinition {
             code: code.get_untracked(),
             name: name.get_untracked(),
@@ -858,10 +894,13 @@ fn LocalOpen(opened: RwSignal<Option<Opened>>) -> impl IntoView {
             finish(result);
         });
     };
-    let column_select = move |id: &'static str, value: RwSignal<String>, optional: bool| {
+    // `empty`: what the select's empty choice says (none: it has none).
+    let column_select = move |id: &'static str,
+                              value: RwSignal<String>,
+                              empty: Option<&'static str>| {
         view! {
             <select id=id on:change=move |ev| value.set(event_target_value(&ev))>
-                {optional.then(|| view! { <option value="" selected=move || value.get().is_empty()>"(none)"</option> })}
+                {empty.map(|text| view! { <option value="" selected=move || value.get().is_empty()>{text}</option> })}
                 {move || columns.get().into_iter().map(|c| {
                     let option = c.clone();
                     let shown = c.clone();
@@ -912,15 +951,15 @@ fn LocalOpen(opened: RwSignal<Option<Opened>>) -> impl IntoView {
                                 </div>
                                 <div>
                                     <label for="local-id">"Id column"</label>
-                                    {column_select("local-id", id_column, false)}
+                                    {column_select("local-id", id_column, None)}
                                 </div>
                                 <div>
                                     <label for="local-weight">"Weight column"</label>
-                                    {column_select("local-weight", weight_column, false)}
+                                    {column_select("local-weight", weight_column, Some("(choose one)"))}
                                 </div>
                                 <div>
                                     <label for="local-group">"Group column (optional)"</label>
-                                    {column_select("local-group", group_column, true)}
+                                    {column_select("local-group", group_column, Some("(none)"))}
                                 </div>
                             </div>
                             <fieldset class="bases">
@@ -1031,6 +1070,16 @@ mod tests {
         assert_eq!(coffee.len(), 1);
         assert_eq!(coffee[0].expression, "P_COFFEE_01 = 1");
         assert!(value_entries(&book, "NOPE").is_empty());
+    }
+
+    #[test]
+    fn only_a_column_named_as_a_weight_is_taken_for_one() {
+        for weight in ["WEIGHT", "wgt_final", "WT", "wt_2024", "PopWeight"] {
+            assert!(looks_like_weight(weight), "{weight}");
+        }
+        for other in ["GENDER", "RESPID", "WTV", "HEIGHT", "W"] {
+            assert!(!looks_like_weight(other), "{other}");
+        }
     }
 
     #[test]

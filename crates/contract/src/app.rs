@@ -151,6 +151,18 @@ pub struct Codebook {
     pub variables: Vec<VariableEntry>,
 }
 
+impl Codebook {
+    /// Every name in `expr` this survey does not define as it is used there (what the
+    /// engine reports of the same survey).
+    pub fn unknown_names(&self, expr: &crate::expr::Expr) -> Vec<crate::wire::Unknown> {
+        crate::wire::Unknown::in_expr(
+            expr,
+            |name| self.variables.iter().any(|v| v.name == name),
+            |name| self.codes.iter().any(|c| c.code == name),
+        )
+    }
+}
+
 impl CodebookQuery {
     /// The search to apply, if `q` has any text.
     pub fn search(&self) -> Option<CodebookSearch> {
@@ -541,6 +553,60 @@ mod tests {
                 },
             ],
         }
+    }
+
+    /// The app refuses to run a table naming what the survey lacks, saying which entry
+    /// and why, as the engine would classify it.
+    #[test]
+    fn a_table_naming_what_the_survey_lacks_is_said_before_it_runs() {
+        use crate::table::{TableAxis, TableRequest};
+        let axis = |expression: &str| TableAxis {
+            expression: expression.into(),
+            label: None,
+        };
+        let table = |rows: Vec<TableAxis>| {
+            TableRequest {
+                survey: "DEMO".into(),
+                population_base: "ADULTS".into(),
+                group: None,
+                rows,
+                columns: vec![axis("GENDER = 1"), axis("GENDR = 2 OR F2554")],
+            }
+            .validate()
+            .unwrap()
+        };
+        let book = codebook();
+        assert_eq!(
+            table(vec![axis("F2554"), axis("EMPTY >= 1")]).names_unknown_to(&book),
+            Some(
+                "Not in survey DEMO: column 2 (GENDR = 2 OR F2554): the survey does not \
+                 define 'GENDR'. Correct or remove them to run the table."
+                    .into()
+            )
+        );
+        let said = table(vec![axis("GENDER"), axis("F2554 = 1 AND NOPE = 1")])
+            .names_unknown_to(&book)
+            .unwrap();
+        assert_eq!(
+            said,
+            "Not in survey DEMO: row 1 (GENDER): 'GENDER' is a variable, to compare (as in \
+             'GENDER = 2'), not a named code; row 2 (F2554 = 1 AND NOPE = 1): the survey \
+             does not define 'NOPE'; 'F2554' is a named code, to name alone (as in \
+             'F2554'), not a variable; column 2 (GENDR = 2 OR F2554): the survey does not \
+             define 'GENDR'. Correct or remove them to run the table."
+        );
+        let many = table((0..7).map(|i| axis(&format!("X{i} = 1"))).collect());
+        let said = many.names_unknown_to(&book).unwrap();
+        assert!(
+            said.contains("row 5 (X4 = 1)") && !said.contains("row 6"),
+            "{said}"
+        );
+        assert!(said.ends_with("; and 3 more. Correct or remove them to run the table."));
+        let known = TableRequest {
+            columns: vec![axis("GENDER = 1")],
+            ..table(vec![axis("F2554")]).request
+        };
+        assert_eq!(known.validate().unwrap().names_unknown_to(&book), None);
     }
 
     #[test]

@@ -11,12 +11,13 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::app::Codebook;
 use crate::error::ApiError;
 use crate::expr::Expr;
 use crate::json::from_slice_strict;
 use crate::limits::{MAX_TABLE_COLUMNS, MAX_TABLE_LABEL_CHARS, MAX_TABLE_ROWS};
 use crate::validate::{check_identifier, parse_target, Refusal};
-use crate::wire::{Stability, ALL_GROUPS};
+use crate::wire::{Stability, Unknown, ALL_GROUPS};
 
 /// Above this many billed calls the app asks before it runs a table on the server.
 pub const TABLE_COST_PROMPT_THRESHOLD: u32 = 20;
@@ -31,6 +32,13 @@ pub const MAX_STABLE_RSE: f64 = 0.30;
 /// The column test runs only where the column and the rest of the base each have at
 /// least this effective sample size (the usual minimum base for significance testing).
 pub const MIN_TESTED_EFFECTIVE_N: f64 = 30.0;
+
+/// ... and where the row holds at least this many respondents of the two sides together,
+/// and leaves as many out (their effective size times the pooled share, and times its
+/// complement): the normal approximation otherwise calls a rare row a difference (four
+/// respondents of a thousand against none of a thousand: z = 2.0, while Fisher's exact
+/// test gives p = 0.12).
+pub const MIN_TESTED_EXPECTED: f64 = 5.0;
 
 /// What a table on the server costs, in billed calls: as many as `/v1` would take to ask
 /// the same questions, one call per one or two targets. The targets are every cell
@@ -93,6 +101,46 @@ pub struct ValidTable {
 }
 
 impl ValidTable {
+    /// What to tell a user before running a table some of whose rows or columns use
+    /// names `book`'s survey does not define as used there (their cells would all be
+    /// zeros, and a server table bills them): each such entry, up to five, with why.
+    /// `None` when every name is known.
+    pub fn names_unknown_to(&self, book: &Codebook) -> Option<String> {
+        const SAID: usize = 5;
+        let rows = self
+            .rows
+            .iter()
+            .enumerate()
+            .map(|(i, expr)| ("row", i, expr));
+        let columns = self.columns.iter().enumerate();
+        let unknown: Vec<String> = rows
+            .chain(columns.map(|(i, expr)| ("column", i, expr)))
+            .filter_map(|(axis, index, expr)| {
+                let unknown = book.unknown_names(expr);
+                (!unknown.is_empty()).then(|| {
+                    format!(
+                        "{axis} {} ({}): {}",
+                        index + 1,
+                        crate::expr::shorten(&expr.to_string()),
+                        Unknown::reasons(&unknown)
+                    )
+                })
+            })
+            .collect();
+        let (first, more) = unknown.split_at(unknown.len().min(SAID));
+        let more = match more.len() {
+            0 => String::new(),
+            n => format!("; and {n} more"),
+        };
+        (!first.is_empty()).then(|| {
+            format!(
+                "Not in survey {}: {}{more}. Correct or remove them to run the table.",
+                self.request.survey,
+                first.join("; ")
+            )
+        })
+    }
+
     /// The group to stay within, or `None` for every group.
     pub fn group_filter(&self) -> Option<&str> {
         self.request
@@ -486,7 +534,8 @@ pub struct TableCell {
     /// The column test (95%, two proportions with effective sample sizes): whether the
     /// row's share of this column differs from its share of the rest of the base.
     /// `null` when not significant or not testable (either side's effective size under
-    /// [`MIN_TESTED_EFFECTIVE_N`]), and always on the Total column and the Total row.
+    /// [`MIN_TESTED_EFFECTIVE_N`], or the row's count in or out under [`MIN_TESTED_EXPECTED`]),
+    /// and always on the Total column and the Total row.
     #[cfg_attr(feature = "ts", tsify(type = "Significance | null"))]
     pub significance: Option<Significance>,
 }

@@ -1,5 +1,6 @@
 //! Wire types with the spec's exact JSON member names.
 
+use crate::expr::{Expr, NameKind};
 use serde::{Deserialize, Serialize};
 use serde_repr::{Deserialize_repr, Serialize_repr};
 use utoipa::ToSchema;
@@ -140,6 +141,76 @@ pub enum Unknown {
 }
 
 impl Unknown {
+    /// Every name in `expr` a survey does not define as it is used there (`is_variable`
+    /// and `is_code` say what it defines: a variable named alone, a code compared, or
+    /// neither), without repeats, in order.
+    pub fn in_expr(
+        expr: &Expr,
+        is_variable: impl Fn(&str) -> bool,
+        is_code: impl Fn(&str) -> bool,
+    ) -> Vec<Unknown> {
+        let mut unknown: Vec<Unknown> = Vec::new();
+        expr.visit_names(&mut |kind, name| {
+            let (variable, code) = (is_variable(name), is_code(name));
+            let found = match kind {
+                NameKind::Variable if !variable && code => Unknown::CodeCompared(name.to_owned()),
+                NameKind::Code if !code && variable => Unknown::VariableAlone(name.to_owned()),
+                NameKind::Variable if !variable => Unknown::Undefined(name.to_owned()),
+                NameKind::Code if !code => Unknown::Undefined(name.to_owned()),
+                NameKind::Variable | NameKind::Code => return,
+            };
+            if !unknown.contains(&found) {
+                unknown.push(found);
+            }
+        });
+        unknown
+    }
+
+    /// Why `unknown` (not empty) are not as the survey defines them, in words: "the survey
+    /// does not define 'X'; 'GENDER' is a variable, to compare (…), not a named code".
+    pub fn reasons(unknown: &[Unknown]) -> String {
+        let of = |keep: fn(&Unknown) -> bool| -> Vec<&str> {
+            unknown
+                .iter()
+                .filter(|u| keep(u))
+                .map(Unknown::name)
+                .collect()
+        };
+        let undefined = of(|u| matches!(u, Unknown::Undefined(_)));
+        let alone = of(|u| matches!(u, Unknown::VariableAlone(_)));
+        let compared = of(|u| matches!(u, Unknown::CodeCompared(_)));
+        let mut reasons = Vec::new();
+        if !undefined.is_empty() {
+            reasons.push(format!(
+                "the survey does not define {}",
+                listed(undefined.into_iter())
+            ));
+        }
+        // `'A' is a variable, …` / `'A', 'B' are variables, …`.
+        let mut are = |names: &[&str], kind: &str, instead: &str| {
+            if !names.is_empty() {
+                let (verb, plural) = if names.len() == 1 {
+                    ("is a", "")
+                } else {
+                    ("are", "s")
+                };
+                let listed = listed(names.iter().copied());
+                reasons.push(format!("{listed} {verb} {kind}{plural}, {instead}"));
+            }
+        };
+        are(
+            &alone,
+            "variable",
+            "to compare (as in 'GENDER = 2'), not a named code",
+        );
+        are(
+            &compared,
+            "named code",
+            "to name alone (as in 'F2554'), not a variable",
+        );
+        reasons.join("; ")
+    }
+
     fn name(&self) -> &str {
         match self {
             Unknown::Undefined(name)
@@ -172,50 +243,11 @@ impl CrosstabResponse {
         let (result_code, result_description) = if unknown.is_empty() {
             (ResultCode::SUCCESS, String::new())
         } else {
-            let of = |keep: fn(&Unknown) -> bool| -> Vec<&str> {
-                unknown
-                    .iter()
-                    .filter(|u| keep(u))
-                    .map(Unknown::name)
-                    .collect()
-            };
-            let undefined = of(|u| matches!(u, Unknown::Undefined(_)));
-            let alone = of(|u| matches!(u, Unknown::VariableAlone(_)));
-            let compared = of(|u| matches!(u, Unknown::CodeCompared(_)));
-            let mut reasons = Vec::new();
-            if !undefined.is_empty() {
-                reasons.push(format!(
-                    "the survey does not define {}",
-                    listed(undefined.into_iter())
-                ));
-            }
-            // `'A' is a variable, …` / `'A', 'B' are variables, …`.
-            let mut are = |names: &[&str], kind: &str, instead: &str| {
-                if !names.is_empty() {
-                    let (verb, plural) = if names.len() == 1 {
-                        ("is a", "")
-                    } else {
-                        ("are", "s")
-                    };
-                    let listed = listed(names.iter().copied());
-                    reasons.push(format!("{listed} {verb} {kind}{plural}, {instead}"));
-                }
-            };
-            are(
-                &alone,
-                "variable",
-                "to compare (as in 'GENDER = 2'), not a named code",
-            );
-            are(
-                &compared,
-                "named code",
-                "to name alone (as in 'F2554'), not a variable",
-            );
             (
                 ResultCode::PARTIAL,
                 format!(
                     "Partial result: {}; those targets are reported as 0 respondents.",
-                    reasons.join("; ")
+                    Unknown::reasons(unknown)
                 ),
             )
         };

@@ -258,28 +258,11 @@ impl Survey {
     /// Every name in `expr` the survey does not define as it is used there (a variable
     /// named alone, a code compared, or neither), without repeats, in order.
     pub fn unknown_names(&self, expr: &Expr) -> Vec<Unknown> {
-        let mut unknown: Vec<Unknown> = Vec::new();
-        expr.visit_names(&mut |kind, name| {
-            let (is_variable, is_code) = (
-                self.variable_index.contains_key(name),
-                self.code_index.contains_key(name),
-            );
-            let found = match kind {
-                NameKind::Variable if !is_variable && is_code => {
-                    Unknown::CodeCompared(name.to_owned())
-                }
-                NameKind::Code if !is_code && is_variable => {
-                    Unknown::VariableAlone(name.to_owned())
-                }
-                NameKind::Variable if !is_variable => Unknown::Undefined(name.to_owned()),
-                NameKind::Code if !is_code => Unknown::Undefined(name.to_owned()),
-                NameKind::Variable | NameKind::Code => return,
-            };
-            if !unknown.contains(&found) {
-                unknown.push(found);
-            }
-        });
-        unknown
+        Unknown::in_expr(
+            expr,
+            |name| self.variable_index.contains_key(name),
+            |name| self.code_index.contains_key(name),
+        )
     }
 
     /// A section's elements. Every section was proven in bounds and aligned for its
