@@ -256,7 +256,7 @@ pub fn WorkbenchScreen(signed_in: bool) -> impl IntoView {
         Ok(valid) => book
             .get()
             .filter(|book| book.code == valid.request.survey)
-            .and_then(|book| valid.names_unknown_to(&book)),
+            .and_then(|book| book.unknown_in_table(&valid)),
     });
     let cost = Memo::new(move |_| billed_calls(rows.with(Vec::len), columns.with(Vec::len)));
 

@@ -161,6 +161,46 @@ impl Codebook {
             |name| self.codes.iter().any(|c| c.code == name),
         )
     }
+
+    /// What to tell a user before running a table some of whose rows or columns use
+    /// names this survey does not define as used there (their cells would all be
+    /// zeros, and a server table bills them): each such entry, up to five, with why.
+    /// `None` when every name is known.
+    pub fn unknown_in_table(&self, table: &ValidTable) -> Option<String> {
+        const SAID: usize = 5;
+        let rows = table
+            .rows
+            .iter()
+            .enumerate()
+            .map(|(i, expr)| ("row", i, expr));
+        let columns = table.columns.iter().enumerate();
+        let unknown: Vec<String> = rows
+            .chain(columns.map(|(i, expr)| ("column", i, expr)))
+            .filter_map(|(axis, index, expr)| {
+                let unknown = self.unknown_names(expr);
+                (!unknown.is_empty()).then(|| {
+                    format!(
+                        "{axis} {} ({}): {}",
+                        index + 1,
+                        crate::expr::shorten(&expr.to_string()),
+                        crate::wire::Unknown::reasons(&unknown)
+                    )
+                })
+            })
+            .collect();
+        let (first, more) = unknown.split_at(unknown.len().min(SAID));
+        let more = match more.len() {
+            0 => String::new(),
+            n => format!("; and {n} more"),
+        };
+        (!first.is_empty()).then(|| {
+            format!(
+                "Not in survey {}: {}{more}. Correct or remove them to run the table.",
+                table.request.survey,
+                first.join("; ")
+            )
+        })
+    }
 }
 
 impl CodebookQuery {
@@ -577,15 +617,15 @@ mod tests {
         };
         let book = codebook();
         assert_eq!(
-            table(vec![axis("F2554"), axis("EMPTY >= 1")]).names_unknown_to(&book),
+            book.unknown_in_table(&table(vec![axis("F2554"), axis("EMPTY >= 1")])),
             Some(
                 "Not in survey DEMO: column 2 (GENDR = 2 OR F2554): the survey does not \
                  define 'GENDR'. Correct or remove them to run the table."
                     .into()
             )
         );
-        let said = table(vec![axis("GENDER"), axis("F2554 = 1 AND NOPE = 1")])
-            .names_unknown_to(&book)
+        let said = book
+            .unknown_in_table(&table(vec![axis("GENDER"), axis("F2554 = 1 AND NOPE = 1")]))
             .unwrap();
         assert_eq!(
             said,
@@ -596,7 +636,7 @@ mod tests {
              define 'GENDR'. Correct or remove them to run the table."
         );
         let many = table((0..7).map(|i| axis(&format!("X{i} = 1"))).collect());
-        let said = many.names_unknown_to(&book).unwrap();
+        let said = book.unknown_in_table(&many).unwrap();
         assert!(
             said.contains("row 5 (X4 = 1)") && !said.contains("row 6"),
             "{said}"
@@ -606,7 +646,7 @@ mod tests {
             columns: vec![axis("GENDER = 1")],
             ..table(vec![axis("F2554")]).request
         };
-        assert_eq!(known.validate().unwrap().names_unknown_to(&book), None);
+        assert_eq!(book.unknown_in_table(&known.validate().unwrap()), None);
     }
 
     #[test]

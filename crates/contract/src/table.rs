@@ -11,13 +11,12 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::app::Codebook;
 use crate::error::ApiError;
 use crate::expr::Expr;
 use crate::json::from_slice_strict;
 use crate::limits::{MAX_TABLE_COLUMNS, MAX_TABLE_LABEL_CHARS, MAX_TABLE_ROWS};
 use crate::validate::{check_identifier, parse_target, Refusal};
-use crate::wire::{Stability, Unknown, ALL_GROUPS};
+use crate::wire::{Stability, ALL_GROUPS};
 
 /// Above this many billed calls the app asks before it runs a table on the server.
 pub const TABLE_COST_PROMPT_THRESHOLD: u32 = 20;
@@ -101,46 +100,6 @@ pub struct ValidTable {
 }
 
 impl ValidTable {
-    /// What to tell a user before running a table some of whose rows or columns use
-    /// names `book`'s survey does not define as used there (their cells would all be
-    /// zeros, and a server table bills them): each such entry, up to five, with why.
-    /// `None` when every name is known.
-    pub fn names_unknown_to(&self, book: &Codebook) -> Option<String> {
-        const SAID: usize = 5;
-        let rows = self
-            .rows
-            .iter()
-            .enumerate()
-            .map(|(i, expr)| ("row", i, expr));
-        let columns = self.columns.iter().enumerate();
-        let unknown: Vec<String> = rows
-            .chain(columns.map(|(i, expr)| ("column", i, expr)))
-            .filter_map(|(axis, index, expr)| {
-                let unknown = book.unknown_names(expr);
-                (!unknown.is_empty()).then(|| {
-                    format!(
-                        "{axis} {} ({}): {}",
-                        index + 1,
-                        crate::expr::shorten(&expr.to_string()),
-                        Unknown::reasons(&unknown)
-                    )
-                })
-            })
-            .collect();
-        let (first, more) = unknown.split_at(unknown.len().min(SAID));
-        let more = match more.len() {
-            0 => String::new(),
-            n => format!("; and {n} more"),
-        };
-        (!first.is_empty()).then(|| {
-            format!(
-                "Not in survey {}: {}{more}. Correct or remove them to run the table.",
-                self.request.survey,
-                first.join("; ")
-            )
-        })
-    }
-
     /// The group to stay within, or `None` for every group.
     pub fn group_filter(&self) -> Option<&str> {
         self.request
