@@ -304,6 +304,13 @@ async function twentyByTen(wb) {
 }
 
 test('a session that ends keeps the table being built: signed in again, the builder has it back', async () => {
+  // A first visit, signed out, is not told that a session ended.
+  const fresh = await browser.newContext();
+  const first = await fresh.newPage();
+  await first.goto(server.origin);
+  await first.getByLabel('Username').waitFor();
+  assert.equal(await first.locator('#session-ended').count(), 0);
+  await fresh.close();
   const { context, page } = await signedInTables();
   const wb = bench(page);
   await wb.variable('rows', 'GENDER');

@@ -124,7 +124,10 @@ fn App() -> impl IntoView {
     // form, whatever screen asked.
     let ended = RwSignal::new(false);
     api::on_session_ended(move || {
-        ended.set(true);
+        // Only a session that was there ended (the first look, signed out, answers 401 too).
+        if matches!(session.get_untracked(), Session::SignedIn(_)) {
+            ended.set(true);
+        }
         enter(session, Session::SignedOut);
     });
     leptos::task::spawn_local(async move {

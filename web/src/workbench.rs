@@ -62,10 +62,36 @@ fn axis_entry(book: Option<&Codebook>, expression: &str) -> TableAxis {
     }
 }
 
-/// Whether a CSV column's name says it holds weights (`WEIGHT`, `wgt_final`, `WT`).
+/// Whether a CSV column's name says it holds survey weights (`WEIGHT`, `wgt_final`,
+/// `PopWeight`, `WT`), not a measure that happens to be one (`BODY_WEIGHT_KG`,
+/// `OVERWEIGHT`, `weight_lbs`): one of its words is a weight's, none a unit's.
 fn looks_like_weight(column: &str) -> bool {
-    let name = column.to_lowercase();
-    name.contains("weight") || name.contains("wgt") || name == "wt" || name.starts_with("wt_")
+    // Words split at anything not a letter or digit, and at a lower-to-upper case step.
+    let mut words: Vec<String> = Vec::new();
+    let mut previous_lower = false;
+    for c in column.chars() {
+        if !c.is_alphanumeric() {
+            previous_lower = false;
+            words.push(String::new());
+            continue;
+        }
+        if c.is_uppercase() && previous_lower {
+            words.push(String::new());
+        }
+        previous_lower = c.is_lowercase();
+        match words.last_mut() {
+            Some(word) => word.extend(c.to_lowercase()),
+            None => words.push(c.to_lowercase().collect()),
+        }
+    }
+    let weighty = |w: &str| matches!(w, "weight" | "weights" | "weighting" | "wgt" | "wt" | "wts");
+    let unit = |w: &str| {
+        matches!(
+            w,
+            "kg" | "kgs" | "lb" | "lbs" | "g" | "grams" | "oz" | "body" | "birth"
+        )
+    };
+    words.iter().any(|w| weighty(w)) && !words.iter().any(|w| unit(w))
 }
 
 /// One entry per value of `variable`: its labelled values, or every value when none is
@@ -156,6 +182,19 @@ pub fn WorkbenchScreen(signed_in: bool) -> impl IntoView {
 
     if signed_in {
         load_surveys(surveys, survey);
+        // A survey the account no longer has (a restored draft's, a saved table's): the
+        // first it has instead, as when none was chosen.
+        Effect::new(move |_| {
+            let Some(Ok(list)) = surveys.get() else {
+                return;
+            };
+            let chosen = survey.get();
+            if !list.iter().any(|s| s.code == chosen) {
+                if let Some(first) = list.first() {
+                    survey.set(first.code.clone());
+                }
+            }
+        });
         Effect::new(move |_| {
             let code = survey.get();
             if code.is_empty() {
@@ -195,6 +234,11 @@ pub fn WorkbenchScreen(signed_in: bool) -> impl IntoView {
                     .map(|b| b.code.clone())
                     .unwrap_or_default(),
             );
+        }
+        // Whether `_ALL_` may be asked is known once the surveys are in: until then a
+        // group (a restored draft's `_ALL_`) is left as it is.
+        if source.get_untracked() == Source::Server && surveys.with(Option::is_none) {
+            return;
         }
         let current = group.get_untracked();
         let valid = (current == ALL_GROUPS && all_groups.get())
@@ -257,6 +301,12 @@ pub fn WorkbenchScreen(signed_in: bool) -> impl IntoView {
             .get()
             .filter(|book| book.code == valid.request.survey)
             .and_then(|book| book.unknown_in_table(&valid)),
+    });
+    // A server table runs only once its survey's codebook is in: its names are checked
+    // against it first.
+    let waiting = Memo::new(move |_| {
+        source.get() == Source::Server
+            && book.with(|book| book.as_ref().map(|b| b.code.clone())) != Some(survey.get())
     });
     let cost = Memo::new(move |_| billed_calls(rows.with(Vec::len), columns.with(Vec::len)));
 
@@ -346,7 +396,10 @@ pub fn WorkbenchScreen(signed_in: bool) -> impl IntoView {
         reset(Outcome::Idle);
     };
     let run = move |_| {
-        if problem.get_untracked().is_some() || outcome.get_untracked() == Outcome::Running {
+        if problem.get_untracked().is_some()
+            || waiting.get_untracked()
+            || outcome.get_untracked() == Outcome::Running
+        {
             return;
         }
         let request = request.get_untracked();
@@ -497,7 +550,7 @@ pub fn WorkbenchScreen(signed_in: bool) -> impl IntoView {
                     // aria-disabled, not disabled: the button keeps the keyboard's focus while
                     // the table computes (`run` refuses the click itself).
                     <button id="table-run" on:click=run
-                        aria-disabled=move || (problem.get().is_some() || outcome.get() == Outcome::Running).to_string()>
+                        aria-disabled=move || (problem.get().is_some() || waiting.get() || outcome.get() == Outcome::Running).to_string()>
                         {move || if outcome.get() == Outcome::Running { "Running…" } else { "Run table" }}
                     </button>
                     <button class="secondary" id="table-clear" on:click=move |_| { rows.set(Vec::new()); columns.set(Vec::new()); reset(Outcome::Idle); }>"Clear"</button>
@@ -1074,10 +1127,26 @@ mod tests {
 
     #[test]
     fn only_a_column_named_as_a_weight_is_taken_for_one() {
-        for weight in ["WEIGHT", "wgt_final", "WT", "wt_2024", "PopWeight"] {
+        for weight in [
+            "WEIGHT",
+            "wgt_final",
+            "WT",
+            "wt_2024",
+            "PopWeight",
+            "final weight",
+        ] {
             assert!(looks_like_weight(weight), "{weight}");
         }
-        for other in ["GENDER", "RESPID", "WTV", "HEIGHT", "W"] {
+        for other in [
+            "GENDER",
+            "RESPID",
+            "WTV",
+            "HEIGHT",
+            "W",
+            "OVERWEIGHT",
+            "BODY_WEIGHT_KG",
+            "weight_lbs",
+        ] {
             assert!(!looks_like_weight(other), "{other}");
         }
     }

@@ -435,19 +435,19 @@ impl Layout {
             .collect()
     }
 
-    /// The columns skipped, said once per kind.
+    /// The columns skipped, said once per kind (names as `listed` gives them).
     pub(super) fn warnings(&self) -> Vec<String> {
         let mut warnings = Vec::new();
         if !self.skipped_strings.is_empty() {
             warnings.push(format!(
                 "string variables are not survey variables; skipped: {}",
-                self.skipped_strings.join(", ")
+                listed(&self.skipped_strings)
             ));
         }
         if !self.skipped_other.is_empty() {
             warnings.push(format!(
                 "columns that are neither numbers, dates nor text; skipped: {}",
-                self.skipped_other.join(", ")
+                listed(&self.skipped_other)
             ));
         }
         if let Some(said) = self.skipped_names_warning() {
@@ -463,7 +463,7 @@ impl Layout {
                 "variables whose names a target can't use (a name starts with a letter or '_', \
                  uses only letters, digits, '_' and '.', and is not AND, OR, NOT, IN or \
                  BETWEEN); skipped, rename them in the file to import them: {}",
-                self.skipped_names.join(", ")
+                listed(&self.skipped_names)
             )
         })
     }
@@ -996,6 +996,22 @@ pub(super) fn check_cases(
     Ok(())
 }
 
+/// Names from a file as a warning (or a definition's comment) says them: each escaped
+/// (a newline or a terminal's escape in a name stays on its line, as text), at most 50.
+fn listed(names: &[String]) -> String {
+    const LISTED: usize = 50;
+    let mut text = names
+        .iter()
+        .take(LISTED)
+        .map(|name| name.escape_debug().to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
+    if names.len() > LISTED {
+        text.push_str(&format!(" and {} more", names.len() - LISTED));
+    }
+    text
+}
+
 /// A TOML string literal.
 fn quoted(text: &str) -> String {
     toml::Value::String(text.to_owned()).to_string()
@@ -1088,7 +1104,7 @@ pub fn init_definition(
     if !layout.skipped_strings.is_empty() {
         line(format!(
             "# string variables, not imported: {}",
-            layout.skipped_strings.join(", ")
+            listed(&layout.skipped_strings)
         ));
     }
     if let Some(said) = layout.skipped_names_warning() {

@@ -906,6 +906,7 @@ fn variables_named_as_no_target_can_name_them_are_skipped() {
         Field::new("Größe", DataType::Int16, true),
         Field::new("IN", DataType::Int16, true),
         Field::new("X", DataType::Int16, true),
+        Field::new("A\nB", DataType::Int16, true),
     ]));
     let small = || Arc::new(Int16Array::from(vec![1, 2])) as arrow::array::ArrayRef;
     let batch = RecordBatch::try_new(
@@ -913,6 +914,7 @@ fn variables_named_as_no_target_can_name_them_are_skipped() {
         vec![
             Arc::new(StringArray::from(vec!["a", "b"])),
             Arc::new(Float64Array::from(vec![1.0, 2.0])),
+            small(),
             small(),
             small(),
             small(),
@@ -938,7 +940,7 @@ fn variables_named_as_no_target_can_name_them_are_skipped() {
         prepared
             .warnings
             .iter()
-            .any(|w| w.contains("rename them in the file to import them: Größe, IN")),
+            .any(|w| w.ends_with("rename them in the file to import them: Größe, IN, A\\nB")),
         "{:?}",
         prepared.warnings
     );

@@ -171,6 +171,9 @@ pub async fn serve(
         });
     }
     drop(listener);
+    if refused_at_limit.unsaid_until().is_some() {
+        refused_at_limit.say(limits.max_connections);
+    }
     let _ = stop.send(true);
     let open = connections.len();
     let drained = tokio::time::timeout(limits.shutdown_grace, async {
