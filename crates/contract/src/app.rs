@@ -457,7 +457,8 @@ pub enum AppErrorCode {
     ForbiddenOrigin,
     /// 404: nothing here by that name.
     NotFound,
-    /// 400: a malformed body for an `/app` route.
+    /// 400: a malformed body for an `/app` route, or a table of more billed calls than
+    /// the account's whole daily quota.
     InvalidRequest,
     /// 503: the server has no key for its upstream, so it runs no queries.
     NotConfigured,

@@ -101,6 +101,7 @@ impl IntoResponse for AppFailure {
             AppError::NotConfigured => AppErrorCode::NotConfigured,
             AppError::TooManyKeys | AppError::KeysPerDay => AppErrorCode::TooManyKeys,
             AppError::TablesUpstream => AppErrorCode::NotConfigured,
+            AppError::TableOverQuota { .. } => AppErrorCode::InvalidRequest,
         };
         let mut response = envelope(code, error.to_string());
         match error {

@@ -51,6 +51,7 @@ impl IntoResponse for ServiceError {
     fn into_response(self) -> Response {
         match self {
             ServiceError::Rejected(error) => api_error_response(&error),
+            // Never a `/v1` call's (one call); said as a fault if it ever were.
             fault_of_ours => fault(fault_of_ours.to_string()),
         }
     }

@@ -88,6 +88,18 @@ pub enum AppError {
          single queries, or open the survey file in the page."
     )]
     TablesUpstream,
+    /// A table of more billed calls than the account's whole daily quota.
+    #[error(
+        "This table takes {calls} billed calls, more than your account's daily quota of \
+         {quota}: make it smaller (fewer rows or columns), or ask your administrator for a \
+         larger quota."
+    )]
+    TableOverQuota {
+        /// What it would bill.
+        calls: u64,
+        /// The account's daily quota.
+        quota: u64,
+    },
 }
 
 impl From<DbError> for AppError {
@@ -322,11 +334,16 @@ impl AppService {
             return Err(AppError::TablesUpstream);
         }
         let principal = self.principal(user).await?;
-        Ok(self
-            .services
+        self.services
             .crosstab
             .table(&principal, valid, request_id)
-            .await?)
+            .await
+            .map_err(|error| match error {
+                ServiceError::OverQuota { calls, quota } => {
+                    AppError::TableOverQuota { calls, quota }
+                }
+                other => AppError::Service(other),
+            })
     }
 
     /// `user` as the caller its account is billed for.

@@ -354,6 +354,9 @@ impl RateLimits {
                 reserved: None,
             });
         };
+        if calls > quota && calls > 1 {
+            return Err(ServiceError::OverQuota { calls, quota });
+        }
         if account.used.saturating_add(calls) > quota {
             // Calls admitted and not yet settled may still be given back (an unbilled
             // failure): a refusal that rests on them is worth a retry in a second.

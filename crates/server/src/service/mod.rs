@@ -50,6 +50,15 @@ pub enum ServiceError {
     /// Anything else of ours (a task that died, a body that would not serialize).
     #[error("{0}")]
     Internal(String),
+    /// A request of more billed calls (an app table) than the account's whole daily
+    /// quota: no wait admits it. (A `/v1` call, one call, is never this.)
+    #[error("{calls} billed calls is more than the daily quota of {quota}")]
+    OverQuota {
+        /// What the request would bill.
+        calls: u64,
+        /// The account's daily quota.
+        quota: u64,
+    },
 }
 
 /// How the services behave (from `serve`'s flags).

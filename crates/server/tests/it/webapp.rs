@@ -1352,6 +1352,24 @@ async fn a_table_over_the_daily_quota_is_refused_whole() {
         )
         .await;
     assert_eq!(parts.status, StatusCode::OK);
+    // A table larger than the whole quota (3 × 3: 9 cells and 6 totals, 8 calls) would
+    // never be admitted, whatever the wait: said so, not "retry tomorrow".
+    let large = table_body(
+        None,
+        "ALL",
+        &["WOMEN", "SMOKER = 1", "SMOKER = 0"],
+        &["AGE >= 35", "SMOKER = 0", "WOMEN"],
+    );
+    let (parts, body) = app.post(&ann, "/app/api/table", &large).await;
+    assert_eq!(parts.status, StatusCode::BAD_REQUEST, "{body}");
+    assert_eq!(code(&body), "invalid_request");
+    assert!(!parts.headers.contains_key("retry-after"));
+    assert_eq!(
+        body["ResultDescription"],
+        "This table takes 8 billed calls, more than your account's daily quota of 5: make it \
+         smaller (fewer rows or columns), or ask your administrator for a larger quota."
+    );
+    assert_eq!(app.fx.bills().await, 5);
 }
 
 #[tokio::test]
