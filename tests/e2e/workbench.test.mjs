@@ -358,6 +358,18 @@ test('timing: a 20 × 10 table on the demo survey with every figure, from click 
   }
   console.log(`workbench 20x10, all figures, server: ${serverMs.join(', ')} ms click to rendered `
     + `(answer in hand after ${answerMs.join(', ')} ms; first run ${first} ms; target < 1000)`);
+  // The table scrolls in its own box, its headings staying in view: scrolled down and
+  // right, the column headings are still at the box's top and the row headings at its left.
+  const edges = await page.locator('.table-wrap:has(> table.crosstab)').evaluate((wrap) => {
+    wrap.scrollTop = 400;
+    wrap.scrollLeft = 300;
+    const box = wrap.getBoundingClientRect();
+    const head = wrap.querySelector('thead th:nth-child(2)').getBoundingClientRect();
+    const row = wrap.querySelector('tbody tr:nth-child(8) th').getBoundingClientRect();
+    return { scrolled: wrap.scrollTop, top: head.top - box.top, left: row.left - box.left };
+  });
+  assert.ok(edges.scrolled > 0, 'the table scrolls within its box');
+  assert.ok(Math.abs(edges.top) <= 2 && Math.abs(edges.left) <= 2, JSON.stringify(edges));
 
   // The same table in the page, from the demo survey's compiled file.
   const surveys = join(server.dataDir, 'surveys');

@@ -851,6 +851,22 @@ fn write_parquet(path: &Path, batch: &RecordBatch) {
     writer.close().unwrap();
 }
 
+/// `batch` as `dir/r.parquet`, imported with a definition of id `RESPID`, weight
+/// `WEIGHT`, the base `ALL` and `extra` lines.
+fn import_parquet(
+    dir: &Path,
+    batch: &RecordBatch,
+    extra: &str,
+) -> Result<(Survey, import::Prepared), ImportError> {
+    let path = dir.join("r.parquet");
+    write_parquet(&path, batch);
+    let toml = format!(
+        "code = \"P\"\nname = \"P\"\nrespondents = {:?}\nid_column = \"RESPID\"\nweight_column = \"WEIGHT\"\n{extra}[[population_bases]]\ncode = \"ALL\"\nexpr = \"*\"\n",
+        path.display().to_string()
+    );
+    import_with(dir, &toml)
+}
+
 /// Integer ids past 2^53 keep every digit (through f64, neighbours would collide).
 #[test]
 fn parquet_integer_ids_keep_every_digit() {
@@ -871,13 +887,7 @@ fn parquet_integer_ids_keep_every_digit() {
     )
     .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("r.parquet");
-    write_parquet(&path, &batch);
-    let toml = format!(
-        "code = \"P\"\nname = \"P\"\nrespondents = {:?}\nid_column = \"RESPID\"\nweight_column = \"WEIGHT\"\ngroup_column = \"G\"\n[[population_bases]]\ncode = \"ALL\"\nexpr = \"*\"\n",
-        path.display().to_string()
-    );
-    let (survey, _) = import_with(dir.path(), &toml).unwrap();
+    let (survey, _) = import_parquet(dir.path(), &batch, "group_column = \"G\"\n").unwrap();
     let read: Vec<String> = (0..3)
         .map(|row| survey.id(row).unwrap().to_owned())
         .collect();
@@ -922,13 +932,7 @@ fn variables_named_as_no_target_can_name_them_are_skipped() {
     )
     .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("r.parquet");
-    write_parquet(&path, &batch);
-    let toml = format!(
-        "code = \"P\"\nname = \"P\"\nrespondents = {:?}\nid_column = \"RESPID\"\nweight_column = \"WEIGHT\"\n[[population_bases]]\ncode = \"ALL\"\nexpr = \"*\"\n",
-        path.display().to_string()
-    );
-    let (survey, prepared) = import_with(dir.path(), &toml).unwrap();
+    let (survey, prepared) = import_parquet(dir.path(), &batch, "").unwrap();
     let names: Vec<String> = survey
         .codebook()
         .variables
