@@ -312,6 +312,11 @@ test('a session that ends keeps the table being built: signed in again, the buil
   assert.equal(await first.locator('#session-ended').count(), 0);
   await fresh.close();
   const { context, page } = await signedInTables();
+  // Back and Forward move between the screens.
+  await page.goBack();
+  await page.getByRole('heading', { name: 'Build a query' }).waitFor();
+  await page.goForward();
+  await page.locator('#table-base').waitFor();
   const wb = bench(page);
   await wb.variable('rows', 'GENDER');
   await wb.typed('columns', 'AGE >= 40');

@@ -118,6 +118,14 @@ fn App() -> impl IntoView {
     stored::forget_unowned(&[history::KEY, saved::SAVED, saved::HISTORY]);
     let session = RwSignal::new(Session::Checking);
     let screen = RwSignal::new(Screen::from_hash(&current_hash()));
+    // Back and Forward move between screens as the links do (the hash names the screen);
+    // the same screen is not set again, which would build it anew.
+    let _ = window_event_listener(leptos::ev::hashchange, move |_| {
+        let next = Screen::from_hash(&current_hash());
+        if screen.get_untracked() != next {
+            screen.set(next);
+        }
+    });
     // A query picked from the history, handed to the query screen to load and run.
     let rerun = RwSignal::new(None::<CrosstabRequest>);
     // An ended session (expired, or signed out in another tab) brings back the sign-in
