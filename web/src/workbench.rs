@@ -306,7 +306,7 @@ pub fn WorkbenchScreen(signed_in: bool) -> impl IntoView {
     // against it first.
     let waiting = Memo::new(move |_| {
         source.get() == Source::Server
-            && book.with(|book| book.as_ref().map(|b| b.code.clone())) != Some(survey.get())
+            && !book.with(|book| book.as_ref().is_some_and(|b| b.code == survey.get()))
     });
     let cost = Memo::new(move |_| billed_calls(rows.with(Vec::len), columns.with(Vec::len)));
 
@@ -458,15 +458,11 @@ pub fn WorkbenchScreen(signed_in: bool) -> impl IntoView {
             load.run(draft);
         }
         Effect::new(move |_| {
+            // `spec_of` reads these untracked: a change to either is kept too.
+            figures.track();
+            arrangement.track();
             if source.get() == Source::Server {
-                saved::keep_draft(Spec {
-                    name: String::new(),
-                    at: saved::now(),
-                    request: request.get(),
-                    figures: figures.get(),
-                    arrangement: arrangement.get(),
-                    local: false,
-                });
+                saved::keep_draft(spec_of(String::new(), request.get()));
             }
         });
     }

@@ -603,7 +603,7 @@ pub fn prepare_file(path: &std::path::Path) -> Result<Prepared, ImportError> {
         .join(&definition.respondents);
     let data_file = data_path.display().to_string();
     let format = definition.source_format();
-    let (data, warnings) = if format.is_spss() {
+    let (data, mut warnings) = if format.is_spss() {
         crate::source::sav::read(&definition, &data_path)?
     } else if format == SourceFormat::Parquet {
         crate::source::parquet::read(&definition, &data_path)?
@@ -612,7 +612,6 @@ pub fn prepare_file(path: &std::path::Path) -> Result<Prepared, ImportError> {
         let data = read_respondents(&definition, std::io::BufReader::new(csv), &data_file)?;
         (data, Vec::new())
     };
-    let mut warnings = warnings;
     warnings.extend(zero_weights_warning(&data.weights, &data_file));
     let format = data.format;
     let builder = assemble(&definition, &text, &file, data, &data_file)?;
