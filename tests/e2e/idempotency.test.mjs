@@ -1,8 +1,9 @@
 // The app sends one Idempotency-Key per query, the same on that query's retries, so a
-// retried query whose answer was lost is answered again and billed once.
+// retried query whose answer was lost is answered again and billed once. A server table
+// too, and when every attempt of one was lost, the same table run again by hand.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { startServer, launch, signIn } from './harness.mjs';
+import { startServer, launch, signIn, cli } from './harness.mjs';
 
 let server;
 let browser;
@@ -67,5 +68,63 @@ test('a retry after a 503 and after a 429 sends the same key, and then shows the
   assert.equal(keys.length, 3, JSON.stringify(keys));
   assert.match(keys[0] ?? '', KEY);
   assert.ok(keys.every((k) => k === keys[0]), JSON.stringify(keys));
+  await context.close();
+});
+
+/** Every call billed so far, as `crosstab usage` counts them. */
+function billedCalls() {
+  const report = JSON.parse(cli(server.dataDir, ['usage', '--format', 'json']));
+  return report.reduce((sum, row) => sum + row.calls, 0);
+}
+
+test('a table whose answers were all lost, run again unchanged, is given its answer and billed once', async () => {
+  const context = await browser.newContext();
+  const page = await context.newPage();
+  await page.goto(server.origin);
+  await signIn(page, server);
+  await page.getByRole('link', { name: 'Tables' }).click();
+  await page.locator('#table-base').waitFor();
+  for (const [axis, expression] of [['rows', 'GENDER = 1'], ['rows', 'GENDER = 2'], ['columns', 'AGE >= 35']]) {
+    await page.locator(`#${axis}-expression`).fill(expression);
+    await page.locator(`#${axis}-add-expression`).click();
+  }
+  const calls = 3; // 2 cells + 2 row totals + 1 column total, two targets a call
+  const before = billedCalls();
+
+  // Every attempt reaches the server (the first is billed there), and every answer is lost.
+  const keys = [];
+  const lose = async (route) => {
+    keys.push(route.request().headers()['idempotency-key']);
+    await route.fetch();
+    await route.abort('failed');
+  };
+  await page.route('**/app/api/table', lose);
+  await page.locator('#table-run').click();
+  await page.locator('#table-error').waitFor({ timeout: 30_000 });
+  assert.match(await page.locator('#table-error').textContent(), /could not be reached/);
+  assert.ok(keys.length > 1, `retried: ${JSON.stringify(keys)}`);
+  assert.match(keys[0] ?? '', KEY);
+  assert.ok(keys.every((k) => k === keys[0]), JSON.stringify(keys));
+  assert.equal(billedCalls() - before, calls, 'billed once, whatever the attempts');
+
+  // Run again by hand, unchanged: the same key, so the lost answer is given, unbilled.
+  await page.unroute('**/app/api/table', lose);
+  const sent = [];
+  page.on('request', (r) => {
+    if (r.method() === 'POST' && r.url().endsWith('/app/api/table')) sent.push(r.headers()['idempotency-key']);
+  });
+  await page.locator('#table-run').click();
+  await page.locator('#workbench-table[data-run="2"]').waitFor();
+  assert.deepEqual(sent, [keys[0]]);
+  assert.match(await page.locator('#table-cost').textContent(), /not billed again/);
+  assert.equal(billedCalls() - before, calls);
+
+  // Once answered, a run is a new one: a new key, billed.
+  await page.locator('#table-run').click();
+  await page.locator('#workbench-table[data-run="3"]').waitFor();
+  assert.equal(sent.length, 2);
+  assert.notEqual(sent[1], keys[0]);
+  assert.match(await page.locator('#table-cost').textContent(), /Computed on the server: 3 billed calls/);
+  assert.equal(billedCalls() - before, 2 * calls);
   await context.close();
 });

@@ -5,7 +5,7 @@ use crosstab_contract::app::{
     paths, AppErrorCode, Codebook, Credentials, KeyInfo, Me, NewKey, NewKeyRequest, SurveySummary,
     Table, TableRequest, UsageQuery, UsageReport,
 };
-use crosstab_contract::idempotency::{key_from_bytes, IDEMPOTENCY_KEY};
+use crosstab_contract::idempotency::{key_from_bytes, IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED};
 use crosstab_contract::{CrosstabRequest, ErrorEnvelope};
 use crosstab_wasm::response::parse_response;
 use crosstab_wasm::send::RetryPolicy;
@@ -169,15 +169,27 @@ pub async fn codebook(code: &str) -> Result<Codebook, ApiFailure> {
     get(&paths::codebook(code)).await
 }
 
-/// The backend's answer to a crosstab query, as it came.
+/// The backend's answer to a keyed POST (a crosstab or a table), as it came.
 #[derive(Debug, Clone, PartialEq)]
-pub struct CrosstabAnswer {
+pub struct KeyedAnswer {
     /// HTTP status.
     pub status: u16,
     /// The body (`null` when it was not JSON).
     pub body: Value,
     /// The `Retry-After` header, if any.
     pub retry_after: Option<String>,
+    /// Whether it is the answer an earlier request with the same key got (then unbilled).
+    pub replayed: bool,
+}
+
+/// A table the server computed; `replayed` when it is the answer an earlier run of the
+/// same table got and lost on the way, given again and not billed again.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TableAnswer {
+    /// The table.
+    pub table: Table,
+    /// Whether it was answered (and billed) before.
+    pub replayed: bool,
 }
 
 /// A fresh `Idempotency-Key` from the browser's CSPRNG (`crypto.getRandomValues`, which,
@@ -205,15 +217,12 @@ pub(crate) async fn sleep(ms: f64) {
 /// How long to wait before the retry after attempt `attempt` of a query that got `call`,
 /// if it is retried: as [`RetryPolicy`] says, a failure of the app's own (a session
 /// ended) never.
-fn retry_wait_ms(
-    call: &Result<CrosstabAnswer, ApiFailure>,
-    attempt: u32,
-    random: f64,
-) -> Option<f64> {
+fn retry_wait_ms(call: &Result<KeyedAnswer, ApiFailure>, attempt: u32, random: f64) -> Option<f64> {
     let policy = RetryPolicy::default();
     match call {
         Err(failure) if failure.status == 0 => policy.wait_after(attempt, None, random),
         Err(_) => None,
+        Ok(answer) if (200..300).contains(&answer.status) => None,
         Ok(answer) => {
             let parsed = parse_response(
                 answer.status,
@@ -230,12 +239,20 @@ fn retry_wait_ms(
 /// body come back unchanged. One `Idempotency-Key` per call, the same on its retries
 /// (network failures, 5xx, a short 429), so a retry of a query whose answer was lost is
 /// answered again without a second bill.
-pub async fn crosstab(request: &CrosstabRequest) -> Result<CrosstabAnswer, ApiFailure> {
-    let key = fresh_idempotency_key();
+pub async fn crosstab(request: &CrosstabRequest) -> Result<KeyedAnswer, ApiFailure> {
+    send_keyed(paths::CROSSTAB, request, fresh_idempotency_key()).await
+}
+
+/// `request` POSTed to `path` with `key`, retried as [`RetryPolicy`] allows (never
+/// without a key: a retry could be billed twice).
+async fn send_keyed(
+    path: &str,
+    request: &impl Serialize,
+    key: Option<String>,
+) -> Result<KeyedAnswer, ApiFailure> {
     let mut attempt = 1;
     loop {
-        let call = crosstab_once(request, key.as_deref()).await;
-        // Without a key a retry could be billed twice: then none.
+        let call = send_keyed_once(path, request, key.as_deref()).await;
         match retry_wait_ms(&call, attempt, js_sys::Math::random()) {
             Some(wait) if key.is_some() => {
                 sleep(wait).await;
@@ -246,12 +263,13 @@ pub async fn crosstab(request: &CrosstabRequest) -> Result<CrosstabAnswer, ApiFa
     }
 }
 
-/// One attempt of [`crosstab`].
-async fn crosstab_once(
-    request: &CrosstabRequest,
+/// One attempt of [`send_keyed`].
+async fn send_keyed_once(
+    path: &str,
+    request: &impl Serialize,
     idempotency_key: Option<&str>,
-) -> Result<CrosstabAnswer, ApiFailure> {
-    let mut builder = with_credentials(Request::post(&url(paths::CROSSTAB)));
+) -> Result<KeyedAnswer, ApiFailure> {
+    let mut builder = with_credentials(Request::post(&url(path)));
     if let Some(key) = idempotency_key {
         builder = builder.header(IDEMPOTENCY_KEY, key);
     }
@@ -263,6 +281,10 @@ async fn crosstab_once(
         .map_err(ApiFailure::network)?;
     let status = response.status();
     let retry_after = response.headers().get("Retry-After");
+    let replayed = response
+        .headers()
+        .get(IDEMPOTENT_REPLAYED)
+        .is_some_and(|value| value == "true");
     let body = response.json::<Value>().await.unwrap_or(Value::Null);
     let envelope = (!(200..300).contains(&status))
         .then(|| serde_json::from_value::<ErrorEnvelope>(body.clone()).ok())
@@ -273,17 +295,68 @@ async fn crosstab_once(
             message: "Your session has ended: sign in again.".to_owned(),
         });
     }
-    Ok(CrosstabAnswer {
+    Ok(KeyedAnswer {
         status,
         body,
         retry_after,
+        replayed,
     })
 }
 
-/// Computes a table on the server, billed as the `/v1` calls it stands for. Not retried:
-/// a lost answer may have been billed, and the researcher decides whether to run again.
-pub async fn table(request: &TableRequest) -> Result<Table, ApiFailure> {
-    send_json(Request::post(&url(paths::TABLE)), request).await
+/// Whether a keyed call's last attempt leaves unknown whether it was answered and billed:
+/// no answer came, or a 5xx (a proxy's, say, while the server went on).
+fn fate_unknown(call: &Result<KeyedAnswer, ApiFailure>) -> bool {
+    match call {
+        Err(failure) => failure.status == 0 || failure.status >= 500,
+        Ok(answer) => answer.status >= 500,
+    }
+}
+
+thread_local! {
+    /// The last server table whose fate is unknown (no answer came, or a 5xx after the
+    /// retries), with its key: run again unchanged, it goes with the same key, so a bill
+    /// the server made for it is not made twice and its answer is given again.
+    static UNSETTLED_TABLE: std::cell::RefCell<Option<(TableRequest, String)>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Computes a table on the server, billed as the `/v1` calls it stands for. With one
+/// `Idempotency-Key`, retried as a crosstab is; and when no answer came at all, the
+/// same table run again later is sent with that key too (see [`UNSETTLED_TABLE`]).
+pub async fn table(request: &TableRequest) -> Result<TableAnswer, ApiFailure> {
+    let key = UNSETTLED_TABLE
+        .with_borrow(|unsettled| {
+            unsettled
+                .as_ref()
+                .filter(|(asked, _)| asked == request)
+                .map(|(_, key)| key.clone())
+        })
+        .or_else(fresh_idempotency_key);
+    let call = send_keyed(paths::TABLE, request, key.clone()).await;
+    UNSETTLED_TABLE.with_borrow_mut(|slot| {
+        *slot = key
+            .filter(|_| fate_unknown(&call))
+            .map(|key| (request.clone(), key));
+    });
+    let answer = call?;
+    if !(200..300).contains(&answer.status) {
+        let envelope = serde_json::from_value::<ErrorEnvelope>(answer.body).ok();
+        return Err(ApiFailure {
+            status: answer.status,
+            message: envelope.map_or_else(
+                || format!("The server answered {}.", answer.status),
+                |envelope| envelope.result_description,
+            ),
+        });
+    }
+    let table = serde_json::from_value::<Table>(answer.body).map_err(|e| ApiFailure {
+        status: answer.status,
+        message: format!("The server's answer was not understood ({e})."),
+    })?;
+    Ok(TableAnswer {
+        table,
+        replayed: answer.replayed,
+    })
 }
 
 /// The OpenAPI document of `/v1`: public, so fetched without credentials (`/v1` never
@@ -330,7 +403,7 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn answer(status: u16, retry_after: Option<&str>) -> Result<CrosstabAnswer, ApiFailure> {
+    fn answer(status: u16, retry_after: Option<&str>) -> Result<KeyedAnswer, ApiFailure> {
         let body = if status == 200 {
             json!({"ResultCode": 0, "ResultDescription": "", "AudienceReportUnits": 1000,
                    "Results": [{"WgtAud": 1.0, "Resps": 70, "Stbl": 0}]})
@@ -338,10 +411,11 @@ mod tests {
             json!({"ResultCode": status, "ResultDescription": "x",
                    "error": {"code": "x", "message": "x"}})
         };
-        Ok(CrosstabAnswer {
+        Ok(KeyedAnswer {
             status,
             body,
             retry_after: retry_after.map(str::to_owned),
+            replayed: false,
         })
     }
 
@@ -367,5 +441,26 @@ mod tests {
             message: "Your session has ended: sign in again.".into(),
         });
         assert_eq!(retry_wait_ms(&ended, 1, 0.5), None);
+        // A 200 is never sent again, whatever its body (a table's too).
+        let mut table = answer(200, None);
+        if let Ok(answer) = &mut table {
+            answer.body = json!({"rows": []});
+        }
+        assert_eq!(retry_wait_ms(&table, 1, 0.5), None);
+    }
+
+    #[test]
+    fn only_a_call_that_got_no_answer_or_a_5xx_may_have_been_billed_unseen() {
+        assert!(fate_unknown(&Err(ApiFailure::network("offline"))));
+        assert!(fate_unknown(&answer(503, None)));
+        assert!(fate_unknown(&answer(500, None)));
+        for settled in [200, 400, 403, 422, 429] {
+            assert!(!fate_unknown(&answer(settled, Some("2"))), "{settled}");
+        }
+        let ended = Err(ApiFailure {
+            status: 401,
+            message: "Your session has ended: sign in again.".into(),
+        });
+        assert!(!fate_unknown(&ended));
     }
 }

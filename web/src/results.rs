@@ -8,7 +8,7 @@ use crosstab_wasm::response::{parse_response, ParsedResponse, Retry};
 use leptos::prelude::*;
 use wasm_bindgen::JsCast;
 
-use crate::api::{ApiFailure, CrosstabAnswer};
+use crate::api::{ApiFailure, KeyedAnswer};
 use crate::export::csv_field;
 use crate::labels::Labelled;
 
@@ -42,7 +42,7 @@ impl Outcome {
     pub fn from_call(
         request: CrosstabRequest,
         codebook: Option<Codebook>,
-        call: Result<CrosstabAnswer, ApiFailure>,
+        call: Result<KeyedAnswer, ApiFailure>,
     ) -> Outcome {
         match call {
             Err(failure) => Outcome::Failed(failure.message),

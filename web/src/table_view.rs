@@ -16,14 +16,26 @@ pub struct Computed {
     pub table: Table,
     /// The lines above it in files.
     pub caption: Caption,
-    /// Computed in this page (else on the server).
-    pub local: bool,
+    /// Where it was computed, and what it cost.
+    pub origin: Origin,
     /// Milliseconds from the click to the answer.
     pub ms: f64,
     /// Counts runs, so a test (or a reader) can tell a new answer from the last.
     pub run: u32,
     /// The request it answers.
     pub asked: TableRequest,
+}
+
+/// Where a table was computed, and so what it cost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    /// In this page, from the researcher's file: nothing billed.
+    Page,
+    /// On the server, billed now.
+    Server,
+    /// On the server for an earlier run of the same table whose answer was lost on the
+    /// way: that answer, given again and not billed again.
+    ServerAgain,
 }
 
 #[component]
@@ -38,7 +50,7 @@ pub fn TableView(
     let Computed {
         table,
         caption,
-        local,
+        origin,
         ms,
         run,
         asked,
@@ -54,14 +66,19 @@ pub fn TableView(
     };
     let units = table.audience_report_units;
     let threshold = table.unstable_max_resps;
-    let cost = if local {
-        "Computed in this page from your file: nothing uploaded, nothing billed.".to_owned()
-    } else {
-        format!(
-            "Computed on the server: {} billed call{}.",
-            table.billed_calls,
-            if table.billed_calls == 1 { "" } else { "s" }
-        )
+    let calls = format!(
+        "{} billed call{}",
+        table.billed_calls,
+        if table.billed_calls == 1 { "" } else { "s" }
+    );
+    let cost = match origin {
+        Origin::Page => {
+            "Computed in this page from your file: nothing uploaded, nothing billed.".to_owned()
+        }
+        Origin::Server => format!("Computed on the server: {calls}."),
+        Origin::ServerAgain => format!(
+            "Computed on the server for your earlier run of this table, whose answer was lost on the way ({calls} then): given again, not billed again."
+        ),
     };
     let sort_options = move || {
         let grid = grid.get();

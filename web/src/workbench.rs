@@ -16,7 +16,7 @@ use crate::labels::{self, Labelled};
 use crate::local::{self, BaseDraft, GuidedDefinition, Opened};
 use crate::query::{load_surveys, picks};
 use crate::saved::{self, Spec};
-use crate::table_view::{Computed, TableView};
+use crate::table_view::{Computed, Origin, TableView};
 
 /// Where a table is computed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -339,25 +339,38 @@ pub fn WorkbenchScreen(signed_in: bool) -> impl IntoView {
         epoch.update(|e| *e += 1);
         let mine = epoch.get_untracked();
         let asked = request.clone();
-        let done = move |result: Result<crosstab_contract::app::Table, String>| match result {
-            Ok(table) => {
-                saved::record(entry);
-                outcome.set(Outcome::Done(Box::new(Computed {
-                    table,
-                    caption,
-                    local: from == Source::Local,
-                    ms: now_ms() - started,
-                    run,
-                    asked,
-                })));
-            }
-            Err(message) => outcome.set(Outcome::Failed(message)),
-        };
+        let done =
+            move |result: Result<(crosstab_contract::app::Table, Origin), String>| match result {
+                Ok((table, origin)) => {
+                    saved::record(entry);
+                    outcome.set(Outcome::Done(Box::new(Computed {
+                        table,
+                        caption,
+                        origin,
+                        ms: now_ms() - started,
+                        run,
+                        asked,
+                    })));
+                }
+                Err(message) => outcome.set(Outcome::Failed(message)),
+            };
         outcome.set(Outcome::Running);
         leptos::task::spawn_local(async move {
             let answer = match from {
-                Source::Local => local::table(request).await,
-                Source::Server => api::table(&request).await.map_err(|f| f.message),
+                Source::Local => local::table(request)
+                    .await
+                    .map(|table| (table, Origin::Page)),
+                Source::Server => api::table(&request)
+                    .await
+                    .map(|answer| {
+                        let origin = if answer.replayed {
+                            Origin::ServerAgain
+                        } else {
+                            Origin::Server
+                        };
+                        (answer.table, origin)
+                    })
+                    .map_err(|f| f.message),
             };
             // Another run started meanwhile, or the source was switched, a saved table
             // loaded or the builder cleared: this answer is stale. `None`: the screen is
@@ -366,7 +379,7 @@ pub fn WorkbenchScreen(signed_in: bool) -> impl IntoView {
                 Some(now) if now == mine => done(answer),
                 // Billed all the same: kept where it can be opened again, and said.
                 Some(_) => {
-                    if let (Source::Server, Ok(table)) = (from, &answer) {
+                    if let (Source::Server, Ok((table, _))) = (from, &answer) {
                         saved::record(late_entry);
                         notice.set(Some(format!(
                             "A table run before your change was billed ({} call{}) and not shown: it is under Recently run.",

@@ -34,7 +34,6 @@ use tower_http::set_header::SetResponseHeader;
 
 use super::error::fault;
 use super::extract::{session_token, set_cookie, ClientAddress, SessionUser};
-use super::observe::Billed;
 use super::HttpState;
 use crate::service::app::{AppAnswer, AppError, SESSION_LIFETIME_MS};
 use crate::service::users::User;
@@ -353,11 +352,9 @@ async fn table(
     body: Body,
 ) -> AppResult<Response> {
     let body = read_body(body, &headers, MAX_TABLE_BODY_BYTES).await?;
-    let table = state.app.table(&user, &body, &request_id).await?;
-    let billed = Billed(u64::from(table.billed_calls));
-    let mut response = Json(table).into_response();
-    response.extensions_mut().insert(billed);
-    Ok(response)
+    let key = super::v1::idempotency_key(&headers).map_err(ServiceError::from)?;
+    let table = state.app.table(&user, &body, &request_id, key).await?;
+    Ok(super::v1::answer_response(table))
 }
 
 /// A stored time as the app shows it (to the second, UTC).

@@ -75,7 +75,7 @@ pub fn answer_response(answer: Answer) -> Response {
         .insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
     response
         .extensions_mut()
-        .insert(Billed(u64::from(!answer.replayed)));
+        .insert(Billed(u64::from(answer.billed_calls)));
     if answer.replayed {
         response
             .headers_mut()

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use axum::body::Bytes;
 use base64::Engine as _;
 use crosstab_contract::app::{
-    Codebook, CodebookSearch, SurveySummary, Table, TableRequest, Totals, UsageQuery,
+    Codebook, CodebookSearch, SurveySummary, TableRequest, Totals, UsageQuery,
 };
 use crosstab_contract::{validate_body, ApiError, Expr};
 use crosstab_engine::{Bitset, Survey};
@@ -321,12 +321,15 @@ impl AppService {
 
     /// Answers a table body for `user`, billed to the user's account as the `/v1` calls
     /// the same targets would take. Not with `--upstream` ([`AppError::TablesUpstream`]).
+    /// With an `Idempotency-Key`, a retry of the same body is given the first answer,
+    /// unbilled.
     pub async fn table(
         &self,
         user: &User,
         body: &[u8],
         request_id: &RequestId,
-    ) -> Result<Table, AppError> {
+        idempotency_key: Option<&str>,
+    ) -> Result<Answer, AppError> {
         let valid = TableRequest::from_json(body)
             .and_then(TableRequest::validate)
             .map_err(ApiError::from)?;
@@ -336,7 +339,7 @@ impl AppService {
         let principal = self.principal(user).await?;
         self.services
             .crosstab
-            .table(&principal, valid, request_id)
+            .table(&principal, valid, body, request_id, idempotency_key)
             .await
             .map_err(|error| match error {
                 ServiceError::OverQuota { calls, quota } => {

@@ -36,10 +36,33 @@ const IN_PROGRESS_POLL_MAX: Duration = Duration::from_millis(200);
 /// `Idempotency-Key` (then not billed again).
 #[derive(Debug, Clone)]
 pub struct Answer {
-    /// The serialized `CrosstabResponse`.
+    /// The serialized `CrosstabResponse` (or `Table`).
     pub body: Bytes,
     /// Whether it was answered before.
     pub replayed: bool,
+    /// The calls billed for it now: 0 when replayed.
+    pub billed_calls: u32,
+}
+
+/// What a request's `Idempotency-Key` stands for: the SHA-256 of its body, for a table
+/// prefixed with a name of its own, so a key taken by a crosstab is never a table's
+/// answer, or the other way round, whatever the bytes.
+enum Asked<'a> {
+    Crosstab(&'a [u8]),
+    Table(&'a [u8]),
+}
+
+impl Asked<'_> {
+    fn sha256(&self) -> String {
+        let digest = match self {
+            Asked::Crosstab(body) => Sha256::digest(body),
+            Asked::Table(body) => Sha256::new()
+                .chain_update(b"crosstab table\n")
+                .chain_update(body)
+                .finalize(),
+        };
+        crate::keys::to_hex(&digest)
+    }
 }
 
 /// What an `Idempotency-Key` gave this request.
@@ -191,50 +214,50 @@ impl Crosstab {
         request_id: &RequestId,
         idempotency_key: Option<&str>,
     ) -> Result<Answer, ServiceError> {
-        let reservation = match idempotency_key {
-            Some(key) => {
-                let key = idempotency_key_of(key)?;
-                match self.reserve(principal, &key, &body).await? {
-                    Held::Answered(answer) => {
-                        // Given again only to a caller its grants still let ask it: keys
-                        // are the account's, so another of its callers may hold one.
-                        let valid = validate_body(&body)?;
-                        let request = &valid.request;
-                        if !principal
-                            .grants
-                            .permits(&request.survey_code, request.group_filter())
-                        {
-                            return Err(ApiError::ForbiddenSurvey.into());
-                        }
-                        return Ok(Answer {
-                            body: answer,
-                            replayed: true,
-                        });
-                    }
-                    Held::Ours(reservation) => Some(reservation),
-                }
+        let reservation = match self
+            .hold(principal, idempotency_key, Asked::Crosstab(&body))
+            .await?
+        {
+            Some(Held::Answered(answer)) => {
+                // Given again only to a caller its grants still let ask it: keys are the
+                // account's, so another of its callers may hold one.
+                let valid = validate_body(&body)?;
+                let request = &valid.request;
+                return replay(
+                    principal,
+                    &request.survey_code,
+                    request.group_filter(),
+                    answer,
+                );
             }
+            Some(Held::Ours(reservation)) => Some(reservation),
             None => None,
         };
-        match self
+        let answer = self
             .billed_answer(principal, body, request_id, reservation.as_ref())
-            .await
-        {
-            Ok(answer) => {
-                if let Some(reservation) = reservation {
-                    reservation.billed();
-                }
-                Ok(Answer {
-                    body: answer,
-                    replayed: false,
-                })
+            .await;
+        let body = settle(reservation, answer).await?;
+        Ok(Answer {
+            body,
+            replayed: false,
+            billed_calls: 1,
+        })
+    }
+
+    /// What `idempotency_key`, if the request sent one, gives it: the key itself, or the
+    /// answer given before to the same `asked`.
+    async fn hold(
+        &self,
+        principal: &Principal,
+        idempotency_key: Option<&str>,
+        asked: Asked<'_>,
+    ) -> Result<Option<Held>, ServiceError> {
+        match idempotency_key {
+            Some(key) => {
+                let key = idempotency_key_of(key)?;
+                Ok(Some(self.reserve(principal, &key, &asked.sha256()).await?))
             }
-            Err(error) => {
-                if let Some(reservation) = reservation {
-                    reservation.give_back().await;
-                }
-                Err(error)
-            }
+            None => Ok(None),
         }
     }
 
@@ -280,14 +303,13 @@ impl Crosstab {
         &self,
         principal: &Principal,
         key: &Arc<str>,
-        body: &[u8],
+        hash: &str,
     ) -> Result<Held, ServiceError> {
-        let hash = crate::keys::to_hex(&Sha256::digest(body));
         let owner: Arc<str> = Arc::from(crate::keys::to_hex(&rand::random::<[u8; 16]>()));
         let claim = idempotency::Claim {
             account_id: principal.account_id,
             key,
-            body_sha256: &hash,
+            body_sha256: hash,
             owner: &owner,
         };
         let started = Instant::now();
@@ -440,12 +462,7 @@ impl Crosstab {
             None => self.ledger.bill(bill).await,
             Some(held) => self.ledger.bill_keeping(bill, held.keeping(answer)).await,
         };
-        match billed {
-            // Its key was taken over by a retry once this request counted as abandoned
-            // (twice the deadline): this one is past its deadline, and unbilled.
-            Err(LedgerError::KeyLost) => Err(ApiError::DeadlineExceeded.into()),
-            billed => Ok(billed?),
-        }
+        billed.map_err(lost_key)
     }
 
     fn bill_of(&self, principal: &Principal, billable: Billable, request_id: &RequestId) -> Bill {
@@ -465,12 +482,53 @@ impl Crosstab {
     /// account's rate (one request) and daily quota (every call), computed within the
     /// deadline, and billed as the calls `/v1` would have taken to ask the same targets
     /// ([`ValidTable::billed_calls`]: one per two targets) before it is returned.
+    ///
+    /// With an `Idempotency-Key`, a retry of the same body is given the first answer,
+    /// unbilled, as a crosstab is (`body` is the request as sent, which the key stands for).
     pub async fn table(
         &self,
         principal: &Principal,
         valid: ValidTable,
+        body: &[u8],
         request_id: &RequestId,
-    ) -> Result<Table, ServiceError> {
+        idempotency_key: Option<&str>,
+    ) -> Result<Answer, ServiceError> {
+        let reservation = match self
+            .hold(principal, idempotency_key, Asked::Table(body))
+            .await?
+        {
+            Some(Held::Answered(answer)) => {
+                return replay(
+                    principal,
+                    &valid.request.survey,
+                    valid.group_filter(),
+                    answer,
+                )
+            }
+            Some(Held::Ours(reservation)) => Some(reservation),
+            None => None,
+        };
+        let calls = valid.billed_calls();
+        let table = self
+            .billed_table(principal, valid, request_id, reservation.as_ref())
+            .await;
+        let body = settle(reservation, table).await?;
+        Ok(Answer {
+            body,
+            replayed: false,
+            billed_calls: calls,
+        })
+    }
+
+    /// The table computed and billed (with its answer kept for `held`'s key, if the
+    /// request sent one), serialized.
+    async fn billed_table(
+        &self,
+        principal: &Principal,
+        valid: ValidTable,
+        request_id: &RequestId,
+        held: Option<&Reserved>,
+    ) -> Result<Bytes, ServiceError> {
         let started = Instant::now();
         let request = &valid.request;
         let group = valid.group_filter();
@@ -510,9 +568,13 @@ impl Crosstab {
             return Err(ApiError::DeadlineExceeded.into());
         }
         table.billed_calls = calls;
-        self.bill_all(bills).await?;
+        let answer = Bytes::from(serde_json::to_vec(&table).map_err(|error| {
+            ServiceError::Internal(format!("table serialization failed: {error}"))
+        })?);
+        let kept = held.map(|held| held.keeping(&answer));
+        self.ledger.bill_all(bills, kept).await.map_err(lost_key)?;
         admission.billed();
-        Ok(table)
+        Ok(answer)
     }
 
     /// The survey `principal` may query with `group` and `base`, in the contract's order:
@@ -537,12 +599,50 @@ impl Crosstab {
         }
         Ok(survey)
     }
+}
 
-    /// Commits every bill of one answer before it may go out, in one transaction: all
-    /// of them or none.
-    async fn bill_all(&self, bills: Vec<Bill>) -> Result<(), ServiceError> {
-        Ok(self.ledger.bill_all(bills).await?)
+/// A ledger's refusal as the request's.
+fn lost_key(error: LedgerError) -> ServiceError {
+    match error {
+        // Its key was taken over by a retry once this request counted as abandoned (twice
+        // the deadline): this one is past its deadline, and unbilled.
+        LedgerError::KeyLost => ApiError::DeadlineExceeded.into(),
+        other => other.into(),
     }
+}
+
+/// The answer kept with a key, given again, unbilled, to a caller whose grants still let
+/// it ask about `survey` and `group`: keys are the account's, so another of its callers
+/// may hold one.
+fn replay(
+    principal: &Principal,
+    survey: &str,
+    group: Option<&str>,
+    answer: Bytes,
+) -> Result<Answer, ServiceError> {
+    if !principal.grants.permits(survey, group) {
+        return Err(ApiError::ForbiddenSurvey.into());
+    }
+    Ok(Answer {
+        body: answer,
+        replayed: true,
+        billed_calls: 0,
+    })
+}
+
+/// `answer`, once the key it held (if any) is settled: kept with the answer if it was
+/// billed, else given back, so a retry sent as soon as the error arrives is answered anew.
+async fn settle<T>(
+    reservation: Option<Reserved>,
+    answer: Result<T, ServiceError>,
+) -> Result<T, ServiceError> {
+    if let Some(reservation) = reservation {
+        match &answer {
+            Ok(_) => reservation.billed(),
+            Err(_) => reservation.give_back().await,
+        }
+    }
+    answer
 }
 
 /// The engine's table, on the blocking pool (a table is many queries' work); past
@@ -576,4 +676,22 @@ async fn compute(
         .map_err(|_| ApiError::DeadlineExceeded)?
         .map_err(|error| ServiceError::Internal(format!("query task failed: {error}")))?
         .map_err(ServiceError::from)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_key_stands_for_a_crosstab_or_a_table_never_both() {
+        let body = br#"{"SurveyCode":"S"}"#;
+        // A crosstab's as before tables had keys, so keys kept across an upgrade match.
+        assert_eq!(
+            Asked::Crosstab(body).sha256(),
+            crate::keys::to_hex(&Sha256::digest(body))
+        );
+        assert_ne!(Asked::Table(body).sha256(), Asked::Crosstab(body).sha256());
+        assert_eq!(Asked::Table(body).sha256(), Asked::Table(body).sha256());
+        assert_ne!(Asked::Table(body).sha256(), Asked::Table(b"{}").sha256());
+    }
 }

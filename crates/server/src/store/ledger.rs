@@ -310,9 +310,14 @@ impl Ledger {
     }
 
     /// Records every bill of one answer durably, in one transaction: all are committed
-    /// or none is. Returns once they are; the same rules as [`Ledger::bill`].
-    pub async fn bill_all(&self, bills: Vec<Bill>) -> Result<(), LedgerError> {
-        self.submit(bills, None).await
+    /// or none is (with `kept`, if given, as [`Ledger::bill_keeping`] keeps it). Returns
+    /// once they are; the same rules as [`Ledger::bill`].
+    pub async fn bill_all(
+        &self,
+        bills: Vec<Bill>,
+        kept: Option<KeptAnswer>,
+    ) -> Result<(), LedgerError> {
+        self.submit(bills, kept).await
     }
 
     async fn submit(&self, bills: Vec<Bill>, kept: Option<KeptAnswer>) -> Result<(), LedgerError> {
@@ -1093,10 +1098,13 @@ mod tests {
         let (ledger, writer) = Ledger::start(db.clone());
         ledger.bill(bill(account_id, "before")).await.unwrap();
         let refused = ledger
-            .bill_all(vec![
-                bill(account_id, "beside the panic"),
-                bill(account_id, PANIC_REQUEST_ID),
-            ])
+            .bill_all(
+                vec![
+                    bill(account_id, "beside the panic"),
+                    bill(account_id, PANIC_REQUEST_ID),
+                ],
+                None,
+            )
             .await;
         assert!(matches!(refused, Err(LedgerError::Stopped)), "{refused:?}");
         // With a key to keep the answer by: one transaction (on PostgreSQL too), the
@@ -1148,10 +1156,13 @@ mod tests {
         let account_id = account(&db).await;
         let (ledger, writer) = Ledger::start(db.clone());
         ledger
-            .bill_all(vec![
-                bill(account_id, "took"),
-                bill(account_id, REPLY_LOST_REQUEST_ID),
-            ])
+            .bill_all(
+                vec![
+                    bill(account_id, "took"),
+                    bill(account_id, REPLY_LOST_REQUEST_ID),
+                ],
+                None,
+            )
             .await
             .unwrap();
         assert_eq!(
@@ -1159,10 +1170,13 @@ mod tests {
             [REPLY_LOST_REQUEST_ID, "took"]
         );
         let refused = ledger
-            .bill_all(vec![
-                bill(account_id, "never took"),
-                bill(account_id, COMMIT_LOST_REQUEST_ID),
-            ])
+            .bill_all(
+                vec![
+                    bill(account_id, "never took"),
+                    bill(account_id, COMMIT_LOST_REQUEST_ID),
+                ],
+                None,
+            )
             .await;
         assert!(matches!(refused, Err(LedgerError::Write(_))), "{refused:?}");
         assert_eq!(

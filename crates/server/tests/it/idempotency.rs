@@ -117,6 +117,72 @@ async fn a_kept_answer_is_given_again_only_to_a_caller_entitled_to_it() {
     assert_eq!(fx.bills().await, 1);
 }
 
+/// The same for a table: its kept answer is given again only to a caller whose grants
+/// still let it ask about the table's survey and group.
+#[tokio::test]
+async fn a_kept_table_is_given_again_only_to_a_caller_entitled_to_it() {
+    use crosstab_contract::app::TableRequest;
+    use crosstab_server::grants::Grants;
+    use crosstab_server::service::principal::{Credential, Principal};
+    use crosstab_server::service::RequestId;
+    use crosstab_server::store::accounts;
+
+    let fx = Fixture::new().await;
+    let account_id = accounts::account_id(&fx.db, "acme").await.unwrap().unwrap();
+    let caller = |grants: &[(&str, &str)]| Principal {
+        account_id,
+        account: "acme".into(),
+        grants: Grants::from_rows(
+            grants
+                .iter()
+                .map(|(s, g)| ((*s).to_owned(), (*g).to_owned())),
+        ),
+        limits: accounts::AccountLimits::default(),
+        credential: Credential::Key("k".into()),
+    };
+    let body = serde_json::json!({"survey": "VEC", "populationBase": "ALL",
+        "rows": [{"expression": "WOMEN"}], "columns": [{"expression": "A"}]})
+    .to_string();
+    let ask = |principal: Principal| {
+        let (services, body) = (fx.services.clone(), body.clone());
+        async move {
+            let valid = TableRequest::from_json(body.as_bytes())
+                .and_then(TableRequest::validate)
+                .unwrap();
+            services
+                .crosstab
+                .table(
+                    &principal,
+                    valid,
+                    body.as_bytes(),
+                    &RequestId("r".into()),
+                    Some("table-9"),
+                )
+                .await
+        }
+    };
+    let first = ask(caller(&[("VEC", "*")])).await.unwrap();
+    assert!(!first.replayed);
+    assert_eq!(first.billed_calls, 2);
+    let again = ask(caller(&[("VEC", "*")])).await.unwrap();
+    assert!(again.replayed);
+    assert_eq!(again.billed_calls, 0);
+    assert_eq!(again.body, first.body);
+    for narrower in [caller(&[("VEC", "N")]), caller(&[])] {
+        let refused = ask(narrower).await.map(|answer| answer.replayed);
+        assert!(
+            matches!(
+                refused,
+                Err(crosstab_server::service::ServiceError::Rejected(
+                    crosstab_contract::ApiError::ForbiddenSurvey
+                ))
+            ),
+            "{refused:?}"
+        );
+    }
+    assert_eq!(fx.bills().await, 2);
+}
+
 /// Keys past their day are purged (what `serve` runs every second), and only those.
 #[tokio::test]
 async fn keys_past_their_day_are_purged() {

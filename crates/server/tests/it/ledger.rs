@@ -187,7 +187,7 @@ async fn several_accounts_read_back_by_account_and_time(
         })
         .collect();
     let (ledger, writer) = Ledger::start(db.clone());
-    ledger.bill_all(bills.clone()).await.unwrap();
+    ledger.bill_all(bills.clone(), None).await.unwrap();
     drop(ledger);
     writer.finish().await;
     for (account_id, name) in accounts.into_iter().zip(names) {
@@ -455,10 +455,10 @@ async fn an_answers_bills_are_written_all_or_none() {
     if let Some(last) = unit.last_mut() {
         last.account_id = account_id + 1000;
     }
-    assert!(ledger.bill_all(unit).await.is_err());
+    assert!(ledger.bill_all(unit, None).await.is_err());
     assert_eq!(ledger::count(&db).await.unwrap(), 0);
     let unit: Vec<Bill> = (0..1500).map(|n| bill(account_id, n)).collect();
-    ledger.bill_all(unit).await.unwrap();
+    ledger.bill_all(unit, None).await.unwrap();
     assert_eq!(ledger::count(&db).await.unwrap(), 1500);
     drop(ledger);
     writer.finish().await;

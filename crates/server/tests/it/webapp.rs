@@ -1508,3 +1508,64 @@ async fn over_https_the_session_is_a_secure_host_cookie() {
     let (refused, _) = https.get(&plain, "/app/api/me").await;
     assert_eq!(refused.status, StatusCode::UNAUTHORIZED);
 }
+
+/// A table sent again with its `Idempotency-Key` (the app's retry after its answer was
+/// lost) gets the first answer, unbilled; the key with another table or a crosstab is
+/// refused; a refused table gives its key back.
+#[tokio::test]
+async fn a_table_sent_again_with_its_key_is_answered_again_and_billed_once() {
+    let app = app_with(None).await;
+    let ann = app.session("ann").await;
+    let keyed = |path: &str, key: &str, body: &Value| {
+        Request::post(path)
+            .header("cookie", &ann)
+            .header("origin", ORIGIN)
+            .header("content-type", "application/json")
+            .header("idempotency-key", key)
+            .body(Body::from(body.to_string()))
+            .unwrap()
+    };
+    let replayed = |parts: &axum::http::response::Parts| {
+        parts
+            .headers
+            .get("idempotent-replayed")
+            .is_some_and(|v| v == "true")
+    };
+    let body = table_body(None, "ALL", &["WOMEN", "SMOKER = 1"], &["AGE >= 35"]);
+    let calls = i64::from(crosstab_contract::app::billed_calls(2, 1));
+    let before = app.fx.bills().await;
+    let (first, table) = app.send(keyed("/app/api/table", "run-1", &body)).await;
+    assert_eq!(first.status, StatusCode::OK, "{table}");
+    assert!(!replayed(&first));
+    assert_eq!(app.fx.bills().await - before, calls);
+    let (again, same) = app.send(keyed("/app/api/table", "run-1", &body)).await;
+    assert_eq!(again.status, StatusCode::OK, "{same}");
+    assert!(replayed(&again));
+    assert_eq!(same, table);
+    assert_eq!(
+        app.fx.bills().await - before,
+        calls,
+        "a replay is not billed"
+    );
+
+    // The key with another table, or with a crosstab: refused, nothing billed.
+    let other = table_body(None, "ALL", &["WOMEN"], &["AGE >= 35"]);
+    let crosstab = request("VEC", None, "ALL", &["WOMEN"]);
+    for (path, body) in [("/app/api/table", &other), ("/app/api/crosstab", &crosstab)] {
+        let (reused, envelope) = app.send(keyed(path, "run-1", body)).await;
+        assert_eq!(reused.status, StatusCode::UNPROCESSABLE_ENTITY, "{path}");
+        assert_eq!(code(&envelope), "idempotency_key_reused");
+    }
+    assert_eq!(app.fx.bills().await - before, calls);
+
+    // A table refused after its key was taken gives it back: the same key then runs a
+    // table anew.
+    let refused = table_body(None, "NOBASE", &["WOMEN"], &["AGE >= 35"]);
+    let (parts, envelope) = app.send(keyed("/app/api/table", "run-2", &refused)).await;
+    assert_eq!(parts.status, StatusCode::BAD_REQUEST, "{envelope}");
+    let (parts, _) = app.send(keyed("/app/api/table", "run-2", &other)).await;
+    assert_eq!(parts.status, StatusCode::OK);
+    assert!(!replayed(&parts));
+    let other_calls = i64::from(crosstab_contract::app::billed_calls(1, 1));
+    assert_eq!(app.fx.bills().await - before, calls + other_calls);
+}
