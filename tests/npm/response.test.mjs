@@ -127,6 +127,10 @@ test("absoluteAudience and the formatter", () => {
   assert.equal(shown.note, pkg.unstableNote());
   assert.equal(pkg.formatNumber(1234567.891, 2), "1,234,567.89");
   assert.equal(pkg.formatNumber(-1234), "-1,234");
+  // Halves away from zero, of the value to 15 significant digits, as a spreadsheet shows it.
+  assert.equal(pkg.formatNumber(2.5), "3");
+  assert.equal(pkg.formatNumber(0.125, 2), "0.13");
+  assert.equal(pkg.formatNumber(1.005, 2), "1.01");
 });
 
 test("contractVersion and openapi: the /v1/docs document", () => {

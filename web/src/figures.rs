@@ -337,9 +337,9 @@ pub mod tests {
                 "6.2%",
                 "25",
                 "617,284",
-                // Halves round to even, as Rust's formatting does.
-                "12",
-                "1,234,542 – 1,234,592",
+                // Halves round away from zero, as the XLSX export's cells show them.
+                "13",
+                "1,234,543 – 1,234,592",
                 "0.0%"
             ]
         );

@@ -160,7 +160,8 @@ fn to_csv(rows: &[Row], units: u32) -> String {
             row.result.wgt_aud,
             row.absolute.round(),
             row.result.resps,
-            row.share.map_or(String::new(), |s| format!("{s:.2}")),
+            // Rounded as the screen rounds (a share is at most 100: no thousands comma).
+            row.share.map_or(String::new(), |s| format_number(s, 2)),
             row.result.stbl as u8
         ));
     }

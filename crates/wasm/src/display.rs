@@ -17,13 +17,16 @@ pub fn absolute_audience(result: &CrosstabResult, units: u32) -> f64 {
 }
 
 /// `value` rounded to `decimals` places (at most 6) with `,` between thousands:
-/// `1234567.891, 1` → `"1,234,567.9"`. Non-finite values show as `"–"`.
+/// `1234567.891, 1` → `"1,234,567.9"`. Non-finite values show as `"–"`. Rounded as a
+/// spreadsheet shows the number (the XLSX export's cells hold every digit): halves away
+/// from zero, of the value read to 15 significant digits (`2.5` → `3`, `1.005, 2` →
+/// `1.01`), so the screen and the workbook agree.
 pub fn format_number(value: f64, decimals: u8) -> String {
     if !value.is_finite() {
         return "–".to_owned();
     }
     let decimals = usize::from(decimals.min(6));
-    let text = format!("{:.*}", decimals, value.abs());
+    let text = spreadsheet_rounded(value.abs(), decimals);
     let (whole, fraction) = match text.split_once('.') {
         Some((whole, fraction)) => (whole, Some(fraction)),
         None => (text.as_str(), None),
@@ -44,6 +47,68 @@ pub fn format_number(value: f64, decimals: u8) -> String {
         out.push_str(fraction);
     }
     out
+}
+
+/// A finite `abs` ≥ 0 as plain digits with `decimals` places: first to 15 significant
+/// digits, then to `decimals` places with halves rounded up.
+fn spreadsheet_rounded(abs: f64, decimals: usize) -> String {
+    // `d.dddddddddddddde±x`: the 15 significant digits, and the power of ten of the first.
+    let scientific = format!("{abs:.14e}");
+    let (mantissa, exponent) = scientific.split_once('e').unwrap_or((&scientific, "0"));
+    let exponent: i64 = exponent.parse().unwrap_or(0);
+    let mut digits: Vec<u8> = mantissa
+        .bytes()
+        .filter(u8::is_ascii_digit)
+        .map(|b| b - b'0')
+        .collect();
+    // The value is 0.d₁d₂… × 10^(exponent + 1): `whole` digits before the point.
+    let mut whole = exponent + 1;
+    let decimals_i = i64::try_from(decimals).unwrap_or(0);
+    let keep = whole + decimals_i;
+    if keep < 0 {
+        digits.clear();
+    } else if let Ok(keep) = usize::try_from(keep) {
+        if keep < digits.len() {
+            let up = digits[keep] >= 5;
+            digits.truncate(keep);
+            if up {
+                // Carry from the last kept digit; past the first, a new leading 1.
+                let mut place = keep;
+                loop {
+                    if place == 0 {
+                        digits.insert(0, 1);
+                        whole += 1;
+                        break;
+                    }
+                    place -= 1;
+                    if digits[place] == 9 {
+                        digits[place] = 0;
+                    } else {
+                        digits[place] += 1;
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    // Digit at place `i` (0 = the first significant one), zero where there is none.
+    let digit = |i: i64| {
+        usize::try_from(i)
+            .ok()
+            .and_then(|i| digits.get(i))
+            .map_or('0', |d| char::from(b'0' + d))
+    };
+    let mut text = String::new();
+    if whole <= 0 {
+        text.push('0');
+    } else {
+        text.extend((0..whole).map(digit));
+    }
+    if decimals > 0 {
+        text.push('.');
+        text.extend((whole..whole + decimals_i).map(digit));
+    }
+    text
 }
 
 /// One result, ready to show.
@@ -98,6 +163,55 @@ mod tests {
         assert_eq!(format_number(-0.01, 1), "0.0");
         assert_eq!(format_number(f64::NAN, 0), "–");
         assert_eq!(format_number(999_999.6, 0), "1,000,000");
+    }
+
+    #[test]
+    fn halves_round_away_from_zero_as_a_spreadsheet_shows_them() {
+        for (value, decimals, shown) in [
+            (0.25, 1, "0.3"),
+            (12.25, 1, "12.3"),
+            (2.5, 0, "3"),
+            (-2.5, 0, "-3"),
+            (0.125, 2, "0.13"),
+            // 1.00499999999999989… in binary, 1.00500000000000 to 15 digits.
+            (1.005, 2, "1.01"),
+            (999.95, 1, "1,000.0"),
+            (9.995, 2, "10.00"),
+            (0.5, 0, "1"),
+            (0.05, 0, "0"),
+            (0.0004, 3, "0.000"),
+            (0.0005, 3, "0.001"),
+            (0.000_000_4, 6, "0.000000"),
+            (12.24, 1, "12.2"),
+            (1e20, 0, "100,000,000,000,000,000,000"),
+            (123_456_789.123_456_7, 2, "123,456,789.12"),
+            (7.0, 2, "7.00"),
+        ] {
+            assert_eq!(
+                format_number(value, decimals),
+                shown,
+                "{value} to {decimals}"
+            );
+        }
+        // Every count shows as itself, and no value moves more than half a last place.
+        for n in [0u64, 1, 9, 10, 999, 1_000_000, 123_456_789_012] {
+            let shown = format_number(n as f64, 0).replace(',', "");
+            assert_eq!(shown, n.to_string());
+        }
+        for step in 0..2000 {
+            let value = f64::from(step) * 0.0137 - 7.0;
+            for decimals in 0..=3u8 {
+                let shown: f64 = format_number(value, decimals)
+                    .replace(',', "")
+                    .parse()
+                    .unwrap();
+                let half = 0.5 * 10f64.powi(-i32::from(decimals));
+                assert!(
+                    (shown - value).abs() <= half + 1e-9,
+                    "{value} {decimals} {shown}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -303,7 +303,8 @@ pub fn format_result(
 }
 
 /// `value` with `,` between thousands and `decimals` places (an integer from 0 to 6;
-/// anything else throws `invalid_argument`).
+/// anything else throws `invalid_argument`), halves rounded as a spreadsheet shows them
+/// ([`display::format_number`]).
 #[wasm_bindgen(js_name = formatNumber)]
 pub fn format_number(
     #[wasm_bindgen(unchecked_param_type = "number")] value: JsValue,
