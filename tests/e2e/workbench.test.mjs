@@ -312,11 +312,17 @@ test('a session that ends keeps the table being built: signed in again, the buil
   assert.equal(await first.locator('#session-ended').count(), 0);
   await fresh.close();
   const { context, page } = await signedInTables();
-  // Back and Forward move between the screens.
+  // The title names the screen, and focus is on its heading.
+  assert.equal(await page.title(), 'Tables — crosstab');
+  await page.waitForFunction(() => document.activeElement?.id === 'workbench-title');
+  // Back and Forward move between the screens, the title and focus with them.
   await page.goBack();
   await page.getByRole('heading', { name: 'Build a query' }).waitFor();
+  assert.equal(await page.title(), 'Query — crosstab');
+  await page.waitForFunction(() => document.activeElement?.id === 'builder-title');
   await page.goForward();
   await page.locator('#table-base').waitFor();
+  assert.equal(await page.title(), 'Tables — crosstab');
   const wb = bench(page);
   await wb.variable('rows', 'GENDER');
   await wb.typed('columns', 'AGE >= 40');

@@ -83,6 +83,46 @@ impl Screen {
     ];
 }
 
+/// What the page shows, for its title and focus: `None` while the first check of the
+/// session runs, else whether signed in and the screen.
+type Shown = Option<(bool, Screen)>;
+
+/// The document's title for what is shown: the screen's name first (what a tab, a
+/// bookmark and a screen reader announce), then the app's.
+fn document_title(shown: Shown) -> String {
+    match shown {
+        None => "crosstab — audience queries".to_owned(),
+        // Signed out, only the Tables screen (a file from this computer) is itself.
+        Some((false, screen)) if screen != Screen::Table => "Sign in — crosstab".to_owned(),
+        Some((_, screen)) => format!("{} — crosstab", screen.title()),
+    }
+}
+
+/// Moves the keyboard's (and a screen reader's) place to the new screen's heading, once
+/// it is drawn: after a change of screen, focus would otherwise stay on the link clicked
+/// (or, after Back, on nothing), and nothing would say the page changed.
+fn focus_new_screen() {
+    request_animation_frame(|| {
+        let Some(document) = web_sys::window().and_then(|w| w.document()) else {
+            return;
+        };
+        let target = document
+            .query_selector("main h1")
+            .ok()
+            .flatten()
+            .or_else(|| document.query_selector("main").ok().flatten());
+        if let Some(target) = target {
+            // Focusable by script only: not a stop for Tab.
+            if !target.has_attribute("tabindex") {
+                let _ = target.set_attribute("tabindex", "-1");
+            }
+            if let Ok(target) = wasm_bindgen::JsCast::dyn_into::<web_sys::HtmlElement>(target) {
+                let _ = target.focus();
+            }
+        }
+    });
+}
+
 fn current_hash() -> String {
     web_sys::window()
         .and_then(|w| w.location().hash().ok())
@@ -125,6 +165,22 @@ fn App() -> impl IntoView {
         if screen.get_untracked() != next {
             screen.set(next);
         }
+    });
+    // The title follows what is shown; focus moves to a new screen's heading (not on the
+    // first load, where the page's start is the place to be).
+    Effect::new(move |before: Option<Shown>| {
+        let shown: Shown = match session.get() {
+            Session::Checking => None,
+            Session::SignedOut => Some((false, screen.get())),
+            Session::SignedIn(_) => Some((true, screen.get())),
+        };
+        if let Some(document) = web_sys::window().and_then(|w| w.document()) {
+            document.set_title(&document_title(shown));
+        }
+        if matches!(before, Some(Some(before)) if Some(before) != shown) {
+            focus_new_screen();
+        }
+        shown
     });
     // A query picked from the history, handed to the query screen to load and run.
     let rerun = RwSignal::new(None::<CrosstabRequest>);
@@ -277,4 +333,31 @@ fn SignIn(session: RwSignal<Session>, ended: RwSignal<bool>) -> impl IntoView {
 fn main() {
     console_error_panic_hook::set_once();
     leptos::mount::mount_to_body(App);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_title_names_the_screen_shown_first() {
+        assert_eq!(document_title(None), "crosstab — audience queries");
+        assert_eq!(
+            document_title(Some((true, Screen::Table))),
+            "Tables — crosstab"
+        );
+        assert_eq!(
+            document_title(Some((true, Screen::Usage))),
+            "Usage — crosstab"
+        );
+        // Signed out, every screen but Tables is the sign-in form.
+        assert_eq!(
+            document_title(Some((false, Screen::Keys))),
+            "Sign in — crosstab"
+        );
+        assert_eq!(
+            document_title(Some((false, Screen::Table))),
+            "Tables — crosstab"
+        );
+    }
 }
