@@ -1,6 +1,7 @@
 // Two accounts in one server, each with its own app user and grants: each user's queries
 // in the browser are billed to that user's own account, as `crosstab usage` and each
-// user's Usage page show, and never to the other account.
+// user's Usage page show (with what is left of a daily quota), and never to the other
+// account.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { startServer, launch, signIn, cli } from './harness.mjs';
@@ -14,6 +15,7 @@ before(async () => {
   // Account `north`: region 1 of the demo survey only, with its own app user.
   cli(server.dataDir, ['key', 'create', '--account', 'north', '--grant', 'DEMO:1']);
   cli(server.dataDir, ['user', 'create', '--username', NORA.username, '--account', 'north'], `${NORA.password}\n`);
+  cli(server.dataDir, ['account', 'limits', '--account', 'north', '--daily-quota', '50']);
   browser = await launch();
 });
 after(async () => {
@@ -62,6 +64,10 @@ test("each user's app queries are billed to their own account, none to the other
   const noraRows = await usageRows(asNora.page);
   assert.deepEqual(demoRows, [{ survey: 'DEMO', user: 'demo', calls: 1 }]);
   assert.deepEqual(noraRows, [{ survey: 'DEMO', user: 'nora', calls: 1 }]);
+  // North has a daily quota, and its page says what is left of it today; demo has none.
+  assert.equal(await asNora.page.locator('#usage-quota').getAttribute('data-left'), '49');
+  assert.match(await asNora.page.locator('#usage-quota').textContent(), /used 1 of its 50 billed calls a day: 49 left/);
+  assert.equal(await asDemo.page.locator('#usage-quota').count(), 0);
   await asDemo.context.close();
   await asNora.context.close();
 });

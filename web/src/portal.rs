@@ -1,7 +1,9 @@
 //! The developer portal: the API reference rendered from `/v1/docs` (no CDN assets),
 //! the user's API keys, how to call the API (a key, or single sign-on), and billed usage.
 
-use crosstab_contract::app::{KeyInfo, NewKey, UsageQuery, UsageReport, USAGE_MAX_DAYS};
+use crosstab_contract::app::{
+    DailyQuota, KeyInfo, NewKey, UsageQuery, UsageReport, USAGE_MAX_DAYS,
+};
 use leptos::prelude::*;
 use serde_json::Value;
 
@@ -343,6 +345,9 @@ pub fn Usage() -> impl IntoView {
                 <button type="submit">"Show"</button>
             </form>
             <p class="status" role="status" id="usage-status">{status}</p>
+            {move || report.get().and_then(Result::ok).and_then(|report| report.quota).map(|quota| view! {
+                <p id="usage-quota" data-left=quota.left().to_string()>{quota_text(&quota)}</p>
+            })}
             {move || match report.get() {
                 None => ().into_any(),
                 Some(Err(failure)) => view! { <p class="error" role="alert" id="usage-error">{failure.message}</p> }.into_any(),
@@ -379,6 +384,19 @@ pub fn Usage() -> impl IntoView {
     }
 }
 
+/// The account's daily quota as the usage page says it.
+fn quota_text(quota: &DailyQuota) -> String {
+    let plural = |n: u64| if n == 1 { "" } else { "s" };
+    format!(
+        "Today ({}, UTC) your account has used {} of its {} billed call{} a day: {} left. The quota starts again at midnight UTC; a table needs all its calls within what is left.",
+        quota.day,
+        quota.used,
+        quota.calls,
+        plural(quota.calls),
+        quota.left()
+    )
+}
+
 /// Who made a usage row's calls: the app user, the identity provider's tokens, or a key.
 fn caller_label(user: Option<String>, idp: Option<String>) -> String {
     match (user, idp) {
@@ -404,7 +422,23 @@ fn expiry_days(text: &str) -> Result<Option<u32>, String> {
 
 #[cfg(test)]
 mod tests {
-    use super::expiry_days;
+    use super::{expiry_days, quota_text};
+    use crosstab_contract::app::DailyQuota;
+
+    #[test]
+    fn the_quota_says_what_is_left_today() {
+        let quota = DailyQuota {
+            day: "2026-11-29".into(),
+            calls: 500,
+            used: 37,
+        };
+        assert_eq!(
+            quota_text(&quota),
+            "Today (2026-11-29, UTC) your account has used 37 of its 500 billed calls a day: 463 left. The quota starts again at midnight UTC; a table needs all its calls within what is left."
+        );
+        let spent = DailyQuota { used: 900, ..quota };
+        assert!(quota_text(&spent).contains(": 0 left."));
+    }
 
     #[test]
     fn only_an_empty_expiry_means_never() {

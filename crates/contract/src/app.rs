@@ -421,6 +421,28 @@ pub struct UsageReport {
     pub to: String,
     /// Billed calls per day, survey and caller.
     pub rows: Vec<UsageRow>,
+    /// The account's daily quota and what today has used of it (absent: no quota).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quota: Option<DailyQuota>,
+}
+
+/// An account's quota of billed calls per UTC day, and today's use of it (every caller
+/// of the account, on every replica).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DailyQuota {
+    /// Today (UTC), `YYYY-MM-DD`: the quota starts again at its end.
+    pub day: String,
+    /// Billed calls the account may make in a day.
+    pub calls: u64,
+    /// Billed calls made today.
+    pub used: u64,
+}
+
+impl DailyQuota {
+    /// Calls left today.
+    pub fn left(&self) -> u64 {
+        self.calls.saturating_sub(self.used)
+    }
 }
 
 /// Billed calls on one day for one survey (and user, where known): a row of
@@ -824,14 +846,37 @@ mod tests {
             &row,
             json!({"day": "2026-01-02", "survey": "DEMO", "idp": "corp", "calls": 7}),
         );
+        let mut report = UsageReport {
+            from: "2026-01-01".into(),
+            to: "2026-01-31".into(),
+            rows: vec![row],
+            quota: None,
+        };
         pinned(
-            &UsageReport {
-                from: "2026-01-01".into(),
-                to: "2026-01-31".into(),
-                rows: vec![row],
-            },
+            &report,
             json!({"from": "2026-01-01", "to": "2026-01-31", "rows": [
                 {"day": "2026-01-02", "survey": "DEMO", "idp": "corp", "calls": 7}]}),
+        );
+        let quota = DailyQuota {
+            day: "2026-01-31".into(),
+            calls: 500,
+            used: 37,
+        };
+        assert_eq!(quota.left(), 463);
+        assert_eq!(
+            DailyQuota {
+                used: 501,
+                ..quota.clone()
+            }
+            .left(),
+            0
+        );
+        report.quota = Some(quota);
+        pinned(
+            &report,
+            json!({"from": "2026-01-01", "to": "2026-01-31", "rows": [
+                {"day": "2026-01-02", "survey": "DEMO", "idp": "corp", "calls": 7}],
+                "quota": {"day": "2026-01-31", "calls": 500, "used": 37}}),
         );
         pinned(&UsageQuery::default(), json!({}));
         pinned(

@@ -418,8 +418,10 @@ async fn usage(
     query: Result<Query<UsageQuery>, QueryRejection>,
 ) -> AppResult<Json<UsageReport>> {
     let Query(query) = query.map_err(|rejection| AppError::BadRequest(rejection.body_text()))?;
-    let (period, rows) = state.app.usage(&user, &query).await?;
-    let rows = rows
+    let usage = state.app.usage(&user, &query).await?;
+    let (period, quota) = (usage.period, usage.quota);
+    let rows = usage
+        .rows
         .into_iter()
         .map(|row| {
             Ok(UsageRow {
@@ -437,5 +439,6 @@ async fn usage(
         from: period.from.to_string(),
         to: period.to.to_string(),
         rows,
+        quota,
     }))
 }

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use axum::body::Bytes;
 use base64::Engine as _;
 use crosstab_contract::app::{
-    Codebook, CodebookSearch, SurveySummary, TableRequest, Totals, UsageQuery,
+    Codebook, CodebookSearch, DailyQuota, SurveySummary, TableRequest, Totals, UsageQuery,
 };
 use crosstab_contract::{validate_body, ApiError, Expr};
 use crosstab_engine::{Bitset, Survey};
@@ -410,19 +410,47 @@ impl AppService {
 
     /// `user`'s account's billed calls per day, survey and user, over the period `query`
     /// names (a 400 when it names none).
-    pub async fn usage(
-        &self,
-        user: &User,
-        query: &UsageQuery,
-    ) -> Result<(Period, Vec<DailyUsage>), AppError> {
-        let period = Period::of(query, self.services.clock.now_ms()).map_err(|e| match e {
-            PeriodError::Clock(_) => AppError::Service(ServiceError::Internal(e.to_string())),
+    pub async fn usage(&self, user: &User, query: &UsageQuery) -> Result<Usage, AppError> {
+        let now = self.services.clock.now_ms();
+        let clock_fault = |e: PeriodError| AppError::Service(ServiceError::Internal(e.to_string()));
+        let period = Period::of(query, now).map_err(|e| match e {
+            PeriodError::Clock(_) => clock_fault(e),
             e => AppError::BadRequest(e.to_string()),
         })?;
         let (from, to) = period.millis();
         let rows = usage::daily(&self.services.db, user.account_id, from, to).await?;
-        Ok((period, rows))
+        let limits = accounts::limits_of(&self.services.db, user.account_id).await?;
+        let quota = match limits.daily_quota {
+            None => None,
+            Some(calls) => {
+                let today = Period::today(now).map_err(clock_fault)?;
+                let (start, end) = today.millis();
+                let used =
+                    usage::calls_between(&self.services.db, user.account_id, start, end).await?;
+                Some(DailyQuota {
+                    day: today.to.to_string(),
+                    calls,
+                    used,
+                })
+            }
+        };
+        Ok(Usage {
+            period,
+            rows,
+            quota,
+        })
     }
+}
+
+/// An account's usage over a period, as the app's usage page shows it.
+#[derive(Debug)]
+pub struct Usage {
+    /// The days reported.
+    pub period: Period,
+    /// Billed calls per day, survey and caller, newest day first.
+    pub rows: Vec<DailyUsage>,
+    /// The daily quota and today's use of it, when the account has one.
+    pub quota: Option<DailyQuota>,
 }
 
 /// A fresh session token: 32 random bytes, base64url.

@@ -62,6 +62,14 @@ impl Period {
         Ok(Period { from, to })
     }
 
+    /// `now_ms`'s UTC day alone.
+    pub fn today(now_ms: i64) -> Result<Period, PeriodError> {
+        let day = DateTime::from_timestamp_millis(now_ms)
+            .ok_or(PeriodError::Clock(now_ms))?
+            .date_naive();
+        Ok(Period { from: day, to: day })
+    }
+
     /// The ledger times of the period: at or after the first (Unix ms), before the second.
     pub fn millis(&self) -> (i64, i64) {
         let start = |day: NaiveDate| {
@@ -104,6 +112,18 @@ mod tests {
 
     fn date(text: &str) -> NaiveDate {
         NaiveDate::parse_from_str(text, "%Y-%m-%d").unwrap()
+    }
+
+    #[test]
+    fn today_is_the_clocks_utc_day() {
+        let today = Period::today(NOON_2026_11_29).unwrap();
+        assert_eq!(
+            (today.from, today.to),
+            (date("2026-11-29"), date("2026-11-29"))
+        );
+        let (start, end) = today.millis();
+        assert_eq!(end - start, 86_400_000);
+        assert!(start <= NOON_2026_11_29 && NOON_2026_11_29 < end);
     }
 
     #[test]

@@ -872,6 +872,7 @@ async fn usage_is_reported_for_a_period_of_days() {
     assert_eq!(usage["to"], today.to_string());
     assert_eq!(usage["from"], (today - chrono::Days::new(30)).to_string());
     assert_eq!(days(&usage), [(today.to_string(), 2)], "{usage}");
+    assert!(usage.get("quota").is_none(), "no quota, none said: {usage}");
     // The first day alone, and both days, newest first.
     let (_, usage) = app
         .get(&ann, &format!("/app/api/usage?from={first}&to={first}"))
@@ -1334,6 +1335,17 @@ async fn a_table_over_the_daily_quota_is_refused_whole() {
     let (parts, _) = app.post(&ann, "/app/api/table", &small).await;
     assert_eq!(parts.status, StatusCode::OK);
     assert_eq!(app.fx.bills().await, 4);
+    // The usage page says what is left of today's quota.
+    let today = chrono::DateTime::from_timestamp_millis(app.fx.now())
+        .unwrap()
+        .date_naive()
+        .to_string();
+    let (_, usage) = app.get(&ann, "/app/api/usage").await;
+    assert_eq!(
+        usage["quota"],
+        json!({"day": today, "calls": 5, "used": 4}),
+        "{usage}"
+    );
     let (parts, body) = app.post(&ann, "/app/api/table", &small).await;
     assert_eq!(parts.status, StatusCode::TOO_MANY_REQUESTS, "{body}");
     assert_eq!(code(&body), "rate_limited");
@@ -1370,6 +1382,15 @@ async fn a_table_over_the_daily_quota_is_refused_whole() {
          smaller (fewer rows or columns), or ask your administrator for a larger quota."
     );
     assert_eq!(app.fx.bills().await, 5);
+    let (_, usage) = app.get(&ann, "/app/api/usage").await;
+    assert_eq!(usage["quota"]["used"], 5, "{usage}");
+    // Tomorrow the quota starts again (yesterday's calls stay in the report).
+    app.fx.clock.advance(86_400_000);
+    let ann = app.session("ann").await;
+    let (_, usage) = app.get(&ann, "/app/api/usage").await;
+    assert_eq!(usage["quota"]["used"], 0, "{usage}");
+    assert_eq!(usage["quota"]["calls"], 5, "{usage}");
+    assert_ne!(usage["quota"]["day"], json!(today));
 }
 
 #[tokio::test]
