@@ -515,8 +515,16 @@ test('a private file: opened with the guided form, computed in the page, never s
   await page.locator('.guided .muted', { hasText: 'no-weight.csv: 3 columns' }).waitFor();
   assert.equal(await page.locator('#local-weight').inputValue(), '');
   await page.locator('#local-open').click();
-  assert.match(await page.locator('#local-error').textContent(), /^Choose the weight column/);
+  assert.match(await page.locator('#local-error').textContent(), /^Choose the weight column.*No weight column/);
   assert.equal(await page.locator('#local-opened').count(), 0);
+  // Said outright, it opens unweighted: every respondent counts 1.
+  await page.locator('#local-unweighted').check();
+  assert.ok(await page.locator('#local-weight').isDisabled());
+  await page.locator('#local-open').click();
+  await page.locator('#local-opened').waitFor();
+  assert.match(await page.locator('#local-opened').textContent(), /\(2 respondents\)/);
+  await page.locator('#local-opened button', { hasText: 'Close the file' }).click();
+  await page.locator('#local-opened').waitFor({ state: 'detached' });
   await page.locator('#local-data').setInputFiles(csvPath);
   await page.locator('.guided .muted', { hasText: 'private-panel.csv: 5 columns' }).waitFor();
   assert.equal(await page.locator('#local-weight').inputValue(), 'WEIGHT', 'a WEIGHT column is taken');

@@ -835,6 +835,8 @@ fn LocalOpen(opened: RwSignal<Option<Opened>>) -> impl IntoView {
     let name = RwSignal::new(String::new());
     let id_column = RwSignal::new(String::new());
     let weight_column = RwSignal::new(String::new());
+    // Said outright, as a definition says `unweighted = true`: never a forgotten choice.
+    let unweighted = RwSignal::new(false);
     let group_column = RwSignal::new(String::new());
     let bases = RwSignal::new(vec![BaseDraft {
         code: "ALL".into(),
@@ -887,6 +889,7 @@ fn LocalOpen(opened: RwSignal<Option<Opened>>) -> impl IntoView {
                                 .cloned()
                                 .unwrap_or_default(),
                         );
+                        unweighted.set(false);
                         group_column.set(String::new());
                         columns.set(found);
                         csv.set(Some((file_name, file)));
@@ -930,9 +933,10 @@ fn LocalOpen(opened: RwSignal<Option<Opened>>) -> impl IntoView {
             return;
         };
         let definition = definition.get_untracked();
-        if definition.is_none() && weight_column.get_untracked().is_empty() {
+        let unweighted = unweighted.get_untracked();
+        if definition.is_none() && !unweighted && weight_column.get_untracked().is_empty() {
             error.set(Some(
-                "Choose the weight column: every figure is a sum of respondents' weights (for an unweighted survey, add a column of 1s)."
+                "Choose the weight column: every figure is a sum of respondents' weights. For an unweighted survey, tick \"No weight column\"."
                     .into(),
             ));
             return;
@@ -942,7 +946,7 @@ fn LocalOpen(opened: RwSignal<Option<Opened>>) -> impl IntoView {
             code: code.get_untracked(),
             name: name.get_untracked(),
             id_column: id_column.get_untracked(),
-            weight_column: weight_column.get_untracked(),
+            weight_column: (!unweighted).then(|| weight_column.get_untracked()),
             group_column: Some(group_column.get_untracked()).filter(|g| !g.is_empty()),
             bases: bases.get_untracked(),
         };
@@ -1017,7 +1021,14 @@ fn LocalOpen(opened: RwSignal<Option<Opened>>) -> impl IntoView {
                                 </div>
                                 <div>
                                     <label for="local-weight">"Weight column"</label>
-                                    {column_select("local-weight", weight_column, Some("(choose one)"))}
+                                    <fieldset class="plain" prop:disabled=move || unweighted.get()>
+                                        {column_select("local-weight", weight_column, Some("(choose one)"))}
+                                    </fieldset>
+                                    <label class="check" for="local-unweighted">
+                                        <input type="checkbox" id="local-unweighted" prop:checked=move || unweighted.get()
+                                            on:change=move |ev| unweighted.set(event_target_checked(&ev)) />
+                                        "No weight column: every respondent counts 1"
+                                    </label>
                                 </div>
                                 <div>
                                     <label for="local-group">"Group column (optional)"</label>

@@ -21,8 +21,8 @@ pub struct SurveyMeta {
     pub unstable_max_resps: u64,
     /// Name of the id column in the source.
     pub id_column: String,
-    /// Name of the weight column in the source.
-    pub weight_column: String,
+    /// Name of the weight column in the source (`None`: unweighted, every weight 1).
+    pub weight_column: Option<String>,
     /// Name of the group column in the source.
     pub group_column: Option<String>,
     /// The respondent file's format ("csv", "sav", "zsav").

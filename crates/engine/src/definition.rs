@@ -23,8 +23,14 @@ pub struct SurveyDefinition {
     pub format: Option<SourceFormat>,
     /// Column holding each respondent's id (any string, unique).
     pub id_column: String,
-    /// Column holding each respondent's projection weight.
-    pub weight_column: String,
+    /// Column holding each respondent's projection weight (or, for an unweighted
+    /// survey, none and `unweighted = true`).
+    #[serde(default)]
+    pub weight_column: Option<String>,
+    /// Every respondent weighs 1 (`WgtAud` is a count of respondents): said outright, so
+    /// a definition that forgot its weight column is refused rather than unweighted.
+    #[serde(default)]
+    pub unweighted: bool,
     /// Column naming each respondent's authorization group.
     #[serde(default)]
     pub group_column: Option<String>,

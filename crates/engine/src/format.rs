@@ -78,7 +78,9 @@ pub(crate) struct Header {
     pub unstable_max_resps: u64,
     pub respondents: u64,
     pub id_column: String,
-    pub weight_column: String,
+    /// `None`: an unweighted survey (every weight 1).
+    #[serde(default)]
+    pub weight_column: Option<String>,
     pub group_column: Option<String>,
     /// Where the respondents came from: "csv", "sav", "zsav" (absent in older files).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -89,6 +89,21 @@ fn check_definition(
             "at least one [[population_bases]] is required".into(),
         ));
     }
+    match (&definition.weight_column, definition.unweighted) {
+        (Some(_), true) => {
+            return Err(def_error(
+                line_of_key("unweighted"),
+                "unweighted = true and a weight_column: give one or the other".into(),
+            ))
+        }
+        (None, false) => {
+            return Err(def_error(
+                1,
+                "name the weight column (weight_column = \"...\"), or say unweighted = true for a survey whose respondents all weigh 1".into(),
+            ))
+        }
+        _ => {}
+    }
     // Without the column no respondent is in any group: every group's answer would be 0.
     if definition.group_column.is_none() && !definition.groups.is_empty() {
         return Err(def_error(
@@ -399,7 +414,11 @@ fn read_respondents(
         })
     };
     let id_at = find(&definition.id_column, "id")?;
-    let weight_at = find(&definition.weight_column, "weight")?;
+    let weight_at = definition
+        .weight_column
+        .as_deref()
+        .map(|name| find(name, "weight"))
+        .transpose()?;
     let group_at = definition
         .group_column
         .as_deref()
@@ -413,7 +432,7 @@ fn read_respondents(
     }
     // Every other column is a variable; the group column is one too when it is numeric.
     let variable_columns: Vec<usize> = (0..headers.len())
-        .filter(|i| *i != id_at && *i != weight_at && Some(*i) != group_at)
+        .filter(|i| *i != id_at && Some(*i) != weight_at && Some(*i) != group_at)
         .collect();
     for &i in &variable_columns {
         if !is_expr_name(&headers[i]) {
@@ -464,15 +483,20 @@ fn read_respondents(
             ));
         }
         ids.push(id.to_owned());
-        let weight_text = &record[weight_at];
-        let weight = match weight_text.parse::<f64>() {
-            _ if weight_text.is_empty() => Err("missing weight".to_owned()),
-            Ok(w) if !w.is_finite() => Err(format!("weight '{weight_text}' is not finite")),
-            Ok(w) if w < 0.0 => Err(format!("weight {weight_text} is negative")),
-            Ok(w) => Ok(w),
-            Err(_) => Err(format!("weight '{}' is not a number", shorten(weight_text))),
-        }
-        .map_err(|reason| data_error(line, &headers[weight_at], reason))?;
+        let weight = match weight_at {
+            None => 1.0,
+            Some(weight_at) => {
+                let weight_text = &record[weight_at];
+                match weight_text.parse::<f64>() {
+                    _ if weight_text.is_empty() => Err("missing weight".to_owned()),
+                    Ok(w) if !w.is_finite() => Err(format!("weight '{weight_text}' is not finite")),
+                    Ok(w) if w < 0.0 => Err(format!("weight {weight_text} is negative")),
+                    Ok(w) => Ok(w),
+                    Err(_) => Err(format!("weight '{}' is not a number", shorten(weight_text))),
+                }
+                .map_err(|reason| data_error(line, &headers[weight_at], reason))?
+            }
+        };
         weights.push(weight);
         if let Some(at) = group_at {
             let value = &record[at];

@@ -744,7 +744,7 @@ mod tests {
             audience_report_units: 1,
             unstable_max_resps: 0,
             id_column: "ID".into(),
-            weight_column: "W".into(),
+            weight_column: Some("W".into()),
             group_column: None,
             source_format: None,
         };

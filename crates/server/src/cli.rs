@@ -486,8 +486,11 @@ enum SurveyCommand {
         #[arg(long)]
         id: String,
         /// The projection weight variable (numeric).
-        #[arg(long)]
-        weight: String,
+        #[arg(long, required_unless_present = "unweighted")]
+        weight: Option<String>,
+        /// The survey has no weight: every respondent weighs 1 (instead of --weight).
+        #[arg(long, conflicts_with = "weight")]
+        unweighted: bool,
         /// The authorization group variable.
         #[arg(long)]
         group: Option<String>,
@@ -1074,12 +1077,14 @@ async fn execute(command: Command) -> Result<(), CliError> {
                     code,
                     id,
                     weight,
+                    unweighted: _,
                     group,
                 },
         } => {
+            // clap requires --weight unless --unweighted, and refuses both.
             print!(
                 "{}",
-                import::init_definition(&file, &code, &id, &weight, group.as_deref())?
+                import::init_definition(&file, &code, &id, weight.as_deref(), group.as_deref())?
             );
             Ok(())
         }
@@ -1724,6 +1729,21 @@ mod tests {
             value,
         ];
         Cli::try_parse_from(args).is_ok()
+    }
+
+    #[test]
+    fn survey_init_takes_a_weight_or_unweighted_never_both_nor_neither() {
+        let init = |extra: &[&str]| {
+            let mut args = vec![
+                "crosstab", "survey", "init", "s.sav", "--code", "S", "--id", "ID",
+            ];
+            args.extend_from_slice(extra);
+            Cli::try_parse_from(args).is_ok()
+        };
+        assert!(init(&["--weight", "W"]));
+        assert!(init(&["--unweighted"]));
+        assert!(!init(&[]));
+        assert!(!init(&["--weight", "W", "--unweighted"]));
     }
 
     #[test]

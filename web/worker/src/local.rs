@@ -114,7 +114,10 @@ struct DefinitionFile<'a> {
     name: &'a str,
     respondents: &'a str,
     id_column: &'a str,
-    weight_column: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    weight_column: Option<&'a str>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    unweighted: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     group_column: Option<&'a str>,
     population_bases: &'a [crate::protocol::BaseDraft],
@@ -131,7 +134,8 @@ impl GuidedDefinition {
             name: self.name.trim(),
             respondents: "respondents.csv",
             id_column: &self.id_column,
-            weight_column: &self.weight_column,
+            weight_column: self.weight_column.as_deref(),
+            unweighted: self.weight_column.is_none(),
             group_column: self.group_column.as_deref().filter(|g| !g.is_empty()),
             population_bases: &self.bases,
         };
@@ -153,7 +157,7 @@ mod tests {
             code: "PRIV".into(),
             name: "Private \"panel\"".into(),
             id_column: "RESPID".into(),
-            weight_column: "WEIGHT".into(),
+            weight_column: Some("WEIGHT".into()),
             group_column: Some("REGION".into()),
             bases: vec![
                 BaseDraft {
@@ -198,6 +202,34 @@ mod tests {
         );
         assert!(matches!(payload, Payload::None));
         assert!(OPENED.with(|slot| slot.borrow().is_none()));
+    }
+
+    /// "No weight column": the definition says `unweighted = true`, and every respondent
+    /// counts 1 (the file's WEIGHT then a variable like any other).
+    #[test]
+    fn an_unweighted_form_counts_every_respondent_one() {
+        let form = GuidedDefinition {
+            weight_column: None,
+            ..guided()
+        };
+        let toml = form.to_toml().unwrap();
+        assert!(toml.contains("unweighted = true"), "{toml}");
+        assert!(!toml.contains("weight_column"), "{toml}");
+        let call = Call::OpenGuided {
+            definition: form,
+            from: "test".into(),
+        };
+        let opened = opened(answer(call, Payload::Text(CSV.into())));
+        let bases: Vec<(&str, u64, f64)> = opened
+            .codebook
+            .bases
+            .iter()
+            .map(|b| (b.code.as_str(), b.respondents, b.weighted))
+            .collect();
+        assert_eq!(bases, [("ALL", 3, 3.0), ("WOMEN", 2, 2.0)]);
+        assert!(opened.codebook.variables.iter().any(|v| v.name == "WEIGHT"));
+        // The weighted form says nothing of it.
+        assert!(!guided().to_toml().unwrap().contains("unweighted"));
     }
 
     #[test]
@@ -277,7 +309,7 @@ mod tests {
         form.bases.clear();
         assert!(form.to_toml().unwrap_err().contains("base"));
         let mut form = guided();
-        form.weight_column = "NOPE".into();
+        form.weight_column = Some("NOPE".into());
         let call = Call::OpenCsv {
             definition: form.to_toml().unwrap(),
             from: "test".into(),

@@ -91,8 +91,8 @@ pub struct GuidedDefinition {
     pub name: String,
     /// The id column.
     pub id_column: String,
-    /// The weight column.
-    pub weight_column: String,
+    /// The weight column (`None`: an unweighted survey, every respondent weighing 1).
+    pub weight_column: Option<String>,
     /// The group column, if any.
     pub group_column: Option<String>,
     /// At least one base.

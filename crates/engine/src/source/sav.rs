@@ -387,12 +387,20 @@ fn set_codes(meta: &SpssMetadata, layout: &Layout, warnings: &mut Vec<String>) -
     codes
 }
 
+/// The weight variable: where it is, its name, kind and user-missing values.
+struct WeightColumn {
+    at: usize,
+    name: String,
+    kind: Kind,
+    missing: Missing,
+}
+
 /// Where the definition's id, weight and group are, and the variables kept.
 pub(super) struct Layout {
     id: (usize, Kind),
     id_missing: Missing,
-    weight: (usize, Kind),
-    weight_missing: Missing,
+    /// `None`: an unweighted survey, every weight 1.
+    weight: Option<WeightColumn>,
     group: Option<(usize, Kind)>,
     group_missing: Missing,
     inputs: Vec<Input>,
@@ -510,7 +518,11 @@ pub(super) fn layout(
         ));
     }
     let id = find(&definition.id_column, "id")?;
-    let weight = find(&definition.weight_column, "weight")?;
+    let weight = definition
+        .weight_column
+        .as_deref()
+        .map(|name| find(name, "weight").map(|at| (at, name)))
+        .transpose()?;
     let group = definition
         .group_column
         .as_deref()
@@ -525,15 +537,27 @@ pub(super) fn layout(
             )
         })
     };
-    let (id_kind, weight_kind) = (kind_at(id)?, kind_at(weight)?);
+    let id_kind = kind_at(id)?;
+    let weight = match weight {
+        None => None,
+        Some((at, name)) => {
+            let kind = kind_at(at)?;
+            if kind == Kind::Text {
+                return Err(source_error(
+                    file,
+                    Some(name),
+                    "the weight variable must be numeric, not a string".into(),
+                ));
+            }
+            Some(WeightColumn {
+                at,
+                name: name.to_owned(),
+                kind,
+                missing: missing_of(name, kind),
+            })
+        }
+    };
     let group_kind = group.map(kind_at).transpose()?;
-    if weight_kind == Kind::Text {
-        return Err(source_error(
-            file,
-            Some(&definition.weight_column),
-            "the weight variable must be numeric, not a string".into(),
-        ));
-    }
     // A numeric group that can name a variable is one too (first, as for CSV).
     let group_is_variable = group.is_some_and(|at| {
         group_kind.is_some_and(|k| k != Kind::Text) && is_expr_name(&fields[at].0)
@@ -543,7 +567,8 @@ pub(super) fn layout(
     let mut skipped_other = Vec::new();
     let mut skipped_names = Vec::new();
     for (at, (name, data_type)) in fields.iter().enumerate() {
-        if at == id || at == weight || (Some(at) == group && !group_is_variable) {
+        let is_weight = weight.as_ref().is_some_and(|w| w.at == at);
+        if at == id || is_weight || (Some(at) == group && !group_is_variable) {
             continue;
         }
         let Some(kind) = Kind::of(data_type) else {
@@ -580,8 +605,7 @@ pub(super) fn layout(
     Ok(Layout {
         id: (id, id_kind),
         id_missing: missing_of(&definition.id_column, id_kind),
-        weight: (weight, weight_kind),
-        weight_missing: missing_of(&definition.weight_column, weight_kind),
+        weight,
         group: group.zip(group_kind),
         group_missing: group
             .zip(group_kind)
@@ -888,23 +912,28 @@ pub(super) fn stream(
             ids.push(id);
         }
 
-        numbers(column(layout.weight.0), layout.weight.1, &mut scratch)
-            .map_err(|reason| source_error(file, Some(&definition.weight_column), reason))?;
-        for (row, weight) in scratch.iter().enumerate() {
-            let case = cases + row as u64 + 1;
-            let reason = if weight.is_nan() || layout.weight_missing.contains(*weight) {
-                Some("missing weight".to_owned())
-            } else if !weight.is_finite() {
-                Some(format!("weight {weight} is not finite"))
-            } else if *weight < 0.0 {
-                Some(format!("weight {weight} is negative"))
-            } else {
-                None
-            };
-            if let Some(reason) = reason {
-                return Err(case_error(case, &definition.weight_column, reason));
+        match &layout.weight {
+            None => weights.resize(weights.len() + rows, 1.0),
+            Some(weight_column) => {
+                numbers(column(weight_column.at), weight_column.kind, &mut scratch)
+                    .map_err(|reason| source_error(file, Some(&weight_column.name), reason))?;
+                for (row, weight) in scratch.iter().enumerate() {
+                    let case = cases + row as u64 + 1;
+                    let reason = if weight.is_nan() || weight_column.missing.contains(*weight) {
+                        Some("missing weight".to_owned())
+                    } else if !weight.is_finite() {
+                        Some(format!("weight {weight} is not finite"))
+                    } else if *weight < 0.0 {
+                        Some(format!("weight {weight} is negative"))
+                    } else {
+                        None
+                    };
+                    if let Some(reason) = reason {
+                        return Err(case_error(case, &weight_column.name, reason));
+                    }
+                    weights.push(*weight);
+                }
             }
-            weights.push(*weight);
         }
 
         if let (Some((at, kind)), Some(name)) = (layout.group, &definition.group_column) {
@@ -1035,13 +1064,13 @@ fn spss_format(path: &Path) -> SourceFormat {
 }
 
 /// A starting definition for the SPSS file at `path` (written into the definition as
-/// given): every numeric variable's label and value labels, the group's value labels,
+/// given; `weight` `None`: an unweighted survey): every numeric variable's label and value labels, the group's value labels,
 /// the multiple-response sets as codes, and the base `ALL = "*"`.
 pub fn init_definition(
     path: &Path,
     code: &str,
     id: &str,
-    weight: &str,
+    weight: Option<&str>,
     group: Option<&str>,
 ) -> Result<String, ImportError> {
     let file = path.display().to_string();
@@ -1067,7 +1096,8 @@ pub fn init_definition(
         respondents: file.clone(),
         format: None,
         id_column: id.to_owned(),
-        weight_column: weight.to_owned(),
+        weight_column: weight.map(str::to_owned),
+        unweighted: weight.is_none(),
         group_column: group.map(str::to_owned),
         audience_report_units: crosstab_contract::limits::DEFAULT_AUDIENCE_REPORT_UNITS,
         unstable_max_resps: crosstab_contract::limits::DEFAULT_UNSTABLE_MAX_RESPS,
@@ -1119,7 +1149,10 @@ pub fn init_definition(
     // Said outright: a file named without .sav or .zsav would otherwise be read as CSV.
     line(format!("format = {}", quoted(spss_format(path).name())));
     line(format!("id_column = {}", quoted(id)));
-    line(format!("weight_column = {}", quoted(weight)));
+    match weight {
+        Some(weight) => line(format!("weight_column = {}", quoted(weight))),
+        None => line("unweighted = true".into()),
+    }
     if let Some(group) = group {
         line(format!("group_column = {}", quoted(group)));
         let group_labels = layout.group_labels(meta, group);

@@ -246,6 +246,45 @@ fn compiled_survey_round_trips_exactly() {
     assert_eq!(codebook.bases[0].weighted, 3.75);
 }
 
+/// An unweighted survey, said outright: every respondent weighs 1, so `WgtAud` counts
+/// respondents; a definition naming neither a weight column nor `unweighted` is refused,
+/// as is one naming both.
+#[test]
+fn an_unweighted_survey_weighs_every_respondent_one() {
+    let toml = TOML.replace("weight_column = \"W\"", "unweighted = true");
+    let csv = "ID,G,X,Y\nr1,A,1,10\nr2,B,,20\nr3,A,2,\n";
+    let survey = Survey::from_bytes(&compile(&toml, csv).unwrap()).unwrap();
+    assert_eq!(survey.weights(), &[1.0, 1.0, 1.0]);
+    assert_eq!(survey.variable_names().collect::<Vec<_>>(), vec!["X", "Y"]);
+    let request = validate_value(&json!({"SurveyCode": "T", "PopulationBaseCode": "ALL",
+        "TargetCodes": ["X1", "Y >= 10"]}))
+    .unwrap();
+    let answer = survey.crosstab(&request).unwrap();
+    let figures: Vec<(f64, u64)> = answer
+        .results
+        .iter()
+        .map(|r| (r.wgt_aud * f64::from(answer.audience_report_units), r.resps))
+        .collect();
+    assert_eq!(figures, [(1.0, 1), (2.0, 2)]);
+    // A W column in the file is then a variable like any other.
+    let with_w = "ID,W,G,X,Y\nr1,7,A,1,10\n";
+    let survey = Survey::from_bytes(&compile(&toml, with_w).unwrap()).unwrap();
+    assert_eq!(survey.weights(), &[1.0]);
+    assert_eq!(survey.value("W", 0), Some(7.0));
+
+    let forgot = TOML.replace("weight_column = \"W\"\n", "");
+    let (line, reason) = definition_error(&forgot);
+    assert_eq!(line, 1);
+    assert!(reason.contains("unweighted = true"), "{reason}");
+    let both = TOML.replace(
+        "weight_column = \"W\"",
+        "weight_column = \"W\"\nunweighted = true",
+    );
+    let (line, reason) = definition_error(&both);
+    assert_eq!(line, 6);
+    assert!(reason.contains("one or the other"), "{reason}");
+}
+
 #[test]
 fn numeric_group_column_is_also_a_variable() {
     let csv = "ID,W,G,X,Y\nr1,1,1,1,1\nr2,2,2,1,1\n";

@@ -239,11 +239,29 @@ fn init_names_the_format_of_a_file_without_its_extension() {
     for (fixture, format) in [("labelled.zsav", "zsav"), ("labelled.sav", "sav")] {
         let copy = dir.path().join(format!("{format}-data.bin"));
         std::fs::copy(fixtures().join(fixture), &copy).unwrap();
-        let text = import::init_definition(&copy, "FIX", "RESPID", "WEIGHT", None).unwrap();
+        let text = import::init_definition(&copy, "FIX", "RESPID", Some("WEIGHT"), None).unwrap();
         assert!(text.contains(&format!("format = \"{format}\"\n")), "{text}");
         let (survey, _) = import_with(dir.path(), &text).unwrap();
         assert_eq!(survey.respondents(), 300);
     }
+}
+
+/// `init --unweighted` says so in the definition, which imports the SPSS file with every
+/// respondent weighing 1 (the file's WEIGHT then a variable like any other).
+#[test]
+fn an_unweighted_definition_weighs_every_case_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let copy = dir.path().join("data.sav");
+    std::fs::copy(fixtures().join("labelled.sav"), &copy).unwrap();
+    let text = import::init_definition(&copy, "FIX", "RESPID", None, None).unwrap();
+    assert!(text.contains("\nunweighted = true\n"), "{text}");
+    assert!(!text.contains("weight_column"), "{text}");
+    let (survey, _) = import_with(dir.path(), &text).unwrap();
+    assert_eq!(survey.respondents(), 300);
+    assert!(survey.weights().iter().all(|w| *w == 1.0));
+    assert!(survey.variable_names().any(|name| name == "WEIGHT"));
+    let (weighted, _) = import(&fixtures().join("labelled.sav")).unwrap();
+    assert!(weighted.weights().iter().any(|w| *w != 1.0));
 }
 
 fn source_reason(error: ImportError) -> String {
@@ -471,7 +489,7 @@ fn multiple_response_sets_become_codes() {
     );
 
     // `survey init` writes the sets as codes, the labels, and a base; it imports as is.
-    let text = import::init_definition(&sav, "MR", "RESPID", "WEIGHT", None).unwrap();
+    let text = import::init_definition(&sav, "MR", "RESPID", Some("WEIGHT"), None).unwrap();
     assert!(text.contains("code = \"BRANDS\""), "{text}");
     assert!(text.contains("label = \"Brand A\""), "{text}");
     assert!(text.contains("code = \"ALL\""), "{text}");
@@ -634,7 +652,7 @@ fn user_missing_ids_and_groups_are_missing() {
     assert!(!codes.contains(&"S_3"));
 
     // `survey init` leaves the missing groups' labels out, keeps a string group's.
-    let init = |group| import::init_definition(&path, "T", "RESPID", "WEIGHT", Some(group));
+    let init = |group| import::init_definition(&path, "T", "RESPID", Some("WEIGHT"), Some(group));
     let text = init("REGION").unwrap();
     assert!(text.contains("\"1\" = \"North\""), "{text}");
     assert!(!text.contains("No region"), "{text}");
@@ -672,7 +690,8 @@ fn user_missing_ids_and_groups_are_missing() {
 #[test]
 fn init_writes_every_label_and_a_base() {
     let sav = fixtures().join("labelled.sav");
-    let text = import::init_definition(&sav, "FIX", "RESPID", "WEIGHT", Some("REGION")).unwrap();
+    let text =
+        import::init_definition(&sav, "FIX", "RESPID", Some("WEIGHT"), Some("REGION")).unwrap();
     for expected in [
         "code = \"FIX\"",
         "name = \"Fixture survey\"",
@@ -691,7 +710,8 @@ fn init_writes_every_label_and_a_base() {
     // The file by its absolute path, whatever directory the definition is put in (cargo
     // runs tests in the crate's directory, so this relative path names the same file).
     let relative = Path::new("tests/fixtures/sav/labelled.sav");
-    let from_relative = import::init_definition(relative, "FIX", "RESPID", "WEIGHT", None).unwrap();
+    let from_relative =
+        import::init_definition(relative, "FIX", "RESPID", Some("WEIGHT"), None).unwrap();
     let absolute = sav.canonicalize().unwrap().display().to_string();
     assert!(
         from_relative.contains(&format!("respondents = {absolute:?}")),
@@ -706,7 +726,7 @@ fn init_writes_every_label_and_a_base() {
     let (survey, _) = import_with(dir.path(), &text).unwrap();
     assert_eq!(survey.respondents(), 300);
     // Unknown roles are refused, naming the variable.
-    let error = import::init_definition(&sav, "FIX", "RESPID", "NOPE", None).unwrap_err();
+    let error = import::init_definition(&sav, "FIX", "RESPID", Some("NOPE"), None).unwrap_err();
     assert!(error.to_string().contains("NOPE"), "{error}");
 }
 
