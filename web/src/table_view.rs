@@ -2,7 +2,7 @@
 //! their markers (and the reasons, for screen readers too), the legend, a chart, and the
 //! exports.
 
-use crosstab_contract::app::{Table, TableRequest};
+use crosstab_contract::app::{Significance, Table, TableRequest};
 use leptos::prelude::*;
 
 use crate::export::{self, Caption};
@@ -303,8 +303,29 @@ fn table_html(grid: &Grid, chosen: &Figures, caption: &str, run: u32) -> String 
                     escape(&figure.text(cell, grid.units))
                 );
             }
-            let marks = figures::marks(cell, chosen);
-            if !marks.is_empty() {
+            if !figures::marks(cell, chosen).is_empty() {
+                // Each kind of mark in a span of its own: the arrows are not the
+                // unstable marks' colour.
+                let unstable: String = cell
+                    .unstable_reasons
+                    .iter()
+                    .filter(|_| chosen.stability)
+                    .map(|r| figures::reason_mark(*r))
+                    .collect();
+                let arrow =
+                    cell.significance
+                        .filter(|_| chosen.significance)
+                        .map_or(String::new(), |s| {
+                            let class = match s {
+                                Significance::Higher => "higher",
+                                Significance::Lower => "lower",
+                            };
+                            format!(
+                                "<span class=\"arrow {class}\">{}</span>",
+                                figures::significance_mark(s)
+                            )
+                        });
+                let marks = format!("{unstable}{arrow}");
                 let reasons: Vec<String> = cell
                     .unstable_reasons
                     .iter()
@@ -357,6 +378,11 @@ mod tests {
             <span class=\"sr-only\">Weighted audience (×1,000): </span>0.0</span>"
         ));
         assert!(html.contains("data-reasons=\"LowRespondents\" data-significance=\"Higher\""));
+        // The unstable mark, then the arrow in a span of its own colour.
+        assert!(
+            html.contains("aria-hidden=\"true\">*<span class=\"arrow higher\">▲</span></span>"),
+            "{html}"
+        );
         assert!(html.contains(
             "<span class=\"sr-only said\">Unstable: 60 respondents or fewer; \
             Share significantly higher than in the rest of the base (95%)</span>"
