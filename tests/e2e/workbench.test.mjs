@@ -94,6 +94,34 @@ async function v1(target, { survey = 'DEMO', base = 'ADULTS' } = {}) {
   return body.Results[0];
 }
 
+test('a filtered table: every figure within the filter too, its total billed, said above the table', async () => {
+  const { context, page } = await signedInTables();
+  const wb = bench(page);
+  await wb.typed('rows', 'GENDER = 2');
+  await wb.typed('columns', 'SMOKER = 1');
+  // 1 × 1: 1 cell and 2 totals, 2 calls; the filter's total makes 4 targets, still 2.
+  await page.locator('#table-filter').fill('AGEE >= 35');
+  await page.locator('#table-filter').press('Tab');
+  assert.match(await page.locator('#table-problem').textContent(), /^Not in survey DEMO: filter \(AGEE >= 35\): the survey does not define 'AGEE'/);
+  await page.locator('#table-filter').fill('AGE >= 35');
+  await page.locator('#table-filter').press('Tab');
+  assert.equal(await page.locator('#table-problem').count(), 0);
+  assert.match(await page.locator('#table-price').textContent(), /takes 2 billed calls \(one per two of its 4 cells and totals\)/);
+  await wb.run();
+  assert.match(await page.locator('#table-of').textContent(), / — filtered to AGE >= 35$/);
+  assert.equal(await page.locator('#table-cost').getAttribute('data-billed'), '2');
+  const cells = await wb.cells();
+  const at = (row, col) => cells.find((c) => c.row === String(row) && c.col === String(col));
+  const total = await v1('AGE >= 35');
+  const cell = await v1('(AGE >= 35) AND ((GENDER = 2) AND (SMOKER = 1))');
+  assert.equal(Number(at('total', 'total').figures.weighted), total.WgtAud);
+  assert.equal(Number(at(0, 0).figures.weighted), cell.WgtAud);
+  // Clear empties the filter with the rows and columns.
+  await page.locator('#table-clear').click();
+  assert.equal(await page.locator('#table-filter').inputValue(), '');
+  await context.close();
+});
+
 test('a table from the codebook by labels: every cell is /v1 for (row) AND (column), billed as /v1 would bill it', async () => {
   const { context, page } = await signedInTables({ acceptDownloads: true });
   await page.getByRole('heading', { name: 'Build a table' }).waitFor();

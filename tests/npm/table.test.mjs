@@ -47,6 +47,8 @@ test("demo survey (20,000 respondents): tables in Node equal the native engine's
     { populationBase: "NOSUCHBASE", rows: codes, columns: banner },
     { populationBase: "ADULTS", group: "NOSUCHGROUP", rows: codes, columns: banner },
     { populationBase: "ADULTS", rows: "not a list", columns: banner },
+    { populationBase: "ADULTS", filter: "AGE >= 35 AND SMOKER = 0", rows: codes, columns: banner },
+    { populationBase: "ADULTS", filter: "AGEE >= 35", rows: codes, columns: banner },
   ];
   fs.writeFileSync(path.join(dir, "requests.json"), JSON.stringify(requests));
   const nat = native(["table", tomlPath, csvPath, path.join(dir, "requests.json")]);
@@ -54,8 +56,20 @@ test("demo survey (20,000 respondents): tables in Node equal the native engine's
   assert.deepEqual(js, nat);
   assert.deepEqual(
     js.map((answer) => answer.status),
-    [200, 200, 200, 400, 400, 400, 403, 400],
+    [200, 200, 200, 400, 400, 400, 403, 400, 200, 400],
   );
+  // A filter: every figure within it too; one naming what the survey lacks is refused.
+  const filtered = js[8].body;
+  assert.equal(filtered.filter, "AGE >= 35 AND SMOKER = 0");
+  const within = survey.crosstab({
+    SurveyCode: codebook.code,
+    PopulationBaseCode: "ADULTS",
+    TargetCodes: ["AGE >= 35 AND SMOKER = 0", `(AGE >= 35 AND SMOKER = 0) AND ((${codes[2].expression}) AND (${banner[1].expression}))`],
+  }).Results;
+  assert.equal(filtered.total.wgtAud, within[0].WgtAud);
+  assert.equal(filtered.cells[2][1].wgtAud, within[1].WgtAud);
+  assert.equal(js[9].body.error.field, "filter");
+  assert.match(js[9].body.error.message, /does not define 'AGEE'/);
   assert.equal(js[3].body.error.field, "rows");
   assert.equal(js[4].body.error.field, "rows");
   assert.equal(js[5].body.error.code, "invalid_population_base");

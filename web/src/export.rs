@@ -17,18 +17,33 @@ pub struct Caption {
     pub base: String,
     /// The group, or all groups.
     pub group: String,
+    /// The filter every figure is within, if any.
+    pub filter: Option<String>,
     /// Where it was computed (the server, billed; or this page).
     pub source: String,
 }
 
 impl Caption {
-    fn lines(&self) -> [(&'static str, &str); 4] {
-        [
-            ("Survey", &self.survey),
+    fn lines(&self) -> Vec<(&'static str, &str)> {
+        let mut lines = vec![
+            ("Survey", self.survey.as_str()),
             ("Base", &self.base),
             ("Group", &self.group),
-            ("Computed", &self.source),
-        ]
+        ];
+        if let Some(filter) = &self.filter {
+            lines.push(("Filter", filter));
+        }
+        lines.push(("Computed", &self.source));
+        lines
+    }
+
+    /// The line above the table on the screen.
+    pub fn heading(&self) -> String {
+        let mut heading = format!("{} — {} — {}", self.survey, self.base, self.group);
+        if let Some(filter) = &self.filter {
+            heading.push_str(&format!(" — filtered to {filter}"));
+        }
+        heading
     }
 }
 
@@ -382,6 +397,7 @@ mod tests {
             survey: "DEMO — Demo".into(),
             base: "ADULTS — Adults".into(),
             group: "All groups".into(),
+            filter: None,
             source: "=server".into(),
         }
     }
@@ -416,6 +432,15 @@ mod tests {
         assert!(lines.contains(&"* Unstable: 60 respondents or fewer; use with caution."));
         // The empty row's figures are zeros.
         assert_eq!(lines[13], ",Vertical %,0,0,0");
+        // A filtered table says its filter above it.
+        let filtered = Caption {
+            filter: Some("AGE >= 35".into()),
+            ..caption()
+        };
+        let csv = to_csv(&grid, &figures, &filtered);
+        let lines: Vec<&str> = csv.lines().collect();
+        assert_eq!(lines[3], "Filter,AGE >= 35");
+        assert_eq!(lines[4], "Computed,'=server");
     }
 
     #[test]

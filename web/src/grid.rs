@@ -204,6 +204,7 @@ pub mod tests {
             survey: "DEMO".into(),
             population_base: "ADULTS".into(),
             group: None,
+            filter: None,
             rows: vec![
                 header("F2554", "Women 25-54"),
                 header("GENDER = 3", "GENDER = 3"),

@@ -125,6 +125,7 @@ mod tests {
                 survey: "DEMO".into(),
                 population_base: "ADULTS".into(),
                 group: None,
+                filter: None,
                 rows: vec![axis("F2554"), axis("GENDER = 1")],
                 columns: vec![axis("REGION = 1")],
             },

@@ -93,7 +93,7 @@ pub fn TableView(
         export::chart_svg(&grid.get(), figure, chart_key())
     };
     let stem = format!("{}-{}-table", table.survey, table.population_base);
-    let heading = format!("{} — {} — {}", caption.survey, caption.base, caption.group);
+    let heading = caption.heading();
     let files = StoredValue::new((stem, caption));
     let download = move |extension: &'static str| {
         let grid = grid.get_untracked();

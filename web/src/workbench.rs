@@ -3,7 +3,8 @@
 //! for, said before it runs) or in the page from a survey file that never leaves it.
 
 use crosstab_contract::app::{
-    billed_calls, Codebook, SurveySummary, TableAxis, TableRequest, TABLE_COST_PROMPT_THRESHOLD,
+    billed_calls, table_targets, Codebook, SurveySummary, TableAxis, TableRequest,
+    TABLE_COST_PROMPT_THRESHOLD,
 };
 use crosstab_contract::{ApiError, ALL_GROUPS};
 use leptos::prelude::*;
@@ -149,6 +150,7 @@ fn caption_of(book: Option<&Codebook>, request: &TableRequest, source: Source) -
         survey,
         base,
         group,
+        filter: request.filter.clone(),
         source,
     }
 }
@@ -166,6 +168,8 @@ pub fn WorkbenchScreen(signed_in: bool) -> impl IntoView {
     let server_book = RwSignal::new(None::<Result<Codebook, ApiFailure>>);
     let group = RwSignal::new(String::new());
     let base = RwSignal::new(String::new());
+    // The filter as typed: sent trimmed, and only when not empty.
+    let filter = RwSignal::new(String::new());
     let rows = RwSignal::new(Vec::<TableAxis>::new());
     let columns = RwSignal::new(Vec::<TableAxis>::new());
     let figures = RwSignal::new(Figures::default());
@@ -285,10 +289,12 @@ pub fn WorkbenchScreen(signed_in: bool) -> impl IntoView {
             Source::Local => opened.get().map(|o| o.codebook.code).unwrap_or_default(),
         };
         let group = group.get();
+        let filter = filter.get();
         TableRequest {
             survey: code,
             population_base: base.get(),
             group: (!group.is_empty()).then_some(group),
+            filter: Some(filter.trim().to_owned()).filter(|f| !f.is_empty()),
             rows: rows.get(),
             columns: columns.get(),
         }
@@ -308,7 +314,13 @@ pub fn WorkbenchScreen(signed_in: bool) -> impl IntoView {
         source.get() == Source::Server
             && !book.with(|book| book.as_ref().is_some_and(|b| b.code == survey.get()))
     });
-    let cost = Memo::new(move |_| billed_calls(rows.with(Vec::len), columns.with(Vec::len)));
+    let cost = Memo::new(move |_| {
+        billed_calls(
+            rows.with(Vec::len),
+            columns.with(Vec::len),
+            request.with(|r| r.filter.is_some()),
+        )
+    });
 
     let spec_of = move |name: String, request: TableRequest| Spec {
         name,
@@ -445,6 +457,7 @@ pub fn WorkbenchScreen(signed_in: bool) -> impl IntoView {
         }
         base.set(request.population_base);
         group.set(request.group.unwrap_or_default());
+        filter.set(request.filter.unwrap_or_default());
         rows.set(request.rows);
         columns.set(request.columns);
         figures.set(spec.figures);
@@ -542,6 +555,11 @@ pub fn WorkbenchScreen(signed_in: bool) -> impl IntoView {
                         </div>
                     </div>
                 })}
+                <div class="filter">
+                    <label for="table-filter">"Filter (optional): every figure within it too"</label>
+                    <input id="table-filter" placeholder="e.g. AGE >= 35 AND SMOKER = 1" spellcheck="false" autocomplete="off"
+                        prop:value=move || filter.get() on:change=move |ev| filter.set(event_target_value(&ev)) />
+                </div>
                 <AxisEditor name="rows" title="Rows" items=rows book=book />
                 <AxisEditor name="columns" title="Columns (banner)" items=columns book=book />
                 {move || problem.get().filter(|_| !rows.with(Vec::is_empty) && !columns.with(Vec::is_empty))
@@ -552,7 +570,7 @@ pub fn WorkbenchScreen(signed_in: bool) -> impl IntoView {
                     Source::Server => format!(
                         "On the server this table takes {} billed call{} (one per two of its {} cells and totals), as /v1 would bill the same questions.",
                         cost.get(), if cost.get() == 1 { "" } else { "s" },
-                        rows.with(Vec::len) * columns.with(Vec::len) + rows.with(Vec::len) + columns.with(Vec::len)
+                        table_targets(rows.with(Vec::len), columns.with(Vec::len), request.with(|r| r.filter.is_some()))
                     ),
                 }}</p>
                 <div class="row">
@@ -562,10 +580,10 @@ pub fn WorkbenchScreen(signed_in: bool) -> impl IntoView {
                         aria-disabled=move || (problem.get().is_some() || waiting.get() || outcome.get() == Outcome::Running).to_string()>
                         {move || if outcome.get() == Outcome::Running { "Running…" } else { "Run table" }}
                     </button>
-                    <button class="secondary" id="table-clear" on:click=move |_| { rows.set(Vec::new()); columns.set(Vec::new()); reset(Outcome::Idle); }>"Clear"</button>
+                    <button class="secondary" id="table-clear" on:click=move |_| { rows.set(Vec::new()); columns.set(Vec::new()); filter.set(String::new()); reset(Outcome::Idle); }>"Clear"</button>
                 </div>
                 {move || confirming.get().map(|frozen| {
-                    let calls = billed_calls(frozen.rows.len(), frozen.columns.len());
+                    let calls = billed_calls(frozen.rows.len(), frozen.columns.len(), frozen.filter.is_some());
                     // Either way the keyboard's focus goes back to the Run button.
                     view! { <CostPrompt calls=calls
                         on_run=Callback::new(move |()| { run_now(frozen.clone()); focus("table-run"); })
@@ -1188,6 +1206,7 @@ mod tests {
             survey: "DEMO".into(),
             population_base: "ADULTS".into(),
             group: Some("N".into()),
+            filter: None,
             rows: Vec::new(),
             columns: Vec::new(),
         };
@@ -1196,5 +1215,16 @@ mod tests {
         assert_eq!(caption.base, "ADULTS");
         assert_eq!(caption.group, "N");
         assert!(caption.source.contains("not uploaded"));
+        assert_eq!(caption.filter, None);
+        assert_eq!(caption.heading(), "DEMO — Demo — ADULTS — N");
+        let filtered = TableRequest {
+            filter: Some("AGE >= 35".into()),
+            ..request
+        };
+        let caption = caption_of(Some(&book), &filtered, Source::Local);
+        assert_eq!(
+            caption.heading(),
+            "DEMO — Demo — ADULTS — N — filtered to AGE >= 35"
+        );
     }
 }

@@ -18,8 +18,8 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 pub use crate::table::{
-    billed_calls, Significance, Table, TableAxis, TableAxisKind, TableCell, TableError,
-    TableHeader, TableRequest, UnstableReason, ValidTable, TABLE_COST_PROMPT_THRESHOLD,
+    billed_calls, table_targets, Significance, Table, TableAxis, TableAxisKind, TableCell,
+    TableError, TableHeader, TableRequest, UnstableReason, ValidTable, TABLE_COST_PROMPT_THRESHOLD,
 };
 
 /// The paths of the `/app` routes, as the browser calls them.
@@ -162,7 +162,7 @@ impl Codebook {
         )
     }
 
-    /// What to tell a user before running a table some of whose rows or columns use
+    /// What to tell a user before running a table whose filter, rows or columns use
     /// names this survey does not define as used there (their cells would all be
     /// zeros, and a server table bills them): each such entry, up to five, with why.
     /// `None` when every name is known.
@@ -174,14 +174,16 @@ impl Codebook {
             .enumerate()
             .map(|(i, expr)| ("row", i, expr));
         let columns = table.columns.iter().enumerate();
-        let unknown: Vec<String> = rows
-            .chain(columns.map(|(i, expr)| ("column", i, expr)))
+        let filter = table.filter.iter().map(|expr| ("filter", None, expr));
+        let unknown: Vec<String> = filter
+            .chain(rows.map(|(axis, i, expr)| (axis, Some(i), expr)))
+            .chain(columns.map(|(i, expr)| ("column", Some(i), expr)))
             .filter_map(|(axis, index, expr)| {
                 let unknown = self.unknown_names(expr);
                 (!unknown.is_empty()).then(|| {
+                    let place = index.map_or(String::new(), |i| format!(" {}", i + 1));
                     format!(
-                        "{axis} {} ({}): {}",
-                        index + 1,
+                        "{axis}{place} ({}): {}",
                         crate::expr::shorten(&expr.to_string()),
                         crate::wire::Unknown::reasons(&unknown)
                     )
@@ -632,6 +634,7 @@ mod tests {
                 survey: "DEMO".into(),
                 population_base: "ADULTS".into(),
                 group: None,
+                filter: None,
                 rows,
                 columns: vec![axis("GENDER = 1"), axis("GENDR = 2 OR F2554")],
             }
@@ -669,7 +672,23 @@ mod tests {
             columns: vec![axis("GENDER = 1")],
             ..table(vec![axis("F2554")]).request
         };
-        assert_eq!(book.unknown_in_table(&known.validate().unwrap()), None);
+        assert_eq!(
+            book.unknown_in_table(&known.clone().validate().unwrap()),
+            None
+        );
+        // The filter first: it would empty every cell.
+        let filtered = TableRequest {
+            filter: Some("AGEE >= 35".into()),
+            ..known
+        };
+        assert_eq!(
+            book.unknown_in_table(&filtered.validate().unwrap()),
+            Some(
+                "Not in survey DEMO: filter (AGEE >= 35): the survey does not define 'AGEE'. \
+                 Correct or remove them to run the table."
+                    .into()
+            )
+        );
     }
 
     #[test]

@@ -43,13 +43,18 @@ pub const MIN_TESTED_EXPECTED: f64 = 5.0;
 /// the same questions, one call per one or two targets. The targets are every cell
 /// (`rows × columns`), each row's total and each column's total; the base total is not
 /// counted, as the codebook already gives it unbilled (`bases[].weighted`,
-/// `groupTotals`).
-pub fn billed_calls(rows: usize, columns: usize) -> u32 {
-    let targets = rows
-        .saturating_mul(columns)
-        .saturating_add(rows)
-        .saturating_add(columns);
+/// `groupTotals`), unless the table is `filtered`: the filter's total is then one more.
+pub fn billed_calls(rows: usize, columns: usize, filtered: bool) -> u32 {
+    let targets = table_targets(rows, columns, filtered);
     u32::try_from(targets.div_ceil(2)).unwrap_or(u32::MAX)
+}
+
+/// The targets a table asks, as [`billed_calls`] counts them.
+pub fn table_targets(rows: usize, columns: usize, filtered: bool) -> usize {
+    rows.saturating_mul(columns)
+        .saturating_add(rows)
+        .saturating_add(columns)
+        .saturating_add(usize::from(filtered))
 }
 
 /// Body of `POST /app/api/table`; `Survey.table` in the npm package takes the same
@@ -68,6 +73,11 @@ pub struct TableRequest {
     #[serde(default)]
     #[cfg_attr(feature = "ts", tsify(optional, type = "string | null"))]
     pub group: Option<String>,
+    /// A target expression every figure is also within (the base AND the filter, as a
+    /// base of its own would be); absent or `null`: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "ts", tsify(optional, type = "string | null"))]
+    pub filter: Option<String>,
     /// The rows, in order (1 to [`MAX_TABLE_ROWS`]).
     pub rows: Vec<TableAxis>,
     /// The columns (the banner), in order (1 to [`MAX_TABLE_COLUMNS`]); the Total column
@@ -97,6 +107,8 @@ pub struct ValidTable {
     pub rows: Vec<Expr>,
     /// The columns' expressions, parsed, in order.
     pub columns: Vec<Expr>,
+    /// The filter's expression, parsed.
+    pub filter: Option<Expr>,
 }
 
 impl ValidTable {
@@ -130,7 +142,12 @@ impl ValidTable {
 
     /// What computing it on the server costs: [`billed_calls`].
     pub fn billed_calls(&self) -> u32 {
-        billed_calls(self.rows.len(), self.columns.len())
+        billed_calls(self.rows.len(), self.columns.len(), self.filter.is_some())
+    }
+
+    /// The targets it asks: [`table_targets`].
+    pub fn targets(&self) -> usize {
+        table_targets(self.rows.len(), self.columns.len(), self.filter.is_some())
     }
 }
 
@@ -206,6 +223,14 @@ pub enum TableError {
         /// Which entry.
         index: usize,
     },
+    /// A filter that is empty, too long or does not parse.
+    #[error("{message}")]
+    InvalidFilter {
+        /// What is wrong (`filter ...`).
+        message: String,
+        /// How to fix it.
+        hint: String,
+    },
     /// An expression that is empty, too long or does not parse.
     #[error("{message}")]
     InvalidExpression {
@@ -221,11 +246,18 @@ pub enum TableError {
 }
 
 /// How to send a table, for a body that is no table request.
-const TABLE_HINT: &str = "Send {\"survey\", \"populationBase\", \"group\", \"rows\": \
-                          [{\"expression\", \"label\"}], \"columns\": [...]}.";
+const TABLE_HINT: &str = "Send {\"survey\", \"populationBase\", \"group\", \"filter\", \
+                          \"rows\": [{\"expression\", \"label\"}], \"columns\": [...]}.";
 
 /// The members of a [`TableRequest`], as a body names them.
-const TABLE_MEMBERS: [&str; 5] = ["survey", "populationBase", "group", "rows", "columns"];
+const TABLE_MEMBERS: [&str; 6] = [
+    "survey",
+    "populationBase",
+    "group",
+    "filter",
+    "rows",
+    "columns",
+];
 
 /// Longest reason a refusal quotes from serde, which may echo a member's value whole.
 const MAX_REASON_CHARS: usize = 160;
@@ -269,6 +301,7 @@ impl From<TableError> for ApiError {
                 axis.as_str(),
                 format!("Keep labels to at most {MAX_TABLE_LABEL_CHARS} characters."),
             ),
+            TableError::InvalidFilter { hint, .. } => ("filter", hint),
             TableError::InvalidExpression { axis, hint, .. } => (axis.as_str(), hint),
         };
         ApiError::InvalidRequest {
@@ -301,7 +334,7 @@ impl TableRequest {
         })
     }
 
-    /// Checks the request in member order (survey, base, group, rows, columns) and parses
+    /// Checks the request in member order (survey, base, group, filter, rows, columns) and parses
     /// every expression with the contract's own rules for `TargetCodes`. Names the survey
     /// may not define are not errors here: the engine reports them per header.
     pub fn validate(self) -> Result<ValidTable, TableError> {
@@ -319,12 +352,22 @@ impl TableRequest {
         if let Some(group) = &self.group {
             identifier("group", group, true)?;
         }
+        let filter = self
+            .filter
+            .as_deref()
+            .map(|filter| {
+                parse_target(&"filter", filter).map_err(|Refusal { message, hint }| {
+                    TableError::InvalidFilter { message, hint }
+                })
+            })
+            .transpose()?;
         let rows = parse_axis(TableAxisKind::Rows, &self.rows)?;
         let columns = parse_axis(TableAxisKind::Columns, &self.columns)?;
         Ok(ValidTable {
             request: self,
             rows,
             columns,
+            filter,
         })
     }
 }
@@ -377,6 +420,10 @@ pub struct Table {
     /// The group stayed within, as requested (`null`: every group).
     #[cfg_attr(feature = "ts", tsify(type = "string | null"))]
     pub group: Option<String>,
+    /// The filter every figure is within, as requested (absent: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "ts", tsify(optional))]
+    pub filter: Option<String>,
     /// The rows, as requested and in order (the Total row is [`Table::column_totals`]).
     pub rows: Vec<TableHeader>,
     /// The columns, as requested and in order (the Total column is [`Table::row_totals`]).
@@ -517,6 +564,7 @@ mod tests {
             survey: "DEMO".into(),
             population_base: "ADULTS".into(),
             group: None,
+            filter: None,
             rows: vec![
                 TableAxis {
                     expression: "F2554".into(),
@@ -531,11 +579,14 @@ mod tests {
     #[test]
     fn cost_is_what_v1_would_bill() {
         // 1×1: the cell, the row total and the column total are three targets, two calls.
-        assert_eq!(billed_calls(1, 1), 2);
-        assert_eq!(billed_calls(2, 3), 6); // 6 + 2 + 3 = 11 targets
-        assert_eq!(billed_calls(20, 10), 115); // 230 targets
-        assert_eq!(billed_calls(0, 0), 0);
-        assert_eq!(billed_calls(usize::MAX, 2), u32::MAX);
+        assert_eq!(billed_calls(1, 1, false), 2);
+        assert_eq!(billed_calls(1, 1, true), 2); // 4 targets
+        assert_eq!(billed_calls(2, 3, true), 6); // 12 targets
+        assert_eq!(billed_calls(2, 3, false), 6); // 6 + 2 + 3 = 11 targets
+        assert_eq!(billed_calls(20, 10, false), 115); // 230 targets
+        assert_eq!(billed_calls(20, 10, true), 116); // 231 targets
+        assert_eq!(billed_calls(0, 0, false), 0);
+        assert_eq!(billed_calls(usize::MAX, 2, true), u32::MAX);
     }
 
     /// `from_json`'s refusal of `body`, as the client sees it: (field, message).
@@ -671,7 +722,8 @@ mod tests {
         assert_eq!(rows[0].label, "Women 25-54 · F2554");
         assert_eq!(rows[1].label, "SMOKER = 1");
         assert!(!rows[0].unknown);
-        assert_eq!(valid.billed_calls(), billed_calls(2, 3));
+        assert_eq!(valid.billed_calls(), billed_calls(2, 3, false));
+        assert_eq!(valid.filter, None);
         assert_eq!(valid.group_filter(), None);
         let all = TableRequest {
             group: Some(ALL_GROUPS.into()),
@@ -683,6 +735,33 @@ mod tests {
             ..request()
         };
         assert_eq!(one.validate().unwrap().group_filter(), Some("1"));
+    }
+
+    #[test]
+    fn a_filter_is_parsed_as_a_target_and_its_total_is_billed() {
+        let filtered = TableRequest {
+            filter: Some("AGE >= 35".into()),
+            ..request()
+        };
+        let valid = filtered.validate().unwrap();
+        assert_eq!(valid.filter, Some(Expr::parse("AGE >= 35").unwrap()));
+        assert_eq!(valid.targets(), 2 * 3 + 2 + 3 + 1);
+        assert_eq!(valid.billed_calls(), 6);
+        for bad in ["", "AGE >=", "(AGE = 1"] {
+            let (field, message) = refused(TableRequest {
+                filter: Some(bad.into()),
+                ..request()
+            });
+            assert_eq!(field, "filter", "{bad:?}");
+            assert!(message.starts_with("filter "), "{message}");
+        }
+        // Absent and null alike; written only when there is one.
+        let body = serde_json::to_value(request()).unwrap();
+        assert!(body.get("filter").is_none(), "{body}");
+        let mut with_null = body.clone();
+        with_null["filter"] = json!(null);
+        let read = TableRequest::from_json(with_null.to_string().as_bytes()).unwrap();
+        assert_eq!(read.filter, None);
     }
 
     /// The error `request` is refused with, as the envelope's field and message.

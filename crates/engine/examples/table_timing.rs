@@ -38,6 +38,7 @@ pub fn request(survey: &Survey) -> TableRequest {
         survey: survey.code().to_owned(),
         population_base: "ADULTS".into(),
         group: None,
+        filter: None,
         rows: flags,
         columns: columns.iter().map(|c| axis((*c).to_owned())).collect(),
     }

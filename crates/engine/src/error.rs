@@ -107,6 +107,14 @@ pub enum QueryError {
     /// The survey has no such authorization group.
     #[error("authorization group '{0}' is not defined")]
     UnknownGroup(String),
+    /// A table's filter names what the survey does not define.
+    #[error("The filter names what survey {survey} does not define: {reasons}.")]
+    UnknownInFilter {
+        /// The survey's code.
+        survey: String,
+        /// Which names, and why ([`crosstab_contract::Unknown::reasons`]).
+        reasons: String,
+    },
 }
 
 #[cfg(feature = "fs")]
@@ -128,6 +136,14 @@ impl From<QueryError> for ApiError {
             QueryError::UnknownPopulationBase(base) => ApiError::InvalidPopulationBase { base },
             // No existence oracle: an unknown group looks exactly like one not granted.
             QueryError::UnknownGroup(_) => ApiError::ForbiddenSurvey,
+            QueryError::UnknownInFilter { .. } => ApiError::InvalidRequest {
+                field: Some("filter".to_owned()),
+                message: error.to_string(),
+                hint: Some(
+                    "Use the survey's own variables and codes, as its codebook lists them."
+                        .to_owned(),
+                ),
+            },
         }
     }
 }

@@ -8,7 +8,7 @@
 //! are added.
 
 use crosstab_contract::table::{Table, TableAxisKind, TableCell, ValidTable};
-use crosstab_contract::Expr;
+use crosstab_contract::{Expr, Unknown};
 
 use crate::bitset::Bitset;
 use crate::error::QueryError;
@@ -113,12 +113,15 @@ impl<'a> Axis<'a> {
 impl Survey {
     /// The sums of a table over population base `base` (and group `group`): each row,
     /// each column, each column's complement within the base, and each cell `(row) AND
-    /// (column)`. Unknown base or group: the error `/v1` would give (the group checked
-    /// first). Rows and columns naming something the survey lacks sum to zero.
+    /// (column)`, all within `filter` too when there is one. Unknown base or group: the
+    /// error `/v1` would give (the group checked first); a filter naming something the
+    /// survey lacks is refused (it would empty the whole table). Rows and columns naming
+    /// something the survey lacks sum to zero.
     pub fn table_sums(
         &self,
         base: &str,
         group: Option<&str>,
+        filter: Option<&Expr>,
         rows: &[Expr],
         columns: &[Expr],
     ) -> Result<TableSums, QueryError> {
@@ -132,7 +135,19 @@ impl Survey {
         let base = self
             .base_set(base)
             .ok_or_else(|| QueryError::UnknownPopulationBase(base.to_owned()))?;
-        Ok(self.sum_table(self.squares(), base, group, rows, columns))
+        let Some(filter) = filter else {
+            return Ok(self.sum_table(self.squares(), base, group, rows, columns));
+        };
+        let unknown = self.unknown_names(filter);
+        if !unknown.is_empty() {
+            return Err(QueryError::UnknownInFilter {
+                survey: self.code().to_owned(),
+                reasons: Unknown::reasons(&unknown),
+            });
+        }
+        let mut within = self.target_plan(filter).materialize(self.respondents());
+        within.and_with(base);
+        Ok(self.sum_table(self.squares(), &within, group, rows, columns))
     }
 
     fn sum_table(
@@ -212,6 +227,7 @@ impl Survey {
         let sums = self.table_sums(
             &request.request.population_base,
             request.group_filter(),
+            request.filter.as_ref(),
             &request.rows,
             &request.columns,
         )?;
@@ -248,6 +264,7 @@ impl Survey {
             survey: self.code().to_owned(),
             population_base: request.request.population_base.clone(),
             group: request.request.group.clone(),
+            filter: request.request.filter.clone(),
             rows: headers(TableAxisKind::Rows, &sums.unknown_rows),
             columns: headers(TableAxisKind::Columns, &sums.unknown_columns),
             cells,

@@ -265,6 +265,7 @@ mod tests {
             survey: "PRIV".into(),
             population_base: "ALL".into(),
             group: None,
+            filter: None,
             rows: vec![axis("GENDER = 2"), axis("GENDER = 1")],
             columns: vec![axis("REGION = 2")],
         };
@@ -287,6 +288,26 @@ mod tests {
         .unwrap();
         assert_eq!(in_group.row_totals[1].resps, 0);
         assert_eq!(in_group.total.weight, 3.5);
+        // Filtered to women: every figure within them, the same as the group here.
+        let filtered = table_of(&TableRequest {
+            filter: Some("GENDER = 2".into()),
+            ..request.clone()
+        })
+        .unwrap();
+        assert_eq!(filtered.filter.as_deref(), Some("GENDER = 2"));
+        assert_eq!(filtered.total.weight, 3.5);
+        assert_eq!(filtered.row_totals[1].resps, 0);
+        assert_eq!(filtered.cells[0][0].weight, 3.5);
+        // A filter naming what the survey lacks is refused: it would empty every cell.
+        let refused = table_of(&TableRequest {
+            filter: Some("GENDR = 2".into()),
+            ..request.clone()
+        })
+        .unwrap_err();
+        assert!(
+            refused.contains("The filter names what survey PRIV does not define"),
+            "{refused}"
+        );
         let elsewhere = TableRequest {
             survey: "DEMO".into(),
             ..request.clone()

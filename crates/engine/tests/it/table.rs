@@ -136,6 +136,7 @@ fn request(base: &str, group: Option<&str>) -> TableRequest {
         survey: "TAB".into(),
         population_base: base.into(),
         group: group.map(str::to_owned),
+        filter: None,
         rows: ROWS.iter().map(axis).collect(),
         columns: COLUMNS.iter().map(axis).collect(),
     }
@@ -473,11 +474,23 @@ fn demo_cells_are_what_v1_answers_for_row_and_column() {
         "NOPE",
     ];
     let columns = ["REGION = 1", "REGION = 2", "REGION IN (3, 4)", "AGE >= 55"];
-    for (base, group) in [("ADULTS", None), ("WOMEN", Some("2"))] {
+    // A filter is the base AND the filter, as /v1 asks it of each target.
+    let filter = "AGE >= 35 AND NOT SMOKERS";
+    for (base, group, filter) in [
+        ("ADULTS", None, None),
+        ("WOMEN", Some("2"), None),
+        ("ADULTS", None, Some(filter)),
+        ("WOMEN", Some("2"), Some(filter)),
+    ] {
+        let within = |target: String| match filter {
+            Some(filter) => format!("({filter}) AND ({target})"),
+            None => target,
+        };
         let request = TableRequest {
             survey: "DEMO".into(),
             population_base: base.into(),
             group: group.map(str::to_owned),
+            filter: filter.map(str::to_owned),
             rows: rows
                 .iter()
                 .map(|e| TableAxis {
@@ -493,7 +506,7 @@ fn demo_cells_are_what_v1_answers_for_row_and_column() {
                 })
                 .collect(),
         };
-        let table = survey.table(&request.validate().unwrap()).unwrap();
+        let table = survey.table(&request.clone().validate().unwrap()).unwrap();
         let v1 = |targets: Vec<String>| {
             let valid = validate_value(&json!({
                 "SurveyCode": "DEMO", "PopulationBaseCode": base,
@@ -510,19 +523,38 @@ fn demo_cells_are_what_v1_answers_for_row_and_column() {
             assert_eq!(table.rows[r].unknown, *row == "NOPE");
             assert_eq!(table.rows[r].label, *row, "no label: the expression");
             for (c, column) in columns.iter().enumerate() {
-                let answer = v1(vec![format!("({row}) AND ({column})")]);
+                let answer = v1(vec![within(format!("({row}) AND ({column})"))]);
                 same(&format!("{row} x {column}"), &table.cells[r][c], answer);
             }
-            same(row, &table.row_totals[r], v1(vec![(*row).to_owned()]));
+            same(
+                row,
+                &table.row_totals[r],
+                v1(vec![within((*row).to_owned())]),
+            );
         }
         for (c, column) in columns.iter().enumerate() {
             same(
                 column,
                 &table.column_totals[c],
-                v1(vec![(*column).to_owned()]),
+                v1(vec![within((*column).to_owned())]),
             );
         }
-        same("total", &table.total, v1(vec!["*".to_owned()]));
+        let total = filter.map_or_else(|| "*".to_owned(), str::to_owned);
+        same("total", &table.total, v1(vec![total]));
+        assert_eq!(table.filter.as_deref(), filter);
+        if filter.is_some() {
+            let unfiltered = survey
+                .table(
+                    &TableRequest {
+                        filter: None,
+                        ..request.clone()
+                    }
+                    .validate()
+                    .unwrap(),
+                )
+                .unwrap();
+            assert!(table.total.resps < unfiltered.total.resps);
+        }
         // The regions split the base: their weights add up to the base's.
         let regions: f64 = table.column_totals[..3].iter().map(|c| c.weight).sum();
         assert!((regions - table.total.weight).abs() <= 1e-9 * table.total.weight);

@@ -534,8 +534,7 @@ impl Crosstab {
         let group = valid.group_filter();
         let survey = self.entitled(principal, &request.survey, group, &request.population_base)?;
         let calls = valid.billed_calls();
-        let targets =
-            valid.rows.len() * valid.columns.len() + valid.rows.len() + valid.columns.len();
+        let targets = valid.targets();
         let billable = || Billable {
             survey: Arc::from(request.survey.as_str()),
             group: group.map(Arc::from),

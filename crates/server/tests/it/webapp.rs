@@ -1153,7 +1153,7 @@ async fn a_table_is_v1_cell_by_cell_and_billed_as_v1_would_bill_it() {
     let (parts, table) = app.post(&ann, "/app/api/table", &body).await;
     assert_eq!(parts.status, StatusCode::OK, "{table}");
     let billed = app.fx.bills().await - before;
-    let expected = crosstab_contract::app::billed_calls(rows.len(), columns.len());
+    let expected = crosstab_contract::app::billed_calls(rows.len(), columns.len(), false);
     assert_eq!(
         expected, 6,
         "6 cells + 3 row totals + 2 column totals, two a call"
@@ -1454,7 +1454,7 @@ async fn app_bodies_are_read_within_their_limits() {
         "{body}"
     );
     // Nothing was billed but the table.
-    let table_calls = crosstab_contract::app::billed_calls(200, 1);
+    let table_calls = crosstab_contract::app::billed_calls(200, 1, false);
     assert_eq!(app.fx.bills().await, i64::from(table_calls));
 }
 
@@ -1553,7 +1553,7 @@ async fn a_table_sent_again_with_its_key_is_answered_again_and_billed_once() {
             .is_some_and(|v| v == "true")
     };
     let body = table_body(None, "ALL", &["WOMEN", "SMOKER = 1"], &["AGE >= 35"]);
-    let calls = i64::from(crosstab_contract::app::billed_calls(2, 1));
+    let calls = i64::from(crosstab_contract::app::billed_calls(2, 1, false));
     let before = app.fx.bills().await;
     let (first, table) = app.send(keyed("/app/api/table", "run-1", &body)).await;
     assert_eq!(first.status, StatusCode::OK, "{table}");
@@ -1587,6 +1587,57 @@ async fn a_table_sent_again_with_its_key_is_answered_again_and_billed_once() {
     let (parts, _) = app.send(keyed("/app/api/table", "run-2", &other)).await;
     assert_eq!(parts.status, StatusCode::OK);
     assert!(!replayed(&parts));
-    let other_calls = i64::from(crosstab_contract::app::billed_calls(1, 1));
+    let other_calls = i64::from(crosstab_contract::app::billed_calls(1, 1, false));
     assert_eq!(app.fx.bills().await - before, calls + other_calls);
+}
+
+/// A filtered table: every figure within the filter too, its own total one more target
+/// billed; a filter naming what the survey lacks is refused, unbilled, naming the filter.
+#[tokio::test]
+async fn a_filtered_table_bills_its_filters_total_and_refuses_unknown_names() {
+    let app = app_with(None).await;
+    let ann = app.session("ann").await;
+    let mut body = table_body(None, "ALL", &["WOMEN", "SMOKER = 1"], &["AGE >= 35"]);
+    body["filter"] = json!("SMOKER = 0");
+    let before = app.fx.bills().await;
+    let (parts, table) = app.post(&ann, "/app/api/table", &body).await;
+    assert_eq!(parts.status, StatusCode::OK, "{table}");
+    let calls = crosstab_contract::app::billed_calls(2, 1, true);
+    assert_eq!(calls, 3, "2 cells + 2 + 1 totals + the filter's: 6 targets");
+    assert_eq!(app.fx.bills().await - before, i64::from(calls));
+    assert_eq!(table["billedCalls"], calls);
+    assert_eq!(table["filter"], "SMOKER = 0");
+    // The smokers' row is empty within non-smokers; the total is the filter's.
+    assert_eq!(table["rowTotals"][1]["resps"], 0, "{table}");
+    let key = app.fx.whole.clone();
+    let filter_total = v1_one(&app, &key, None, "ALL", "SMOKER = 0").await;
+    same_as_v1(&table["total"], &filter_total, "total");
+    let cell = v1_one(
+        &app,
+        &key,
+        None,
+        "ALL",
+        "(SMOKER = 0) AND ((WOMEN) AND (AGE >= 35))",
+    )
+    .await;
+    same_as_v1(&table["cells"][0][0], &cell, "cell");
+
+    let before = app.fx.bills().await;
+    body["filter"] = json!("SMOKR = 0");
+    let (parts, answer) = app.post(&ann, "/app/api/table", &body).await;
+    assert_eq!(parts.status, StatusCode::BAD_REQUEST, "{answer}");
+    assert_eq!(code(&answer), "invalid_request");
+    assert_eq!(answer["error"]["field"], "filter");
+    assert!(
+        answer["ResultDescription"]
+            .as_str()
+            .unwrap()
+            .contains("does not define 'SMOKR'"),
+        "{answer}"
+    );
+    body["filter"] = json!("SMOKER =");
+    let (parts, answer) = app.post(&ann, "/app/api/table", &body).await;
+    assert_eq!(parts.status, StatusCode::BAD_REQUEST, "{answer}");
+    assert_eq!(answer["error"]["field"], "filter");
+    assert_eq!(app.fx.bills().await, before, "refusals bill nothing");
 }
