@@ -6,7 +6,7 @@ use crosstab_contract::app::{
     Table, TableRequest, UsageQuery, UsageReport,
 };
 use crosstab_contract::idempotency::{key_from_bytes, IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED};
-use crosstab_contract::{CrosstabRequest, ErrorEnvelope};
+use crosstab_contract::{ApiError, CrosstabRequest, ErrorEnvelope};
 use crosstab_wasm::response::parse_response;
 use crosstab_wasm::send::RetryPolicy;
 use gloo_net::http::{Request, RequestBuilder, Response};
@@ -96,11 +96,7 @@ async fn read<T: DeserializeOwned>(response: Response) -> Result<T, ApiFailure> 
     // A failure without the envelope's shape (a proxy's page, say) still has a status.
     let envelope = response.json::<ErrorEnvelope>().await.ok();
     session_ended(envelope.as_ref());
-    let message = envelope.map_or_else(
-        || format!("The server answered {status}."),
-        |envelope| envelope.result_description,
-    );
-    Err(ApiFailure { status, message })
+    Err(failure_of(status, envelope))
 }
 
 async fn get<T: DeserializeOwned>(path: &str) -> Result<T, ApiFailure> {
@@ -217,12 +213,25 @@ pub(crate) async fn sleep(ms: f64) {
 /// How long to wait before the retry after attempt `attempt` of a query that got `call`,
 /// if it is retried: as [`RetryPolicy`] says, a failure of the app's own (a session
 /// ended) never.
-fn retry_wait_ms(call: &Result<KeyedAnswer, ApiFailure>, attempt: u32, random: f64) -> Option<f64> {
+fn retry_wait_ms(
+    sent: Sent,
+    call: &Result<KeyedAnswer, ApiFailure>,
+    attempt: u32,
+    random: f64,
+) -> Option<f64> {
     let policy = RetryPolicy::default();
     match call {
         Err(failure) if failure.status == 0 => policy.wait_after(attempt, None, random),
         Err(_) => None,
         Ok(answer) if (200..300).contains(&answer.status) => None,
+        // A table past the deadline would take as long again, the first one's work still
+        // running on the server: the researcher decides.
+        Ok(answer)
+            if sent == Sent::Table
+                && answer.body["error"]["code"] == ApiError::DeadlineExceeded.code() =>
+        {
+            None
+        }
         Ok(answer) => {
             let parsed = parse_response(
                 answer.status,
@@ -240,25 +249,50 @@ fn retry_wait_ms(call: &Result<KeyedAnswer, ApiFailure>, attempt: u32, random: f
 /// (network failures, 5xx, a short 429), so a retry of a query whose answer was lost is
 /// answered again without a second bill.
 pub async fn crosstab(request: &CrosstabRequest) -> Result<KeyedAnswer, ApiFailure> {
-    send_keyed(paths::CROSSTAB, request, fresh_idempotency_key()).await
+    send_keyed(Sent::Crosstab, request, fresh_idempotency_key())
+        .await
+        .last
 }
 
-/// `request` POSTed to `path` with `key`, retried as [`RetryPolicy`] allows (never
-/// without a key: a retry could be billed twice).
-async fn send_keyed(
-    path: &str,
-    request: &impl Serialize,
-    key: Option<String>,
-) -> Result<KeyedAnswer, ApiFailure> {
+/// What a keyed POST sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Sent {
+    /// A crosstab, to `paths::CROSSTAB`.
+    Crosstab,
+    /// A table, to `paths::TABLE`.
+    Table,
+}
+
+/// How a keyed POST ended: its last attempt's answer, and whether any attempt's fate is
+/// unknown (it may have been answered and billed without the answer arriving).
+struct Attempts {
+    last: Result<KeyedAnswer, ApiFailure>,
+    any_unknown: bool,
+}
+
+/// `request` POSTed with `key`, retried as [`RetryPolicy`] allows (never without a key:
+/// a retry could be billed twice).
+async fn send_keyed(sent: Sent, request: &impl Serialize, key: Option<String>) -> Attempts {
+    let path = match sent {
+        Sent::Crosstab => paths::CROSSTAB,
+        Sent::Table => paths::TABLE,
+    };
     let mut attempt = 1;
+    let mut any_unknown = false;
     loop {
         let call = send_keyed_once(path, request, key.as_deref()).await;
-        match retry_wait_ms(&call, attempt, js_sys::Math::random()) {
+        any_unknown |= fate_unknown(&call);
+        match retry_wait_ms(sent, &call, attempt, js_sys::Math::random()) {
             Some(wait) if key.is_some() => {
                 sleep(wait).await;
                 attempt += 1;
             }
-            _ => return call,
+            _ => {
+                return Attempts {
+                    last: call,
+                    any_unknown,
+                }
+            }
         }
     }
 }
@@ -303,8 +337,8 @@ async fn send_keyed_once(
     })
 }
 
-/// Whether a keyed call's last attempt leaves unknown whether it was answered and billed:
-/// no answer came, or a 5xx (a proxy's, say, while the server went on).
+/// Whether an attempt leaves unknown whether it was answered and billed: no answer came,
+/// or a 5xx (a proxy's, say, while the server went on).
 fn fate_unknown(call: &Result<KeyedAnswer, ApiFailure>) -> bool {
     match call {
         Err(failure) => failure.status == 0 || failure.status >= 500,
@@ -312,17 +346,41 @@ fn fate_unknown(call: &Result<KeyedAnswer, ApiFailure>) -> bool {
     }
 }
 
+/// Whether a keyed POST may have been billed without its answer arriving, so the same
+/// request must go again with the same key: its last attempt's fate is unknown, or an
+/// earlier one's is and the last was refused before the server looked at the key (an
+/// ended session, 401; a body not read in time, 408).
+fn unsettled(attempts: &Attempts) -> bool {
+    let refused_before_the_key = match &attempts.last {
+        Err(failure) => matches!(failure.status, 401 | 408),
+        Ok(answer) => matches!(answer.status, 401 | 408),
+    };
+    fate_unknown(&attempts.last) || (attempts.any_unknown && refused_before_the_key)
+}
+
+/// A failure as the app shows it: the envelope's description, or the status alone when
+/// there is no envelope (a proxy's page, say).
+fn failure_of(status: u16, envelope: Option<ErrorEnvelope>) -> ApiFailure {
+    let message = envelope.map_or_else(
+        || format!("The server answered {status}."),
+        |envelope| envelope.result_description,
+    );
+    ApiFailure { status, message }
+}
+
 thread_local! {
-    /// The last server table whose fate is unknown (no answer came, or a 5xx after the
-    /// retries), with its key: run again unchanged, it goes with the same key, so a bill
-    /// the server made for it is not made twice and its answer is given again.
+    /// The last server table run in this page (until it is reloaded) that may have been
+    /// billed without its answer arriving ([`unsettled`]), with its key: run again
+    /// unchanged, it goes with the same key, so a bill the server made for it is not made
+    /// twice and its answer is given again. Another table's run takes the slot.
     static UNSETTLED_TABLE: std::cell::RefCell<Option<(TableRequest, String)>> =
         const { std::cell::RefCell::new(None) };
 }
 
 /// Computes a table on the server, billed as the `/v1` calls it stands for. With one
-/// `Idempotency-Key`, retried as a crosstab is; and when no answer came at all, the
-/// same table run again later is sent with that key too (see [`UNSETTLED_TABLE`]).
+/// `Idempotency-Key`, retried as a crosstab is (but never past the deadline: see
+/// [`retry_wait_ms`]); and when it may have been billed unseen, the same table run again
+/// later is sent with that key too (see [`UNSETTLED_TABLE`]).
 pub async fn table(request: &TableRequest) -> Result<TableAnswer, ApiFailure> {
     let key = UNSETTLED_TABLE
         .with_borrow(|unsettled| {
@@ -332,22 +390,16 @@ pub async fn table(request: &TableRequest) -> Result<TableAnswer, ApiFailure> {
                 .map(|(_, key)| key.clone())
         })
         .or_else(fresh_idempotency_key);
-    let call = send_keyed(paths::TABLE, request, key.clone()).await;
+    let attempts = send_keyed(Sent::Table, request, key.clone()).await;
     UNSETTLED_TABLE.with_borrow_mut(|slot| {
         *slot = key
-            .filter(|_| fate_unknown(&call))
+            .filter(|_| unsettled(&attempts))
             .map(|key| (request.clone(), key));
     });
-    let answer = call?;
+    let answer = attempts.last?;
     if !(200..300).contains(&answer.status) {
         let envelope = serde_json::from_value::<ErrorEnvelope>(answer.body).ok();
-        return Err(ApiFailure {
-            status: answer.status,
-            message: envelope.map_or_else(
-                || format!("The server answered {}.", answer.status),
-                |envelope| envelope.result_description,
-            ),
-        });
+        return Err(failure_of(answer.status, envelope));
     }
     let table = serde_json::from_value::<Table>(answer.body).map_err(|e| ApiFailure {
         status: answer.status,
@@ -431,22 +483,42 @@ mod tests {
 
     #[test]
     fn a_query_is_retried_as_the_policy_says_but_never_past_an_ended_session() {
+        let wait = |call: &Result<KeyedAnswer, ApiFailure>, attempt, random| {
+            retry_wait_ms(Sent::Crosstab, call, attempt, random)
+        };
         let lost = Err(ApiFailure::network("offline"));
-        assert_eq!(retry_wait_ms(&lost, 1, 0.0), Some(125.0));
-        assert_eq!(retry_wait_ms(&answer(503, None), 2, 1.0), Some(500.0));
-        assert_eq!(retry_wait_ms(&answer(503, None), 3, 1.0), None);
-        assert_eq!(retry_wait_ms(&answer(400, None), 1, 0.5), None);
+        assert_eq!(wait(&lost, 1, 0.0), Some(125.0));
+        assert_eq!(wait(&answer(503, None), 2, 1.0), Some(500.0));
+        assert_eq!(wait(&answer(503, None), 3, 1.0), None);
+        assert_eq!(wait(&answer(400, None), 1, 0.5), None);
         let ended = Err(ApiFailure {
             status: 401,
             message: "Your session has ended: sign in again.".into(),
         });
-        assert_eq!(retry_wait_ms(&ended, 1, 0.5), None);
+        assert_eq!(wait(&ended, 1, 0.5), None);
         // A 200 is never sent again, whatever its body (a table's too).
         let mut table = answer(200, None);
         if let Ok(answer) = &mut table {
             answer.body = json!({"rows": []});
         }
-        assert_eq!(retry_wait_ms(&table, 1, 0.5), None);
+        assert_eq!(retry_wait_ms(Sent::Table, &table, 1, 0.5), None);
+    }
+
+    #[test]
+    fn a_table_past_the_deadline_is_not_sent_again() {
+        let mut late = answer(503, None);
+        if let Ok(answer) = &mut late {
+            answer.body["error"]["code"] = json!("deadline_exceeded");
+        }
+        assert_eq!(retry_wait_ms(Sent::Table, &late, 1, 1.0), None);
+        // A query is (its work is small), and a table on any other 5xx or none.
+        assert_eq!(retry_wait_ms(Sent::Crosstab, &late, 1, 1.0), Some(250.0));
+        assert_eq!(
+            retry_wait_ms(Sent::Table, &answer(503, None), 1, 1.0),
+            Some(250.0)
+        );
+        let lost = Err(ApiFailure::network("offline"));
+        assert_eq!(retry_wait_ms(Sent::Table, &lost, 1, 0.0), Some(125.0));
     }
 
     #[test]
@@ -457,10 +529,24 @@ mod tests {
         for settled in [200, 400, 403, 422, 429] {
             assert!(!fate_unknown(&answer(settled, Some("2"))), "{settled}");
         }
-        let ended = Err(ApiFailure {
-            status: 401,
-            message: "Your session has ended: sign in again.".into(),
-        });
-        assert!(!fate_unknown(&ended));
+        let ended = || {
+            Err(ApiFailure {
+                status: 401,
+                message: "Your session has ended: sign in again.".into(),
+            })
+        };
+        assert!(!fate_unknown(&ended()));
+        let attempts = |last, any_unknown| Attempts { last, any_unknown };
+        // An ended session after a lost attempt: the lost one may have been billed.
+        assert!(unsettled(&attempts(ended(), true)));
+        assert!(!unsettled(&attempts(ended(), false)));
+        assert!(unsettled(&attempts(answer(503, None), false)));
+        // An answer after the key was looked at settles it: a 200 or a refusal.
+        for settled in [200, 400, 403, 422, 429] {
+            assert!(
+                !unsettled(&attempts(answer(settled, None), true)),
+                "{settled}"
+            );
+        }
     }
 }

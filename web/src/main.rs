@@ -166,22 +166,6 @@ fn App() -> impl IntoView {
             screen.set(next);
         }
     });
-    // The title follows what is shown; focus moves to a new screen's heading (not on the
-    // first load, where the page's start is the place to be).
-    Effect::new(move |before: Option<Shown>| {
-        let shown: Shown = match session.get() {
-            Session::Checking => None,
-            Session::SignedOut => Some((false, screen.get())),
-            Session::SignedIn(_) => Some((true, screen.get())),
-        };
-        if let Some(document) = web_sys::window().and_then(|w| w.document()) {
-            document.set_title(&document_title(shown));
-        }
-        if matches!(before, Some(Some(before)) if Some(before) != shown) {
-            focus_new_screen();
-        }
-        shown
-    });
     // A query picked from the history, handed to the query screen to load and run.
     let rerun = RwSignal::new(None::<CrosstabRequest>);
     // An ended session (expired, or signed out in another tab) brings back the sign-in
@@ -193,6 +177,24 @@ fn App() -> impl IntoView {
             ended.set(true);
         }
         enter(session, Session::SignedOut);
+    });
+    // The title follows what is shown; focus moves to a new screen's heading (not on the
+    // first load, where the page's start is the place to be).
+    Effect::new(move |before: Option<Shown>| {
+        let shown: Shown = match session.get() {
+            Session::Checking => None,
+            // An ended session shows the sign-in form whatever the screen.
+            Session::SignedOut if ended.get() => Some((false, Screen::Query)),
+            Session::SignedOut => Some((false, screen.get())),
+            Session::SignedIn(_) => Some((true, screen.get())),
+        };
+        if let Some(document) = web_sys::window().and_then(|w| w.document()) {
+            document.set_title(&document_title(shown));
+        }
+        if matches!(before, Some(Some(before)) if Some(before) != shown) {
+            focus_new_screen();
+        }
+        shown
     });
     leptos::task::spawn_local(async move {
         let next = match api::me().await {

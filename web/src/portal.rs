@@ -345,7 +345,7 @@ pub fn Usage() -> impl IntoView {
                 <button type="submit">"Show"</button>
             </form>
             <p class="status" role="status" id="usage-status">{status}</p>
-            {move || report.get().and_then(Result::ok).and_then(|report| report.quota).map(|quota| view! {
+            {move || report.with(|report| report.as_ref().and_then(|r| r.as_ref().ok()).and_then(|r| r.quota.clone())).map(|quota| view! {
                 <p id="usage-quota" data-left=quota.left().to_string()>{quota_text(&quota)}</p>
             })}
             {move || match report.get() {

@@ -391,13 +391,21 @@ pub fn WorkbenchScreen(signed_in: bool) -> impl IntoView {
                 Some(now) if now == mine => done(answer),
                 // Billed all the same: kept where it can be opened again, and said.
                 Some(_) => {
-                    if let (Source::Server, Ok((table, _))) = (from, &answer) {
+                    if let (Source::Server, Ok((table, origin))) = (from, &answer) {
                         saved::record(late_entry);
-                        notice.set(Some(format!(
-                            "A table run before your change was billed ({} call{}) and not shown: it is under Recently run.",
+                        let calls = format!(
+                            "{} call{}",
                             table.billed_calls,
                             if table.billed_calls == 1 { "" } else { "s" }
-                        )));
+                        );
+                        notice.set(Some(match origin {
+                            Origin::ServerAgain => format!(
+                                "A table run before your change came back (billed {calls} the first time, not again) and is not shown: it is under Recently run."
+                            ),
+                            _ => format!(
+                                "A table run before your change was billed ({calls}) and not shown: it is under Recently run."
+                            ),
+                        }));
                     }
                 }
                 None => {}

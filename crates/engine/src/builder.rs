@@ -6,6 +6,7 @@ use crate::error::ImportError;
 use crate::eval::BLOCK_WORDS;
 use crate::format::{
     ExprHeader, GroupHeader, Header, PlanesHeader, VariableHeader, Width, Writer, FORMAT_VERSION,
+    UNWEIGHTED_FORMAT_VERSION,
 };
 
 /// Survey-level settings of a survey being built.
@@ -262,7 +263,11 @@ impl SurveyBuilder {
                 .collect()
         };
         let header = Header {
-            format: FORMAT_VERSION,
+            format: if self.meta.weight_column.is_some() {
+                FORMAT_VERSION
+            } else {
+                UNWEIGHTED_FORMAT_VERSION
+            },
             code: self.meta.code.clone(),
             name: self.meta.name.clone(),
             audience_report_units: self.meta.audience_report_units,

@@ -18,9 +18,13 @@ const MAGIC: &[u8; 7] = b"CTXSURV";
 /// ([`Width::TwoBits`]). In the magic bytes too, so a build that reads only older
 /// versions refuses a newer file as such before it parses the header.
 pub(crate) const FORMAT_VERSION: u32 = 2;
+/// The version of an unweighted survey's file (no `weight_column`), which builds before
+/// it could not read: only such files are written as 3, so every other file stays
+/// readable by them.
+pub(crate) const UNWEIGHTED_FORMAT_VERSION: u32 = 3;
 /// Versions this build reads: a version 1 file is a version 2 file without two-bit
-/// columns.
-const READABLE_VERSIONS: [u32; 2] = [1, 2];
+/// columns, a version 2 file a version 3 file with a weight column.
+const READABLE_VERSIONS: [u32; 3] = [1, 2, 3];
 
 /// A byte range of the file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -212,7 +216,7 @@ impl<'a> Writer<'a> {
         rebase(&mut header, body_start);
         let json = serde_json::to_vec(&header)?;
         out.write_all(MAGIC)?;
-        out.write_all(&[FORMAT_VERSION as u8])?;
+        out.write_all(&[u8::try_from(header.format).unwrap_or(u8::MAX)])?;
         out.write_all(&(json.len() as u64).to_le_bytes())?;
         out.write_all(&json)?;
         let mut at = 16 + json.len() as u64;
@@ -292,6 +296,16 @@ pub(crate) fn read_header(bytes: &[u8]) -> Result<Header, LoadError> {
         return Err(LoadError::Corrupt(
             "a two-bit column in a version 1 file".into(),
         ));
+    }
+    if (version < UNWEIGHTED_FORMAT_VERSION) != header.weight_column.is_some() {
+        return Err(LoadError::Corrupt(format!(
+            "a file of version {version} {} a weight column",
+            if header.weight_column.is_some() {
+                "with"
+            } else {
+                "without"
+            }
+        )));
     }
     check_sections(&header, bytes.len() as u64)?;
     Ok(header)

@@ -52,8 +52,9 @@ pub fn format_number(value: f64, decimals: u8) -> String {
 /// A finite `abs` ≥ 0 as plain digits with `decimals` places: first to 15 significant
 /// digits, then to `decimals` places with halves rounded up.
 fn spreadsheet_rounded(abs: f64, decimals: usize) -> String {
-    // `d.dddddddddddddde±x`: the 15 significant digits, and the power of ten of the first.
-    let scientific = format!("{abs:.14e}");
+    // `d.dddddddddddddddde±x`: 17 significant digits (enough to tell every f64 apart),
+    // and the power of ten of the first.
+    let scientific = format!("{abs:.16e}");
     let (mantissa, exponent) = scientific.split_once('e').unwrap_or((&scientific, "0"));
     let exponent: i64 = exponent.parse().unwrap_or(0);
     let mut digits: Vec<u8> = mantissa
@@ -63,33 +64,12 @@ fn spreadsheet_rounded(abs: f64, decimals: usize) -> String {
         .collect();
     // The value is 0.d₁d₂… × 10^(exponent + 1): `whole` digits before the point.
     let mut whole = exponent + 1;
+    // Read to 15 significant digits as a spreadsheet does, then to `decimals` places.
+    round_half_up(&mut digits, 15, &mut whole);
     let decimals_i = i64::try_from(decimals).unwrap_or(0);
-    let keep = whole + decimals_i;
-    if keep < 0 {
-        digits.clear();
-    } else if let Ok(keep) = usize::try_from(keep) {
-        if keep < digits.len() {
-            let up = digits[keep] >= 5;
-            digits.truncate(keep);
-            if up {
-                // Carry from the last kept digit; past the first, a new leading 1.
-                let mut place = keep;
-                loop {
-                    if place == 0 {
-                        digits.insert(0, 1);
-                        whole += 1;
-                        break;
-                    }
-                    place -= 1;
-                    if digits[place] == 9 {
-                        digits[place] = 0;
-                    } else {
-                        digits[place] += 1;
-                        break;
-                    }
-                }
-            }
-        }
+    match usize::try_from(whole + decimals_i) {
+        Ok(keep) => round_half_up(&mut digits, keep, &mut whole),
+        Err(_) => digits.clear(),
     }
     // Digit at place `i` (0 = the first significant one), zero where there is none.
     let digit = |i: i64| {
@@ -109,6 +89,29 @@ fn spreadsheet_rounded(abs: f64, decimals: usize) -> String {
         text.extend((whole..whole + decimals_i).map(digit));
     }
     text
+}
+
+/// `digits` (of a value with `whole` digits before the point) cut to the first `keep`,
+/// rounded half up; a carry past the first digit adds a leading 1 (and a whole digit).
+fn round_half_up(digits: &mut Vec<u8>, keep: usize, whole: &mut i64) {
+    if keep >= digits.len() {
+        return;
+    }
+    let up = digits[keep] >= 5;
+    digits.truncate(keep);
+    if !up {
+        return;
+    }
+    for place in (0..keep).rev() {
+        if digits[place] == 9 {
+            digits[place] = 0;
+        } else {
+            digits[place] += 1;
+            return;
+        }
+    }
+    digits.insert(0, 1);
+    *whole += 1;
 }
 
 /// One result, ready to show.
@@ -186,6 +189,12 @@ mod tests {
             (1e20, 0, "100,000,000,000,000,000,000"),
             (123_456_789.123_456_7, 2, "123,456,789.12"),
             (7.0, 2, "7.00"),
+            // A tie at the 15th significant digit rounds up too, as a spreadsheet's does.
+            (100_000_000_000_000.5, 0, "100,000,000,000,001"),
+            (0.95, 1, "1.0"),
+            (9.999_999_9, 6, "10.000000"),
+            (0.0096, 2, "0.01"),
+            (0.000_000_5, 6, "0.000001"),
         ] {
             assert_eq!(
                 format_number(value, decimals),

@@ -253,7 +253,31 @@ fn compiled_survey_round_trips_exactly() {
 fn an_unweighted_survey_weighs_every_respondent_one() {
     let toml = TOML.replace("weight_column = \"W\"", "unweighted = true");
     let csv = "ID,G,X,Y\nr1,A,1,10\nr2,B,,20\nr3,A,2,\n";
-    let survey = Survey::from_bytes(&compile(&toml, csv).unwrap()).unwrap();
+    let bytes = compile(&toml, csv).unwrap();
+    // Version 3, which builds before unweighted surveys refuse as newer than they read;
+    // a weighted survey stays version 2.
+    assert_eq!(bytes[7], 3);
+    assert_eq!(compile(TOML, CSV).unwrap()[7], 2);
+    for (edit, what) in [
+        (
+            with_header(&bytes, |h| h["weight_column"] = json!("W")),
+            "a version 3 file with a weight column",
+        ),
+        (
+            {
+                let mut out = with_header(&bytes, |h| h["format"] = json!(2));
+                out[7] = 2;
+                out
+            },
+            "a version 2 file without one",
+        ),
+    ] {
+        match Survey::from_bytes(&edit) {
+            Err(e) => assert!(e.to_string().contains("corrupt"), "{what}: {e}"),
+            Ok(_) => panic!("{what}: loaded"),
+        }
+    }
+    let survey = Survey::from_bytes(&bytes).unwrap();
     assert_eq!(survey.weights(), &[1.0, 1.0, 1.0]);
     assert_eq!(survey.variable_names().collect::<Vec<_>>(), vec!["X", "Y"]);
     let request = validate_value(&json!({"SurveyCode": "T", "PopulationBaseCode": "ALL",

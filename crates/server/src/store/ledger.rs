@@ -322,7 +322,14 @@ impl Ledger {
 
     async fn submit(&self, bills: Vec<Bill>, kept: Option<KeptAnswer>) -> Result<(), LedgerError> {
         let Some(first) = bills.first() else {
-            return Ok(());
+            // An answer is kept only with its bills: none would leave its key held,
+            // unanswered, until it counted as abandoned.
+            return match kept {
+                None => Ok(()),
+                Some(_) => Err(LedgerError::Write(
+                    "an answer to keep came without a bill".to_owned(),
+                )),
+            };
         };
         let (done, committed) = oneshot::channel();
         let mut awaiting = Awaiting {

@@ -1641,3 +1641,40 @@ async fn a_filtered_table_bills_its_filters_total_and_refuses_unknown_names() {
     assert_eq!(answer["error"]["field"], "filter");
     assert_eq!(app.fx.bills().await, before, "refusals bill nothing");
 }
+
+/// The table that spent the day's quota, its answer lost: sent again with its key, it is
+/// given its answer (the key is looked at before the quota), billed once.
+#[tokio::test]
+async fn a_lost_table_that_spent_the_quota_is_given_again() {
+    use crosstab_server::store::accounts::{self, AccountLimits};
+    let app = app_with(None).await;
+    let limits = AccountLimits {
+        per_second: None,
+        daily_quota: Some(3),
+    };
+    assert!(accounts::set_limits(&app.fx.db, "acme", limits)
+        .await
+        .unwrap());
+    let ann = app.session("ann").await;
+    let body = table_body(None, "ALL", &["WOMEN", "SMOKER = 1"], &["AGE >= 35"]);
+    let keyed = || {
+        Request::post("/app/api/table")
+            .header("cookie", &ann)
+            .header("origin", ORIGIN)
+            .header("content-type", "application/json")
+            .header("idempotency-key", "spent-it")
+            .body(Body::from(body.to_string()))
+            .unwrap()
+    };
+    let (first, table) = app.send(keyed()).await;
+    assert_eq!(first.status, StatusCode::OK, "{table}");
+    assert_eq!(app.fx.bills().await, 3);
+    let (again, same) = app.send(keyed()).await;
+    assert_eq!(again.status, StatusCode::OK, "{same}");
+    assert_eq!(again.headers["idempotent-replayed"], "true");
+    assert_eq!(same, table);
+    assert_eq!(app.fx.bills().await, 3);
+    // Without the key it is a new table, over the quota.
+    let (parts, _) = app.post(&ann, "/app/api/table", &body).await;
+    assert_eq!(parts.status, StatusCode::TOO_MANY_REQUESTS);
+}
