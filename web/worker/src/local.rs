@@ -174,6 +174,16 @@ mod tests {
         }
     }
 
+    /// Each base of an opened survey: its code, respondents and weighted total.
+    fn bases_of(opened: &Opened) -> Vec<(&str, u64, f64)> {
+        opened
+            .codebook
+            .bases
+            .iter()
+            .map(|b| (b.code.as_str(), b.respondents, b.weighted))
+            .collect()
+    }
+
     fn opened(answer: (Answer, Payload)) -> Opened {
         match answer {
             (Ok(Reply::Opened(opened)), Payload::None) => opened,
@@ -220,12 +230,7 @@ mod tests {
             from: "test".into(),
         };
         let opened = opened(answer(call, Payload::Text(CSV.into())));
-        let bases: Vec<(&str, u64, f64)> = opened
-            .codebook
-            .bases
-            .iter()
-            .map(|b| (b.code.as_str(), b.respondents, b.weighted))
-            .collect();
+        let bases = bases_of(&opened);
         assert_eq!(bases, [("ALL", 3, 3.0), ("WOMEN", 2, 2.0)]);
         assert!(opened.codebook.variables.iter().any(|v| v.name == "WEIGHT"));
         // The weighted form says nothing of it.
@@ -242,12 +247,7 @@ mod tests {
         assert_eq!(opened.codebook.code, "PRIV");
         assert_eq!(opened.codebook.name, "Private \"panel\"");
         assert_eq!(opened.codebook.respondents, 3);
-        let bases: Vec<(&str, u64, f64)> = opened
-            .codebook
-            .bases
-            .iter()
-            .map(|b| (b.code.as_str(), b.respondents, b.weighted))
-            .collect();
+        let bases = bases_of(&opened);
         assert_eq!(bases, [("ALL", 3, 5.0), ("WOMEN", 2, 3.5)]);
         let groups: Vec<&str> = opened
             .codebook

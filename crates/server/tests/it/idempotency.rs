@@ -62,19 +62,14 @@ async fn a_retry_with_the_same_key_and_body_is_answered_again_and_billed_once() 
     assert_eq!(fx.bills().await, 3);
 }
 
-/// A kept answer is given again only to a caller whose grants still let it ask the
-/// question: the key space is the account's, and one caller's grants may be narrower
-/// than another's, or narrowed since.
-#[tokio::test]
-async fn a_kept_answer_is_given_again_only_to_a_caller_entitled_to_it() {
+/// A key's caller of account `account_id` with `grants` (survey, group) and no limits.
+fn caller_with(
+    account_id: i64,
+    grants: &[(&str, &str)],
+) -> crosstab_server::service::principal::Principal {
     use crosstab_server::grants::Grants;
     use crosstab_server::service::principal::{Credential, Principal};
-    use crosstab_server::service::RequestId;
-    use crosstab_server::store::accounts;
-
-    let fx = Fixture::new().await;
-    let account_id = accounts::account_id(&fx.db, "acme").await.unwrap().unwrap();
-    let caller = |grants: &[(&str, &str)]| Principal {
+    Principal {
         account_id,
         account: "acme".into(),
         grants: Grants::from_rows(
@@ -82,9 +77,23 @@ async fn a_kept_answer_is_given_again_only_to_a_caller_entitled_to_it() {
                 .iter()
                 .map(|(s, g)| ((*s).to_owned(), (*g).to_owned())),
         ),
-        limits: accounts::AccountLimits::default(),
+        limits: crosstab_server::store::accounts::AccountLimits::default(),
         credential: Credential::Key("k".into()),
-    };
+    }
+}
+
+/// A kept answer is given again only to a caller whose grants still let it ask the
+/// question: the key space is the account's, and one caller's grants may be narrower
+/// than another's, or narrowed since.
+#[tokio::test]
+async fn a_kept_answer_is_given_again_only_to_a_caller_entitled_to_it() {
+    use crosstab_server::service::principal::Principal;
+    use crosstab_server::service::RequestId;
+    use crosstab_server::store::accounts;
+
+    let fx = Fixture::new().await;
+    let account_id = accounts::account_id(&fx.db, "acme").await.unwrap().unwrap();
+    let caller = |grants: &[(&str, &str)]| caller_with(account_id, grants);
     let whole = caller(&[("VEC", "*")]);
     let body = axum::body::Bytes::from(common::request("VEC", None, "ALL", &["WOMEN"]).to_string());
     let ask = |principal: &Principal| {
@@ -122,24 +131,13 @@ async fn a_kept_answer_is_given_again_only_to_a_caller_entitled_to_it() {
 #[tokio::test]
 async fn a_kept_table_is_given_again_only_to_a_caller_entitled_to_it() {
     use crosstab_contract::app::TableRequest;
-    use crosstab_server::grants::Grants;
-    use crosstab_server::service::principal::{Credential, Principal};
+    use crosstab_server::service::principal::Principal;
     use crosstab_server::service::RequestId;
     use crosstab_server::store::accounts;
 
     let fx = Fixture::new().await;
     let account_id = accounts::account_id(&fx.db, "acme").await.unwrap().unwrap();
-    let caller = |grants: &[(&str, &str)]| Principal {
-        account_id,
-        account: "acme".into(),
-        grants: Grants::from_rows(
-            grants
-                .iter()
-                .map(|(s, g)| ((*s).to_owned(), (*g).to_owned())),
-        ),
-        limits: accounts::AccountLimits::default(),
-        credential: Credential::Key("k".into()),
-    };
+    let caller = |grants: &[(&str, &str)]| caller_with(account_id, grants);
     let body = serde_json::json!({"survey": "VEC", "populationBase": "ALL",
         "rows": [{"expression": "WOMEN"}], "columns": [{"expression": "A"}]})
     .to_string();
