@@ -348,14 +348,15 @@ fn fate_unknown(call: &Result<KeyedAnswer, ApiFailure>) -> bool {
 
 /// Whether a keyed POST may have been billed without its answer arriving, so the same
 /// request must go again with the same key: its last attempt's fate is unknown, or an
-/// earlier one's is and the last was refused before the server looked at the key (an
-/// ended session, 401; a body not read in time, 408).
+/// earlier one's is and the last brought no answer (a refusal may come before the server
+/// looks at the key: an ended session, an address past its pace, a body not read in
+/// time). Keeping a key costs nothing: one whose request was not billed was given back.
 fn unsettled(attempts: &Attempts) -> bool {
-    let refused_before_the_key = match &attempts.last {
-        Err(failure) => matches!(failure.status, 401 | 408),
-        Ok(answer) => matches!(answer.status, 401 | 408),
+    let answered = match &attempts.last {
+        Err(_) => false,
+        Ok(answer) => (200..300).contains(&answer.status),
     };
-    fate_unknown(&attempts.last) || (attempts.any_unknown && refused_before_the_key)
+    fate_unknown(&attempts.last) || (attempts.any_unknown && !answered)
 }
 
 /// A failure as the app shows it: the envelope's description, or the status alone when
@@ -541,11 +542,16 @@ mod tests {
         assert!(unsettled(&attempts(ended(), true)));
         assert!(!unsettled(&attempts(ended(), false)));
         assert!(unsettled(&attempts(answer(503, None), false)));
-        // An answer after the key was looked at settles it: a 200 or a refusal.
-        for settled in [200, 400, 403, 422, 429] {
+        // Only an answer settles a lost attempt; a refusal may have come before the key.
+        assert!(!unsettled(&attempts(answer(200, None), true)));
+        for refused in [400, 403, 413, 422, 429] {
             assert!(
-                !unsettled(&attempts(answer(settled, None), true)),
-                "{settled}"
+                unsettled(&attempts(answer(refused, None), true)),
+                "{refused}"
+            );
+            assert!(
+                !unsettled(&attempts(answer(refused, None), false)),
+                "{refused}"
             );
         }
     }

@@ -40,9 +40,13 @@ impl Spec {
     pub fn describe(&self) -> String {
         let request = &self.request;
         format!(
-            "{} · {} · {} rows × {} columns{}",
+            "{} · {}{} · {} rows × {} columns{}",
             request.survey,
             request.population_base,
+            request
+                .filter
+                .as_deref()
+                .map_or(String::new(), |filter| format!(" · filtered to {filter}")),
             request.rows.len(),
             request.columns.len(),
             if self.local { " · local file" } else { "" }
@@ -136,6 +140,12 @@ mod tests {
         assert_eq!(
             spec.describe(),
             "DEMO · ADULTS · 2 rows × 1 columns · local file"
+        );
+        let mut filtered = spec;
+        filtered.request.filter = Some("AGE >= 35".into());
+        assert_eq!(
+            filtered.describe(),
+            "DEMO · ADULTS · filtered to AGE >= 35 · 2 rows × 1 columns · local file"
         );
     }
 }

@@ -138,16 +138,23 @@ impl Survey {
         let Some(filter) = filter else {
             return Ok(self.sum_table(self.squares(), base, group, rows, columns));
         };
-        let unknown = self.unknown_names(filter);
-        if !unknown.is_empty() {
-            return Err(QueryError::UnknownInFilter {
-                survey: self.code().to_owned(),
-                reasons: Unknown::reasons(&unknown),
-            });
-        }
+        self.check_filter(filter)?;
         let mut within = self.target_plan(filter).materialize(self.respondents());
         within.and_with(base);
         Ok(self.sum_table(self.squares(), &within, group, rows, columns))
+    }
+
+    /// A table's filter, refused when it names what this survey does not define (it
+    /// would empty every cell).
+    pub fn check_filter(&self, filter: &Expr) -> Result<(), QueryError> {
+        let unknown = self.unknown_names(filter);
+        if unknown.is_empty() {
+            return Ok(());
+        }
+        Err(QueryError::UnknownInFilter {
+            survey: self.code().to_owned(),
+            reasons: Unknown::reasons(&unknown),
+        })
     }
 
     fn sum_table(

@@ -1677,4 +1677,10 @@ async fn a_lost_table_that_spent_the_quota_is_given_again() {
     // Without the key it is a new table, over the quota.
     let (parts, _) = app.post(&ann, "/app/api/table", &body).await;
     assert_eq!(parts.status, StatusCode::TOO_MANY_REQUESTS);
+    // A filter naming what the survey lacks is refused for that, whatever the quota.
+    let mut unknown = body.clone();
+    unknown["filter"] = json!("SMOKR = 0");
+    let (parts, answer) = app.post(&ann, "/app/api/table", &unknown).await;
+    assert_eq!(parts.status, StatusCode::BAD_REQUEST, "{answer}");
+    assert_eq!(answer["error"]["field"], "filter");
 }
