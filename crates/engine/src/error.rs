@@ -107,6 +107,9 @@ pub enum QueryError {
     /// The survey has no such authorization group.
     #[error("authorization group '{0}' is not defined")]
     UnknownGroup(String),
+    /// A table given up before it was done (its caller's deadline passed).
+    #[error("the table was given up before it was done")]
+    GaveUp,
     /// A table's filter names what the survey does not define.
     #[error("The filter names what survey {survey} does not define: {reasons}.")]
     UnknownInFilter {
@@ -136,6 +139,7 @@ impl From<QueryError> for ApiError {
             QueryError::UnknownPopulationBase(base) => ApiError::InvalidPopulationBase { base },
             // No existence oracle: an unknown group looks exactly like one not granted.
             QueryError::UnknownGroup(_) => ApiError::ForbiddenSurvey,
+            QueryError::GaveUp => ApiError::DeadlineExceeded,
             QueryError::UnknownInFilter { .. } => ApiError::InvalidRequest {
                 field: Some("filter".to_owned()),
                 message: error.to_string(),

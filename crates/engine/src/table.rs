@@ -116,7 +116,8 @@ impl Survey {
     /// (column)`, all within `filter` too when there is one. Unknown base or group: the
     /// error `/v1` would give (the group checked first); a filter naming something the
     /// survey lacks is refused (it would empty the whole table). Rows and columns naming
-    /// something the survey lacks sum to zero.
+    /// something the survey lacks sum to zero. `give_up` is asked before each block: once
+    /// it says so, the sums stop there ([`QueryError::GaveUp`]).
     pub fn table_sums(
         &self,
         base: &str,
@@ -124,6 +125,7 @@ impl Survey {
         filter: Option<&Expr>,
         rows: &[Expr],
         columns: &[Expr],
+        give_up: &dyn Fn() -> bool,
     ) -> Result<TableSums, QueryError> {
         let group = match group {
             Some(value) => Some(
@@ -136,12 +138,12 @@ impl Survey {
             .base_set(base)
             .ok_or_else(|| QueryError::UnknownPopulationBase(base.to_owned()))?;
         let Some(filter) = filter else {
-            return Ok(self.sum_table(self.squares(), base, group, rows, columns));
+            return self.sum_table(self.squares(), base, group, rows, columns, give_up);
         };
         self.check_filter(filter)?;
         let mut within = self.target_plan(filter).materialize(self.respondents());
         within.and_with(base);
-        Ok(self.sum_table(self.squares(), &within, group, rows, columns))
+        self.sum_table(self.squares(), &within, group, rows, columns, give_up)
     }
 
     /// A table's filter, refused when it names what this survey does not define (it
@@ -164,7 +166,8 @@ impl Survey {
         group: Option<&Bitset>,
         rows: &[Expr],
         columns: &[Expr],
-    ) -> TableSums {
+        give_up: &dyn Fn() -> bool,
+    ) -> Result<TableSums, QueryError> {
         let source = self.weight_source();
         let moments = |_| MomentSum {
             weight: source.summer(),
@@ -178,7 +181,14 @@ impl Survey {
         let mut cell_sums: Vec<Vec<MomentSum<'_>>> =
             (0..rows.len()).map(|_| sums(columns.len())).collect();
         let mut scratch = [0u64; BLOCK_WORDS];
+        let mut gave_up = false;
         for_each_filter_block(base, group, |index, filter| {
+            // A large table is many blocks of rows × columns each: asked block by block,
+            // so one past its deadline stops within a block's work.
+            if gave_up || give_up() {
+                gave_up = true;
+                return;
+            }
             let len = filter.len();
             base_sum.add(index, filter);
             row_axis.fill(index, filter);
@@ -215,8 +225,11 @@ impl Survey {
                 }
             }
         });
+        if gave_up {
+            return Err(QueryError::GaveUp);
+        }
         let finish = |sums: Vec<MomentSum<'_>>| sums.into_iter().map(MomentSum::finish).collect();
-        TableSums {
+        Ok(TableSums {
             sample: group.map_or(self.respondents() as u64, Bitset::count),
             base: base_sum.finish(),
             rows: finish(row_sums),
@@ -225,18 +238,30 @@ impl Survey {
             cells: cell_sums.into_iter().map(finish).collect(),
             unknown_rows: row_axis.unknown(),
             unknown_columns: column_axis.unknown(),
-        }
+        })
     }
 
     /// Answers a validated table request as a whole-survey grant would see it: every
     /// figure of [`TableCell`], with `billedCalls` 0 (the server sets what it billed).
     pub fn table(&self, request: &ValidTable) -> Result<Table, QueryError> {
+        self.table_until(request, &|| false)
+    }
+
+    /// [`Survey::table`], given up ([`QueryError::GaveUp`]) once `give_up` says so, as it
+    /// is asked between blocks: a server past its deadline stops the work instead of
+    /// finishing a table nobody will be sent.
+    pub fn table_until(
+        &self,
+        request: &ValidTable,
+        give_up: &dyn Fn() -> bool,
+    ) -> Result<Table, QueryError> {
         let sums = self.table_sums(
             &request.request.population_base,
             request.group_filter(),
             request.filter.as_ref(),
             &request.rows,
             &request.columns,
+            give_up,
         )?;
         let figures = Figures {
             sample: sums.sample,

@@ -560,3 +560,52 @@ fn demo_cells_are_what_v1_answers_for_row_and_column() {
         assert!((regions - table.total.weight).abs() <= 1e-9 * table.total.weight);
     }
 }
+
+/// A table given up (its caller's deadline passed) stops at the next block and says so;
+/// one never given up is the table.
+#[test]
+fn a_table_given_up_stops_at_the_next_block() {
+    // 40,000 respondents: three blocks of 16,384.
+    let survey = Survey::from_bytes(
+        &demo::compile(&DemoConfig {
+            respondents: 40_000,
+            flags: 4,
+            seed: 5,
+        })
+        .unwrap(),
+    )
+    .unwrap();
+    let axis = |expression: &str| TableAxis {
+        expression: expression.into(),
+        label: None,
+    };
+    let valid = TableRequest {
+        survey: "DEMO".into(),
+        population_base: "ADULTS".into(),
+        group: None,
+        filter: None,
+        rows: vec![axis("GENDER = 1"), axis("SMOKER = 1")],
+        columns: vec![axis("REGION = 1"), axis("AGE >= 55")],
+    }
+    .validate()
+    .unwrap();
+    assert_eq!(
+        survey.table_until(&valid, &|| true),
+        Err(crosstab_engine::QueryError::GaveUp)
+    );
+    let asked = std::cell::Cell::new(0);
+    let after_one = || {
+        asked.set(asked.get() + 1);
+        asked.get() > 1
+    };
+    assert_eq!(
+        survey.table_until(&valid, &after_one),
+        Err(crosstab_engine::QueryError::GaveUp)
+    );
+    assert_eq!(asked.get(), 2, "not asked again once given up");
+    assert_eq!(survey.table_until(&valid, &|| false), survey.table(&valid));
+    assert_eq!(
+        crosstab_contract::ApiError::from(crosstab_engine::QueryError::GaveUp),
+        crosstab_contract::ApiError::DeadlineExceeded
+    );
+}

@@ -688,13 +688,22 @@ async fn settle<T>(
 }
 
 /// The engine's table, on the blocking pool (a table is many queries' work); past
-/// `deadline`, refused without waiting for it.
+/// `deadline`, refused without waiting for it, and the engine gives the work up there
+/// too (an abandoned table would go on taking a core, unbilled).
 async fn compute_table(
     survey: Arc<Survey>,
     valid: ValidTable,
     deadline: Duration,
 ) -> Result<Table, ServiceError> {
-    let task = tokio::task::spawn_blocking(move || survey.table(&valid).map_err(ApiError::from));
+    // No instant that far ahead (a deadline of centuries): never given up.
+    let until = Instant::now().checked_add(deadline);
+    let task = tokio::task::spawn_blocking(move || {
+        survey
+            .table_until(&valid, &|| {
+                until.is_some_and(|until| Instant::now() >= until)
+            })
+            .map_err(ApiError::from)
+    });
     tokio::time::timeout(deadline, task)
         .await
         .map_err(|_| ApiError::DeadlineExceeded)?

@@ -321,6 +321,54 @@ async fn an_answer_past_the_deadline_is_503_unbilled_and_gives_its_key_back() {
     assert_eq!(kept, 0, "the key is given back");
 }
 
+/// A table past the deadline: 503 unbilled (the engine gives it up at its next block),
+/// its key given back.
+#[tokio::test]
+async fn a_table_past_the_deadline_is_503_unbilled_and_gives_its_key_back() {
+    use crosstab_contract::app::TableRequest;
+    use crosstab_server::service::{RequestId, ServiceError};
+    use crosstab_server::store::accounts;
+    let fx = Fixture::with_settings(crosstab_server::service::Settings {
+        query_deadline: std::time::Duration::from_nanos(1),
+        ..Default::default()
+    })
+    .await;
+    let account_id = accounts::account_id(&fx.db, "acme").await.unwrap().unwrap();
+    let body = serde_json::json!({"survey": "VEC", "populationBase": "ALL",
+        "rows": [{"expression": "WOMEN"}], "columns": [{"expression": "A"}]})
+    .to_string();
+    let valid = TableRequest::from_json(body.as_bytes())
+        .and_then(TableRequest::validate)
+        .unwrap();
+    let late = fx
+        .services
+        .crosstab
+        .table(
+            &caller_with(account_id, &[("VEC", "*")]),
+            valid,
+            body.as_bytes(),
+            &RequestId("r".into()),
+            Some("t1"),
+        )
+        .await
+        .map(|answer| answer.replayed);
+    assert!(
+        matches!(
+            late,
+            Err(ServiceError::Rejected(
+                crosstab_contract::ApiError::DeadlineExceeded
+            ))
+        ),
+        "{late:?}"
+    );
+    assert_eq!(fx.bills().await, 0);
+    let kept: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM idempotency_keys WHERE key = 't1'")
+        .fetch_one(fx.db.pool())
+        .await
+        .unwrap();
+    assert_eq!(kept, 0, "the key is given back");
+}
+
 /// A retry of an answered key is answered again even when the account is over its quota
 /// (the answer was billed once already; refusing it would lose it).
 #[tokio::test]
