@@ -157,9 +157,13 @@ test('a table from the codebook by labels: every cell is /v1 for (row) AND (colu
   assert.deepEqual(await wb.expressions('rows'), rows);
   // 8 × 4: 32 cells and 12 totals, 22 calls: above 20, the app asks first.
   assert.match(await page.locator('#table-price').textContent(), /takes 22 billed calls/);
+  // The account's daily quota (ample here), said in the prompt with what the table leaves.
+  cli(server.dataDir, ['account', 'limits', '--account', 'demo', '--daily-quota', '100000']);
   await page.locator('#table-run').click();
   await page.locator('#cost-prompt').waitFor();
   assert.match(await page.locator('#cost-prompt').textContent(), /22 billed calls/);
+  await page.locator('#cost-quota').waitFor();
+  assert.match(await page.locator('#cost-quota').textContent(), /^Your account has \d+ of its 100000 daily calls left; \d+ after this table\.$/);
   await page.screenshot({ path: join(artifacts, 'workbench-cost-prompt.png'), fullPage: true });
   await page.locator('#cost-cancel').click();
   assert.equal(await page.locator('#cost-prompt').count(), 0);

@@ -3,8 +3,8 @@
 //! for, said before it runs) or in the page from a survey file that never leaves it.
 
 use crosstab_contract::app::{
-    billed_calls, table_targets, Codebook, SurveySummary, TableAxis, TableRequest,
-    TABLE_COST_PROMPT_THRESHOLD,
+    billed_calls, table_targets, Codebook, DailyQuota, SurveySummary, TableAxis, TableRequest,
+    UsageQuery, TABLE_COST_PROMPT_THRESHOLD,
 };
 use crosstab_contract::{ApiError, ALL_GROUPS};
 use leptos::prelude::*;
@@ -663,6 +663,23 @@ pub fn WorkbenchScreen(signed_in: bool) -> impl IntoView {
     }
 }
 
+/// What the cost prompt says of the daily quota: what is left, and whether the table fits.
+fn quota_left_text(calls: u32, quota: &DailyQuota) -> String {
+    let left = quota.left();
+    if u64::from(calls) > left {
+        format!(
+            "Your account has {left} of its {} daily calls left: this table would be refused until the quota starts again at midnight UTC.",
+            quota.calls
+        )
+    } else {
+        format!(
+            "Your account has {left} of its {} daily calls left; {} after this table.",
+            quota.calls,
+            left - u64::from(calls)
+        )
+    }
+}
+
 /// "This table takes N billed calls": asked before a table above the threshold runs.
 #[component]
 fn CostPrompt(calls: u32, on_run: Callback<()>, on_cancel: Callback<()>) -> impl IntoView {
@@ -677,6 +694,22 @@ fn CostPrompt(calls: u32, on_run: Callback<()>, on_cancel: Callback<()>) -> impl
             if let Some(button) = confirm.get() {
                 let _ = button.focus();
             }
+        }
+    });
+    // What is left of the account's daily quota, asked when the prompt opens (today's
+    // usage alone: no rows to speak of). None until it comes, and without a quota.
+    let left = RwSignal::new(None::<DailyQuota>);
+    leptos::task::spawn_local(async move {
+        let today = js_sys::Date::new_0()
+            .to_iso_string()
+            .as_string()
+            .map(|iso| iso.chars().take(10).collect::<String>());
+        let query = UsageQuery {
+            from: today.clone(),
+            to: today,
+        };
+        if let Ok(report) = api::usage(&query).await {
+            left.try_set(report.quota);
         }
     });
     // Closed before the answer is acted on: the page is inert while it is open, so the
@@ -698,6 +731,10 @@ fn CostPrompt(calls: u32, on_run: Callback<()>, on_cancel: Callback<()>) -> impl
             <p id="cost-text">{format!(
                 "It takes {calls} billed calls on your account, more than {TABLE_COST_PROMPT_THRESHOLD}: the calls /v1 would bill for the same questions."
             )}</p>
+            {move || left.get().map(|quota| {
+                let class = if u64::from(calls) > quota.left() { "warning" } else { "muted" };
+                view! { <p id="cost-quota" class=class>{quota_left_text(calls, &quota)}</p> }
+            })}
             <div class="row">
                 <button id="cost-confirm" node_ref=confirm on:click=move |_| answer(true)>{format!("Run ({calls} calls)")}</button>
                 <button class="secondary" id="cost-cancel" on:click=move |_| answer(false)>"Cancel"</button>
@@ -1205,6 +1242,23 @@ mod tests {
             "Women, 25-54 · F2554"
         );
         assert_eq!(entry_text(&axis_entry(Some(&book), "AGE > 30")), "AGE > 30");
+    }
+
+    #[test]
+    fn the_cost_prompt_says_what_is_left_of_the_quota() {
+        let quota = DailyQuota {
+            day: "2026-11-29".into(),
+            calls: 500,
+            used: 450,
+        };
+        assert_eq!(
+            quota_left_text(22, &quota),
+            "Your account has 50 of its 500 daily calls left; 28 after this table."
+        );
+        assert_eq!(
+            quota_left_text(51, &quota),
+            "Your account has 50 of its 500 daily calls left: this table would be refused until the quota starts again at midnight UTC."
+        );
     }
 
     #[test]
