@@ -3,8 +3,8 @@
 //! for, said before it runs) or in the page from a survey file that never leaves it.
 
 use crosstab_contract::app::{
-    billed_calls, table_targets, Codebook, DailyQuota, SurveySummary, TableAxis, TableRequest,
-    UsageQuery, TABLE_COST_PROMPT_THRESHOLD,
+    Codebook, DailyQuota, SurveySummary, TableAxis, TableRequest, UsageQuery,
+    TABLE_COST_PROMPT_THRESHOLD,
 };
 use crosstab_contract::{ApiError, ALL_GROUPS};
 use leptos::prelude::*;
@@ -314,13 +314,7 @@ pub fn WorkbenchScreen(signed_in: bool) -> impl IntoView {
         source.get() == Source::Server
             && !book.with(|book| book.as_ref().is_some_and(|b| b.code == survey.get()))
     });
-    let cost = Memo::new(move |_| {
-        billed_calls(
-            rows.with(Vec::len),
-            columns.with(Vec::len),
-            request.with(|r| r.filter.is_some()),
-        )
-    });
+    let cost = Memo::new(move |_| request.with(TableRequest::billed_calls));
 
     let spec_of = move |name: String, request: TableRequest| Spec {
         name,
@@ -578,7 +572,7 @@ pub fn WorkbenchScreen(signed_in: bool) -> impl IntoView {
                     Source::Server => format!(
                         "On the server this table takes {} billed call{} (one per two of its {} cells and totals), as /v1 would bill the same questions.",
                         cost.get(), if cost.get() == 1 { "" } else { "s" },
-                        table_targets(rows.with(Vec::len), columns.with(Vec::len), request.with(|r| r.filter.is_some()))
+                        request.with(TableRequest::targets)
                     ),
                 }}</p>
                 <div class="row">
@@ -591,7 +585,7 @@ pub fn WorkbenchScreen(signed_in: bool) -> impl IntoView {
                     <button class="secondary" id="table-clear" on:click=move |_| { rows.set(Vec::new()); columns.set(Vec::new()); filter.set(String::new()); reset(Outcome::Idle); }>"Clear"</button>
                 </div>
                 {move || confirming.get().map(|frozen| {
-                    let calls = billed_calls(frozen.rows.len(), frozen.columns.len(), frozen.filter.is_some());
+                    let calls = frozen.billed_calls();
                     // Either way the keyboard's focus goes back to the Run button.
                     view! { <CostPrompt calls=calls
                         on_run=Callback::new(move |()| { run_now(frozen.clone()); focus("table-run"); })

@@ -18,8 +18,8 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 pub use crate::table::{
-    billed_calls, table_targets, Significance, Table, TableAxis, TableAxisKind, TableCell,
-    TableError, TableHeader, TableRequest, UnstableReason, ValidTable, TABLE_COST_PROMPT_THRESHOLD,
+    billed_calls, Significance, Table, TableAxis, TableAxisKind, TableCell, TableError,
+    TableHeader, TableRequest, UnstableReason, ValidTable, TABLE_COST_PROMPT_THRESHOLD,
 };
 
 /// The paths of the `/app` routes, as the browser calls them.

@@ -142,12 +142,12 @@ impl ValidTable {
 
     /// What computing it on the server costs: [`billed_calls`].
     pub fn billed_calls(&self) -> u32 {
-        billed_calls(self.rows.len(), self.columns.len(), self.filter.is_some())
+        self.request.billed_calls()
     }
 
     /// The targets it asks: [`table_targets`].
     pub fn targets(&self) -> usize {
-        table_targets(self.rows.len(), self.columns.len(), self.filter.is_some())
+        self.request.targets()
     }
 }
 
@@ -313,6 +313,17 @@ impl From<TableError> for ApiError {
 }
 
 impl TableRequest {
+    /// What computing it on the server costs: [`billed_calls`] (counted as sent, before
+    /// validation, as the workbench prices a table being built).
+    pub fn billed_calls(&self) -> u32 {
+        billed_calls(self.rows.len(), self.columns.len(), self.filter.is_some())
+    }
+
+    /// The targets it asks: [`table_targets`].
+    pub fn targets(&self) -> usize {
+        table_targets(self.rows.len(), self.columns.len(), self.filter.is_some())
+    }
+
     /// Reads a body as a table request, as strictly as `/v1` reads its own: JSON naming
     /// no member twice at any depth (a proxy and this service must never read two
     /// different requests), whose members have their types. Unknown members are ignored.
