@@ -1,6 +1,7 @@
 // The app sends one Idempotency-Key per query, the same on that query's retries, so a
 // retried query whose answer was lost is answered again and billed once. A server table
-// too, and when every attempt of one was lost, the same table run again by hand.
+// too; and when every attempt of a query or a table was lost, the same one run again by
+// hand, even after a reload, goes with the same key.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { startServer, launch, signIn, cli } from './harness.mjs';
@@ -107,24 +108,72 @@ test('a table whose answers were all lost, run again unchanged, is given its ans
   assert.ok(keys.every((k) => k === keys[0]), JSON.stringify(keys));
   assert.equal(billedCalls() - before, calls, 'billed once, whatever the attempts');
 
-  // Run again by hand, unchanged: the same key, so the lost answer is given, unbilled.
+  // Run again by hand, unchanged, after a reload (the key is kept in the browser's
+  // storage, not the page): the same key, so the lost answer is given, unbilled.
   await page.unroute('**/app/api/table', lose);
+  await page.reload();
+  await page.locator('#table-base').waitFor();
   const sent = [];
   page.on('request', (r) => {
     if (r.method() === 'POST' && r.url().endsWith('/app/api/table')) sent.push(r.headers()['idempotency-key']);
   });
   await page.locator('#table-run').click();
-  await page.locator('#workbench-table[data-run="2"]').waitFor();
+  await page.locator('#workbench-table[data-run="1"]').waitFor();
   assert.deepEqual(sent, [keys[0]]);
   assert.match(await page.locator('#table-cost').textContent(), /not billed again/);
   assert.equal(billedCalls() - before, calls);
 
   // Once answered, a run is a new one: a new key, billed.
   await page.locator('#table-run').click();
-  await page.locator('#workbench-table[data-run="3"]').waitFor();
+  await page.locator('#workbench-table[data-run="2"]').waitFor();
   assert.equal(sent.length, 2);
   assert.notEqual(sent[1], keys[0]);
   assert.match(await page.locator('#table-cost').textContent(), /Computed on the server: 3 billed calls/);
   assert.equal(billedCalls() - before, 2 * calls);
+  await context.close();
+});
+
+test('a query whose answers were all lost, run again after a reload, is given its answer and billed once', async () => {
+  const context = await browser.newContext();
+  const page = await context.newPage();
+  await page.goto(server.origin);
+  await signIn(page, server);
+  const target = 'AGE BETWEEN 23 AND 61';
+  const before = billedCalls();
+
+  const keys = [];
+  const lose = async (route) => {
+    keys.push(route.request().headers()['idempotency-key']);
+    await route.fetch();
+    await route.abort('failed');
+  };
+  await page.route('**/app/api/crosstab', lose);
+  await page.locator('#target-0').fill(target);
+  await page.locator('#target-0').press('Tab');
+  await page.locator('#run').click();
+  await page.locator('.results .error').waitFor({ timeout: 30_000 });
+  assert.ok(keys.length > 1, `retried: ${JSON.stringify(keys)}`);
+  assert.match(keys[0] ?? '', KEY);
+  assert.ok(keys.every((k) => k === keys[0]), JSON.stringify(keys));
+  assert.equal(billedCalls() - before, 1, 'billed once, whatever the attempts');
+
+  await page.unroute('**/app/api/crosstab', lose);
+  await page.reload();
+  const sent = [];
+  page.on('request', (r) => {
+    if (r.method() === 'POST' && r.url().endsWith('/app/api/crosstab')) sent.push(r.headers()['idempotency-key']);
+  });
+  await run(page, target);
+  assert.deepEqual(sent, [keys[0]]);
+  await page.locator('#result-replayed').waitFor();
+  assert.equal(billedCalls() - before, 1);
+
+  // Answered: the next run is a new query, with a new key, billed.
+  await page.locator('#run').click();
+  await page.waitForFunction(() => !document.querySelector('#result-replayed'));
+  await page.locator('#results-table').waitFor();
+  assert.equal(sent.length, 2);
+  assert.notEqual(sent[1], keys[0]);
+  assert.equal(billedCalls() - before, 2);
   await context.close();
 });

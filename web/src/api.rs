@@ -9,6 +9,8 @@ use crosstab_contract::idempotency::{key_from_bytes, IDEMPOTENCY_KEY, IDEMPOTENT
 use crosstab_contract::{ApiError, CrosstabRequest, ErrorEnvelope};
 use crosstab_wasm::response::parse_response;
 use crosstab_wasm::send::RetryPolicy;
+
+use crate::unsettled::{Sent, Unsettled};
 use gloo_net::http::{Request, RequestBuilder, Response};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -249,18 +251,30 @@ fn retry_wait_ms(
 /// (network failures, 5xx, a short 429), so a retry of a query whose answer was lost is
 /// answered again without a second bill.
 pub async fn crosstab(request: &CrosstabRequest) -> Result<KeyedAnswer, ApiFailure> {
-    send_keyed(Sent::Crosstab, request, fresh_idempotency_key())
-        .await
-        .last
+    send_remembered(Sent::Crosstab, request).await.last
 }
 
-/// What a keyed POST sends.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Sent {
-    /// A crosstab, to `paths::CROSSTAB`.
-    Crosstab,
-    /// A table, to `paths::TABLE`.
-    Table,
+/// `request` sent as [`send_keyed`] does, with the key it went with before if that run may
+/// have been billed unseen (kept in [`Unsettled`], across reloads), else a fresh one; how
+/// it ends is recorded there.
+async fn send_remembered(sent: Sent, request: &impl Serialize) -> Attempts {
+    // Serializing the request types cannot fail; if it did, the key is simply not kept.
+    let body = serde_json::to_value(request).ok();
+    let kept = body
+        .as_ref()
+        .and_then(|body| Unsettled::load().key_for(sent, body, js_sys::Date::now()));
+    let key = kept.or_else(fresh_idempotency_key);
+    let attempts = send_keyed(sent, request, key.clone()).await;
+    if let (Some(body), Some(key)) = (body, key) {
+        // Read again: another tab may have written meanwhile.
+        let before = Unsettled::load();
+        let mut after = before.clone();
+        after.record(sent, &body, &key, unsettled(&attempts), js_sys::Date::now());
+        if after != before {
+            after.store();
+        }
+    }
+    attempts
 }
 
 /// How a keyed POST ended: its last attempt's answer, and whether any attempt's fate is
@@ -369,34 +383,12 @@ fn failure_of(status: u16, envelope: Option<ErrorEnvelope>) -> ApiFailure {
     ApiFailure { status, message }
 }
 
-thread_local! {
-    /// The last server table run in this page (until it is reloaded) that may have been
-    /// billed without its answer arriving ([`unsettled`]), with its key: run again
-    /// unchanged, it goes with the same key, so a bill the server made for it is not made
-    /// twice and its answer is given again. Another table's run takes the slot.
-    static UNSETTLED_TABLE: std::cell::RefCell<Option<(TableRequest, String)>> =
-        const { std::cell::RefCell::new(None) };
-}
-
 /// Computes a table on the server, billed as the `/v1` calls it stands for. With one
 /// `Idempotency-Key`, retried as a crosstab is (but never past the deadline: see
 /// [`retry_wait_ms`]); and when it may have been billed unseen, the same table run again
-/// later is sent with that key too (see [`UNSETTLED_TABLE`]).
+/// later is sent with that key too (see [`Unsettled`]).
 pub async fn table(request: &TableRequest) -> Result<TableAnswer, ApiFailure> {
-    let key = UNSETTLED_TABLE
-        .with_borrow(|unsettled| {
-            unsettled
-                .as_ref()
-                .filter(|(asked, _)| asked == request)
-                .map(|(_, key)| key.clone())
-        })
-        .or_else(fresh_idempotency_key);
-    let attempts = send_keyed(Sent::Table, request, key.clone()).await;
-    UNSETTLED_TABLE.with_borrow_mut(|slot| {
-        *slot = key
-            .filter(|_| unsettled(&attempts))
-            .map(|key| (request.clone(), key));
-    });
+    let attempts = send_remembered(Sent::Table, request).await;
     let answer = attempts.last?;
     if !(200..300).contains(&answer.status) {
         let envelope = serde_json::from_value::<ErrorEnvelope>(answer.body).ok();

@@ -18,6 +18,7 @@ mod stored;
 mod table_view;
 #[cfg(test)]
 mod testing;
+mod unsettled;
 mod workbench;
 mod worker;
 

@@ -35,6 +35,9 @@ pub struct Answer {
     codebook: Option<Codebook>,
     /// The classified answer.
     parsed: ParsedResponse,
+    /// Whether it is the answer an earlier run of the same query got and lost on the way
+    /// (given again, not billed again).
+    replayed: bool,
 }
 
 impl Outcome {
@@ -57,6 +60,7 @@ impl Outcome {
                     ),
                     request,
                     codebook,
+                    replayed: answer.replayed,
                 }))
             }
         }
@@ -245,7 +249,7 @@ pub fn ResultsView(outcome: RwSignal<Outcome>) -> impl IntoView {
             <section class="card results"><p class="error" role="alert">{message}</p></section>
         }.into_any(),
         Outcome::Answered(answer) => {
-            let Answer { request, codebook, parsed } = *answer;
+            let Answer { request, codebook, parsed, replayed } = *answer;
             match parsed {
             ParsedResponse::Success { response, .. } | ParsedResponse::Partial { response, .. } => {
                 let partial = (response.result_code > 0).then(|| response.result_description.clone());
@@ -273,6 +277,7 @@ pub fn ResultsView(outcome: RwSignal<Outcome>) -> impl IntoView {
                         </div>
                         {move || export_error.get().map(|message| view! { <p class="error" role="alert">{format!("Not exported: {message}")}</p> })}
                         {partial.map(|description| view! { <p class="warning" role="status" id="partial">{description}</p> })}
+                        {replayed.then(|| view! { <p class="note" id="result-replayed">"The answer to this query's earlier run, lost on the way: given again, not billed again."</p> })}
                         {move || {
                             let rows = table_rows.clone();
                             let weighted_head = format!("Weighted audience{unit_label}");

@@ -8,6 +8,10 @@ pub const IDEMPOTENCY_KEY: &str = "Idempotency-Key";
 /// The response header on a stored answer given again (not billed again).
 pub const IDEMPOTENT_REPLAYED: &str = "Idempotent-Replayed";
 
+/// How long the server keeps a key and its answer (ms): a retry within this time is
+/// answered again, unbilled.
+pub const KEY_KEPT_MS: i64 = 24 * 60 * 60 * 1000;
+
 /// Whether `value` may be an `Idempotency-Key`: 1 to 255 printable ASCII characters,
 /// neither first nor last a space (HTTP drops spaces around a header's value).
 pub fn is_valid_key(value: &str) -> bool {

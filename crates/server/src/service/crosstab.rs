@@ -25,7 +25,7 @@ use crate::store::Database;
 const INLINE_QUERY_MAX_RESPONDENTS: usize = 1_000_000;
 
 /// How long an `Idempotency-Key` and its answer are kept.
-pub const IDEMPOTENCY_KEPT_MS: i64 = 24 * 60 * 60 * 1000;
+pub const IDEMPOTENCY_KEPT_MS: i64 = crosstab_contract::idempotency::KEY_KEPT_MS;
 
 /// How often a request looks again at a key another request is answering.
 const IN_PROGRESS_POLL: Duration = Duration::from_millis(20);
