@@ -10,6 +10,8 @@ this script recomputes every cell from the respondent CSV with pandas and compar
   respondents (or all), the base a domain of it (y is 0 outside the base: R's
   `survey::svytotal(~y, subset(svydesign(ids = ~1, weights = ~w), base))`), the 95% interval as
   T ± qnorm(0.975)·SE (scipy), the RSE, Σw², n_eff, respondents, the percentages and index;
+- the standard errors of the vertical and horizontal percentages with samplics'
+  `TaylorEstimator(ratio)` (R's `svyratio`) of the cell over the column, and over the row;
 - the column test with statsmodels' `proportions_ztest` (pooled two-proportion z-test) on
   effective sample sizes, the column against the rest of the base, where both have an
   effective size of at least 30 and the row holds at least 5 (effective) respondents of
@@ -77,6 +79,18 @@ def svytotal(y, w):
     return float(estimator.point_est), float(estimator.stderror)
 
 
+def svyratio_se(y, x, w):
+    """Standard error of the share Σwy / Σwx in percentage points, by samplics' ratio
+    estimator (R's `svyratio`; `None` when x has no weight, 0 when y has no members)."""
+    if float(w[x].sum()) <= 0:
+        return None
+    if not y.any():
+        return 0.0
+    estimator = TaylorEstimator(PopParam.ratio)
+    estimator.estimate(y=y.astype(float), x=x.astype(float), samp_weight=w, remove_nan=False)
+    return 100 * float(estimator.stderror)
+
+
 def check_cell(what, got, y, w, row, column, base_weight, threshold):
     total, se = svytotal(y, w)
     members = y.astype(bool)
@@ -94,6 +108,13 @@ def check_cell(what, got, y, w, row, column, base_weight, threshold):
     vertical = 100 * total / column_weight if column_weight > 0 else None
     close(f"{what} verticalPct", got["verticalPct"], vertical)
     close(f"{what} horizontalPct", got["horizontalPct"], 100 * total / row_weight if row_weight > 0 else None)
+    # A share of a total the cell is all of has no spread: samplics gives 0 up to rounding.
+    for share, whole in (("verticalPctSe", column), ("horizontalPctSe", row)):
+        expected = svyratio_se(y, whole, w)
+        if expected is not None and np.array_equal(y.astype(bool), whole.astype(bool)):
+            assert got[share] == 0.0 and expected < 1e-9, f"{what} {share}: {got[share]}, {expected}"
+        else:
+            close(f"{what} {share}", got[share], expected)
     index = vertical / (100 * row_weight / base_weight) * 100 if vertical is not None and row_weight > 0 else None
     close(f"{what} index", got["index"], index)
     reasons = (["lowRespondents"] if members.sum() <= threshold else []) + (
@@ -183,7 +204,7 @@ def check(work):
         check_cell(f"{base} total", table["total"], everyone, w, everyone, everyone, base_weight, threshold)
     assert {"higher", "lower", None} <= verdicts, verdicts
     print(f"table statistics: {figures} cells of {len(designs)} tables (and their totals) agree with "
-          f"samplics (svytotal), statsmodels (proportions_ztest) and scipy to {RELATIVE:g} relative")
+          f"samplics (svytotal, svyratio), statsmodels (proportions_ztest) and scipy to {RELATIVE:g} relative")
 
 
 if __name__ == "__main__":

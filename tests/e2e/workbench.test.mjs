@@ -236,6 +236,13 @@ test('a table from the codebook by labels: every cell is /v1 for (row) AND (colu
       const vertical = (100 * direct.WgtAud) / columnTotals[c].WgtAud;
       const horizontal = (100 * direct.WgtAud) / rowTotals[r].WgtAud;
       if (columnTotals[c].WgtAud > 0) close(Number(cell.figures.vertical), vertical, `vertical % ${target}`);
+      if (columnTotals[c].WgtAud > 0 && direct.Resps > 0) {
+        // The vertical %'s interval is about it (its width checked against samplics by
+        // scripts/check-table-stats.py).
+        const [low, high] = cell.figures['vertical-ci'].split(' ').map(Number);
+        close((low + high) / 2, vertical, `vertical % interval's middle ${target}`);
+        assert.ok(high > low, `vertical % interval ${target}: ${low} ${high}`);
+      }
       if (rowTotals[r].WgtAud > 0) {
         close(Number(cell.figures.horizontal), horizontal, `horizontal % ${target}`);
         const index = (vertical / ((100 * rowTotals[r].WgtAud) / base.WgtAud)) * 100;

@@ -52,11 +52,7 @@ fn body(grid: &Grid, figures: &Figures) -> Vec<SheetLine> {
     let mut out = Vec::new();
     for line in &grid.lines {
         let mut first = true;
-        let mut push = |what: String, values: Vec<Cell>| {
-            let decimals = Figure::ALL
-                .iter()
-                .find(|f| what == f.name(grid.units))
-                .map_or(0, |f| f.decimals(grid.units));
+        let mut push = |what: String, decimals: u8, values: Vec<Cell>| {
             out.push(SheetLine {
                 row: if first {
                     line.head.label.clone()
@@ -70,15 +66,18 @@ fn body(grid: &Grid, figures: &Figures) -> Vec<SheetLine> {
             first = false;
         };
         for figure in &figures.shown {
+            let name = figure.name(grid.units);
+            let decimals = figure.decimals(grid.units);
+            let values = line.cells.iter().map(|c| figure.values(c));
             let number = |v: Option<f64>| v.map_or(Cell::Empty, Cell::Number);
-            if *figure == Figure::Interval {
-                let low = line.cells.iter().map(|c| number(c.ci_low)).collect();
-                let high = line.cells.iter().map(|c| number(c.ci_high)).collect();
-                push("95% interval, low".to_owned(), low);
-                push("95% interval, high".to_owned(), high);
+            if matches!(figure, Figure::Interval | Figure::VerticalInterval) {
+                let low = values.clone().map(|v| number(v.map(|(low, _)| low)));
+                let high = values.map(|v| number(v.and_then(|(_, high)| high)));
+                push(format!("{name}, low"), decimals, low.collect());
+                push(format!("{name}, high"), decimals, high.collect());
             } else {
-                let values = line.cells.iter().map(|c| number(figure.value(c))).collect();
-                push(figure.name(grid.units), values);
+                let values = values.map(|v| number(v.map(|(value, _)| value)));
+                push(name, decimals, values.collect());
             }
         }
         if figures.stability || figures.significance {
@@ -90,7 +89,7 @@ fn body(grid: &Grid, figures: &Figures) -> Vec<SheetLine> {
                     m => Cell::Text(m),
                 })
                 .collect();
-            push("Markers".to_owned(), marks);
+            push("Markers".to_owned(), 0, marks);
         }
     }
     out
@@ -461,6 +460,21 @@ mod tests {
             .find(|l| l.what == Figure::Weighted.name(grid.units))
             .unwrap();
         assert_eq!(weighted.decimals, Figure::Weighted.decimals(grid.units));
+        // A share's interval is two lines, each with the share's decimals.
+        let name = Figure::VerticalInterval.name(grid.units);
+        let ends: Vec<_> = sheet
+            .lines
+            .iter()
+            .filter(|l| l.what.starts_with(&name))
+            .collect();
+        assert_eq!(ends.len(), 2 * grid.lines.len());
+        assert_eq!(ends[0].what, format!("{name}, low"));
+        assert_eq!(ends[1].what, format!("{name}, high"));
+        assert!(ends.iter().all(|l| l.decimals == 1));
+        let cell = &grid.lines[0].cells[0];
+        let (low, high) = cell.vertical_interval().unwrap();
+        assert_eq!(ends[0].values[0], Cell::Number(low));
+        assert_eq!(ends[1].values[0], Cell::Number(high));
         let (reply, payload) = crosstab_web_worker::answer(
             crosstab_web_worker::Call::Xlsx(sheet),
             crosstab_web_worker::Payload::None,

@@ -28,13 +28,15 @@ pub enum Figure {
     StandardError,
     /// 95% confidence interval of the weighted total (absolute).
     Interval,
+    /// 95% confidence interval of the vertical %.
+    VerticalInterval,
     /// Relative standard error.
     Rse,
 }
 
 impl Figure {
     /// Every figure, in the order cells show them.
-    pub const ALL: [Figure; 10] = [
+    pub const ALL: [Figure; 11] = [
         Figure::Weighted,
         Figure::Absolute,
         Figure::Respondents,
@@ -44,6 +46,7 @@ impl Figure {
         Figure::EffectiveN,
         Figure::StandardError,
         Figure::Interval,
+        Figure::VerticalInterval,
         Figure::Rse,
     ];
 
@@ -63,6 +66,7 @@ impl Figure {
             Figure::EffectiveN => "Effective n".to_owned(),
             Figure::StandardError => "Standard error".to_owned(),
             Figure::Interval => "95% interval".to_owned(),
+            Figure::VerticalInterval => "Vertical % 95% interval".to_owned(),
             Figure::Rse => "RSE %".to_owned(),
         }
     }
@@ -79,6 +83,7 @@ impl Figure {
             Figure::EffectiveN => "effective-n",
             Figure::StandardError => "se",
             Figure::Interval => "ci",
+            Figure::VerticalInterval => "vertical-ci",
             Figure::Rse => "rse",
         }
     }
@@ -105,6 +110,9 @@ impl Figure {
                 .ci_low
                 .zip(cell.ci_high)
                 .map(|(low, high)| (low, Some(high))),
+            Figure::VerticalInterval => cell
+                .vertical_interval()
+                .map(|(low, high)| (low, Some(high))),
             Figure::Rse => cell.relative_standard_error.map(|r| (100.0 * r, None)),
         }
     }
@@ -113,7 +121,7 @@ impl Figure {
     pub fn decimals(self, units: u32) -> u8 {
         match self {
             Figure::Weighted if units > 1 => 1,
-            Figure::Vertical | Figure::Horizontal | Figure::Rse => 1,
+            Figure::Vertical | Figure::Horizontal | Figure::VerticalInterval | Figure::Rse => 1,
             _ => 0,
         }
     }
@@ -123,11 +131,18 @@ impl Figure {
         let decimals = self.decimals(units);
         match self.values(cell) {
             None => "–".to_owned(),
-            Some((low, Some(high))) => format!(
-                "{} – {}",
-                format_number(low, decimals),
-                format_number(high, decimals)
-            ),
+            Some((low, Some(high))) => {
+                let unit = if self == Figure::VerticalInterval {
+                    "%"
+                } else {
+                    ""
+                };
+                format!(
+                    "{}{unit} – {}{unit}",
+                    format_number(low, decimals),
+                    format_number(high, decimals)
+                )
+            }
             Some((value, None)) => {
                 let number = format_number(value, decimals);
                 match self {
@@ -252,13 +267,19 @@ pub fn legend(figures: &Figures, threshold: u64, flipped: bool) -> Vec<String> {
     if figures.shown.contains(&Figure::Index) {
         lines.push("Index: the column's vertical % over the Total column's, × 100.".to_owned());
     }
-    if figures
-        .shown
-        .iter()
-        .any(|f| matches!(f, Figure::StandardError | Figure::Interval | Figure::Rse))
-    {
+    if figures.shown.iter().any(|f| {
+        matches!(
+            f,
+            Figure::StandardError | Figure::Interval | Figure::VerticalInterval | Figure::Rse
+        )
+    }) {
         lines.push(
             "Standard errors treat the survey (or group) as drawn with replacement, weights only, and the base as a part of it.".to_owned(),
+        );
+    }
+    if figures.shown.contains(&Figure::VerticalInterval) {
+        lines.push(
+            "Vertical % 95% interval: the share ± 1.96 standard errors of a ratio (linearized, as R's svyratio), not clipped to 0–100%.".to_owned(),
         );
     }
     lines
@@ -311,6 +332,8 @@ pub mod tests {
             wgt_aud: weight / 1000.0,
             vertical_pct: vertical,
             horizontal_pct: vertical.map(|v| v / 2.0),
+            vertical_pct_se: vertical.map(|_| 1.5),
+            horizontal_pct_se: vertical.map(|_| 0.75),
             index: vertical.map(|v| v * 2.0),
             effective_n: Some(weight / 2.0),
             standard_error: Some(12.5),
@@ -340,6 +363,7 @@ pub mod tests {
                 // Halves round away from zero, as the XLSX export's cells show them.
                 "13",
                 "1,234,543 – 1,234,592",
+                "9.4% – 15.3%",
                 "0.0%"
             ]
         );
@@ -356,6 +380,11 @@ pub mod tests {
         };
         assert_eq!(Figure::StandardError.text(&alone, 1), "–");
         assert_eq!(Figure::Interval.text(&alone, 1), "–");
+        let unknown = TableCell {
+            vertical_pct_se: None,
+            ..cell(5.0, 1, Some(100.0))
+        };
+        assert_eq!(Figure::VerticalInterval.text(&unknown, 1), "–");
         assert_eq!(Figure::Weighted.name(1000), "Weighted audience (×1,000)");
         assert_eq!(Figure::Weighted.name(1), "Weighted audience");
     }
@@ -379,10 +408,14 @@ pub mod tests {
         };
         assert_eq!(marks(&c, &quiet), "");
         assert!(legend(&quiet, 60, true).iter().all(|l| !l.contains('*')));
-        assert_eq!(legend(&all, 60, false).len(), 8);
+        let lines = legend(&all, 60, false);
+        assert_eq!(lines.len(), 9);
+        assert!(lines
+            .iter()
+            .any(|l| l.starts_with("Vertical % 95% interval: the share ± 1.96")));
         // Flipped, the legend says the arrows are the table's as built (exports too).
         let flipped = legend(&all, 60, true);
-        assert_eq!(flipped.len(), 9);
+        assert_eq!(flipped.len(), 10);
         assert!(flipped
             .iter()
             .any(|l| l.starts_with("Flipped: the arrows test")));

@@ -112,6 +112,8 @@ pub fn flip(table: &Table) -> Table {
     let swap = |cell: &TableCell| TableCell {
         vertical_pct: cell.horizontal_pct,
         horizontal_pct: cell.vertical_pct,
+        vertical_pct_se: cell.horizontal_pct_se,
+        horizontal_pct_se: cell.vertical_pct_se,
         ..cell.clone()
     };
     Table {
@@ -265,6 +267,9 @@ pub mod tests {
         assert_eq!(flipped.cells[1][0].weight, 30.0);
         assert_eq!(flipped.cells[1][0].vertical_pct, Some(1.5));
         assert_eq!(flipped.cells[1][0].horizontal_pct, Some(3.0));
+        // The shares' errors go with the shares.
+        assert_eq!(flipped.cells[1][0].vertical_pct_se, Some(0.75));
+        assert_eq!(flipped.cells[1][0].horizontal_pct_se, Some(1.5));
         assert_eq!(flipped.cells[1][0].index, original.cells[0][1].index);
         assert_eq!(flip(&flipped), original);
         let grid = Grid::of(

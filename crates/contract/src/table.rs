@@ -518,6 +518,18 @@ pub struct TableCell {
     /// row's weight is 0. On the Total row, the share of the base.
     #[cfg_attr(feature = "ts", tsify(type = "number | null"))]
     pub horizontal_pct: Option<f64>,
+    /// Standard error of `verticalPct`, in percentage points: the share is the ratio
+    /// `p = T / X` of the cell's and the column's weighted totals, its variance
+    /// linearized, `n/(n−1) · Σ z_i²` with `z_i = w_i·(y_i − p·x_i) / X` (R's
+    /// `svyratio`, or `svymean` over the column as a domain); `null` with `verticalPct`
+    /// or when `n < 2`. The 95% interval is `verticalPct ± 1.959963984540054 · SE`
+    /// ([`TableCell::vertical_interval`]).
+    #[cfg_attr(feature = "ts", tsify(type = "number | null"))]
+    pub vertical_pct_se: Option<f64>,
+    /// Standard error of `horizontalPct`, in percentage points, as `verticalPctSe` with
+    /// the row for the column.
+    #[cfg_attr(feature = "ts", tsify(type = "number | null"))]
+    pub horizontal_pct_se: Option<f64>,
     /// `verticalPct ÷ (row total's weight / base weight × 100) × 100`: 100 is the
     /// base's own rate; `null` when either share is undefined or the row is empty.
     #[cfg_attr(feature = "ts", tsify(type = "number | null"))]
@@ -555,6 +567,25 @@ pub struct TableCell {
     /// and always on the Total column and the Total row.
     #[cfg_attr(feature = "ts", tsify(type = "Significance | null"))]
     pub significance: Option<Significance>,
+}
+
+impl TableCell {
+    /// The 95% interval of `verticalPct` (normal, not clipped to 0–100, as R's `confint`).
+    pub fn vertical_interval(&self) -> Option<(f64, f64)> {
+        interval(self.vertical_pct, self.vertical_pct_se)
+    }
+
+    /// The 95% interval of `horizontalPct`.
+    pub fn horizontal_interval(&self) -> Option<(f64, f64)> {
+        interval(self.horizontal_pct, self.horizontal_pct_se)
+    }
+}
+
+/// `value ± Z_95 · se`.
+fn interval(value: Option<f64>, se: Option<f64>) -> Option<(f64, f64)> {
+    value
+        .zip(se)
+        .map(|(value, se)| (value - Z_95 * se, value + Z_95 * se))
 }
 
 #[cfg(test)]
@@ -701,6 +732,8 @@ mod tests {
             wgt_aud: 0.002,
             vertical_pct: None,
             horizontal_pct: Some(50.0),
+            vertical_pct_se: None,
+            horizontal_pct_se: Some(10.0),
             index: None,
             effective_n: Some(1.0),
             standard_error: None,
@@ -715,13 +748,28 @@ mod tests {
         assert_eq!(
             value,
             json!({"weight": 2.0, "weightSquared": 4.0, "resps": 1, "wgtAud": 0.002,
-                   "verticalPct": null, "horizontalPct": 50.0, "index": null,
+                   "verticalPct": null, "horizontalPct": 50.0,
+                   "verticalPctSe": null, "horizontalPctSe": 10.0, "index": null,
                    "effectiveN": 1.0, "standardError": null, "ciLow": null, "ciHigh": null,
                    "relativeStandardError": null, "stability": 1,
                    "unstableReasons": ["lowRespondents", "highRse"],
                    "significance": "higher"})
         );
-        assert_eq!(serde_json::from_value::<TableCell>(value).unwrap(), cell);
+        assert_eq!(
+            serde_json::from_value::<TableCell>(value.clone()).unwrap(),
+            cell
+        );
+        assert_eq!(cell.vertical_interval(), None);
+        let (low, high) = cell.horizontal_interval().unwrap();
+        assert_eq!((low, high), (50.0 - Z_95 * 10.0, 50.0 + Z_95 * 10.0));
+
+        // A table kept before the shares' errors were (a replay) reads them as unknown.
+        let mut older = value;
+        for member in ["verticalPctSe", "horizontalPctSe"] {
+            older.as_object_mut().unwrap().remove(member);
+        }
+        let read = serde_json::from_value::<TableCell>(older).unwrap();
+        assert_eq!((read.vertical_pct_se, read.horizontal_pct_se), (None, None));
     }
 
     #[test]

@@ -65,6 +65,17 @@ impl Figures {
             .filter(|_| cell.weight != 0.0)
             .map(|se| se / cell.weight);
         let vertical_pct = percent(cell.weight, column.weight);
+        // A share `p = T/X` of a total `X` the cell is part of: Var(p) = n/(n−1) · Σ z_i²
+        // with z_i = w_i·(y_i − p·x_i)/X (Σ z_i = 0), where Σ z_i² = ((1−p)²·Σw²y +
+        // p²·(Σw²x − Σw²y)) / X²: the cell's members, then the rest of the total's.
+        let share_se = |whole: Moments| {
+            (self.sample >= 2 && whole.weight > 0.0).then(|| {
+                let p = cell.weight / whole.weight;
+                let rest = (whole.weight_squared - cell.weight_squared).max(0.0);
+                let squares = (1.0 - p) * (1.0 - p) * cell.weight_squared + p * p * rest;
+                100.0 * (n / (n - 1.0) * squares).sqrt() / whole.weight
+            })
+        };
         let row_share = percent(row.weight, self.base.weight).filter(|share| *share > 0.0);
         let index = vertical_pct
             .zip(row_share)
@@ -83,6 +94,8 @@ impl Figures {
             wgt_aud: cell.weight / f64::from(self.audience_report_units),
             vertical_pct,
             horizontal_pct: percent(cell.weight, row.weight),
+            vertical_pct_se: share_se(column),
+            horizontal_pct_se: share_se(row),
             index,
             effective_n: cell.effective_n(),
             standard_error,
@@ -228,5 +241,57 @@ mod tests {
         assert_eq!((one.ci_low, one.ci_high), (None, None));
         assert_eq!(one.relative_standard_error, None);
         assert_eq!(one.unstable_reasons, [UnstableReason::HighRse]);
+        assert_eq!((one.vertical_pct_se, one.horizontal_pct_se), (None, None));
+    }
+
+    #[test]
+    fn a_share_varies_as_a_domain_mean() {
+        let figures = Figures {
+            sample: 1000,
+            base: unweighted(400),
+            audience_report_units: 1,
+            unstable_max_resps: 0,
+        };
+        // 25 of a column of 100 (a row of 200): with unit weights Σ z_i² is (0.75²·25 +
+        // 0.25²·75) / 100², the textbook p(1−p)/m with m = 100 but for n/(n−1).
+        let cell = figures.cell(unweighted(25), unweighted(200), unweighted(100), None);
+        let expected = |p: f64, m: f64| 100.0 * (1000.0 / 999.0 * p * (1.0 - p) / m).sqrt();
+        let near =
+            |got: Option<f64>, want: f64| got.is_some_and(|got| (got - want).abs() < 1e-12 * want);
+        assert!(
+            near(cell.vertical_pct_se, expected(0.25, 100.0)),
+            "{cell:?}"
+        );
+        assert!(
+            near(cell.horizontal_pct_se, expected(0.125, 200.0)),
+            "{cell:?}"
+        );
+        let (low, high) = cell.vertical_interval().unwrap();
+        assert!((low - (25.0 - Z_95 * expected(0.25, 100.0))).abs() < 1e-9);
+        assert!((high - (25.0 + Z_95 * expected(0.25, 100.0))).abs() < 1e-9);
+
+        // Weights count by their squares: one heavy member of the column's four.
+        let heavy = Moments {
+            count: 1,
+            weight: 3.0,
+            weight_squared: 9.0,
+        };
+        let column = Moments {
+            count: 4,
+            weight: 6.0,
+            weight_squared: 12.0,
+        };
+        let se = figures.cell(heavy, heavy, column, None).vertical_pct_se;
+        let squares = 0.5_f64.powi(2) * 9.0 + 0.5_f64.powi(2) * 3.0;
+        assert!(
+            near(se, 100.0 * (1000.0 / 999.0 * squares).sqrt() / 6.0),
+            "{se:?}"
+        );
+
+        // A total's share of itself is exact; an empty column has no share.
+        let whole = figures.cell(unweighted(100), unweighted(100), unweighted(100), None);
+        assert_eq!(whole.vertical_pct_se, Some(0.0));
+        let empty = figures.cell(unweighted(0), unweighted(5), unweighted(0), None);
+        assert_eq!((empty.vertical_pct, empty.vertical_pct_se), (None, None));
     }
 }
