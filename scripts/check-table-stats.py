@@ -15,7 +15,8 @@ this script recomputes every cell from the respondent CSV with pandas and compar
 - the column test with statsmodels' `proportions_ztest` (pooled two-proportion z-test) on
   effective sample sizes, the column against the rest of the base, where both have an
   effective size of at least 30 and the row holds at least 5 (effective) respondents of
-  the two and leaves at least 5 out.
+  the two and leaves at least 5 out; and the pairwise test (`higherThan`), the same
+  z-test between every two columns with no respondent in common.
 
 Everything to 1e-9 relative. R itself is not installable here (CRAN is unreachable).
 Usage: check-table-stats.py [NATIVE_HELPER]   (run with the venv scripts/setup makes:
@@ -147,6 +148,29 @@ def column_test(row, column, w, base):
     return "higher" if z > Z else "lower" if z < -Z else None
 
 
+def pair_test(row, a, b, w):
+    """statsmodels' pooled z on effective sizes between two columns with no respondent in
+    common: "higher" when a's share of the row is significantly above b's (None when
+    they overlap or are not tested, by the column test's rules)."""
+    if (a & b).any():
+        return None
+    sizes, shares = [], []
+    for side in (a, b):
+        weights = w[side]
+        if weights.sum() <= 0:
+            return None
+        sizes.append(weights.sum() ** 2 / (weights**2).sum())
+        shares.append(w[side & row].sum() / weights.sum())
+    if min(sizes) < 30:
+        return None
+    pooled = (sizes[0] * shares[0] + sizes[1] * shares[1]) / (sizes[0] + sizes[1])
+    if pooled <= 0 or pooled >= 1 or min(sum(sizes) * pooled, sum(sizes) * (1 - pooled)) < 5:
+        return None
+    z, _ = proportions_ztest([shares[0] * sizes[0], shares[1] * sizes[1]], sizes)
+    assert abs(abs(z) - Z) > 1e-6, f"pair z {z} too near the edge to decide"
+    return "higher" if z > Z else None
+
+
 def main():
     work = tempfile.mkdtemp(prefix="crosstab-table-stats-")
     try:
@@ -176,6 +200,7 @@ def check(work):
         [NATIVE, "table", os.path.join(work, "survey.toml"), os.path.join(work, "respondents.csv"),
          os.path.join(work, "requests.json")], check=True, capture_output=True, text=True).stdout)
     figures = 0
+    pairs = 0
     verdicts = set()
     for (base, base_expression, group), answer in zip(designs, answers):
         assert answer["status"] == 200, answer
@@ -195,6 +220,10 @@ def check(work):
                 expected = column_test(row, column, w, everyone)
                 assert cell["significance"] == expected, f"{what}: {cell['significance']} vs {expected}"
                 verdicts.add(expected)
+                higher = [other for other, mask_b in enumerate(column_masks)
+                          if other != c and pair_test(row, column, mask_b, w) == "higher"]
+                assert cell.get("higherThan", []) == higher, f"{what}: higherThan {cell.get('higherThan')} vs {higher}"
+                pairs += len(higher)
                 figures += 1
             check_cell(f"{base} [{rows[r]}] total", table["rowTotals"][r], row, w, row, everyone,
                        base_weight, threshold)
@@ -203,8 +232,9 @@ def check(work):
                        everyone, column, base_weight, threshold)
         check_cell(f"{base} total", table["total"], everyone, w, everyone, everyone, base_weight, threshold)
     assert {"higher", "lower", None} <= verdicts, verdicts
+    assert pairs > 0, "the pairwise test found no column apart: the check checks nothing"
     print(f"table statistics: {figures} cells of {len(designs)} tables (and their totals) agree with "
-          f"samplics (svytotal, svyratio), statsmodels (proportions_ztest) and scipy to {RELATIVE:g} relative")
+          f"samplics (svytotal, svyratio), statsmodels (proportions_ztest, {pairs} column pairs apart) and scipy to {RELATIVE:g} relative")
 
 
 if __name__ == "__main__":

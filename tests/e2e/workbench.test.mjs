@@ -77,6 +77,7 @@ function bench(page) {
         figures: Object.fromEntries([...td.querySelectorAll('.fig')].map((s) => [s.dataset.figure, s.dataset.value])),
         reasons: td.querySelector('.marks')?.dataset.reasons ?? '',
         said: td.querySelector('.said')?.textContent ?? '',
+        higherThan: td.querySelector('.marks')?.dataset.higherThan ?? '',
       })));
     },
   };
@@ -216,7 +217,8 @@ test('a table from the codebook by labels: every cell is /v1 for (row) AND (colu
   await page.screenshot({ path: join(artifacts, 'workbench-table.png'), fullPage: true });
 
   const headers = await page.locator('#workbench-table thead th').allTextContents();
-  assert.deepEqual(headers.slice(0, 3), ['Rows', 'Total', 'Census region: Northeast · REGION = 1']);
+  // Columns are lettered for the pairwise test.
+  assert.deepEqual(headers.slice(0, 4), ['Rows', 'Total', 'Census region: Northeast · REGION = 1 (A)', 'Census region: Midwest · REGION = 2 (B)']);
   assert.equal(await page.locator('#workbench-table th[scope="row"][data-row="0"]').textContent(), 'Women 25-54 · F2554');
   assert.equal(await page.locator('#workbench-table th[scope="row"][data-row="7"]').textContent(), 'AGE = 18 AND INCOME = 7');
 
@@ -259,6 +261,18 @@ test('a table from the codebook by labels: every cell is /v1 for (row) AND (colu
     assert.equal(Number(at(r, 'total').figures.weighted), rowTotals[r].WgtAud, `total of ${row}`);
   }
   assert.ok(small > 0, 'the small row has unstable cells');
+  // The regions share no respondent, so the pairwise test compares them: some cell is
+  // higher than another region's, never than its own, and says so in words.
+  const lettered = cells.filter((c) => c.higherThan !== '' && c.row !== 'total' && c.col !== 'total');
+  assert.ok(lettered.length > 0, 'some region differs from another');
+  for (const cell of lettered) {
+    const own = 'ABCD'[Number(cell.col)];
+    for (const letter of cell.higherThan.split(' ')) {
+      assert.match(letter, /^[A-D]$/);
+      assert.notEqual(letter, own);
+    }
+    assert.match(cell.said, /Share significantly higher than in columns? [A-D]/);
+  }
   for (const [c] of columns.entries()) {
     assert.equal(Number(at('total', c).figures.weighted), columnTotals[c].WgtAud);
   }
@@ -266,6 +280,7 @@ test('a table from the codebook by labels: every cell is /v1 for (row) AND (colu
   const legend = await page.locator('#table-legend').textContent();
   assert.match(legend, /\* Unstable: 60 respondents or fewer/);
   assert.match(legend, /▲ The row's share of this column is significantly higher/);
+  assert.match(legend, /Letters \(such as B\): the row's share of this column is significantly higher/);
 
   // Exports: CSV and an XLSX that opens, with the labels and the same figures.
   const [csvDownload] = await Promise.all([page.waitForEvent('download'), page.locator('#export-table-csv').click()]);
@@ -305,7 +320,7 @@ test('a table from the codebook by labels: every cell is /v1 for (row) AND (colu
   const book = XLSX.read(readFileSync(await xlsxDownload.path()));
   const sheet = XLSX.utils.sheet_to_json(book.Sheets[book.SheetNames[0]], { header: 1, defval: null });
   const head = sheet.findIndex((line) => line[0] === 'Row');
-  assert.deepEqual(sheet[head].slice(2, 4), ['Total', 'Census region: Northeast · REGION = 1']);
+  assert.deepEqual(sheet[head].slice(2, 4), ['Total', 'Census region: Northeast · REGION = 1 (A)']);
   const women = sheet.findIndex((line) => line[0] === 'Women 25-54 · F2554');
   assert.equal(sheet[women][1], 'Weighted audience (×1,000)');
   assert.equal(sheet[women][3], (await v1('(F2554) AND (REGION = 1)')).WgtAud);

@@ -95,9 +95,13 @@ fn body(grid: &Grid, figures: &Figures) -> Vec<SheetLine> {
     out
 }
 
-fn head_row(grid: &Grid) -> Vec<String> {
+/// The head: each column's label, with its pairwise-test letter when letters show.
+fn head_row(grid: &Grid, figures: &Figures) -> Vec<String> {
     let mut out = vec!["Row".to_owned(), "Figure".to_owned()];
-    out.extend(grid.columns.iter().map(|c| c.label.clone()));
+    out.extend(grid.columns.iter().map(|c| match grid.letter(c, figures) {
+        Some(letter) => format!("{} ({letter})", c.label),
+        None => c.label.clone(),
+    }));
     out
 }
 
@@ -136,7 +140,7 @@ pub fn to_csv(grid: &Grid, figures: &Figures, caption: &Caption) -> String {
         out.push_str(&csv_line([name.to_owned(), value.to_owned()]));
     }
     out.push('\n');
-    out.push_str(&csv_line(head_row(grid)));
+    out.push_str(&csv_line(head_row(grid, figures)));
     for line in body(grid, figures) {
         // A number is written as a number: a negative one (an interval's lower end may
         // be below 0) is no formula, and defusing it would make it text.
@@ -176,7 +180,7 @@ pub fn sheet(grid: &Grid, figures: &Figures, caption: &Caption) -> Sheet {
             .iter()
             .map(|(name, value)| ((*name).to_owned(), (*value).to_owned()))
             .collect(),
-        head: head_row(grid),
+        head: head_row(grid, figures),
         lines: body(grid, figures),
         legend: figures::legend(figures, grid.threshold, grid.flipped),
     }
@@ -410,6 +414,7 @@ mod tests {
             shown: vec![Figure::Weighted, Figure::Vertical],
             stability: true,
             significance: false,
+            letters: false,
         };
         let csv = to_csv(&grid, &figures, &caption());
         let lines: Vec<&str> = csv.lines().collect();
@@ -448,7 +453,8 @@ mod tests {
         let sheet = sheet(&grid, &Figures::all(), &caption());
         let csv = to_csv(&grid, &Figures::all(), &caption());
         assert_eq!(sheet.caption.len(), 4);
-        assert_eq!(sheet.head, head_row(&grid));
+        assert_eq!(sheet.head, head_row(&grid, &Figures::all()));
+        assert_eq!(sheet.head[3], "Region: North · REGION = 1 (A)");
         // The CSV has the caption, a blank line, the head, then a line per sheet line.
         assert_eq!(
             csv.lines().count(),
@@ -494,6 +500,7 @@ mod tests {
             shown: vec![Figure::Interval],
             stability: false,
             significance: false,
+            letters: false,
         };
         let csv = to_csv(&grid, &figures, &caption());
         // An interval's lower end is not clipped at 0: the row of 10 has one of -14.5.

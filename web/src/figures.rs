@@ -164,6 +164,14 @@ pub struct Figures {
     pub stability: bool,
     /// Column-test arrows.
     pub significance: bool,
+    /// The pairwise test's column letters.
+    #[serde(default = "on")]
+    pub letters: bool,
+}
+
+/// Saved before letters were: shown.
+fn on() -> bool {
+    true
 }
 
 impl Default for Figures {
@@ -172,6 +180,7 @@ impl Default for Figures {
             shown: vec![Figure::Weighted, Figure::Vertical, Figure::Index],
             stability: true,
             significance: true,
+            letters: true,
         }
     }
 }
@@ -183,6 +192,7 @@ impl Figures {
             shown: Figure::ALL.to_vec(),
             stability: true,
             significance: true,
+            letters: true,
         }
     }
 
@@ -229,6 +239,31 @@ pub fn significance_text(significance: Significance) -> &'static str {
     }
 }
 
+/// Column `index`'s letter for the pairwise test: `A` to `Z`, then `AA`, `AB`, … as a
+/// spreadsheet's columns.
+pub fn column_letter(index: usize) -> String {
+    let mut letters = Vec::new();
+    let mut rest = index + 1;
+    while rest > 0 {
+        rest -= 1;
+        letters.push(char::from(b'A' + (rest % 26) as u8));
+        rest /= 26;
+    }
+    letters.iter().rev().collect()
+}
+
+/// The letters of the columns `cell`'s share is significantly higher than (empty when
+/// letters are off, or after a flip, which leaves `higher_than` empty).
+pub fn letters(cell: &TableCell, figures: &Figures) -> Vec<String> {
+    if !figures.letters {
+        return Vec::new();
+    }
+    cell.higher_than
+        .iter()
+        .map(|index| column_letter(*index as usize))
+        .collect()
+}
+
 /// The legend lines for what `figures` shows (`threshold`: `unstableMaxResps`; `flipped`:
 /// the table is shown flipped, its arrows still those of the table as built).
 pub fn legend(figures: &Figures, threshold: u64, flipped: bool) -> Vec<String> {
@@ -264,6 +299,16 @@ pub fn legend(figures: &Figures, threshold: u64, flipped: bool) -> Vec<String> {
             );
         }
     }
+    if figures.letters {
+        lines.push(format!(
+            "Letters (such as B): the row's share of this column is significantly higher (95%, the same z-test) than in the column of that letter. Only columns with no respondent in common are compared (the values of one variable, say); {}",
+            if flipped {
+                "flipped, the table shows none: they compare the columns as built."
+            } else {
+                "each pair is one test, with no correction for the table's many tests."
+            }
+        ));
+    }
     if figures.shown.contains(&Figure::Index) {
         lines.push("Index: the column's vertical % over the Total column's, × 100.".to_owned());
     }
@@ -298,6 +343,13 @@ pub fn marks(cell: &TableCell, figures: &Figures) -> String {
             out.push_str(significance_mark(significance));
         }
     }
+    let letters = letters(cell, figures);
+    if !letters.is_empty() {
+        if !out.is_empty() {
+            out.push(' ');
+        }
+        out.push_str(&letters.concat());
+    }
     out
 }
 
@@ -313,6 +365,14 @@ pub fn marks_text(cell: &TableCell, figures: &Figures, threshold: u64) -> String
         if let Some(significance) = cell.significance {
             parts.push(format!("Share {}", significance_text(significance)));
         }
+    }
+    let letters = letters(cell, figures);
+    if !letters.is_empty() {
+        parts.push(format!(
+            "Share significantly higher than in column{} {} (95%)",
+            if letters.len() > 1 { "s" } else { "" },
+            letters.join(", ")
+        ));
     }
     parts.join("; ")
 }
@@ -343,6 +403,7 @@ pub mod tests {
             stability: Stability::Stable,
             unstable_reasons: Vec::new(),
             significance: None,
+            higher_than: Vec::new(),
         }
     }
 
@@ -404,24 +465,67 @@ pub mod tests {
         let quiet = Figures {
             stability: false,
             significance: false,
+            letters: false,
             ..Figures::all()
         };
         assert_eq!(marks(&c, &quiet), "");
         assert!(legend(&quiet, 60, true).iter().all(|l| !l.contains('*')));
         let lines = legend(&all, 60, false);
-        assert_eq!(lines.len(), 9);
+        assert_eq!(lines.len(), 10);
         assert!(lines
             .iter()
             .any(|l| l.starts_with("Vertical % 95% interval: the share ± 1.96")));
         // Flipped, the legend says the arrows are the table's as built (exports too).
         let flipped = legend(&all, 60, true);
-        assert_eq!(flipped.len(), 10);
+        assert_eq!(flipped.len(), 11);
+        assert!(flipped
+            .iter()
+            .any(|l| l
+                .ends_with("flipped, the table shows none: they compare the columns as built.")));
         assert!(flipped
             .iter()
             .any(|l| l.starts_with("Flipped: the arrows test")));
         assert!(!legend(&quiet, 60, true)
             .iter()
             .any(|l| l.starts_with("Flipped")));
+    }
+
+    #[test]
+    fn columns_are_lettered_as_a_spreadsheet_and_cells_say_theirs() {
+        let letters: Vec<String> = [0, 1, 25, 26, 27, 51, 52, 701, 702]
+            .into_iter()
+            .map(column_letter)
+            .collect();
+        assert_eq!(
+            letters,
+            ["A", "B", "Z", "AA", "AB", "AZ", "BA", "ZZ", "AAA"]
+        );
+        let mut c = cell(100.0, 120, Some(10.0));
+        c.higher_than = vec![1, 3];
+        c.significance = Some(Significance::Higher);
+        let all = Figures::all();
+        assert_eq!(marks(&c, &all), "▲ BD");
+        assert_eq!(
+            marks_text(&c, &all, 60),
+            "Share significantly higher than in the rest of the base (95%); \
+             Share significantly higher than in columns B, D (95%)"
+        );
+        c.higher_than = vec![0];
+        assert!(marks_text(&c, &all, 60).ends_with("in column A (95%)"));
+        let off = Figures {
+            letters: false,
+            ..Figures::all()
+        };
+        assert_eq!(marks(&c, &off), "▲");
+        assert!(!legend(&off, 60, false)
+            .iter()
+            .any(|l| l.starts_with("Letters")));
+        // Figures saved before letters were show them.
+        let saved: Figures = serde_json::from_value(serde_json::json!({
+            "shown": ["weighted"], "stability": true, "significance": false
+        }))
+        .unwrap();
+        assert!(saved.letters);
     }
 
     #[test]

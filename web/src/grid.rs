@@ -3,6 +3,8 @@
 //! the XLSX and the chart all read this one arrangement.
 
 use crosstab_contract::app::{Table, TableCell, TableHeader};
+
+use crate::figures::Figures;
 use serde::{Deserialize, Serialize};
 
 /// A row or column of the arrangement: the Total, or entry `n` of the table's axis.
@@ -107,13 +109,15 @@ pub struct Grid {
 }
 
 /// `table` with rows and columns swapped: each cell's shares of its row and of its
-/// column swap with it; the index, symmetric, stays.
+/// column swap with it; the index, symmetric, stays; the pairwise test's columns, which
+/// are now rows, are dropped.
 pub fn flip(table: &Table) -> Table {
     let swap = |cell: &TableCell| TableCell {
         vertical_pct: cell.horizontal_pct,
         horizontal_pct: cell.vertical_pct,
         vertical_pct_se: cell.horizontal_pct_se,
         horizontal_pct_se: cell.vertical_pct_se,
+        higher_than: Vec::new(),
         ..cell.clone()
     };
     Table {
@@ -130,6 +134,17 @@ pub fn flip(table: &Table) -> Table {
 }
 
 impl Grid {
+    /// `column`'s pairwise-test letter, when `figures` shows letters (never after a flip,
+    /// nor for the Total).
+    pub fn letter(&self, column: &Head, figures: &Figures) -> Option<String> {
+        match column.key {
+            Key::At(index) if figures.letters && !self.flipped => {
+                Some(crate::figures::column_letter(index))
+            }
+            _ => None,
+        }
+    }
+
     /// Arranges `table`.
     pub fn of(table: &Table, arrangement: Arrangement) -> Grid {
         let flipped;

@@ -167,6 +167,11 @@ pub fn TableView(
                         on:change=move |ev| figures.update(|f| f.significance = event_target_checked(&ev)) />
                     "Column test"
                 </label>
+                <label class="check" for="figure-letters">
+                    <input type="checkbox" id="figure-letters" prop:checked=move || figures.with(|f| f.letters)
+                        on:change=move |ev| figures.update(|f| f.letters = event_target_checked(&ev)) />
+                    "Column letters"
+                </label>
             </fieldset>
             <div class="row">
                 <button class="secondary" id="table-flip" aria-pressed=move || arrangement.with(|a| a.flipped).to_string()
@@ -253,9 +258,12 @@ fn table_html(grid: &Grid, chosen: &Figures, caption: &str, run: u32) -> String 
     );
     let unknown = |yes: bool| if yes { " class=\"unknown\"" } else { "" };
     for column in &grid.columns {
+        let letter = grid.letter(column, chosen).map_or(String::new(), |letter| {
+            format!(" <span class=\"column-letter\">({letter})</span>")
+        });
         let _ = write!(
             out,
-            "<th scope=\"col\" data-col=\"{}\"{}>{}</th>",
+            "<th scope=\"col\" data-col=\"{}\"{}>{}{letter}</th>",
             column.key.id(),
             unknown(column.unknown),
             escape(&column.label)
@@ -325,7 +333,13 @@ fn table_html(grid: &Grid, chosen: &Figures, caption: &str, run: u32) -> String 
                                 figures::significance_mark(s)
                             )
                         });
-                let marks = format!("{unstable}{arrow}");
+                let letters = figures::letters(cell, chosen).concat();
+                let letters = if letters.is_empty() {
+                    letters
+                } else {
+                    format!(" <span class=\"letters\">{letters}</span>")
+                };
+                let marks = format!("{unstable}{arrow}{letters}");
                 let reasons: Vec<String> = cell
                     .unstable_reasons
                     .iter()
@@ -339,8 +353,10 @@ fn table_html(grid: &Grid, chosen: &Figures, caption: &str, run: u32) -> String 
                 let _ = write!(
                     out,
                     "<span class=\"marks\" data-reasons=\"{}\" data-significance=\"{significance}\" \
-                     title=\"{said}\" aria-hidden=\"true\">{marks}</span><span class=\"sr-only said\">{said}</span>",
-                    reasons.join(" ")
+                     data-higher-than=\"{}\" title=\"{said}\" aria-hidden=\"true\">{marks}</span>\
+                     <span class=\"sr-only said\">{said}</span>",
+                    reasons.join(" "),
+                    figures::letters(cell, chosen).join(" ")
                 );
             }
             out.push_str("</td>");
@@ -367,7 +383,9 @@ mod tests {
         let grid = Grid::of(&t, Arrangement::default());
         let html = table_html(&grid, &Figures::default(), "DEMO — ADULTS", 3);
         assert!(html.starts_with("<table id=\"workbench-table\" class=\"crosstab\" data-run=\"3\""));
-        assert!(html.contains("<th scope=\"col\" data-col=\"0\">Region: North · REGION = 1</th>"));
+        assert!(html.contains(
+            "<th scope=\"col\" data-col=\"0\">Region: North · REGION = 1 <span class=\"column-letter\">(A)</span></th>"
+        ));
         assert!(html.contains(
             "<th scope=\"row\" data-row=\"0\">&lt;b&gt;Women&lt;/b&gt; &amp; &quot;girls&quot; · F2554</th>"
         ));
@@ -388,5 +406,29 @@ mod tests {
             Share significantly higher than in the rest of the base (95%)</span>"
         ));
         assert_eq!(html.matches("<tr").count(), 4, "head, Total and two rows");
+
+        // The pairwise test: a cell's letters beside its arrow (the Total has no letter).
+        t.cells[0][1].higher_than = vec![0];
+        let grid = Grid::of(&t, Arrangement::default());
+        let html = table_html(&grid, &Figures::default(), "DEMO", 1);
+        assert!(html.contains("<th scope=\"col\" data-col=\"total\">Total</th>"));
+        assert!(
+            html.contains(
+                "<span class=\"arrow higher\">▲</span> <span class=\"letters\">A</span></span>"
+            ),
+            "{html}"
+        );
+        assert!(html.contains("data-higher-than=\"A\""));
+        assert!(html.contains("Share significantly higher than in column A (95%)"));
+        // Flipped, no letters anywhere.
+        let flipped = Grid::of(
+            &t,
+            Arrangement {
+                flipped: true,
+                ..Arrangement::default()
+            },
+        );
+        let html = table_html(&flipped, &Figures::default(), "DEMO", 1);
+        assert!(!html.contains("column-letter") && !html.contains("class=\"letters\""));
     }
 }

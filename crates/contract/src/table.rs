@@ -567,6 +567,14 @@ pub struct TableCell {
     /// and always on the Total column and the Total row.
     #[cfg_attr(feature = "ts", tsify(type = "Significance | null"))]
     pub significance: Option<Significance>,
+    /// The pairwise column test (95%, as the column test, between two columns): the
+    /// columns (their indices in `columns`) whose share of the row this column's is
+    /// significantly higher than. Only columns with no respondent in common within the
+    /// base are compared (the test needs independent samples: the values of one
+    /// variable, say); absent when none, and always on the Total column and Total row.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[cfg_attr(feature = "ts", tsify(optional))]
+    pub higher_than: Vec<u32>,
 }
 
 impl TableCell {
@@ -743,6 +751,7 @@ mod tests {
             stability: Stability::Unstable,
             unstable_reasons: vec![UnstableReason::LowRespondents, UnstableReason::HighRse],
             significance: Some(Significance::Higher),
+            higher_than: Vec::new(),
         };
         let value = serde_json::to_value(&cell).unwrap();
         assert_eq!(
@@ -770,6 +779,15 @@ mod tests {
         }
         let read = serde_json::from_value::<TableCell>(older).unwrap();
         assert_eq!((read.vertical_pct_se, read.horizontal_pct_se), (None, None));
+
+        // Columns a cell's share is higher than, when there are any.
+        let higher = TableCell {
+            higher_than: vec![0, 2],
+            ..cell
+        };
+        let value = serde_json::to_value(&higher).unwrap();
+        assert_eq!(value["higherThan"], json!([0, 2]));
+        assert_eq!(serde_json::from_value::<TableCell>(value).unwrap(), higher);
     }
 
     #[test]

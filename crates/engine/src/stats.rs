@@ -109,14 +109,14 @@ impl Figures {
             },
             unstable_reasons,
             significance,
+            higher_than: Vec::new(),
         }
     }
 }
 
 /// The column test of a cell: is the row's share of this column, `p1 = cell / column`,
 /// different at 95% from its share of the rest of the base, `p2 = (row − cell) /
-/// complement`? A two-proportion z-test with each side's effective sample size and the
-/// pooled proportion.
+/// complement`? [`share_test`] of the two.
 ///
 /// Why the rest of the base and not the Total column: the Total column contains this
 /// column's own respondents, so the two shares are not independent samples and the
@@ -124,25 +124,43 @@ impl Figures {
 /// so independent in a with-replacement design. The verdict reads the same way, since the
 /// Total column's share is a weighted mean of `p1` and `p2`: `p1` is above it exactly when
 /// it is above `p2`.
-///
-/// `None` when either side's effective size is under [`MIN_TESTED_EFFECTIVE_N`] (the
-/// normal approximation would call two respondents of five a difference), a side has no
-/// weight, the pooled share is 0 or 1 (nothing to test), or the row's effective count in
-/// or out of the two sides is under [`MIN_TESTED_EXPECTED`] (a rare row).
 pub(crate) fn column_test(
     cell: Moments,
     row: Moments,
     column: Moments,
     complement: Moments,
 ) -> Option<Significance> {
+    share_test(
+        cell.weight,
+        column,
+        (row.weight - cell.weight).max(0.0),
+        complement,
+    )
+}
+
+/// Whether the share `part1 / whole1` is significantly higher or lower (95%) than
+/// `part2 / whole2`, the wholes disjoint (so independent samples): a two-proportion
+/// z-test with each side's effective sample size and the pooled proportion. The column
+/// test, and the pairwise test of two columns that share no respondent.
+///
+/// `None` when either side's effective size is under [`MIN_TESTED_EFFECTIVE_N`] (the
+/// normal approximation would call two respondents of five a difference), a side has no
+/// weight, the pooled share is 0 or 1 (nothing to test), or the row's effective count in
+/// or out of the two sides is under [`MIN_TESTED_EXPECTED`] (a rare row).
+pub(crate) fn share_test(
+    part1: f64,
+    whole1: Moments,
+    part2: f64,
+    whole2: Moments,
+) -> Option<Significance> {
     let tested = |n: &f64| *n >= MIN_TESTED_EFFECTIVE_N;
-    let n1 = column.effective_n().filter(tested)?;
-    let n2 = complement.effective_n().filter(tested)?;
-    if column.weight <= 0.0 || complement.weight <= 0.0 {
+    let n1 = whole1.effective_n().filter(tested)?;
+    let n2 = whole2.effective_n().filter(tested)?;
+    if whole1.weight <= 0.0 || whole2.weight <= 0.0 {
         return None;
     }
-    let p1 = cell.weight / column.weight;
-    let p2 = (row.weight - cell.weight).max(0.0) / complement.weight;
+    let p1 = part1 / whole1.weight;
+    let p2 = part2 / whole2.weight;
     let pooled = (n1 * p1 + n2 * p2) / (n1 + n2);
     let both = n1 + n2;
     if (both * pooled).min(both * (1.0 - pooled)) < MIN_TESTED_EXPECTED {

@@ -1,5 +1,6 @@
 //! The researcher's table: every cell `(row) AND (column)` within a base (and group),
-//! with the Total column, the Total row, and each cell's reliability and column test.
+//! with the Total column, the Total row, and each cell's reliability, column test and
+//! pairwise test against the columns it shares no respondent with.
 //!
 //! All sums come from one pass over the base's blocks (as `/v1`'s targets do): per
 //! block, each row's and each column's words are made once within the filter, each
@@ -7,14 +8,14 @@
 //! cell's weight is bit for bit what `/v1` answers for `(row) AND (column)`) and `Σw²`
 //! are added.
 
-use crosstab_contract::table::{Table, TableAxisKind, TableCell, ValidTable};
+use crosstab_contract::table::{Significance, Table, TableAxisKind, TableCell, ValidTable};
 use crosstab_contract::{Expr, Unknown};
 
 use crate::bitset::Bitset;
 use crate::error::QueryError;
 use crate::eval::{Plan, BLOCK_WORDS};
 use crate::query::{fill_within, for_each_filter_block};
-use crate::stats::{column_test, Figures, Moments};
+use crate::stats::{column_test, share_test, Figures, Moments};
 use crate::survey::Survey;
 use crate::weights::{BlockSum, SquareSum, Squares};
 
@@ -32,6 +33,9 @@ pub struct TableSums {
     pub columns: Vec<Moments>,
     /// The base outside each column: the other side of each column's test.
     pub complements: Vec<Moments>,
+    /// `overlapping[a][b]`: whether columns `a` and `b` have a respondent in common
+    /// within the base (then the pairwise test does not compare them).
+    pub overlapping: Vec<Vec<bool>>,
     /// `cells[row][column]`.
     pub cells: Vec<Vec<Moments>>,
     /// Rows naming something the survey does not define (their sums are zero).
@@ -105,9 +109,47 @@ impl<'a> Axis<'a> {
         }
     }
 
+    /// Marks in `overlapping` the pairs of entries with a member in common in this block
+    /// (the first `len` words); a pair found before is not looked at again, so only
+    /// disjoint pairs are read whole.
+    fn find_overlaps(&self, len: usize, overlapping: &mut [Vec<bool>]) {
+        let present = |index: usize| self.present[index].then(|| &self.blocks[index][..len]);
+        let count = self.blocks.len();
+        let pairs = (0..count).flat_map(|a| (a + 1..count).map(move |b| (a, b)));
+        for (a, b) in pairs {
+            if overlapping[a][b] {
+                continue;
+            }
+            if let (Some(first), Some(second)) = (present(a), present(b)) {
+                if first.iter().zip(second).any(|(x, y)| x & y != 0) {
+                    overlapping[a][b] = true;
+                    overlapping[b][a] = true;
+                }
+            }
+        }
+    }
+
     fn unknown(&self) -> Vec<bool> {
         self.plans.iter().map(Option::is_none).collect()
     }
+}
+
+/// The columns (indices) whose share of the row this column `c`'s share is significantly
+/// higher than, among those sharing no respondent with it within the base.
+fn higher_than(sums: &TableSums, row_cells: &[Moments], c: usize) -> Vec<u32> {
+    let (cell, column) = (row_cells[c], sums.columns[c]);
+    (0..sums.columns.len())
+        .filter(|&other| other != c && !sums.overlapping[c][other])
+        .filter(|&other| {
+            share_test(
+                cell.weight,
+                column,
+                row_cells[other].weight,
+                sums.columns[other],
+            ) == Some(Significance::Higher)
+        })
+        .filter_map(|other| u32::try_from(other).ok())
+        .collect()
 }
 
 impl Survey {
@@ -181,6 +223,7 @@ impl Survey {
         let mut cell_sums: Vec<Vec<MomentSum<'_>>> =
             (0..rows.len()).map(|_| sums(columns.len())).collect();
         let mut scratch = [0u64; BLOCK_WORDS];
+        let mut overlapping = vec![vec![false; columns.len()]; columns.len()];
         let mut gave_up = false;
         for_each_filter_block(base, group, |index, filter| {
             // A large table is many blocks of rows × columns each: asked block by block,
@@ -208,6 +251,7 @@ impl Survey {
                 }
                 complement.add(index, outside);
             }
+            column_axis.find_overlaps(len, &mut overlapping);
             for (r, row_cells) in cell_sums.iter_mut().enumerate() {
                 if !row_axis.present[r] {
                     continue;
@@ -235,6 +279,7 @@ impl Survey {
             rows: finish(row_sums),
             columns: finish(column_sums),
             complements: finish(complement_sums),
+            overlapping,
             cells: cell_sums.into_iter().map(finish).collect(),
             unknown_rows: row_axis.unknown(),
             unknown_columns: column_axis.unknown(),
@@ -285,9 +330,12 @@ impl Survey {
                     .iter()
                     .zip(&sums.columns)
                     .zip(&sums.complements)
-                    .map(|((cell, column), complement)| {
+                    .enumerate()
+                    .map(|(c, ((cell, column), complement))| {
                         let test = column_test(*cell, *row, *column, *complement);
-                        figures.cell(*cell, *row, *column, test)
+                        let mut out = figures.cell(*cell, *row, *column, test);
+                        out.higher_than = higher_than(&sums, row_cells, c);
+                        out
                     })
                     .collect()
             })

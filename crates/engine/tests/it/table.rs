@@ -228,6 +228,55 @@ impl Reference<'_> {
         (n / (n - 1.0) * squares).sqrt()
     }
 
+    /// The standard error of the share `member / whole` in points, the long way: the
+    /// ratio's linearized variance, n/(n−1) Σ (z_i − z̄)², z_i = w_i (y_i − p x_i) / X over
+    /// the whole sample (0 outside the base).
+    fn share_se(
+        &self,
+        member: &dyn Fn(&Respondent) -> bool,
+        whole: &dyn Fn(&Respondent) -> bool,
+    ) -> Option<f64> {
+        let total = self.weight(whole);
+        if total <= 0.0 {
+            return None;
+        }
+        let p = self.weight(member) / total;
+        let n = self.sample.len() as f64;
+        let z: Vec<f64> = self
+            .sample
+            .iter()
+            .map(|r| {
+                let inside = |test: &dyn Fn(&Respondent) -> bool| {
+                    f64::from(u8::from((self.base)(r) && test(r)))
+                };
+                r.weight * (inside(member) - p * inside(whole)) / total
+            })
+            .collect();
+        let mean = z.iter().sum::<f64>() / n;
+        let squares: f64 = z.iter().map(|z| (z - mean) * (z - mean)).sum();
+        Some(100.0 * (n / (n - 1.0) * squares).sqrt())
+    }
+
+    /// The pairwise test's z of the row's share of column `a` against column `b`, when
+    /// the two have no respondent in common in the design and both are tested.
+    fn pair_z(&self, row: Test, a: Test, b: Test) -> Option<f64> {
+        if self.count(&|r| a(r) && b(r)) > 0 {
+            return None;
+        }
+        let (n1, n2) = (self.effective_n(&a)?, self.effective_n(&b)?);
+        if n1 < 30.0 || n2 < 30.0 {
+            return None;
+        }
+        let p1 = self.weight(&|r| row(r) && a(r)) / self.weight(&a);
+        let p2 = self.weight(&|r| row(r) && b(r)) / self.weight(&b);
+        let p = (n1 * p1 + n2 * p2) / (n1 + n2);
+        if (n1 + n2) * p.min(1.0 - p) < 5.0 {
+            return None;
+        }
+        let variance = p * (1.0 - p) * (1.0 / n1 + 1.0 / n2);
+        (variance > 0.0).then(|| (p1 - p2) / variance.sqrt())
+    }
+
     /// The two-proportion z of the column test: the row's share of the column against
     /// its share of the rest of the design, effective sizes, pooled share.
     fn z(&self, row: Test, column: Test) -> Option<f64> {
@@ -305,6 +354,18 @@ impl Reference<'_> {
             got.horizontal_pct,
             horizontal,
         );
+        if self.sample.len() >= 2 {
+            close_opt(
+                &format!("{what}: vertical % SE"),
+                got.vertical_pct_se,
+                self.share_se(member, column),
+            );
+            close_opt(
+                &format!("{what}: horizontal % SE"),
+                got.horizontal_pct_se,
+                self.share_se(member, row),
+            );
+        }
         let index = vertical
             .filter(|_| row_weight > 0.0)
             .map(|v| v / (100.0 * row_weight / base_weight) * 100.0);
@@ -326,14 +387,15 @@ impl Reference<'_> {
     }
 }
 
-/// Checks a whole table against the long way; returns the verdicts it saw.
+/// Checks a whole table against the long way; returns the column test's verdicts it saw
+/// and how many pairs the pairwise test found different.
 fn check_table(
     people: &[Respondent],
     table: &Table,
     base: Test,
     group: Option<&str>,
     exact: bool,
-) -> Vec<Significance> {
+) -> (Vec<Significance>, usize) {
     let sample: Vec<&Respondent> = people
         .iter()
         .filter(|r| group.is_none_or(|g| r.group == g))
@@ -347,6 +409,7 @@ fn check_table(
     let threshold = 3;
     let all = |_: &Respondent| true;
     let mut verdicts = vec![];
+    let mut pairs = vec![];
     for (r, (row_expr, row)) in ROWS.iter().enumerate() {
         assert_eq!(table.rows[r].expression, *row_expr);
         assert_eq!(table.rows[r].label, format!("label of {row_expr}"));
@@ -368,6 +431,20 @@ fn check_table(
             });
             assert_eq!(got.significance, expected, "{what}: significance");
             verdicts.extend(expected);
+            let higher: Vec<u32> = (0..COLUMNS.len())
+                .filter(|&other| other != c)
+                .filter(|&other| {
+                    reference
+                        .pair_z(*row, *column, COLUMNS[other].1)
+                        .is_some_and(|z| {
+                            assert!((z.abs() - Z).abs() > 1e-6, "{what}: pair z {z} on the edge");
+                            z > Z
+                        })
+                })
+                .map(|other| other as u32)
+                .collect();
+            assert_eq!(got.higher_than, higher, "{what}: higher than");
+            pairs.extend(higher.iter().map(|other| (c as u32, *other)));
         }
         let got = &table.row_totals[r];
         reference.check(
@@ -379,6 +456,7 @@ fn check_table(
             threshold,
         );
         assert_eq!(got.significance, None);
+        assert!(got.higher_than.is_empty());
     }
     for (c, (column_expr, column)) in COLUMNS.iter().enumerate() {
         assert!(!table.columns[c].unknown);
@@ -394,7 +472,9 @@ fn check_table(
         assert_eq!(got.significance, None);
     }
     reference.check("total", &table.total, &all, &all, &all, threshold);
-    verdicts
+    // Only the regions are compared: the last column shares respondents with each.
+    assert!(pairs.iter().all(|(a, b)| *a < 3 && *b < 3), "{pairs:?}");
+    (verdicts, pairs.len())
 }
 
 #[test]
@@ -402,6 +482,7 @@ fn every_figure_matches_the_long_way_with_exact_and_float_weights() {
     let adults: Test = |r| r.age.is_some_and(|a| a >= 18);
     let everyone: Test = |_| true;
     let mut verdicts = vec![];
+    let mut pairs = 0;
     for (weight, exact) in [
         (decimal_weight as fn(usize) -> f64, false),
         (float_weight, true),
@@ -425,7 +506,9 @@ fn every_figure_matches_the_long_way_with_exact_and_float_weights() {
                 (100, 3)
             );
             assert_eq!(table.billed_calls, 0, "computed locally");
-            verdicts.extend(check_table(&people, &table, base, group, exact));
+            let (found, different) = check_table(&people, &table, base, group, exact);
+            verdicts.extend(found);
+            pairs += different;
             // The unknown row sums to nothing anywhere.
             assert!(table.cells[4]
                 .iter()
@@ -435,6 +518,7 @@ fn every_figure_matches_the_long_way_with_exact_and_float_weights() {
     // The data make the column test find something both ways, so the test tests it.
     assert!(verdicts.contains(&Significance::Higher), "{verdicts:?}");
     assert!(verdicts.contains(&Significance::Lower), "{verdicts:?}");
+    assert!(pairs > 0, "the pairwise test finds regions apart");
 }
 
 #[test]
