@@ -177,3 +177,48 @@ test('a query whose answers were all lost, run again after a reload, is given it
   assert.equal(billedCalls() - before, 2);
   await context.close();
 });
+
+test('a query whose page is reloaded while it runs goes again with its key, billed once', async () => {
+  const context = await browser.newContext();
+  const page = await context.newPage();
+  await page.goto(server.origin);
+  await signIn(page, server);
+  const target = 'AGE BETWEEN 31 AND 47';
+  const before = billedCalls();
+
+  // The request reaches the server and is billed; its answer is held until the page has
+  // gone (the route stays: removing it would let the held request through).
+  const keys = [];
+  let billed;
+  const reached = new Promise((resolve) => { billed = resolve; });
+  let release;
+  const released = new Promise((resolve) => { release = resolve; });
+  let holding = true;
+  await page.route('**/app/api/crosstab', async (route) => {
+    if (!holding) return route.continue();
+    keys.push(route.request().headers()['idempotency-key']);
+    await route.fetch();
+    billed();
+    await released;
+    await route.abort('failed').catch(() => {});
+  });
+  await page.locator('#target-0').fill(target);
+  await page.locator('#target-0').press('Tab');
+  await page.locator('#run').click();
+  await reached;
+  assert.equal(billedCalls() - before, 1);
+  holding = false;
+  await page.reload();
+  release();
+
+  const sent = [];
+  page.on('request', (r) => {
+    if (r.method() === 'POST' && r.url().endsWith('/app/api/crosstab')) sent.push(r.headers()['idempotency-key']);
+  });
+  await run(page, target);
+  assert.match(keys[0] ?? '', KEY);
+  assert.deepEqual(sent, [keys[0]]);
+  await page.locator('#result-replayed').waitFor();
+  assert.equal(billedCalls() - before, 1);
+  await context.close();
+});

@@ -255,25 +255,32 @@ pub async fn crosstab(request: &CrosstabRequest) -> Result<KeyedAnswer, ApiFailu
 }
 
 /// `request` sent as [`send_keyed`] does, with the key it went with before if that run may
-/// have been billed unseen (kept in [`Unsettled`], across reloads), else a fresh one; how
-/// it ends is recorded there.
+/// have been billed unseen (kept in [`Unsettled`], across reloads), else a fresh one:
+/// recorded there before it is sent, and forgotten once answered.
 async fn send_remembered(sent: Sent, request: &impl Serialize) -> Attempts {
     // Serializing the request types cannot fail; if it did, the key is simply not kept.
     let body = serde_json::to_value(request).ok();
+    // The sender's list, even if the session ends (and the owner changes) meanwhile.
+    let storage = Unsettled::storage_key();
     let kept = body
         .as_ref()
-        .and_then(|body| Unsettled::load().key_for(sent, body, js_sys::Date::now()));
+        .and_then(|body| Unsettled::load(&storage).key_for(sent, body, js_sys::Date::now()));
     let key = kept.or_else(fresh_idempotency_key);
-    let attempts = send_keyed(sent, request, key.clone()).await;
-    if let (Some(body), Some(key)) = (body, key) {
-        // Read again: another tab may have written meanwhile.
-        let before = Unsettled::load();
-        let mut after = before.clone();
-        after.record(sent, &body, &key, unsettled(&attempts), js_sys::Date::now());
-        if after != before {
-            after.store();
+    let record = |unsettled: bool| {
+        if let (Some(body), Some(key)) = (&body, &key) {
+            // Read afresh each time: another tab may have written meanwhile.
+            let before = Unsettled::load(&storage);
+            let mut after = before.clone();
+            after.record(sent, body, key, unsettled, js_sys::Date::now());
+            if after != before {
+                after.store(&storage);
+            }
         }
-    }
+    };
+    // Before sending: the page may be reloaded or closed while the answer is on its way.
+    record(true);
+    let attempts = send_keyed(sent, request, key.clone()).await;
+    record(unsettled(&attempts));
     attempts
 }
 
@@ -333,7 +340,14 @@ async fn send_keyed_once(
         .headers()
         .get(IDEMPOTENT_REPLAYED)
         .is_some_and(|value| value == "true");
-    let body = response.json::<Value>().await.unwrap_or(Value::Null);
+    let body = match response.json::<Value>().await {
+        Ok(body) => body,
+        // A 2xx was answered, and billed, but its body did not arrive whole: as a lost
+        // answer, sent again with the same key.
+        Err(error) if (200..300).contains(&status) => return Err(ApiFailure::network(error)),
+        // A proxy's page, say: the status tells.
+        Err(_) => Value::Null,
+    };
     let envelope = (!(200..300).contains(&status))
         .then(|| serde_json::from_value::<ErrorEnvelope>(body.clone()).ok())
         .flatten();

@@ -110,8 +110,11 @@ impl Figure {
                 .ci_low
                 .zip(cell.ci_high)
                 .map(|(low, high)| (low, Some(high))),
+            // An empty cell's share is 0 with an error of 0 (as svyratio has it), which
+            // would read as a certainty: no interval.
             Figure::VerticalInterval => cell
                 .vertical_interval()
+                .filter(|_| cell.resps > 0)
                 .map(|(low, high)| (low, Some(high))),
             Figure::Rse => cell.relative_standard_error.map(|r| (100.0 * r, None)),
         }
@@ -446,6 +449,11 @@ pub mod tests {
             ..cell(5.0, 1, Some(100.0))
         };
         assert_eq!(Figure::VerticalInterval.text(&unknown, 1), "–");
+        let empty = TableCell {
+            vertical_pct_se: Some(0.0),
+            ..cell(0.0, 0, Some(0.0))
+        };
+        assert_eq!(Figure::VerticalInterval.text(&empty, 1), "–");
         assert_eq!(Figure::Weighted.name(1000), "Weighted audience (×1,000)");
         assert_eq!(Figure::Weighted.name(1), "Weighted audience");
     }

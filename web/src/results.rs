@@ -277,7 +277,7 @@ pub fn ResultsView(outcome: RwSignal<Outcome>) -> impl IntoView {
                         </div>
                         {move || export_error.get().map(|message| view! { <p class="error" role="alert">{format!("Not exported: {message}")}</p> })}
                         {partial.map(|description| view! { <p class="warning" role="status" id="partial">{description}</p> })}
-                        {replayed.then(|| view! { <p class="note" id="result-replayed">"The answer to this query's earlier run, lost on the way: given again, not billed again."</p> })}
+                        {replayed.then(|| view! { <p class="note" id="result-replayed">"The answer to an earlier attempt of this query, lost on the way: given again, not billed again."</p> })}
                         {move || {
                             let rows = table_rows.clone();
                             let weighted_head = format!("Weighted audience{unit_label}");

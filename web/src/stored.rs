@@ -21,8 +21,9 @@ pub fn set_owner(owner: Option<String>) {
     OWNER.with(|slot| *slot.borrow_mut() = owner);
 }
 
-/// The storage key of the list `key` for the current owner (`@` alone: nobody signed in).
-fn owned(key: &str) -> String {
+/// The storage key of the list `key` for the current owner (`@` alone: nobody signed in),
+/// to read and write that owner's list later even if someone else has signed in by then.
+pub fn owned(key: &str) -> String {
     OWNER.with(|slot| format!("{key}@{}", slot.borrow().as_deref().unwrap_or("")))
 }
 
@@ -59,12 +60,22 @@ impl<T: Serialize + DeserializeOwned> StoredList<T> {
 
     /// The list stored under `key`; empty when there is none, or it is no list at all.
     pub fn load(key: &str) -> StoredList<T> {
-        StoredList::from_value(LocalStorage::get(owned(key)).unwrap_or(Value::Null))
+        StoredList::load_at(&owned(key))
     }
 
     /// Writes the list under `key`.
     pub fn store(&self, key: &str) -> Result<(), String> {
-        LocalStorage::set(owned(key), self.to_value()).map_err(|error| error.to_string())
+        self.store_at(&owned(key))
+    }
+
+    /// The list under `storage_key`, an [`owned`] key.
+    pub fn load_at(storage_key: &str) -> StoredList<T> {
+        StoredList::from_value(LocalStorage::get(storage_key).unwrap_or(Value::Null))
+    }
+
+    /// Writes the list under `storage_key`, an [`owned`] key.
+    pub fn store_at(&self, storage_key: &str) -> Result<(), String> {
+        LocalStorage::set(storage_key, self.to_value()).map_err(|error| error.to_string())
     }
 
     /// The list of a stored JSON value.

@@ -1,8 +1,10 @@
 //! Keyed requests that may have been billed without their answer arriving, with their
 //! `Idempotency-Key`: the same request sent again, even after a reload, goes with that
-//! key, so the server gives the answer it kept instead of billing it a second time.
-//! Kept in the signed-in user's local storage (as the history is), for as long as the
-//! server keeps a key.
+//! key, so the server gives the answer it kept instead of billing it a second time. A
+//! request is recorded before it is sent (a reload or a closed tab may end the page while
+//! it is on its way) and forgotten once its answer has come. Kept in the signed-in
+//! user's local storage (as the history is), for an hour less than the server keeps a
+//! key.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -17,8 +19,9 @@ pub const KEY: &str = "crosstab.unsettled";
 /// Requests kept at most: the latest ones (a researcher re-runs what just failed).
 const KEPT: usize = 20;
 
-/// How long before the server forgets a key this list does: past that, the same key would
-/// be a new one there, and billed, while the app would say "not billed again".
+/// How long before the server forgets a key this list does: a key sent as the server
+/// forgets it could be replayed by one attempt and billed by a retry, so the list keeps
+/// well clear of that (the browser's clock and the server's may differ by minutes too).
 const MARGIN_MS: f64 = 60.0 * 60.0 * 1000.0;
 
 /// Which endpoint a request went to: a crosstab's key never answers a table's.
@@ -47,15 +50,21 @@ struct Entry {
 pub struct Unsettled(StoredList<Entry>);
 
 impl Unsettled {
-    /// The current user's list.
-    pub fn load() -> Unsettled {
-        Unsettled(StoredList::load(KEY))
+    /// The storage key of the current user's list: read and written through it, a
+    /// request's record stays its sender's even if the session ends while it runs.
+    pub fn storage_key() -> String {
+        crate::stored::owned(KEY)
     }
 
-    /// Writes the list back.
-    pub fn store(&self) {
+    /// The list under `storage_key` ([`Unsettled::storage_key`]).
+    pub fn load(storage_key: &str) -> Unsettled {
+        Unsettled(StoredList::load_at(storage_key))
+    }
+
+    /// Writes the list back under `storage_key`.
+    pub fn store(&self, storage_key: &str) {
         // Storage full or off: the key is then kept for this run's retries alone.
-        let _ = self.0.store(KEY);
+        let _ = self.0.store_at(storage_key);
     }
 
     /// The key `request` went with when it may have been billed unseen, while the server
@@ -68,9 +77,10 @@ impl Unsettled {
             .map(|e| e.key.clone())
     }
 
-    /// Records how `request`, sent with `key`, ended: `unsettled` keeps the key for the
-    /// request's next run (first sent at `first_ms`), otherwise it is forgotten. Entries
-    /// the server no longer keeps are dropped, and the oldest past [`KEPT`].
+    /// Records `request` with `key`: `unsettled` (it is about to be sent, or its answer
+    /// may have been lost) keeps the key for the request's next run, dated when the key
+    /// was first recorded; otherwise (answered) it is forgotten. Entries the server no
+    /// longer keeps are dropped, and the oldest past [`KEPT`].
     pub fn record(&mut self, sent: Sent, request: &Value, key: &str, unsettled: bool, now_ms: f64) {
         let entries = &mut self.0.entries;
         let first_ms = entries

@@ -519,8 +519,9 @@ pub struct TableCell {
     #[cfg_attr(feature = "ts", tsify(type = "number | null"))]
     pub horizontal_pct: Option<f64>,
     /// Standard error of `verticalPct`, in percentage points: the share is the ratio
-    /// `p = T / X` of the cell's and the column's weighted totals, its variance
-    /// linearized, `n/(n−1) · Σ z_i²` with `z_i = w_i·(y_i − p·x_i) / X` (R's
+    /// `p = T / X` of the cell's and the column's weighted totals (`x_i` 1 for the
+    /// column's members, else 0; `X = Σ w_i·x_i`), its variance linearized,
+    /// `n/(n−1) · Σ z_i²` with `z_i = w_i·(y_i − p·x_i) / X` (R's
     /// `svyratio`, or `svymean` over the column as a domain); `null` with `verticalPct`
     /// or when `n < 2`. The 95% interval is `verticalPct ± 1.959963984540054 · SE`
     /// ([`TableCell::vertical_interval`]).
