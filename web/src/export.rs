@@ -80,7 +80,7 @@ fn body(grid: &Grid, figures: &Figures) -> Vec<SheetLine> {
                 push(name, decimals, values.collect());
             }
         }
-        if figures.stability || figures.significance {
+        if figures.stability || figures.significance || figures.letters {
             let marks: Vec<Cell> = line
                 .cells
                 .iter()
@@ -491,6 +491,22 @@ mod tests {
         };
         assert_eq!(&bytes[..2], b"PK");
         assert!(bytes.len() > 1000);
+    }
+
+    #[test]
+    fn letters_alone_still_make_a_markers_line() {
+        let mut t = table();
+        t.cells[0][1].higher_than = vec![0];
+        let grid = Grid::of(&t, Arrangement::default());
+        let figures = Figures {
+            shown: vec![Figure::Weighted],
+            stability: false,
+            significance: false,
+            letters: true,
+        };
+        let csv = to_csv(&grid, &figures, &caption());
+        assert!(csv.contains(",Markers,,,A\n"), "{csv}");
+        assert!(csv.contains("Region: North · REGION = 1 (A)"), "{csv}");
     }
 
     #[test]

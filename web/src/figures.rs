@@ -267,6 +267,16 @@ pub fn letters(cell: &TableCell, figures: &Figures) -> Vec<String> {
         .collect()
 }
 
+/// Letters as a cell shows them: `BD`, or with commas once a letter has two characters
+/// (`A,AB`: `AAB` could be read either way).
+pub fn letters_mark(letters: &[String]) -> String {
+    if letters.iter().all(|letter| letter.len() == 1) {
+        letters.concat()
+    } else {
+        letters.join(",")
+    }
+}
+
 /// The legend lines for what `figures` shows (`threshold`: `unstableMaxResps`; `flipped`:
 /// the table is shown flipped, its arrows still those of the table as built).
 pub fn legend(figures: &Figures, threshold: u64, flipped: bool) -> Vec<String> {
@@ -351,7 +361,7 @@ pub fn marks(cell: &TableCell, figures: &Figures) -> String {
         if !out.is_empty() {
             out.push(' ');
         }
-        out.push_str(&letters.concat());
+        out.push_str(&letters_mark(&letters));
     }
     out
 }
@@ -520,6 +530,9 @@ pub mod tests {
         );
         c.higher_than = vec![0];
         assert!(marks_text(&c, &all, 60).ends_with("in column A (95%)"));
+        // Past Z, letters are told apart.
+        c.higher_than = vec![0, 26, 27];
+        assert_eq!(marks(&c, &all), "▲ A,AA,AB");
         let off = Figures {
             letters: false,
             ..Figures::all()

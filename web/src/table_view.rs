@@ -333,7 +333,7 @@ fn table_html(grid: &Grid, chosen: &Figures, caption: &str, run: u32) -> String 
                                 figures::significance_mark(s)
                             )
                         });
-                let letters = figures::letters(cell, chosen).concat();
+                let letters = figures::letters_mark(&figures::letters(cell, chosen));
                 let letters = if letters.is_empty() {
                     letters
                 } else {

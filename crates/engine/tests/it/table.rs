@@ -693,3 +693,59 @@ fn a_table_given_up_stops_at_the_next_block() {
         crosstab_contract::ApiError::DeadlineExceeded
     );
 }
+
+/// Overlaps are found in any block, the last partial one too, and only within the base:
+/// 20,000 respondents (two blocks), X on the even ones and Y on the odd ones but for one
+/// respondent near the end with both; Z with X only on a respondent outside the base.
+#[test]
+fn columns_overlap_only_where_they_share_a_respondent_of_the_base() {
+    let definition = r#"
+code = "OVL"
+name = "Overlaps"
+respondents = "respondents.csv"
+id_column = "ID"
+weight_column = "W"
+
+[[population_bases]]
+code = "IN"
+expr = "OUT = 0"
+"#;
+    let both = 19_990;
+    let outside = 5;
+    let mut csv = String::from("ID,W,X,Y,Z,OUT\n");
+    for i in 0..20_000usize {
+        let x = u8::from(i % 2 == 0);
+        let y = u8::from(i % 2 == 1 || i == both);
+        let z = u8::from(i == outside || (i % 2 == 1 && i < 2_000));
+        let out = u8::from(i == outside);
+        csv.push_str(&format!("r{i},1.5,{x},{y},{z},{out}\n"));
+    }
+    let survey = crosstab_engine::survey_from_csv(definition, &csv).unwrap();
+    let columns: Vec<_> = ["X = 1", "Y = 1", "Z = 1"]
+        .iter()
+        .map(|e| crosstab_contract::Expr::parse(e).unwrap())
+        .collect();
+    let sums = survey
+        .table_sums("IN", None, None, &columns[..1], &columns, &|| false)
+        .unwrap();
+    // X and Y share respondent 19,990 alone, in the second block; X and Z share
+    // respondent 5 alone, outside the base; Y and Z share the odd ones below 2,000.
+    assert_eq!(
+        sums.overlapping,
+        [
+            [false, true, false],
+            [true, false, true],
+            [false, true, false]
+        ]
+    );
+    // Without the one respondent in common, X and Y would be compared.
+    let apart = crosstab_engine::survey_from_csv(
+        definition,
+        &csv.replace(&format!("r{both},1.5,1,1,"), &format!("r{both},1.5,1,0,")),
+    )
+    .unwrap();
+    let sums = apart
+        .table_sums("IN", None, None, &columns[..1], &columns, &|| false)
+        .unwrap();
+    assert!(!sums.overlapping[0][1] && !sums.overlapping[1][0]);
+}
