@@ -124,12 +124,13 @@ def check_cell(what, got, y, w, row, column, base_weight, threshold):
     assert got["unstableReasons"] == reasons, f"{what}: {got['unstableReasons']} vs {reasons}"
 
 
-def column_test(row, column, w, base):
-    """statsmodels' pooled z on effective sizes: the column against the rest of the base."""
-    inside, outside = column, base & ~column
+def two_sides_test(row, first, second, w):
+    """statsmodels' pooled z on effective sizes of the row's share of `first` against its
+    share of `second` (disjoint): "higher", "lower" or None (not tested: an effective size
+    under 30, nothing to test, or a rare row)."""
     sizes = []
     shares = []
-    for side in (inside, outside):
+    for side in (first, second):
         weights = w[side]
         if weights.sum() <= 0:
             return None
@@ -148,27 +149,14 @@ def column_test(row, column, w, base):
     return "higher" if z > Z else "lower" if z < -Z else None
 
 
+def column_test(row, column, w, base):
+    """The column against the rest of the base."""
+    return two_sides_test(row, column, base & ~column, w)
+
+
 def pair_test(row, a, b, w):
-    """statsmodels' pooled z on effective sizes between two columns with no respondent in
-    common: "higher" when a's share of the row is significantly above b's (None when
-    they overlap or are not tested, by the column test's rules)."""
-    if (a & b).any():
-        return None
-    sizes, shares = [], []
-    for side in (a, b):
-        weights = w[side]
-        if weights.sum() <= 0:
-            return None
-        sizes.append(weights.sum() ** 2 / (weights**2).sum())
-        shares.append(w[side & row].sum() / weights.sum())
-    if min(sizes) < 30:
-        return None
-    pooled = (sizes[0] * shares[0] + sizes[1] * shares[1]) / (sizes[0] + sizes[1])
-    if pooled <= 0 or pooled >= 1 or min(sum(sizes) * pooled, sum(sizes) * (1 - pooled)) < 5:
-        return None
-    z, _ = proportions_ztest([shares[0] * sizes[0], shares[1] * sizes[1]], sizes)
-    assert abs(abs(z) - Z) > 1e-6, f"pair z {z} too near the edge to decide"
-    return "higher" if z > Z else None
+    """Column a against column b, when they have no respondent in common (else None)."""
+    return None if (a & b).any() else two_sides_test(row, a, b, w)
 
 
 def main():

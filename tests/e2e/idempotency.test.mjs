@@ -20,6 +20,24 @@ after(async () => {
 
 const KEY = /^[0-9a-f]{32}$/;
 
+/** A new browser context with the app open and signed in. */
+async function signedIn() {
+  const context = await browser.newContext();
+  const page = await context.newPage();
+  await page.goto(server.origin);
+  await signIn(page, server);
+  return { context, page };
+}
+
+/** The keys of the POSTs to `path` the page sends from now on. */
+function keysSentTo(page, path) {
+  const sent = [];
+  page.on('request', (r) => {
+    if (r.method() === 'POST' && r.url().endsWith(path)) sent.push(r.headers()['idempotency-key']);
+  });
+  return sent;
+}
+
 async function run(page, target) {
   await page.locator('#target-0').fill(target);
   await page.locator('#target-0').press('Tab');
@@ -28,14 +46,8 @@ async function run(page, target) {
 }
 
 test('two queries carry two different keys', async () => {
-  const context = await browser.newContext();
-  const page = await context.newPage();
-  const keys = [];
-  page.on('request', (r) => {
-    if (r.method() === 'POST' && r.url().endsWith('/app/api/crosstab')) keys.push(r.headers()['idempotency-key']);
-  });
-  await page.goto(server.origin);
-  await signIn(page, server);
+  const { context, page } = await signedIn();
+  const keys = keysSentTo(page, '/app/api/crosstab');
   await run(page, 'F2554');
   await run(page, 'P_COFFEE_01 = 1');
   assert.equal(keys.length, 2, JSON.stringify(keys));
@@ -45,10 +57,7 @@ test('two queries carry two different keys', async () => {
 });
 
 test('a retry after a 503 and after a 429 sends the same key, and then shows the answer', async () => {
-  const context = await browser.newContext();
-  const page = await context.newPage();
-  await page.goto(server.origin);
-  await signIn(page, server);
+  const { context, page } = await signedIn();
   const keys = [];
   const failures = [
     { status: 503, headers: {}, code: 'deadline_exceeded' },
@@ -79,10 +88,7 @@ function billedCalls() {
 }
 
 test('a table whose answers were all lost, run again unchanged, is given its answer and billed once', async () => {
-  const context = await browser.newContext();
-  const page = await context.newPage();
-  await page.goto(server.origin);
-  await signIn(page, server);
+  const { context, page } = await signedIn();
   await page.getByRole('link', { name: 'Tables' }).click();
   await page.locator('#table-base').waitFor();
   for (const [axis, expression] of [['rows', 'GENDER = 1'], ['rows', 'GENDER = 2'], ['columns', 'AGE >= 35']]) {
@@ -113,10 +119,7 @@ test('a table whose answers were all lost, run again unchanged, is given its ans
   await page.unroute('**/app/api/table', lose);
   await page.reload();
   await page.locator('#table-base').waitFor();
-  const sent = [];
-  page.on('request', (r) => {
-    if (r.method() === 'POST' && r.url().endsWith('/app/api/table')) sent.push(r.headers()['idempotency-key']);
-  });
+  const sent = keysSentTo(page, '/app/api/table');
   await page.locator('#table-run').click();
   await page.locator('#workbench-table[data-run="1"]').waitFor();
   assert.deepEqual(sent, [keys[0]]);
@@ -134,10 +137,7 @@ test('a table whose answers were all lost, run again unchanged, is given its ans
 });
 
 test('a query whose answers were all lost, run again after a reload, is given its answer and billed once', async () => {
-  const context = await browser.newContext();
-  const page = await context.newPage();
-  await page.goto(server.origin);
-  await signIn(page, server);
+  const { context, page } = await signedIn();
   const target = 'AGE BETWEEN 23 AND 61';
   const before = billedCalls();
 
@@ -159,10 +159,7 @@ test('a query whose answers were all lost, run again after a reload, is given it
 
   await page.unroute('**/app/api/crosstab', lose);
   await page.reload();
-  const sent = [];
-  page.on('request', (r) => {
-    if (r.method() === 'POST' && r.url().endsWith('/app/api/crosstab')) sent.push(r.headers()['idempotency-key']);
-  });
+  const sent = keysSentTo(page, '/app/api/crosstab');
   await run(page, target);
   assert.deepEqual(sent, [keys[0]]);
   await page.locator('#result-replayed').waitFor();
@@ -179,10 +176,7 @@ test('a query whose answers were all lost, run again after a reload, is given it
 });
 
 test('a query whose page is reloaded while it runs goes again with its key, billed once', async () => {
-  const context = await browser.newContext();
-  const page = await context.newPage();
-  await page.goto(server.origin);
-  await signIn(page, server);
+  const { context, page } = await signedIn();
   const target = 'AGE BETWEEN 31 AND 47';
   const before = billedCalls();
 
@@ -211,10 +205,7 @@ test('a query whose page is reloaded while it runs goes again with its key, bill
   await page.reload();
   release();
 
-  const sent = [];
-  page.on('request', (r) => {
-    if (r.method() === 'POST' && r.url().endsWith('/app/api/crosstab')) sent.push(r.headers()['idempotency-key']);
-  });
+  const sent = keysSentTo(page, '/app/api/crosstab');
   await run(page, target);
   assert.match(keys[0] ?? '', KEY);
   assert.deepEqual(sent, [keys[0]]);
