@@ -216,6 +216,10 @@ def check(work):
             check_cell(f"{base} [{rows[r]}] total", table["rowTotals"][r], row, w, row, everyone,
                        base_weight, threshold)
         for c, column in enumerate(column_masks):
+            compared = column.any() and any(
+                other != c and mask_b.any() and not (column & mask_b).any()
+                for other, mask_b in enumerate(column_masks))
+            assert table["columns"][c].get("compared", False) == compared, f"{base} [{columns[c]}] compared"
             check_cell(f"{base} total x [{columns[c]}]", table["columnTotals"][c], column, w,
                        everyone, column, base_weight, threshold)
         check_cell(f"{base} total", table["total"], everyone, w, everyone, everyone, base_weight, threshold)

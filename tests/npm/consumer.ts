@@ -102,6 +102,7 @@ const cell: TableCell = table.cells[0][0];
 const vertical: number | null = cell.verticalPct;
 const verticalSe: number | null = cell.verticalPctSe;
 const higherThan: number[] | undefined = cell.higherThan;
+const compared: boolean | undefined = table.columns[0].compared;
 const reasons: UnstableReason[] = cell.unstableReasons;
 const verdict: Significance | null = cell.significance;
 const cellStability: 0 | 1 = cell.stability;
@@ -110,7 +111,7 @@ const unknownRow: boolean = table.rows[0].unknown;
 // A table's group (`null`: every group) goes back into a request as it is.
 const again: TableRequest = { ...tableRequest, group: table.group };
 void again;
-void [vertical, verticalSe, higherThan, reasons, verdict, cellStability, billed, unknownRow, table.total.ciLow, table.rowTotals, table.columnTotals];
+void [vertical, verticalSe, higherThan, compared, reasons, verdict, cellStability, billed, unknownRow, table.total.ciLow, table.rowTotals, table.columnTotals];
 
 try {
   survey.crosstab({ nonsense: true });

@@ -153,7 +153,7 @@ pub fn to_csv(grid: &Grid, figures: &Figures, caption: &Caption) -> String {
         out.push_str(&csv_fields(labels.into_iter().chain(values)));
     }
     out.push('\n');
-    for legend in figures::legend(figures, grid.threshold, grid.flipped) {
+    for legend in figures::legend(figures, grid.threshold, grid.flipped, grid.compared) {
         out.push_str(&csv_line([legend]));
     }
     out
@@ -182,7 +182,7 @@ pub fn sheet(grid: &Grid, figures: &Figures, caption: &Caption) -> Sheet {
             .collect(),
         head: head_row(grid, figures),
         lines: body(grid, figures),
-        legend: figures::legend(figures, grid.threshold, grid.flipped),
+        legend: figures::legend(figures, grid.threshold, grid.flipped, grid.compared),
     }
 }
 

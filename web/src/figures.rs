@@ -278,8 +278,9 @@ pub fn letters_mark(letters: &[String]) -> String {
 }
 
 /// The legend lines for what `figures` shows (`threshold`: `unstableMaxResps`; `flipped`:
-/// the table is shown flipped, its arrows still those of the table as built).
-pub fn legend(figures: &Figures, threshold: u64, flipped: bool) -> Vec<String> {
+/// the table is shown flipped, its arrows still those of the table as built; `compared`:
+/// the pairwise test compares some of its columns, so letters may show).
+pub fn legend(figures: &Figures, threshold: u64, flipped: bool, compared: bool) -> Vec<String> {
     let mut lines = Vec::new();
     if figures.stability {
         for reason in [UnstableReason::LowRespondents, UnstableReason::HighRse] {
@@ -312,7 +313,7 @@ pub fn legend(figures: &Figures, threshold: u64, flipped: bool) -> Vec<String> {
             );
         }
     }
-    if figures.letters {
+    if figures.letters && compared {
         lines.push(format!(
             "Letters (such as B): the row's share of this column is significantly higher (95%, the same z-test) than in the column of that letter. Only columns with no respondent in common are compared (the values of one variable, say); {}",
             if flipped {
@@ -366,8 +367,14 @@ pub fn marks(cell: &TableCell, figures: &Figures) -> String {
     out
 }
 
-/// The markers of `cell` in words, for screen readers and tooltips.
-pub fn marks_text(cell: &TableCell, figures: &Figures, threshold: u64) -> String {
+/// The markers of `cell` in words, for screen readers and tooltips (`column` names the
+/// table's column of an index, for the letters).
+pub fn marks_text(
+    cell: &TableCell,
+    figures: &Figures,
+    threshold: u64,
+    column: &dyn Fn(usize) -> Option<String>,
+) -> String {
     let mut parts = Vec::new();
     if figures.stability {
         for reason in &cell.unstable_reasons {
@@ -381,10 +388,17 @@ pub fn marks_text(cell: &TableCell, figures: &Figures, threshold: u64) -> String
     }
     let letters = letters(cell, figures);
     if !letters.is_empty() {
+        let named: Vec<String> = letters
+            .iter()
+            .zip(&cell.higher_than)
+            .map(|(letter, index)| match column(*index as usize) {
+                Some(label) => format!("column {letter} ({label})"),
+                None => format!("column {letter}"),
+            })
+            .collect();
         parts.push(format!(
-            "Share significantly higher than in column{} {} (95%)",
-            if letters.len() > 1 { "s" } else { "" },
-            letters.join(", ")
+            "Share significantly higher than in {} (95%)",
+            named.join(", ")
         ));
     }
     parts.join("; ")
@@ -476,7 +490,7 @@ pub mod tests {
         let all = Figures::all();
         assert_eq!(marks(&c, &all), "*†▼");
         assert_eq!(
-            marks_text(&c, &all, 60),
+            marks_text(&c, &all, 60, &|_| None),
             "Unstable: 60 respondents or fewer; Unstable: relative standard error over 30%; \
              Share significantly lower than in the rest of the base (95%)"
         );
@@ -487,14 +501,16 @@ pub mod tests {
             ..Figures::all()
         };
         assert_eq!(marks(&c, &quiet), "");
-        assert!(legend(&quiet, 60, true).iter().all(|l| !l.contains('*')));
-        let lines = legend(&all, 60, false);
+        assert!(legend(&quiet, 60, true, true)
+            .iter()
+            .all(|l| !l.contains('*')));
+        let lines = legend(&all, 60, false, true);
         assert_eq!(lines.len(), 10);
         assert!(lines
             .iter()
             .any(|l| l.starts_with("Vertical % 95% interval: the share ± 1.96")));
         // Flipped, the legend says the arrows are the table's as built (exports too).
-        let flipped = legend(&all, 60, true);
+        let flipped = legend(&all, 60, true, true);
         assert_eq!(flipped.len(), 11);
         assert!(flipped
             .iter()
@@ -503,7 +519,7 @@ pub mod tests {
         assert!(flipped
             .iter()
             .any(|l| l.starts_with("Flipped: the arrows test")));
-        assert!(!legend(&quiet, 60, true)
+        assert!(!legend(&quiet, 60, true, true)
             .iter()
             .any(|l| l.starts_with("Flipped")));
     }
@@ -524,12 +540,17 @@ pub mod tests {
         let all = Figures::all();
         assert_eq!(marks(&c, &all), "▲ BD");
         assert_eq!(
-            marks_text(&c, &all, 60),
+            marks_text(&c, &all, 60, &|_| None),
             "Share significantly higher than in the rest of the base (95%); \
-             Share significantly higher than in columns B, D (95%)"
+             Share significantly higher than in column B, column D (95%)"
+        );
+        let named = marks_text(&c, &all, 60, &|i| Some(format!("Region {i}")));
+        assert!(
+            named.ends_with("than in column B (Region 1), column D (Region 3) (95%)"),
+            "{named}"
         );
         c.higher_than = vec![0];
-        assert!(marks_text(&c, &all, 60).ends_with("in column A (95%)"));
+        assert!(marks_text(&c, &all, 60, &|_| None).ends_with("in column A (95%)"));
         // Past Z, letters are told apart.
         c.higher_than = vec![0, 26, 27];
         assert_eq!(marks(&c, &all), "▲ A,AA,AB");
@@ -538,7 +559,12 @@ pub mod tests {
             ..Figures::all()
         };
         assert_eq!(marks(&c, &off), "▲");
-        assert!(!legend(&off, 60, false)
+        // A table whose columns all overlap has no letters to explain.
+        assert_eq!(
+            legend(&all, 60, false, false).len(),
+            legend(&off, 60, false, true).len()
+        );
+        assert!(!legend(&off, 60, false, true)
             .iter()
             .any(|l| l.starts_with("Letters")));
         // Figures saved before letters were show them.

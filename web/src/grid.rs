@@ -53,6 +53,8 @@ pub struct Head {
     pub expression: String,
     /// The survey does not define a name it uses (its cells are zero).
     pub unknown: bool,
+    /// A column the pairwise test compares with another (it has a letter).
+    pub compared: bool,
 }
 
 impl Head {
@@ -62,6 +64,7 @@ impl Head {
             label: "Total".to_owned(),
             expression: String::new(),
             unknown: false,
+            compared: false,
         }
     }
 
@@ -80,6 +83,7 @@ impl Head {
             label,
             expression: header.expression.clone(),
             unknown: header.unknown,
+            compared: header.compared,
         }
     }
 }
@@ -106,6 +110,8 @@ pub struct Grid {
     pub threshold: u64,
     /// Whether it was flipped.
     pub flipped: bool,
+    /// Whether the pairwise test compares any of the columns as built.
+    pub compared: bool,
 }
 
 /// `table` with rows and columns swapped: each cell's shares of its row and of its
@@ -134,11 +140,11 @@ pub fn flip(table: &Table) -> Table {
 }
 
 impl Grid {
-    /// `column`'s pairwise-test letter, when `figures` shows letters (never after a flip,
-    /// nor for the Total).
+    /// `column`'s pairwise-test letter, when `figures` shows letters and the test compares
+    /// it with another column (never after a flip, nor for the Total).
     pub fn letter(&self, column: &Head, figures: &Figures) -> Option<String> {
         match column.key {
-            Key::At(index) if figures.letters && !self.flipped => {
+            Key::At(index) if figures.letters && column.compared && !self.flipped => {
                 Some(crate::figures::column_letter(index))
             }
             _ => None,
@@ -147,6 +153,7 @@ impl Grid {
 
     /// Arranges `table`.
     pub fn of(table: &Table, arrangement: Arrangement) -> Grid {
+        let compared = table.columns.iter().any(|c| c.compared);
         let flipped;
         let table = if arrangement.flipped {
             flipped = flip(table);
@@ -196,6 +203,7 @@ impl Grid {
             units: table.audience_report_units,
             threshold: table.unstable_max_resps,
             flipped: arrangement.flipped,
+            compared,
         }
     }
 }
@@ -211,6 +219,7 @@ pub mod tests {
             expression: expression.into(),
             label: label.into(),
             unknown: false,
+            compared: true,
         }
     }
 

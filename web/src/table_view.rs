@@ -207,7 +207,7 @@ pub fn TableView(
             <div class="table-wrap" tabindex="0" role="region" aria-labelledby="table-title"
                 inner_html=move || table_html(&grid.get(), &figures.get(), &heading, run)></div>
             <ul class="legend" id="table-legend">
-                {move || figures::legend(&figures.get(), threshold, arrangement.with(|a| a.flipped)).into_iter().map(|line| view! { <li>{line}</li> }).collect_view()}
+                {move || figures::legend(&figures.get(), threshold, arrangement.with(|a| a.flipped), grid.with(|g| g.compared)).into_iter().map(|line| view! { <li>{line}</li> }).collect_view()}
             </ul>
             <figure class="table-chart" aria-label="Chart of the table">
                 <div inner_html=chart></div>
@@ -257,6 +257,13 @@ fn table_html(grid: &Grid, chosen: &Figures, caption: &str, run: u32) -> String 
         escape(caption)
     );
     let unknown = |yes: bool| if yes { " class=\"unknown\"" } else { "" };
+    // The letters' words name the columns too: a listener need not recall each heading.
+    let column_label = |index: usize| {
+        grid.columns
+            .iter()
+            .find(|c| c.key == Key::At(index))
+            .map(|c| c.label.clone())
+    };
     for column in &grid.columns {
         let letter = grid.letter(column, chosen).map_or(String::new(), |letter| {
             format!(" <span class=\"column-letter\">({letter})</span>")
@@ -349,7 +356,12 @@ fn table_html(grid: &Grid, chosen: &Figures, caption: &str, run: u32) -> String 
                     .significance
                     .map(|s| format!("{s:?}"))
                     .unwrap_or_default();
-                let said = escape(&figures::marks_text(cell, chosen, grid.threshold));
+                let said = escape(&figures::marks_text(
+                    cell,
+                    chosen,
+                    grid.threshold,
+                    &column_label,
+                ));
                 let _ = write!(
                     out,
                     "<span class=\"marks\" data-reasons=\"{}\" data-significance=\"{significance}\" \
@@ -419,7 +431,9 @@ mod tests {
             "{html}"
         );
         assert!(html.contains("data-higher-than=\"A\""));
-        assert!(html.contains("Share significantly higher than in column A (95%)"));
+        assert!(html.contains(
+            "Share significantly higher than in column A (Region: North · REGION = 1) (95%)"
+        ));
         // Flipped, no letters anywhere.
         let flipped = Grid::of(
             &t,
@@ -430,5 +444,17 @@ mod tests {
         );
         let html = table_html(&flipped, &Figures::default(), "DEMO", 1);
         assert!(!html.contains("column-letter") && !html.contains("class=\"letters\""));
+
+        // A column the test compares with none has no letter.
+        let mut alone = t.clone();
+        alone.columns[1].compared = false;
+        let html = table_html(
+            &Grid::of(&alone, Arrangement::default()),
+            &Figures::default(),
+            "DEMO",
+            1,
+        );
+        assert!(html.contains("REGION = 1 <span class=\"column-letter\">(A)</span>"));
+        assert!(!html.contains("(B)</span>"));
     }
 }

@@ -136,6 +136,7 @@ impl ValidTable {
                     .clone()
                     .unwrap_or_else(|| item.expression.clone()),
                 unknown: false,
+                compared: false,
             })
             .collect()
     }
@@ -468,6 +469,12 @@ pub struct TableHeader {
     /// The expression names a variable or code the survey does not define: its cells
     /// are all zero (as `/v1` answers a partial result).
     pub unknown: bool,
+    /// A column the pairwise test compares with another (both have respondents in the
+    /// base, and none in common): the columns a cell's `higherThan` may name. Always
+    /// false for rows.
+    #[serde(default)]
+    #[cfg_attr(feature = "ts", tsify(optional))]
+    pub compared: bool,
 }
 
 /// Why a cell is unstable.
@@ -789,6 +796,13 @@ mod tests {
         let value = serde_json::to_value(&higher).unwrap();
         assert_eq!(value["higherThan"], json!([0, 2]));
         assert_eq!(serde_json::from_value::<TableCell>(value).unwrap(), higher);
+
+        // A heading kept before `compared` was reads as not compared.
+        let heading: TableHeader =
+            serde_json::from_value(json!({"expression": "A = 1", "label": "A", "unknown": false}))
+                .unwrap();
+        assert!(!heading.compared);
+        assert_eq!(serde_json::to_value(&heading).unwrap()["compared"], false);
     }
 
     #[test]

@@ -134,6 +134,17 @@ impl<'a> Axis<'a> {
     }
 }
 
+impl TableSums {
+    /// Whether the pairwise test compares column `c` with another: both have respondents
+    /// in the base, and none in common.
+    pub fn compared(&self, c: usize) -> bool {
+        let peopled = |column: usize| self.columns[column].count > 0;
+        peopled(c)
+            && (0..self.columns.len())
+                .any(|other| other != c && peopled(other) && !self.overlapping[c][other])
+    }
+}
+
 /// The columns (indices) whose share of the row this column `c`'s share is significantly
 /// higher than, among those sharing no respondent with it within the base.
 fn higher_than(sums: &TableSums, row_cells: &[Moments], c: usize) -> Vec<u32> {
@@ -321,6 +332,10 @@ impl Survey {
             }
             headers
         };
+        let mut columns = headers(TableAxisKind::Columns, &sums.unknown_columns);
+        for (c, header) in columns.iter_mut().enumerate() {
+            header.compared = sums.compared(c);
+        }
         let cells: Vec<Vec<TableCell>> = sums
             .cells
             .iter()
@@ -346,7 +361,7 @@ impl Survey {
             group: request.request.group.clone(),
             filter: request.request.filter.clone(),
             rows: headers(TableAxisKind::Rows, &sums.unknown_rows),
-            columns: headers(TableAxisKind::Columns, &sums.unknown_columns),
+            columns,
             cells,
             row_totals: sums
                 .rows

@@ -460,6 +460,9 @@ fn check_table(
     }
     for (c, (column_expr, column)) in COLUMNS.iter().enumerate() {
         assert!(!table.columns[c].unknown);
+        // The regions share no respondent; the last column shares some with each.
+        assert_eq!(table.columns[c].compared, c < 3, "{column_expr}");
+        assert!(table.rows.iter().all(|row| !row.compared));
         let got = &table.column_totals[c];
         reference.check(
             &format!("total x [{column_expr}]"),
@@ -737,6 +740,11 @@ expr = "OUT = 0"
             [true, false, true],
             [false, true, false]
         ]
+    );
+    // X and Z are compared; Y, sharing respondents with both, with neither.
+    assert_eq!(
+        (sums.compared(0), sums.compared(1), sums.compared(2)),
+        (true, false, true)
     );
     // Without the one respondent in common, X and Y would be compared.
     let apart = crosstab_engine::survey_from_csv(
