@@ -22,6 +22,8 @@ use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
 use tower::ServiceExt;
 
+use super::paced::Paced;
+
 /// The limits every connection lives within.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
@@ -61,13 +63,16 @@ pub async fn serve(
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     let (stop, stopping) = watch::channel(false);
     let mut connections = JoinSet::new();
-    let mut refused_at_limit = RefusedAtLimit::default();
+    // A client holding every slot and connecting in a loop would write a line a try.
+    let mut refused_at_limit = Paced::default();
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
         .header_read_timeout(limits.header_read_timeout);
     tokio::pin!(shutdown);
     loop {
-        let unsaid = refused_at_limit.unsaid_until();
+        let unsaid = refused_at_limit
+            .unsaid_until()
+            .map(tokio::time::Instant::from_std);
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
             () = &mut shutdown => break,
@@ -77,7 +82,8 @@ pub async fn serve(
             // more come.
             () = tokio::time::sleep_until(unsaid.unwrap_or_else(tokio::time::Instant::now)),
                 if unsaid.is_some() => {
-                refused_at_limit.say(limits.max_connections);
+                let refused = refused_at_limit.said(std::time::Instant::now());
+                say_refused(None, limits.max_connections, refused);
                 continue;
             }
         };
@@ -91,7 +97,9 @@ pub async fn serve(
             }
         };
         let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
-            refused_at_limit.refused(peer, limits.max_connections);
+            if let Some(earlier) = refused_at_limit.occurred(std::time::Instant::now()) {
+                say_refused(Some(peer), limits.max_connections, earlier + 1);
+            }
             continue;
         };
         // Small responses on keep-alive connections: don't let Nagle hold them back.
@@ -172,7 +180,8 @@ pub async fn serve(
     }
     drop(listener);
     if refused_at_limit.unsaid_until().is_some() {
-        refused_at_limit.say(limits.max_connections);
+        let refused = refused_at_limit.said(std::time::Instant::now());
+        say_refused(None, limits.max_connections, refused);
     }
     let _ = stop.send(true);
     let open = connections.len();
@@ -190,53 +199,16 @@ pub async fn serve(
     }
 }
 
-/// Connections refused at the connection limit, said at most once a second (with how
-/// many since the last line): a client holding every slot and connecting in a loop would
-/// otherwise write a line per attempt. Those left unsaid are said a second after the last
-/// line.
-#[derive(Debug, Default)]
-struct RefusedAtLimit {
-    last_line: Option<tokio::time::Instant>,
-    unsaid: u64,
-}
-
-impl RefusedAtLimit {
-    const EVERY: Duration = Duration::from_secs(1);
-
-    fn refused(&mut self, peer: SocketAddr, limit: usize) {
-        self.unsaid += 1;
-        let now = tokio::time::Instant::now();
-        if self.last_line.is_none_or(|at| at + Self::EVERY <= now) {
-            tracing::warn!(
-                %peer,
-                limit,
-                refused = self.unsaid,
-                "connections refused at the connection limit (this one's peer, and how many since the last line)"
-            );
-            self.said();
-        }
-    }
-
-    /// When the refusals not yet said are due, if there are any.
-    fn unsaid_until(&self) -> Option<tokio::time::Instant> {
-        let last = self.last_line?;
-        (self.unsaid > 0).then(|| last + Self::EVERY)
-    }
-
-    /// Says the refusals not yet said.
-    fn say(&mut self, limit: usize) {
-        tracing::warn!(
-            limit,
-            refused = self.unsaid,
-            "connections refused at the connection limit (how many since the last line)"
-        );
-        self.said();
-    }
-
-    fn said(&mut self) {
-        self.last_line = Some(tokio::time::Instant::now());
-        self.unsaid = 0;
-    }
+/// Says connections refused at the connection limit: `peer`, the one refused now, if the
+/// line is its own, and `refused`, how many the line stands for.
+fn say_refused(peer: Option<SocketAddr>, limit: usize, refused: u64) {
+    let peer = peer.map_or_else(|| "-".to_owned(), |peer| peer.to_string());
+    tracing::warn!(
+        peer,
+        limit,
+        refused,
+        "connections refused at the connection limit (the last one's peer, if any, and how many since the last line)"
+    );
 }
 
 /// Requests refused for their credentials in a row on one connection. Past a few, each

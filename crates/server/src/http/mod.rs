@@ -11,6 +11,7 @@ mod headers;
 pub mod listener;
 pub mod oauth;
 pub mod observe;
+mod paced;
 pub mod proxy;
 pub mod v1;
 
@@ -47,6 +48,8 @@ pub struct HttpState {
     pub security: headers::SecurityHeaders,
     /// The proxy whose header names the client, if any.
     pub trusted_proxy: Option<proxy::TrustedProxy>,
+    /// The 500s' cause lines, at most one a second (an outage fails every request).
+    pub faults: std::sync::Mutex<paced::Paced>,
 }
 
 impl HttpState {
@@ -64,6 +67,7 @@ impl HttpState {
             https: options.https,
             security: headers::SecurityHeaders::new(options.app_dir, options.https)?,
             trusted_proxy: options.trusted_proxy,
+            faults: std::sync::Mutex::new(paced::Paced::default()),
         }))
     }
 }

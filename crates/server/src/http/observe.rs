@@ -1,7 +1,8 @@
 //! The outermost layer of every request: a fresh `X-Request-Id`, CORS origin headers on
 //! `/v1`, the security headers ([`super::headers`]), one access-log line (method, path,
 //! status, latency, client address, account and app user, calls billed, request id; never
-//! a key or a body; client text escaped), and the cause of any 500 (a [`Fault`]).
+//! a key or a body; client text escaped), and the cause of a 500 (a [`Fault`]), at most
+//! one such line a second ([`super::paced`]).
 //!
 //! It wraps the whole router once ([`Observe`]), not each of its routes: a layer given to
 //! `Router::layer` wraps every route in a boxed service of its own that each request
@@ -130,8 +131,22 @@ where
                 response.headers_mut().insert(REQUEST_ID_HEADER, value);
             }
             if let Some(Fault(cause)) = response.extensions().get::<Fault>() {
-                // Debug-formatted: a cause may quote what a client sent.
-                tracing::error!(request_id = %id, ?cause, "answered 500");
+                // At most a line a second: an outage fails every request (the access log
+                // has each). A poisoned lock still counts: the count is all it guards.
+                let due = state
+                    .faults
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .occurred(Instant::now());
+                if let Some(more) = due {
+                    // Debug-formatted: a cause may quote what a client sent.
+                    tracing::error!(
+                        request_id = %id,
+                        ?cause,
+                        more,
+                        "answered 500 (this one's cause; `more`: other 500s since the last such line)"
+                    );
+                }
             }
             let caller = note.read();
             let billed = response.extensions().get::<Billed>().map_or(0, |b| b.0);

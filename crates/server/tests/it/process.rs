@@ -676,6 +676,81 @@ fn json_logs_are_one_object_a_line() {
     );
 }
 
+/// An outage failing every request writes the 500s' cause at most once a second, each
+/// line saying how many went unsaid since the last, while the access log has every one.
+#[tokio::test]
+async fn an_outage_writes_a_cause_line_a_second_not_one_a_request() {
+    let temp = tempfile::tempdir().unwrap();
+    let (data, key) = small_data_dir(temp.path());
+    let log = temp.path().join("server.log");
+    let server = Server::start_logging_to(&data, &["--log-format", "json"], &log);
+    // The ledger's table gone: every billed call fails, 500, unbilled.
+    let url = crosstab_server::store::default_url(&data);
+    let db = crosstab_server::store::Database::connect(&url)
+        .await
+        .unwrap();
+    let rename = |from: &str, to: &str| format!("ALTER TABLE {from} RENAME TO {to}");
+    sqlx::query(&rename("ledger", "ledger_away"))
+        .execute(db.pool())
+        .await
+        .unwrap();
+    let http = reqwest::Client::new();
+    let send = || async {
+        http.post(server.url("/v1/crosstab"))
+            .header("Service-Engine-Authorizer", key.as_str())
+            .json(&req("SMALL", None, "ALL", &["WOMEN"]))
+            .send()
+            .await
+            .unwrap()
+            .status()
+    };
+    const BURST: usize = 30;
+    for _ in 0..BURST {
+        assert_eq!(send().await, StatusCode::INTERNAL_SERVER_ERROR);
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    assert_eq!(send().await, StatusCode::INTERNAL_SERVER_ERROR);
+    sqlx::query(&rename("ledger_away", "ledger"))
+        .execute(db.pool())
+        .await
+        .unwrap();
+    db.close().await;
+    server.stop();
+
+    let text = std::fs::read_to_string(&log).unwrap();
+    let lines: Vec<Value> = text
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|_| panic!("not JSON: {line}")))
+        .collect();
+    let failed = lines
+        .iter()
+        .filter(|line| line["target"] == "crosstab::access" && line["fields"]["status"] == 500)
+        .count();
+    assert_eq!(failed, BURST + 1, "every 500 has its access line");
+    let causes: Vec<&Value> = lines
+        .iter()
+        .filter(|line| {
+            line["fields"]["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("answered 500"))
+        })
+        .collect();
+    // The first said at once; the rest of the burst (a second of it per line, at most)
+    // with a later line, the last one after the pause: every 500 counted once.
+    assert_eq!(causes[0]["fields"]["more"], 0, "{text}");
+    assert!(
+        causes.len() <= 3,
+        "{} cause lines for {} 500s",
+        causes.len(),
+        BURST + 1
+    );
+    let counted: u64 = causes
+        .iter()
+        .map(|line| 1 + line["fields"]["more"].as_u64().unwrap())
+        .sum();
+    assert_eq!(counted, BURST as u64 + 1, "{text}");
+}
+
 /// An app query's access line names its account and user and the calls it billed (a
 /// table's several), as a key's names its account; a user name with a space and an `=`
 /// is one quoted value, not a field of its own.
