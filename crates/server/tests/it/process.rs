@@ -619,6 +619,13 @@ async fn access_log_has_every_request_once_and_never_a_key_or_body() {
     );
 }
 
+/// Each line of a `--log-format json` log, read as the JSON object it must be.
+fn json_lines(text: &str) -> Vec<Value> {
+    text.lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|_| panic!("not JSON: {line}")))
+        .collect()
+}
+
 /// `--log-format json`: every line one JSON object, the access line's fields as values.
 #[test]
 fn json_logs_are_one_object_a_line() {
@@ -637,10 +644,7 @@ fn json_logs_are_one_object_a_line() {
     }
     server.stop();
     let text = std::fs::read_to_string(&log).unwrap();
-    let lines: Vec<Value> = text
-        .lines()
-        .map(|line| serde_json::from_str(line).unwrap_or_else(|_| panic!("not JSON: {line}")))
-        .collect();
+    let lines = json_lines(&text);
     let access: Vec<&Value> = lines
         .iter()
         .filter(|line| line["target"] == "crosstab::access")
@@ -659,10 +663,7 @@ fn json_logs_are_one_object_a_line() {
     let failed = cli_output(&nowhere, &["--log-format", "json", "key", "list"]);
     assert!(!failed.status.success());
     let said = String::from_utf8_lossy(&failed.stderr);
-    let lines: Vec<Value> = said
-        .lines()
-        .map(|line| serde_json::from_str(line).unwrap_or_else(|_| panic!("not JSON: {line}")))
-        .collect();
+    let lines = json_lines(&said);
     let last = lines
         .last()
         .unwrap_or_else(|| panic!("nothing said: {said}"));
@@ -718,10 +719,7 @@ async fn an_outage_writes_a_cause_line_a_second_not_one_a_request() {
     server.stop();
 
     let text = std::fs::read_to_string(&log).unwrap();
-    let lines: Vec<Value> = text
-        .lines()
-        .map(|line| serde_json::from_str(line).unwrap_or_else(|_| panic!("not JSON: {line}")))
-        .collect();
+    let lines = json_lines(&text);
     let failed = lines
         .iter()
         .filter(|line| line["target"] == "crosstab::access" && line["fields"]["status"] == 500)
