@@ -114,9 +114,7 @@ impl<'a> Axis<'a> {
     /// disjoint pairs are read whole.
     fn find_overlaps(&self, len: usize, overlapping: &mut [Vec<bool>]) {
         let present = |index: usize| self.present[index].then(|| &self.blocks[index][..len]);
-        let count = self.blocks.len();
-        let pairs = (0..count).flat_map(|a| (a + 1..count).map(move |b| (a, b)));
-        for (a, b) in pairs {
+        for (a, b) in pairs(self.blocks.len()) {
             if overlapping[a][b] {
                 continue;
             }
@@ -145,22 +143,35 @@ impl TableSums {
     }
 }
 
-/// The columns (indices) whose share of the row this column `c`'s share is significantly
-/// higher than, among those sharing no respondent with it within the base.
-fn higher_than(sums: &TableSums, row_cells: &[Moments], c: usize) -> Vec<u32> {
-    let (cell, column) = (row_cells[c], sums.columns[c]);
-    (0..sums.columns.len())
-        .filter(|&other| other != c && !sums.overlapping[c][other])
-        .filter(|&other| {
-            share_test(
-                cell.weight,
-                column,
-                row_cells[other].weight,
-                sums.columns[other],
-            ) == Some(Significance::Higher)
-        })
-        .filter_map(|other| u32::try_from(other).ok())
-        .collect()
+/// For each column of a row (its cells `row_cells`), the columns (indices, ascending)
+/// whose share of the row its share is significantly higher than, among those sharing no
+/// respondent with it within the base. Each pair is tested once: the test is symmetric,
+/// so one column's "higher" is the other's "lower".
+fn higher_than(sums: &TableSums, row_cells: &[Moments]) -> Vec<Vec<u32>> {
+    let mut higher = vec![Vec::new(); sums.columns.len()];
+    for (a, b) in pairs(sums.columns.len()) {
+        if sums.overlapping[a][b] {
+            continue;
+        }
+        let verdict = share_test(
+            row_cells[a].weight,
+            sums.columns[a],
+            row_cells[b].weight,
+            sums.columns[b],
+        );
+        let (winner, loser) = match verdict {
+            Some(Significance::Higher) => (a, b),
+            Some(Significance::Lower) => (b, a),
+            None => continue,
+        };
+        higher[winner].extend(u32::try_from(loser).ok());
+    }
+    higher
+}
+
+/// Every pair `(a, b)` of `count` entries with `a < b`, in order.
+fn pairs(count: usize) -> impl Iterator<Item = (usize, usize)> {
+    (0..count).flat_map(move |a| (a + 1..count).map(move |b| (a, b)))
 }
 
 impl Survey {
@@ -345,11 +356,11 @@ impl Survey {
                     .iter()
                     .zip(&sums.columns)
                     .zip(&sums.complements)
-                    .enumerate()
-                    .map(|(c, ((cell, column), complement))| {
+                    .zip(higher_than(&sums, row_cells))
+                    .map(|(((cell, column), complement), higher)| {
                         let test = column_test(*cell, *row, *column, *complement);
                         let mut out = figures.cell(*cell, *row, *column, test);
-                        out.higher_than = higher_than(&sums, row_cells, c);
+                        out.higher_than = higher;
                         out
                     })
                     .collect()
