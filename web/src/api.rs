@@ -262,14 +262,13 @@ async fn send_remembered(sent: Sent, request: &impl Serialize) -> Attempts {
     let body = serde_json::to_value(request).ok();
     // The sender's list, even if the session ends (and the owner changes) meanwhile.
     let storage = Unsettled::storage_key();
+    let list = Unsettled::load(&storage);
     let kept = body
         .as_ref()
-        .and_then(|body| Unsettled::load(&storage).key_for(sent, body, js_sys::Date::now()));
+        .and_then(|body| list.key_for(sent, body, js_sys::Date::now()));
     let key = kept.or_else(fresh_idempotency_key);
-    let record = |unsettled: bool| {
+    let record = |before: Unsettled, unsettled: bool| {
         if let (Some(body), Some(key)) = (&body, &key) {
-            // Read afresh each time: another tab may have written meanwhile.
-            let before = Unsettled::load(&storage);
             let mut after = before.clone();
             after.record(sent, body, key, unsettled, js_sys::Date::now());
             if after != before {
@@ -278,9 +277,10 @@ async fn send_remembered(sent: Sent, request: &impl Serialize) -> Attempts {
         }
     };
     // Before sending: the page may be reloaded or closed while the answer is on its way.
-    record(true);
+    record(list, true);
     let attempts = send_keyed(sent, request, key.clone()).await;
-    record(unsettled(&attempts));
+    // Read afresh: another tab may have written while this one waited.
+    record(Unsettled::load(&storage), unsettled(&attempts));
     attempts
 }
 

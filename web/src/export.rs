@@ -70,7 +70,7 @@ fn body(grid: &Grid, figures: &Figures) -> Vec<SheetLine> {
             let decimals = figure.decimals(grid.units);
             let values = line.cells.iter().map(|c| figure.values(c));
             let number = |v: Option<f64>| v.map_or(Cell::Empty, Cell::Number);
-            if matches!(figure, Figure::Interval | Figure::VerticalInterval) {
+            if figure.is_interval() {
                 let low = values.clone().map(|v| number(v.map(|(low, _)| low)));
                 let high = values.map(|v| number(v.and_then(|(_, high)| high)));
                 push(format!("{name}, low"), decimals, low.collect());

@@ -132,28 +132,29 @@ impl Figure {
     /// How the figure reads in `cell`: `"–"` where it is undefined.
     pub fn text(self, cell: &TableCell, units: u32) -> String {
         let decimals = self.decimals(units);
+        let unit = self.unit();
         match self.values(cell) {
             None => "–".to_owned(),
-            Some((low, Some(high))) => {
-                let unit = if self == Figure::VerticalInterval {
-                    "%"
-                } else {
-                    ""
-                };
-                format!(
-                    "{}{unit} – {}{unit}",
-                    format_number(low, decimals),
-                    format_number(high, decimals)
-                )
-            }
-            Some((value, None)) => {
-                let number = format_number(value, decimals);
-                match self {
-                    Figure::Vertical | Figure::Horizontal | Figure::Rse => format!("{number}%"),
-                    _ => number,
-                }
-            }
+            Some((low, Some(high))) => format!(
+                "{}{unit} – {}{unit}",
+                format_number(low, decimals),
+                format_number(high, decimals)
+            ),
+            Some((value, None)) => format!("{}{unit}", format_number(value, decimals)),
         }
+    }
+
+    /// What follows each number of the figure on screen: `%` for percentages.
+    fn unit(self) -> &'static str {
+        match self {
+            Figure::Vertical | Figure::Horizontal | Figure::VerticalInterval | Figure::Rse => "%",
+            _ => "",
+        }
+    }
+
+    /// Whether the figure is an interval: two numbers, its low and high ends.
+    pub fn is_interval(self) -> bool {
+        matches!(self, Figure::Interval | Figure::VerticalInterval)
     }
 }
 

@@ -340,13 +340,14 @@ fn table_html(grid: &Grid, chosen: &Figures, caption: &str, run: u32) -> String 
                                 figures::significance_mark(s)
                             )
                         });
-                let letters = figures::letters_mark(&figures::letters(cell, chosen));
-                let letters = if letters.is_empty() {
-                    letters
+                let letters = figures::letters(cell, chosen);
+                let lettered = if letters.is_empty() {
+                    String::new()
                 } else {
-                    format!(" <span class=\"letters\">{letters}</span>")
+                    let mark = figures::letters_mark(&letters);
+                    format!(" <span class=\"letters\">{mark}</span>")
                 };
-                let marks = format!("{unstable}{arrow}{letters}");
+                let marks = format!("{unstable}{arrow}{lettered}");
                 let reasons: Vec<String> = cell
                     .unstable_reasons
                     .iter()
@@ -368,7 +369,7 @@ fn table_html(grid: &Grid, chosen: &Figures, caption: &str, run: u32) -> String 
                      data-higher-than=\"{}\" title=\"{said}\" aria-hidden=\"true\">{marks}</span>\
                      <span class=\"sr-only said\">{said}</span>",
                     reasons.join(" "),
-                    figures::letters(cell, chosen).join(" ")
+                    letters.join(" ")
                 );
             }
             out.push_str("</td>");
