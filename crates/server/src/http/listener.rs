@@ -82,7 +82,7 @@ pub async fn serve(
             // more come.
             () = tokio::time::sleep_until(unsaid.unwrap_or_else(tokio::time::Instant::now)),
                 if unsaid.is_some() => {
-                let refused = refused_at_limit.said(std::time::Instant::now());
+                let refused = refused_at_limit.said(Instant::now());
                 say_refused(None, limits.max_connections, refused);
                 continue;
             }
@@ -97,7 +97,7 @@ pub async fn serve(
             }
         };
         let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
-            if let Some(earlier) = refused_at_limit.occurred(std::time::Instant::now()) {
+            if let Some(earlier) = refused_at_limit.occurred(Instant::now()) {
                 say_refused(Some(peer), limits.max_connections, earlier + 1);
             }
             continue;
@@ -180,7 +180,7 @@ pub async fn serve(
     }
     drop(listener);
     if refused_at_limit.unsaid_until().is_some() {
-        let refused = refused_at_limit.said(std::time::Instant::now());
+        let refused = refused_at_limit.said(Instant::now());
         say_refused(None, limits.max_connections, refused);
     }
     let _ = stop.send(true);

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
 use crosstab_contract::app::{Table, ValidTable};
+use crosstab_contract::idempotency::KEY_KEPT_MS;
 use crosstab_contract::{validate_body, ApiError, CrosstabResponse, ValidRequest};
 use crosstab_engine::store::Catalog;
 use crosstab_engine::Survey;
@@ -23,9 +24,6 @@ use crate::store::Database;
 
 /// Surveys larger than this are queried on the blocking pool, off the async workers.
 const INLINE_QUERY_MAX_RESPONDENTS: usize = 1_000_000;
-
-/// How long an `Idempotency-Key` and its answer are kept.
-pub const IDEMPOTENCY_KEPT_MS: i64 = crosstab_contract::idempotency::KEY_KEPT_MS;
 
 /// How often a request looks again at a key another request is answering.
 const IN_PROGRESS_POLL: Duration = Duration::from_millis(20);
@@ -323,7 +321,7 @@ impl Crosstab {
                 .unwrap_or(i64::MAX)
                 .saturating_mul(2);
             let (expired_before, abandoned_before) =
-                (now - IDEMPOTENCY_KEPT_MS, now.saturating_sub(abandoned));
+                (now - KEY_KEPT_MS, now.saturating_sub(abandoned));
             // Waiting on a request in flight: read, and write only once the key is free
             // (many retries of one key must not each write many times a second).
             let looked = if waiting {

@@ -216,7 +216,7 @@ impl Services {
     /// can live, failure counts of names without a user past their day (or their number).
     pub async fn purge_expired(&self) -> Result<u64, DbError> {
         let now = self.clock.now_ms();
-        let before = now - crosstab::IDEMPOTENCY_KEPT_MS;
+        let before = now - crosstab_contract::idempotency::KEY_KEPT_MS;
         let keys = crate::store::idempotency::purge(&self.db, before).await?;
         let assertions =
             crate::store::saml_replay::purge(&self.db, now - sso::LEEWAY_S * 1000).await?;
