@@ -38,10 +38,25 @@ function keysSentTo(page, path) {
   return sent;
 }
 
-async function run(page, target) {
+/** A route handler that lets each request reach the server (and be billed there), notes
+ * its key in `keys`, and loses the answer. */
+function losingAnswers(keys) {
+  return async (route) => {
+    keys.push(route.request().headers()['idempotency-key']);
+    await route.fetch();
+    await route.abort('failed');
+  };
+}
+
+/** Types `target` as the query's first target and runs it. */
+async function ask(page, target) {
   await page.locator('#target-0').fill(target);
   await page.locator('#target-0').press('Tab');
   await page.locator('#run').click();
+}
+
+async function run(page, target) {
+  await ask(page, target);
   await page.locator('#results-table').waitFor();
 }
 
@@ -100,11 +115,7 @@ test('a table whose answers were all lost, run again unchanged, is given its ans
 
   // Every attempt reaches the server (the first is billed there), and every answer is lost.
   const keys = [];
-  const lose = async (route) => {
-    keys.push(route.request().headers()['idempotency-key']);
-    await route.fetch();
-    await route.abort('failed');
-  };
+  const lose = losingAnswers(keys);
   await page.route('**/app/api/table', lose);
   await page.locator('#table-run').click();
   await page.locator('#table-error').waitFor({ timeout: 30_000 });
@@ -142,15 +153,9 @@ test('a query whose answers were all lost, run again after a reload, is given it
   const before = billedCalls();
 
   const keys = [];
-  const lose = async (route) => {
-    keys.push(route.request().headers()['idempotency-key']);
-    await route.fetch();
-    await route.abort('failed');
-  };
+  const lose = losingAnswers(keys);
   await page.route('**/app/api/crosstab', lose);
-  await page.locator('#target-0').fill(target);
-  await page.locator('#target-0').press('Tab');
-  await page.locator('#run').click();
+  await ask(page, target);
   await page.locator('.results .error').waitFor({ timeout: 30_000 });
   assert.ok(keys.length > 1, `retried: ${JSON.stringify(keys)}`);
   assert.match(keys[0] ?? '', KEY);
@@ -196,9 +201,7 @@ test('a query whose page is reloaded while it runs goes again with its key, bill
     await released;
     await route.abort('failed').catch(() => {});
   });
-  await page.locator('#target-0').fill(target);
-  await page.locator('#target-0').press('Tab');
-  await page.locator('#run').click();
+  await ask(page, target);
   await reached;
   assert.equal(billedCalls() - before, 1);
   holding = false;
