@@ -1128,45 +1128,77 @@ async fn demo_server_and_the_smaller_commands() {
     assert!(!cli(&data, &["key", "list"]).contains(key_id(&other)));
 }
 
-/// `crosstab user create` in a pseudo-terminal (util-linux `script`), answering each
-/// prompt once it is shown; all the terminal showed.
+/// Runs `user create` at a terminal of the test's own (a pseudoterminal whose user side is
+/// the command's controlling terminal), types each answer once its prompt is shown and the
+/// terminal has stopped echoing, and returns all the terminal showed.
 fn user_create_at_a_terminal(data: &std::path::Path, username: &str, answers: [&str; 2]) -> String {
+    use rustix::pty::{grantpt, ioctl_tiocgptpeer, openpt, unlockpt, OpenptFlags};
+    use rustix::termios::{tcgetattr, LocalModes};
     use std::io::{Read, Write};
     use std::sync::{Arc, Mutex};
-    let command = format!(
-        "{BIN} user create --username {username} --account acme --data-dir '{}'",
-        data.display()
-    );
-    let mut child = std::process::Command::new("script")
-        .args(["-qec", &command, "/dev/null"])
+    use std::time::{Duration, Instant};
+
+    let master = openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY | OpenptFlags::CLOEXEC).unwrap();
+    grantpt(&master).unwrap();
+    unlockpt(&master).unwrap();
+    let user_side = ioctl_tiocgptpeer(&master, OpenptFlags::RDWR | OpenptFlags::NOCTTY).unwrap();
+    // `setsid --ctty` makes the terminal on stdin the command's controlling one, which
+    // rpassword opens as /dev/tty.
+    let mut child = std::process::Command::new("setsid")
+        .args(["--ctty", BIN, "user", "create", "--username", username])
+        .args(["--account", "acme", "--data-dir"])
+        .arg(data)
         .env_remove("CROSSTAB_DATABASE_URL")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
+        .stdin(user_side.try_clone().unwrap())
+        .stdout(user_side.try_clone().unwrap())
+        .stderr(user_side)
         .spawn()
         .unwrap();
+    let mut terminal = std::fs::File::from(master);
     let shown = Arc::new(Mutex::new(Vec::new()));
-    let mut stdout = child.stdout.take().unwrap();
     let reader = {
         let shown = Arc::clone(&shown);
+        let mut terminal = terminal.try_clone().unwrap();
+        // Ends with EIO once the command has exited and nothing holds its side open.
         std::thread::spawn(move || {
             let mut buffer = [0; 256];
-            while let Ok(n @ 1..) = stdout.read(&mut buffer) {
+            while let Ok(n @ 1..) = terminal.read(&mut buffer) {
                 shown.lock().unwrap().extend_from_slice(&buffer[..n]);
             }
         })
     };
-    let mut stdin = child.stdin.take().unwrap();
-    for (prompt, answer) in ["password for", "the same again"].iter().zip(answers) {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-        while !String::from_utf8_lossy(&shown.lock().unwrap()).contains(prompt) {
-            assert!(std::time::Instant::now() < deadline, "no prompt {prompt:?}");
-            std::thread::sleep(std::time::Duration::from_millis(20));
+    let wait_for = |what: &str, done: &dyn Fn() -> bool| {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !done() {
+            let seen = String::from_utf8_lossy(&shown.lock().unwrap()).into_owned();
+            assert!(Instant::now() < deadline, "no {what}; shown: {seen:?}");
+            std::thread::sleep(Duration::from_millis(10));
         }
-        stdin.write_all(format!("{answer}\r").as_bytes()).unwrap();
-        stdin.flush().unwrap();
+    };
+    for (prompt, answer) in ["password for", "the same again"].iter().zip(answers) {
+        wait_for(prompt, &|| {
+            String::from_utf8_lossy(&shown.lock().unwrap()).contains(prompt)
+        });
+        // rpassword shows its prompt before it turns echo off: typing earlier is echoed.
+        wait_for("echo turned off", &|| {
+            !tcgetattr(&terminal)
+                .unwrap()
+                .local_modes
+                .contains(LocalModes::ECHO)
+        });
+        terminal
+            .write_all(format!("{answer}\r").as_bytes())
+            .unwrap();
     }
-    drop(stdin);
-    child.wait().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            child.kill().unwrap();
+            panic!("user create did not finish");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    drop(terminal);
     reader.join().unwrap();
     let shown = shown.lock().unwrap();
     String::from_utf8_lossy(&shown).into_owned()
