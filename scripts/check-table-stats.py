@@ -8,15 +8,18 @@ this script recomputes every cell from the respondent CSV with pandas and compar
 - the weighted total and its standard error with samplics' `TaylorEstimator(total)` for a
   design with weights only (each respondent its own PSU, with replacement) over the group's
   respondents (or all), the base a domain of it (y is 0 outside the base: R's
-  `survey::svytotal(~y, subset(svydesign(ids = ~1, weights = ~w), base))`), the 95% interval as
-  T ± qnorm(0.975)·SE (scipy), the RSE, Σw², n_eff, respondents, the percentages and index;
+  `survey::svytotal(~y, subset(svydesign(ids = ~1, weights = ~w), base))`), the interval as
+  T ± qnorm(1 − α/2)·SE (scipy) at each confidence (90, 95, 99%), the RSE, Σw², n_eff,
+  respondents, the percentages and index;
 - the standard errors of the vertical and horizontal percentages with samplics'
   `TaylorEstimator(ratio)` (R's `svyratio`) of the cell over the column, and over the row;
 - the column test with statsmodels' `proportions_ztest` (pooled two-proportion z-test) on
   effective sample sizes, the column against the rest of the base, where both have an
   effective size of at least 30 and the row holds at least 5 (effective) respondents of
-  the two and leaves at least 5 out; and the pairwise test (`higherThan`), the same
-  z-test between every two columns with no respondent in common.
+  the two and leaves at least 5 out, significant where its p-value is under α; and the
+  pairwise test (`higherThan`), the same z-test between every two columns with no
+  respondent in common, its p-value under α, or under α/m with Bonferroni's correction
+  over the m pairs compared.
 
 Everything to 1e-9 relative. R itself is not installable here (CRAN is unreachable).
 Usage: check-table-stats.py [NATIVE_HELPER]   (run with the venv scripts/setup makes:
@@ -44,7 +47,8 @@ from statsmodels.stats.proportion import proportions_ztest  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NATIVE = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "target/npm/native_crosstab")
 RELATIVE = 1e-9
-Z = norm.ppf(0.975)
+# (confidence %, Bonferroni): each design's table is asked at each.
+SETTINGS = [(95, False), (90, False), (99, False), (95, True)]
 
 
 def mask(data, expression):
@@ -92,7 +96,7 @@ def svyratio_se(y, x, w):
     return 100 * float(estimator.stderror)
 
 
-def check_cell(what, got, y, w, row, column, base_weight, threshold):
+def check_cell(what, got, y, w, row, column, base_weight, threshold, z):
     total, se = svytotal(y, w)
     members = y.astype(bool)
     squares = float((w[members] ** 2).sum())
@@ -101,8 +105,8 @@ def check_cell(what, got, y, w, row, column, base_weight, threshold):
     close(f"{what} weightSquared", got["weightSquared"], squares)
     close(f"{what} effectiveN", got["effectiveN"], total**2 / squares if squares > 0 else None)
     close(f"{what} standardError", got["standardError"], se)
-    close(f"{what} ciLow", got["ciLow"], total - Z * se)
-    close(f"{what} ciHigh", got["ciHigh"], total + Z * se)
+    close(f"{what} ciLow", got["ciLow"], total - z * se)
+    close(f"{what} ciHigh", got["ciHigh"], total + z * se)
     rse = se / total if total != 0 else None
     close(f"{what} relativeStandardError", got["relativeStandardError"], rse)
     row_weight, column_weight = float(w[row].sum()), float(w[column].sum())
@@ -124,10 +128,11 @@ def check_cell(what, got, y, w, row, column, base_weight, threshold):
     assert got["unstableReasons"] == reasons, f"{what}: {got['unstableReasons']} vs {reasons}"
 
 
-def two_sides_test(row, first, second, w):
+def two_sides_test(row, first, second, w, alpha):
     """statsmodels' pooled z on effective sizes of the row's share of `first` against its
-    share of `second` (disjoint): "higher", "lower" or None (not tested: an effective size
-    under 30, nothing to test, or a rare row)."""
+    share of `second` (disjoint), at level `alpha`: "higher", "lower" or None (not
+    significant, or not tested: an effective size under 30, nothing to test, or a rare
+    row)."""
     sizes = []
     shares = []
     for side in (first, second):
@@ -144,19 +149,21 @@ def two_sides_test(row, first, second, w):
     # A rare row is not tested: at least 5 (effective) respondents in and out of it.
     if min(sum(sizes) * pooled, sum(sizes) * (1 - pooled)) < 5:
         return None
-    z, _ = proportions_ztest([shares[0] * sizes[0], shares[1] * sizes[1]], sizes)
-    assert abs(abs(z) - Z) > 1e-6, f"z {z} too near the edge to decide"
-    return "higher" if z > Z else "lower" if z < -Z else None
+    z, p = proportions_ztest([shares[0] * sizes[0], shares[1] * sizes[1]], sizes)
+    assert abs(p / alpha - 1) > 1e-6, f"p {p} too near {alpha} to decide"
+    if p >= alpha:
+        return None
+    return "higher" if z > 0 else "lower"
 
 
-def column_test(row, column, w, base):
+def column_test(row, column, w, base, alpha):
     """The column against the rest of the base."""
-    return two_sides_test(row, column, base & ~column, w)
+    return two_sides_test(row, column, base & ~column, w, alpha)
 
 
-def pair_test(row, a, b, w):
+def pair_test(row, a, b, w, alpha):
     """Column a against column b, when they have no respondent in common (else None)."""
-    return None if (a & b).any() else two_sides_test(row, a, b, w)
+    return None if (a & b).any() else two_sides_test(row, a, b, w, alpha)
 
 
 def main():
@@ -177,10 +184,11 @@ def check(work):
     columns = ["REGION = 1", "REGION = 2", "REGION = 3", "REGION = 4", "GENDER = 2",
                "AGE BETWEEN 18 AND 34", "AGE >= 55", "*"]
     designs = [("ADULTS", "*", None), ("WOMEN", "GENDER = 2", "3"), ("A18_34", "AGE BETWEEN 18 AND 34", None)]
+    asked = [(design, setting) for design in designs for setting in SETTINGS]
     requests = [
-        {"populationBase": base, "group": group,
+        {"populationBase": base, "group": group, "confidence": confidence, "bonferroni": bonferroni,
          "rows": [{"expression": r} for r in rows], "columns": [{"expression": c} for c in columns]}
-        for base, _, group in designs
+        for (base, _, group), (confidence, bonferroni) in asked
     ]
     with open(os.path.join(work, "requests.json"), "w") as out:
         json.dump(requests, out)
@@ -188,11 +196,16 @@ def check(work):
         [NATIVE, "table", os.path.join(work, "survey.toml"), os.path.join(work, "respondents.csv"),
          os.path.join(work, "requests.json")], check=True, capture_output=True, text=True).stdout)
     figures = 0
-    pairs = 0
-    verdicts = set()
-    for (base, base_expression, group), answer in zip(designs, answers):
+    pairs = {setting: 0 for setting in SETTINGS}
+    verdicts = {setting: set() for setting in SETTINGS}
+    arrows = {setting: 0 for setting in SETTINGS}
+    for ((base, base_expression, group), setting), answer in zip(asked, answers):
         assert answer["status"] == 200, answer
         table = answer["body"]
+        confidence, bonferroni = setting
+        assert (table["confidence"], table["bonferroni"]) == setting, (table["confidence"], table["bonferroni"])
+        alpha = 1 - confidence / 100
+        z = norm.ppf(1 - alpha / 2)
         sample = data if group is None else data[data["REGION"] == float(group)]
         w = sample["WEIGHT"].to_numpy(dtype=float)
         everyone = mask(sample, base_expression).to_numpy()
@@ -200,33 +213,45 @@ def check(work):
         threshold = table["unstableMaxResps"]
         row_masks = [mask(sample, r).to_numpy() & everyone for r in rows]
         column_masks = [mask(sample, c).to_numpy() & everyone for c in columns]
+        compared_pairs = sum(
+            1 for a in range(len(columns)) for b in range(a + 1, len(columns))
+            if column_masks[a].any() and column_masks[b].any() and not (column_masks[a] & column_masks[b]).any())
+        assert table["comparedPairs"] == compared_pairs, (table["comparedPairs"], compared_pairs)
+        pair_alpha = alpha / compared_pairs if bonferroni else alpha
         for r, row in enumerate(row_masks):
             for c, column in enumerate(column_masks):
                 what = f"{base}/{group} [{rows[r]}] x [{columns[c]}]"
                 cell = table["cells"][r][c]
-                check_cell(what, cell, row & column, w, row, column, base_weight, threshold)
-                expected = column_test(row, column, w, everyone)
+                check_cell(what, cell, row & column, w, row, column, base_weight, threshold, z)
+                expected = column_test(row, column, w, everyone, alpha)
                 assert cell["significance"] == expected, f"{what}: {cell['significance']} vs {expected}"
-                verdicts.add(expected)
+                verdicts[setting].add(expected)
+                arrows[setting] += expected is not None
                 higher = [other for other, mask_b in enumerate(column_masks)
-                          if other != c and pair_test(row, column, mask_b, w) == "higher"]
+                          if other != c and pair_test(row, column, mask_b, w, pair_alpha) == "higher"]
                 assert cell.get("higherThan", []) == higher, f"{what}: higherThan {cell.get('higherThan')} vs {higher}"
-                pairs += len(higher)
+                pairs[setting] += len(higher)
                 figures += 1
             check_cell(f"{base} [{rows[r]}] total", table["rowTotals"][r], row, w, row, everyone,
-                       base_weight, threshold)
+                       base_weight, threshold, z)
         for c, column in enumerate(column_masks):
             compared = column.any() and any(
                 other != c and mask_b.any() and not (column & mask_b).any()
                 for other, mask_b in enumerate(column_masks))
             assert table["columns"][c].get("compared", False) == compared, f"{base} [{columns[c]}] compared"
             check_cell(f"{base} total x [{columns[c]}]", table["columnTotals"][c], column, w,
-                       everyone, column, base_weight, threshold)
-        check_cell(f"{base} total", table["total"], everyone, w, everyone, everyone, base_weight, threshold)
-    assert {"higher", "lower", None} <= verdicts, verdicts
-    assert pairs > 0, "the pairwise test found no column apart: the check checks nothing"
-    print(f"table statistics: {figures} cells of {len(designs)} tables (and their totals) agree with "
-          f"samplics (svytotal, svyratio), statsmodels (proportions_ztest, {pairs} column pairs apart) and scipy to {RELATIVE:g} relative")
+                       everyone, column, base_weight, threshold, z)
+        check_cell(f"{base} total", table["total"], everyone, w, everyone, everyone, base_weight, threshold, z)
+    at_95 = (95, False)
+    assert {"higher", "lower", None} <= verdicts[at_95], verdicts
+    assert pairs[at_95] > 0, "the pairwise test found no column apart: the check checks nothing"
+    # The levels and the correction decide some verdicts, so they are checked too.
+    assert arrows[(90, False)] > arrows[at_95] > arrows[(99, False)], arrows
+    assert pairs[(95, True)] < pairs[at_95], pairs
+    print(f"table statistics: {figures} cells of {len(asked)} tables (and their totals; {len(designs)} designs at "
+          f"{', '.join(f'{c}%' + (' with Bonferroni' if b else '') for c, b in SETTINGS)}) agree with "
+          f"samplics (svytotal, svyratio), statsmodels (proportions_ztest; column pairs apart: "
+          f"{', '.join(str(pairs[s]) for s in SETTINGS)}) and scipy to {RELATIVE:g} relative")
 
 
 if __name__ == "__main__":

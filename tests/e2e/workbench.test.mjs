@@ -357,6 +357,57 @@ async function twentyByTen(wb) {
   assert.equal((await wb.expressions('columns')).length, 10);
 }
 
+test('a stricter confidence and Bonferroni: sent with the table, said in its legend and figures, fewer letters and arrows, kept in the draft', async () => {
+  const { context, page } = await signedInTables();
+  const wb = bench(page);
+  // Rare rows the demo's regions differ on at 95%, none of them at 99% corrected.
+  for (const code of ['F2554', 'SMOKERS', 'AGE = 18 AND INCOME = 7', 'AGE = 20 AND INCOME = 1', 'AGE = 23 AND INCOME = 1']) {
+    await wb.typed('rows', code);
+  }
+  await wb.variable('columns', 'REGION');
+  const sent = [];
+  page.on('request', (request) => {
+    if (request.url().endsWith('/app/api/table')) sent.push(request.postDataJSON());
+  });
+  // Marks as the cells hold them: arrows and letters.
+  const marks = async () => {
+    const cells = await wb.cells();
+    const arrows = await page.locator('#workbench-table .marks').evaluateAll((ms) => ms.filter((m) => m.dataset.significance !== '').length);
+    const letters = cells.reduce((n, c) => n + (c.higherThan === '' ? 0 : c.higherThan.split(' ').length), 0);
+    return { arrows, letters };
+  };
+  // 5 × 4: 20 cells and 9 totals, 15 calls: no prompt.
+  await wb.run();
+  const at95 = await marks();
+  assert.deepEqual([sent[0].confidence, sent[0].bonferroni], [95, false]);
+  const lettered = (await wb.cells()).filter((c) => c.higherThan !== '');
+  assert.ok(lettered.length > 0 && lettered.every((c) => / \(95%\)$/.test(c.said)), lettered.map((c) => c.said).join('\n'));
+  assert.match(await page.locator('#table-legend').textContent(), /Each arrow is one test at 95%/);
+
+  await page.locator('#table-confidence').selectOption('99');
+  await page.locator('#table-bonferroni').check();
+  await wb.run();
+  assert.deepEqual([sent[1].confidence, sent[1].bonferroni], [99, true]);
+  const strict = await marks();
+  assert.ok(at95.letters > 0 && at95.arrows > 0, JSON.stringify(at95));
+  assert.ok(strict.letters < at95.letters, `letters ${strict.letters} against ${at95.letters}`);
+  assert.ok(strict.arrows < at95.arrows, `arrows ${strict.arrows} against ${at95.arrows}`);
+  const legend = await page.locator('#table-legend').textContent();
+  assert.match(legend, /Each arrow is one test at 99% with no correction for the table's many tests: where there is no real difference, about 1 test in 100/);
+  // Four regions, none sharing a respondent: six pairs.
+  assert.match(legend, /Bonferroni corrected: each of the 6 pairs of columns compared is tested at 0\.01 ÷ 6/);
+  await page.locator('#figures-all').click();
+  assert.match(await page.locator('#figure-key').textContent(), /Vertical % 99% interval/);
+
+  // The draft keeps them: a reload has them back.
+  await page.reload();
+  await page.locator('#table-base').waitFor();
+  assert.equal(await page.locator('#table-confidence').inputValue(), '99');
+  assert.equal(await page.locator('#table-bonferroni').isChecked(), true);
+  await page.locator('#table-clear').click();
+  await context.close();
+});
+
 test('a session that ends keeps the table being built: signed in again, the builder has it back', async () => {
   // A first visit, signed out, is not told that a session ended.
   const fresh = await browser.newContext();

@@ -108,9 +108,14 @@ const verdict: Significance | null = cell.significance;
 const cellStability: 0 | 1 = cell.stability;
 const billed: number = table.billedCalls;
 const unknownRow: boolean = table.rows[0].unknown;
-// A table's group (`null`: every group) goes back into a request as it is.
-const again: TableRequest = { ...tableRequest, group: table.group };
-void again;
+// A table's group (`null`: every group) goes back into a request as it is, and its
+// confidence and correction too.
+const again: TableRequest = { ...tableRequest, group: table.group, confidence: table.confidence, bonferroni: table.bonferroni };
+const strict: TableRequest = { ...tableRequest, confidence: 99, bonferroni: true };
+const pairsCompared: number | undefined = table.comparedPairs;
+// @ts-expect-error: a confidence the contract does not offer.
+const unoffered: TableRequest = { ...tableRequest, confidence: 80 };
+void [again, strict, pairsCompared, unoffered];
 void [vertical, verticalSe, higherThan, compared, reasons, verdict, cellStability, billed, unknownRow, table.total.ciLow, table.rowTotals, table.columnTotals];
 
 try {

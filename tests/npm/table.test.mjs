@@ -49,6 +49,9 @@ test("demo survey (20,000 respondents): tables in Node equal the native engine's
     { populationBase: "ADULTS", rows: "not a list", columns: banner },
     { populationBase: "ADULTS", filter: "AGE >= 35 AND SMOKER = 0", rows: codes, columns: banner },
     { populationBase: "ADULTS", filter: "AGEE >= 35", rows: codes, columns: banner },
+    { populationBase: "ADULTS", confidence: 99, bonferroni: true, rows: [...codes, ...flags], columns: banner },
+    { populationBase: "ADULTS", confidence: 90, rows: [...codes, ...flags], columns: banner },
+    { populationBase: "ADULTS", confidence: 80, rows: codes, columns: banner },
   ];
   fs.writeFileSync(path.join(dir, "requests.json"), JSON.stringify(requests));
   const nat = native(["table", tomlPath, csvPath, path.join(dir, "requests.json")]);
@@ -56,8 +59,15 @@ test("demo survey (20,000 respondents): tables in Node equal the native engine's
   assert.deepEqual(js, nat);
   assert.deepEqual(
     js.map((answer) => answer.status),
-    [200, 200, 200, 400, 400, 400, 403, 400, 200, 400],
+    [200, 200, 200, 400, 400, 400, 403, 400, 200, 400, 200, 200, 400],
   );
+  // The level and the correction are the table's, and change what it finds.
+  const [strict, loose] = [js[10].body, js[11].body];
+  assert.deepEqual([strict.confidence, strict.bonferroni, loose.confidence, loose.bonferroni], [99, true, 90, false]);
+  assert.ok(strict.comparedPairs > 0);
+  const found = (t) => t.cells.flat().reduce((n, c) => n + (c.significance ? 1 : 0) + (c.higherThan ?? []).length, 0);
+  assert.ok(found(strict) < found(loose), `${found(strict)} against ${found(loose)}`);
+  assert.match(js[12].body.error.message, /confidence is 90, 95 or 99 \(percent\), not 80/);
   // A filter: every figure within it too; one naming what the survey lacks is refused.
   const filtered = js[8].body;
   assert.equal(filtered.filter, "AGE >= 35 AND SMOKER = 0");

@@ -66,9 +66,12 @@ fn body(grid: &Grid, figures: &Figures) -> Vec<SheetLine> {
             first = false;
         };
         for figure in &figures.shown {
-            let name = figure.name(grid.units);
+            let name = figure.name(grid.units, grid.tests.confidence);
             let decimals = figure.decimals(grid.units);
-            let values = line.cells.iter().map(|c| figure.values(c));
+            let values = line
+                .cells
+                .iter()
+                .map(|c| figure.values(c, grid.tests.confidence));
             let number = |v: Option<f64>| v.map_or(Cell::Empty, Cell::Number);
             if figure.is_interval() {
                 let low = values.clone().map(|v| number(v.map(|(low, _)| low)));
@@ -153,7 +156,13 @@ pub fn to_csv(grid: &Grid, figures: &Figures, caption: &Caption) -> String {
         out.push_str(&csv_fields(labels.into_iter().chain(values)));
     }
     out.push('\n');
-    for legend in figures::legend(figures, grid.threshold, grid.flipped, grid.compared) {
+    for legend in figures::legend(
+        figures,
+        grid.threshold,
+        grid.flipped,
+        grid.compared,
+        grid.tests,
+    ) {
         out.push_str(&csv_line([legend]));
     }
     out
@@ -182,7 +191,13 @@ pub fn sheet(grid: &Grid, figures: &Figures, caption: &Caption) -> Sheet {
             .collect(),
         head: head_row(grid, figures),
         lines: body(grid, figures),
-        legend: figures::legend(figures, grid.threshold, grid.flipped, grid.compared),
+        legend: figures::legend(
+            figures,
+            grid.threshold,
+            grid.flipped,
+            grid.compared,
+            grid.tests,
+        ),
     }
 }
 
@@ -232,7 +247,7 @@ pub fn chart_svg(grid: &Grid, figure: Figure, key: Key) -> String {
             let cell = &line.cells[at];
             (
                 line.head.label.as_str(),
-                figure.value(cell),
+                figure.value(cell, grid.tests.confidence),
                 !cell.unstable_reasons.is_empty(),
             )
         })
@@ -244,7 +259,7 @@ pub fn chart_svg(grid: &Grid, figure: Figure, key: Key) -> String {
     let height = TOP + rows.len() as f64 * (BAR + GAP) + GAP;
     let title = xml_escape(&format!(
         "{} — {}",
-        figure.name(grid.units),
+        figure.name(grid.units, grid.tests.confidence),
         grid.columns[at].label
     ));
     let mut svg = format!(
@@ -463,11 +478,11 @@ mod tests {
         let weighted = sheet
             .lines
             .iter()
-            .find(|l| l.what == Figure::Weighted.name(grid.units))
+            .find(|l| l.what == Figure::Weighted.name(grid.units, grid.tests.confidence))
             .unwrap();
         assert_eq!(weighted.decimals, Figure::Weighted.decimals(grid.units));
         // A share's interval is two lines, each with the share's decimals.
-        let name = Figure::VerticalInterval.name(grid.units);
+        let name = Figure::VerticalInterval.name(grid.units, grid.tests.confidence);
         let ends: Vec<_> = sheet
             .lines
             .iter()
@@ -478,7 +493,7 @@ mod tests {
         assert_eq!(ends[1].what, format!("{name}, high"));
         assert!(ends.iter().all(|l| l.decimals == 1));
         let cell = &grid.lines[0].cells[0];
-        let (low, high) = cell.vertical_interval().unwrap();
+        let (low, high) = cell.vertical_interval(grid.tests.confidence).unwrap();
         assert_eq!(ends[0].values[0], Cell::Number(low));
         assert_eq!(ends[1].values[0], Cell::Number(high));
         let (reply, payload) = crosstab_web_worker::answer(

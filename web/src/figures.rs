@@ -1,7 +1,7 @@
 //! The figures a researcher can show in each cell of a table, how each reads, and the
 //! markers (stability and the column test) with their legend.
 
-use crosstab_contract::app::{Significance, TableCell, UnstableReason};
+use crosstab_contract::app::{Confidence, Significance, Table, TableCell, UnstableReason};
 use crosstab_contract::table::{MIN_TESTED_EFFECTIVE_N, MIN_TESTED_EXPECTED};
 use crosstab_wasm::display::format_number;
 use serde::{Deserialize, Serialize};
@@ -26,9 +26,9 @@ pub enum Figure {
     EffectiveN,
     /// Standard error of the weighted total (absolute).
     StandardError,
-    /// 95% confidence interval of the weighted total (absolute).
+    /// Confidence interval of the weighted total (absolute), at the table's confidence.
     Interval,
-    /// 95% confidence interval of the vertical %.
+    /// Confidence interval of the vertical %, at the table's confidence.
     VerticalInterval,
     /// Relative standard error.
     Rse,
@@ -50,8 +50,10 @@ impl Figure {
         Figure::Rse,
     ];
 
-    /// Its name on screen and in exports (`units` as in the survey: 1000 = thousands).
-    pub fn name(self, units: u32) -> String {
+    /// Its name on screen and in exports (`units` as in the survey: 1000 = thousands; an
+    /// interval's `confidence`).
+    pub fn name(self, units: u32, confidence: Confidence) -> String {
+        let percent = confidence.percent();
         match self {
             Figure::Weighted if units > 1 => format!(
                 "Weighted audience (×{})",
@@ -65,8 +67,8 @@ impl Figure {
             Figure::Index => "Index".to_owned(),
             Figure::EffectiveN => "Effective n".to_owned(),
             Figure::StandardError => "Standard error".to_owned(),
-            Figure::Interval => "95% interval".to_owned(),
-            Figure::VerticalInterval => "Vertical % 95% interval".to_owned(),
+            Figure::Interval => format!("{percent}% interval"),
+            Figure::VerticalInterval => format!("Vertical % {percent}% interval"),
             Figure::Rse => "RSE %".to_owned(),
         }
     }
@@ -90,12 +92,13 @@ impl Figure {
 
     /// The figure's value in `cell`: `None` where it is undefined (a share of an empty
     /// column, say). An interval's value is its lower end (see [`Figure::values`]).
-    pub fn value(self, cell: &TableCell) -> Option<f64> {
-        self.values(cell).map(|(value, _)| value)
+    pub fn value(self, cell: &TableCell, confidence: Confidence) -> Option<f64> {
+        self.values(cell, confidence).map(|(value, _)| value)
     }
 
-    /// The figure's value in `cell`, and for an interval its upper end too.
-    pub fn values(self, cell: &TableCell) -> Option<(f64, Option<f64>)> {
+    /// The figure's value in `cell`, and for an interval (at `confidence`) its upper end
+    /// too.
+    pub fn values(self, cell: &TableCell, confidence: Confidence) -> Option<(f64, Option<f64>)> {
         let one = |v: f64| Some((v, None));
         match self {
             Figure::Weighted => one(cell.wgt_aud),
@@ -113,7 +116,7 @@ impl Figure {
             // An empty cell's share is 0 with an error of 0 (as svyratio has it), which
             // would read as a certainty: no interval.
             Figure::VerticalInterval => cell
-                .vertical_interval()
+                .vertical_interval(confidence)
                 .filter(|_| cell.resps > 0)
                 .map(|(low, high)| (low, Some(high))),
             Figure::Rse => cell.relative_standard_error.map(|r| (100.0 * r, None)),
@@ -130,10 +133,10 @@ impl Figure {
     }
 
     /// How the figure reads in `cell`: `"–"` where it is undefined.
-    pub fn text(self, cell: &TableCell, units: u32) -> String {
+    pub fn text(self, cell: &TableCell, units: u32, confidence: Confidence) -> String {
         let decimals = self.decimals(units);
         let unit = self.unit();
-        match self.values(cell) {
+        match self.values(cell, confidence) {
             None => "–".to_owned(),
             Some((low, Some(high))) => format!(
                 "{}{unit} – {}{unit}",
@@ -235,11 +238,47 @@ pub fn significance_mark(significance: Significance) -> &'static str {
     }
 }
 
-/// The column test's verdict in words.
-pub fn significance_text(significance: Significance) -> &'static str {
-    match significance {
-        Significance::Higher => "significantly higher than in the rest of the base (95%)",
-        Significance::Lower => "significantly lower than in the rest of the base (95%)",
+/// The column test's verdict in words, at `confidence`.
+pub fn significance_text(significance: Significance, confidence: Confidence) -> String {
+    let way = match significance {
+        Significance::Higher => "higher",
+        Significance::Lower => "lower",
+    };
+    format!(
+        "significantly {way} than in the rest of the base ({}%)",
+        confidence.percent()
+    )
+}
+
+/// How a table's tests were run, as its legend and marks say.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Tests {
+    /// Of the tests and intervals.
+    pub confidence: Confidence,
+    /// The pairwise test corrected for its comparisons.
+    pub bonferroni: bool,
+    /// The pairs of columns it compares (Bonferroni's `m`).
+    pub compared_pairs: u32,
+}
+
+impl Tests {
+    /// `table`'s.
+    pub fn of(table: &Table) -> Tests {
+        Tests {
+            confidence: table.confidence,
+            bonferroni: table.bonferroni,
+            compared_pairs: table.compared_pairs,
+        }
+    }
+
+    /// What a letter's verdict says of its test: `95%`, or `95%, Bonferroni`.
+    fn letters_level(&self) -> String {
+        let percent = self.confidence.percent();
+        if self.bonferroni {
+            format!("{percent}%, Bonferroni")
+        } else {
+            format!("{percent}%")
+        }
     }
 }
 
@@ -280,8 +319,17 @@ pub fn letters_mark(letters: &[String]) -> String {
 
 /// The legend lines for what `figures` shows (`threshold`: `unstableMaxResps`; `flipped`:
 /// the table is shown flipped, its arrows still those of the table as built; `compared`:
-/// the pairwise test compares some of its columns, so letters may show).
-pub fn legend(figures: &Figures, threshold: u64, flipped: bool, compared: bool) -> Vec<String> {
+/// the pairwise test compares some of its columns, so letters may show; `tests`: how the
+/// tests ran).
+pub fn legend(
+    figures: &Figures,
+    threshold: u64,
+    flipped: bool,
+    compared: bool,
+    tests: Tests,
+) -> Vec<String> {
+    let percent = tests.confidence.percent();
+    let alpha = tests.confidence.alpha();
     let mut lines = Vec::new();
     if figures.stability {
         for reason in [UnstableReason::LowRespondents, UnstableReason::HighRse] {
@@ -297,16 +345,16 @@ pub fn legend(figures: &Figures, threshold: u64, flipped: bool, compared: bool) 
             lines.push(format!(
                 "{} The row's share of this column is {}.",
                 significance_mark(significance),
-                significance_text(significance)
+                significance_text(significance, tests.confidence)
             ));
         }
         lines.push(format!(
             "Two-sided z-test of two proportions (pooled; Kish effective sample sizes; no continuity correction), each column against the rest of the base; tested where each side has an effective sample size of {MIN_TESTED_EFFECTIVE_N} or more and the row holds {MIN_TESTED_EXPECTED} or more of both sides' respondents (effective), and leaves as many out."
         ));
-        lines.push(
-            "Each arrow is one test at 95% with no correction for the table's many tests: where there is no real difference, about 1 test in 20 shows an arrow by chance."
-                .to_owned(),
-        );
+        lines.push(format!(
+            "Each arrow is one test at {percent}% with no correction for the table's many tests: where there is no real difference, about 1 test in {} shows an arrow by chance.",
+            (1.0 / alpha).round()
+        ));
         if flipped {
             lines.push(
                 "Flipped: the arrows test the table as built, its rows within its columns."
@@ -315,12 +363,21 @@ pub fn legend(figures: &Figures, threshold: u64, flipped: bool, compared: bool) 
         }
     }
     if figures.letters && compared {
+        let pairs = tests.compared_pairs;
         lines.push(format!(
-            "Letters (such as B): the row's share of this column is significantly higher (95%, the same z-test) than in the column of that letter. Only columns with no respondent in common are compared (the values of one variable, say); {}",
+            "Letters (such as B): the row's share of this column is significantly higher ({percent}%, the same z-test) than in the column of that letter. Only columns with no respondent in common are compared (the values of one variable, say); {}",
             if flipped {
-                "flipped, the table shows none: they compare the columns as built."
+                "flipped, the table shows none: they compare the columns as built.".to_owned()
+            } else if tests.bonferroni {
+                format!(
+                    "Bonferroni corrected: each of the {pairs} pair{} of columns compared is tested at {} ÷ {pairs}, so where there is no real difference the chance that a row shows any letter is at most {}%.",
+                    if pairs == 1 { "" } else { "s" },
+                    alpha,
+                    (alpha * 100.0).round()
+                )
             } else {
                 "each pair is one test, with no correction for the table's many tests."
+                    .to_owned()
             }
         ));
     }
@@ -338,9 +395,10 @@ pub fn legend(figures: &Figures, threshold: u64, flipped: bool, compared: bool) 
         );
     }
     if figures.shown.contains(&Figure::VerticalInterval) {
-        lines.push(
-            "Vertical % 95% interval: the share ± 1.96 standard errors of a ratio (linearized, as R's svyratio), not clipped to 0–100%.".to_owned(),
-        );
+        lines.push(format!(
+            "Vertical % {percent}% interval: the share ± {:.2} standard errors of a ratio (linearized, as R's svyratio), not clipped to 0–100%.",
+            tests.confidence.z()
+        ));
     }
     lines
 }
@@ -369,12 +427,13 @@ pub fn marks(cell: &TableCell, figures: &Figures) -> String {
 }
 
 /// The markers of `cell` in words, for screen readers and tooltips (`column` names the
-/// table's column of an index, for the letters).
+/// table's column of an index, for the letters; `tests`: how the tests ran).
 pub fn marks_text(
     cell: &TableCell,
     figures: &Figures,
     threshold: u64,
     column: &dyn Fn(usize) -> Option<String>,
+    tests: Tests,
 ) -> String {
     let mut parts = Vec::new();
     if figures.stability {
@@ -384,7 +443,10 @@ pub fn marks_text(
     }
     if figures.significance {
         if let Some(significance) = cell.significance {
-            parts.push(format!("Share {}", significance_text(significance)));
+            parts.push(format!(
+                "Share {}",
+                significance_text(significance, tests.confidence)
+            ));
         }
     }
     let letters = letters(cell, figures);
@@ -398,8 +460,9 @@ pub fn marks_text(
             })
             .collect();
         parts.push(format!(
-            "Share significantly higher than in {} (95%)",
-            named.join(", ")
+            "Share significantly higher than in {} ({})",
+            named.join(", "),
+            tests.letters_level()
         ));
     }
     parts.join("; ")
@@ -438,7 +501,10 @@ pub mod tests {
     #[test]
     fn figures_read_as_researchers_write_them() {
         let c = cell(1_234_567.0, 80, Some(12.345));
-        let shown: Vec<String> = Figure::ALL.iter().map(|f| f.text(&c, 1000)).collect();
+        let shown: Vec<String> = Figure::ALL
+            .iter()
+            .map(|f| f.text(&c, 1000, Confidence::NinetyFive))
+            .collect();
         assert_eq!(
             shown,
             [
@@ -457,8 +523,11 @@ pub mod tests {
             ]
         );
         let empty = cell(0.0, 0, None);
-        assert_eq!(Figure::Vertical.text(&empty, 1000), "–");
-        assert_eq!(Figure::Rse.value(&empty), None);
+        assert_eq!(
+            Figure::Vertical.text(&empty, 1000, Confidence::NinetyFive),
+            "–"
+        );
+        assert_eq!(Figure::Rse.value(&empty, Confidence::NinetyFive), None);
         // One respondent in the design: no error and no interval, rather than exact ones.
         let alone = TableCell {
             standard_error: None,
@@ -467,20 +536,38 @@ pub mod tests {
             relative_standard_error: None,
             ..cell(5.0, 1, Some(100.0))
         };
-        assert_eq!(Figure::StandardError.text(&alone, 1), "–");
-        assert_eq!(Figure::Interval.text(&alone, 1), "–");
+        assert_eq!(
+            Figure::StandardError.text(&alone, 1, Confidence::NinetyFive),
+            "–"
+        );
+        assert_eq!(
+            Figure::Interval.text(&alone, 1, Confidence::NinetyFive),
+            "–"
+        );
         let unknown = TableCell {
             vertical_pct_se: None,
             ..cell(5.0, 1, Some(100.0))
         };
-        assert_eq!(Figure::VerticalInterval.text(&unknown, 1), "–");
+        assert_eq!(
+            Figure::VerticalInterval.text(&unknown, 1, Confidence::NinetyFive),
+            "–"
+        );
         let empty = TableCell {
             vertical_pct_se: Some(0.0),
             ..cell(0.0, 0, Some(0.0))
         };
-        assert_eq!(Figure::VerticalInterval.text(&empty, 1), "–");
-        assert_eq!(Figure::Weighted.name(1000), "Weighted audience (×1,000)");
-        assert_eq!(Figure::Weighted.name(1), "Weighted audience");
+        assert_eq!(
+            Figure::VerticalInterval.text(&empty, 1, Confidence::NinetyFive),
+            "–"
+        );
+        assert_eq!(
+            Figure::Weighted.name(1000, Confidence::NinetyFive),
+            "Weighted audience (×1,000)"
+        );
+        assert_eq!(
+            Figure::Weighted.name(1, Confidence::NinetyFive),
+            "Weighted audience"
+        );
     }
 
     #[test]
@@ -491,7 +578,7 @@ pub mod tests {
         let all = Figures::all();
         assert_eq!(marks(&c, &all), "*†▼");
         assert_eq!(
-            marks_text(&c, &all, 60, &|_| None),
+            marks_text(&c, &all, 60, &|_| None, Tests::default()),
             "Unstable: 60 respondents or fewer; Unstable: relative standard error over 30%; \
              Share significantly lower than in the rest of the base (95%)"
         );
@@ -502,16 +589,16 @@ pub mod tests {
             ..Figures::all()
         };
         assert_eq!(marks(&c, &quiet), "");
-        assert!(legend(&quiet, 60, true, true)
+        assert!(legend(&quiet, 60, true, true, Tests::default())
             .iter()
             .all(|l| !l.contains('*')));
-        let lines = legend(&all, 60, false, true);
+        let lines = legend(&all, 60, false, true, Tests::default());
         assert_eq!(lines.len(), 10);
         assert!(lines
             .iter()
             .any(|l| l.starts_with("Vertical % 95% interval: the share ± 1.96")));
         // Flipped, the legend says the arrows are the table's as built (exports too).
-        let flipped = legend(&all, 60, true, true);
+        let flipped = legend(&all, 60, true, true, Tests::default());
         assert_eq!(flipped.len(), 11);
         assert!(flipped
             .iter()
@@ -520,9 +607,63 @@ pub mod tests {
         assert!(flipped
             .iter()
             .any(|l| l.starts_with("Flipped: the arrows test")));
-        assert!(!legend(&quiet, 60, true, true)
+        assert!(!legend(&quiet, 60, true, true, Tests::default())
             .iter()
             .any(|l| l.starts_with("Flipped")));
+    }
+
+    #[test]
+    fn the_tables_confidence_and_correction_are_said_everywhere() {
+        let tests = Tests {
+            confidence: Confidence::NinetyNine,
+            bonferroni: true,
+            compared_pairs: 3,
+        };
+        assert_eq!(
+            Figure::VerticalInterval.name(1, tests.confidence),
+            "Vertical % 99% interval"
+        );
+        assert_eq!(Figure::Interval.name(1, Confidence::Ninety), "90% interval");
+        let mut c = cell(100.0, 120, Some(10.0));
+        c.vertical_pct_se = Some(2.0);
+        let (low, high) = Figure::VerticalInterval
+            .values(&c, tests.confidence)
+            .map(|(low, high)| (low, high.unwrap()))
+            .unwrap();
+        let z = Confidence::NinetyNine.z();
+        assert_eq!((low, high), (10.0 - z * 2.0, 10.0 + z * 2.0));
+        c.higher_than = vec![1];
+        c.significance = Some(Significance::Lower);
+        assert_eq!(
+            marks_text(&c, &Figures::all(), 60, &|_| None, tests),
+            "Share significantly lower than in the rest of the base (99%); \
+             Share significantly higher than in column B (99%, Bonferroni)"
+        );
+        let lines = legend(&Figures::all(), 60, false, true, tests);
+        let has = |start: &str| lines.iter().any(|l| l.contains(start));
+        assert!(has("Each arrow is one test at 99% with no correction"));
+        assert!(has("about 1 test in 100 shows an arrow"));
+        assert!(has(
+            "Bonferroni corrected: each of the 3 pairs of columns compared is tested at 0.01 ÷ 3, \
+             so where there is no real difference the chance that a row shows any letter is at most 1%."
+        ));
+        assert!(has(
+            "Vertical % 99% interval: the share ± 2.58 standard errors"
+        ));
+        let at_90 = legend(
+            &Figures::all(),
+            60,
+            false,
+            true,
+            Tests {
+                confidence: Confidence::Ninety,
+                ..Tests::default()
+            },
+        );
+        assert!(at_90.iter().any(|l| l.contains("about 1 test in 10 shows")));
+        assert!(at_90
+            .iter()
+            .any(|l| l.contains("each pair is one test, with no correction")));
     }
 
     #[test]
@@ -541,17 +682,25 @@ pub mod tests {
         let all = Figures::all();
         assert_eq!(marks(&c, &all), "▲ BD");
         assert_eq!(
-            marks_text(&c, &all, 60, &|_| None),
+            marks_text(&c, &all, 60, &|_| None, Tests::default()),
             "Share significantly higher than in the rest of the base (95%); \
              Share significantly higher than in column B, column D (95%)"
         );
-        let named = marks_text(&c, &all, 60, &|i| Some(format!("Region {i}")));
+        let named = marks_text(
+            &c,
+            &all,
+            60,
+            &|i| Some(format!("Region {i}")),
+            Tests::default(),
+        );
         assert!(
             named.ends_with("than in column B (Region 1), column D (Region 3) (95%)"),
             "{named}"
         );
         c.higher_than = vec![0];
-        assert!(marks_text(&c, &all, 60, &|_| None).ends_with("in column A (95%)"));
+        assert!(
+            marks_text(&c, &all, 60, &|_| None, Tests::default()).ends_with("in column A (95%)")
+        );
         // Past Z, letters are told apart.
         c.higher_than = vec![0, 26, 27];
         assert_eq!(marks(&c, &all), "▲ A,AA,AB");
@@ -562,10 +711,10 @@ pub mod tests {
         assert_eq!(marks(&c, &off), "▲");
         // A table whose columns all overlap has no letters to explain.
         assert_eq!(
-            legend(&all, 60, false, false).len(),
-            legend(&off, 60, false, true).len()
+            legend(&all, 60, false, false, Tests::default()).len(),
+            legend(&off, 60, false, true, Tests::default()).len()
         );
-        assert!(!legend(&off, 60, false, true)
+        assert!(!legend(&off, 60, false, true, Tests::default())
             .iter()
             .any(|l| l.starts_with("Letters")));
         // Figures saved before letters were show them.

@@ -4,7 +4,7 @@
 
 use crosstab_contract::app::{Table, TableCell, TableHeader};
 
-use crate::figures::Figures;
+use crate::figures::{Figures, Tests};
 use serde::{Deserialize, Serialize};
 
 /// A row or column of the arrangement: the Total, or entry `n` of the table's axis.
@@ -112,6 +112,8 @@ pub struct Grid {
     pub flipped: bool,
     /// Whether the pairwise test compares any of the columns as built.
     pub compared: bool,
+    /// How the table's tests ran.
+    pub tests: Tests,
 }
 
 /// `table` with rows and columns swapped: each cell's shares of its row and of its
@@ -204,6 +206,7 @@ impl Grid {
             threshold: table.unstable_max_resps,
             flipped: arrangement.flipped,
             compared,
+            tests: Tests::of(table),
         }
     }
 }
@@ -249,6 +252,9 @@ pub mod tests {
             audience_report_units: 1000,
             unstable_max_resps: 60,
             billed_calls: 4,
+            confidence: Default::default(),
+            bonferroni: false,
+            compared_pairs: 1,
         }
     }
 

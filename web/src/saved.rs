@@ -39,8 +39,14 @@ impl Spec {
     /// One line saying what it is.
     pub fn describe(&self) -> String {
         let request = &self.request;
+        // Tests other than the default's are part of what the table is.
+        let tests = match (request.confidence.percent(), request.bonferroni) {
+            (95, false) => String::new(),
+            (percent, false) => format!(" · {percent}%"),
+            (percent, true) => format!(" · {percent}%, Bonferroni"),
+        };
         format!(
-            "{} · {}{} · {} rows × {} columns{}",
+            "{} · {}{} · {} rows × {} columns{tests}{}",
             request.survey,
             request.population_base,
             request
@@ -132,6 +138,8 @@ mod tests {
                 filter: None,
                 rows: vec![axis("F2554"), axis("GENDER = 1")],
                 columns: vec![axis("REGION = 1")],
+                confidence: Default::default(),
+                bonferroni: false,
             },
             figures: Figures::default(),
             arrangement: Arrangement::default(),
@@ -146,6 +154,24 @@ mod tests {
         assert_eq!(
             filtered.describe(),
             "DEMO · ADULTS · filtered to AGE >= 35 · 2 rows × 1 columns · local file"
+        );
+        filtered.request.confidence = crosstab_contract::app::Confidence::NinetyNine;
+        assert!(filtered
+            .describe()
+            .ends_with("2 rows × 1 columns · 99% · local file"));
+        filtered.request.bonferroni = true;
+        assert!(filtered
+            .describe()
+            .ends_with("2 rows × 1 columns · 99%, Bonferroni · local file"));
+        // A spec saved before the tests were chosen reads as 95%, uncorrected.
+        let mut older = serde_json::to_value(&filtered).unwrap();
+        let request = older["request"].as_object_mut().unwrap();
+        request.remove("confidence");
+        request.remove("bonferroni");
+        let older: Spec = serde_json::from_value(older).unwrap();
+        assert_eq!(
+            (older.request.confidence.percent(), older.request.bonferroni),
+            (95, false)
         );
     }
 }

@@ -66,6 +66,7 @@ pub fn TableView(
     };
     let units = table.audience_report_units;
     let threshold = table.unstable_max_resps;
+    let tests = figures::Tests::of(&table);
     let calls = format!(
         "{} billed call{}",
         table.billed_calls,
@@ -151,7 +152,7 @@ pub fn TableView(
                             <input type="checkbox" id=id
                                 prop:checked=move || figures.with(|f| f.shown.contains(&figure))
                                 on:change=move |ev| figures.update(|f| f.toggle(figure, event_target_checked(&ev))) />
-                            {figure.name(units)}
+                            {figure.name(units, tests.confidence)}
                         </label>
                     }
                 }).collect_view()}
@@ -199,7 +200,7 @@ pub fn TableView(
                 </label>
             </div>
             <p class="muted" id="figure-key">{move || {
-                let names: Vec<String> = figures.with(|f| f.shown.iter().map(|figure| figure.name(units)).collect());
+                let names: Vec<String> = figures.with(|f| f.shown.iter().map(|figure| figure.name(units, tests.confidence)).collect());
                 if names.is_empty() { "No figure chosen: tick one above.".to_owned() } else { format!("Each cell, top to bottom: {}.", names.join(" · ")) }
             }}</p>
             // Written as one piece of HTML: a 20 × 10 table with every figure is thousands
@@ -207,7 +208,7 @@ pub fn TableView(
             <div class="table-wrap" tabindex="0" role="region" aria-labelledby="table-title"
                 inner_html=move || table_html(&grid.get(), &figures.get(), &heading, run)></div>
             <ul class="legend" id="table-legend">
-                {move || figures::legend(&figures.get(), threshold, arrangement.with(|a| a.flipped), grid.with(|g| g.compared)).into_iter().map(|line| view! { <li>{line}</li> }).collect_view()}
+                {move || figures::legend(&figures.get(), threshold, arrangement.with(|a| a.flipped), grid.with(|g| g.compared), tests).into_iter().map(|line| view! { <li>{line}</li> }).collect_view()}
             </ul>
             <figure class="table-chart" aria-label="Chart of the table">
                 <div inner_html=chart></div>
@@ -302,20 +303,21 @@ fn table_html(grid: &Grid, chosen: &Figures, caption: &str, run: u32) -> String 
                 column.key.id()
             );
             for figure in &chosen.shown {
-                let raw = figure
-                    .values(cell)
-                    .map_or_else(String::new, |(v, high)| match high {
+                let raw = figure.values(cell, grid.tests.confidence).map_or_else(
+                    String::new,
+                    |(v, high)| match high {
                         Some(high) => format!("{v} {high}"),
                         None => v.to_string(),
-                    });
+                    },
+                );
                 // The name in words too: a title is not read by every screen reader.
-                let name = escape(&figure.name(grid.units));
+                let name = escape(&figure.name(grid.units, grid.tests.confidence));
                 let _ = write!(
                     out,
                     "<span class=\"fig\" data-figure=\"{}\" data-value=\"{raw}\" title=\"{name}\">\
                      <span class=\"sr-only\">{name}: </span>{}</span>",
                     figure.id(),
-                    escape(&figure.text(cell, grid.units))
+                    escape(&figure.text(cell, grid.units, grid.tests.confidence))
                 );
             }
             if !figures::marks(cell, chosen).is_empty() {
@@ -362,6 +364,7 @@ fn table_html(grid: &Grid, chosen: &Figures, caption: &str, run: u32) -> String 
                     chosen,
                     grid.threshold,
                     &column_label,
+                    grid.tests,
                 ));
                 let _ = write!(
                     out,

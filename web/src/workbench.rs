@@ -3,7 +3,7 @@
 //! for, said before it runs) or in the page from a survey file that never leaves it.
 
 use crosstab_contract::app::{
-    Codebook, DailyQuota, SurveySummary, TableAxis, TableRequest, UsageQuery,
+    Codebook, Confidence, DailyQuota, SurveySummary, TableAxis, TableRequest, UsageQuery,
     TABLE_COST_PROMPT_THRESHOLD,
 };
 use crosstab_contract::{ApiError, ALL_GROUPS};
@@ -172,6 +172,8 @@ pub fn WorkbenchScreen(signed_in: bool) -> impl IntoView {
     let filter = RwSignal::new(String::new());
     let rows = RwSignal::new(Vec::<TableAxis>::new());
     let columns = RwSignal::new(Vec::<TableAxis>::new());
+    let confidence = RwSignal::new(Confidence::default());
+    let bonferroni = RwSignal::new(false);
     let figures = RwSignal::new(Figures::default());
     let arrangement = RwSignal::new(Arrangement::default());
     let outcome = RwSignal::new(Outcome::Idle);
@@ -297,6 +299,8 @@ pub fn WorkbenchScreen(signed_in: bool) -> impl IntoView {
             filter: Some(filter.trim().to_owned()).filter(|f| !f.is_empty()),
             rows: rows.get(),
             columns: columns.get(),
+            confidence: confidence.get(),
+            bonferroni: bonferroni.get(),
         }
     });
     // What stops a run: an invalid request, or entries naming what the survey lacks
@@ -462,6 +466,8 @@ pub fn WorkbenchScreen(signed_in: bool) -> impl IntoView {
         filter.set(request.filter.unwrap_or_default());
         rows.set(request.rows);
         columns.set(request.columns);
+        confidence.set(request.confidence);
+        bonferroni.set(request.bonferroni);
         figures.set(spec.figures);
         arrangement.set(spec.arrangement);
         reset(Outcome::Idle);
@@ -564,6 +570,28 @@ pub fn WorkbenchScreen(signed_in: bool) -> impl IntoView {
                 </div>
                 <AxisEditor name="rows" title="Rows" items=rows book=book />
                 <AxisEditor name="columns" title="Columns (banner)" items=columns book=book />
+                <fieldset class="tests">
+                    <legend>"Tests and intervals"</legend>
+                    <label for="table-confidence">"Confidence"</label>
+                    <select id="table-confidence"
+                        on:change=move |ev| {
+                            let chosen = event_target_value(&ev).parse::<u8>().ok()
+                                .and_then(|percent| Confidence::try_from(percent).ok());
+                            if let Some(level) = chosen {
+                                confidence.set(level);
+                            }
+                        }>
+                        {Confidence::ALL.into_iter().map(|level| {
+                            let percent = level.percent();
+                            view! { <option value=percent.to_string() selected=move || confidence.get() == level>{format!("{percent}%")}</option> }
+                        }).collect_view()}
+                    </select>
+                    <label class="check" for="table-bonferroni">
+                        <input type="checkbox" id="table-bonferroni" prop:checked=move || bonferroni.get()
+                            on:change=move |ev| bonferroni.set(event_target_checked(&ev)) />
+                        "Correct the column letters for their many comparisons (Bonferroni)"
+                    </label>
+                </fieldset>
                 {move || problem.get().filter(|_| !rows.with(Vec::is_empty) && !columns.with(Vec::is_empty))
                     .map(|message| view! { <p class="error" role="alert" id="table-problem">{message}</p> })}
                 {move || notice.get().map(|message| view! { <p class="warning" role="status">{message}</p> })}
@@ -1265,6 +1293,8 @@ mod tests {
             filter: None,
             rows: Vec::new(),
             columns: Vec::new(),
+            confidence: Default::default(),
+            bonferroni: false,
         };
         let caption = caption_of(Some(&book), &request, Source::Local);
         assert_eq!(caption.survey, "DEMO — Demo");

@@ -18,7 +18,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 pub use crate::table::{
-    billed_calls, Significance, Table, TableAxis, TableAxisKind, TableCell, TableError,
+    billed_calls, Confidence, Significance, Table, TableAxis, TableAxisKind, TableCell, TableError,
     TableHeader, TableRequest, UnstableReason, ValidTable, TABLE_COST_PROMPT_THRESHOLD,
 };
 
@@ -637,6 +637,8 @@ mod tests {
                 filter: None,
                 rows,
                 columns: vec![axis("GENDER = 1"), axis("GENDR = 2 OR F2554")],
+                confidence: Default::default(),
+                bonferroni: false,
             }
             .validate()
             .unwrap()

@@ -21,9 +21,73 @@ use crate::wire::{Stability, ALL_GROUPS};
 /// Above this many billed calls the app asks before it runs a table on the server.
 pub const TABLE_COST_PROMPT_THRESHOLD: u32 = 20;
 
-/// The normal quantile of 97.5% (R's `qnorm(0.975)`): the 95% interval's half-width in
-/// standard errors, and the column test's two-sided 95% critical value.
-pub const Z_95: f64 = 1.959_963_984_540_054;
+/// The confidence of a table's intervals and tests, in percent: 90, 95 (the default) or
+/// 99. Its tests are two-sided, at the level `1 − confidence` (10%, 5% or 1%).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(try_from = "u8", into = "u8")]
+pub enum Confidence {
+    /// 90%.
+    Ninety,
+    /// 95%.
+    #[default]
+    NinetyFive,
+    /// 99%.
+    NinetyNine,
+}
+
+impl Confidence {
+    /// Every level, in order.
+    pub const ALL: [Confidence; 3] = [
+        Confidence::Ninety,
+        Confidence::NinetyFive,
+        Confidence::NinetyNine,
+    ];
+
+    /// In percent.
+    pub fn percent(self) -> u8 {
+        match self {
+            Confidence::Ninety => 90,
+            Confidence::NinetyFive => 95,
+            Confidence::NinetyNine => 99,
+        }
+    }
+
+    /// The tests' level `α`: the chance of calling a difference where there is none.
+    pub fn alpha(self) -> f64 {
+        match self {
+            Confidence::Ninety => 0.10,
+            Confidence::NinetyFive => 0.05,
+            Confidence::NinetyNine => 0.01,
+        }
+    }
+
+    /// The normal quantile of `1 − α/2` (R's `qnorm`): the interval's half-width in
+    /// standard errors.
+    pub fn z(self) -> f64 {
+        match self {
+            Confidence::Ninety => 1.644_853_626_951_472_2,
+            Confidence::NinetyFive => 1.959_963_984_540_054,
+            Confidence::NinetyNine => 2.575_829_303_548_900_4,
+        }
+    }
+}
+
+impl TryFrom<u8> for Confidence {
+    type Error = String;
+
+    fn try_from(percent: u8) -> Result<Self, Self::Error> {
+        Confidence::ALL
+            .into_iter()
+            .find(|level| level.percent() == percent)
+            .ok_or_else(|| format!("confidence is 90, 95 or 99 (percent), not {percent}"))
+    }
+}
+
+impl From<Confidence> for u8 {
+    fn from(level: Confidence) -> u8 {
+        level.percent()
+    }
+}
 
 /// A cell is unstable (also) when its relative standard error is above this.
 pub const MAX_STABLE_RSE: f64 = 0.30;
@@ -83,6 +147,16 @@ pub struct TableRequest {
     /// The columns (the banner), in order (1 to [`MAX_TABLE_COLUMNS`]); the Total column
     /// is added, not asked for.
     pub columns: Vec<TableAxis>,
+    /// The confidence of the intervals and tests, in percent: 90, 95 or 99; absent: 95.
+    #[serde(default)]
+    #[cfg_attr(feature = "ts", tsify(optional, type = "90 | 95 | 99"))]
+    pub confidence: Confidence,
+    /// Whether the pairwise column test is corrected for its many comparisons
+    /// (Bonferroni): each pair is tested at `α / m`, `m` the pairs of columns it
+    /// compares ([`Table::compared_pairs`]); absent: `false`, each pair at `α`.
+    #[serde(default)]
+    #[cfg_attr(feature = "ts", tsify(optional))]
+    pub bonferroni: bool,
 }
 
 /// One row or column of a [`TableRequest`].
@@ -251,13 +325,15 @@ const TABLE_HINT: &str = "Send {\"survey\", \"populationBase\", \"group\", \"fil
                           \"rows\": [{\"expression\", \"label\"}], \"columns\": [...]}.";
 
 /// The members of a [`TableRequest`], as a body names them.
-const TABLE_MEMBERS: [&str; 6] = [
+const TABLE_MEMBERS: [&str; 8] = [
     "survey",
     "populationBase",
     "group",
     "filter",
     "rows",
     "columns",
+    "confidence",
+    "bonferroni",
 ];
 
 /// Longest reason a refusal quotes from serde, which may echo a member's value whole.
@@ -455,6 +531,18 @@ pub struct Table {
     /// Calls billed for this table: [`billed_calls`] on the server, 0 when computed in
     /// the page.
     pub billed_calls: u32,
+    /// The confidence of the intervals and tests, as requested (absent in a table kept
+    /// from before it was asked: 95).
+    #[serde(default)]
+    #[cfg_attr(feature = "ts", tsify(type = "90 | 95 | 99"))]
+    pub confidence: Confidence,
+    /// Whether the pairwise test was corrected for its comparisons, as requested.
+    #[serde(default)]
+    pub bonferroni: bool,
+    /// The pairs of columns the pairwise test compares (both [`TableHeader::compared`]
+    /// with each other): Bonferroni's `m`.
+    #[serde(default)]
+    pub compared_pairs: u32,
 }
 
 /// One row or column of a [`Table`].
@@ -494,11 +582,11 @@ pub enum UnstableReason {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum Significance {
-    /// The row's share of this column is significantly higher (95%) than of the rest of
-    /// the base.
+    /// The row's share of this column is significantly higher (at the table's
+    /// confidence) than of the rest of the base.
     Higher,
-    /// The row's share of this column is significantly lower (95%) than of the rest of
-    /// the base.
+    /// The row's share of this column is significantly lower (at the table's confidence)
+    /// than of the rest of the base.
     Lower,
 }
 
@@ -530,8 +618,8 @@ pub struct TableCell {
     /// column's members, else 0; `X = Σ w_i·x_i`), its variance linearized,
     /// `n/(n−1) · Σ z_i²` with `z_i = w_i·(y_i − p·x_i) / X` (R's
     /// `svyratio`, or `svymean` over the column as a domain); `null` with `verticalPct`
-    /// or when `n < 2`. The 95% interval is `verticalPct ± 1.959963984540054 · SE`
-    /// ([`TableCell::vertical_interval`]).
+    /// or when `n < 2`. The interval is `verticalPct ± z · SE`, `z` the table's
+    /// confidence's quantile ([`TableCell::vertical_interval`]).
     #[cfg_attr(feature = "ts", tsify(type = "number | null"))]
     pub vertical_pct_se: Option<f64>,
     /// Standard error of `horizontalPct`, in percentage points, as `verticalPctSe` with
@@ -551,12 +639,12 @@ pub struct TableCell {
     /// respondent tells nothing of the spread: not an error of 0).
     #[cfg_attr(feature = "ts", tsify(type = "number | null"))]
     pub standard_error: Option<f64>,
-    /// Lower end of the 95% confidence interval, `T − 1.959963984540054 · SE` (may be
-    /// below 0: it is the normal interval, not clipped); `null` with the SE.
+    /// Lower end of the confidence interval, `T − z · SE`, `z` the normal quantile of the
+    /// table's confidence ([`Confidence::z`]: 1.959963984540054 at 95%); it may be below
+    /// 0: it is the normal interval, not clipped; `null` with the SE.
     #[cfg_attr(feature = "ts", tsify(type = "number | null"))]
     pub ci_low: Option<f64>,
-    /// Upper end of the 95% confidence interval, `T + 1.959963984540054 · SE`; `null`
-    /// with the SE.
+    /// Upper end of the confidence interval, `T + z · SE`; `null` with the SE.
     #[cfg_attr(feature = "ts", tsify(type = "number | null"))]
     pub ci_high: Option<f64>,
     /// Relative standard error `SE / T`; `null` when `T` is 0 or `n < 2`.
@@ -568,40 +656,44 @@ pub struct TableCell {
     pub stability: Stability,
     /// Why the cell is unstable, in this order; empty when it is stable.
     pub unstable_reasons: Vec<UnstableReason>,
-    /// The column test (95%, two proportions with effective sample sizes): whether the
-    /// row's share of this column differs from its share of the rest of the base.
+    /// The column test (two proportions with effective sample sizes, two-sided at the
+    /// table's confidence): whether the row's share of this column differs from its
+    /// share of the rest of the base.
     /// `null` when not significant or not testable (either side's effective size under
     /// [`MIN_TESTED_EFFECTIVE_N`], or the row's count in or out under [`MIN_TESTED_EXPECTED`]),
     /// and always on the Total column and the Total row.
     #[cfg_attr(feature = "ts", tsify(type = "Significance | null"))]
     pub significance: Option<Significance>,
-    /// The pairwise column test (95%, as the column test, between two columns): the
-    /// columns (their indices in `columns`) whose share of the row this column's is
-    /// significantly higher than. Only columns with no respondent in common within the
-    /// base are compared (the test needs independent samples: the values of one
-    /// variable, say); absent when none, and always on the Total column and Total row.
+    /// The pairwise column test (as the column test, between two columns, Bonferroni
+    /// corrected when the table is): the columns (their indices in `columns`) whose
+    /// share of the row this column's is significantly higher than. Only columns with no
+    /// respondent in common within the base are compared (the test needs independent
+    /// samples: the values of one variable, say); absent when none, and always on the
+    /// Total column and Total row.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[cfg_attr(feature = "ts", tsify(optional))]
     pub higher_than: Vec<u32>,
 }
 
 impl TableCell {
-    /// The 95% interval of `verticalPct` (normal, not clipped to 0–100, as R's `confint`).
-    pub fn vertical_interval(&self) -> Option<(f64, f64)> {
-        interval(self.vertical_pct, self.vertical_pct_se)
+    /// The interval of `verticalPct` at `confidence` (normal, not clipped to 0–100, as
+    /// R's `confint`).
+    pub fn vertical_interval(&self, confidence: Confidence) -> Option<(f64, f64)> {
+        interval(self.vertical_pct, self.vertical_pct_se, confidence)
     }
 
-    /// The 95% interval of `horizontalPct`.
-    pub fn horizontal_interval(&self) -> Option<(f64, f64)> {
-        interval(self.horizontal_pct, self.horizontal_pct_se)
+    /// The interval of `horizontalPct` at `confidence`.
+    pub fn horizontal_interval(&self, confidence: Confidence) -> Option<(f64, f64)> {
+        interval(self.horizontal_pct, self.horizontal_pct_se, confidence)
     }
 }
 
-/// `value ± Z_95 · se`.
-fn interval(value: Option<f64>, se: Option<f64>) -> Option<(f64, f64)> {
+/// `value ± z · se`.
+fn interval(value: Option<f64>, se: Option<f64>, confidence: Confidence) -> Option<(f64, f64)> {
+    let z = confidence.z();
     value
         .zip(se)
-        .map(|(value, se)| (value - Z_95 * se, value + Z_95 * se))
+        .map(|(value, se)| (value - z * se, value + z * se))
 }
 
 #[cfg(test)]
@@ -631,6 +723,63 @@ mod tests {
                 axis("SMOKER = 1"),
             ],
             columns: vec![axis("REGION = 1"), axis("REGION = 2"), axis("REGION = 3")],
+            confidence: Confidence::NinetyFive,
+            bonferroni: false,
+        }
+    }
+
+    #[test]
+    fn confidence_and_bonferroni_are_read_and_checked() {
+        let body = |extra: &str| {
+            format!(
+                r#"{{"survey": "DEMO", "populationBase": "ADULTS", {extra}
+                    "rows": [{{"expression": "F2554", "label": "Women 25-54 · F2554"}},
+                             {{"expression": "SMOKER = 1"}}],
+                    "columns": [{{"expression": "REGION = 1"}}, {{"expression": "REGION = 2"}},
+                                {{"expression": "REGION = 3"}}]}}"#
+            )
+        };
+        // Absent: 95%, uncorrected.
+        assert_eq!(
+            TableRequest::from_json(body("").as_bytes()).unwrap(),
+            request()
+        );
+        for (percent, level) in [
+            (90, Confidence::Ninety),
+            (95, Confidence::NinetyFive),
+            (99, Confidence::NinetyNine),
+        ] {
+            let read = TableRequest::from_json(
+                body(&format!(r#""confidence": {percent}, "bonferroni": true,"#)).as_bytes(),
+            )
+            .unwrap();
+            assert_eq!((read.confidence, read.bonferroni), (level, true));
+            // Written back as the number it was read from.
+            let written = serde_json::to_value(&read).unwrap();
+            assert_eq!(written["confidence"], percent);
+            assert_eq!(written["bonferroni"], true);
+        }
+        for wrong in [
+            r#""confidence": 80,"#,
+            r#""confidence": 95.5,"#,
+            r#""confidence": "95","#,
+        ] {
+            let (field, message) = unreadable(&body(wrong));
+            assert_eq!(field, None, "{wrong}");
+            assert!(
+                message.starts_with("The table request is not valid"),
+                "{message}"
+            );
+        }
+        let (_, message) = unreadable(&body(r#""confidence": 80,"#));
+        assert!(
+            message.contains("confidence is 90, 95 or 99 (percent), not 80"),
+            "{message}"
+        );
+        let (field, _) = unreadable(&body(r#""bonferroni": true, "bonferroni": false,"#));
+        assert_eq!(field.as_deref(), Some("bonferroni"));
+        for level in Confidence::ALL {
+            assert_eq!(Confidence::try_from(level.percent()), Ok(level));
         }
     }
 
@@ -776,9 +925,18 @@ mod tests {
             serde_json::from_value::<TableCell>(value.clone()).unwrap(),
             cell
         );
-        assert_eq!(cell.vertical_interval(), None);
-        let (low, high) = cell.horizontal_interval().unwrap();
-        assert_eq!((low, high), (50.0 - Z_95 * 10.0, 50.0 + Z_95 * 10.0));
+        assert_eq!(cell.vertical_interval(Confidence::NinetyFive), None);
+        let z = 1.959_963_984_540_054;
+        let (low, high) = cell.horizontal_interval(Confidence::NinetyFive).unwrap();
+        assert_eq!((low, high), (50.0 - z * 10.0, 50.0 + z * 10.0));
+        let (low, high) = cell.horizontal_interval(Confidence::NinetyNine).unwrap();
+        assert_eq!(
+            (low, high),
+            (
+                50.0 - 2.575_829_303_548_900_4 * 10.0,
+                50.0 + 2.575_829_303_548_900_4 * 10.0
+            )
+        );
 
         // A table kept before the shares' errors were (a replay) reads them as unknown.
         let mut older = value;

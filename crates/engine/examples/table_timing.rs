@@ -41,6 +41,8 @@ pub fn request(survey: &Survey) -> TableRequest {
         filter: None,
         rows: flags,
         columns: columns.iter().map(|c| axis((*c).to_owned())).collect(),
+        confidence: Default::default(),
+        bonferroni: false,
     }
 }
 

@@ -3,8 +3,8 @@
 //! `subset(design, base)`) and the column test.
 
 use crosstab_contract::table::{
-    Significance, TableCell, UnstableReason, MAX_STABLE_RSE, MIN_TESTED_EFFECTIVE_N,
-    MIN_TESTED_EXPECTED, Z_95,
+    Confidence, Significance, TableCell, UnstableReason, MAX_STABLE_RSE, MIN_TESTED_EFFECTIVE_N,
+    MIN_TESTED_EXPECTED,
 };
 use crosstab_contract::Stability;
 
@@ -35,6 +35,8 @@ pub(crate) struct Figures {
     pub base: Moments,
     pub audience_report_units: u32,
     pub unstable_max_resps: u64,
+    /// Of the intervals.
+    pub confidence: Confidence,
 }
 
 /// `part / whole × 100`, when `whole` has weight.
@@ -99,8 +101,8 @@ impl Figures {
             index,
             effective_n: cell.effective_n(),
             standard_error,
-            ci_low: standard_error.map(|se| cell.weight - Z_95 * se),
-            ci_high: standard_error.map(|se| cell.weight + Z_95 * se),
+            ci_low: standard_error.map(|se| cell.weight - self.confidence.z() * se),
+            ci_high: standard_error.map(|se| cell.weight + self.confidence.z() * se),
             relative_standard_error,
             stability: if unstable_reasons.is_empty() {
                 Stability::Stable
@@ -115,8 +117,8 @@ impl Figures {
 }
 
 /// The column test of a cell: is the row's share of this column, `p1 = cell / column`,
-/// different at 95% from its share of the rest of the base, `p2 = (row − cell) /
-/// complement`? [`share_test`] of the two.
+/// different (at level `alpha`) from its share of the rest of the base, `p2 = (row −
+/// cell) / complement`? [`share_test`] of the two.
 ///
 /// Why the rest of the base and not the Total column: the Total column contains this
 /// column's own respondents, so the two shares are not independent samples and the
@@ -129,19 +131,22 @@ pub(crate) fn column_test(
     row: Moments,
     column: Moments,
     complement: Moments,
+    alpha: f64,
 ) -> Option<Significance> {
     share_test(
         cell.weight,
         column,
         (row.weight - cell.weight).max(0.0),
         complement,
+        alpha,
     )
 }
 
-/// Whether the share `part1 / whole1` is significantly higher or lower (95%) than
-/// `part2 / whole2`, the wholes disjoint (so independent samples): a two-proportion
-/// z-test with each side's effective sample size and the pooled proportion. The column
-/// test, and the pairwise test of two columns that share no respondent.
+/// Whether the share `part1 / whole1` is significantly higher or lower than `part2 /
+/// whole2`, the wholes disjoint (so independent samples): a two-proportion z-test with
+/// each side's effective sample size and the pooled proportion, two-sided, significant
+/// when its p-value `2·P(Z > |z|)` is below `alpha`. The column test, and the pairwise
+/// test of two columns that share no respondent.
 ///
 /// `None` when either side's effective size is under [`MIN_TESTED_EFFECTIVE_N`] (the
 /// normal approximation would call two respondents of five a difference), a side has no
@@ -152,6 +157,7 @@ pub(crate) fn share_test(
     whole1: Moments,
     part2: f64,
     whole2: Moments,
+    alpha: f64,
 ) -> Option<Significance> {
     let tested = |n: &f64| *n >= MIN_TESTED_EFFECTIVE_N;
     let n1 = whole1.effective_n().filter(tested)?;
@@ -170,13 +176,19 @@ pub(crate) fn share_test(
     // Also refuses NaN: nothing to test.
     let deviation = Some(variance.sqrt()).filter(|d| *d > 0.0)?;
     let z = (p1 - p2) / deviation;
-    if z > Z_95 {
-        Some(Significance::Higher)
-    } else if z < -Z_95 {
-        Some(Significance::Lower)
-    } else {
+    if two_sided_p(z) >= alpha {
         None
+    } else if z > 0.0 {
+        Some(Significance::Higher)
+    } else {
+        Some(Significance::Lower)
     }
+}
+
+/// The standard normal's two-sided p-value of `z`, `2·P(Z > |z|) = erfc(|z|/√2)`: from
+/// the complementary error function, so a tail of 1e-300 is not lost to `1 − Φ`.
+pub(crate) fn two_sided_p(z: f64) -> f64 {
+    libm::erfc(z.abs() / std::f64::consts::SQRT_2)
 }
 
 #[cfg(test)]
@@ -198,7 +210,7 @@ mod tests {
         let test = |column: u64, rest: u64| {
             let cell = unweighted(column / 2);
             let row = unweighted(column / 2 + rest / 20);
-            column_test(cell, row, unweighted(column), unweighted(rest))
+            column_test(cell, row, unweighted(column), unweighted(rest), 0.05)
         };
         assert_eq!(test(30, 1000), Some(Significance::Higher));
         // z is over 4 for 10 respondents too, but too few to test.
@@ -211,17 +223,17 @@ mod tests {
         let (column, rest) = (unweighted(1000), unweighted(1000));
         // 4 of 1000 against none of 1000: z is 2.0 (Fisher's exact p is 0.12).
         assert_eq!(
-            column_test(unweighted(4), unweighted(4), column, rest),
+            column_test(unweighted(4), unweighted(4), column, rest, 0.05),
             None
         );
         // 6 against none: z 2.45 (Fisher's p 0.031).
         assert_eq!(
-            column_test(unweighted(6), unweighted(6), column, rest),
+            column_test(unweighted(6), unweighted(6), column, rest, 0.05),
             Some(Significance::Higher)
         );
         // Likewise out of the row: 996 of 1000 against all of them.
         assert_eq!(
-            column_test(unweighted(996), unweighted(1996), column, rest),
+            column_test(unweighted(996), unweighted(1996), column, rest, 0.05),
             None
         );
     }
@@ -233,6 +245,7 @@ mod tests {
             base: unweighted(100),
             audience_report_units: 1,
             unstable_max_resps: 0,
+            confidence: Confidence::NinetyFive,
         };
         let base = unweighted(100);
         // The base's own total varies once the base is a part of the sample: √(n/(n−1) ·
@@ -269,6 +282,7 @@ mod tests {
             base: unweighted(400),
             audience_report_units: 1,
             unstable_max_resps: 0,
+            confidence: Confidence::NinetyNine,
         };
         // 25 of a column of 100 (a row of 200): with unit weights Σ z_i² is (0.75²·25 +
         // 0.25²·75) / 100², the textbook p(1−p)/m with m = 100 but for n/(n−1).
@@ -284,9 +298,16 @@ mod tests {
             near(cell.horizontal_pct_se, expected(0.125, 200.0)),
             "{cell:?}"
         );
-        let (low, high) = cell.vertical_interval().unwrap();
-        assert!((low - (25.0 - Z_95 * expected(0.25, 100.0))).abs() < 1e-9);
-        assert!((high - (25.0 + Z_95 * expected(0.25, 100.0))).abs() < 1e-9);
+        let z = Confidence::NinetyNine.z();
+        let (low, high) = cell.vertical_interval(Confidence::NinetyNine).unwrap();
+        assert!((low - (25.0 - z * expected(0.25, 100.0))).abs() < 1e-9);
+        assert!((high - (25.0 + z * expected(0.25, 100.0))).abs() < 1e-9);
+        // The total's interval is at the figures' confidence too.
+        let se = cell.standard_error.unwrap();
+        assert_eq!(
+            (cell.ci_low, cell.ci_high),
+            (Some(25.0 - z * se), Some(25.0 + z * se))
+        );
 
         // Weights count by their squares: one heavy member of the column's four.
         let heavy = Moments {
@@ -311,5 +332,31 @@ mod tests {
         assert_eq!(whole.vertical_pct_se, Some(0.0));
         let empty = figures.cell(unweighted(0), unweighted(5), unweighted(0), None);
         assert_eq!((empty.vertical_pct, empty.vertical_pct_se), (None, None));
+    }
+
+    #[test]
+    fn each_confidence_is_its_quantile_and_tests_at_its_level() {
+        for level in Confidence::ALL {
+            // z is R's qnorm(1 − α/2): its two-sided p-value is α.
+            let p = two_sided_p(level.z());
+            assert!((p - level.alpha()).abs() < 1e-15, "{level:?}: {p}");
+        }
+        // 60 of 200 against 45 of 200: z = 1.70 (p 0.089): significant at 90% only.
+        let (column, rest) = (unweighted(200), unweighted(200));
+        let test = |alpha| column_test(unweighted(60), unweighted(105), column, rest, alpha);
+        assert_eq!(test(0.10), Some(Significance::Higher));
+        assert_eq!(test(0.05), None);
+        // 70 of 200 against 45: z = 2.75 (p 0.0060): at 99%, and not at 99% corrected
+        // for two comparisons (α/2 = 0.005).
+        let test = |alpha| column_test(unweighted(70), unweighted(115), column, rest, alpha);
+        assert_eq!(test(0.01), Some(Significance::Higher));
+        assert_eq!(test(0.005), None);
+        // Lower reads from the other side.
+        assert_eq!(
+            share_test(45.0, column, 70.0, rest, 0.01),
+            Some(Significance::Lower)
+        );
+        // The far tail is not rounded away.
+        assert!(two_sided_p(30.0) > 0.0 && two_sided_p(-30.0) == two_sided_p(30.0));
     }
 }

@@ -136,18 +136,29 @@ impl TableSums {
     /// Whether the pairwise test compares column `c` with another: both have respondents
     /// in the base, and none in common.
     pub fn compared(&self, c: usize) -> bool {
+        (0..self.columns.len()).any(|other| other != c && self.compares(c, other))
+    }
+
+    /// The pairs of columns the pairwise test compares: Bonferroni's `m`.
+    pub fn compared_pairs(&self) -> usize {
+        pairs(self.columns.len())
+            .filter(|(a, b)| self.compares(*a, *b))
+            .count()
+    }
+
+    /// Whether the pairwise test compares columns `a` and `b`: both have respondents in
+    /// the base, and none in common.
+    fn compares(&self, a: usize, b: usize) -> bool {
         let peopled = |column: usize| self.columns[column].count > 0;
-        peopled(c)
-            && (0..self.columns.len())
-                .any(|other| other != c && peopled(other) && !self.overlapping[c][other])
+        peopled(a) && peopled(b) && !self.overlapping[a][b]
     }
 }
 
 /// For each column of a row (its cells `row_cells`), the columns (indices, ascending)
-/// whose share of the row its share is significantly higher than, among those sharing no
-/// respondent with it within the base. Each pair is tested once: the test is symmetric,
-/// so one column's "higher" is the other's "lower".
-fn higher_than(sums: &TableSums, row_cells: &[Moments]) -> Vec<Vec<u32>> {
+/// whose share of the row its share is significantly higher than (at level `alpha`),
+/// among those sharing no respondent with it within the base. Each pair is tested once:
+/// the test is symmetric, so one column's "higher" is the other's "lower".
+fn higher_than(sums: &TableSums, row_cells: &[Moments], alpha: f64) -> Vec<Vec<u32>> {
     let mut higher = vec![Vec::new(); sums.columns.len()];
     for (a, b) in pairs(sums.columns.len()) {
         if sums.overlapping[a][b] {
@@ -158,6 +169,7 @@ fn higher_than(sums: &TableSums, row_cells: &[Moments]) -> Vec<Vec<u32>> {
             sums.columns[a],
             row_cells[b].weight,
             sums.columns[b],
+            alpha,
         );
         let (winner, loser) = match verdict {
             Some(Significance::Higher) => (a, b),
@@ -335,6 +347,15 @@ impl Survey {
             base: sums.base,
             audience_report_units: self.audience_report_units(),
             unstable_max_resps: self.unstable_max_resps(),
+            confidence: request.request.confidence,
+        };
+        let alpha = request.request.confidence.alpha();
+        let compared_pairs = sums.compared_pairs();
+        // Bonferroni: the chance of any false letter in a row stays under α.
+        let pair_alpha = if request.request.bonferroni {
+            alpha / compared_pairs.max(1) as f64
+        } else {
+            alpha
         };
         let headers = |axis, unknown: &[bool]| {
             let mut headers = request.headers(axis);
@@ -356,9 +377,9 @@ impl Survey {
                     .iter()
                     .zip(&sums.columns)
                     .zip(&sums.complements)
-                    .zip(higher_than(&sums, row_cells))
+                    .zip(higher_than(&sums, row_cells, pair_alpha))
                     .map(|(((cell, column), complement), higher)| {
-                        let test = column_test(*cell, *row, *column, *complement);
+                        let test = column_test(*cell, *row, *column, *complement, alpha);
                         let mut out = figures.cell(*cell, *row, *column, test);
                         out.higher_than = higher;
                         out
@@ -388,6 +409,9 @@ impl Survey {
             audience_report_units: self.audience_report_units(),
             unstable_max_resps: self.unstable_max_resps(),
             billed_calls: 0,
+            confidence: request.request.confidence,
+            bonferroni: request.request.bonferroni,
+            compared_pairs: u32::try_from(compared_pairs).unwrap_or(u32::MAX),
         })
     }
 }

@@ -268,6 +268,8 @@ mod tests {
             filter: None,
             rows: vec![axis("GENDER = 2"), axis("GENDER = 1")],
             columns: vec![axis("REGION = 2")],
+            confidence: Default::default(),
+            bonferroni: false,
         };
         let answer_ = table_of(&request).unwrap();
         assert_eq!(answer_.billed_calls, 0);

@@ -4,15 +4,28 @@
 //! every cell of a demo table against `/v1`'s answer for `(row) AND (column)`.
 
 use crosstab_contract::app::{
-    Significance, Table, TableAxis, TableCell, TableRequest, UnstableReason,
+    Confidence, Significance, Table, TableAxis, TableCell, TableRequest, UnstableReason,
 };
 use crosstab_contract::{validate_value, Stability};
 use crosstab_engine::demo::{self, DemoConfig};
 use crosstab_engine::{exact_sum, QueryError, Survey};
 use serde_json::json;
 
-/// qnorm(0.975), written out here rather than taken from the contract.
-const Z: f64 = 1.959_963_984_540_054;
+/// R's qnorm(1 − α/2) of each confidence, written out here rather than taken from the
+/// contract.
+fn critical_z(confidence: Confidence) -> f64 {
+    match confidence.percent() {
+        90 => 1.644_853_626_951_472_2,
+        95 => 1.959_963_984_540_054,
+        99 => 2.575_829_303_548_900_4,
+        other => panic!("no quantile written for {other}%"),
+    }
+}
+
+/// The two-sided p-value of a z: 2·P(Z > |z|).
+fn two_sided_p(z: f64) -> f64 {
+    libm::erfc(z.abs() / std::f64::consts::SQRT_2)
+}
 
 struct Respondent {
     weight: f64,
@@ -139,6 +152,8 @@ fn request(base: &str, group: Option<&str>) -> TableRequest {
         filter: None,
         rows: ROWS.iter().map(axis).collect(),
         columns: COLUMNS.iter().map(axis).collect(),
+        confidence: Confidence::NinetyFive,
+        bonferroni: false,
     }
 }
 
@@ -169,6 +184,8 @@ struct Reference<'a> {
     /// exact squares) rounded once, bit for bit: so with full-precision weights. Decimal
     /// weights are summed as the decimals they were written as, a hair from their f64s.
     exact: bool,
+    /// The intervals' half-width in standard errors and the column test's critical z.
+    z: f64,
 }
 
 impl Reference<'_> {
@@ -335,12 +352,12 @@ impl Reference<'_> {
         close_opt(
             &format!("{what}: CI low"),
             got.ci_low,
-            Some(weight - Z * se),
+            Some(weight - self.z * se),
         );
         close_opt(
             &format!("{what}: CI high"),
             got.ci_high,
-            Some(weight + Z * se),
+            Some(weight + self.z * se),
         );
         let rse = (weight != 0.0).then(|| se / weight);
         close_opt(&format!("{what}: RSE"), got.relative_standard_error, rse);
@@ -387,25 +404,60 @@ impl Reference<'_> {
     }
 }
 
-/// Checks a whole table against the long way; returns the column test's verdicts it saw
-/// and how many pairs the pairwise test found different.
+/// What [`check_table`] saw of the tests.
+#[derive(Default)]
+struct Seen {
+    /// The column test's verdicts.
+    verdicts: Vec<Significance>,
+    /// Pairs of columns the pairwise test found apart.
+    pairs: usize,
+    /// Pairs apart at the table's level that Bonferroni's correction took back.
+    corrected_away: usize,
+}
+
+/// Checks a whole table, at its confidence and with its correction, against the long
+/// way.
 fn check_table(
     people: &[Respondent],
     table: &Table,
     base: Test,
     group: Option<&str>,
     exact: bool,
-) -> (Vec<Significance>, usize) {
+) -> Seen {
     let sample: Vec<&Respondent> = people
         .iter()
         .filter(|r| group.is_none_or(|g| r.group == g))
         .collect();
+    let z_critical = critical_z(table.confidence);
     let reference = Reference {
         design: sample.iter().copied().filter(|r| base(r)).collect(),
         sample,
         base,
         exact,
+        z: z_critical,
     };
+    // Bonferroni's m: the pairs of peopled columns with no respondent in common.
+    let peopled = |column: Test| reference.count(&column) > 0;
+    let compared_pairs = (0..COLUMNS.len())
+        .flat_map(|a| (a + 1..COLUMNS.len()).map(move |b| (a, b)))
+        .filter(|&(a, b)| {
+            let (first, second) = (COLUMNS[a].1, COLUMNS[b].1);
+            peopled(first) && peopled(second) && reference.count(&|r| first(r) && second(r)) == 0
+        })
+        .count();
+    assert_eq!(table.compared_pairs as usize, compared_pairs);
+    let alpha = match table.confidence.percent() {
+        90 => 0.10,
+        95 => 0.05,
+        99 => 0.01,
+        other => panic!("no level written for {other}%"),
+    };
+    let pair_alpha = if table.bonferroni {
+        alpha / compared_pairs as f64
+    } else {
+        alpha
+    };
+    let mut corrected_away = 0;
     let threshold = 3;
     let all = |_: &Respondent| true;
     let mut verdicts = vec![];
@@ -420,10 +472,13 @@ fn check_table(
             reference.check(&what, got, &|p| row(p) && column(p), row, column, threshold);
             let expected = reference.z(*row, *column).and_then(|z| {
                 // Far enough from the edge that rounding can't decide the verdict.
-                assert!((z.abs() - Z).abs() > 1e-6, "{what}: z {z} on the edge");
-                if z > Z {
+                assert!(
+                    (z.abs() - z_critical).abs() > 1e-6,
+                    "{what}: z {z} on the edge"
+                );
+                if z > z_critical {
                     Some(Significance::Higher)
-                } else if z < -Z {
+                } else if z < -z_critical {
                     Some(Significance::Lower)
                 } else {
                     None
@@ -437,8 +492,15 @@ fn check_table(
                     reference
                         .pair_z(*row, *column, COLUMNS[other].1)
                         .is_some_and(|z| {
-                            assert!((z.abs() - Z).abs() > 1e-6, "{what}: pair z {z} on the edge");
-                            z > Z
+                            let p = two_sided_p(z);
+                            assert!(
+                                (p / pair_alpha - 1.0).abs() > 1e-6,
+                                "{what}: pair p {p} on the edge"
+                            );
+                            if z > 0.0 && p >= pair_alpha && p < alpha {
+                                corrected_away += 1;
+                            }
+                            z > 0.0 && p < pair_alpha
                         })
                 })
                 .map(|other| other as u32)
@@ -477,15 +539,19 @@ fn check_table(
     reference.check("total", &table.total, &all, &all, &all, threshold);
     // Only the regions are compared: the last column shares respondents with each.
     assert!(pairs.iter().all(|(a, b)| *a < 3 && *b < 3), "{pairs:?}");
-    (verdicts, pairs.len())
+    Seen {
+        verdicts,
+        pairs: pairs.len(),
+        corrected_away,
+    }
 }
 
 #[test]
 fn every_figure_matches_the_long_way_with_exact_and_float_weights() {
     let adults: Test = |r| r.age.is_some_and(|a| a >= 18);
     let everyone: Test = |_| true;
-    let mut verdicts = vec![];
-    let mut pairs = 0;
+    // What each confidence and correction saw, over every table.
+    let mut seen: Vec<((Confidence, bool), Seen)> = vec![];
     for (weight, exact) in [
         (decimal_weight as fn(usize) -> f64, false),
         (float_weight, true),
@@ -497,31 +563,136 @@ fn every_figure_matches_the_long_way_with_exact_and_float_weights() {
             ("ADULTS", adults, Some("A")),
             ("ALL", everyone, Some("B")),
         ] {
-            let valid = request(base_code, group).validate().unwrap();
-            let table = survey.table(&valid).unwrap();
-            assert_eq!(
-                (table.survey.as_str(), table.population_base.as_str()),
-                ("TAB", base_code)
-            );
-            assert_eq!(table.group.as_deref(), group);
-            assert_eq!(
-                (table.audience_report_units, table.unstable_max_resps),
-                (100, 3)
-            );
-            assert_eq!(table.billed_calls, 0, "computed locally");
-            let (found, different) = check_table(&people, &table, base, group, exact);
-            verdicts.extend(found);
-            pairs += different;
-            // The unknown row sums to nothing anywhere.
-            assert!(table.cells[4]
-                .iter()
-                .all(|cell| cell.weight == 0.0 && cell.resps == 0));
+            for setting in [
+                (Confidence::NinetyFive, false),
+                (Confidence::Ninety, false),
+                (Confidence::NinetyNine, false),
+                (Confidence::NinetyFive, true),
+            ] {
+                let (confidence, bonferroni) = setting;
+                let valid = TableRequest {
+                    confidence,
+                    bonferroni,
+                    ..request(base_code, group)
+                }
+                .validate()
+                .unwrap();
+                let table = survey.table(&valid).unwrap();
+                assert_eq!(
+                    (table.survey.as_str(), table.population_base.as_str()),
+                    ("TAB", base_code)
+                );
+                assert_eq!(table.group.as_deref(), group);
+                assert_eq!(
+                    (table.audience_report_units, table.unstable_max_resps),
+                    (100, 3)
+                );
+                assert_eq!(table.billed_calls, 0, "computed locally");
+                assert_eq!((table.confidence, table.bonferroni), setting);
+                let found = check_table(&people, &table, base, group, exact);
+                match seen.iter_mut().find(|(s, _)| *s == setting) {
+                    Some((_, all)) => {
+                        all.verdicts.extend(found.verdicts);
+                        all.pairs += found.pairs;
+                        all.corrected_away += found.corrected_away;
+                    }
+                    None => seen.push((setting, found)),
+                }
+                // The unknown row sums to nothing anywhere.
+                assert!(table.cells[4]
+                    .iter()
+                    .all(|cell| cell.weight == 0.0 && cell.resps == 0));
+            }
         }
     }
+    let of = |setting: (Confidence, bool)| &seen.iter().find(|(s, _)| *s == setting).unwrap().1;
     // The data make the column test find something both ways, so the test tests it.
-    assert!(verdicts.contains(&Significance::Higher), "{verdicts:?}");
-    assert!(verdicts.contains(&Significance::Lower), "{verdicts:?}");
-    assert!(pairs > 0, "the pairwise test finds regions apart");
+    let at_95 = of((Confidence::NinetyFive, false));
+    assert!(
+        at_95.verdicts.contains(&Significance::Higher),
+        "{:?}",
+        at_95.verdicts
+    );
+    assert!(
+        at_95.verdicts.contains(&Significance::Lower),
+        "{:?}",
+        at_95.verdicts
+    );
+    assert!(at_95.pairs > 0, "the pairwise test finds regions apart");
+    // ... and the levels and the correction decide some verdicts, so they are tested.
+    let count = |setting| of(setting).verdicts.len();
+    assert!(count((Confidence::Ninety, false)) > at_95.verdicts.len());
+    assert!(count((Confidence::NinetyNine, false)) < at_95.verdicts.len());
+    // Bonferroni takes back exactly the pairs it should (none in these data: see
+    // `bonferroni_takes_back_a_pair_apart_at_its_level_alone` for one that is).
+    let corrected = of((Confidence::NinetyFive, true));
+    assert_eq!(corrected.pairs + corrected.corrected_away, at_95.pairs);
+}
+
+#[test]
+fn bonferroni_takes_back_a_pair_apart_at_its_level_alone() {
+    let definition = r#"
+code = "BON"
+name = "Bonferroni"
+respondents = "respondents.csv"
+id_column = "ID"
+weight_column = "W"
+
+[[population_bases]]
+code = "ALL"
+expr = "*"
+"#;
+    // Three regions of 200: the row holds 64, 45 and 55 of them. 32% against 22.5% is
+    // z = 2.13, p = 0.033: apart at 95%, not at 95% over three pairs (0.05 / 3); the
+    // other pairs are apart at neither.
+    let mut csv = String::from("ID,W,REGION,X\n");
+    for (region, in_row) in [(1, 64), (2, 45), (3, 55)] {
+        for i in 0..200 {
+            csv.push_str(&format!(
+                "r{region}_{i},1,{region},{}\n",
+                u8::from(i < in_row)
+            ));
+        }
+    }
+    let survey = crosstab_engine::survey_from_csv(definition, &csv).unwrap();
+    let axis = |expression: &str| TableAxis {
+        expression: expression.into(),
+        label: None,
+    };
+    let table = |confidence, bonferroni| {
+        let request = TableRequest {
+            survey: "BON".into(),
+            population_base: "ALL".into(),
+            group: None,
+            filter: None,
+            rows: vec![axis("X = 1")],
+            columns: vec![axis("REGION = 1"), axis("REGION = 2"), axis("REGION = 3")],
+            confidence,
+            bonferroni,
+        };
+        survey.table(&request.validate().unwrap()).unwrap()
+    };
+    let higher = |table: &Table| -> Vec<Vec<u32>> {
+        table.cells[0]
+            .iter()
+            .map(|c| c.higher_than.clone())
+            .collect()
+    };
+    let uncorrected = table(Confidence::NinetyFive, false);
+    assert_eq!(uncorrected.compared_pairs, 3);
+    assert_eq!(higher(&uncorrected), [vec![1], vec![], vec![]]);
+    let corrected = table(Confidence::NinetyFive, true);
+    assert_eq!((corrected.compared_pairs, corrected.bonferroni), (3, true));
+    assert!(higher(&corrected).iter().all(Vec::is_empty));
+    // The column tests are not corrected: the same arrows either way.
+    let arrows =
+        |table: &Table| -> Vec<_> { table.cells[0].iter().map(|c| c.significance).collect() };
+    assert_eq!(arrows(&corrected), arrows(&uncorrected));
+    // At 90%, corrected, it is apart again: α/3 = 0.0333 is just above its p, 0.0329.
+    assert_eq!(
+        higher(&table(Confidence::Ninety, true)),
+        [vec![1], vec![], vec![]]
+    );
 }
 
 #[test]
@@ -592,6 +763,8 @@ fn demo_cells_are_what_v1_answers_for_row_and_column() {
                     label: None,
                 })
                 .collect(),
+            confidence: Default::default(),
+            bonferroni: false,
         };
         let table = survey.table(&request.clone().validate().unwrap()).unwrap();
         let v1 = |targets: Vec<String>| {
@@ -673,6 +846,8 @@ fn a_table_given_up_stops_at_the_next_block() {
         filter: None,
         rows: vec![axis("GENDER = 1"), axis("SMOKER = 1")],
         columns: vec![axis("REGION = 1"), axis("AGE >= 55")],
+        confidence: Default::default(),
+        bonferroni: false,
     }
     .validate()
     .unwrap();
