@@ -19,7 +19,7 @@ this script recomputes every cell from the respondent CSV with pandas and compar
   the two and leaves at least 5 out, significant where its p-value is under α; and the
   pairwise test (`higherThan`), the same z-test between every two columns with no
   respondent in common, its p-value under α, or under α/m with Bonferroni's correction
-  over the m pairs compared.
+  over the m such pairs whose columns both have an effective size of 30 or more.
 
 Everything to 1e-9 relative. R itself is not installable here (CRAN is unreachable).
 Usage: check-table-stats.py [NATIVE_HELPER]   (run with the venv scripts/setup makes:
@@ -213,11 +213,15 @@ def check(work):
         threshold = table["unstableMaxResps"]
         row_masks = [mask(sample, r).to_numpy() & everyone for r in rows]
         column_masks = [mask(sample, c).to_numpy() & everyone for c in columns]
+        # Bonferroni's m: the disjoint pairs of columns whose effective sizes are tested (30+).
+        def tested(side):
+            return w[side].sum() > 0 and w[side].sum() ** 2 / (w[side] ** 2).sum() >= 30
         compared_pairs = sum(
             1 for a in range(len(columns)) for b in range(a + 1, len(columns))
-            if column_masks[a].any() and column_masks[b].any() and not (column_masks[a] & column_masks[b]).any())
+            if tested(column_masks[a]) and tested(column_masks[b])
+            and not (column_masks[a] & column_masks[b]).any())
         assert table["comparedPairs"] == compared_pairs, (table["comparedPairs"], compared_pairs)
-        pair_alpha = alpha / compared_pairs if bonferroni else alpha
+        pair_alpha = alpha / max(compared_pairs, 1) if bonferroni else alpha
         for r, row in enumerate(row_masks):
             for c, column in enumerate(column_masks):
                 what = f"{base}/{group} [{rows[r]}] x [{columns[c]}]"

@@ -560,6 +560,33 @@ mod tests {
     }
 
     #[test]
+    fn exports_name_the_tables_confidence_and_correction() {
+        let mut t = table();
+        t.confidence = crosstab_contract::app::Confidence::NinetyNine;
+        t.bonferroni = true;
+        t.cells[0][1].higher_than = vec![0];
+        let grid = Grid::of(&t, Arrangement::default());
+        let figures = Figures {
+            shown: vec![Figure::Interval, Figure::VerticalInterval],
+            ..Figures::all()
+        };
+        let csv = to_csv(&grid, &figures, &caption());
+        assert!(csv.contains(",\"99% interval, low\","), "{csv}");
+        assert!(csv.contains(",\"Vertical % 99% interval, high\","), "{csv}");
+        assert!(!csv.contains("95%"), "{csv}");
+        assert!(
+            csv.contains("Bonferroni corrected: each of the 1 pair of columns"),
+            "{csv}"
+        );
+        assert!(
+            csv.contains("Vertical % 99% interval: the share ± 2.576"),
+            "{csv}"
+        );
+        let sheet = sheet(&grid, &figures, &caption());
+        assert!(sheet.legend.iter().any(|l| l.contains("one test at 99%")));
+    }
+
+    #[test]
     fn chart_escapes_labels_and_scales_bars() {
         let mut t = table();
         t.rows[0].label = "<Women & girls>".into();

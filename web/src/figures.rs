@@ -396,7 +396,7 @@ pub fn legend(
     }
     if figures.shown.contains(&Figure::VerticalInterval) {
         lines.push(format!(
-            "Vertical % {percent}% interval: the share ± {:.2} standard errors of a ratio (linearized, as R's svyratio), not clipped to 0–100%.",
+            "Vertical % {percent}% interval: the share ± {:.3} standard errors of a ratio (linearized, as R's svyratio), not clipped to 0–100%.",
             tests.confidence.z()
         ));
     }
@@ -596,7 +596,7 @@ pub mod tests {
         assert_eq!(lines.len(), 10);
         assert!(lines
             .iter()
-            .any(|l| l.starts_with("Vertical % 95% interval: the share ± 1.96")));
+            .any(|l| l.starts_with("Vertical % 95% interval: the share ± 1.960 standard")));
         // Flipped, the legend says the arrows are the table's as built (exports too).
         let flipped = legend(&all, 60, true, true, Tests::default());
         assert_eq!(flipped.len(), 11);
@@ -648,7 +648,7 @@ pub mod tests {
              so where there is no real difference the chance that a row shows any letter is at most 1%."
         ));
         assert!(has(
-            "Vertical % 99% interval: the share ± 2.58 standard errors"
+            "Vertical % 99% interval: the share ± 2.576 standard errors"
         ));
         let at_90 = legend(
             &Figures::all(),

@@ -573,7 +573,7 @@ pub fn WorkbenchScreen(signed_in: bool) -> impl IntoView {
                 <fieldset class="tests">
                     <legend>"Tests and intervals"</legend>
                     <label for="table-confidence">"Confidence"</label>
-                    <select id="table-confidence"
+                    <select id="table-confidence" prop:value=move || confidence.get().percent().to_string()
                         on:change=move |ev| {
                             let chosen = event_target_value(&ev).parse::<u8>().ok()
                                 .and_then(|percent| Confidence::try_from(percent).ok());

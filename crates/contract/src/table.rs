@@ -22,9 +22,10 @@ use crate::wire::{Stability, ALL_GROUPS};
 pub const TABLE_COST_PROMPT_THRESHOLD: u32 = 20;
 
 /// The confidence of a table's intervals and tests, in percent: 90, 95 (the default) or
-/// 99. Its tests are two-sided, at the level `1 − confidence` (10%, 5% or 1%).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(try_from = "u8", into = "u8")]
+/// 99. Its tests are two-sided, at the level `1 − confidence` (10%, 5% or 1%). Read from
+/// a JSON number (`95` or `95.0`; `null` is the default), written as a whole number.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize)]
+#[serde(into = "u8")]
 pub enum Confidence {
     /// 90%.
     Ninety,
@@ -80,6 +81,32 @@ impl TryFrom<u8> for Confidence {
             .into_iter()
             .find(|level| level.percent() == percent)
             .ok_or_else(|| format!("confidence is 90, 95 or 99 (percent), not {percent}"))
+    }
+}
+
+impl<'de> Deserialize<'de> for Confidence {
+    /// Whatever the value, a refusal that names the member and the levels.
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let value = serde_json::Value::deserialize(deserializer)?;
+        if value.is_null() {
+            return Ok(Confidence::default());
+        }
+        value
+            .as_f64()
+            .and_then(|n| {
+                Confidence::ALL
+                    .into_iter()
+                    .find(|l| f64::from(l.percent()) == n)
+            })
+            .ok_or_else(|| {
+                let shown = match &value {
+                    serde_json::Value::Number(number) => number.to_string(),
+                    other => crate::validate::kind_of(other).to_owned(),
+                };
+                serde::de::Error::custom(format!(
+                    "confidence is 90, 95 or 99 (percent), not {shown}"
+                ))
+            })
     }
 }
 
@@ -322,7 +349,8 @@ pub enum TableError {
 
 /// How to send a table, for a body that is no table request.
 const TABLE_HINT: &str = "Send {\"survey\", \"populationBase\", \"group\", \"filter\", \
-                          \"rows\": [{\"expression\", \"label\"}], \"columns\": [...]}.";
+                          \"rows\": [{\"expression\", \"label\"}], \"columns\": [...], \
+                          \"confidence\": 90 | 95 | 99, \"bonferroni\": true | false}.";
 
 /// The members of a [`TableRequest`], as a body names them.
 const TABLE_MEMBERS: [&str; 8] = [
@@ -540,7 +568,8 @@ pub struct Table {
     #[serde(default)]
     pub bonferroni: bool,
     /// The pairs of columns the pairwise test compares (both [`TableHeader::compared`]
-    /// with each other): Bonferroni's `m`.
+    /// with each other) and can test (each column's effective size at least
+    /// [`MIN_TESTED_EFFECTIVE_N`]): Bonferroni's `m`.
     #[serde(default)]
     pub compared_pairs: u32,
 }
@@ -759,23 +788,32 @@ mod tests {
             assert_eq!(written["confidence"], percent);
             assert_eq!(written["bonferroni"], true);
         }
-        for wrong in [
-            r#""confidence": 80,"#,
-            r#""confidence": 95.5,"#,
-            r#""confidence": "95","#,
+        // A whole number written as a decimal is that number; null is the default.
+        let read = |extra: &str| TableRequest::from_json(body(extra).as_bytes()).unwrap();
+        assert_eq!(
+            read(r#""confidence": 99.0,"#).confidence,
+            Confidence::NinetyNine
+        );
+        assert_eq!(
+            read(r#""confidence": null,"#).confidence,
+            Confidence::NinetyFive
+        );
+        for (wrong, said) in [
+            (r#""confidence": 80,"#, "not 80"),
+            (r#""confidence": 95.5,"#, "not 95.5"),
+            (r#""confidence": 300,"#, "not 300"),
+            (r#""confidence": "95","#, "not a string"),
+            (r#""confidence": [95],"#, "not an array"),
         ] {
             let (field, message) = unreadable(&body(wrong));
             assert_eq!(field, None, "{wrong}");
             assert!(
-                message.starts_with("The table request is not valid"),
-                "{message}"
+                message.starts_with(&format!(
+                    "The table request is not valid: confidence is 90, 95 or 99 (percent), {said}"
+                )),
+                "{wrong}: {message}"
             );
         }
-        let (_, message) = unreadable(&body(r#""confidence": 80,"#));
-        assert!(
-            message.contains("confidence is 90, 95 or 99 (percent), not 80"),
-            "{message}"
-        );
         let (field, _) = unreadable(&body(r#""bonferroni": true, "bonferroni": false,"#));
         assert_eq!(field.as_deref(), Some("bonferroni"));
         for level in Confidence::ALL {
@@ -945,6 +983,44 @@ mod tests {
         }
         let read = serde_json::from_value::<TableCell>(older).unwrap();
         assert_eq!((read.vertical_pct_se, read.horizontal_pct_se), (None, None));
+
+        // A table kept before its tests were chosen (a replay, the app's history) reads
+        // as tested at 95%, uncorrected.
+        let table = Table {
+            survey: "DEMO".into(),
+            population_base: "ADULTS".into(),
+            group: None,
+            filter: None,
+            rows: Vec::new(),
+            columns: Vec::new(),
+            cells: Vec::new(),
+            row_totals: Vec::new(),
+            column_totals: Vec::new(),
+            total: cell.clone(),
+            audience_report_units: 1000,
+            unstable_max_resps: 3,
+            billed_calls: 0,
+            confidence: Confidence::NinetyNine,
+            bonferroni: true,
+            compared_pairs: 6,
+        };
+        let mut kept = serde_json::to_value(&table).unwrap();
+        assert_eq!(
+            (
+                &kept["confidence"],
+                &kept["bonferroni"],
+                &kept["comparedPairs"]
+            ),
+            (&json!(99), &json!(true), &json!(6))
+        );
+        for member in ["confidence", "bonferroni", "comparedPairs"] {
+            kept.as_object_mut().unwrap().remove(member);
+        }
+        let read = serde_json::from_value::<Table>(kept).unwrap();
+        assert_eq!(
+            (read.confidence, read.bonferroni, read.compared_pairs),
+            (Confidence::NinetyFive, false, 0)
+        );
 
         // Columns a cell's share is higher than, when there are any.
         let higher = TableCell {

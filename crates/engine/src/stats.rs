@@ -176,7 +176,9 @@ pub(crate) fn share_test(
     // Also refuses NaN: nothing to test.
     let deviation = Some(variance.sqrt()).filter(|d| *d > 0.0)?;
     let z = (p1 - p2) / deviation;
-    if two_sided_p(z) >= alpha {
+    // Written so that a NaN (which no branch above lets through) is no verdict.
+    let significant = two_sided_p(z) < alpha;
+    if !significant {
         None
     } else if z > 0.0 {
         Some(Significance::Higher)

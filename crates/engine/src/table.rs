@@ -8,7 +8,9 @@
 //! cell's weight is bit for bit what `/v1` answers for `(row) AND (column)`) and `Σw²`
 //! are added.
 
-use crosstab_contract::table::{Significance, Table, TableAxisKind, TableCell, ValidTable};
+use crosstab_contract::table::{
+    Significance, Table, TableAxisKind, TableCell, ValidTable, MIN_TESTED_EFFECTIVE_N,
+};
 use crosstab_contract::{Expr, Unknown};
 
 use crate::bitset::Bitset;
@@ -139,10 +141,17 @@ impl TableSums {
         (0..self.columns.len()).any(|other| other != c && self.compares(c, other))
     }
 
-    /// The pairs of columns the pairwise test compares: Bonferroni's `m`.
+    /// The pairs of columns the pairwise test compares and can test (each column's
+    /// effective size at least [`MIN_TESTED_EFFECTIVE_N`]): Bonferroni's `m`. A pair
+    /// never tested is no comparison to correct for.
     pub fn compared_pairs(&self) -> usize {
+        let tested = |column: usize| {
+            self.columns[column]
+                .effective_n()
+                .is_some_and(|n| n >= MIN_TESTED_EFFECTIVE_N)
+        };
         pairs(self.columns.len())
-            .filter(|(a, b)| self.compares(*a, *b))
+            .filter(|&(a, b)| self.compares(a, b) && tested(a) && tested(b))
             .count()
     }
 
