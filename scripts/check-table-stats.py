@@ -128,6 +128,12 @@ def check_cell(what, got, y, w, row, column, base_weight, threshold, z):
     assert got["unstableReasons"] == reasons, f"{what}: {got['unstableReasons']} vs {reasons}"
 
 
+def effective_size(side, w):
+    """Kish's effective sample size of the respondents in `side`; None without weight."""
+    weights = w[side]
+    return weights.sum() ** 2 / (weights**2).sum() if weights.sum() > 0 else None
+
+
 def two_sides_test(row, first, second, w, alpha):
     """statsmodels' pooled z on effective sizes of the row's share of `first` against its
     share of `second` (disjoint), at level `alpha`: "higher", "lower" or None (not
@@ -136,11 +142,11 @@ def two_sides_test(row, first, second, w, alpha):
     sizes = []
     shares = []
     for side in (first, second):
-        weights = w[side]
-        if weights.sum() <= 0:
+        size = effective_size(side, w)
+        if size is None:
             return None
-        sizes.append(weights.sum() ** 2 / (weights**2).sum())
-        shares.append(w[side & row].sum() / weights.sum())
+        sizes.append(size)
+        shares.append(w[side & row].sum() / w[side].sum())
     if min(sizes) < 30:
         return None
     pooled = (sizes[0] * shares[0] + sizes[1] * shares[1]) / (sizes[0] + sizes[1])
@@ -215,7 +221,8 @@ def check(work):
         column_masks = [mask(sample, c).to_numpy() & everyone for c in columns]
         # Bonferroni's m: the disjoint pairs of columns whose effective sizes are tested (30+).
         def tested(side):
-            return w[side].sum() > 0 and w[side].sum() ** 2 / (w[side] ** 2).sum() >= 30
+            size = effective_size(side, w)
+            return size is not None and size >= 30
         compared_pairs = sum(
             1 for a in range(len(columns)) for b in range(a + 1, len(columns))
             if tested(column_masks[a]) and tested(column_masks[b])

@@ -71,6 +71,13 @@ impl Confidence {
             Confidence::NinetyNine => 2.575_829_303_548_900_4,
         }
     }
+
+    /// The normal interval of an estimate with standard error `se`: `value ± z · se`
+    /// (not clipped, as R's `confint`).
+    pub fn interval(self, value: f64, se: f64) -> (f64, f64) {
+        let z = self.z();
+        (value - z * se, value + z * se)
+    }
 }
 
 impl TryFrom<u8> for Confidence {
@@ -708,21 +715,15 @@ impl TableCell {
     /// The interval of `verticalPct` at `confidence` (normal, not clipped to 0–100, as
     /// R's `confint`).
     pub fn vertical_interval(&self, confidence: Confidence) -> Option<(f64, f64)> {
-        interval(self.vertical_pct, self.vertical_pct_se, confidence)
+        let (share, se) = self.vertical_pct.zip(self.vertical_pct_se)?;
+        Some(confidence.interval(share, se))
     }
 
     /// The interval of `horizontalPct` at `confidence`.
     pub fn horizontal_interval(&self, confidence: Confidence) -> Option<(f64, f64)> {
-        interval(self.horizontal_pct, self.horizontal_pct_se, confidence)
+        let (share, se) = self.horizontal_pct.zip(self.horizontal_pct_se)?;
+        Some(confidence.interval(share, se))
     }
-}
-
-/// `value ± z · se`.
-fn interval(value: Option<f64>, se: Option<f64>, confidence: Confidence) -> Option<(f64, f64)> {
-    let z = confidence.z();
-    value
-        .zip(se)
-        .map(|(value, se)| (value - z * se, value + z * se))
 }
 
 #[cfg(test)]

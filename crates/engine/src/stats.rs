@@ -24,6 +24,12 @@ impl Moments {
     pub fn effective_n(&self) -> Option<f64> {
         (self.weight_squared > 0.0).then(|| self.weight * self.weight / self.weight_squared)
     }
+
+    /// The effective sample size when the tests test a side this size (at least
+    /// [`MIN_TESTED_EFFECTIVE_N`]), else `None`.
+    pub(crate) fn tested_size(&self) -> Option<f64> {
+        self.effective_n().filter(|n| *n >= MIN_TESTED_EFFECTIVE_N)
+    }
 }
 
 /// What every cell of one table is measured against.
@@ -63,6 +69,7 @@ impl Figures {
             (n / (n - 1.0) * (cell.weight_squared - cell.weight * cell.weight / n)).max(0.0)
         });
         let standard_error = variance.map(f64::sqrt);
+        let interval = standard_error.map(|se| self.confidence.interval(cell.weight, se));
         let relative_standard_error = standard_error
             .filter(|_| cell.weight != 0.0)
             .map(|se| se / cell.weight);
@@ -101,8 +108,8 @@ impl Figures {
             index,
             effective_n: cell.effective_n(),
             standard_error,
-            ci_low: standard_error.map(|se| cell.weight - self.confidence.z() * se),
-            ci_high: standard_error.map(|se| cell.weight + self.confidence.z() * se),
+            ci_low: interval.map(|(low, _)| low),
+            ci_high: interval.map(|(_, high)| high),
             relative_standard_error,
             stability: if unstable_reasons.is_empty() {
                 Stability::Stable
@@ -159,9 +166,8 @@ pub(crate) fn share_test(
     whole2: Moments,
     alpha: f64,
 ) -> Option<Significance> {
-    let tested = |n: &f64| *n >= MIN_TESTED_EFFECTIVE_N;
-    let n1 = whole1.effective_n().filter(tested)?;
-    let n2 = whole2.effective_n().filter(tested)?;
+    let n1 = whole1.tested_size()?;
+    let n2 = whole2.tested_size()?;
     if whole1.weight <= 0.0 || whole2.weight <= 0.0 {
         return None;
     }

@@ -8,9 +8,7 @@
 //! cell's weight is bit for bit what `/v1` answers for `(row) AND (column)`) and `Σw²`
 //! are added.
 
-use crosstab_contract::table::{
-    Significance, Table, TableAxisKind, TableCell, ValidTable, MIN_TESTED_EFFECTIVE_N,
-};
+use crosstab_contract::table::{Significance, Table, TableAxisKind, TableCell, ValidTable};
 use crosstab_contract::{Expr, Unknown};
 
 use crate::bitset::Bitset;
@@ -142,14 +140,10 @@ impl TableSums {
     }
 
     /// The pairs of columns the pairwise test compares and can test (each column's
-    /// effective size at least [`MIN_TESTED_EFFECTIVE_N`]): Bonferroni's `m`. A pair
+    /// effective size one the test tests, [`Moments::tested_size`]): Bonferroni's `m`. A pair
     /// never tested is no comparison to correct for.
     pub fn compared_pairs(&self) -> usize {
-        let tested = |column: usize| {
-            self.columns[column]
-                .effective_n()
-                .is_some_and(|n| n >= MIN_TESTED_EFFECTIVE_N)
-        };
+        let tested = |column: usize| self.columns[column].tested_size().is_some();
         pairs(self.columns.len())
             .filter(|&(a, b)| self.compares(a, b) && tested(a) && tested(b))
             .count()
@@ -170,7 +164,7 @@ impl TableSums {
 fn higher_than(sums: &TableSums, row_cells: &[Moments], alpha: f64) -> Vec<Vec<u32>> {
     let mut higher = vec![Vec::new(); sums.columns.len()];
     for (a, b) in pairs(sums.columns.len()) {
-        if sums.overlapping[a][b] {
+        if !sums.compares(a, b) {
             continue;
         }
         let verdict = share_test(
