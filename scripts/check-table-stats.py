@@ -18,8 +18,9 @@ this script recomputes every cell from the respondent CSV with pandas and compar
   effective size of at least 30 and the row holds at least 5 (effective) respondents of
   the two and leaves at least 5 out, significant where its p-value is under α; and the
   pairwise test (`higherThan`), the same z-test between every two columns with no
-  respondent in common, its p-value under α, or under α/m with Bonferroni's correction
-  over the m such pairs whose columns both have an effective size of 30 or more.
+  respondent in common, its p-value under α, or corrected by statsmodels' `multipletests`
+  (Bonferroni's or Holm's method) for the m such pairs whose columns both have an
+  effective size of 30 or more (a pair a rare row leaves untested counted with p = 1).
 
 Everything to 1e-9 relative. R itself is not installable here (CRAN is unreachable).
 Usage: check-table-stats.py [NATIVE_HELPER]   (run with the venv scripts/setup makes:
@@ -42,13 +43,14 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from samplics import PopParam, TaylorEstimator  # noqa: E402
 from scipy.stats import norm  # noqa: E402
+from statsmodels.stats.multitest import multipletests  # noqa: E402
 from statsmodels.stats.proportion import proportions_ztest  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NATIVE = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "target/npm/native_crosstab")
 RELATIVE = 1e-9
-# (confidence %, Bonferroni): each design's table is asked at each.
-SETTINGS = [(95, False), (90, False), (99, False), (95, True)]
+# (confidence %, correction of the letters): each design's table is asked at each.
+SETTINGS = [(95, "none"), (90, "none"), (99, "none"), (95, "bonferroni"), (95, "holm")]
 
 
 def mask(data, expression):
@@ -135,10 +137,22 @@ def effective_size(side, w):
 
 
 def two_sides_test(row, first, second, w, alpha):
+    """[`two_sides_z`]'s test at level `alpha`: "higher", "lower" or None (not significant,
+    or not tested)."""
+    tested = two_sides_z(row, first, second, w)
+    if tested is None:
+        return None
+    z, p = tested
+    assert abs(p / alpha - 1) > 1e-6, f"p {p} too near {alpha} to decide"
+    if p >= alpha:
+        return None
+    return "higher" if z > 0 else "lower"
+
+
+def two_sides_z(row, first, second, w):
     """statsmodels' pooled z on effective sizes of the row's share of `first` against its
-    share of `second` (disjoint), at level `alpha`: "higher", "lower" or None (not
-    significant, or not tested: an effective size under 30, nothing to test, or a rare
-    row)."""
+    share of `second` (disjoint), and its two-sided p-value; None when not tested (an
+    effective size under 30, nothing to test, or a rare row)."""
     sizes = []
     shares = []
     for side in (first, second):
@@ -155,21 +169,36 @@ def two_sides_test(row, first, second, w, alpha):
     # A rare row is not tested: at least 5 (effective) respondents in and out of it.
     if min(sum(sizes) * pooled, sum(sizes) * (1 - pooled)) < 5:
         return None
-    z, p = proportions_ztest([shares[0] * sizes[0], shares[1] * sizes[1]], sizes)
-    assert abs(p / alpha - 1) > 1e-6, f"p {p} too near {alpha} to decide"
-    if p >= alpha:
-        return None
-    return "higher" if z > 0 else "lower"
+    return proportions_ztest([shares[0] * sizes[0], shares[1] * sizes[1]], sizes)
+
+
+def row_pairs_apart(row, column_masks, w, alpha, correction, m):
+    """The pairs (a, b), a < b, of disjoint columns whose shares of `row` are apart at
+    `alpha`, corrected for `m` pairs by `correction`, each with its z (a's share against
+    b's)."""
+    tested = [(a, b, *found) for a in range(len(column_masks)) for b in range(a + 1, len(column_masks))
+              if not (column_masks[a] & column_masks[b]).any()
+              and (found := two_sides_z(row, column_masks[a], column_masks[b], w)) is not None]
+    if not tested:
+        return {}
+    p = [found[3] for found in tested]
+    if correction == "none":
+        adjusted = p
+    else:
+        # Pairs this row leaves untested are still of the family: p = 1 never rejects.
+        assert m >= len(p), (m, len(p))
+        adjusted = multipletests(p + [1.0] * (m - len(p)), alpha=alpha, method=correction)[1][: len(p)]
+    apart = {}
+    for (a, b, z, _), q in zip(tested, adjusted):
+        assert abs(q / alpha - 1) > 1e-6, f"adjusted p {q} too near {alpha} to decide"
+        if q < alpha:
+            apart[(a, b)] = z
+    return apart
 
 
 def column_test(row, column, w, base, alpha):
     """The column against the rest of the base."""
     return two_sides_test(row, column, base & ~column, w, alpha)
-
-
-def pair_test(row, a, b, w, alpha):
-    """Column a against column b, when they have no respondent in common (else None)."""
-    return None if (a & b).any() else two_sides_test(row, a, b, w, alpha)
 
 
 def main():
@@ -186,15 +215,19 @@ def check(work):
     flags = [c for c in data.columns if c.startswith("P_")][:8]
     # The last, a row of four respondents all aged 55 or more: the z-test alone would mark
     # it against the rest of the base, the rare-row rule leaves it untested.
-    rows = [f"{flag} = 1" for flag in flags] + ["SMOKER = 1", "INCOME >= 5", "(AGE = 58) AND (INCOME = 1)"]
+    # Two more flags whose regions differ moderately: Holm's step-down gives them letters
+    # Bonferroni's takes back.
+    rows = [f"{flag} = 1" for flag in flags] + ["P_FAST_FOOD_02 = 1", "P_BEER_08 = 1"] + [
+        "SMOKER = 1", "INCOME >= 5", "(AGE = 58) AND (INCOME = 1)"]
     columns = ["REGION = 1", "REGION = 2", "REGION = 3", "REGION = 4", "GENDER = 2",
                "AGE BETWEEN 18 AND 34", "AGE >= 55", "*"]
     designs = [("ADULTS", "*", None), ("WOMEN", "GENDER = 2", "3"), ("A18_34", "AGE BETWEEN 18 AND 34", None)]
     asked = [(design, setting) for design in designs for setting in SETTINGS]
     requests = [
-        {"populationBase": base, "group": group, "confidence": confidence, "bonferroni": bonferroni,
+        {"populationBase": base, "group": group, "confidence": confidence,
+         "bonferroni": correction == "bonferroni", "holm": correction == "holm",
          "rows": [{"expression": r} for r in rows], "columns": [{"expression": c} for c in columns]}
-        for (base, _, group), (confidence, bonferroni) in asked
+        for (base, _, group), (confidence, correction) in asked
     ]
     with open(os.path.join(work, "requests.json"), "w") as out:
         json.dump(requests, out)
@@ -208,8 +241,10 @@ def check(work):
     for ((base, base_expression, group), setting), answer in zip(asked, answers):
         assert answer["status"] == 200, answer
         table = answer["body"]
-        confidence, bonferroni = setting
-        assert (table["confidence"], table["bonferroni"]) == setting, (table["confidence"], table["bonferroni"])
+        confidence, correction = setting
+        said = {(False, False): "none", (True, False): "bonferroni", (False, True): "holm"}[
+            (table["bonferroni"], table["holm"])]
+        assert (table["confidence"], said) == setting, (table["confidence"], said)
         alpha = 1 - confidence / 100
         z = norm.ppf(1 - alpha / 2)
         sample = data if group is None else data[data["REGION"] == float(group)]
@@ -219,7 +254,7 @@ def check(work):
         threshold = table["unstableMaxResps"]
         row_masks = [mask(sample, r).to_numpy() & everyone for r in rows]
         column_masks = [mask(sample, c).to_numpy() & everyone for c in columns]
-        # Bonferroni's m: the disjoint pairs of columns whose effective sizes are tested (30+).
+        # The corrections' m: the disjoint pairs of columns whose effective sizes are tested (30+).
         def tested(side):
             size = effective_size(side, w)
             return size is not None and size >= 30
@@ -228,8 +263,8 @@ def check(work):
             if tested(column_masks[a]) and tested(column_masks[b])
             and not (column_masks[a] & column_masks[b]).any())
         assert table["comparedPairs"] == compared_pairs, (table["comparedPairs"], compared_pairs)
-        pair_alpha = alpha / max(compared_pairs, 1) if bonferroni else alpha
         for r, row in enumerate(row_masks):
+            apart = row_pairs_apart(row, column_masks, w, alpha, correction, compared_pairs)
             for c, column in enumerate(column_masks):
                 what = f"{base}/{group} [{rows[r]}] x [{columns[c]}]"
                 cell = table["cells"][r][c]
@@ -238,8 +273,9 @@ def check(work):
                 assert cell["significance"] == expected, f"{what}: {cell['significance']} vs {expected}"
                 verdicts[setting].add(expected)
                 arrows[setting] += expected is not None
-                higher = [other for other, mask_b in enumerate(column_masks)
-                          if other != c and pair_test(row, column, mask_b, w, pair_alpha) == "higher"]
+                higher = [other for other in range(len(column_masks))
+                          if (other > c and apart.get((c, other), 0) > 0)
+                          or (other < c and apart.get((other, c), 0) < 0)]
                 assert cell.get("higherThan", []) == higher, f"{what}: higherThan {cell.get('higherThan')} vs {higher}"
                 pairs[setting] += len(higher)
                 figures += 1
@@ -253,15 +289,16 @@ def check(work):
             check_cell(f"{base} total x [{columns[c]}]", table["columnTotals"][c], column, w,
                        everyone, column, base_weight, threshold, z)
         check_cell(f"{base} total", table["total"], everyone, w, everyone, everyone, base_weight, threshold, z)
-    at_95 = (95, False)
+    at_95 = (95, "none")
     assert {"higher", "lower", None} <= verdicts[at_95], verdicts
     assert pairs[at_95] > 0, "the pairwise test found no column apart: the check checks nothing"
     # The levels and the correction decide some verdicts, so they are checked too.
-    assert arrows[(90, False)] > arrows[at_95] > arrows[(99, False)], arrows
-    assert pairs[(95, True)] < pairs[at_95], pairs
+    assert arrows[(90, "none")] > arrows[at_95] > arrows[(99, "none")], arrows
+    assert pairs[(95, "bonferroni")] < pairs[at_95], pairs
+    assert pairs[(95, "bonferroni")] < pairs[(95, "holm")] <= pairs[at_95], pairs
     print(f"table statistics: {figures} cells of {len(asked)} tables (and their totals; {len(designs)} designs at "
-          f"{', '.join(f'{c}%' + (' with Bonferroni' if b else '') for c, b in SETTINGS)}) agree with "
-          f"samplics (svytotal, svyratio), statsmodels (proportions_ztest; column pairs apart: "
+          f"{', '.join(f'{c}%' + ('' if k == 'none' else f' with {k.title()}') for c, k in SETTINGS)}) agree with "
+          f"samplics (svytotal, svyratio), statsmodels (proportions_ztest, multipletests; column pairs apart: "
           f"{', '.join(str(pairs[s]) for s in SETTINGS)}) and scipy to {RELATIVE:g} relative")
 
 

@@ -357,7 +357,7 @@ async function twentyByTen(wb) {
   assert.equal((await wb.expressions('columns')).length, 10);
 }
 
-test('a stricter confidence and Bonferroni: sent with the table, said in its legend and figures, fewer letters and arrows, kept in the draft', async () => {
+test('a stricter confidence and Bonferroni, then Holm: sent with the table, said in its legend and figures, fewer letters and arrows, kept in the draft', async () => {
   const { context, page } = await signedInTables();
   const wb = bench(page);
   // Rare rows the demo's regions differ on at 95%, none of them at 99% corrected.
@@ -379,15 +379,15 @@ test('a stricter confidence and Bonferroni: sent with the table, said in its leg
   // 5 × 4: 20 cells and 9 totals, 15 calls: no prompt.
   await wb.run();
   const at95 = await marks();
-  assert.deepEqual([sent[0].confidence, sent[0].bonferroni], [95, false]);
+  assert.deepEqual([sent[0].confidence, sent[0].bonferroni, sent[0].holm], [95, false, false]);
   const lettered = (await wb.cells()).filter((c) => c.higherThan !== '');
   assert.ok(lettered.length > 0 && lettered.every((c) => / \(95%\)$/.test(c.said)), lettered.map((c) => c.said).join('\n'));
   assert.match(await page.locator('#table-legend').textContent(), /Each arrow is one test at 95%/);
 
   await page.locator('#table-confidence').selectOption('99');
-  await page.locator('#table-bonferroni').check();
+  await page.locator('#table-correction').selectOption('bonferroni');
   await wb.run();
-  assert.deepEqual([sent[1].confidence, sent[1].bonferroni], [99, true]);
+  assert.deepEqual([sent[1].confidence, sent[1].bonferroni, sent[1].holm], [99, true, false]);
   const strict = await marks();
   assert.ok(at95.letters > 0 && at95.arrows > 0, JSON.stringify(at95));
   assert.ok(strict.letters < at95.letters, `letters ${strict.letters} against ${at95.letters}`);
@@ -403,7 +403,19 @@ test('a stricter confidence and Bonferroni: sent with the table, said in its leg
   await page.reload();
   await page.locator('#table-base').waitFor();
   assert.equal(await page.locator('#table-confidence').inputValue(), '99');
-  assert.equal(await page.locator('#table-bonferroni').isChecked(), true);
+  assert.equal(await page.locator('#table-correction').inputValue(), 'bonferroni');
+
+  // Holm's step-down instead: sent, said, and never fewer letters than Bonferroni's.
+  await page.locator('#table-correction').selectOption('holm');
+  // The reloaded page counts its runs afresh.
+  await bench(page).run();
+  assert.deepEqual([sent.at(-1).confidence, sent.at(-1).bonferroni, sent.at(-1).holm], [99, false, true]);
+  const stepped = await marks();
+  assert.ok(stepped.letters >= strict.letters, `letters ${stepped.letters} against ${strict.letters}`);
+  assert.equal(stepped.arrows, strict.arrows, 'the arrows are not corrected either way');
+  const holmLegend = await page.locator('#table-legend').textContent();
+  assert.match(holmLegend, /Holm corrected: in each row the 6 pairs of columns compared are taken from the smallest p-value up, the first tested at 0\.01 ÷ 6, the next at 0\.01 ÷ 5/);
+  assert.doesNotMatch(holmLegend, /Bonferroni corrected/);
   await page.locator('#table-clear').click();
   await context.close();
 });

@@ -110,12 +110,17 @@ const billed: number = table.billedCalls;
 const unknownRow: boolean = table.rows[0].unknown;
 // A table's group (`null`: every group) goes back into a request as it is, and its
 // confidence and correction too.
-const again: TableRequest = { ...tableRequest, group: table.group, confidence: table.confidence, bonferroni: table.bonferroni };
+const again: TableRequest = {
+  ...tableRequest, group: table.group, confidence: table.confidence, bonferroni: table.bonferroni, holm: table.holm,
+};
 const strict: TableRequest = { ...tableRequest, confidence: 99, bonferroni: true };
+const stepDown: TableRequest = { ...tableRequest, holm: true };
 const pairsCompared: number | undefined = table.comparedPairs;
 // @ts-expect-error: a confidence the contract does not offer.
 const unoffered: TableRequest = { ...tableRequest, confidence: 80 };
-void [again, strict, pairsCompared, unoffered];
+// @ts-expect-error: Holm's switch is a boolean.
+const holmAsText: TableRequest = { ...tableRequest, holm: "yes" };
+void [again, strict, stepDown, pairsCompared, unoffered, holmAsText];
 void [vertical, verticalSe, higherThan, compared, reasons, verdict, cellStability, billed, unknownRow, table.total.ciLow, table.rowTotals, table.columnTotals];
 
 try {

@@ -38,6 +38,9 @@ test("demo survey (20,000 respondents): tables in Node equal the native engine's
   ];
   const codes = codebook.codes.map((c) => axis(c.code, `${c.label} · ${c.code}`));
   const flags = codebook.variables.filter((v) => v.name.startsWith("P_")).slice(0, 8).map((v) => axis(`${v.name} = 1`));
+  // Flags whose regions differ moderately: Holm's step-down gives them letters
+  // Bonferroni's takes back.
+  const moderate = [axis("P_FAST_FOOD_02 = 1"), axis("P_BEER_08 = 1")];
   const requests = [
     { survey: codebook.code, populationBase: "ADULTS", rows: codes, columns: banner },
     { populationBase: "WOMEN", group: "1", rows: [...flags, axis("NOSUCH = 1")], columns: banner },
@@ -52,6 +55,9 @@ test("demo survey (20,000 respondents): tables in Node equal the native engine's
     { populationBase: "ADULTS", confidence: 99, bonferroni: true, rows: [...codes, ...flags], columns: banner },
     { populationBase: "ADULTS", confidence: 90, rows: [...codes, ...flags], columns: banner },
     { populationBase: "ADULTS", confidence: 80, rows: codes, columns: banner },
+    { populationBase: "ADULTS", holm: true, rows: [...codes, ...flags, ...moderate], columns: banner },
+    { populationBase: "ADULTS", bonferroni: true, rows: [...codes, ...flags, ...moderate], columns: banner },
+    { populationBase: "ADULTS", bonferroni: true, holm: true, rows: codes, columns: banner },
   ];
   fs.writeFileSync(path.join(dir, "requests.json"), JSON.stringify(requests));
   const nat = native(["table", tomlPath, csvPath, path.join(dir, "requests.json")]);
@@ -59,7 +65,7 @@ test("demo survey (20,000 respondents): tables in Node equal the native engine's
   assert.deepEqual(js, nat);
   assert.deepEqual(
     js.map((answer) => answer.status),
-    [200, 200, 200, 400, 400, 400, 403, 400, 200, 400, 200, 200, 400],
+    [200, 200, 200, 400, 400, 400, 403, 400, 200, 400, 200, 200, 400, 200, 200, 400],
   );
   // The level and the correction are the table's, and change what it finds.
   const [strict, loose] = [js[10].body, js[11].body];
@@ -68,6 +74,13 @@ test("demo survey (20,000 respondents): tables in Node equal the native engine's
   const found = (t) => t.cells.flat().reduce((n, c) => n + (c.significance ? 1 : 0) + (c.higherThan ?? []).length, 0);
   assert.ok(found(strict) < found(loose), `${found(strict)} against ${found(loose)}`);
   assert.match(js[12].body.error.message, /confidence is 90, 95 or 99 \(percent\), not 80/);
+  // Holm's letters are never fewer than Bonferroni's; the two are not asked together.
+  const letters = (t) => t.cells.flat().reduce((n, c) => n + (c.higherThan ?? []).length, 0);
+  const [holm, bonferroni] = [js[13].body, js[14].body];
+  assert.deepEqual([holm.holm, holm.bonferroni, bonferroni.holm, bonferroni.bonferroni], [true, false, false, true]);
+  assert.ok(letters(bonferroni) < letters(holm), `${letters(bonferroni)} against ${letters(holm)}`);
+  assert.equal(js[15].body.error.field, "holm");
+  assert.match(js[15].body.error.message, /two corrections of the column letters: ask for one/);
   // A filter: every figure within it too; one naming what the survey lacks is refused.
   const filtered = js[8].body;
   assert.equal(filtered.filter, "AGE >= 35 AND SMOKER = 0");

@@ -1,7 +1,9 @@
 //! The figures a researcher can show in each cell of a table, how each reads, and the
 //! markers (stability and the column test) with their legend.
 
-use crosstab_contract::app::{Confidence, Significance, Table, TableCell, UnstableReason};
+use crosstab_contract::app::{
+    Confidence, Correction, Significance, Table, TableCell, UnstableReason,
+};
 use crosstab_contract::table::{MIN_TESTED_EFFECTIVE_N, MIN_TESTED_EXPECTED};
 use crosstab_wasm::display::format_number;
 use serde::{Deserialize, Serialize};
@@ -255,9 +257,9 @@ pub fn significance_text(significance: Significance, confidence: Confidence) -> 
 pub struct Tests {
     /// Of the tests and intervals.
     pub confidence: Confidence,
-    /// The pairwise test corrected for its comparisons.
-    pub bonferroni: bool,
-    /// The pairs of columns it compares (Bonferroni's `m`).
+    /// How the pairwise test was corrected for its comparisons.
+    pub correction: Correction,
+    /// The pairs of columns it compares (the correction's `m`).
     pub compared_pairs: u32,
 }
 
@@ -266,7 +268,7 @@ impl Tests {
     pub fn of(table: &Table) -> Tests {
         Tests {
             confidence: table.confidence,
-            bonferroni: table.bonferroni,
+            correction: table.correction(),
             compared_pairs: table.compared_pairs,
         }
     }
@@ -274,10 +276,9 @@ impl Tests {
     /// What a letter's verdict says of its test: `95%`, or `95%, Bonferroni`.
     fn letters_level(&self) -> String {
         let percent = self.confidence.percent();
-        if self.bonferroni {
-            format!("{percent}%, Bonferroni")
-        } else {
-            format!("{percent}%")
+        match self.correction.name() {
+            Some(name) => format!("{percent}%, {name}"),
+            None => format!("{percent}%"),
         }
     }
 }
@@ -368,16 +369,25 @@ pub fn legend(
             "Letters (such as B): the row's share of this column is significantly higher ({percent}%, the same z-test) than in the column of that letter. Only columns with no respondent in common are compared (the values of one variable, say); {}",
             if flipped {
                 "flipped, the table shows none: they compare the columns as built.".to_owned()
-            } else if tests.bonferroni {
-                format!(
-                    "Bonferroni corrected: each of the {pairs} pair{} of columns compared is tested at {} ÷ {pairs}, so where there is no real difference the chance that a row shows any letter is at most {}%.",
-                    if pairs == 1 { "" } else { "s" },
-                    alpha,
-                    (alpha * 100.0).round()
-                )
             } else {
-                "each pair is one test, with no correction for the table's many tests."
-                    .to_owned()
+                let plural = if pairs == 1 { "" } else { "s" };
+                let at_most = (alpha * 100.0).round();
+                match tests.correction {
+                    Correction::Bonferroni => format!(
+                        "Bonferroni corrected: each of the {pairs} pair{plural} of columns compared is tested at {alpha} ÷ {pairs}, so where there is no real difference the chance that a row shows any letter is at most {at_most}%."
+                    ),
+                    Correction::Holm if pairs < 2 => format!(
+                        "Holm corrected: with {pairs} pair{plural} of columns compared there is nothing to correct, and a pair is tested at {alpha}."
+                    ),
+                    Correction::Holm => format!(
+                        "Holm corrected: in each row the {pairs} pairs of columns compared are taken from the smallest p-value up, the first tested at {alpha} ÷ {pairs}, the next at {alpha} ÷ {}, and so on, until one is not significant (nor then are the rest), so where there is no real difference the chance that a row shows any letter is at most {at_most}%, with never fewer letters than Bonferroni's.",
+                        pairs - 1
+                    ),
+                    Correction::None => {
+                        "each pair is one test, with no correction for the table's many tests."
+                            .to_owned()
+                    }
+                }
             }
         ));
     }
@@ -616,7 +626,7 @@ pub mod tests {
     fn the_tables_confidence_and_correction_are_said_everywhere() {
         let tests = Tests {
             confidence: Confidence::NinetyNine,
-            bonferroni: true,
+            correction: Correction::Bonferroni,
             compared_pairs: 3,
         };
         assert_eq!(
@@ -650,6 +660,19 @@ pub mod tests {
         assert!(has(
             "Vertical % 99% interval: the share ± 2.576 standard errors"
         ));
+        // Holm's step-down, said in the marks and the legend.
+        let holm = Tests {
+            correction: Correction::Holm,
+            ..tests
+        };
+        assert!(marks_text(&c, &Figures::all(), 60, &|_| None, holm)
+            .ends_with("Share significantly higher than in column B (99%, Holm)"));
+        let lines = legend(&Figures::all(), 60, false, true, holm);
+        assert!(lines.iter().any(|l| l.contains(
+            "Holm corrected: in each row the 3 pairs of columns compared are taken from the \
+             smallest p-value up, the first tested at 0.01 ÷ 3, the next at 0.01 ÷ 2, and so on"
+        )));
+        assert!(!lines.iter().any(|l| l.contains("Bonferroni corrected")));
         let at_90 = legend(
             &Figures::all(),
             60,

@@ -254,6 +254,7 @@ pub mod tests {
             billed_calls: 4,
             confidence: Default::default(),
             bonferroni: false,
+            holm: false,
             compared_pairs: 1,
         }
     }

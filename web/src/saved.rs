@@ -40,10 +40,10 @@ impl Spec {
     pub fn describe(&self) -> String {
         let request = &self.request;
         // Tests other than the default's are part of what the table is.
-        let tests = match (request.confidence.percent(), request.bonferroni) {
-            (95, false) => String::new(),
-            (percent, false) => format!(" · {percent}%"),
-            (percent, true) => format!(" · {percent}%, Bonferroni"),
+        let tests = match (request.confidence.percent(), request.correction().name()) {
+            (95, None) => String::new(),
+            (percent, None) => format!(" · {percent}%"),
+            (percent, Some(correction)) => format!(" · {percent}%, {correction}"),
         };
         format!(
             "{} · {}{} · {} rows × {} columns{tests}{}",
@@ -140,6 +140,7 @@ mod tests {
                 columns: vec![axis("REGION = 1")],
                 confidence: Default::default(),
                 bonferroni: false,
+                holm: false,
             },
             figures: Figures::default(),
             arrangement: Arrangement::default(),
@@ -163,15 +164,23 @@ mod tests {
         assert!(filtered
             .describe()
             .ends_with("2 rows × 1 columns · 99%, Bonferroni · local file"));
+        filtered.request.bonferroni = false;
+        filtered.request.holm = true;
+        assert!(filtered
+            .describe()
+            .ends_with("2 rows × 1 columns · 99%, Holm · local file"));
         // A spec saved before the tests were chosen reads as 95%, uncorrected.
         let mut older = serde_json::to_value(&filtered).unwrap();
         let request = older["request"].as_object_mut().unwrap();
         request.remove("confidence");
-        request.remove("bonferroni");
+        request.remove("holm");
         let older: Spec = serde_json::from_value(older).unwrap();
         assert_eq!(
-            (older.request.confidence.percent(), older.request.bonferroni),
-            (95, false)
+            (
+                older.request.confidence.percent(),
+                older.request.correction()
+            ),
+            (95, crosstab_contract::app::Correction::None)
         );
     }
 }

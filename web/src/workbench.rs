@@ -3,8 +3,8 @@
 //! for, said before it runs) or in the page from a survey file that never leaves it.
 
 use crosstab_contract::app::{
-    Codebook, Confidence, DailyQuota, SurveySummary, TableAxis, TableRequest, UsageQuery,
-    TABLE_COST_PROMPT_THRESHOLD,
+    Codebook, Confidence, Correction, DailyQuota, SurveySummary, TableAxis, TableRequest,
+    UsageQuery, TABLE_COST_PROMPT_THRESHOLD,
 };
 use crosstab_contract::{ApiError, ALL_GROUPS};
 use leptos::prelude::*;
@@ -123,6 +123,24 @@ fn entry_text(entry: &TableAxis) -> String {
 }
 
 /// The lines above a table in its files.
+/// A correction's value in the builder's select.
+fn correction_key(correction: Correction) -> &'static str {
+    match correction {
+        Correction::None => "none",
+        Correction::Bonferroni => "bonferroni",
+        Correction::Holm => "holm",
+    }
+}
+
+/// A correction as the builder's select offers it.
+fn correction_label(correction: Correction) -> &'static str {
+    match correction {
+        Correction::None => "None: each pair at the level",
+        Correction::Bonferroni => "Bonferroni: each pair at the level ÷ the pairs",
+        Correction::Holm => "Holm: step-down, never fewer letters than Bonferroni",
+    }
+}
+
 fn caption_of(book: Option<&Codebook>, request: &TableRequest, source: Source) -> Caption {
     let survey = book.map_or_else(
         || request.survey.clone(),
@@ -173,7 +191,7 @@ pub fn WorkbenchScreen(signed_in: bool) -> impl IntoView {
     let rows = RwSignal::new(Vec::<TableAxis>::new());
     let columns = RwSignal::new(Vec::<TableAxis>::new());
     let confidence = RwSignal::new(Confidence::default());
-    let bonferroni = RwSignal::new(false);
+    let correction = RwSignal::new(Correction::default());
     let figures = RwSignal::new(Figures::default());
     let arrangement = RwSignal::new(Arrangement::default());
     let outcome = RwSignal::new(Outcome::Idle);
@@ -300,7 +318,8 @@ pub fn WorkbenchScreen(signed_in: bool) -> impl IntoView {
             rows: rows.get(),
             columns: columns.get(),
             confidence: confidence.get(),
-            bonferroni: bonferroni.get(),
+            bonferroni: correction.get() == Correction::Bonferroni,
+            holm: correction.get() == Correction::Holm,
         }
     });
     // What stops a run: an invalid request, or entries naming what the survey lacks
@@ -461,13 +480,13 @@ pub fn WorkbenchScreen(signed_in: bool) -> impl IntoView {
                 survey.set(request.survey.clone());
             }
         }
+        correction.set(request.correction());
         base.set(request.population_base);
         group.set(request.group.unwrap_or_default());
         filter.set(request.filter.unwrap_or_default());
         rows.set(request.rows);
         columns.set(request.columns);
         confidence.set(request.confidence);
-        bonferroni.set(request.bonferroni);
         figures.set(spec.figures);
         arrangement.set(spec.arrangement);
         reset(Outcome::Idle);
@@ -586,11 +605,18 @@ pub fn WorkbenchScreen(signed_in: bool) -> impl IntoView {
                             view! { <option value=percent.to_string() selected=move || confidence.get() == level>{format!("{percent}%")}</option> }
                         }).collect_view()}
                     </select>
-                    <label class="check" for="table-bonferroni">
-                        <input type="checkbox" id="table-bonferroni" prop:checked=move || bonferroni.get()
-                            on:change=move |ev| bonferroni.set(event_target_checked(&ev)) />
-                        "Correct the column letters for their many comparisons (Bonferroni)"
-                    </label>
+                    <label for="table-correction">"Column letters' correction for their many comparisons"</label>
+                    <select id="table-correction" prop:value=move || correction_key(correction.get())
+                        on:change=move |ev| {
+                            let key = event_target_value(&ev);
+                            if let Some(chosen) = Correction::ALL.into_iter().find(|c| correction_key(*c) == key) {
+                                correction.set(chosen);
+                            }
+                        }>
+                        {Correction::ALL.into_iter().map(|choice| {
+                            view! { <option value=correction_key(choice) selected=move || correction.get() == choice>{correction_label(choice)}</option> }
+                        }).collect_view()}
+                    </select>
                 </fieldset>
                 {move || problem.get().filter(|_| !rows.with(Vec::is_empty) && !columns.with(Vec::is_empty))
                     .map(|message| view! { <p class="error" role="alert" id="table-problem">{message}</p> })}
@@ -1295,6 +1321,7 @@ mod tests {
             columns: Vec::new(),
             confidence: Default::default(),
             bonferroni: false,
+            holm: false,
         };
         let caption = caption_of(Some(&book), &request, Source::Local);
         assert_eq!(caption.survey, "DEMO — Demo");

@@ -18,8 +18,8 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 pub use crate::table::{
-    billed_calls, Confidence, Significance, Table, TableAxis, TableAxisKind, TableCell, TableError,
-    TableHeader, TableRequest, UnstableReason, ValidTable, TABLE_COST_PROMPT_THRESHOLD,
+    billed_calls, Confidence, Correction, Significance, Table, TableAxis, TableAxisKind, TableCell,
+    TableError, TableHeader, TableRequest, UnstableReason, ValidTable, TABLE_COST_PROMPT_THRESHOLD,
 };
 
 /// The paths of the `/app` routes, as the browser calls them.
@@ -639,6 +639,7 @@ mod tests {
                 columns: vec![axis("GENDER = 1"), axis("GENDR = 2 OR F2554")],
                 confidence: Default::default(),
                 bonferroni: false,
+                holm: false,
             }
             .validate()
             .unwrap()

@@ -191,6 +191,49 @@ pub struct TableRequest {
     #[serde(default)]
     #[cfg_attr(feature = "ts", tsify(optional))]
     pub bonferroni: bool,
+    /// Whether the pairwise column test is corrected by Holm's step-down method: in each
+    /// row the pairs' p-values in ascending order, the `k`-th tested at `α / (m − k + 1)`
+    /// until one is not significant (then it and the rest are not). The same guarantee as
+    /// Bonferroni's, never fewer letters; not with `bonferroni`. Absent: `false`.
+    #[serde(default)]
+    #[cfg_attr(feature = "ts", tsify(optional))]
+    pub holm: bool,
+}
+
+/// How the pairwise column test's letters are corrected for a row's many comparisons.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Correction {
+    /// Each pair at `α`.
+    #[default]
+    None,
+    /// Each pair at `α / m`.
+    Bonferroni,
+    /// Holm's step-down: the `k`-th smallest p-value at `α / (m − k + 1)`.
+    Holm,
+}
+
+impl Correction {
+    /// Every correction, the default first.
+    pub const ALL: [Correction; 3] = [Correction::None, Correction::Bonferroni, Correction::Holm];
+
+    /// The correction of a request's (or a table's) two switches, Holm's when both are on
+    /// (which a request is refused for).
+    pub fn of(bonferroni: bool, holm: bool) -> Correction {
+        match (bonferroni, holm) {
+            (_, true) => Correction::Holm,
+            (true, false) => Correction::Bonferroni,
+            (false, false) => Correction::None,
+        }
+    }
+
+    /// How a table's words name it (`None`: uncorrected).
+    pub fn name(self) -> Option<&'static str> {
+        match self {
+            Correction::None => None,
+            Correction::Bonferroni => Some("Bonferroni"),
+            Correction::Holm => Some("Holm"),
+        }
+    }
 }
 
 /// One row or column of a [`TableRequest`].
@@ -340,6 +383,9 @@ pub enum TableError {
         /// How to fix it.
         hint: String,
     },
+    /// Both corrections of the pairwise test asked for.
+    #[error("bonferroni and holm are two corrections of the column letters: ask for one.")]
+    TwoCorrections,
     /// An expression that is empty, too long or does not parse.
     #[error("{message}")]
     InvalidExpression {
@@ -357,10 +403,11 @@ pub enum TableError {
 /// How to send a table, for a body that is no table request.
 const TABLE_HINT: &str = "Send {\"survey\", \"populationBase\", \"group\", \"filter\", \
                           \"rows\": [{\"expression\", \"label\"}], \"columns\": [...], \
-                          \"confidence\": 90 | 95 | 99, \"bonferroni\": true | false}.";
+                          \"confidence\": 90 | 95 | 99, \"bonferroni\": true | false, \
+                          \"holm\": true | false}.";
 
 /// The members of a [`TableRequest`], as a body names them.
-const TABLE_MEMBERS: [&str; 8] = [
+const TABLE_MEMBERS: [&str; 9] = [
     "survey",
     "populationBase",
     "group",
@@ -369,6 +416,7 @@ const TABLE_MEMBERS: [&str; 8] = [
     "columns",
     "confidence",
     "bonferroni",
+    "holm",
 ];
 
 /// Longest reason a refusal quotes from serde, which may echo a member's value whole.
@@ -414,6 +462,12 @@ impl From<TableError> for ApiError {
                 format!("Keep labels to at most {MAX_TABLE_LABEL_CHARS} characters."),
             ),
             TableError::InvalidFilter { hint, .. } => ("filter", hint),
+            TableError::TwoCorrections => (
+                "holm",
+                "Send \"holm\": true for Holm's step-down (never fewer letters) or \
+                 \"bonferroni\": true, not both."
+                    .to_owned(),
+            ),
             TableError::InvalidExpression { axis, hint, .. } => (axis.as_str(), hint),
         };
         ApiError::InvalidRequest {
@@ -429,6 +483,12 @@ impl TableRequest {
     /// validation, as the workbench prices a table being built).
     pub fn billed_calls(&self) -> u32 {
         billed_calls(self.rows.len(), self.columns.len(), self.filter.is_some())
+    }
+
+    /// How its letters are to be corrected (a request asking both is refused by
+    /// [`TableRequest::validate`]).
+    pub fn correction(&self) -> Correction {
+        Correction::of(self.bonferroni, self.holm)
     }
 
     /// The targets it asks: [`table_targets`].
@@ -486,6 +546,9 @@ impl TableRequest {
             .transpose()?;
         let rows = parse_axis(TableAxisKind::Rows, &self.rows)?;
         let columns = parse_axis(TableAxisKind::Columns, &self.columns)?;
+        if self.bonferroni && self.holm {
+            return Err(TableError::TwoCorrections);
+        }
         Ok(ValidTable {
             request: self,
             rows,
@@ -571,14 +634,25 @@ pub struct Table {
     #[serde(default)]
     #[cfg_attr(feature = "ts", tsify(type = "90 | 95 | 99"))]
     pub confidence: Confidence,
-    /// Whether the pairwise test was corrected for its comparisons, as requested.
+    /// Whether the pairwise test was corrected by Bonferroni's method, as requested.
     #[serde(default)]
     pub bonferroni: bool,
+    /// Whether the pairwise test was corrected by Holm's step-down method, as requested
+    /// (absent in a table kept from before it could be: `false`).
+    #[serde(default)]
+    pub holm: bool,
     /// The pairs of columns the pairwise test compares (both [`TableHeader::compared`]
     /// with each other) and can test (each column's effective size at least
-    /// [`MIN_TESTED_EFFECTIVE_N`]): Bonferroni's `m`.
+    /// [`MIN_TESTED_EFFECTIVE_N`]): the corrections' `m`.
     #[serde(default)]
     pub compared_pairs: u32,
+}
+
+impl Table {
+    /// How its letters were corrected.
+    pub fn correction(&self) -> Correction {
+        Correction::of(self.bonferroni, self.holm)
+    }
 }
 
 /// One row or column of a [`Table`].
@@ -755,6 +829,7 @@ mod tests {
             columns: vec![axis("REGION = 1"), axis("REGION = 2"), axis("REGION = 3")],
             confidence: Confidence::NinetyFive,
             bonferroni: false,
+            holm: false,
         }
     }
 
@@ -817,9 +892,58 @@ mod tests {
         }
         let (field, _) = unreadable(&body(r#""bonferroni": true, "bonferroni": false,"#));
         assert_eq!(field.as_deref(), Some("bonferroni"));
+        let (field, _) = unreadable(&body(r#""holm": true, "holm": false,"#));
+        assert_eq!(field.as_deref(), Some("holm"));
         for level in Confidence::ALL {
             assert_eq!(Confidence::try_from(level.percent()), Ok(level));
         }
+    }
+
+    #[test]
+    fn holm_is_read_and_refused_beside_bonferroni() {
+        let read = |extra: &str| {
+            let mut body = serde_json::to_value(request()).unwrap();
+            let extra: serde_json::Value = serde_json::from_str(extra).unwrap();
+            for (member, value) in extra.as_object().unwrap() {
+                body[member] = value.clone();
+            }
+            TableRequest::from_json(body.to_string().as_bytes()).unwrap()
+        };
+        for (extra, correction) in [
+            ("{}", Correction::None),
+            (r#"{"holm": false}"#, Correction::None),
+            (r#"{"bonferroni": true}"#, Correction::Bonferroni),
+            (r#"{"holm": true}"#, Correction::Holm),
+            (r#"{"holm": true, "bonferroni": false}"#, Correction::Holm),
+        ] {
+            let asked = read(extra);
+            assert_eq!(asked.correction(), correction, "{extra}");
+            assert!(asked.validate().is_ok(), "{extra}");
+        }
+        let both = read(r#"{"holm": true, "bonferroni": true}"#);
+        let refused = ApiError::from(both.validate().unwrap_err());
+        let ApiError::InvalidRequest {
+            field,
+            message,
+            hint,
+        } = refused
+        else {
+            panic!("not an invalid request: {refused:?}");
+        };
+        assert_eq!(field.as_deref(), Some("holm"));
+        assert!(message.contains("ask for one"), "{message}");
+        assert!(hint.unwrap().contains("not both"));
+        // Written back as read; a member of the wrong type names itself.
+        assert_eq!(
+            serde_json::to_value(read(r#"{"holm": true}"#)).unwrap()["holm"],
+            true
+        );
+        let mut wrong = serde_json::to_value(request()).unwrap();
+        wrong["holm"] = json!("yes");
+        let error = TableRequest::from_json(wrong.to_string().as_bytes()).unwrap_err();
+        assert!(error.to_string().contains("expected a boolean"), "{error}");
+        assert_eq!(Correction::Holm.name(), Some("Holm"));
+        assert_eq!(Correction::None.name(), None);
     }
 
     #[test]
@@ -1003,6 +1127,7 @@ mod tests {
             billed_calls: 0,
             confidence: Confidence::NinetyNine,
             bonferroni: true,
+            holm: false,
             compared_pairs: 6,
         };
         let mut kept = serde_json::to_value(&table).unwrap();
@@ -1010,17 +1135,22 @@ mod tests {
             (
                 &kept["confidence"],
                 &kept["bonferroni"],
+                &kept["holm"],
                 &kept["comparedPairs"]
             ),
-            (&json!(99), &json!(true), &json!(6))
+            (&json!(99), &json!(true), &json!(false), &json!(6))
         );
+        // Kept before Holm's method was offered: not corrected by it.
+        kept.as_object_mut().unwrap().remove("holm");
+        let read = serde_json::from_value::<Table>(kept.clone()).unwrap();
+        assert_eq!(read.correction(), Correction::Bonferroni);
         for member in ["confidence", "bonferroni", "comparedPairs"] {
             kept.as_object_mut().unwrap().remove(member);
         }
         let read = serde_json::from_value::<Table>(kept).unwrap();
         assert_eq!(
-            (read.confidence, read.bonferroni, read.compared_pairs),
-            (Confidence::NinetyFive, false, 0)
+            (read.confidence, read.correction(), read.compared_pairs),
+            (Confidence::NinetyFive, Correction::None, 0)
         );
 
         // Columns a cell's share is higher than, when there are any.

@@ -43,6 +43,7 @@ pub fn request(survey: &Survey) -> TableRequest {
         columns: columns.iter().map(|c| axis((*c).to_owned())).collect(),
         confidence: Default::default(),
         bonferroni: false,
+        holm: false,
     }
 }
 

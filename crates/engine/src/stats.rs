@@ -150,15 +150,8 @@ pub(crate) fn column_test(
 }
 
 /// Whether the share `part1 / whole1` is significantly higher or lower than `part2 /
-/// whole2`, the wholes disjoint (so independent samples): a two-proportion z-test with
-/// each side's effective sample size and the pooled proportion, two-sided, significant
-/// when its p-value `2·P(Z > |z|)` is below `alpha`. The column test, and the pairwise
-/// test of two columns that share no respondent.
-///
-/// `None` when either side's effective size is under [`MIN_TESTED_EFFECTIVE_N`] (the
-/// normal approximation would call two respondents of five a difference), a side has no
-/// weight, the pooled share is 0 or 1 (nothing to test), or the row's effective count in
-/// or out of the two sides is under [`MIN_TESTED_EXPECTED`] (a rare row).
+/// whole2`, the wholes disjoint (so independent samples), at level `alpha`: [`share_z`]'s
+/// test, [`verdict`] on its z. The column test, and the uncorrected pairwise test.
 pub(crate) fn share_test(
     part1: f64,
     whole1: Moments,
@@ -166,6 +159,18 @@ pub(crate) fn share_test(
     whole2: Moments,
     alpha: f64,
 ) -> Option<Significance> {
+    verdict(share_z(part1, whole1, part2, whole2)?, alpha)
+}
+
+/// The z of a two-proportion test of the share `part1 / whole1` against `part2 / whole2`,
+/// the wholes disjoint (so independent samples), with each side's effective sample size
+/// and the pooled proportion; two-sided, its p-value is [`two_sided_p`].
+///
+/// `None` (no test) when either side's effective size is under [`MIN_TESTED_EFFECTIVE_N`]
+/// (the normal approximation would call two respondents of five a difference), a side has
+/// no weight, the pooled share is 0 or 1 (nothing to test), or the row's effective count
+/// in or out of the two sides is under [`MIN_TESTED_EXPECTED`] (a rare row).
+pub(crate) fn share_z(part1: f64, whole1: Moments, part2: f64, whole2: Moments) -> Option<f64> {
     let n1 = whole1.tested_size()?;
     let n2 = whole2.tested_size()?;
     if whole1.weight <= 0.0 || whole2.weight <= 0.0 {
@@ -181,8 +186,13 @@ pub(crate) fn share_test(
     let variance = pooled * (1.0 - pooled) * (1.0 / n1 + 1.0 / n2);
     // Also refuses NaN: nothing to test.
     let deviation = Some(variance.sqrt()).filter(|d| *d > 0.0)?;
-    let z = (p1 - p2) / deviation;
-    // Written so that a NaN (which no branch above lets through) is no verdict.
+    Some((p1 - p2) / deviation).filter(|z| !z.is_nan())
+}
+
+/// The two-sided verdict of a test's `z` at level `alpha`: significant when its p-value
+/// `2·P(Z > |z|)` is below `alpha`, higher or lower by its sign.
+pub(crate) fn verdict(z: f64, alpha: f64) -> Option<Significance> {
+    // Written so that a NaN z (a p-value of NaN) is no verdict.
     let significant = two_sided_p(z) < alpha;
     if !significant {
         None

@@ -8,14 +8,16 @@
 //! cell's weight is bit for bit what `/v1` answers for `(row) AND (column)`) and `Σw²`
 //! are added.
 
-use crosstab_contract::table::{Significance, Table, TableAxisKind, TableCell, ValidTable};
+use crosstab_contract::table::{
+    Correction, Significance, Table, TableAxisKind, TableCell, ValidTable,
+};
 use crosstab_contract::{Expr, Unknown};
 
 use crate::bitset::Bitset;
 use crate::error::QueryError;
 use crate::eval::{Plan, BLOCK_WORDS};
 use crate::query::{fill_within, for_each_filter_block};
-use crate::stats::{column_test, share_test, Figures, Moments};
+use crate::stats::{column_test, share_z, two_sided_p, verdict, Figures, Moments};
 use crate::survey::Survey;
 use crate::weights::{BlockSum, SquareSum, Squares};
 
@@ -158,23 +160,53 @@ impl TableSums {
 }
 
 /// For each column of a row (its cells `row_cells`), the columns (indices, ascending)
-/// whose share of the row its share is significantly higher than (at level `alpha`),
-/// among those sharing no respondent with it within the base. Each pair is tested once:
-/// the test is symmetric, so one column's "higher" is the other's "lower".
-fn higher_than(sums: &TableSums, row_cells: &[Moments], alpha: f64) -> Vec<Vec<u32>> {
-    let mut higher = vec![Vec::new(); sums.columns.len()];
-    for (a, b) in pairs(sums.columns.len()) {
-        if !sums.compares(a, b) {
-            continue;
+/// whose share of the row its share is significantly higher than (at level `alpha`,
+/// corrected by `correction` for the table's `m` compared pairs), among those sharing no
+/// respondent with it within the base. Each pair is tested once: the test is symmetric,
+/// so one column's "higher" is the other's "lower".
+fn higher_than(
+    sums: &TableSums,
+    row_cells: &[Moments],
+    alpha: f64,
+    correction: Correction,
+    m: usize,
+) -> Vec<Vec<u32>> {
+    // Each pair this row tests, with its z.
+    let tested: Vec<(usize, usize, f64)> = pairs(sums.columns.len())
+        .filter(|&(a, b)| sums.compares(a, b))
+        .filter_map(|(a, b)| {
+            let z = share_z(
+                row_cells[a].weight,
+                sums.columns[a],
+                row_cells[b].weight,
+                sums.columns[b],
+            )?;
+            Some((a, b, z))
+        })
+        .collect();
+    // Pairs a row does not test (a rare row) still count in `m`: the family is the
+    // table's compared pairs, whatever a row's counts.
+    let m = m.max(tested.len()).max(1) as f64;
+    let mut levels = vec![alpha; tested.len()];
+    match correction {
+        Correction::None => {}
+        Correction::Bonferroni => levels.fill(alpha / m),
+        Correction::Holm => {
+            // Step down from the smallest p-value, the k-th (from 0) at α / (m − k); the
+            // first not significant ends it, and every larger p-value is not either.
+            let mut order: Vec<usize> = (0..tested.len()).collect();
+            order.sort_by(|&i, &j| two_sided_p(tested[i].2).total_cmp(&two_sided_p(tested[j].2)));
+            let mut stopped = false;
+            for (k, &i) in order.iter().enumerate() {
+                let level = alpha / (m - k as f64);
+                stopped = stopped || verdict(tested[i].2, level).is_none();
+                levels[i] = if stopped { 0.0 } else { level };
+            }
         }
-        let verdict = share_test(
-            row_cells[a].weight,
-            sums.columns[a],
-            row_cells[b].weight,
-            sums.columns[b],
-            alpha,
-        );
-        let (winner, loser) = match verdict {
+    }
+    let mut higher = vec![Vec::new(); sums.columns.len()];
+    for (&(a, b, z), &level) in tested.iter().zip(&levels) {
+        let (winner, loser) = match verdict(z, level) {
             Some(Significance::Higher) => (a, b),
             Some(Significance::Lower) => (b, a),
             None => continue,
@@ -354,12 +386,8 @@ impl Survey {
         };
         let alpha = request.request.confidence.alpha();
         let compared_pairs = sums.compared_pairs();
-        // Bonferroni: the chance of any false letter in a row stays under α.
-        let pair_alpha = if request.request.bonferroni {
-            alpha / compared_pairs.max(1) as f64
-        } else {
-            alpha
-        };
+        // Either correction keeps the chance of any false letter in a row under α.
+        let correction = request.request.correction();
         let headers = |axis, unknown: &[bool]| {
             let mut headers = request.headers(axis);
             for (header, unknown) in headers.iter_mut().zip(unknown) {
@@ -380,7 +408,13 @@ impl Survey {
                     .iter()
                     .zip(&sums.columns)
                     .zip(&sums.complements)
-                    .zip(higher_than(&sums, row_cells, pair_alpha))
+                    .zip(higher_than(
+                        &sums,
+                        row_cells,
+                        alpha,
+                        correction,
+                        compared_pairs,
+                    ))
                     .map(|(((cell, column), complement), higher)| {
                         let test = column_test(*cell, *row, *column, *complement, alpha);
                         let mut out = figures.cell(*cell, *row, *column, test);
@@ -414,6 +448,7 @@ impl Survey {
             billed_calls: 0,
             confidence: request.request.confidence,
             bonferroni: request.request.bonferroni,
+            holm: request.request.holm,
             compared_pairs: u32::try_from(compared_pairs).unwrap_or(u32::MAX),
         })
     }

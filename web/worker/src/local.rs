@@ -270,6 +270,7 @@ mod tests {
             columns: vec![axis("REGION = 2")],
             confidence: Default::default(),
             bonferroni: false,
+            holm: false,
         };
         let answer_ = table_of(&request).unwrap();
         assert_eq!(answer_.billed_calls, 0);

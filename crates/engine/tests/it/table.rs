@@ -4,7 +4,7 @@
 //! every cell of a demo table against `/v1`'s answer for `(row) AND (column)`.
 
 use crosstab_contract::app::{
-    Confidence, Significance, Table, TableAxis, TableCell, TableRequest, UnstableReason,
+    Confidence, Correction, Significance, Table, TableAxis, TableCell, TableRequest, UnstableReason,
 };
 use crosstab_contract::{validate_value, Stability};
 use crosstab_engine::demo::{self, DemoConfig};
@@ -154,6 +154,7 @@ fn request(base: &str, group: Option<&str>) -> TableRequest {
         columns: COLUMNS.iter().map(axis).collect(),
         confidence: Confidence::NinetyFive,
         bonferroni: false,
+        holm: false,
     }
 }
 
@@ -453,17 +454,44 @@ fn check_table(
         99 => 0.01,
         other => panic!("no level written for {other}%"),
     };
-    let pair_alpha = if table.bonferroni {
-        alpha / compared_pairs.max(1) as f64
-    } else {
-        alpha
-    };
+    let correction = Correction::of(table.bonferroni, table.holm);
     let mut corrected_away = 0;
     let threshold = 3;
     let all = |_: &Respondent| true;
     let mut verdicts = vec![];
     let mut pairs = vec![];
     for (r, (row_expr, row)) in ROWS.iter().enumerate() {
+        // The row's pairs apart, by adjusted p-values (statsmodels' `multipletests`),
+        // each pair (a, b) with its z and whether it is apart.
+        let row_pairs: Vec<(usize, usize, f64)> = (0..COLUMNS.len())
+            .flat_map(|a| (a + 1..COLUMNS.len()).map(move |b| (a, b)))
+            .filter_map(|(a, b)| {
+                let z = reference.pair_z(*row, COLUMNS[a].1, COLUMNS[b].1)?;
+                Some((a, b, z))
+            })
+            .collect();
+        let adjusted = adjusted_p(
+            &row_pairs
+                .iter()
+                .map(|p| two_sided_p(p.2))
+                .collect::<Vec<_>>(),
+            compared_pairs,
+            correction,
+        );
+        let mut apart = |c: usize, other: usize| -> bool {
+            row_pairs
+                .iter()
+                .zip(&adjusted)
+                .find(|((a, b, _), _)| (*a, *b) == (c.min(other), c.max(other)))
+                .is_some_and(|(&(a, _, z), &p)| {
+                    assert!((p / alpha - 1.0).abs() > 1e-6, "pair p {p} on the edge");
+                    let z = if a == c { z } else { -z };
+                    if z > 0.0 && p >= alpha && two_sided_p(z) < alpha {
+                        corrected_away += 1;
+                    }
+                    z > 0.0 && p < alpha
+                })
+        };
         assert_eq!(table.rows[r].expression, *row_expr);
         assert_eq!(table.rows[r].label, format!("label of {row_expr}"));
         assert_eq!(table.rows[r].unknown, *row_expr == "NOPE = 1");
@@ -488,22 +516,7 @@ fn check_table(
             assert_eq!(got.significance, expected, "{what}: significance");
             verdicts.extend(expected);
             let higher: Vec<u32> = (0..COLUMNS.len())
-                .filter(|&other| other != c)
-                .filter(|&other| {
-                    reference
-                        .pair_z(*row, *column, COLUMNS[other].1)
-                        .is_some_and(|z| {
-                            let p = two_sided_p(z);
-                            assert!(
-                                (p / pair_alpha - 1.0).abs() > 1e-6,
-                                "{what}: pair p {p} on the edge"
-                            );
-                            if z > 0.0 && p >= pair_alpha && p < alpha {
-                                corrected_away += 1;
-                            }
-                            z > 0.0 && p < pair_alpha
-                        })
-                })
+                .filter(|&other| other != c && apart(c, other))
                 .map(|other| other as u32)
                 .collect();
             assert_eq!(got.higher_than, higher, "{what}: higher than");
@@ -552,7 +565,7 @@ fn every_figure_matches_the_long_way_with_exact_and_float_weights() {
     let adults: Test = |r| r.age.is_some_and(|a| a >= 18);
     let everyone: Test = |_| true;
     // What each confidence and correction saw, over every table.
-    let mut seen: Vec<((Confidence, bool), Seen)> = vec![];
+    let mut seen: Vec<((Confidence, Correction), Seen)> = vec![];
     for (weight, exact) in [
         (decimal_weight as fn(usize) -> f64, false),
         (float_weight, true),
@@ -565,15 +578,18 @@ fn every_figure_matches_the_long_way_with_exact_and_float_weights() {
             ("ALL", everyone, Some("B")),
         ] {
             for setting in [
-                (Confidence::NinetyFive, false),
-                (Confidence::Ninety, false),
-                (Confidence::NinetyNine, false),
-                (Confidence::NinetyFive, true),
+                (Confidence::NinetyFive, Correction::None),
+                (Confidence::Ninety, Correction::None),
+                (Confidence::NinetyNine, Correction::None),
+                (Confidence::NinetyFive, Correction::Bonferroni),
+                (Confidence::NinetyFive, Correction::Holm),
+                (Confidence::Ninety, Correction::Holm),
             ] {
-                let (confidence, bonferroni) = setting;
+                let (confidence, correction) = setting;
                 let valid = TableRequest {
                     confidence,
-                    bonferroni,
+                    bonferroni: correction == Correction::Bonferroni,
+                    holm: correction == Correction::Holm,
                     ..request(base_code, group)
                 }
                 .validate()
@@ -589,7 +605,7 @@ fn every_figure_matches_the_long_way_with_exact_and_float_weights() {
                     (100, 3)
                 );
                 assert_eq!(table.billed_calls, 0, "computed locally");
-                assert_eq!((table.confidence, table.bonferroni), setting);
+                assert_eq!((table.confidence, table.correction()), setting);
                 let found = check_table(&people, &table, base, group, exact);
                 match seen.iter_mut().find(|(s, _)| *s == setting) {
                     Some((_, all)) => {
@@ -606,9 +622,10 @@ fn every_figure_matches_the_long_way_with_exact_and_float_weights() {
             }
         }
     }
-    let of = |setting: (Confidence, bool)| &seen.iter().find(|(s, _)| *s == setting).unwrap().1;
+    let of =
+        |setting: (Confidence, Correction)| &seen.iter().find(|(s, _)| *s == setting).unwrap().1;
     // The data make the column test find something both ways, so the test tests it.
-    let at_95 = of((Confidence::NinetyFive, false));
+    let at_95 = of((Confidence::NinetyFive, Correction::None));
     assert!(
         at_95.verdicts.contains(&Significance::Higher),
         "{:?}",
@@ -622,12 +639,42 @@ fn every_figure_matches_the_long_way_with_exact_and_float_weights() {
     assert!(at_95.pairs > 0, "the pairwise test finds regions apart");
     // ... and the levels and the correction decide some verdicts, so they are tested.
     let count = |setting| of(setting).verdicts.len();
-    assert!(count((Confidence::Ninety, false)) > at_95.verdicts.len());
-    assert!(count((Confidence::NinetyNine, false)) < at_95.verdicts.len());
-    // Bonferroni takes back exactly the pairs it should (none in these data: see
-    // `bonferroni_takes_back_a_pair_apart_at_its_level_alone` for one that is).
-    let corrected = of((Confidence::NinetyFive, true));
-    assert_eq!(corrected.pairs + corrected.corrected_away, at_95.pairs);
+    assert!(count((Confidence::Ninety, Correction::None)) > at_95.verdicts.len());
+    assert!(count((Confidence::NinetyNine, Correction::None)) < at_95.verdicts.len());
+    // A correction takes back exactly the pairs it should (none in these data: see
+    // `bonferroni_takes_back_a_pair_apart_at_its_level_alone` and
+    // `holm_steps_down_from_the_smallest_p_value` for some that are), and Holm's never
+    // fewer than Bonferroni's.
+    for correction in [Correction::Bonferroni, Correction::Holm] {
+        let corrected = of((Confidence::NinetyFive, correction));
+        assert_eq!(corrected.pairs + corrected.corrected_away, at_95.pairs);
+    }
+    assert!(
+        of((Confidence::NinetyFive, Correction::Holm)).pairs
+            >= of((Confidence::NinetyFive, Correction::Bonferroni)).pairs
+    );
+}
+
+/// The p-values of a row's pairs as `correction` adjusts them for a family of `m`, to be
+/// read against α: Bonferroni's `min(1, m·p)`; Holm's `max over j ≤ k of min(1, (m − j)·p₍ⱼ₎)`
+/// for the `k`-th smallest (from 0), as statsmodels' `multipletests` computes them.
+fn adjusted_p(p: &[f64], m: usize, correction: Correction) -> Vec<f64> {
+    let m = m as f64;
+    match correction {
+        Correction::None => p.to_vec(),
+        Correction::Bonferroni => p.iter().map(|p| (m * p).min(1.0)).collect(),
+        Correction::Holm => {
+            let mut order: Vec<usize> = (0..p.len()).collect();
+            order.sort_by(|&i, &j| p[i].total_cmp(&p[j]));
+            let mut adjusted = vec![0.0; p.len()];
+            let mut running: f64 = 0.0;
+            for (k, &i) in order.iter().enumerate() {
+                running = running.max(((m - k as f64) * p[i]).min(1.0));
+                adjusted[i] = running;
+            }
+            adjusted
+        }
+    }
 }
 
 #[test]
@@ -670,6 +717,7 @@ expr = "*"
             columns: vec![axis("REGION = 1"), axis("REGION = 2"), axis("REGION = 3")],
             confidence,
             bonferroni,
+            holm: false,
         };
         survey.table(&request.validate().unwrap()).unwrap()
     };
@@ -698,6 +746,80 @@ expr = "*"
     assert_eq!(arrows(&at_90), arrows(&table(Confidence::Ninety, false)));
     // At 90%, corrected, the pair is apart again: α/3 = 0.0333 is just above its p, 0.0329.
     assert_eq!(higher(&at_90), [vec![1], vec![], vec![]]);
+}
+
+#[test]
+fn holm_steps_down_from_the_smallest_p_value() {
+    let definition = r#"
+code = "HOLM"
+name = "Holm"
+respondents = "respondents.csv"
+id_column = "ID"
+weight_column = "W"
+
+[[population_bases]]
+code = "ALL"
+expr = "*"
+"#;
+    // Three regions of 200. Row X holds 40, 46 and 67 of them: regions 3 and 1 are apart
+    // at p = 0.0023, regions 3 and 2 at p = 0.0197, regions 1 and 2 at p = 0.47. Row Y
+    // holds 43, 63 and 64: regions 1 and 3 at p = 0.0177, 1 and 2 at p = 0.0235.
+    let mut csv = String::from("ID,W,REGION,X,Y\n");
+    for (region, x, y) in [(1, 40, 43), (2, 46, 63), (3, 67, 64)] {
+        for i in 0..200 {
+            csv.push_str(&format!(
+                "r{region}_{i},1,{region},{},{}\n",
+                u8::from(i < x),
+                u8::from(i < y)
+            ));
+        }
+    }
+    let survey = crosstab_engine::survey_from_csv(definition, &csv).unwrap();
+    let axis = |expression: &str| TableAxis {
+        expression: expression.into(),
+        label: None,
+    };
+    let letters = |correction: Correction| -> Vec<Vec<Vec<u32>>> {
+        let request = TableRequest {
+            survey: "HOLM".into(),
+            population_base: "ALL".into(),
+            group: None,
+            filter: None,
+            rows: vec![axis("X = 1"), axis("Y = 1")],
+            columns: vec![axis("REGION = 1"), axis("REGION = 2"), axis("REGION = 3")],
+            confidence: Confidence::NinetyFive,
+            bonferroni: correction == Correction::Bonferroni,
+            holm: correction == Correction::Holm,
+        };
+        let table = survey.table(&request.validate().unwrap()).unwrap();
+        assert_eq!((table.compared_pairs, table.correction()), (3, correction));
+        table
+            .cells
+            .iter()
+            .map(|row| row.iter().map(|c| c.higher_than.clone()).collect())
+            .collect()
+    };
+    // Uncorrected (α = 0.05): region 3 above both others in X; regions 2 and 3 above
+    // region 1 in Y.
+    assert_eq!(
+        letters(Correction::None),
+        [
+            vec![vec![], vec![], vec![0, 1]],
+            vec![vec![], vec![0], vec![0]]
+        ]
+    );
+    // Bonferroni (each at 0.05 / 3 = 0.0167): only X's smallest p-value stays.
+    assert_eq!(
+        letters(Correction::Bonferroni),
+        [vec![vec![], vec![], vec![0]], vec![vec![]; 3]]
+    );
+    // Holm: X's smallest at 0.0167 stays, so its next is tested at 0.05 / 2 = 0.025 and
+    // stays too; Y's smallest (0.0177) is not under 0.0167, so the step-down stops there,
+    // though Y's next (0.0235) is under 0.025.
+    assert_eq!(
+        letters(Correction::Holm),
+        [vec![vec![], vec![], vec![0, 1]], vec![vec![]; 3]]
+    );
 }
 
 #[test]
@@ -770,6 +892,7 @@ fn demo_cells_are_what_v1_answers_for_row_and_column() {
                 .collect(),
             confidence: Default::default(),
             bonferroni: false,
+            holm: false,
         };
         let table = survey.table(&request.clone().validate().unwrap()).unwrap();
         let v1 = |targets: Vec<String>| {
@@ -853,6 +976,7 @@ fn a_table_given_up_stops_at_the_next_block() {
         columns: vec![axis("REGION = 1"), axis("AGE >= 55")],
         confidence: Default::default(),
         bonferroni: false,
+        holm: false,
     }
     .validate()
     .unwrap();

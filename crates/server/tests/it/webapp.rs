@@ -1246,6 +1246,16 @@ async fn a_table_keeps_to_the_users_grants_and_refusals_bill_nothing() {
         ),
         (json!({"survey": "VEC"}), "invalid_request", ""),
         (json!("not a table"), "invalid_request", ""),
+        (
+            {
+                let mut both = table_body(None, "ALL", &rows, &columns);
+                both["bonferroni"] = json!(true);
+                both["holm"] = json!(true);
+                both
+            },
+            "invalid_request",
+            "holm",
+        ),
     ];
     for (body, expected, field) in refused {
         let (parts, answer) = app.post(&ann, "/app/api/table", &body).await;
