@@ -677,11 +677,13 @@ fn adjusted_p(p: &[f64], m: usize, correction: Correction) -> Vec<f64> {
     }
 }
 
-#[test]
-fn bonferroni_takes_back_a_pair_apart_at_its_level_alone() {
+/// A table of three regions of 200 unweighted respondents each, its rows flags `X`, `Y`, …
+/// held by `held[row][region]` of each region's, at `confidence` and corrected by
+/// `correction`.
+fn three_regions(held: &[[usize; 3]], confidence: Confidence, correction: Correction) -> Table {
     let definition = r#"
-code = "BON"
-name = "Bonferroni"
+code = "REGIONS"
+name = "Three regions"
 respondents = "respondents.csv"
 id_column = "ID"
 weight_column = "W"
@@ -690,135 +692,108 @@ weight_column = "W"
 code = "ALL"
 expr = "*"
 "#;
-    // Three regions of 200: the row holds 64, 45 and 55 of them. 32% against 22.5% is
-    // z = 2.13, p = 0.033: apart at 95%, not at 95% over three pairs (0.05 / 3); the
-    // other pairs are apart at neither.
-    let mut csv = String::from("ID,W,REGION,X\n");
-    for (region, in_row) in [(1, 64), (2, 45), (3, 55)] {
+    let flags: Vec<String> = (0..held.len())
+        .map(|row| char::from(b'X' + row as u8).to_string())
+        .collect();
+    let mut csv = format!("ID,W,REGION,{}\n", flags.join(","));
+    for region in 0..3 {
         for i in 0..200 {
+            let cells: Vec<String> = held
+                .iter()
+                .map(|row| u8::from(i < row[region]).to_string())
+                .collect();
             csv.push_str(&format!(
-                "r{region}_{i},1,{region},{}\n",
-                u8::from(i < in_row)
+                "r{region}_{i},1,{},{}\n",
+                region + 1,
+                cells.join(",")
             ));
         }
     }
     let survey = crosstab_engine::survey_from_csv(definition, &csv).unwrap();
-    let axis = |expression: &str| TableAxis {
-        expression: expression.into(),
+    let axis = |expression: String| TableAxis {
+        expression,
         label: None,
     };
-    let table = |confidence, bonferroni| {
-        let request = TableRequest {
-            survey: "BON".into(),
-            population_base: "ALL".into(),
-            group: None,
-            filter: None,
-            rows: vec![axis("X = 1")],
-            columns: vec![axis("REGION = 1"), axis("REGION = 2"), axis("REGION = 3")],
-            confidence,
-            bonferroni,
-            holm: false,
-        };
-        survey.table(&request.validate().unwrap()).unwrap()
-    };
-    let higher = |table: &Table| -> Vec<Vec<u32>> {
-        table.cells[0]
+    let request = TableRequest {
+        survey: "REGIONS".into(),
+        population_base: "ALL".into(),
+        group: None,
+        filter: None,
+        rows: flags
             .iter()
-            .map(|c| c.higher_than.clone())
-            .collect()
+            .map(|flag| axis(format!("{flag} = 1")))
+            .collect(),
+        columns: (1..=3).map(|r| axis(format!("REGION = {r}"))).collect(),
+        confidence,
+        bonferroni: correction == Correction::Bonferroni,
+        holm: correction == Correction::Holm,
     };
-    let uncorrected = table(Confidence::NinetyFive, false);
-    assert_eq!(uncorrected.compared_pairs, 3);
-    assert_eq!(higher(&uncorrected), [vec![1], vec![], vec![]]);
-    let corrected = table(Confidence::NinetyFive, true);
-    assert_eq!((corrected.compared_pairs, corrected.bonferroni), (3, true));
-    assert!(higher(&corrected).iter().all(Vec::is_empty));
+    let table = survey.table(&request.validate().unwrap()).unwrap();
+    assert_eq!((table.compared_pairs, table.correction()), (3, correction));
+    table
+}
+
+/// Each row's letters: for each column, the columns it is higher than.
+fn letters(table: &Table) -> Vec<Vec<Vec<u32>>> {
+    table
+        .cells
+        .iter()
+        .map(|row| row.iter().map(|c| c.higher_than.clone()).collect())
+        .collect()
+}
+
+#[test]
+fn bonferroni_takes_back_a_pair_apart_at_its_level_alone() {
+    // The row holds 64, 45 and 55 of the regions' 200. 32% against 22.5% is z = 2.13,
+    // p = 0.033: apart at 95%, not at 95% over three pairs (0.05 / 3); the other pairs are
+    // apart at neither.
+    let table = |confidence, correction| three_regions(&[[64, 45, 55]], confidence, correction);
+    let uncorrected = table(Confidence::NinetyFive, Correction::None);
+    assert_eq!(letters(&uncorrected), [[vec![1], vec![], vec![]]]);
+    let corrected = table(Confidence::NinetyFive, Correction::Bonferroni);
+    assert!(letters(&corrected).concat().iter().all(Vec::is_empty));
     // The column tests are not corrected: at 90% regions 1 and 2 differ from the rest
     // (p 0.070 and 0.060), corrected or not (α/3 would take both back).
     let arrows = |table: &Table| -> Vec<Option<Significance>> {
         table.cells[0].iter().map(|c| c.significance).collect()
     };
-    let at_90 = table(Confidence::Ninety, true);
+    let at_90 = table(Confidence::Ninety, Correction::Bonferroni);
     assert_eq!(
         arrows(&at_90),
         [Some(Significance::Higher), Some(Significance::Lower), None]
     );
-    assert_eq!(arrows(&at_90), arrows(&table(Confidence::Ninety, false)));
+    assert_eq!(
+        arrows(&at_90),
+        arrows(&table(Confidence::Ninety, Correction::None))
+    );
     // At 90%, corrected, the pair is apart again: α/3 = 0.0333 is just above its p, 0.0329.
-    assert_eq!(higher(&at_90), [vec![1], vec![], vec![]]);
+    assert_eq!(letters(&at_90), [[vec![1], vec![], vec![]]]);
 }
 
 #[test]
 fn holm_steps_down_from_the_smallest_p_value() {
-    let definition = r#"
-code = "HOLM"
-name = "Holm"
-respondents = "respondents.csv"
-id_column = "ID"
-weight_column = "W"
-
-[[population_bases]]
-code = "ALL"
-expr = "*"
-"#;
-    // Three regions of 200. Row X holds 40, 46 and 67 of them: regions 3 and 1 are apart
-    // at p = 0.0023, regions 3 and 2 at p = 0.0197, regions 1 and 2 at p = 0.47. Row Y
-    // holds 43, 63 and 64: regions 1 and 3 at p = 0.0177, 1 and 2 at p = 0.0235.
-    let mut csv = String::from("ID,W,REGION,X,Y\n");
-    for (region, x, y) in [(1, 40, 43), (2, 46, 63), (3, 67, 64)] {
-        for i in 0..200 {
-            csv.push_str(&format!(
-                "r{region}_{i},1,{region},{},{}\n",
-                u8::from(i < x),
-                u8::from(i < y)
-            ));
-        }
-    }
-    let survey = crosstab_engine::survey_from_csv(definition, &csv).unwrap();
-    let axis = |expression: &str| TableAxis {
-        expression: expression.into(),
-        label: None,
-    };
-    let letters = |correction: Correction| -> Vec<Vec<Vec<u32>>> {
-        let request = TableRequest {
-            survey: "HOLM".into(),
-            population_base: "ALL".into(),
-            group: None,
-            filter: None,
-            rows: vec![axis("X = 1"), axis("Y = 1")],
-            columns: vec![axis("REGION = 1"), axis("REGION = 2"), axis("REGION = 3")],
-            confidence: Confidence::NinetyFive,
-            bonferroni: correction == Correction::Bonferroni,
-            holm: correction == Correction::Holm,
-        };
-        let table = survey.table(&request.validate().unwrap()).unwrap();
-        assert_eq!((table.compared_pairs, table.correction()), (3, correction));
-        table
-            .cells
-            .iter()
-            .map(|row| row.iter().map(|c| c.higher_than.clone()).collect())
-            .collect()
-    };
+    // Row X holds 40, 46 and 67 of the regions' 200: regions 3 and 1 are apart at
+    // p = 0.0023, regions 3 and 2 at p = 0.0197, regions 1 and 2 at p = 0.47. Row Y holds
+    // 43, 63 and 64: regions 1 and 3 at p = 0.0177, 1 and 2 at p = 0.0235.
+    let held = [[40, 46, 67], [43, 63, 64]];
+    let letters = |correction| letters(&three_regions(&held, Confidence::NinetyFive, correction));
     // Uncorrected (α = 0.05): region 3 above both others in X; regions 2 and 3 above
     // region 1 in Y.
     assert_eq!(
         letters(Correction::None),
-        [
-            vec![vec![], vec![], vec![0, 1]],
-            vec![vec![], vec![0], vec![0]]
-        ]
+        [[vec![], vec![], vec![0, 1]], [vec![], vec![0], vec![0]]]
     );
     // Bonferroni (each at 0.05 / 3 = 0.0167): only X's smallest p-value stays.
     assert_eq!(
         letters(Correction::Bonferroni),
-        [vec![vec![], vec![], vec![0]], vec![vec![]; 3]]
+        [[vec![], vec![], vec![0]], [vec![], vec![], vec![]]]
     );
     // Holm: X's smallest at 0.0167 stays, so its next is tested at 0.05 / 2 = 0.025 and
     // stays too; Y's smallest (0.0177) is not under 0.0167, so the step-down stops there,
     // though Y's next (0.0235) is under 0.025.
     assert_eq!(
         letters(Correction::Holm),
-        [vec![vec![], vec![], vec![0, 1]], vec![vec![]; 3]]
+        [[vec![], vec![], vec![0, 1]], [vec![], vec![], vec![]]]
     );
 }
 
