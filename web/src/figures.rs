@@ -372,12 +372,20 @@ pub fn legend(
             } else {
                 let plural = if pairs == 1 { "" } else { "s" };
                 let at_most = (alpha * 100.0).round();
+                let corrected = |name: &str| {
+                    format!("{name} corrected, but no two columns compared are large enough to test (an effective sample size of {MIN_TESTED_EFFECTIVE_N} or more each), so no letter shows.")
+                };
                 match tests.correction {
+                    Correction::Bonferroni if pairs == 0 => corrected("Bonferroni"),
                     Correction::Bonferroni => format!(
                         "Bonferroni corrected: each of the {pairs} pair{plural} of columns compared is tested at {alpha} ÷ {pairs}, so where there is no real difference the chance that a row shows any letter is at most {at_most}%."
                     ),
-                    Correction::Holm if pairs < 2 => format!(
-                        "Holm corrected: with {pairs} pair{plural} of columns compared there is nothing to correct, and a pair is tested at {alpha}."
+                    Correction::Holm if pairs == 0 => corrected("Holm"),
+                    Correction::Holm if pairs == 1 => format!(
+                        "Holm corrected: with 1 pair of columns compared there is nothing to correct, and it is tested at {alpha}."
+                    ),
+                    Correction::Holm if pairs == 2 => format!(
+                        "Holm corrected: in each row the smaller p-value of the 2 pairs of columns compared is tested at {alpha} ÷ 2 and, if it is significant, the other at {alpha}, so where there is no real difference the chance that a row shows any letter is at most {at_most}%, with never fewer letters than Bonferroni's."
                     ),
                     Correction::Holm => format!(
                         "Holm corrected: in each row the {pairs} pairs of columns compared are taken from the smallest p-value up, the first tested at {alpha} ÷ {pairs}, the next at {alpha} ÷ {}, and so on, until one is not significant (nor then are the rest), so where there is no real difference the chance that a row shows any letter is at most {at_most}%, with never fewer letters than Bonferroni's.",
@@ -673,6 +681,42 @@ pub mod tests {
              smallest p-value up, the first tested at 0.01 ÷ 3, the next at 0.01 ÷ 2, and so on"
         )));
         assert!(!lines.iter().any(|l| l.contains("Bonferroni corrected")));
+        // Few pairs: said as what happens, and none large enough to test said so.
+        let said = |correction, compared_pairs| {
+            legend(
+                &Figures::all(),
+                60,
+                false,
+                true,
+                Tests {
+                    correction,
+                    compared_pairs,
+                    ..tests
+                },
+            )
+            .into_iter()
+            .find(|l| l.starts_with("Letters"))
+            .unwrap()
+        };
+        assert!(said(Correction::Holm, 2).ends_with(
+            "Holm corrected: in each row the smaller p-value of the 2 pairs of columns compared is \
+             tested at 0.01 ÷ 2 and, if it is significant, the other at 0.01, so where there is no \
+             real difference the chance that a row shows any letter is at most 1%, with never \
+             fewer letters than Bonferroni's."
+        ));
+        assert!(said(Correction::Holm, 1).ends_with(
+            "Holm corrected: with 1 pair of columns compared there is nothing to correct, and it \
+             is tested at 0.01."
+        ));
+        for (correction, name) in [
+            (Correction::Holm, "Holm"),
+            (Correction::Bonferroni, "Bonferroni"),
+        ] {
+            assert!(said(correction, 0).ends_with(&format!(
+                "{name} corrected, but no two columns compared are large enough to test (an \
+                 effective sample size of 30 or more each), so no letter shows."
+            )));
+        }
         let at_90 = legend(
             &Figures::all(),
             60,

@@ -169,18 +169,28 @@ mod tests {
         assert!(filtered
             .describe()
             .ends_with("2 rows × 1 columns · 99%, Holm · local file"));
-        // A spec saved before the tests were chosen reads as 95%, uncorrected.
+        // A spec saved before the tests were chosen reads as 95%, uncorrected; one saved
+        // with Bonferroni's before Holm's was offered reads as Bonferroni's.
+        use crosstab_contract::app::Correction;
         let mut older = serde_json::to_value(&filtered).unwrap();
         let request = older["request"].as_object_mut().unwrap();
-        request.remove("confidence");
-        request.remove("holm");
+        for member in ["confidence", "bonferroni", "holm"] {
+            request.remove(member);
+        }
         let older: Spec = serde_json::from_value(older).unwrap();
         assert_eq!(
             (
                 older.request.confidence.percent(),
                 older.request.correction()
             ),
-            (95, crosstab_contract::app::Correction::None)
+            (95, Correction::None)
         );
+        filtered.request.holm = false;
+        filtered.request.bonferroni = true;
+        // Written as a spec was before Holm's was offered: no `holm`.
+        let before_holm = serde_json::to_value(&filtered).unwrap();
+        assert!(before_holm["request"].get("holm").is_none());
+        let before_holm: Spec = serde_json::from_value(before_holm).unwrap();
+        assert_eq!(before_holm.request.correction(), Correction::Bonferroni);
     }
 }

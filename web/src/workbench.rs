@@ -122,7 +122,6 @@ fn entry_text(entry: &TableAxis) -> String {
     .display()
 }
 
-/// The lines above a table in its files.
 /// A correction's value in the builder's select.
 fn correction_key(correction: Correction) -> &'static str {
     match correction {
@@ -141,6 +140,7 @@ fn correction_label(correction: Correction) -> &'static str {
     }
 }
 
+/// The lines above a table in its files.
 fn caption_of(book: Option<&Codebook>, request: &TableRequest, source: Source) -> Caption {
     let survey = book.map_or_else(
         || request.survey.clone(),

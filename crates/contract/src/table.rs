@@ -187,15 +187,17 @@ pub struct TableRequest {
     pub confidence: Confidence,
     /// Whether the pairwise column test is corrected for its many comparisons
     /// (Bonferroni): each pair is tested at `α / m`, `m` the pairs of columns it
-    /// compares ([`Table::compared_pairs`]); absent: `false`, each pair at `α`.
+    /// compares ([`Table::compared_pairs`]); absent: `false` (each pair at `α`, unless
+    /// `holm`).
     #[serde(default)]
     #[cfg_attr(feature = "ts", tsify(optional))]
     pub bonferroni: bool,
     /// Whether the pairwise column test is corrected by Holm's step-down method: in each
     /// row the pairs' p-values in ascending order, the `k`-th tested at `α / (m − k + 1)`
     /// until one is not significant (then it and the rest are not). The same guarantee as
-    /// Bonferroni's, never fewer letters; not with `bonferroni`. Absent: `false`.
-    #[serde(default)]
+    /// Bonferroni's, never fewer letters; not with `bonferroni`. Absent: `false`, and left
+    /// out when `false`, so a request that does not ask for it reads as it did before.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     #[cfg_attr(feature = "ts", tsify(optional))]
     pub holm: bool,
 }
@@ -774,8 +776,8 @@ pub struct TableCell {
     /// and always on the Total column and the Total row.
     #[cfg_attr(feature = "ts", tsify(type = "Significance | null"))]
     pub significance: Option<Significance>,
-    /// The pairwise column test (as the column test, between two columns, Bonferroni
-    /// corrected when the table is): the columns (their indices in `columns`) whose
+    /// The pairwise column test (as the column test, between two columns, corrected as
+    /// the table's `bonferroni` or `holm` says): the columns (their indices in `columns`) whose
     /// share of the row this column's is significantly higher than. Only columns with no
     /// respondent in common within the base are compared (the test needs independent
     /// samples: the values of one variable, say); absent when none, and always on the
@@ -933,11 +935,17 @@ mod tests {
         assert_eq!(field.as_deref(), Some("holm"));
         assert!(message.contains("ask for one"), "{message}");
         assert!(hint.unwrap().contains("not both"));
-        // Written back as read; a member of the wrong type names itself.
+        // Written back as read, and left out when not asked (a request's body, which its
+        // idempotency key is of, is what it was before Holm's method); a member of the
+        // wrong type names itself.
         assert_eq!(
             serde_json::to_value(read(r#"{"holm": true}"#)).unwrap()["holm"],
             true
         );
+        assert!(serde_json::to_value(read("{}"))
+            .unwrap()
+            .get("holm")
+            .is_none());
         let mut wrong = serde_json::to_value(request()).unwrap();
         wrong["holm"] = json!("yes");
         let error = TableRequest::from_json(wrong.to_string().as_bytes()).unwrap_err();

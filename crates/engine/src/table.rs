@@ -142,7 +142,7 @@ impl TableSums {
     }
 
     /// The pairs of columns the pairwise test compares and can test (each column's
-    /// effective size one the test tests, [`Moments::tested_size`]): Bonferroni's `m`. A pair
+    /// effective size one the test tests, [`Moments::tested_size`]): the corrections' `m`. A pair
     /// never tested is no comparison to correct for.
     pub fn compared_pairs(&self) -> usize {
         let tested = |column: usize| self.columns[column].tested_size().is_some();

@@ -437,7 +437,7 @@ fn check_table(
         exact,
         z: z_critical,
     };
-    // Bonferroni's m: the pairs of columns with no respondent in common, each of an
+    // The corrections' m: the pairs of columns with no respondent in common, each of an
     // effective size the test tests (30 or more).
     let tested = |column: Test| reference.effective_n(&column).is_some_and(|n| n >= 30.0);
     let compared_pairs = (0..COLUMNS.len())
@@ -774,26 +774,41 @@ fn bonferroni_takes_back_a_pair_apart_at_its_level_alone() {
 fn holm_steps_down_from_the_smallest_p_value() {
     // Row X holds 40, 46 and 67 of the regions' 200: regions 3 and 1 are apart at
     // p = 0.0023, regions 3 and 2 at p = 0.0197, regions 1 and 2 at p = 0.47. Row Y holds
-    // 43, 63 and 64: regions 1 and 3 at p = 0.0177, 1 and 2 at p = 0.0235.
-    let held = [[40, 46, 67], [43, 63, 64]];
+    // 43, 63 and 64: regions 1 and 3 at p = 0.0177, 1 and 2 at p = 0.0235. Row Z, rare,
+    // holds 1, 3 and 8: regions 1 and 2 too few for a test (4 of 400 in the row), regions
+    // 1 and 3 at p = 0.0183, 2 and 3 at p = 0.126.
+    let held = [[40, 46, 67], [43, 63, 64], [1, 3, 8]];
     let letters = |correction| letters(&three_regions(&held, Confidence::NinetyFive, correction));
     // Uncorrected (α = 0.05): region 3 above both others in X; regions 2 and 3 above
-    // region 1 in Y.
+    // region 1 in Y; region 3 above region 1 in Z.
     assert_eq!(
         letters(Correction::None),
-        [[vec![], vec![], vec![0, 1]], [vec![], vec![0], vec![0]]]
+        [
+            [vec![], vec![], vec![0, 1]],
+            [vec![], vec![0], vec![0]],
+            [vec![], vec![], vec![0]]
+        ]
     );
     // Bonferroni (each at 0.05 / 3 = 0.0167): only X's smallest p-value stays.
     assert_eq!(
         letters(Correction::Bonferroni),
-        [[vec![], vec![], vec![0]], [vec![], vec![], vec![]]]
+        [
+            [vec![], vec![], vec![0]],
+            [vec![], vec![], vec![]],
+            [vec![], vec![], vec![]]
+        ]
     );
     // Holm: X's smallest at 0.0167 stays, so its next is tested at 0.05 / 2 = 0.025 and
     // stays too; Y's smallest (0.0177) is not under 0.0167, so the step-down stops there,
-    // though Y's next (0.0235) is under 0.025.
+    // though Y's next (0.0235) is under 0.025. Z's pair too few for a test still counts
+    // in m, so its smallest p-value (0.0183) is tested at 0.05 / 3, not at 0.05 / 2.
     assert_eq!(
         letters(Correction::Holm),
-        [[vec![], vec![], vec![0, 1]], [vec![], vec![], vec![]]]
+        [
+            [vec![], vec![], vec![0, 1]],
+            [vec![], vec![], vec![]],
+            [vec![], vec![], vec![]]
+        ]
     );
 }
 
