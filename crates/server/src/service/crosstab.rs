@@ -164,6 +164,7 @@ pub struct Crosstab {
 }
 
 /// What a bill records of a request, whether computed now or answered from the cache.
+#[derive(Clone)]
 struct Billable {
     survey: Arc<str>,
     group: Option<Arc<str>>,
@@ -535,30 +536,35 @@ impl Crosstab {
         let survey = self.entitled(principal, &request.survey, group, &request.population_base)?;
         let calls = valid.billed_calls();
         let targets = valid.targets();
-        let billable = || Billable {
+        let asked = Billable {
             survey: Arc::from(request.survey.as_str()),
             group: group.map(Arc::from),
             base: Arc::from(request.population_base.as_str()),
             targets: 2,
         };
-        let bills: Vec<Bill> = (0..targets.div_ceil(2))
-            .map(|call| {
-                // Two targets a call; an odd count leaves one for the last.
-                let targets = if call * 2 + 1 == targets { 1 } else { 2 };
-                self.bill_of(
-                    principal,
-                    Billable {
-                        targets,
-                        ..billable()
-                    },
-                    request_id,
-                )
-            })
-            .collect();
-        if u32::try_from(bills.len()).ok() != Some(calls) {
+        // Made once the table is ready, so they carry the time they are committed at (the
+        // quotas count a bill by its time, final once it is a minute old): made before a
+        // slow table, they would be committed past that minute and never counted.
+        let bills = || -> Vec<Bill> {
+            (0..targets.div_ceil(2))
+                .map(|call| {
+                    // Two targets a call; an odd count leaves one for the last.
+                    let targets = if call * 2 + 1 == targets { 1 } else { 2 };
+                    self.bill_of(
+                        principal,
+                        Billable {
+                            targets,
+                            ..asked.clone()
+                        },
+                        request_id,
+                    )
+                })
+                .collect()
+        };
+        if u32::try_from(targets.div_ceil(2)).ok() != Some(calls) {
             return Err(ServiceError::Internal(format!(
                 "a table of {targets} targets makes {} bills, not {calls}",
-                bills.len()
+                targets.div_ceil(2)
             )));
         }
         // Refused for what it asks, before the limits (as every such refusal is).
@@ -573,7 +579,10 @@ impl Crosstab {
         table.billed_calls = calls;
         let (answer, packed) = serialized(table, held.is_some()).await?;
         let kept = held.zip(packed).map(|(held, packed)| held.keeping(&packed));
-        self.ledger.bill_all(bills, kept).await.map_err(lost_key)?;
+        self.ledger
+            .bill_all(bills(), kept)
+            .await
+            .map_err(lost_key)?;
         admission.billed();
         Ok(answer)
     }
