@@ -1323,6 +1323,55 @@ async fn a_table_keeps_to_the_users_grants_and_refusals_bill_nothing() {
     same_as_v1(&table["total"], &total, "base within N");
 }
 
+/// A table's bills carry the time the table was ready, not the time it was asked: the
+/// quota takes bills a minute old as final, so a table slower than that would otherwise
+/// commit bills it never counts.
+#[tokio::test]
+async fn a_tables_bills_carry_the_time_it_was_ready() {
+    use crosstab_server::store::accounts;
+    let app = app_with(None).await;
+    daily_quota(&app.fx, "acme", 1_000).await;
+    let ann = app.session("ann").await;
+    let asked_at = app.fx.now();
+    let reads = app.fx.services.limits.tally_reads();
+    let body = table_body(
+        None,
+        "ALL",
+        &["WOMEN", "SMOKER = 1"],
+        &["AGE >= 35", "WOMEN"],
+    );
+    let clock = Arc::clone(&app.fx.clock);
+    let limits = &app.fx.services.limits;
+    // Once the table is admitted (the day's first call reads the account's quota), a
+    // minute and more passes before it is ready. One thread runs both, so the table goes
+    // on only once the clock has moved.
+    let slow = async {
+        while limits.tally_reads() == reads {
+            tokio::task::yield_now().await;
+        }
+        clock.advance(61_000);
+    };
+    let ((parts, table), ()) = tokio::time::timeout(std::time::Duration::from_secs(60), async {
+        tokio::join!(app.post(&ann, "/app/api/table", &body), slow)
+    })
+    .await
+    .expect("the table was never admitted");
+    assert_eq!(parts.status, StatusCode::OK, "{table}");
+    let account = accounts::account_id(&app.fx.db, "acme")
+        .await
+        .unwrap()
+        .unwrap();
+    let billed = table["billedCalls"].as_u64().unwrap();
+    assert_eq!(billed, 4);
+    assert_eq!(
+        usage::calls_since(&app.fx.db, account, asked_at + 61_000)
+            .await
+            .unwrap(),
+        billed,
+        "every bill carries the time the table was ready"
+    );
+}
+
 #[tokio::test]
 async fn a_table_over_the_daily_quota_is_refused_whole() {
     use crosstab_server::store::accounts::{self, AccountLimits};
