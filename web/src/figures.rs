@@ -372,15 +372,14 @@ pub fn legend(
             } else {
                 let plural = if pairs == 1 { "" } else { "s" };
                 let at_most = (alpha * 100.0).round();
-                let corrected = |name: &str| {
-                    format!("{name} corrected, but no two columns compared are large enough to test (an effective sample size of {MIN_TESTED_EFFECTIVE_N} or more each), so no letter shows.")
-                };
                 match tests.correction {
-                    Correction::Bonferroni if pairs == 0 => corrected("Bonferroni"),
+                    corrected @ (Correction::Bonferroni | Correction::Holm) if pairs == 0 => format!(
+                        "{} corrected, but no two columns compared are large enough to test (an effective sample size of {MIN_TESTED_EFFECTIVE_N} or more each), so no letter shows.",
+                        corrected.name().unwrap_or_default()
+                    ),
                     Correction::Bonferroni => format!(
                         "Bonferroni corrected: each of the {pairs} pair{plural} of columns compared is tested at {alpha} ÷ {pairs}, so where there is no real difference the chance that a row shows any letter is at most {at_most}%."
                     ),
-                    Correction::Holm if pairs == 0 => corrected("Holm"),
                     Correction::Holm if pairs == 1 => format!(
                         "Holm corrected: with 1 pair of columns compared there is nothing to correct, and it is tested at {alpha}."
                     ),

@@ -151,7 +151,8 @@ pub(crate) fn column_test(
 
 /// Whether the share `part1 / whole1` is significantly higher or lower than `part2 /
 /// whole2`, the wholes disjoint (so independent samples), at level `alpha`: [`share_z`]'s
-/// test, [`verdict`] on its z. The column test, and the uncorrected pairwise test.
+/// test, [`verdict`] on its z: the column test (the pairwise test corrects a row's pairs
+/// together, from their z).
 pub(crate) fn share_test(
     part1: f64,
     whole1: Moments,

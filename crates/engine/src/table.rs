@@ -8,16 +8,14 @@
 //! cell's weight is bit for bit what `/v1` answers for `(row) AND (column)`) and `Σw²`
 //! are added.
 
-use crosstab_contract::table::{
-    Correction, Significance, Table, TableAxisKind, TableCell, ValidTable,
-};
+use crosstab_contract::table::{Correction, Table, TableAxisKind, TableCell, ValidTable};
 use crosstab_contract::{Expr, Unknown};
 
 use crate::bitset::Bitset;
 use crate::error::QueryError;
 use crate::eval::{Plan, BLOCK_WORDS};
 use crate::query::{fill_within, for_each_filter_block};
-use crate::stats::{column_test, share_z, two_sided_p, verdict, Figures, Moments};
+use crate::stats::{column_test, share_z, two_sided_p, Figures, Moments};
 use crate::survey::Survey;
 use crate::weights::{BlockSum, SquareSum, Squares};
 
@@ -171,8 +169,8 @@ fn higher_than(
     correction: Correction,
     m: usize,
 ) -> Vec<Vec<u32>> {
-    // Each pair this row tests, with its z.
-    let tested: Vec<(usize, usize, f64)> = pairs(sums.columns.len())
+    // Each pair this row tests, with its z and its two-sided p-value.
+    let tested: Vec<(usize, usize, f64, f64)> = pairs(sums.columns.len())
         .filter(|&(a, b)| sums.compares(a, b))
         .filter_map(|(a, b)| {
             let z = share_z(
@@ -181,36 +179,34 @@ fn higher_than(
                 row_cells[b].weight,
                 sums.columns[b],
             )?;
-            Some((a, b, z))
+            Some((a, b, z, two_sided_p(z)))
         })
         .collect();
     // Pairs a row does not test (a rare row) still count in `m`: the family is the
     // table's compared pairs, whatever a row's counts.
     let m = m.max(tested.len()).max(1) as f64;
-    let mut levels = vec![alpha; tested.len()];
-    match correction {
-        Correction::None => {}
-        Correction::Bonferroni => levels.fill(alpha / m),
+    let apart: Vec<bool> = match correction {
+        Correction::None => tested.iter().map(|&(.., p)| p < alpha).collect(),
+        Correction::Bonferroni => tested.iter().map(|&(.., p)| p < alpha / m).collect(),
         Correction::Holm => {
             // Step down from the smallest p-value, the k-th (from 0) at α / (m − k); the
             // first not significant ends it, and every larger p-value is not either.
             let mut order: Vec<usize> = (0..tested.len()).collect();
-            order.sort_by(|&i, &j| two_sided_p(tested[i].2).total_cmp(&two_sided_p(tested[j].2)));
-            let mut stopped = false;
+            order.sort_by(|&i, &j| tested[i].3.total_cmp(&tested[j].3));
+            let mut apart = vec![false; tested.len()];
             for (k, &i) in order.iter().enumerate() {
-                let level = alpha / (m - k as f64);
-                stopped = stopped || verdict(tested[i].2, level).is_none();
-                levels[i] = if stopped { 0.0 } else { level };
+                if tested[i].3 >= alpha / (m - k as f64) {
+                    break;
+                }
+                apart[i] = true;
             }
+            apart
         }
-    }
+    };
     let mut higher = vec![Vec::new(); sums.columns.len()];
-    for (&(a, b, z), &level) in tested.iter().zip(&levels) {
-        let (winner, loser) = match verdict(z, level) {
-            Some(Significance::Higher) => (a, b),
-            Some(Significance::Lower) => (b, a),
-            None => continue,
-        };
+    for (&(a, b, z, _), _) in tested.iter().zip(&apart).filter(|(_, apart)| **apart) {
+        // A pair apart has a z other than 0 (its p-value would be 1): its sign says which.
+        let (winner, loser) = if z > 0.0 { (a, b) } else { (b, a) };
         higher[winner].extend(u32::try_from(loser).ok());
     }
     higher

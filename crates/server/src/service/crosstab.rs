@@ -536,6 +536,8 @@ impl Crosstab {
         let survey = self.entitled(principal, &request.survey, group, &request.population_base)?;
         let calls = valid.billed_calls();
         let targets = valid.targets();
+        // Two targets a call.
+        let count = targets.div_ceil(2);
         let asked = Billable {
             survey: Arc::from(request.survey.as_str()),
             group: group.map(Arc::from),
@@ -546,9 +548,9 @@ impl Crosstab {
         // quotas count a bill by its time, final once it is a minute old): made before a
         // slow table, they would be committed past that minute and never counted.
         let bills = || -> Vec<Bill> {
-            (0..targets.div_ceil(2))
+            (0..count)
                 .map(|call| {
-                    // Two targets a call; an odd count leaves one for the last.
+                    // An odd count of targets leaves one for the last call.
                     let targets = if call * 2 + 1 == targets { 1 } else { 2 };
                     self.bill_of(
                         principal,
@@ -561,10 +563,9 @@ impl Crosstab {
                 })
                 .collect()
         };
-        if u32::try_from(targets.div_ceil(2)).ok() != Some(calls) {
+        if u32::try_from(count).ok() != Some(calls) {
             return Err(ServiceError::Internal(format!(
-                "a table of {targets} targets makes {} bills, not {calls}",
-                targets.div_ceil(2)
+                "a table of {targets} targets makes {count} bills, not {calls}"
             )));
         }
         // Refused for what it asks, before the limits (as every such refusal is).
