@@ -12,7 +12,10 @@ this script recomputes every cell from the respondent CSV with pandas and compar
   T ± qnorm(1 − α/2)·SE (scipy) at each confidence (90, 95, 99%), the RSE, Σw², n_eff,
   respondents, the percentages and index;
 - the standard errors of the vertical and horizontal percentages with samplics'
-  `TaylorEstimator(ratio)` (R's `svyratio`) of the cell over the column, and over the row;
+  `TaylorEstimator(ratio)` (R's `svyratio`) of the cell over the column, and over the row,
+  and the intervals the app draws for them (the helper prints them beside each table) with
+  statsmodels' `proportion_confint(method="wilson")` at the effective size n* = p(1-p)/SE^2
+  of samplics' error (a cell that is all of its column or row at its own Kish size);
 - the column test with statsmodels' `proportions_ztest` (pooled two-proportion z-test) on
   effective sample sizes, the column against the rest of the base, where both have an
   effective size of at least 30 and the row holds at least 5 (effective) respondents of
@@ -44,11 +47,14 @@ import pandas as pd  # noqa: E402
 from samplics import PopParam, TaylorEstimator  # noqa: E402
 from scipy.stats import norm  # noqa: E402
 from statsmodels.stats.multitest import multipletests  # noqa: E402
-from statsmodels.stats.proportion import proportions_ztest  # noqa: E402
+from statsmodels.stats.proportion import proportion_confint, proportions_ztest  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NATIVE = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "target/npm/native_crosstab")
 RELATIVE = 1e-9
+# Shares' intervals compared, and of them those whose normal interval would pass below 0
+# (counts, so that a check that compares none of either fails).
+INTERVALS_CHECKED = [0, 0]
 # (confidence %, correction of the letters): each design's table is asked at each.
 SETTINGS = [(95, "none"), (90, "none"), (99, "none"), (95, "bonferroni"), (95, "holm")]
 
@@ -98,7 +104,26 @@ def svyratio_se(y, x, w):
     return 100 * float(estimator.stderror)
 
 
-def check_cell(what, got, y, w, row, column, base_weight, threshold, z):
+def share_interval(share, se, whole, y, w, z):
+    """The interval the app draws for a share (percent) of `whole` with error `se` (points),
+    by statsmodels: Wilson's score interval at the effective size the error implies, n* =
+    p(1 - p) / SE^2; a cell that is all of `whole` (no spread) at its Kish size; none for an
+    empty cell."""
+    if share is None or se is None:
+        return None
+    p, variance = share / 100, (se / 100) ** 2
+    members = y.astype(bool)
+    if members.any() and np.array_equal(members, whole.astype(bool)):
+        p, n = 1.0, w[members].sum() ** 2 / (w[members] ** 2).sum()
+    elif 0 < p < 1 and variance > 0:
+        n = p * (1 - p) / variance
+    else:
+        return None
+    low, high = proportion_confint(p * n, n, alpha=2 * norm.sf(z), method="wilson")
+    return 100 * low, 100 * high
+
+
+def check_cell(what, got, y, w, row, column, base_weight, threshold, z, intervals):
     total, se = svytotal(y, w)
     members = y.astype(bool)
     squares = float((w[members] ** 2).sum())
@@ -116,12 +141,22 @@ def check_cell(what, got, y, w, row, column, base_weight, threshold, z):
     close(f"{what} verticalPct", got["verticalPct"], vertical)
     close(f"{what} horizontalPct", got["horizontalPct"], 100 * total / row_weight if row_weight > 0 else None)
     # A share of a total the cell is all of has no spread: samplics gives 0 up to rounding.
-    for share, whole in (("verticalPctSe", column), ("horizontalPctSe", row)):
+    shares = (("verticalPct", column_weight, column), ("horizontalPct", row_weight, row))
+    for (share, whole_weight, whole), drawn in zip(shares, intervals):
         expected = svyratio_se(y, whole, w)
         if expected is not None and np.array_equal(y.astype(bool), whole.astype(bool)):
-            assert got[share] == 0.0 and expected < 1e-9, f"{what} {share}: {got[share]}, {expected}"
+            assert got[share + "Se"] == 0.0 and expected < 1e-9, f"{what}: {got[share + 'Se']}, {expected}"
         else:
-            close(f"{what} {share}", got[share], expected)
+            close(f"{what} {share}Se", got[share + "Se"], expected)
+        # The app's interval of the share, from the pandas share and samplics' error.
+        value = 100 * total / whole_weight if whole_weight > 0 else None
+        wilson = share_interval(value, expected, whole, y, w, z)
+        assert (drawn is None) == (wilson is None), f"{what} {share} interval: {drawn} vs {wilson}"
+        if wilson is not None:
+            close(f"{what} {share} interval low", drawn[0], wilson[0])
+            close(f"{what} {share} interval high", drawn[1], wilson[1])
+            INTERVALS_CHECKED[0] += 1
+            INTERVALS_CHECKED[1] += value - z * expected < 0
     index = vertical / (100 * row_weight / base_weight) * 100 if vertical is not None and row_weight > 0 else None
     close(f"{what} index", got["index"], index)
     reasons = (["lowRespondents"] if members.sum() <= threshold else []) + (
@@ -241,6 +276,7 @@ def check(work):
     for ((base, base_expression, group), setting), answer in zip(asked, answers):
         assert answer["status"] == 200, answer
         table = answer["body"]
+        shares = answer["shareIntervals"]
         confidence, correction = setting
         said = {(False, False): "none", (True, False): "bonferroni", (False, True): "holm"}[
             (table["bonferroni"], table["holm"])]
@@ -268,7 +304,8 @@ def check(work):
             for c, column in enumerate(column_masks):
                 what = f"{base}/{group} [{rows[r]}] x [{columns[c]}]"
                 cell = table["cells"][r][c]
-                check_cell(what, cell, row & column, w, row, column, base_weight, threshold, z)
+                check_cell(what, cell, row & column, w, row, column, base_weight, threshold, z,
+                           shares["cells"][r][c])
                 expected = column_test(row, column, w, everyone, alpha)
                 assert cell["significance"] == expected, f"{what}: {cell['significance']} vs {expected}"
                 verdicts[setting].add(expected)
@@ -280,16 +317,19 @@ def check(work):
                 pairs[setting] += len(higher)
                 figures += 1
             check_cell(f"{base} [{rows[r]}] total", table["rowTotals"][r], row, w, row, everyone,
-                       base_weight, threshold, z)
+                       base_weight, threshold, z, shares["rowTotals"][r])
         for c, column in enumerate(column_masks):
             compared = column.any() and any(
                 other != c and mask_b.any() and not (column & mask_b).any()
                 for other, mask_b in enumerate(column_masks))
             assert table["columns"][c].get("compared", False) == compared, f"{base} [{columns[c]}] compared"
             check_cell(f"{base} total x [{columns[c]}]", table["columnTotals"][c], column, w,
-                       everyone, column, base_weight, threshold, z)
-        check_cell(f"{base} total", table["total"], everyone, w, everyone, everyone, base_weight, threshold, z)
+                       everyone, column, base_weight, threshold, z, shares["columnTotals"][c])
+        check_cell(f"{base} total", table["total"], everyone, w, everyone, everyone, base_weight, threshold, z,
+                   shares["total"])
     at_95 = (95, "none")
+    intervals, rare = INTERVALS_CHECKED
+    assert intervals > 0 and rare > 0, INTERVALS_CHECKED
     assert {"higher", "lower", None} <= verdicts[at_95], verdicts
     assert pairs[at_95] > 0, "the pairwise test found no column apart: the check checks nothing"
     # The levels and the correction decide some verdicts, so they are checked too.
@@ -299,7 +339,8 @@ def check(work):
     print(f"table statistics: {figures} cells of {len(asked)} tables (and their totals; {len(designs)} designs at "
           f"{', '.join(f'{c}%' + ('' if k == 'none' else f' with {k.title()}') for c, k in SETTINGS)}) agree with "
           f"samplics (svytotal, svyratio), statsmodels (proportions_ztest, multipletests; column pairs apart: "
-          f"{', '.join(str(pairs[s]) for s in SETTINGS)}) and scipy to {RELATIVE:g} relative")
+          f"{', '.join(str(pairs[s]) for s in SETTINGS)}; proportion_confint: {intervals} shares' Wilson "
+          f"intervals, {rare} where the normal one passes below 0) and scipy to {RELATIVE:g} relative")
 
 
 if __name__ == "__main__":

@@ -579,7 +579,7 @@ mod tests {
             "{csv}"
         );
         assert!(
-            csv.contains("Vertical % 99% interval: the share ± 2.576"),
+            csv.contains("Vertical % 99% interval: Wilson's score interval"),
             "{csv}"
         );
         let sheet = sheet(&grid, &figures, &caption());

@@ -115,11 +115,8 @@ impl Figure {
                 .ci_low
                 .zip(cell.ci_high)
                 .map(|(low, high)| (low, Some(high))),
-            // An empty cell's share is 0 with an error of 0 (as svyratio has it), which
-            // would read as a certainty: no interval.
             Figure::VerticalInterval => cell
                 .vertical_interval(confidence)
-                .filter(|_| cell.resps > 0)
                 .map(|(low, high)| (low, Some(high))),
             Figure::Rse => cell.relative_standard_error.map(|r| (100.0 * r, None)),
         }
@@ -413,8 +410,7 @@ pub fn legend(
     }
     if figures.shown.contains(&Figure::VerticalInterval) {
         lines.push(format!(
-            "Vertical % {percent}% interval: the share ± {:.3} standard errors of a ratio (linearized, as R's svyratio), not clipped to 0–100%.",
-            tests.confidence.z()
+            "Vertical % {percent}% interval: Wilson's score interval of the share, at the effective sample size its standard error implies (the error of a ratio, linearized as R's svyratio): within 0–100%, and wider on the side away from the nearer end. None for an empty cell."
         ));
     }
     lines
@@ -535,7 +531,8 @@ pub mod tests {
                 // Halves round away from zero, as the XLSX export's cells show them.
                 "13",
                 "1,234,543 – 1,234,592",
-                "9.4% – 15.3%",
+                // Wilson's, not the normal 9.4% – 15.3%: wider above the share.
+                "9.7% – 15.6%",
                 "0.0%"
             ]
         );
@@ -613,7 +610,7 @@ pub mod tests {
         assert_eq!(lines.len(), 10);
         assert!(lines
             .iter()
-            .any(|l| l.starts_with("Vertical % 95% interval: the share ± 1.960 standard")));
+            .any(|l| l.starts_with("Vertical % 95% interval: Wilson's score interval")));
         // Flipped, the legend says the arrows are the table's as built (exports too).
         let flipped = legend(&all, 60, true, true, Tests::default());
         assert_eq!(flipped.len(), 11);
@@ -647,8 +644,9 @@ pub mod tests {
             .values(&c, tests.confidence)
             .map(|(low, high)| (low, high.unwrap()))
             .unwrap();
-        let z = Confidence::NinetyNine.z();
-        assert_eq!((low, high), (10.0 - z * 2.0, 10.0 + z * 2.0));
+        // statsmodels' `proportion_confint(0.1 · 225, 225, alpha=0.01, method="wilson")`.
+        assert!((low - 5.940739979224273).abs() < 1e-12, "{low}");
+        assert!((high - 16.350761585826863).abs() < 1e-12, "{high}");
         c.higher_than = vec![1];
         c.significance = Some(Significance::Lower);
         assert_eq!(
@@ -665,7 +663,7 @@ pub mod tests {
              so where there is no real difference the chance that a row shows any letter is at most 1%."
         ));
         assert!(has(
-            "Vertical % 99% interval: the share ± 2.576 standard errors"
+            "Vertical % 99% interval: Wilson's score interval of the share"
         ));
         // Holm's step-down, said in the marks and the legend.
         let holm = Tests {

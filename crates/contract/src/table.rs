@@ -730,8 +730,8 @@ pub struct TableCell {
     /// column's members, else 0; `X = Σ w_i·x_i`), its variance linearized,
     /// `n/(n−1) · Σ z_i²` with `z_i = w_i·(y_i − p·x_i) / X` (R's
     /// `svyratio`, or `svymean` over the column as a domain); `null` with `verticalPct`
-    /// or when `n < 2`. The interval is `verticalPct ± z · SE`, `z` the table's
-    /// confidence's quantile ([`TableCell::vertical_interval`]).
+    /// or when `n < 2`. Its interval is Wilson's at the effective size this SE implies
+    /// ([`TableCell::vertical_interval`]), within 0–100%.
     #[cfg_attr(feature = "ts", tsify(type = "number | null"))]
     pub vertical_pct_se: Option<f64>,
     /// Standard error of `horizontalPct`, in percentage points, as `verticalPctSe` with
@@ -788,17 +788,47 @@ pub struct TableCell {
 }
 
 impl TableCell {
-    /// The interval of `verticalPct` at `confidence` (normal, not clipped to 0–100, as
-    /// R's `confint`).
+    /// The interval of `verticalPct` at `confidence`, in percent: Wilson's score interval
+    /// at the design's effective size ([`TableCell::share_interval`]); `None` with the
+    /// share's SE, or for an empty cell.
     pub fn vertical_interval(&self, confidence: Confidence) -> Option<(f64, f64)> {
         let (share, se) = self.vertical_pct.zip(self.vertical_pct_se)?;
-        Some(confidence.interval(share, se))
+        self.share_interval(share, se, confidence)
     }
 
-    /// The interval of `horizontalPct` at `confidence`.
+    /// The interval of `horizontalPct` at `confidence`, as [`TableCell::vertical_interval`].
     pub fn horizontal_interval(&self, confidence: Confidence) -> Option<(f64, f64)> {
         let (share, se) = self.horizontal_pct.zip(self.horizontal_pct_se)?;
-        Some(confidence.interval(share, se))
+        self.share_interval(share, se, confidence)
+    }
+
+    /// Wilson's score interval of a share of this cell's (`share` in percent, its
+    /// standard error `se` in points), taken at the effective sample size the design's
+    /// variance implies, `n* = p(1 − p) / SE²` (the "modified Wilson" interval for
+    /// complex samples): within 0–100%, and wider on the side away from the nearer end,
+    /// where the normal `share ± z · SE` would pass below 0% for a rare row.
+    ///
+    /// A share of 100% has no spread to imply `n*` from: the cell is then all of the
+    /// total it is a share of, and its own Kish size `(Σw)² / Σw²` is the total's. An
+    /// empty cell has none (nothing in it tells the total's size).
+    fn share_interval(&self, share: f64, se: f64, confidence: Confidence) -> Option<(f64, f64)> {
+        let p = share / 100.0;
+        let variance = (se / 100.0) * (se / 100.0);
+        let n = if p > 0.0 && p < 1.0 && variance > 0.0 {
+            p * (1.0 - p) / variance
+        } else if p >= 1.0 {
+            self.effective_n?
+        } else {
+            return None;
+        };
+        let z = confidence.z();
+        let shrink = 1.0 + z * z / n;
+        let middle = (p + z * z / (2.0 * n)) / shrink;
+        let half = z / shrink * (variance + z * z / (4.0 * n * n)).sqrt();
+        Some((
+            100.0 * (middle - half).max(0.0),
+            100.0 * (middle + half).min(1.0),
+        ))
     }
 }
 
@@ -1097,16 +1127,21 @@ mod tests {
             cell
         );
         assert_eq!(cell.vertical_interval(Confidence::NinetyFive), None);
-        let z = 1.959_963_984_540_054;
-        let (low, high) = cell.horizontal_interval(Confidence::NinetyFive).unwrap();
-        assert_eq!((low, high), (50.0 - z * 10.0, 50.0 + z * 10.0));
-        let (low, high) = cell.horizontal_interval(Confidence::NinetyNine).unwrap();
-        assert_eq!(
-            (low, high),
-            (
-                50.0 - 2.575_829_303_548_900_4 * 10.0,
-                50.0 + 2.575_829_303_548_900_4 * 10.0
-            )
+        // Wilson's at n* = 0.5 · 0.5 / 0.1² = 25, as statsmodels' `proportion_confint(12.5,
+        // 25, method="wilson")` has it at each level.
+        let near = |got: (f64, f64), want: (f64, f64)| {
+            assert!(
+                (got.0 - want.0).abs() < 1e-12 && (got.1 - want.1).abs() < 1e-12,
+                "{got:?} against {want:?}"
+            );
+        };
+        near(
+            cell.horizontal_interval(Confidence::NinetyFive).unwrap(),
+            (31.75224322423106, 68.24775677576895),
+        );
+        near(
+            cell.horizontal_interval(Confidence::NinetyNine).unwrap(),
+            (27.1016666078279, 72.8983333921721),
         );
 
         // A table kept before the shares' errors were (a replay) reads them as unknown.
@@ -1176,6 +1211,74 @@ mod tests {
                 .unwrap();
         assert!(!heading.compared);
         assert_eq!(serde_json::to_value(&heading).unwrap()["compared"], false);
+    }
+
+    /// A rare row's share: the normal interval 1.2 ± 1.96 · 0.9 would start at −0.56%.
+    /// Wilson's (at n* = 0.012 · 0.988 / 0.009² ≈ 146.4) stays above 0, wider above the
+    /// share than below it; a share of all the total (no spread) takes the cell's own
+    /// effective size; an empty cell has no interval.
+    #[test]
+    fn a_shares_interval_is_wilsons_within_0_and_100() {
+        let near = |got: (f64, f64), want: (f64, f64)| {
+            assert!(
+                (got.0 - want.0).abs() < 1e-12 && (got.1 - want.1).abs() < 1e-12,
+                "{got:?} against {want:?}"
+            );
+        };
+        let cell = |share: f64, se: f64, effective_n: Option<f64>| TableCell {
+            weight: 1.0,
+            weight_squared: 1.0,
+            resps: 1,
+            wgt_aud: 1.0,
+            vertical_pct: Some(share),
+            horizontal_pct: Some(share),
+            vertical_pct_se: Some(se),
+            horizontal_pct_se: Some(se),
+            index: None,
+            effective_n,
+            standard_error: None,
+            ci_low: None,
+            ci_high: None,
+            relative_standard_error: None,
+            stability: Stability::Stable,
+            unstable_reasons: Vec::new(),
+            significance: None,
+            higher_than: Vec::new(),
+        };
+        // statsmodels: proportion_confint(0.012 · n*, n*, method="wilson").
+        let rare = cell(1.2, 0.9, Some(40.0));
+        let (low, high) = rare.vertical_interval(Confidence::NinetyFive).unwrap();
+        near((low, high), (0.30568227669342807, 4.590302113609501));
+        assert!(1.2 - low < high - 1.2);
+        assert_eq!(
+            rare.horizontal_interval(Confidence::NinetyFive),
+            Some((low, high))
+        );
+        // All of the total: n* is the cell's Kish size, 12.5 (statsmodels' (12.5, 12.5)).
+        near(
+            cell(100.0, 0.0, Some(12.5))
+                .vertical_interval(Confidence::NinetyFive)
+                .unwrap(),
+            (76.49255881715122, 100.0),
+        );
+        assert_eq!(
+            cell(0.0, 0.0, None).vertical_interval(Confidence::NinetyFive),
+            None
+        );
+        // Every share's interval holds the share and stays within 0–100%.
+        for share in [0.01, 0.5, 3.0, 20.0, 50.0, 80.0, 99.5, 99.99] {
+            for se in [0.001, 0.3, 2.0, 9.0] {
+                for confidence in Confidence::ALL {
+                    let (low, high) = cell(share, se, Some(30.0))
+                        .vertical_interval(confidence)
+                        .unwrap();
+                    assert!(
+                        0.0 <= low && low <= share && share <= high && high <= 100.0,
+                        "{share} ± {se} at {confidence:?}: {low} – {high}"
+                    );
+                }
+            }
+        }
     }
 
     #[test]

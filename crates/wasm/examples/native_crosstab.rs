@@ -6,7 +6,7 @@
 //!     answers each request of the JSON array: prints [{status, body}, ...]
 //! native_crosstab table SURVEY.toml RESPONDENTS.csv REQUESTS.json
 //!     computes each table request of the JSON array as `Survey.table` does: prints
-//!     [{status, body}, ...]
+//!     [{status, body, shareIntervals}, ...] (the app's intervals of the shares)
 //! native_crosstab table-bench COMPILED REQUEST.json [ITERATIONS]
 //!     prints {"tableMs": ms per table (median), "table": the table} for one request
 //! native_crosstab demo OUT_DIR [RESPONDENTS]
@@ -61,11 +61,31 @@ fn answer(survey: &Survey, request: &Value) -> Value {
     }
 }
 
-/// The table for `request` as `Survey.table` answers it (its JSON value, as JS passes it).
+/// The table for `request` as `Survey.table` answers it (its JSON value, as JS passes it),
+/// and beside it the shares' intervals the app draws from its cells (`shareIntervals`:
+/// `cells`, `rowTotals`, `columnTotals` and `total` as the table has them, each cell's
+/// `[vertical, horizontal]`, each `[low, high]` or `null`).
 fn table(survey: &Survey, request: &Value) -> Value {
     let parsed = crosstab_wasm::table_request(&request.to_string());
     match parsed.and_then(|request| crosstab_wasm::table(survey, request)) {
-        Ok(table) => json!({"status": 200, "body": table}),
+        Ok(table) => {
+            let intervals = |cell: &crosstab_contract::app::TableCell| {
+                json!([
+                    cell.vertical_interval(table.confidence),
+                    cell.horizontal_interval(table.confidence)
+                ])
+            };
+            let line = |cells: &[crosstab_contract::app::TableCell]| {
+                cells.iter().map(intervals).collect::<Vec<_>>()
+            };
+            let shares = json!({
+                "cells": table.cells.iter().map(|row| line(row)).collect::<Vec<_>>(),
+                "rowTotals": line(&table.row_totals),
+                "columnTotals": line(&table.column_totals),
+                "total": intervals(&table.total),
+            });
+            json!({"status": 200, "body": table, "shareIntervals": shares})
+        }
         Err(error) => json!({"status": error.status(), "body": error.envelope()}),
     }
 }
