@@ -67,7 +67,7 @@ async fn run(
     tasks: usize,
     length: Duration,
 ) -> (u64, Duration, Duration) {
-    let (ledger, writer) = Ledger::start(db.clone());
+    let (ledger, writer) = Ledger::start(db.clone(), Arc::new(crosstab_server::clock::SystemClock));
     let billed = Arc::new(AtomicU64::new(0));
     let cpu_before = process_cpu();
     let machine_before = machine_cpu();
@@ -102,7 +102,6 @@ async fn run(
 
 fn bill(account_id: i64, key: &Arc<str>, n: u64) -> Bill {
     Bill {
-        at: 1_700_000_000_000 + n as i64,
         account_id,
         caller: Caller::Key(Arc::clone(key)),
         survey: "DEMO".into(),

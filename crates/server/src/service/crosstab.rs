@@ -468,7 +468,6 @@ impl Crosstab {
 
     fn bill_of(&self, principal: &Principal, billable: Billable, request_id: &RequestId) -> Bill {
         Bill {
-            at: self.clock.now_ms(),
             account_id: principal.account_id,
             caller: principal.caller(),
             survey: billable.survey,

@@ -20,13 +20,18 @@ use super::principal::Principal;
 use super::ServiceError;
 use crate::clock::Clock;
 use crate::store::accounts::AccountLimits;
-use crate::store::{usage, Database};
+use crate::store::{ledger, usage, Database};
 
 const DAY_MS: i64 = 86_400_000;
 
-/// A bill is committed (or refused) within this of the time it carries: the ledger's
-/// rows older than this are final, and counted once.
-const SETTLED_MS: i64 = 60_000;
+/// The ledger's rows older than this are final, and counted once: at least a minute, so a
+/// replica's clock a little behind another's loses none of its bills, and at least as long
+/// as a bill may take to commit after the time it carries ([`ledger::committed_within`]).
+fn settled_after(db: &Database) -> i64 {
+    // Past a day it is the whole day: each read counts today's bills anew.
+    let within = i64::try_from(ledger::committed_within(db).as_millis()).unwrap_or(DAY_MS);
+    within.clamp(60_000, DAY_MS)
+}
 
 /// An account whose calls were admitted within this keeps its quota count in step with
 /// the database's (every replica's bills).
@@ -81,7 +86,7 @@ struct Account {
 }
 
 /// An account's calls in the ledger today before `before` (Unix ms): final (see
-/// [`SETTLED_MS`]), so counted once, and a refresh reads only the minutes since.
+/// [`settled_after`]), so counted once, and a refresh reads only the minutes since.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Tally {
     counted: u64,
@@ -240,12 +245,15 @@ pub struct RateLimits {
     unknown_sessions: AddressPace,
     /// Reads of an account's count from the ledger.
     tally_reads: AtomicU64,
+    /// [`settled_after`] the ledger's database, in ms.
+    settled_ms: i64,
 }
 
 impl RateLimits {
     /// Limits over `db`'s ledger (for today's calls) with the addresses' paces.
     pub fn new(db: Database, clock: Arc<dyn Clock>, addresses: AddressLimits) -> RateLimits {
         RateLimits {
+            settled_ms: settled_after(&db),
             db,
             failed_auth: AddressPace::new(addresses.failed_auth_per_minute, &clock),
             sign_in: AddressPace::new(addresses.sign_in_per_minute, &clock),
@@ -425,8 +433,8 @@ impl RateLimits {
         now: i64,
     ) -> Result<(Tally, u64), ServiceError> {
         self.tally_reads.fetch_add(1, Ordering::Relaxed);
-        let settled = now - SETTLED_MS;
-        if settled - tally.before >= SETTLED_MS {
+        let settled = now - self.settled_ms;
+        if settled - tally.before >= self.settled_ms {
             tally.counted +=
                 usage::calls_between(&self.db, account_id, tally.before, settled).await?;
             tally.before = settled;

@@ -245,7 +245,7 @@ impl Services {
             Arc::clone(&clock),
             &settings.public_url,
         ));
-        let (ledger, writer) = Ledger::start(db.clone());
+        let (ledger, writer) = Ledger::start(db.clone(), Arc::clone(&clock));
         let limits = Arc::new(RateLimits::new(
             db.clone(),
             Arc::clone(&clock),

@@ -35,6 +35,7 @@ use tokio::sync::oneshot;
 
 use super::sqlite::{self, Prepared, Value};
 use super::{Database, DbError};
+use crate::clock::Clock;
 
 /// Most bills in one transaction.
 const MAX_BATCH: usize = 1024;
@@ -87,11 +88,10 @@ impl Caller {
 }
 
 /// One billed call. Its text is shared (`Arc<str>`) with the key, the cached answer and
-/// the request it bills: no copy per bill.
+/// the request it bills: no copy per bill. Its time is the writer's, as it writes the bill
+/// ([`committed_within`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Bill {
-    /// When, Unix ms.
-    pub at: i64,
     /// The account billed.
     pub account_id: i64,
     /// The key or user that made the call.
@@ -189,9 +189,14 @@ impl Drop for Running {
 /// Runs the write loop for PostgreSQL, starting it again should it panic: the bills of
 /// the batch it was writing are answered 500, unbilled (their transaction is rolled back
 /// when its connection is dropped), and later ones go on.
-async fn supervise(db: Database, mut pending: mpsc::UnboundedReceiver<Pending>, _running: Running) {
+async fn supervise(
+    db: Database,
+    clock: &dyn Clock,
+    mut pending: mpsc::UnboundedReceiver<Pending>,
+    _running: Running,
+) {
     loop {
-        let run = AssertUnwindSafe(write_loop(&db, &mut pending))
+        let run = AssertUnwindSafe(write_loop(&db, clock, &mut pending))
             .catch_unwind()
             .await;
         match run {
@@ -205,12 +210,13 @@ async fn supervise(db: Database, mut pending: mpsc::UnboundedReceiver<Pending>, 
 /// (closing it rolls the open transaction back) and a fresh one is opened.
 fn supervise_file(
     mut file: SqliteFile,
+    clock: &dyn Clock,
     mut pending: mpsc::UnboundedReceiver<Pending>,
     _running: Running,
 ) {
     loop {
         let run = std::panic::catch_unwind(AssertUnwindSafe(|| {
-            write_loop_file(&mut file, &mut pending);
+            write_loop_file(&mut file, clock, &mut pending);
         }));
         match run {
             Ok(()) => return,
@@ -247,7 +253,10 @@ impl Ledger {
     /// Starts the writer on `db`: a thread of its own, calling SQLite on a SQLite file and
     /// running a runtime of its own otherwise. Should the thread not start, every bill is
     /// answered [`LedgerError::Stopped`], unbilled.
-    pub fn start(db: Database) -> (Ledger, LedgerWriter) {
+    ///
+    /// Each batch's bills carry `clock`'s time as the writer begins writing them, so a
+    /// bill commits within [`committed_within`] of its time however long it waited.
+    pub fn start(db: Database, clock: Arc<dyn Clock>) -> (Ledger, LedgerWriter) {
         let (queue, pending) = mpsc::unbounded_channel();
         let alive = Arc::new(AtomicBool::new(true));
         let running = Running(Arc::clone(&alive));
@@ -259,7 +268,7 @@ impl Ledger {
                     setup: db.options.setup(super::Backend::Sqlite),
                     conn: None,
                 };
-                thread.spawn(move || supervise_file(file, pending, running))
+                thread.spawn(move || supervise_file(file, &*clock, pending, running))
             }
             None => thread.spawn(move || {
                 match tokio::runtime::Builder::new_current_thread()
@@ -267,7 +276,7 @@ impl Ledger {
                     .build()
                 {
                     Ok(runtime) => {
-                        runtime.block_on(supervise(db, pending, running));
+                        runtime.block_on(supervise(db, &*clock, pending, running));
                         // A connect's DNS lookup may still be running on a blocking
                         // thread; the writer's end waits for no more than a second of it.
                         runtime.shutdown_timeout(Duration::from_secs(1));
@@ -372,7 +381,11 @@ fn abandoned(request_id: &str) {
     );
 }
 
-async fn write_loop(db: &Database, pending: &mut mpsc::UnboundedReceiver<Pending>) {
+async fn write_loop(
+    db: &Database,
+    clock: &dyn Clock,
+    pending: &mut mpsc::UnboundedReceiver<Pending>,
+) {
     let mut batch: Vec<Pending> = Vec::new();
     let mut held = Held::default();
     // Waits for the first bill; stops once every `Ledger` is dropped and all is written.
@@ -381,7 +394,7 @@ async fn write_loop(db: &Database, pending: &mut mpsc::UnboundedReceiver<Pending
             continue;
         }
         let started = Instant::now();
-        let result = held.write(db, &mut batch).await;
+        let result = held.write(db, clock, &mut batch).await;
         settle(&mut batch, result, started);
     }
     // Every bill is written: the connection is ended as the database expects.
@@ -393,14 +406,18 @@ async fn write_loop(db: &Database, pending: &mut mpsc::UnboundedReceiver<Pending
 }
 
 /// [`write_loop`] on the SQLite writer thread.
-fn write_loop_file(file: &mut SqliteFile, pending: &mut mpsc::UnboundedReceiver<Pending>) {
+fn write_loop_file(
+    file: &mut SqliteFile,
+    clock: &dyn Clock,
+    pending: &mut mpsc::UnboundedReceiver<Pending>,
+) {
     let mut batch: Vec<Pending> = Vec::new();
     while let Some(first) = pending.blocking_recv() {
         if !gather(first, pending, &mut batch) {
             continue;
         }
         let started = Instant::now();
-        let result = file.write(&batch);
+        let result = file.write(&batch, clock.now_ms());
         settle(&mut batch, result, started);
     }
 }
@@ -492,12 +509,12 @@ impl SqliteFile {
     /// The batch in one transaction, committed with the database's `synchronous` setting
     /// (FULL by default: the WAL is fsynced before `COMMIT` returns, so before any 200);
     /// which answers were left out, their key lost.
-    fn write(&mut self, batch: &[Pending]) -> Result<Lost, DbError> {
+    fn write(&mut self, batch: &[Pending], at: i64) -> Result<Lost, DbError> {
         let writer = match &mut self.conn {
             Some(writer) => writer,
             None => self.conn.insert(FileWriter::open(&self.path, &self.setup)?),
         };
-        let written = writer.write(batch);
+        let written = writer.write(batch, at);
         if written.is_err() {
             // Closing the connection rolls back whatever of the batch was written.
             self.conn = None;
@@ -527,7 +544,8 @@ impl FileWriter {
         })
     }
 
-    fn write(&mut self, batch: &[Pending]) -> Result<Lost, sqlite::SqliteError> {
+    /// The batch's bills, each at `at`.
+    fn write(&mut self, batch: &[Pending], at: i64) -> Result<Lost, sqlite::SqliteError> {
         fn text(text: Option<&str>) -> Value<'_> {
             text.map_or(Value::Null, Value::Text)
         }
@@ -560,7 +578,7 @@ impl FileWriter {
             self.conn.run(
                 self.insert,
                 &[
-                    Value::Int(bill.at),
+                    Value::Int(at),
                     Value::Int(bill.account_id),
                     text(caller.key_id()),
                     int(caller.user_id()),
@@ -615,6 +633,22 @@ impl Session {
 /// costs the batch's.
 const IDLE_TEST: Duration = Duration::from_secs(1);
 
+/// How long one attempt at a batch may take on PostgreSQL: its UPDATE, INSERT and COMMIT,
+/// each within the statement timeout, and a margin.
+fn write_limit(statement_timeout: Duration) -> Duration {
+    statement_timeout * 3 + Duration::from_secs(1)
+}
+
+/// How long after the time a bill carries it may still be committed: the writer stamps a
+/// batch as an attempt at it begins, and an attempt takes at most its time limit, then a
+/// look for it whose commit went unanswered ([`reconcile`]) as long again; the look ends
+/// the attempt's session first, so nothing of it commits later. (A look that itself runs
+/// out answers 500, "perhaps billed", to be reconciled by hand.) SQLite's writer waits on
+/// a busy file no longer than one statement timeout a statement, well within it.
+pub fn committed_within(db: &Database) -> Duration {
+    write_limit(db.options.statement_timeout) * 2
+}
+
 /// How a batch on PostgreSQL ended when it did not plainly commit.
 enum Unwritten {
     /// Nothing of it can be in the database: it failed before its commit was sent, or
@@ -660,7 +694,12 @@ impl Held {
     /// went away meanwhile are dropped from `batch` right before it is written. A held
     /// connection found gone when the batch is sent (the database restarted within the
     /// second it goes untested) is replaced once, the batch unwritten on it.
-    async fn write(&mut self, db: &Database, batch: &mut Vec<Pending>) -> Result<Lost, DbError> {
+    async fn write(
+        &mut self,
+        db: &Database,
+        clock: &dyn Clock,
+        batch: &mut Vec<Pending>,
+    ) -> Result<Lost, DbError> {
         let statement = db.options.statement_timeout;
         let mut replaced = false;
         loop {
@@ -684,9 +723,10 @@ impl Held {
                 self.0 = Some(session);
                 return Ok(Lost::new());
             }
-            // UPDATE, INSERT and COMMIT, each within the statement timeout, and a margin.
-            let limit = statement * 3 + Duration::from_secs(1);
-            let result = tokio::time::timeout(limit, write_batch(&mut session.conn, batch))
+            let limit = write_limit(statement);
+            // Stamped as each attempt begins: one that failed left nothing behind.
+            let at = clock.now_ms();
+            let result = tokio::time::timeout(limit, write_batch(&mut session.conn, batch, at))
                 .await
                 .unwrap_or(Err(Unwritten::Unknown(DbError::TimedOut(limit))));
             // Why the batch is certainly not in the database, if it is not.
@@ -698,7 +738,8 @@ impl Held {
                 }
                 Err(Unwritten::Not(error)) => error,
                 Err(Unwritten::Unknown(error)) => {
-                    let found = tokio::time::timeout(limit, reconcile(db, &session, batch)).await;
+                    let found =
+                        tokio::time::timeout(limit, reconcile(db, &session, batch, at)).await;
                     match found {
                         Ok(Ok(Some(lost))) => {
                             tracing::warn!(%error, "ledger commit unanswered, but it took");
@@ -755,6 +796,7 @@ async fn reconcile(
     db: &Database,
     session: &Session,
     batch: &[Pending],
+    at: i64,
 ) -> Result<Option<Lost>, DbError> {
     let mut conn = db.connect_postgres().await?;
     sqlx::query(
@@ -807,7 +849,7 @@ async fn reconcile(
                  AND first_at <= $2 AND last_at >= $2 AND $3 = ANY (request_id))",
                 )
                 .bind(bill.account_id)
-                .bind(bill.at)
+                .bind(at)
                 .bind(&*bill.request_id)
                 .fetch_one(&mut conn)
                 .await?
@@ -843,7 +885,11 @@ fn lost_keys(batch: &[Pending], kept_now: &HashSet<&str>) -> Lost {
 /// The batch on PostgreSQL: one INSERT, which commits by itself, unless it keeps
 /// idempotent answers too; then one transaction, keeping the answers first (one UPDATE
 /// for all) and billing only the answers kept.
-async fn write_batch(conn: &mut PgConnection, batch: &[Pending]) -> Result<Lost, Unwritten> {
+async fn write_batch(
+    conn: &mut PgConnection,
+    batch: &[Pending],
+    at: i64,
+) -> Result<Lost, Unwritten> {
     let kept: Vec<&KeptAnswer> = batch
         .iter()
         .filter_map(|answer| answer.kept.as_ref())
@@ -854,7 +900,7 @@ async fn write_batch(conn: &mut PgConnection, batch: &[Pending]) -> Result<Lost,
         let bills: Vec<&Bill> = batch.iter().flat_map(|answer| &answer.bills).collect();
         fault_point(batch);
         connection_lost(batch, Loss::Commit)?;
-        insert_columns(conn, bills)
+        insert_columns(conn, bills, at)
             .await
             .map_err(Unwritten::of_commit)?;
         connection_lost(batch, Loss::Reply)?;
@@ -880,7 +926,7 @@ async fn write_batch(conn: &mut PgConnection, batch: &[Pending]) -> Result<Lost,
     let lost = lost_keys(batch, &kept_now);
     let bills: Vec<&Bill> = written(batch, &lost).collect();
     if !bills.is_empty() {
-        insert_columns(&mut tx, bills).await?;
+        insert_columns(&mut tx, bills, at).await?;
     }
     fault_point(batch);
     connection_lost(batch, Loss::Commit)?;
@@ -947,23 +993,43 @@ fn fault_point(batch: &[Pending]) {
     {
         panic!("{PANIC_REQUEST_ID}");
     }
+    if bills
+        .clone()
+        .any(|bill| &*bill.request_id == PAUSE_REQUEST_ID)
+    {
+        // Once to say it is here, once to go on.
+        PAUSE.wait();
+        PAUSE.wait();
+    }
 }
+
+/// A bill with this request id pauses the writer before its batch is committed, until the
+/// test meets it at [`PAUSE`] twice.
+#[cfg(test)]
+const PAUSE_REQUEST_ID: &str = "test: the ledger writer pauses";
+
+#[cfg(test)]
+static PAUSE: std::sync::Barrier = std::sync::Barrier::new(2);
 
 /// Most bills in one row of `ledger_batches`: ~110 bytes a bill keeps a row well within
 /// a page, where PostgreSQL neither compresses it nor moves it out of line.
 const ROW_BILLS: usize = 32;
 
-/// One INSERT of `bills` as rows of `ledger_batches`, one per account in the batch (cut
-/// after [`ROW_BILLS`]), whatever the batch's size: the bills go as one array a column,
-/// each account's together, and each row takes its slice (the server then reads 15
-/// parameters, in binary, instead of 11 per bill).
-async fn insert_columns(conn: &mut PgConnection, mut bills: Vec<&Bill>) -> Result<(), DbError> {
+/// One INSERT of `bills`, each at `at`, as rows of `ledger_batches`, one per account in
+/// the batch (cut after [`ROW_BILLS`]), whatever the batch's size: the bills go as one
+/// array a column, each account's together, and each row takes its slice (the server then
+/// reads 15 parameters, in binary, instead of 11 per bill).
+async fn insert_columns(
+    conn: &mut PgConnection,
+    mut bills: Vec<&Bill>,
+    at: i64,
+) -> Result<(), DbError> {
     fn column<'a, I, T>(items: &'a [I], value: impl Fn(&'a I) -> T) -> Vec<T> {
         items.iter().map(value).collect()
     }
     // Stable: each account's bills stay in the order they came.
     bills.sort_by_key(|bill| bill.account_id);
-    let rows = rows_of(&bills);
+    let rows = rows_of(&bills, at);
     sqlx::query(
         "INSERT INTO ledger_batches (account_id, first_at, last_at, at, key_id, user_id, idp, \
                                      subject, survey, grp, base, targets, request_id) \
@@ -980,7 +1046,7 @@ async fn insert_columns(conn: &mut PgConnection, mut bills: Vec<&Bill>) -> Resul
     .bind(column(&rows, |row| row.last_at))
     .bind(column(&rows, |row| row.lo))
     .bind(column(&rows, |row| row.hi))
-    .bind(column(&bills, |bill| bill.at))
+    .bind(column(&bills, |_| at))
     .bind(column(&bills, |bill| bill.caller.key_id()))
     .bind(column(&bills, |bill| bill.caller.user_id()))
     .bind(column(&bills, |bill| bill.caller.idp()))
@@ -996,7 +1062,8 @@ async fn insert_columns(conn: &mut PgConnection, mut bills: Vec<&Bill>) -> Resul
 }
 
 /// One row of `ledger_batches`: an account's bills `lo..=hi` of the batch (from 1,
-/// PostgreSQL's first index), and their earliest and latest times.
+/// PostgreSQL's first index), and their earliest and latest times (the batch's, since the
+/// writer stamps them together; rows written before that may have a spread).
 #[derive(Debug, PartialEq, Eq)]
 struct BatchRow {
     account_id: i64,
@@ -1006,9 +1073,9 @@ struct BatchRow {
     hi: i64,
 }
 
-/// The rows `bills` (each account's together) are stored in: a row per account, cut
-/// after [`ROW_BILLS`].
-fn rows_of(bills: &[&Bill]) -> Vec<BatchRow> {
+/// The rows `bills` (each account's together), all at `at`, are stored in: a row per
+/// account, cut after [`ROW_BILLS`].
+fn rows_of(bills: &[&Bill], at: i64) -> Vec<BatchRow> {
     let mut rows = Vec::new();
     let mut before = 0;
     for account in bills.chunk_by(|a, b| a.account_id == b.account_id) {
@@ -1016,13 +1083,10 @@ fn rows_of(bills: &[&Bill]) -> Vec<BatchRow> {
             let Some(first) = part.first() else {
                 continue;
             };
-            let (first_at, last_at) = part.iter().fold((first.at, first.at), |(lo, hi), bill| {
-                (lo.min(bill.at), hi.max(bill.at))
-            });
             rows.push(BatchRow {
                 account_id: first.account_id,
-                first_at,
-                last_at,
+                first_at: at,
+                last_at: at,
                 // A slice's length is at most isize::MAX: never cut short.
                 lo: before as i64 + 1,
                 hi: (before + part.len()) as i64,
@@ -1046,6 +1110,7 @@ pub async fn count(db: &Database) -> Result<i64, DbError> {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use crate::clock::{ManualClock, SystemClock};
     use crate::grants::GrantSpec;
     use crate::keys::KeyEnv;
     use crate::store::accounts;
@@ -1053,7 +1118,6 @@ mod tests {
 
     fn bill(account_id: i64, request_id: &str) -> Bill {
         Bill {
-            at: 1_700_000_000_000,
             account_id,
             caller: Caller::Key("0123456789abcdef".into()),
             survey: "VEC".into(),
@@ -1102,7 +1166,7 @@ mod tests {
     /// written.
     async fn a_panicking_writer_is_restarted(db: &Database) {
         let account_id = account(db).await;
-        let (ledger, writer) = Ledger::start(db.clone());
+        let (ledger, writer) = Ledger::start(db.clone(), Arc::new(SystemClock));
         ledger.bill(bill(account_id, "before")).await.unwrap();
         let refused = ledger
             .bill_all(
@@ -1161,7 +1225,7 @@ mod tests {
         };
         let db = Database::connect(&url).await.unwrap();
         let account_id = account(&db).await;
-        let (ledger, writer) = Ledger::start(db.clone());
+        let (ledger, writer) = Ledger::start(db.clone(), Arc::new(SystemClock));
         ledger
             .bill_all(
                 vec![
@@ -1249,22 +1313,92 @@ mod tests {
         a_panicking_writer_is_restarted(&db).await;
     }
 
+    /// A bill carries the time its batch is written, not the time it was handed over: one
+    /// that waited behind a batch for a minute (a stalled database) is not committed a
+    /// minute past its time, which the daily quota, taking bills a minute old as final,
+    /// would never count. The first batch pauses once written, before its commit
+    /// ([`PAUSE_REQUEST_ID`]); a bill handed over meanwhile waits while the clock moves
+    /// on 61 s.
+    async fn a_bill_carries_the_time_its_batch_is_written(db: &Database) {
+        const START: i64 = 1_800_000_000_000;
+        let account_id = account(db).await;
+        let clock = ManualClock::at(START);
+        let (ledger, writer) = Ledger::start(db.clone(), clock.clone());
+        let first = tokio::spawn({
+            let ledger = ledger.clone();
+            async move { ledger.bill(bill(account_id, PAUSE_REQUEST_ID)).await }
+        });
+        tokio::task::spawn_blocking(|| PAUSE.wait()).await.unwrap();
+        let mut waiting = Box::pin({
+            let ledger = ledger.clone();
+            async move { ledger.bill(bill(account_id, "waiting")).await }
+        });
+        // Polled once: handed over, and waiting (the writer is paused).
+        let handed = tokio::time::timeout(Duration::from_millis(1), &mut waiting).await;
+        assert!(handed.is_err(), "written while the writer was paused");
+        clock.advance(61_000);
+        tokio::task::spawn_blocking(|| PAUSE.wait()).await.unwrap();
+        first.await.unwrap().unwrap();
+        waiting.await.unwrap();
+        let mut times: Vec<(String, i64)> =
+            sqlx::query_as("SELECT request_id, at FROM ledger WHERE account_id = $1")
+                .bind(account_id)
+                .fetch_all(db.pool())
+                .await
+                .unwrap();
+        times.sort();
+        assert_eq!(
+            times,
+            [
+                (PAUSE_REQUEST_ID.to_owned(), START),
+                ("waiting".to_owned(), START + 61_000)
+            ]
+        );
+        drop(ledger);
+        writer.finish().await;
+    }
+
+    /// On SQLite, then on PostgreSQL when `CROSSTAB_TEST_POSTGRES_URL` names one (one test:
+    /// the pause is one for the process).
+    #[tokio::test]
+    async fn a_bill_carries_the_time_its_batch_is_written_on_either_database() {
+        let (_dir, db) = crate::store::scratch().await;
+        a_bill_carries_the_time_its_batch_is_written(&db).await;
+        if let Some(url) = postgres_url() {
+            let db = Database::connect(&url).await.unwrap();
+            a_bill_carries_the_time_its_batch_is_written(&db).await;
+        }
+    }
+
+    /// The quota takes a bill as final only once it can no longer be committed: a minute
+    /// at least, longer when the statement timeout lets a write and its reconcile take
+    /// longer (the default's 10 s: 2 × 31 s), and at most a day.
+    #[tokio::test]
+    async fn bills_are_final_once_none_can_still_commit() {
+        let (_dir, db) = crate::store::scratch().await;
+        assert_eq!(committed_within(&db), Duration::from_secs(62));
+        let with = |seconds| {
+            let mut db = db.clone();
+            db.options.statement_timeout = Duration::from_secs(seconds);
+            committed_within(&db)
+        };
+        assert_eq!(with(1), Duration::from_secs(8));
+        assert_eq!(with(100), Duration::from_secs(602));
+    }
+
     /// The rows `bills` go in: one per account (bills taken in the order given), cut
-    /// after [`ROW_BILLS`], each naming its slice and its bills' earliest and latest times.
+    /// after [`ROW_BILLS`], each naming its slice and the batch's time.
     #[test]
     fn each_accounts_bills_are_cut_into_rows() {
         let bills: Vec<Bill> = (0..75)
-            .map(|n| Bill {
-                at: 1_000 - (n * 7 % 40),
-                ..bill(if n < 70 { 1 } else { 2 }, &n.to_string())
-            })
+            .map(|n| bill(if n < 70 { 1 } else { 2 }, &n.to_string()))
             .collect();
         let bills: Vec<&Bill> = bills.iter().collect();
-        let rows = rows_of(&bills);
+        let rows = rows_of(&bills, 1_000);
         let expected = |account_id, range: std::ops::Range<usize>| BatchRow {
             account_id,
-            first_at: bills[range.clone()].iter().map(|b| b.at).min().unwrap(),
-            last_at: bills[range.clone()].iter().map(|b| b.at).max().unwrap(),
+            first_at: 1_000,
+            last_at: 1_000,
             lo: range.start as i64 + 1,
             hi: range.end as i64,
         };
@@ -1277,7 +1411,7 @@ mod tests {
                 expected(2, 70..75)
             ]
         );
-        assert!(rows_of(&[]).is_empty());
+        assert!(rows_of(&[], 1_000).is_empty());
     }
 
     /// The bills of the ledger of one row per bill move into the batches' rows when the
@@ -1408,6 +1542,29 @@ mod tests {
             assert_eq!(first_at, *times.iter().min().unwrap());
             assert_eq!(last_at, *times.iter().max().unwrap());
         }
+        // Rows with a spread of times (all rows before the writer stamped a batch at one
+        // time) count exactly the bills within a range that cuts inside them.
+        let moved = Database::connect(&format!("{server}/{name}"))
+            .await
+            .unwrap();
+        for (from, to) in [
+            (0, i64::MAX),
+            (4_980, 4_990),
+            (4_975, 4_976),
+            (4_985, 5_001),
+        ] {
+            for account_id in [1, 2] {
+                let within = expected
+                    .iter()
+                    .filter(|row| row.0 == account_id && (from..to).contains(&row.1))
+                    .count() as u64;
+                let counted = crate::store::usage::calls_between(&moved, account_id, from, to)
+                    .await
+                    .unwrap();
+                assert_eq!(counted, within, "{account_id}: {from}..{to}");
+            }
+        }
+        moved.close().await;
         // A replica of an earlier build bills through the view, as it did into the table.
         sqlx::query(
             "INSERT INTO ledger (at, account_id, key_id, user_id, idp, subject, survey, grp, base, targets, request_id) \

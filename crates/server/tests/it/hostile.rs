@@ -554,7 +554,6 @@ async fn assert_fault_unbilled(fx: &Fixture, body: &serde_json::Value, what: &st
 /// call after a quiet minute), counted once however old they grow.
 #[tokio::test]
 async fn a_daily_quota_counts_the_calls_other_replicas_billed() {
-    use crosstab_server::clock::Clock;
     use crosstab_server::store::ledger::{Bill, Caller, Ledger};
 
     let fx = Fixture::new().await;
@@ -579,10 +578,9 @@ async fn a_daily_quota_counts_the_calls_other_replicas_billed() {
         async move {
             let token = if key == "north" { &fx.north } else { &fx.whole };
             let account_id = accounts::account_id(&fx.db, key).await.unwrap().unwrap();
-            let (ledger, writer) = Ledger::start(fx.db.clone());
+            let (ledger, writer) = Ledger::start(fx.db.clone(), fx.clock.clone());
             for n in 0..calls {
                 let bill = Bill {
-                    at: fx.clock.now_ms(),
                     account_id,
                     caller: Caller::Key(token.split('_').nth(2).unwrap().into()),
                     survey: "VEC".into(),

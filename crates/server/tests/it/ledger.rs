@@ -2,6 +2,7 @@
 //! or one statement, per batch), and an answer's bills all or none.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use crosstab_server::clock::{ManualClock, SystemClock};
 use crosstab_server::grants::GrantSpec;
 use crosstab_server::keys::KeyEnv;
 use crosstab_server::store::idempotency::{self, Claim, Reservation};
@@ -9,13 +10,13 @@ use crosstab_server::store::ledger::{self, Bill, Caller, KeptAnswer, Ledger, Led
 use crosstab_server::store::{self as db, accounts, usage, users, Database, DatabaseOptions};
 use sqlx::Row;
 use std::future::Future;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::common::{database_of_its_own, postgres_url};
 
 fn bill(account_id: i64, n: usize) -> Bill {
     Bill {
-        at: 1_700_000_000_000 + n as i64,
         account_id,
         caller: Caller::Key(format!("{n:016x}").into()),
         survey: "VEC".into(),
@@ -85,7 +86,7 @@ async fn the_ledger_bills_into_the_file_the_url_names_even_when_it_needs_escapin
             .unwrap()
             .join("crosstab.db");
         assert_eq!(db.sqlite_file(), Some(file.as_path()), "{url}");
-        let (ledger, writer) = Ledger::start(db.clone());
+        let (ledger, writer) = Ledger::start(db.clone(), Arc::new(SystemClock));
         ledger.bill(bill(account_id, 1)).await.unwrap();
         drop(ledger);
         writer.finish().await;
@@ -117,7 +118,7 @@ async fn one_batch_of_several_accounts_reads_back_by_account_and_time() {
     several_accounts_read_back_by_account_and_time(&db, ["north", "south", "west"]).await;
 }
 
-/// The same on PostgreSQL, when `CROSSTAB_TEST_POSTGRES_URL` names one; there the batch is
+/// The same on PostgreSQL, when `CROSSTAB_TEST_POSTGRES_URL` names one; there a batch is
 /// stored as one row per account, cut after 32 bills.
 #[tokio::test]
 async fn one_batch_of_several_accounts_reads_back_by_account_and_time_on_postgres() {
@@ -139,16 +140,28 @@ async fn one_batch_of_several_accounts_reads_back_by_account_and_time_on_postgre
     .unwrap();
     assert_eq!(
         rows,
-        [(first, 32), (first, 18), (second, 25), (third, 25)],
-        "one row per account, cut after 32 bills"
+        [
+            (first, 32),
+            (first, 8),
+            (first, 5),
+            (first, 5),
+            (second, 20),
+            (second, 3),
+            (second, 2),
+            (third, 20),
+            (third, 3),
+            (third, 2)
+        ],
+        "one row per account and batch, cut after 32 bills"
     );
 }
 
-/// One batch (an answer's bills are never split) of 100 bills of three new accounts
-/// (`names`) taking turns, their times out of order, one account's more than PostgreSQL
-/// keeps in one stored row: each account's bills read back bill by bill, callers (key,
-/// app user, token) and all, and every time range, cut inside a stored row or not, counts
-/// exactly the account's bills within it. Returns the accounts' ids.
+/// Three batches (an answer's bills are never split) of 100 bills of three new accounts
+/// (`names`) taking turns, the batches' times out of order, the first with more of one
+/// account's bills than PostgreSQL keeps in one stored row: each account's bills read back
+/// bill by bill, each at its batch's time, callers (key, app user, token) and all, and
+/// every time range counts exactly the account's bills within it. Returns the accounts'
+/// ids.
 async fn several_accounts_read_back_by_account_and_time(
     db: &Database,
     names: [&str; 3],
@@ -168,12 +181,17 @@ async fn several_accounts_read_back_by_account_and_time(
             .unwrap();
     }
     let start = 1_800_000_000_000;
+    // The batches: bills 0..80 written at start + 50, 80..90 at start + 10, 90..100 at
+    // start + 99.
+    let batches = [
+        (0..80, start + 50),
+        (80..90, start + 10),
+        (90..100, start + 99),
+    ];
     let bills: Vec<Bill> = (0..100)
         .map(|n| {
             let turn = [0, 1, 0, 2][n % 4];
             Bill {
-                // Every time once, scattered.
-                at: start + (n as i64 * 37) % 100,
                 caller: match n % 5 {
                     4 => Caller::Token {
                         idp: "corp".into(),
@@ -186,22 +204,35 @@ async fn several_accounts_read_back_by_account_and_time(
             }
         })
         .collect();
-    let (ledger, writer) = Ledger::start(db.clone());
-    ledger.bill_all(bills.clone(), None).await.unwrap();
+    let clock = ManualClock::at(start);
+    let (ledger, writer) = Ledger::start(db.clone(), clock.clone());
+    let mut now = start;
+    let mut timed = Vec::new();
+    for (range, at) in batches {
+        clock.advance(at - now);
+        now = at;
+        ledger
+            .bill_all(bills[range.clone()].to_vec(), None)
+            .await
+            .unwrap();
+        timed.extend(bills[range].iter().map(|bill| (at, bill.clone())));
+    }
     drop(ledger);
     writer.finish().await;
     for (account_id, name) in accounts.into_iter().zip(names) {
-        let mut expected: Vec<Bill> = bills
+        let mut expected: Vec<(i64, Bill)> = timed
             .iter()
-            .filter(|bill| bill.account_id == account_id)
+            .filter(|(_, bill)| bill.account_id == account_id)
             .cloned()
             .collect();
-        expected.sort_by_key(|bill| bill.at);
+        expected.sort_by(|a, b| (a.0, &a.1.request_id).cmp(&(b.0, &b.1.request_id)));
         assert_eq!(written_bills(db, account_id).await, expected);
         for (from, to) in [
             (0, i64::MAX),
             (start, start + 100),
             (start + 10, start + 11),
+            (start + 11, start + 50),
+            (start + 50, start + 51),
             (start + 31, start + 64),
             (start + 33, start + 97),
             (start + 99, i64::MAX),
@@ -210,7 +241,7 @@ async fn several_accounts_read_back_by_account_and_time(
         ] {
             let within = expected
                 .iter()
-                .filter(|bill| (from..to).contains(&bill.at))
+                .filter(|(at, _)| (from..to).contains(at))
                 .count() as u64;
             let counted = usage::calls_between(db, account_id, from, to)
                 .await
@@ -220,19 +251,20 @@ async fn several_accounts_read_back_by_account_and_time(
         for since in [start, start + 50, start + 99] {
             let report = usage::report(db, Some(name), since).await.unwrap();
             let calls: i64 = report.iter().map(|row| row.calls).sum();
-            let within = expected.iter().filter(|bill| bill.at >= since).count();
+            let within = expected.iter().filter(|(at, _)| *at >= since).count();
             assert_eq!(calls as usize, within, "{name} since {since}");
         }
     }
     accounts
 }
 
-/// Account `account_id`'s bills as the ledger reads them back, in time order.
-async fn written_bills(db: &Database, account_id: i64) -> Vec<Bill> {
+/// Account `account_id`'s bills as the ledger reads them back, each with its time, in
+/// the order of their times and request ids.
+async fn written_bills(db: &Database, account_id: i64) -> Vec<(i64, Bill)> {
     let rows = sqlx::query(
         "SELECT at, account_id, key_id, user_id, idp, subject, survey, grp, base, targets, \
                 request_id \
-         FROM ledger WHERE account_id = $1 ORDER BY at",
+         FROM ledger WHERE account_id = $1 ORDER BY at, request_id",
     )
     .bind(account_id)
     .fetch_all(db.pool())
@@ -253,8 +285,7 @@ async fn written_bills(db: &Database, account_id: i64) -> Vec<Bill> {
                 },
                 other => panic!("not one caller: {other:?}"),
             };
-            Bill {
-                at: row.try_get(0).unwrap(),
+            let bill = Bill {
                 account_id: row.try_get(1).unwrap(),
                 caller,
                 survey: row.try_get::<String, _>(6).unwrap().into(),
@@ -262,7 +293,8 @@ async fn written_bills(db: &Database, account_id: i64) -> Vec<Bill> {
                 base: row.try_get::<String, _>(8).unwrap().into(),
                 targets: row.try_get(9).unwrap(),
                 request_id: row.try_get::<String, _>(10).unwrap().into(),
-            }
+            };
+            (row.try_get(0).unwrap(), bill)
         })
         .collect()
 }
@@ -281,7 +313,8 @@ async fn postgres_account(prefix: &str) -> Option<(Database, i64, String)> {
 /// statement with room to spare, one full, several in a transaction), then checks that
 /// its ledger rows are exactly those bills; returns how many there were.
 async fn every_batch_size_is_written_exactly(db: &Database, account_id: i64) -> i64 {
-    let (ledger, writer) = Ledger::start(db.clone());
+    let began = crosstab_server::clock::now_ms();
+    let (ledger, writer) = Ledger::start(db.clone(), Arc::new(SystemClock));
     let mut expected = Vec::new();
     let mut next = 0;
     // One bill, then bursts that reach the writer as batches of up to 64 and beyond.
@@ -301,7 +334,13 @@ async fn every_batch_size_is_written_exactly(db: &Database, account_id: i64) -> 
     }
     drop(ledger);
     writer.finish().await;
-    let written = written_bills(db, account_id).await;
+    let mut written = written_bills(db, account_id).await;
+    // Each at the time its batch was written.
+    assert!(written
+        .iter()
+        .all(|(at, _)| (began..=crosstab_server::clock::now_ms()).contains(at)));
+    written.sort_by(|a, b| a.1.request_id.cmp(&b.1.request_id));
+    let written: Vec<Bill> = written.into_iter().map(|(_, bill)| bill).collect();
     assert_eq!(written, expected);
     next as i64
 }
@@ -372,7 +411,7 @@ async fn only_the_keys_holder_is_billed(db: &Database, account_id: i64) {
         .await
         .unwrap();
 
-    let (ledger, writer) = Ledger::start(db.clone());
+    let (ledger, writer) = Ledger::start(db.clone(), Arc::new(SystemClock));
     // Late bills of both lost holders, the holder's and plain bills, all at once (so some
     // share a batch): only the holder's and the plain ones are written.
     let mut tasks = Vec::new();
@@ -449,7 +488,7 @@ async fn sqlite_in_memory_is_refused() {
 #[tokio::test]
 async fn an_answers_bills_are_written_all_or_none() {
     let (_dir, db, account_id) = database().await;
-    let (ledger, writer) = Ledger::start(db.clone());
+    let (ledger, writer) = Ledger::start(db.clone(), Arc::new(SystemClock));
     let mut unit: Vec<Bill> = (0..1500).map(|n| bill(account_id, n)).collect();
     // The last names no account: the foreign key refuses it, and with it the whole unit.
     if let Some(last) = unit.last_mut() {
@@ -469,7 +508,7 @@ async fn an_answers_bills_are_written_all_or_none() {
 #[tokio::test]
 async fn a_bill_whose_requester_went_away_before_the_write_is_not_written() {
     let (_dir, db, account_id) = database().await;
-    let (ledger, writer) = Ledger::start(db.clone());
+    let (ledger, writer) = Ledger::start(db.clone(), Arc::new(SystemClock));
 
     // Hold SQLite's write lock so the writer's first batch waits in `BEGIN IMMEDIATE`.
     let mut blocker = db.pool().acquire().await.unwrap();
@@ -555,7 +594,7 @@ impl std::io::Write for Sink {
 async fn a_bill_committed_for_a_request_gone_since_is_logged() {
     let logs = logs();
     let (_dir, db, account_id) = database().await;
-    let (ledger, writer) = Ledger::start(db.clone());
+    let (ledger, writer) = Ledger::start(db.clone(), Arc::new(SystemClock));
     let gone = bill(account_id, 7);
     let mut request = Box::pin(ledger.bill(gone.clone()));
     // Poll once: the bill is handed over; then never again, as a dropped connection would.
@@ -609,7 +648,7 @@ async fn deleting_is_refused(db: &Database, account_id: i64, account: &str, user
     users::create_or_reset(db, username, account, "$argon2id$unused", 1)
         .await
         .unwrap();
-    let (ledger, writer) = Ledger::start(db.clone());
+    let (ledger, writer) = Ledger::start(db.clone(), Arc::new(SystemClock));
     ledger.bill(bill(account_id, 7)).await.unwrap();
     drop(ledger);
     writer.finish().await;
@@ -646,7 +685,7 @@ async fn a_bill_during_a_short_postgres_restart_is_written_when_it_is_back() {
     let temp = tempfile::tempdir().unwrap();
     let postgres = crate::support::Postgres::start(pg_bin, &temp.path().join("pg"));
     let (db, account_id) = database_at(&postgres.url()).await;
-    let (ledger, writer) = Ledger::start(db.clone());
+    let (ledger, writer) = Ledger::start(db.clone(), Arc::new(SystemClock));
     ledger.bill(bill(account_id, 1)).await.unwrap();
 
     postgres.stop();
@@ -689,7 +728,7 @@ async fn a_connection_ended_by_the_server_is_replaced_without_failing_the_batch(
     };
     let url = database_of_its_own(&url).await;
     let (db, account_id) = database_at(&url).await;
-    let (ledger, writer) = Ledger::start(db.clone());
+    let (ledger, writer) = Ledger::start(db.clone(), Arc::new(SystemClock));
     ledger.bill(bill(account_id, 1)).await.unwrap();
     // Every other session of this database, the writer's among them, is ended.
     sqlx::query(
@@ -718,7 +757,7 @@ async fn a_stuck_ledger_write_fails_within_the_statement_timeout(
     account_id: i64,
     lock: &[&str],
 ) {
-    let (ledger, writer) = Ledger::start(db.clone());
+    let (ledger, writer) = Ledger::start(db.clone(), Arc::new(SystemClock));
     let mut blocker = db.pool().acquire().await.unwrap();
     let hold = async |blocker: &mut sqlx::pool::PoolConnection<sqlx::Any>| {
         for statement in lock {
