@@ -15,7 +15,8 @@ this script recomputes every cell from the respondent CSV with pandas and compar
   `TaylorEstimator(ratio)` (R's `svyratio`) of the cell over the column, and over the row,
   and the intervals the app draws for them (the helper prints them beside each table) with
   statsmodels' `proportion_confint(method="wilson")` at the effective size n* = p(1-p)/SE^2
-  of samplics' error (a cell that is all of its column or row at its own Kish size);
+  of samplics' error, at most the column's (or row's) respondents (a share of 0% or 100%
+  at the column's Kish size);
 - the column test with statsmodels' `proportions_ztest` (pooled two-proportion z-test) on
   effective sample sizes, the column against the rest of the base, where both have an
   effective size of at least 30 and the row holds at least 5 (effective) respondents of
@@ -52,9 +53,10 @@ from statsmodels.stats.proportion import proportion_confint, proportions_ztest  
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NATIVE = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "target/npm/native_crosstab")
 RELATIVE = 1e-9
-# Shares' intervals compared, and of them those whose normal interval would pass below 0
-# (counts, so that a check that compares none of either fails).
-INTERVALS_CHECKED = [0, 0]
+# Shares' intervals compared; of them, those whose normal interval would pass below 0,
+# those at 0% or 100%, and those whose n* was more than the whole's respondents (counts,
+# so that a check that compares none of a kind fails).
+INTERVALS_CHECKED = [0, 0, 0, 0]
 # (confidence %, correction of the letters): each design's table is asked at each.
 SETTINGS = [(95, "none"), (90, "none"), (99, "none"), (95, "bonferroni"), (95, "holm")]
 
@@ -104,21 +106,22 @@ def svyratio_se(y, x, w):
     return 100 * float(estimator.stderror)
 
 
-def share_interval(share, se, whole, y, w, z):
+def share_interval(share, se, whole, w, z):
     """The interval the app draws for a share (percent) of `whole` with error `se` (points),
     by statsmodels: Wilson's score interval at the effective size the error implies, n* =
-    p(1 - p) / SE^2; a cell that is all of `whole` (no spread) at its Kish size; none for an
-    empty cell."""
+    p(1 - p) / SE^2, but no more than the whole's respondents; a share of 0% or 100% (no
+    spread) at the whole's Kish size; none without a share."""
     if share is None or se is None:
         return None
     p, variance = share / 100, (se / 100) ** 2
-    members = y.astype(bool)
-    if members.any() and np.array_equal(members, whole.astype(bool)):
-        p, n = 1.0, w[members].sum() ** 2 / (w[members] ** 2).sum()
-    elif 0 < p < 1 and variance > 0:
-        n = p * (1 - p) / variance
+    if p == 0 or math.isclose(p, 1, rel_tol=1e-12):
+        weights = w[whole.astype(bool)]
+        p, n = round(p), weights.sum() ** 2 / (weights**2).sum()
+        INTERVALS_CHECKED[2] += 1
     else:
-        return None
+        respondents = int(whole.astype(bool).sum())
+        n = min(p * (1 - p) / variance, respondents)
+        INTERVALS_CHECKED[3] += n == respondents
     low, high = proportion_confint(p * n, n, alpha=2 * norm.sf(z), method="wilson")
     return 100 * low, 100 * high
 
@@ -150,11 +153,13 @@ def check_cell(what, got, y, w, row, column, base_weight, threshold, z, interval
             close(f"{what} {share}Se", got[share + "Se"], expected)
         # The app's interval of the share, from the pandas share and samplics' error.
         value = 100 * total / whole_weight if whole_weight > 0 else None
-        wilson = share_interval(value, expected, whole, y, w, z)
+        wilson = share_interval(value, expected, whole, w, z)
         assert (drawn is None) == (wilson is None), f"{what} {share} interval: {drawn} vs {wilson}"
         if wilson is not None:
-            close(f"{what} {share} interval low", drawn[0], wilson[0])
-            close(f"{what} {share} interval high", drawn[1], wilson[1])
+            # At 0% statsmodels' lower end is 0 up to rounding (5e-18, say): absolute there.
+            for end, got_end, want in (("low", drawn[0], wilson[0]), ("high", drawn[1], wilson[1])):
+                assert abs(got_end - want) <= max(RELATIVE * abs(want), 1e-12), \
+                    f"{what} {share} interval {end}: got {got_end!r}, expected {want!r}"
             INTERVALS_CHECKED[0] += 1
             INTERVALS_CHECKED[1] += value - z * expected < 0
     index = vertical / (100 * row_weight / base_weight) * 100 if vertical is not None and row_weight > 0 else None
@@ -328,8 +333,8 @@ def check(work):
         check_cell(f"{base} total", table["total"], everyone, w, everyone, everyone, base_weight, threshold, z,
                    shares["total"])
     at_95 = (95, "none")
-    intervals, rare = INTERVALS_CHECKED
-    assert intervals > 0 and rare > 0, INTERVALS_CHECKED
+    intervals, rare, ends, capped = INTERVALS_CHECKED
+    assert intervals > 0 and rare > 0 and ends > 0 and capped > 0, INTERVALS_CHECKED
     assert {"higher", "lower", None} <= verdicts[at_95], verdicts
     assert pairs[at_95] > 0, "the pairwise test found no column apart: the check checks nothing"
     # The levels and the correction decide some verdicts, so they are checked too.
@@ -340,7 +345,8 @@ def check(work):
           f"{', '.join(f'{c}%' + ('' if k == 'none' else f' with {k.title()}') for c, k in SETTINGS)}) agree with "
           f"samplics (svytotal, svyratio), statsmodels (proportions_ztest, multipletests; column pairs apart: "
           f"{', '.join(str(pairs[s]) for s in SETTINGS)}; proportion_confint: {intervals} shares' Wilson "
-          f"intervals, {rare} where the normal one passes below 0) and scipy to {RELATIVE:g} relative")
+          f"intervals, {rare} where the normal one passes below 0, {ends} at 0% or 100%, {capped} with n* "
+          f"bounded by the respondents) and scipy to {RELATIVE:g} relative")
 
 
 if __name__ == "__main__":

@@ -71,7 +71,8 @@ fn body(grid: &Grid, figures: &Figures) -> Vec<SheetLine> {
             let values = line
                 .cells
                 .iter()
-                .map(|c| figure.values(c, grid.tests.confidence));
+                .zip(grid.totals())
+                .map(|(c, column)| figure.values(c, column, grid.tests.confidence));
             let number = |v: Option<f64>| v.map_or(Cell::Empty, Cell::Number);
             if figure.is_interval() {
                 let low = values.clone().map(|v| number(v.map(|(low, _)| low)));
@@ -245,9 +246,10 @@ pub fn chart_svg(grid: &Grid, figure: Figure, key: Key) -> String {
         .skip(1)
         .map(|line| {
             let cell = &line.cells[at];
+            let column = &grid.totals()[at];
             (
                 line.head.label.as_str(),
-                figure.value(cell, grid.tests.confidence),
+                figure.value(cell, column, grid.tests.confidence),
                 !cell.unstable_reasons.is_empty(),
             )
         })
@@ -493,7 +495,9 @@ mod tests {
         assert_eq!(ends[1].what, format!("{name}, high"));
         assert!(ends.iter().all(|l| l.decimals == 1));
         let cell = &grid.lines[0].cells[0];
-        let (low, high) = cell.vertical_interval(grid.tests.confidence).unwrap();
+        let (low, high) = cell
+            .vertical_interval(&grid.totals()[0], grid.tests.confidence)
+            .unwrap();
         assert_eq!(ends[0].values[0], Cell::Number(low));
         assert_eq!(ends[1].values[0], Cell::Number(high));
         let (reply, payload) = crosstab_web_worker::answer(

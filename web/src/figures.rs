@@ -92,15 +92,27 @@ impl Figure {
         }
     }
 
-    /// The figure's value in `cell`: `None` where it is undefined (a share of an empty
-    /// column, say). An interval's value is its lower end (see [`Figure::values`]).
-    pub fn value(self, cell: &TableCell, confidence: Confidence) -> Option<f64> {
-        self.values(cell, confidence).map(|(value, _)| value)
+    /// The figure's value in `cell`, of the column whose total is `column` (the Total
+    /// line's cell): `None` where it is undefined (a share of an empty column, say). An
+    /// interval's value is its lower end (see [`Figure::values`]).
+    pub fn value(
+        self,
+        cell: &TableCell,
+        column: &TableCell,
+        confidence: Confidence,
+    ) -> Option<f64> {
+        self.values(cell, column, confidence)
+            .map(|(value, _)| value)
     }
 
-    /// The figure's value in `cell`, and for an interval (at `confidence`) its upper end
-    /// too.
-    pub fn values(self, cell: &TableCell, confidence: Confidence) -> Option<(f64, Option<f64>)> {
+    /// The figure's value in `cell` (of the column whose total is `column`), and for an
+    /// interval (at `confidence`) its upper end too.
+    pub fn values(
+        self,
+        cell: &TableCell,
+        column: &TableCell,
+        confidence: Confidence,
+    ) -> Option<(f64, Option<f64>)> {
         let one = |v: f64| Some((v, None));
         match self {
             Figure::Weighted => one(cell.wgt_aud),
@@ -116,7 +128,7 @@ impl Figure {
                 .zip(cell.ci_high)
                 .map(|(low, high)| (low, Some(high))),
             Figure::VerticalInterval => cell
-                .vertical_interval(confidence)
+                .vertical_interval(column, confidence)
                 .map(|(low, high)| (low, Some(high))),
             Figure::Rse => cell.relative_standard_error.map(|r| (100.0 * r, None)),
         }
@@ -131,11 +143,18 @@ impl Figure {
         }
     }
 
-    /// How the figure reads in `cell`: `"–"` where it is undefined.
-    pub fn text(self, cell: &TableCell, units: u32, confidence: Confidence) -> String {
+    /// How the figure reads in `cell` (of the column whose total is `column`): `"–"` where
+    /// it is undefined.
+    pub fn text(
+        self,
+        cell: &TableCell,
+        column: &TableCell,
+        units: u32,
+        confidence: Confidence,
+    ) -> String {
         let decimals = self.decimals(units);
         let unit = self.unit();
-        match self.values(cell, confidence) {
+        match self.values(cell, column, confidence) {
             None => "–".to_owned(),
             Some((low, Some(high))) => format!(
                 "{}{unit} – {}{unit}",
@@ -410,7 +429,7 @@ pub fn legend(
     }
     if figures.shown.contains(&Figure::VerticalInterval) {
         lines.push(format!(
-            "Vertical % {percent}% interval: Wilson's score interval of the share, at the effective sample size its standard error implies (the error of a ratio, linearized as R's svyratio): within 0–100%, and wider on the side away from the nearer end. None for an empty cell."
+            "Vertical % {percent}% interval: Wilson's score interval of the share, at the effective sample size its standard error implies (the error of a ratio, linearized as R's svyratio), at most the column's respondents; a share of 0% or 100% at the column's effective sample size. Within 0–100%, and wider on the side away from the nearer end."
         ));
     }
     lines
@@ -514,9 +533,11 @@ pub mod tests {
     #[test]
     fn figures_read_as_researchers_write_them() {
         let c = cell(1_234_567.0, 80, Some(12.345));
+        // Its column: 1,000 respondents, more than the share's effective size (481).
+        let column = cell(10_000_000.0, 1000, Some(100.0));
         let shown: Vec<String> = Figure::ALL
             .iter()
-            .map(|f| f.text(&c, 1000, Confidence::NinetyFive))
+            .map(|f| f.text(&c, &column, 1000, Confidence::NinetyFive))
             .collect();
         assert_eq!(
             shown,
@@ -538,10 +559,13 @@ pub mod tests {
         );
         let empty = cell(0.0, 0, None);
         assert_eq!(
-            Figure::Vertical.text(&empty, 1000, Confidence::NinetyFive),
+            Figure::Vertical.text(&empty, &column, 1000, Confidence::NinetyFive),
             "–"
         );
-        assert_eq!(Figure::Rse.value(&empty, Confidence::NinetyFive), None);
+        assert_eq!(
+            Figure::Rse.value(&empty, &column, Confidence::NinetyFive),
+            None
+        );
         // One respondent in the design: no error and no interval, rather than exact ones.
         let alone = TableCell {
             standard_error: None,
@@ -551,11 +575,11 @@ pub mod tests {
             ..cell(5.0, 1, Some(100.0))
         };
         assert_eq!(
-            Figure::StandardError.text(&alone, 1, Confidence::NinetyFive),
+            Figure::StandardError.text(&alone, &column, 1, Confidence::NinetyFive),
             "–"
         );
         assert_eq!(
-            Figure::Interval.text(&alone, 1, Confidence::NinetyFive),
+            Figure::Interval.text(&alone, &column, 1, Confidence::NinetyFive),
             "–"
         );
         let unknown = TableCell {
@@ -563,16 +587,19 @@ pub mod tests {
             ..cell(5.0, 1, Some(100.0))
         };
         assert_eq!(
-            Figure::VerticalInterval.text(&unknown, 1, Confidence::NinetyFive),
+            Figure::VerticalInterval.text(&unknown, &column, 1, Confidence::NinetyFive),
             "–"
         );
+        // An empty cell's share is 0 with no spread: its interval is at its column's
+        // effective size (here 12.5), as statsmodels' Wilson of 0 in 12.5 has it.
         let empty = TableCell {
             vertical_pct_se: Some(0.0),
             ..cell(0.0, 0, Some(0.0))
         };
+        let small = cell(25.0, 20, Some(100.0));
         assert_eq!(
-            Figure::VerticalInterval.text(&empty, 1, Confidence::NinetyFive),
-            "–"
+            Figure::VerticalInterval.text(&empty, &small, 1, Confidence::NinetyFive),
+            "0.0% – 23.5%"
         );
         assert_eq!(
             Figure::Weighted.name(1000, Confidence::NinetyFive),
@@ -641,7 +668,7 @@ pub mod tests {
         let mut c = cell(100.0, 120, Some(10.0));
         c.vertical_pct_se = Some(2.0);
         let (low, high) = Figure::VerticalInterval
-            .values(&c, tests.confidence)
+            .values(&c, &cell(1000.0, 300, Some(100.0)), tests.confidence)
             .map(|(low, high)| (low, high.unwrap()))
             .unwrap();
         // statsmodels' `proportion_confint(0.1 · 225, 225, alpha=0.01, method="wilson")`.

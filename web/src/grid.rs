@@ -142,6 +142,12 @@ pub fn flip(table: &Table) -> Table {
 }
 
 impl Grid {
+    /// The Total line's cells: each column's total, the whole its cells' vertical shares
+    /// are of (the Total column's, the base's total).
+    pub fn totals(&self) -> &[TableCell] {
+        self.lines.first().map_or(&[], |line| &line.cells)
+    }
+
     /// `column`'s pairwise-test letter, when `figures` shows letters and the test compares
     /// it with another column (never after a flip, nor for the Total).
     pub fn letter(&self, column: &Head, figures: &Figures) -> Option<String> {

@@ -291,7 +291,7 @@ fn table_html(grid: &Grid, chosen: &Figures, caption: &str, run: u32) -> String 
             unknown(line.head.unknown),
             escape(&line.head.label)
         );
-        for (cell, column) in line.cells.iter().zip(&grid.columns) {
+        for ((cell, column), total) in line.cells.iter().zip(&grid.columns).zip(grid.totals()) {
             let unstable = if cell.unstable_reasons.is_empty() {
                 ""
             } else {
@@ -303,13 +303,12 @@ fn table_html(grid: &Grid, chosen: &Figures, caption: &str, run: u32) -> String 
                 column.key.id()
             );
             for figure in &chosen.shown {
-                let raw = figure.values(cell, grid.tests.confidence).map_or_else(
-                    String::new,
-                    |(v, high)| match high {
+                let raw = figure
+                    .values(cell, total, grid.tests.confidence)
+                    .map_or_else(String::new, |(v, high)| match high {
                         Some(high) => format!("{v} {high}"),
                         None => v.to_string(),
-                    },
-                );
+                    });
                 // The name in words too: a title is not read by every screen reader.
                 let name = escape(&figure.name(grid.units, grid.tests.confidence));
                 let _ = write!(
@@ -317,7 +316,7 @@ fn table_html(grid: &Grid, chosen: &Figures, caption: &str, run: u32) -> String 
                     "<span class=\"fig\" data-figure=\"{}\" data-value=\"{raw}\" title=\"{name}\">\
                      <span class=\"sr-only\">{name}: </span>{}</span>",
                     figure.id(),
-                    escape(&figure.text(cell, grid.units, grid.tests.confidence))
+                    escape(&figure.text(cell, total, grid.units, grid.tests.confidence))
                 );
             }
             if !figures::marks(cell, chosen).is_empty() {

@@ -789,47 +789,65 @@ pub struct TableCell {
 
 impl TableCell {
     /// The interval of `verticalPct` at `confidence`, in percent: Wilson's score interval
-    /// at the design's effective size ([`TableCell::share_interval`]); `None` with the
-    /// share's SE, or for an empty cell.
-    pub fn vertical_interval(&self, confidence: Confidence) -> Option<(f64, f64)> {
+    /// at the design's effective size ([`share_interval`]), `column` the cell's column
+    /// total (on the Total column, the base's total); `None` with the share's SE.
+    pub fn vertical_interval(
+        &self,
+        column: &TableCell,
+        confidence: Confidence,
+    ) -> Option<(f64, f64)> {
         let (share, se) = self.vertical_pct.zip(self.vertical_pct_se)?;
-        self.share_interval(share, se, confidence)
+        share_interval(share, se, column, confidence)
     }
 
-    /// The interval of `horizontalPct` at `confidence`, as [`TableCell::vertical_interval`].
-    pub fn horizontal_interval(&self, confidence: Confidence) -> Option<(f64, f64)> {
+    /// The interval of `horizontalPct` at `confidence`, `row` the cell's row total (on
+    /// the Total row, the base's total), as [`TableCell::vertical_interval`].
+    pub fn horizontal_interval(
+        &self,
+        row: &TableCell,
+        confidence: Confidence,
+    ) -> Option<(f64, f64)> {
         let (share, se) = self.horizontal_pct.zip(self.horizontal_pct_se)?;
-        self.share_interval(share, se, confidence)
+        share_interval(share, se, row, confidence)
     }
+}
 
-    /// Wilson's score interval of a share of this cell's (`share` in percent, its
-    /// standard error `se` in points), taken at the effective sample size the design's
-    /// variance implies, `n* = p(1 − p) / SE²` (the "modified Wilson" interval for
-    /// complex samples): within 0–100%, and wider on the side away from the nearer end,
-    /// where the normal `share ± z · SE` would pass below 0% for a rare row.
-    ///
-    /// A share of 100% has no spread to imply `n*` from: the cell is then all of the
-    /// total it is a share of, and its own Kish size `(Σw)² / Σw²` is the total's. An
-    /// empty cell has none (nothing in it tells the total's size).
-    fn share_interval(&self, share: f64, se: f64, confidence: Confidence) -> Option<(f64, f64)> {
-        let p = share / 100.0;
-        let variance = (se / 100.0) * (se / 100.0);
-        let n = if p > 0.0 && p < 1.0 && variance > 0.0 {
-            p * (1.0 - p) / variance
-        } else if p >= 1.0 {
-            self.effective_n?
-        } else {
-            return None;
-        };
-        let z = confidence.z();
-        let shrink = 1.0 + z * z / n;
-        let middle = (p + z * z / (2.0 * n)) / shrink;
-        let half = z / shrink * (variance + z * z / (4.0 * n * n)).sqrt();
-        Some((
-            100.0 * (middle - half).max(0.0),
-            100.0 * (middle + half).min(1.0),
-        ))
+/// Wilson's score interval, in percent, of a share `share` (percent) of the total `whole`
+/// with standard error `se` (points), taken at the effective sample size the design's
+/// variance implies, `n* = p(1 − p) / SE²`, but no more than the whole's respondents (as
+/// Korn and Graubard bound it: a design effect under 1 is taken as 1). Within 0–100%, it
+/// holds the share, wider on the side away from the nearer end, where the normal `share ±
+/// z · SE` would pass below 0% for a rare row.
+///
+/// A share of 0% or 100% has no spread to imply `n*`: it is taken at the whole's Kish
+/// size `(Σw)² / Σw²`, so an empty cell of a large column still says how small its share
+/// may be.
+fn share_interval(
+    share: f64,
+    se: f64,
+    whole: &TableCell,
+    confidence: Confidence,
+) -> Option<(f64, f64)> {
+    if !share.is_finite() || !se.is_finite() {
+        return None;
     }
+    let p = (share / 100.0).clamp(0.0, 1.0);
+    let variance = (se / 100.0) * (se / 100.0);
+    let n = if p > 0.0 && p < 1.0 && variance > 0.0 {
+        (p * (1.0 - p) / variance).min(whole.resps as f64)
+    } else {
+        whole.effective_n?
+    };
+    if !(n > 0.0 && n.is_finite()) {
+        return None;
+    }
+    let z = confidence.z();
+    let shrink = 1.0 + z * z / n;
+    let middle = (p + z * z / (2.0 * n)) / shrink;
+    let half = z / shrink * (p * (1.0 - p) / n + z * z / (4.0 * n * n)).sqrt();
+    let (low, high) = (middle - half, middle + half);
+    (low.is_finite() && high.is_finite())
+        .then(|| (100.0 * low.clamp(0.0, p), 100.0 * high.clamp(p, 1.0)))
 }
 
 #[cfg(test)]
@@ -1126,7 +1144,13 @@ mod tests {
             serde_json::from_value::<TableCell>(value.clone()).unwrap(),
             cell
         );
-        assert_eq!(cell.vertical_interval(Confidence::NinetyFive), None);
+        // The whole: a row of 400 respondents.
+        let row = TableCell {
+            resps: 400,
+            effective_n: Some(300.0),
+            ..cell.clone()
+        };
+        assert_eq!(cell.vertical_interval(&row, Confidence::NinetyFive), None);
         // Wilson's at n* = 0.5 · 0.5 / 0.1² = 25, as statsmodels' `proportion_confint(12.5,
         // 25, method="wilson")` has it at each level.
         let near = |got: (f64, f64), want: (f64, f64)| {
@@ -1136,12 +1160,14 @@ mod tests {
             );
         };
         near(
-            cell.horizontal_interval(Confidence::NinetyFive).unwrap(),
+            cell.horizontal_interval(&row, Confidence::NinetyFive)
+                .unwrap(),
             (31.75224322423106, 68.24775677576895),
         );
         near(
-            cell.horizontal_interval(Confidence::NinetyNine).unwrap(),
-            (27.1016666078279, 72.8983333921721),
+            cell.horizontal_interval(&row, Confidence::NinetyNine)
+                .unwrap(),
+            (27.101666607827905, 72.89833339217209),
         );
 
         // A table kept before the shares' errors were (a replay) reads them as unknown.
@@ -1215,8 +1241,9 @@ mod tests {
 
     /// A rare row's share: the normal interval 1.2 ± 1.96 · 0.9 would start at −0.56%.
     /// Wilson's (at n* = 0.012 · 0.988 / 0.009² ≈ 146.4) stays above 0, wider above the
-    /// share than below it; a share of all the total (no spread) takes the cell's own
-    /// effective size; an empty cell has no interval.
+    /// share than below it; n* is no more than the whole's respondents; a share of 0% or
+    /// 100% (no spread) is taken at the whole's Kish size. statsmodels'
+    /// `proportion_confint(p · n, n, method="wilson")` gives each.
     #[test]
     fn a_shares_interval_is_wilsons_within_0_and_100() {
         let near = |got: (f64, f64), want: (f64, f64)| {
@@ -1225,7 +1252,7 @@ mod tests {
                 "{got:?} against {want:?}"
             );
         };
-        let cell = |share: f64, se: f64, effective_n: Option<f64>| TableCell {
+        let cell = |share: f64, se: f64| TableCell {
             weight: 1.0,
             weight_squared: 1.0,
             resps: 1,
@@ -1235,7 +1262,7 @@ mod tests {
             vertical_pct_se: Some(se),
             horizontal_pct_se: Some(se),
             index: None,
-            effective_n,
+            effective_n: Some(1.0),
             standard_error: None,
             ci_low: None,
             ci_high: None,
@@ -1245,32 +1272,64 @@ mod tests {
             significance: None,
             higher_than: Vec::new(),
         };
-        // statsmodels: proportion_confint(0.012 · n*, n*, method="wilson").
-        let rare = cell(1.2, 0.9, Some(40.0));
-        let (low, high) = rare.vertical_interval(Confidence::NinetyFive).unwrap();
+        // A whole of `resps` respondents, of Kish size `kish`.
+        let whole = |resps: u64, kish: f64| TableCell {
+            resps,
+            effective_n: Some(kish),
+            ..cell(100.0, 0.0)
+        };
+        let large = whole(1000, 800.0);
+        let rare = cell(1.2, 0.9);
+        let (low, high) = rare
+            .vertical_interval(&large, Confidence::NinetyFive)
+            .unwrap();
         near((low, high), (0.30568227669342807, 4.590302113609501));
         assert!(1.2 - low < high - 1.2);
         assert_eq!(
-            rare.horizontal_interval(Confidence::NinetyFive),
+            rare.horizontal_interval(&large, Confidence::NinetyFive),
             Some((low, high))
         );
-        // All of the total: n* is the cell's Kish size, 12.5 (statsmodels' (12.5, 12.5)).
+        // A whole of 100 respondents: n* 146.4 is taken as 100.
         near(
-            cell(100.0, 0.0, Some(12.5))
-                .vertical_interval(Confidence::NinetyFive)
+            rare.vertical_interval(&whole(100, 90.0), Confidence::NinetyFive)
                 .unwrap(),
-            (76.49255881715122, 100.0),
+            (0.24032433677897494, 5.7702410882228286),
         );
+        // All of the whole, and none of it: at its Kish size, 12.5; 100 exactly.
+        let small = whole(20, 12.5);
+        let all = cell(100.0, 0.0)
+            .vertical_interval(&small, Confidence::NinetyFive)
+            .unwrap();
+        near(all, (76.49255881715122, 100.0));
+        assert_eq!(all.1, 100.0);
+        let none = cell(0.0, 0.0)
+            .vertical_interval(&small, Confidence::NinetyFive)
+            .unwrap();
+        near(none, (0.0, 23.507441182848787));
+        assert_eq!(none.0, 0.0);
+        // No share, or a whole of no weight: none.
+        let unknown = TableCell {
+            vertical_pct: None,
+            ..cell(0.0, 0.0)
+        };
         assert_eq!(
-            cell(0.0, 0.0, None).vertical_interval(Confidence::NinetyFive),
+            unknown.vertical_interval(&small, Confidence::NinetyFive),
+            None
+        );
+        let weightless = TableCell {
+            effective_n: None,
+            ..whole(3, 0.0)
+        };
+        assert_eq!(
+            cell(0.0, 0.0).vertical_interval(&weightless, Confidence::NinetyFive),
             None
         );
         // Every share's interval holds the share and stays within 0–100%.
-        for share in [0.01, 0.5, 3.0, 20.0, 50.0, 80.0, 99.5, 99.99] {
-            for se in [0.001, 0.3, 2.0, 9.0] {
+        for share in [0.0, 0.01, 0.5, 3.0, 20.0, 50.0, 80.0, 99.5, 99.99, 100.0] {
+            for se in [0.0, 0.001, 0.3, 2.0, 9.0] {
                 for confidence in Confidence::ALL {
-                    let (low, high) = cell(share, se, Some(30.0))
-                        .vertical_interval(confidence)
+                    let (low, high) = cell(share, se)
+                        .vertical_interval(&whole(30, 30.0), confidence)
                         .unwrap();
                     assert!(
                         0.0 <= low && low <= share && share <= high && high <= 100.0,

@@ -318,9 +318,13 @@ mod tests {
             "{cell:?}"
         );
         let z = Confidence::NinetyNine.z();
-        // Wilson's at the effective size the SE implies, 100 · 999/1000 (statsmodels'
-        // `proportion_confint(0.25 · 99.9, 99.9, alpha=0.01, method="wilson")`).
-        let (low, high) = cell.vertical_interval(Confidence::NinetyNine).unwrap();
+        // Wilson's at the effective size the SE implies, 100 · 999/1000, under the column's
+        // 100 respondents (statsmodels' `proportion_confint(0.25 · 99.9, 99.9, alpha=0.01,
+        // method="wilson")`).
+        let column = figures.cell(unweighted(100), unweighted(400), unweighted(100), None);
+        let (low, high) = cell
+            .vertical_interval(&column, Confidence::NinetyNine)
+            .unwrap();
         assert!((low - 15.639217663766445).abs() < 1e-9, "{low}");
         assert!((high - 37.4747369242167).abs() < 1e-9, "{high}");
         // The total's interval is at the figures' confidence too.

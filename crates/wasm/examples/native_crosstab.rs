@@ -20,7 +20,7 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::Instant;
 
-use crosstab_contract::app::TableRequest;
+use crosstab_contract::app::{TableCell, TableRequest};
 use crosstab_contract::{validate_body, validate_value};
 use crosstab_engine::{demo, import, survey_from_csv, Survey};
 use serde_json::{json, Value};
@@ -69,20 +69,26 @@ fn table(survey: &Survey, request: &Value) -> Value {
     let parsed = crosstab_wasm::table_request(&request.to_string());
     match parsed.and_then(|request| crosstab_wasm::table(survey, request)) {
         Ok(table) => {
-            let intervals = |cell: &crosstab_contract::app::TableCell| {
+            // A cell's shares' intervals, `column` and `row` its wholes.
+            let intervals = |cell: &TableCell, column: &TableCell, row: &TableCell| {
                 json!([
-                    cell.vertical_interval(table.confidence),
-                    cell.horizontal_interval(table.confidence)
+                    cell.vertical_interval(column, table.confidence),
+                    cell.horizontal_interval(row, table.confidence)
                 ])
             };
-            let line = |cells: &[crosstab_contract::app::TableCell]| {
-                cells.iter().map(intervals).collect::<Vec<_>>()
-            };
+            let base = &table.total;
             let shares = json!({
-                "cells": table.cells.iter().map(|row| line(row)).collect::<Vec<_>>(),
-                "rowTotals": line(&table.row_totals),
-                "columnTotals": line(&table.column_totals),
-                "total": intervals(&table.total),
+                "cells": table.cells.iter().zip(&table.row_totals).map(|(cells, row)| {
+                    cells.iter().zip(&table.column_totals)
+                        .map(|(cell, column)| intervals(cell, column, row))
+                        .collect::<Vec<_>>()
+                }).collect::<Vec<_>>(),
+                // The Total column's vertical shares are of the base; the Total row's
+                // horizontal ones too.
+                "rowTotals": table.row_totals.iter().map(|row| intervals(row, base, row)).collect::<Vec<_>>(),
+                "columnTotals": table.column_totals.iter()
+                    .map(|column| intervals(column, column, base)).collect::<Vec<_>>(),
+                "total": intervals(base, base, base),
             });
             json!({"status": 200, "body": table, "shareIntervals": shares})
         }
