@@ -543,9 +543,8 @@ impl Crosstab {
             base: Arc::from(request.population_base.as_str()),
             targets: 2,
         };
-        // Made once the table is ready, so they carry the time they are committed at (the
-        // quotas count a bill by its time, final once it is a minute old): made before a
-        // slow table, they would be committed past that minute and never counted.
+        // Made once the table is ready (the ledger's writer gives them their time as it
+        // writes them).
         let bills = || -> Vec<Bill> {
             (0..count)
                 .map(|call| {

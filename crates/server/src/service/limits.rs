@@ -24,13 +24,17 @@ use crate::store::{ledger, usage, Database};
 
 const DAY_MS: i64 = 86_400_000;
 
-/// The ledger's rows older than this are final, and counted once: at least a minute, so a
-/// replica's clock a little behind another's loses none of its bills, and at least as long
-/// as a bill may take to commit after the time it carries ([`ledger::committed_within`]).
+/// How far behind another replica's clock a replica's may be without any of its bills
+/// escaping the other's quota count.
+const CLOCK_SKEW_MS: i64 = 10_000;
+
+/// The ledger's rows older than this are final, and counted once: as long as a bill may
+/// take to commit after the time it carries ([`ledger::committed_within`]) and the clocks'
+/// skew, and at least a minute.
 fn settled_after(db: &Database) -> i64 {
     // Past a day it is the whole day: each read counts today's bills anew.
     let within = i64::try_from(ledger::committed_within(db).as_millis()).unwrap_or(DAY_MS);
-    within.clamp(60_000, DAY_MS)
+    within.saturating_add(CLOCK_SKEW_MS).clamp(60_000, DAY_MS)
 }
 
 /// An account whose calls were admitted within this keeps its quota count in step with
@@ -489,6 +493,31 @@ impl RateLimits {
 mod tests {
     use super::*;
     use crate::clock::ManualClock;
+
+    /// Bills are final once none can still commit, with the clocks' skew on top: 62 s and
+    /// 10 s at the default statement timeout, a minute at least, a day at most.
+    #[tokio::test]
+    async fn bills_are_final_once_none_can_still_commit_on_any_replicas_clock() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = crate::store::default_url(dir.path());
+        let settled = |seconds| {
+            let url = url.clone();
+            async move {
+                let options = crate::store::DatabaseOptions {
+                    statement_timeout: Duration::from_secs(seconds),
+                    ..Default::default()
+                };
+                let db = Database::connect_with(&url, options).await.unwrap();
+                let settled = settled_after(&db);
+                db.close().await;
+                settled
+            }
+        };
+        assert_eq!(settled(10).await, 72_000);
+        assert_eq!(settled(1).await, 60_000);
+        assert_eq!(settled(30).await, 2 * 91_000 + 10_000);
+        assert_eq!(settled(86_400).await, DAY_MS);
+    }
 
     #[test]
     fn retry_after_is_whole_seconds_and_at_least_one() {

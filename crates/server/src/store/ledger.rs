@@ -997,19 +997,72 @@ fn fault_point(batch: &[Pending]) {
         .clone()
         .any(|bill| &*bill.request_id == PAUSE_REQUEST_ID)
     {
-        // Once to say it is here, once to go on.
-        PAUSE.wait();
-        PAUSE.wait();
+        PAUSE.pause();
     }
 }
 
 /// A bill with this request id pauses the writer before its batch is committed, until the
-/// test meets it at [`PAUSE`] twice.
+/// test releases it ([`PAUSE`]).
 #[cfg(test)]
 const PAUSE_REQUEST_ID: &str = "test: the ledger writer pauses";
 
 #[cfg(test)]
-static PAUSE: std::sync::Barrier = std::sync::Barrier::new(2);
+static PAUSE: Pause = Pause {
+    state: std::sync::Mutex::new(Paused::No),
+    changed: std::sync::Condvar::new(),
+};
+
+/// Where the writer is with its pause (tests).
+#[cfg(test)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Paused {
+    No,
+    Reached,
+    Released,
+}
+
+/// The writer's pause: each side waits a bounded time, so a test that goes wrong fails
+/// rather than hangs.
+#[cfg(test)]
+struct Pause {
+    state: std::sync::Mutex<Paused>,
+    changed: std::sync::Condvar,
+}
+
+#[cfg(test)]
+impl Pause {
+    fn state(&self) -> std::sync::MutexGuard<'_, Paused> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The writer: says it is here, and waits (a minute at most) to be released.
+    fn pause(&self) {
+        let mut state = self.state();
+        *state = Paused::Reached;
+        self.changed.notify_all();
+        let (mut state, _) = self
+            .changed
+            .wait_timeout_while(state, Duration::from_secs(60), |s| *s != Paused::Released)
+            .unwrap_or_else(|p| p.into_inner());
+        *state = Paused::No;
+    }
+
+    /// The test: whether the writer reached its pause within `within`.
+    fn reached(&self, within: Duration) -> bool {
+        let state = self.state();
+        let (state, _) = self
+            .changed
+            .wait_timeout_while(state, within, |s| *s != Paused::Reached)
+            .unwrap_or_else(|p| p.into_inner());
+        *state == Paused::Reached
+    }
+
+    /// The test: lets the writer go on.
+    fn release(&self) {
+        *self.state() = Paused::Released;
+        self.changed.notify_all();
+    }
+}
 
 /// Most bills in one row of `ledger_batches`: ~110 bytes a bill keeps a row well within
 /// a page, where PostgreSQL neither compresses it nor moves it out of line.
@@ -1315,8 +1368,8 @@ mod tests {
 
     /// A bill carries the time its batch is written, not the time it was handed over: one
     /// that waited behind a batch for a minute (a stalled database) is not committed a
-    /// minute past its time, which the daily quota, taking bills a minute old as final,
-    /// would never count. The first batch pauses once written, before its commit
+    /// minute past its time, which the daily quota, taking bills that old as final
+    /// ([`committed_within`]), would never count. The first batch pauses once written, before its commit
     /// ([`PAUSE_REQUEST_ID`]); a bill handed over meanwhile waits while the clock moves
     /// on 61 s.
     async fn a_bill_carries_the_time_its_batch_is_written(db: &Database) {
@@ -1328,7 +1381,8 @@ mod tests {
             let ledger = ledger.clone();
             async move { ledger.bill(bill(account_id, PAUSE_REQUEST_ID)).await }
         });
-        tokio::task::spawn_blocking(|| PAUSE.wait()).await.unwrap();
+        let paused = tokio::task::spawn_blocking(|| PAUSE.reached(Duration::from_secs(30)));
+        assert!(paused.await.unwrap(), "the writer never reached its pause");
         let mut waiting = Box::pin({
             let ledger = ledger.clone();
             async move { ledger.bill(bill(account_id, "waiting")).await }
@@ -1337,7 +1391,7 @@ mod tests {
         let handed = tokio::time::timeout(Duration::from_millis(1), &mut waiting).await;
         assert!(handed.is_err(), "written while the writer was paused");
         clock.advance(61_000);
-        tokio::task::spawn_blocking(|| PAUSE.wait()).await.unwrap();
+        PAUSE.release();
         first.await.unwrap().unwrap();
         waiting.await.unwrap();
         let mut times: Vec<(String, i64)> =
@@ -1601,7 +1655,8 @@ mod tests {
             ]
         );
         conn.close().await.unwrap();
-        sqlx::query(&format!("DROP DATABASE {name}"))
+        // Forced: a backend of the closed pool may still be on its way out.
+        sqlx::query(&format!("DROP DATABASE {name} WITH (FORCE)"))
             .execute(&mut admin)
             .await
             .unwrap();
