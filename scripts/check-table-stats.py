@@ -16,7 +16,7 @@ this script recomputes every cell from the respondent CSV with pandas and compar
   and the intervals the app draws for them (the helper prints them beside each table) with
   statsmodels' `proportion_confint(method="wilson")` at the effective size n* = p(1-p)/SE^2
   of samplics' error, at most the column's (or row's) respondents (a share of 0% or 100%
-  at the column's Kish size);
+  at the column's (or row's) Kish size);
 - the column test with statsmodels' `proportions_ztest` (pooled two-proportion z-test) on
   effective sample sizes, the column against the rest of the base, where both have an
   effective size of at least 30 and the row holds at least 5 (effective) respondents of
@@ -272,7 +272,7 @@ def check(work):
     with open(os.path.join(work, "requests.json"), "w") as out:
         json.dump(requests, out)
     answers = json.loads(subprocess.run(
-        [NATIVE, "table", os.path.join(work, "survey.toml"), os.path.join(work, "respondents.csv"),
+        [NATIVE, "table-shares", os.path.join(work, "survey.toml"), os.path.join(work, "respondents.csv"),
          os.path.join(work, "requests.json")], check=True, capture_output=True, text=True).stdout)
     figures = 0
     pairs = {setting: 0 for setting in SETTINGS}

@@ -494,12 +494,15 @@ mod tests {
         assert_eq!(ends[0].what, format!("{name}, low"));
         assert_eq!(ends[1].what, format!("{name}, high"));
         assert!(ends.iter().all(|l| l.decimals == 1));
-        let cell = &grid.lines[0].cells[0];
+        // The Total line has none (each column's share of itself); a row's Total column
+        // cell has its share of the base's.
+        assert_eq!(ends[0].values[0], Cell::Empty);
+        let cell = &grid.lines[1].cells[0];
         let (low, high) = cell
             .vertical_interval(&grid.totals()[0], grid.tests.confidence)
             .unwrap();
-        assert_eq!(ends[0].values[0], Cell::Number(low));
-        assert_eq!(ends[1].values[0], Cell::Number(high));
+        assert_eq!(ends[2].values[0], Cell::Number(low));
+        assert_eq!(ends[3].values[0], Cell::Number(high));
         let (reply, payload) = crosstab_web_worker::answer(
             crosstab_web_worker::Call::Xlsx(sheet),
             crosstab_web_worker::Payload::None,

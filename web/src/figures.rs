@@ -127,6 +127,9 @@ impl Figure {
                 .ci_low
                 .zip(cell.ci_high)
                 .map(|(low, high)| (low, Some(high))),
+            // The Total line's cells are their columns' totals: a share of itself, 100% by
+            // definition, has no interval.
+            Figure::VerticalInterval if std::ptr::eq(cell, column) => None,
             Figure::VerticalInterval => cell
                 .vertical_interval(column, confidence)
                 .map(|(low, high)| (low, Some(high))),
@@ -429,7 +432,7 @@ pub fn legend(
     }
     if figures.shown.contains(&Figure::VerticalInterval) {
         lines.push(format!(
-            "Vertical % {percent}% interval: Wilson's score interval of the share, at the effective sample size its standard error implies (the error of a ratio, linearized as R's svyratio), at most the column's respondents; a share of 0% or 100% at the column's effective sample size. Within 0–100%, and wider on the side away from the nearer end."
+            "Vertical % {percent}% interval: Wilson's score interval of the share, at the effective sample size its standard error implies (the error of a ratio, linearized as R's svyratio), at most the column's respondents (the base's in the Total column); a share of 0% or 100% at the column's effective sample size. Within 0–100%, and wider on the side away from the nearer end; none on the Total line, each column's share of itself."
         ));
     }
     lines
@@ -667,8 +670,17 @@ pub mod tests {
         assert_eq!(Figure::Interval.name(1, Confidence::Ninety), "90% interval");
         let mut c = cell(100.0, 120, Some(10.0));
         c.vertical_pct_se = Some(2.0);
+        // A column's total on the Total line: its share of itself has no interval.
+        let whole = cell(1000.0, 300, Some(100.0));
+        assert_eq!(
+            Figure::VerticalInterval.values(&whole, &whole, tests.confidence),
+            None
+        );
+        assert!(Figure::VerticalInterval
+            .values(&whole.clone(), &whole, tests.confidence)
+            .is_some());
         let (low, high) = Figure::VerticalInterval
-            .values(&c, &cell(1000.0, 300, Some(100.0)), tests.confidence)
+            .values(&c, &whole, tests.confidence)
             .map(|(low, high)| (low, high.unwrap()))
             .unwrap();
         // statsmodels' `proportion_confint(0.1 · 225, 225, alpha=0.01, method="wilson")`.

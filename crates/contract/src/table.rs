@@ -789,7 +789,7 @@ pub struct TableCell {
 
 impl TableCell {
     /// The interval of `verticalPct` at `confidence`, in percent: Wilson's score interval
-    /// at the design's effective size ([`share_interval`]), `column` the cell's column
+    /// at the design's effective size (`share_interval`), `column` the cell's column
     /// total (on the Total column, the base's total); `None` with the share's SE.
     pub fn vertical_interval(
         &self,

@@ -6,7 +6,10 @@
 //!     answers each request of the JSON array: prints [{status, body}, ...]
 //! native_crosstab table SURVEY.toml RESPONDENTS.csv REQUESTS.json
 //!     computes each table request of the JSON array as `Survey.table` does: prints
-//!     [{status, body, shareIntervals}, ...] (the app's intervals of the shares)
+//!     [{status, body}, ...]
+//! native_crosstab table-shares SURVEY.toml RESPONDENTS.csv REQUESTS.json
+//!     the same, with the shares' intervals the app draws beside each table:
+//!     [{status, body, shareIntervals}, ...]
 //! native_crosstab table-bench COMPILED REQUEST.json [ITERATIONS]
 //!     prints {"tableMs": ms per table (median), "table": the table} for one request
 //! native_crosstab demo OUT_DIR [RESPONDENTS]
@@ -61,13 +64,29 @@ fn answer(survey: &Survey, request: &Value) -> Value {
     }
 }
 
-/// The table for `request` as `Survey.table` answers it (its JSON value, as JS passes it),
-/// and beside it the shares' intervals the app draws from its cells (`shareIntervals`:
-/// `cells`, `rowTotals`, `columnTotals` and `total` as the table has them, each cell's
-/// `[vertical, horizontal]`, each `[low, high]` or `null`).
+/// The table for `request` as `Survey.table` computes it (from its JSON value, as JS
+/// passes it).
+fn computed(
+    survey: &Survey,
+    request: &Value,
+) -> Result<crosstab_contract::app::Table, crosstab_contract::ApiError> {
+    crosstab_wasm::table_request(&request.to_string())
+        .and_then(|request| crosstab_wasm::table(survey, request))
+}
+
+/// The table for `request` as `Survey.table` answers it.
 fn table(survey: &Survey, request: &Value) -> Value {
-    let parsed = crosstab_wasm::table_request(&request.to_string());
-    match parsed.and_then(|request| crosstab_wasm::table(survey, request)) {
+    match computed(survey, request) {
+        Ok(table) => json!({"status": 200, "body": table}),
+        Err(error) => json!({"status": error.status(), "body": error.envelope()}),
+    }
+}
+
+/// [`table`]'s answer and beside it the shares' intervals the app draws from its cells
+/// (`shareIntervals`: `cells`, `rowTotals`, `columnTotals` and `total` as the table has
+/// them, each cell's `[vertical, horizontal]`, each `[low, high]` or `null`).
+fn table_with_shares(survey: &Survey, request: &Value) -> Value {
+    match computed(survey, request) {
         Ok(table) => {
             // A cell's shares' intervals, `column` and `row` its wholes.
             let intervals = |cell: &TableCell, column: &TableCell, row: &TableCell| {
@@ -97,14 +116,19 @@ fn table(survey: &Survey, request: &Value) -> Value {
 }
 
 fn run(args: &[String]) -> Result<String, Failure> {
-    const USAGE: &str = "usage: native_crosstab crosstab|table SURVEY.toml RESPONDENTS.csv REQUESTS.json | demo OUT_DIR [RESPONDENTS] | bench|table-bench COMPILED REQUEST.json [ITERATIONS]";
+    const USAGE: &str = "usage: native_crosstab crosstab|table|table-shares SURVEY.toml RESPONDENTS.csv REQUESTS.json | demo OUT_DIR [RESPONDENTS] | bench|table-bench COMPILED REQUEST.json [ITERATIONS]";
     match args {
-        [command, toml, csv, requests] if command == "table" => {
+        [command, toml, csv, requests] if command == "table" || command == "table-shares" => {
             let survey = survey_from_csv(&read(toml)?, &read(csv)?)
                 .map_err(|e| Failure::Other(e.to_string()))?;
             let requests: Vec<Value> = serde_json::from_str(&read(requests)?)
                 .map_err(|e| Failure::Other(format!("{requests}: {e}")))?;
-            let answers: Vec<Value> = requests.iter().map(|r| table(&survey, r)).collect();
+            let answer = if command == "table" {
+                table
+            } else {
+                table_with_shares
+            };
+            let answers: Vec<Value> = requests.iter().map(|r| answer(&survey, r)).collect();
             Ok(Value::Array(answers).to_string())
         }
         [command, compiled, request, rest @ ..] if command == "table-bench" && rest.len() <= 1 => {

@@ -642,9 +642,11 @@ fn write_limit(statement_timeout: Duration) -> Duration {
 /// How long after the time a bill carries it may still be committed: the writer stamps a
 /// batch as an attempt at it begins, and an attempt takes at most its time limit, then a
 /// look for it whose commit went unanswered ([`reconcile`]) as long again; the look ends
-/// the attempt's session first, so nothing of it commits later. (A look that itself runs
-/// out answers 500, "perhaps billed", to be reconciled by hand.) SQLite's writer waits on
-/// a busy file no longer than one statement timeout a statement, well within it.
+/// the attempt's session first, so nothing of it commits later. (A look that itself fails
+/// or runs out leaves the session to the database: its requests are answered 500,
+/// "perhaps billed", to be reconciled by hand, and a commit of it that takes later is past
+/// this.) SQLite's writer waits on a busy file no longer than one statement timeout a
+/// statement, well within it.
 pub fn committed_within(db: &Database) -> Duration {
     write_limit(db.options.statement_timeout) * 2
 }
@@ -1367,11 +1369,10 @@ mod tests {
     }
 
     /// A bill carries the time its batch is written, not the time it was handed over: one
-    /// that waited behind a batch for a minute (a stalled database) is not committed a
-    /// minute past its time, which the daily quota, taking bills that old as final
-    /// ([`committed_within`]), would never count. The first batch pauses once written, before its commit
-    /// ([`PAUSE_REQUEST_ID`]); a bill handed over meanwhile waits while the clock moves
-    /// on 61 s.
+    /// that waited behind a stalled batch still commits within [`committed_within`] of its
+    /// time, which is what lets the daily quota take older bills as final. The first batch
+    /// pauses once written, before its commit ([`PAUSE_REQUEST_ID`]); a bill handed over
+    /// meanwhile waits while the clock moves on 61 s.
     async fn a_bill_carries_the_time_its_batch_is_written(db: &Database) {
         const START: i64 = 1_800_000_000_000;
         let account_id = account(db).await;
@@ -1424,9 +1425,9 @@ mod tests {
         }
     }
 
-    /// The quota takes a bill as final only once it can no longer be committed: a minute
-    /// at least, longer when the statement timeout lets a write and its reconcile take
-    /// longer (the default's 10 s: 2 × 31 s), and at most a day.
+    /// How long after its time a bill may still commit: a write's limit and its
+    /// reconcile's, each three statement timeouts and a second (at the default's 10 s,
+    /// 2 × 31 s).
     #[tokio::test]
     async fn bills_are_final_once_none_can_still_commit() {
         let (_dir, db) = crate::store::scratch().await;

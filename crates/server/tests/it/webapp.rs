@@ -1324,8 +1324,8 @@ async fn a_table_keeps_to_the_users_grants_and_refusals_bill_nothing() {
 }
 
 /// A table's bills carry the time they are written, once the table is ready, not the time
-/// it was asked: the quota takes bills a minute old as final, so a table slower than that
-/// would otherwise commit bills it never counts. (The ledger's own test holds the writer
+/// it was asked: the quota takes bills past its settle window (72 s at the defaults) as
+/// final, so a table slower than that would otherwise commit bills it never counts. (The ledger's own test holds the writer
 /// to it; this one holds the whole path, admission to bill.)
 #[tokio::test]
 async fn a_tables_bills_carry_the_time_it_was_ready() {
