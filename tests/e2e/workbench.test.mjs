@@ -251,6 +251,13 @@ test('a table from the codebook by labels: every cell is /v1 for (row) AND (colu
       }
       if (rowTotals[r].WgtAud > 0) {
         close(Number(cell.figures.horizontal), horizontal, `horizontal % ${target}`);
+        // The horizontal %'s interval, as the vertical's, of the row.
+        const [low, high] = cell.figures['horizontal-ci'].split(' ').map(Number);
+        const share = Number(cell.figures.horizontal);
+        assert.ok(
+          low >= 0 && low <= share && share <= high && high <= 100,
+          `horizontal % interval ${target}: ${low} – ${high} about ${horizontal}`,
+        );
         const index = (vertical / ((100 * rowTotals[r].WgtAud) / base.WgtAud)) * 100;
         close(Number(cell.figures.index), index, `index ${target}`);
       }

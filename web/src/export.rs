@@ -5,7 +5,7 @@
 use crosstab_web_worker::{Call, Cell, Reply, Sheet, SheetLine};
 use wasm_bindgen::{JsCast, JsValue};
 
-use crate::figures::{self, Figure, Figures};
+use crate::figures::{self, Figure, Figures, Wholes};
 use crate::grid::{Grid, Key};
 
 /// What a table is of: the lines above it in a file.
@@ -68,11 +68,13 @@ fn body(grid: &Grid, figures: &Figures) -> Vec<SheetLine> {
         for figure in &figures.shown {
             let name = figure.name(grid.units, grid.tests.confidence);
             let decimals = figure.decimals(grid.units);
-            let values = line
-                .cells
-                .iter()
-                .zip(grid.totals())
-                .map(|(c, column)| figure.values(c, column, grid.tests.confidence));
+            let values = line.cells.iter().zip(grid.totals()).map(|(c, column)| {
+                let wholes = Wholes {
+                    column,
+                    row: &line.cells[0],
+                };
+                figure.values(c, wholes, grid.tests.confidence)
+            });
             let number = |v: Option<f64>| v.map_or(Cell::Empty, Cell::Number);
             if figure.is_interval() {
                 let low = values.clone().map(|v| number(v.map(|(low, _)| low)));
@@ -246,10 +248,13 @@ pub fn chart_svg(grid: &Grid, figure: Figure, key: Key) -> String {
         .skip(1)
         .map(|line| {
             let cell = &line.cells[at];
-            let column = &grid.totals()[at];
+            let wholes = Wholes {
+                column: &grid.totals()[at],
+                row: &line.cells[0],
+            };
             (
                 line.head.label.as_str(),
-                figure.value(cell, column, grid.tests.confidence),
+                figure.value(cell, wholes, grid.tests.confidence),
                 !cell.unstable_reasons.is_empty(),
             )
         })
@@ -503,6 +508,22 @@ mod tests {
             .unwrap();
         assert_eq!(ends[2].values[0], Cell::Number(low));
         assert_eq!(ends[3].values[0], Cell::Number(high));
+        // A row's share: none in the Total column (each row's share of itself); a cell's of
+        // its row's total.
+        let name = Figure::HorizontalInterval.name(grid.units, grid.tests.confidence);
+        let ends: Vec<_> = sheet
+            .lines
+            .iter()
+            .filter(|l| l.what.starts_with(&name))
+            .collect();
+        assert_eq!(ends.len(), 2 * grid.lines.len());
+        assert!(ends.iter().all(|l| l.values[0] == Cell::Empty));
+        let line = &grid.lines[1];
+        let (low, high) = line.cells[1]
+            .horizontal_interval(&line.cells[0], grid.tests.confidence)
+            .unwrap();
+        assert_eq!(ends[2].values[1], Cell::Number(low));
+        assert_eq!(ends[3].values[1], Cell::Number(high));
         let (reply, payload) = crosstab_web_worker::answer(
             crosstab_web_worker::Call::Xlsx(sheet),
             crosstab_web_worker::Payload::None,

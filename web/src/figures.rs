@@ -32,13 +32,15 @@ pub enum Figure {
     Interval,
     /// Confidence interval of the vertical %, at the table's confidence.
     VerticalInterval,
+    /// Confidence interval of the horizontal %, at the table's confidence.
+    HorizontalInterval,
     /// Relative standard error.
     Rse,
 }
 
 impl Figure {
     /// Every figure, in the order cells show them.
-    pub const ALL: [Figure; 11] = [
+    pub const ALL: [Figure; 12] = [
         Figure::Weighted,
         Figure::Absolute,
         Figure::Respondents,
@@ -49,6 +51,7 @@ impl Figure {
         Figure::StandardError,
         Figure::Interval,
         Figure::VerticalInterval,
+        Figure::HorizontalInterval,
         Figure::Rse,
     ];
 
@@ -71,6 +74,7 @@ impl Figure {
             Figure::StandardError => "Standard error".to_owned(),
             Figure::Interval => format!("{percent}% interval"),
             Figure::VerticalInterval => format!("Vertical % {percent}% interval"),
+            Figure::HorizontalInterval => format!("Horizontal % {percent}% interval"),
             Figure::Rse => "RSE %".to_owned(),
         }
     }
@@ -88,29 +92,30 @@ impl Figure {
             Figure::StandardError => "se",
             Figure::Interval => "ci",
             Figure::VerticalInterval => "vertical-ci",
+            Figure::HorizontalInterval => "horizontal-ci",
             Figure::Rse => "rse",
         }
     }
 
-    /// The figure's value in `cell`, of the column whose total is `column` (the Total
-    /// line's cell): `None` where it is undefined (a share of an empty column, say). An
-    /// interval's value is its lower end (see [`Figure::values`]).
+    /// The figure's value in `cell`, of the totals `wholes`: `None` where it is undefined
+    /// (a share of an empty column, say). An interval's value is its lower end (see
+    /// [`Figure::values`]).
     pub fn value(
         self,
         cell: &TableCell,
-        column: &TableCell,
+        wholes: Wholes<'_>,
         confidence: Confidence,
     ) -> Option<f64> {
-        self.values(cell, column, confidence)
+        self.values(cell, wholes, confidence)
             .map(|(value, _)| value)
     }
 
-    /// The figure's value in `cell` (of the column whose total is `column`), and for an
-    /// interval (at `confidence`) its upper end too.
+    /// The figure's value in `cell` (of the totals `wholes`), and for an interval (at
+    /// `confidence`) its upper end too.
     pub fn values(
         self,
         cell: &TableCell,
-        column: &TableCell,
+        wholes: Wholes<'_>,
         confidence: Confidence,
     ) -> Option<(f64, Option<f64>)> {
         let one = |v: f64| Some((v, None));
@@ -127,11 +132,15 @@ impl Figure {
                 .ci_low
                 .zip(cell.ci_high)
                 .map(|(low, high)| (low, Some(high))),
-            // The Total line's cells are their columns' totals: a share of itself, 100% by
-            // definition, has no interval.
-            Figure::VerticalInterval if std::ptr::eq(cell, column) => None,
+            // The Total line's cells are their columns' totals (and the Total column's their
+            // rows'): a share of itself, 100% by definition, has no interval.
+            Figure::VerticalInterval if std::ptr::eq(cell, wholes.column) => None,
             Figure::VerticalInterval => cell
-                .vertical_interval(column, confidence)
+                .vertical_interval(wholes.column, confidence)
+                .map(|(low, high)| (low, Some(high))),
+            Figure::HorizontalInterval if std::ptr::eq(cell, wholes.row) => None,
+            Figure::HorizontalInterval => cell
+                .horizontal_interval(wholes.row, confidence)
                 .map(|(low, high)| (low, Some(high))),
             Figure::Rse => cell.relative_standard_error.map(|r| (100.0 * r, None)),
         }
@@ -141,23 +150,26 @@ impl Figure {
     pub fn decimals(self, units: u32) -> u8 {
         match self {
             Figure::Weighted if units > 1 => 1,
-            Figure::Vertical | Figure::Horizontal | Figure::VerticalInterval | Figure::Rse => 1,
+            Figure::Vertical
+            | Figure::Horizontal
+            | Figure::VerticalInterval
+            | Figure::HorizontalInterval
+            | Figure::Rse => 1,
             _ => 0,
         }
     }
 
-    /// How the figure reads in `cell` (of the column whose total is `column`): `"–"` where
-    /// it is undefined.
+    /// How the figure reads in `cell` (of the totals `wholes`): `"–"` where it is undefined.
     pub fn text(
         self,
         cell: &TableCell,
-        column: &TableCell,
+        wholes: Wholes<'_>,
         units: u32,
         confidence: Confidence,
     ) -> String {
         let decimals = self.decimals(units);
         let unit = self.unit();
-        match self.values(cell, column, confidence) {
+        match self.values(cell, wholes, confidence) {
             None => "–".to_owned(),
             Some((low, Some(high))) => format!(
                 "{}{unit} – {}{unit}",
@@ -171,15 +183,33 @@ impl Figure {
     /// What follows each number of the figure on screen: `%` for percentages.
     fn unit(self) -> &'static str {
         match self {
-            Figure::Vertical | Figure::Horizontal | Figure::VerticalInterval | Figure::Rse => "%",
+            Figure::Vertical
+            | Figure::Horizontal
+            | Figure::VerticalInterval
+            | Figure::HorizontalInterval
+            | Figure::Rse => "%",
             _ => "",
         }
     }
 
     /// Whether the figure is an interval: two numbers, its low and high ends.
     pub fn is_interval(self) -> bool {
-        matches!(self, Figure::Interval | Figure::VerticalInterval)
+        matches!(
+            self,
+            Figure::Interval | Figure::VerticalInterval | Figure::HorizontalInterval
+        )
     }
+}
+
+/// The totals a cell's shares are of: its column's (the Total line's cell; on the Total
+/// column, the base's) and its row's (the Total column's cell; on the Total line, the
+/// base's).
+#[derive(Debug, Clone, Copy)]
+pub struct Wholes<'a> {
+    /// The column's total.
+    pub column: &'a TableCell,
+    /// The row's total.
+    pub row: &'a TableCell,
 }
 
 /// The figures chosen for the cells, in [`Figure::ALL`] order, and whether the markers
@@ -423,7 +453,11 @@ pub fn legend(
     if figures.shown.iter().any(|f| {
         matches!(
             f,
-            Figure::StandardError | Figure::Interval | Figure::VerticalInterval | Figure::Rse
+            Figure::StandardError
+                | Figure::Interval
+                | Figure::VerticalInterval
+                | Figure::HorizontalInterval
+                | Figure::Rse
         )
     }) {
         lines.push(
@@ -433,6 +467,11 @@ pub fn legend(
     if figures.shown.contains(&Figure::VerticalInterval) {
         lines.push(format!(
             "Vertical % {percent}% interval: Wilson's score interval of the share, at the effective sample size its standard error implies (the error of a ratio, linearized as R's svyratio), at most the column's respondents (the base's in the Total column); a share of 0% or 100% at the column's effective sample size. Within 0–100%, and wider on the side away from the nearer end; none on the Total line, each column's share of itself."
+        ));
+    }
+    if figures.shown.contains(&Figure::HorizontalInterval) {
+        lines.push(format!(
+            "Horizontal % {percent}% interval: the same for the share of the row, at most the row's respondents (the base's on the Total line); none in the Total column, each row's share of itself."
         ));
     }
     lines
@@ -536,11 +575,17 @@ pub mod tests {
     #[test]
     fn figures_read_as_researchers_write_them() {
         let c = cell(1_234_567.0, 80, Some(12.345));
-        // Its column: 1,000 respondents, more than the share's effective size (481).
+        // Its column: 1,000 respondents, more than the vertical share's effective size
+        // (481); its row 5,000, more than the horizontal share's (1,030).
         let column = cell(10_000_000.0, 1000, Some(100.0));
+        let row = cell(20_000_000.0, 5000, Some(100.0));
+        let wholes = Wholes {
+            column: &column,
+            row: &row,
+        };
         let shown: Vec<String> = Figure::ALL
             .iter()
-            .map(|f| f.text(&c, &column, 1000, Confidence::NinetyFive))
+            .map(|f| f.text(&c, wholes, 1000, Confidence::NinetyFive))
             .collect();
         assert_eq!(
             shown,
@@ -557,16 +602,18 @@ pub mod tests {
                 "1,234,543 – 1,234,592",
                 // Wilson's, not the normal 9.4% – 15.3%: wider above the share.
                 "9.7% – 15.6%",
+                // statsmodels' Wilson of 6.1725% at n* 1,029.6: 4.86% – 7.81%.
+                "4.9% – 7.8%",
                 "0.0%"
             ]
         );
         let empty = cell(0.0, 0, None);
         assert_eq!(
-            Figure::Vertical.text(&empty, &column, 1000, Confidence::NinetyFive),
+            Figure::Vertical.text(&empty, wholes, 1000, Confidence::NinetyFive),
             "–"
         );
         assert_eq!(
-            Figure::Rse.value(&empty, &column, Confidence::NinetyFive),
+            Figure::Rse.value(&empty, wholes, Confidence::NinetyFive),
             None
         );
         // One respondent in the design: no error and no interval, rather than exact ones.
@@ -578,11 +625,11 @@ pub mod tests {
             ..cell(5.0, 1, Some(100.0))
         };
         assert_eq!(
-            Figure::StandardError.text(&alone, &column, 1, Confidence::NinetyFive),
+            Figure::StandardError.text(&alone, wholes, 1, Confidence::NinetyFive),
             "–"
         );
         assert_eq!(
-            Figure::Interval.text(&alone, &column, 1, Confidence::NinetyFive),
+            Figure::Interval.text(&alone, wholes, 1, Confidence::NinetyFive),
             "–"
         );
         let unknown = TableCell {
@@ -590,7 +637,7 @@ pub mod tests {
             ..cell(5.0, 1, Some(100.0))
         };
         assert_eq!(
-            Figure::VerticalInterval.text(&unknown, &column, 1, Confidence::NinetyFive),
+            Figure::VerticalInterval.text(&unknown, wholes, 1, Confidence::NinetyFive),
             "–"
         );
         // An empty cell's share is 0 with no spread: its interval is at its column's
@@ -601,7 +648,15 @@ pub mod tests {
         };
         let small = cell(25.0, 20, Some(100.0));
         assert_eq!(
-            Figure::VerticalInterval.text(&empty, &small, 1, Confidence::NinetyFive),
+            Figure::VerticalInterval.text(
+                &empty,
+                Wholes {
+                    column: &small,
+                    row: &small
+                },
+                1,
+                Confidence::NinetyFive
+            ),
             "0.0% – 23.5%"
         );
         assert_eq!(
@@ -637,13 +692,19 @@ pub mod tests {
             .iter()
             .all(|l| !l.contains('*')));
         let lines = legend(&all, 60, false, true, Tests::default());
-        assert_eq!(lines.len(), 10);
+        assert_eq!(lines.len(), 11);
         assert!(lines
             .iter()
             .any(|l| l.starts_with("Vertical % 95% interval: Wilson's score interval")));
+        assert!(
+            lines
+                .iter()
+                .any(|l| l
+                    .starts_with("Horizontal % 95% interval: the same for the share of the row"))
+        );
         // Flipped, the legend says the arrows are the table's as built (exports too).
         let flipped = legend(&all, 60, true, true, Tests::default());
-        assert_eq!(flipped.len(), 11);
+        assert_eq!(flipped.len(), 12);
         assert!(flipped
             .iter()
             .any(|l| l
@@ -670,22 +731,36 @@ pub mod tests {
         assert_eq!(Figure::Interval.name(1, Confidence::Ninety), "90% interval");
         let mut c = cell(100.0, 120, Some(10.0));
         c.vertical_pct_se = Some(2.0);
-        // A column's total on the Total line: its share of itself has no interval.
+        c.horizontal_pct_se = Some(1.0);
         let whole = cell(1000.0, 300, Some(100.0));
-        assert_eq!(
-            Figure::VerticalInterval.values(&whole, &whole, tests.confidence),
-            None
-        );
-        assert!(Figure::VerticalInterval
-            .values(&whole.clone(), &whole, tests.confidence)
-            .is_some());
-        let (low, high) = Figure::VerticalInterval
-            .values(&c, &whole, tests.confidence)
-            .map(|(low, high)| (low, high.unwrap()))
-            .unwrap();
-        // statsmodels' `proportion_confint(0.1 · 225, 225, alpha=0.01, method="wilson")`.
+        let row = cell(2000.0, 1000, Some(100.0));
+        let wholes = Wholes {
+            column: &whole,
+            row: &row,
+        };
+        // A column's total on the Total line, a row's in the Total column: a share of
+        // itself has no interval.
+        let on_itself = |figure: Figure, cell: &TableCell| {
+            figure.values(cell, wholes, tests.confidence).is_none()
+        };
+        assert!(on_itself(Figure::VerticalInterval, &whole));
+        assert!(on_itself(Figure::HorizontalInterval, &row));
+        assert!(!on_itself(Figure::VerticalInterval, &whole.clone()));
+        assert!(!on_itself(Figure::HorizontalInterval, &row.clone()));
+        let ends = |figure: Figure| {
+            figure
+                .values(&c, wholes, tests.confidence)
+                .map(|(low, high)| (low, high.unwrap()))
+                .unwrap()
+        };
+        // statsmodels' `proportion_confint(0.1 · 225, 225, alpha=0.01, method="wilson")`,
+        // and of 5% at n* 475 for the row.
+        let (low, high) = ends(Figure::VerticalInterval);
         assert!((low - 5.940739979224273).abs() < 1e-12, "{low}");
         assert!((high - 16.350761585826863).abs() < 1e-12, "{high}");
+        let (low, high) = ends(Figure::HorizontalInterval);
+        assert!((low - 2.987841679639766).abs() < 1e-12, "{low}");
+        assert!((high - 8.251978562427475).abs() < 1e-12, "{high}");
         c.higher_than = vec![1];
         c.significance = Some(Significance::Lower);
         assert_eq!(

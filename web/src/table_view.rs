@@ -6,7 +6,7 @@ use crosstab_contract::app::{Significance, Table, TableRequest};
 use leptos::prelude::*;
 
 use crate::export::{self, Caption};
-use crate::figures::{self, Figure, Figures};
+use crate::figures::{self, Figure, Figures, Wholes};
 use crate::grid::{Arrangement, Grid, Key};
 
 /// A table computed, with what it was asked of.
@@ -302,9 +302,13 @@ fn table_html(grid: &Grid, chosen: &Figures, caption: &str, run: u32) -> String 
                 "<td class=\"num{unstable}\" data-row=\"{row}\" data-col=\"{}\">",
                 column.key.id()
             );
+            let wholes = Wholes {
+                column: total,
+                row: &line.cells[0],
+            };
             for figure in &chosen.shown {
                 let raw = figure
-                    .values(cell, total, grid.tests.confidence)
+                    .values(cell, wholes, grid.tests.confidence)
                     .map_or_else(String::new, |(v, high)| match high {
                         Some(high) => format!("{v} {high}"),
                         None => v.to_string(),
@@ -316,7 +320,7 @@ fn table_html(grid: &Grid, chosen: &Figures, caption: &str, run: u32) -> String 
                     "<span class=\"fig\" data-figure=\"{}\" data-value=\"{raw}\" title=\"{name}\">\
                      <span class=\"sr-only\">{name}: </span>{}</span>",
                     figure.id(),
-                    escape(&figure.text(cell, total, grid.units, grid.tests.confidence))
+                    escape(&figure.text(cell, wholes, grid.units, grid.tests.confidence))
                 );
             }
             if !figures::marks(cell, chosen).is_empty() {
