@@ -488,42 +488,41 @@ mod tests {
             .find(|l| l.what == Figure::Weighted.name(grid.units, grid.tests.confidence))
             .unwrap();
         assert_eq!(weighted.decimals, Figure::Weighted.decimals(grid.units));
-        // A share's interval is two lines, each with the share's decimals.
-        let name = Figure::VerticalInterval.name(grid.units, grid.tests.confidence);
-        let ends: Vec<_> = sheet
-            .lines
-            .iter()
-            .filter(|l| l.what.starts_with(&name))
-            .collect();
-        assert_eq!(ends.len(), 2 * grid.lines.len());
-        assert_eq!(ends[0].what, format!("{name}, low"));
-        assert_eq!(ends[1].what, format!("{name}, high"));
-        assert!(ends.iter().all(|l| l.decimals == 1));
+        // A share's interval is two lines a table line, low then high, each with the
+        // share's decimals.
+        let ends = |figure: Figure| {
+            let name = figure.name(grid.units, grid.tests.confidence);
+            let ends: Vec<_> = sheet
+                .lines
+                .iter()
+                .filter(|l| l.what.starts_with(&name))
+                .collect();
+            assert_eq!(ends.len(), 2 * grid.lines.len());
+            assert_eq!(ends[0].what, format!("{name}, low"));
+            assert_eq!(ends[1].what, format!("{name}, high"));
+            assert!(ends.iter().all(|l| l.decimals == 1));
+            ends
+        };
         // The Total line has none (each column's share of itself); a row's Total column
         // cell has its share of the base's.
-        assert_eq!(ends[0].values[0], Cell::Empty);
+        let vertical = ends(Figure::VerticalInterval);
+        assert_eq!(vertical[0].values[0], Cell::Empty);
         let cell = &grid.lines[1].cells[0];
         let (low, high) = cell
             .vertical_interval(&grid.totals()[0], grid.tests.confidence)
             .unwrap();
-        assert_eq!(ends[2].values[0], Cell::Number(low));
-        assert_eq!(ends[3].values[0], Cell::Number(high));
+        assert_eq!(vertical[2].values[0], Cell::Number(low));
+        assert_eq!(vertical[3].values[0], Cell::Number(high));
         // A row's share: none in the Total column (each row's share of itself); a cell's of
         // its row's total.
-        let name = Figure::HorizontalInterval.name(grid.units, grid.tests.confidence);
-        let ends: Vec<_> = sheet
-            .lines
-            .iter()
-            .filter(|l| l.what.starts_with(&name))
-            .collect();
-        assert_eq!(ends.len(), 2 * grid.lines.len());
-        assert!(ends.iter().all(|l| l.values[0] == Cell::Empty));
+        let horizontal = ends(Figure::HorizontalInterval);
+        assert!(horizontal.iter().all(|l| l.values[0] == Cell::Empty));
         let line = &grid.lines[1];
         let (low, high) = line.cells[1]
             .horizontal_interval(&line.cells[0], grid.tests.confidence)
             .unwrap();
-        assert_eq!(ends[2].values[1], Cell::Number(low));
-        assert_eq!(ends[3].values[1], Cell::Number(high));
+        assert_eq!(horizontal[2].values[1], Cell::Number(low));
+        assert_eq!(horizontal[3].values[1], Cell::Number(high));
         let (reply, payload) = crosstab_web_worker::answer(
             crosstab_web_worker::Call::Xlsx(sheet),
             crosstab_web_worker::Payload::None,
