@@ -5,7 +5,7 @@
 use crosstab_web_worker::{Call, Cell, Reply, Sheet, SheetLine};
 use wasm_bindgen::{JsCast, JsValue};
 
-use crate::figures::{self, Figure, Figures, Wholes};
+use crate::figures::{self, Figure, Figures};
 use crate::grid::{Grid, Key};
 
 /// What a table is of: the lines above it in a file.
@@ -68,13 +68,11 @@ fn body(grid: &Grid, figures: &Figures) -> Vec<SheetLine> {
         for figure in &figures.shown {
             let name = figure.name(grid.units, grid.tests.confidence);
             let decimals = figure.decimals(grid.units);
-            let values = line.cells.iter().zip(grid.totals()).map(|(c, column)| {
-                let wholes = Wholes {
-                    column,
-                    row: &line.cells[0],
-                };
-                figure.values(c, wholes, grid.tests.confidence)
-            });
+            let values = line
+                .cells
+                .iter()
+                .enumerate()
+                .map(|(at, c)| figure.values(c, grid.wholes(line, at), grid.tests.confidence));
             let number = |v: Option<f64>| v.map_or(Cell::Empty, Cell::Number);
             if figure.is_interval() {
                 let low = values.clone().map(|v| number(v.map(|(low, _)| low)));
@@ -248,13 +246,9 @@ pub fn chart_svg(grid: &Grid, figure: Figure, key: Key) -> String {
         .skip(1)
         .map(|line| {
             let cell = &line.cells[at];
-            let wholes = Wholes {
-                column: &grid.totals()[at],
-                row: &line.cells[0],
-            };
             (
                 line.head.label.as_str(),
-                figure.value(cell, wholes, grid.tests.confidence),
+                figure.value(cell, grid.wholes(line, at), grid.tests.confidence),
                 !cell.unstable_reasons.is_empty(),
             )
         })
@@ -509,7 +503,7 @@ mod tests {
         assert_eq!(vertical[0].values[0], Cell::Empty);
         let cell = &grid.lines[1].cells[0];
         let (low, high) = cell
-            .vertical_interval(&grid.totals()[0], grid.tests.confidence)
+            .vertical_interval(&grid.lines[0].cells[0], grid.tests.confidence)
             .unwrap();
         assert_eq!(vertical[2].values[0], Cell::Number(low));
         assert_eq!(vertical[3].values[0], Cell::Number(high));

@@ -132,15 +132,13 @@ impl Figure {
                 .ci_low
                 .zip(cell.ci_high)
                 .map(|(low, high)| (low, Some(high))),
-            // The Total line's cells are their columns' totals (and the Total column's their
-            // rows'): a share of itself, 100% by definition, has no interval.
-            Figure::VerticalInterval if std::ptr::eq(cell, wholes.column) => None,
-            Figure::VerticalInterval => cell
-                .vertical_interval(wholes.column, confidence)
+            Figure::VerticalInterval => wholes
+                .column
+                .and_then(|column| cell.vertical_interval(column, confidence))
                 .map(|(low, high)| (low, Some(high))),
-            Figure::HorizontalInterval if std::ptr::eq(cell, wholes.row) => None,
-            Figure::HorizontalInterval => cell
-                .horizontal_interval(wholes.row, confidence)
+            Figure::HorizontalInterval => wholes
+                .row
+                .and_then(|row| cell.horizontal_interval(row, confidence))
                 .map(|(low, high)| (low, Some(high))),
             Figure::Rse => cell.relative_standard_error.map(|r| (100.0 * r, None)),
         }
@@ -201,15 +199,15 @@ impl Figure {
     }
 }
 
-/// The totals a cell's shares are of: its column's (the Total line's cell; on the Total
-/// column, the base's) and its row's (the Total column's cell; on the Total line, the
-/// base's).
+/// The totals a cell's shares are of (as `Grid::wholes` gives them): its column's (on
+/// the Total column, the base's) and its row's (on the Total line, the base's); `None`
+/// where the cell is that total itself, its share 100% by definition, with no interval.
 #[derive(Debug, Clone, Copy)]
 pub struct Wholes<'a> {
     /// The column's total.
-    pub column: &'a TableCell,
+    pub column: Option<&'a TableCell>,
     /// The row's total.
-    pub row: &'a TableCell,
+    pub row: Option<&'a TableCell>,
 }
 
 /// The figures chosen for the cells, in [`Figure::ALL`] order, and whether the markers
@@ -580,8 +578,8 @@ pub mod tests {
         let column = cell(10_000_000.0, 1000, Some(100.0));
         let row = cell(20_000_000.0, 5000, Some(100.0));
         let wholes = Wholes {
-            column: &column,
-            row: &row,
+            column: Some(&column),
+            row: Some(&row),
         };
         let shown: Vec<String> = Figure::ALL
             .iter()
@@ -651,8 +649,8 @@ pub mod tests {
             Figure::VerticalInterval.text(
                 &empty,
                 Wholes {
-                    column: &small,
-                    row: &small
+                    column: Some(&small),
+                    row: Some(&small)
                 },
                 1,
                 Confidence::NinetyFive
@@ -735,18 +733,19 @@ pub mod tests {
         let whole = cell(1000.0, 300, Some(100.0));
         let row = cell(2000.0, 1000, Some(100.0));
         let wholes = Wholes {
-            column: &whole,
-            row: &row,
+            column: Some(&whole),
+            row: Some(&row),
         };
         // A column's total on the Total line, a row's in the Total column: a share of
         // itself has no interval.
-        let on_itself = |figure: Figure, cell: &TableCell| {
-            figure.values(cell, wholes, tests.confidence).is_none()
+        let itself = Wholes {
+            column: None,
+            row: None,
         };
-        assert!(on_itself(Figure::VerticalInterval, &whole));
-        assert!(on_itself(Figure::HorizontalInterval, &row));
-        assert!(!on_itself(Figure::VerticalInterval, &whole.clone()));
-        assert!(!on_itself(Figure::HorizontalInterval, &row.clone()));
+        for figure in [Figure::VerticalInterval, Figure::HorizontalInterval] {
+            assert_eq!(figure.values(&whole, itself, tests.confidence), None);
+            assert!(figure.values(&whole, wholes, tests.confidence).is_some());
+        }
         let ends = |figure: Figure| {
             figure
                 .values(&c, wholes, tests.confidence)

@@ -4,7 +4,7 @@
 
 use crosstab_contract::app::{Table, TableCell, TableHeader};
 
-use crate::figures::{Figures, Tests};
+use crate::figures::{Figures, Tests, Wholes};
 use serde::{Deserialize, Serialize};
 
 /// A row or column of the arrangement: the Total, or entry `n` of the table's axis.
@@ -142,10 +142,20 @@ pub fn flip(table: &Table) -> Table {
 }
 
 impl Grid {
-    /// The Total line's cells: each column's total, the whole its cells' vertical shares
-    /// are of (the Total column's, the base's total).
-    pub fn totals(&self) -> &[TableCell] {
-        self.lines.first().map_or(&[], |line| &line.cells)
+    /// The totals the shares of `line`'s cell `at` are of: its column's (the Total line's
+    /// cell; on the Total column, the base's) and its row's (the line's Total column
+    /// cell; on the Total line, the base's). None on the Total line for the column, nor in
+    /// the Total column for the row: the cell is then that total itself.
+    pub fn wholes<'a>(&'a self, line: &'a Line, at: usize) -> Wholes<'a> {
+        let totals = self.lines.first().map_or(&[][..], |line| &line.cells);
+        Wholes {
+            column: (line.head.key != Key::Total)
+                .then(|| totals.get(at))
+                .flatten(),
+            row: (self.columns.get(at).map(|c| c.key) != Some(Key::Total))
+                .then(|| line.cells.first())
+                .flatten(),
+        }
     }
 
     /// `column`'s pairwise-test letter, when `figures` shows letters and the test compares

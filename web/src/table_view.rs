@@ -6,7 +6,7 @@ use crosstab_contract::app::{Significance, Table, TableRequest};
 use leptos::prelude::*;
 
 use crate::export::{self, Caption};
-use crate::figures::{self, Figure, Figures, Wholes};
+use crate::figures::{self, Figure, Figures};
 use crate::grid::{Arrangement, Grid, Key};
 
 /// A table computed, with what it was asked of.
@@ -291,7 +291,7 @@ fn table_html(grid: &Grid, chosen: &Figures, caption: &str, run: u32) -> String 
             unknown(line.head.unknown),
             escape(&line.head.label)
         );
-        for ((cell, column), total) in line.cells.iter().zip(&grid.columns).zip(grid.totals()) {
+        for (at, (cell, column)) in line.cells.iter().zip(&grid.columns).enumerate() {
             let unstable = if cell.unstable_reasons.is_empty() {
                 ""
             } else {
@@ -302,10 +302,7 @@ fn table_html(grid: &Grid, chosen: &Figures, caption: &str, run: u32) -> String 
                 "<td class=\"num{unstable}\" data-row=\"{row}\" data-col=\"{}\">",
                 column.key.id()
             );
-            let wholes = Wholes {
-                column: total,
-                row: &line.cells[0],
-            };
+            let wholes = grid.wholes(line, at);
             for figure in &chosen.shown {
                 let raw = figure
                     .values(cell, wholes, grid.tests.confidence)

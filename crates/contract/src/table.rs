@@ -1153,12 +1153,6 @@ mod tests {
         assert_eq!(cell.vertical_interval(&row, Confidence::NinetyFive), None);
         // Wilson's at n* = 0.5 · 0.5 / 0.1² = 25, as statsmodels' `proportion_confint(12.5,
         // 25, method="wilson")` has it at each level.
-        let near = |got: (f64, f64), want: (f64, f64)| {
-            assert!(
-                (got.0 - want.0).abs() < 1e-12 && (got.1 - want.1).abs() < 1e-12,
-                "{got:?} against {want:?}"
-            );
-        };
         near(
             cell.horizontal_interval(&row, Confidence::NinetyFive)
                 .unwrap(),
@@ -1239,6 +1233,14 @@ mod tests {
         assert_eq!(serde_json::to_value(&heading).unwrap()["compared"], false);
     }
 
+    /// Both ends of an interval within 1e-12 of `want`'s.
+    fn near(got: (f64, f64), want: (f64, f64)) {
+        assert!(
+            (got.0 - want.0).abs() < 1e-12 && (got.1 - want.1).abs() < 1e-12,
+            "{got:?} against {want:?}"
+        );
+    }
+
     /// A rare row's share: the normal interval 1.2 ± 1.96 · 0.9 would start at −0.56%.
     /// Wilson's (at n* = 0.012 · 0.988 / 0.009² ≈ 146.4) stays above 0, wider above the
     /// share than below it; n* is no more than the whole's respondents; a share of 0% or
@@ -1246,12 +1248,6 @@ mod tests {
     /// `proportion_confint(p · n, n, method="wilson")` gives each.
     #[test]
     fn a_shares_interval_is_wilsons_within_0_and_100() {
-        let near = |got: (f64, f64), want: (f64, f64)| {
-            assert!(
-                (got.0 - want.0).abs() < 1e-12 && (got.1 - want.1).abs() < 1e-12,
-                "{got:?} against {want:?}"
-            );
-        };
         let cell = |share: f64, se: f64| TableCell {
             weight: 1.0,
             weight_squared: 1.0,

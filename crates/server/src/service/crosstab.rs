@@ -543,24 +543,20 @@ impl Crosstab {
             base: Arc::from(request.population_base.as_str()),
             targets: 2,
         };
-        // Made once the table is ready (the ledger's writer gives them their time as it
-        // writes them).
-        let bills = || -> Vec<Bill> {
-            (0..count)
-                .map(|call| {
-                    // An odd count of targets leaves one for the last call.
-                    let targets = if call * 2 + 1 == targets { 1 } else { 2 };
-                    self.bill_of(
-                        principal,
-                        Billable {
-                            targets,
-                            ..asked.clone()
-                        },
-                        request_id,
-                    )
-                })
-                .collect()
-        };
+        let bills: Vec<Bill> = (0..count)
+            .map(|call| {
+                // An odd count of targets leaves one for the last call.
+                let targets = if call * 2 + 1 == targets { 1 } else { 2 };
+                self.bill_of(
+                    principal,
+                    Billable {
+                        targets,
+                        ..asked.clone()
+                    },
+                    request_id,
+                )
+            })
+            .collect();
         if u32::try_from(count).ok() != Some(calls) {
             return Err(ServiceError::Internal(format!(
                 "a table of {targets} targets makes {count} bills, not {calls}"
@@ -578,10 +574,7 @@ impl Crosstab {
         table.billed_calls = calls;
         let (answer, packed) = serialized(table, held.is_some()).await?;
         let kept = held.zip(packed).map(|(held, packed)| held.keeping(&packed));
-        self.ledger
-            .bill_all(bills(), kept)
-            .await
-            .map_err(lost_key)?;
+        self.ledger.bill_all(bills, kept).await.map_err(lost_key)?;
         admission.billed();
         Ok(answer)
     }
