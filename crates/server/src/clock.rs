@@ -2,7 +2,7 @@
 //! of sleeping through expiry and lock-out periods.
 
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 /// Unix milliseconds: the unit of every time column.
@@ -31,24 +31,64 @@ impl Clock for SystemClock {
 }
 
 /// A clock that moves only when told to (tests).
-#[derive(Debug, Default)]
-pub struct ManualClock(AtomicI64);
+#[derive(Default)]
+pub struct ManualClock {
+    now: AtomicI64,
+    /// A move to make at the first reading once its condition holds.
+    jump: Mutex<Option<Jump>>,
+}
+
+struct Jump {
+    ms: i64,
+    when: Box<dyn Fn() -> bool + Send + Sync>,
+}
 
 impl ManualClock {
     /// A clock standing at `now_ms`.
     pub fn at(now_ms: i64) -> Arc<ManualClock> {
-        Arc::new(ManualClock(AtomicI64::new(now_ms)))
+        Arc::new(ManualClock {
+            now: AtomicI64::new(now_ms),
+            jump: Mutex::new(None),
+        })
     }
 
     /// Moves the clock on by `ms`.
     pub fn advance(&self, ms: i64) {
-        self.0.fetch_add(ms, Ordering::SeqCst);
+        self.now.fetch_add(ms, Ordering::SeqCst);
+    }
+
+    /// Moves the clock on by `ms` at its first reading once `when` holds: time passing at
+    /// a given point inside a request, whichever thread reads the clock next and however
+    /// the threads are scheduled (a later call replaces a move not yet made).
+    pub fn advance_once(&self, ms: i64, when: impl Fn() -> bool + Send + Sync + 'static) {
+        *self.jump() = Some(Jump {
+            ms,
+            when: Box::new(when),
+        });
+    }
+
+    fn jump(&self) -> MutexGuard<'_, Option<Jump>> {
+        self.jump.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl std::fmt::Debug for ManualClock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ManualClock")
+            .field("now", &self.now)
+            .field("jump", &self.jump().as_ref().map(|jump| jump.ms))
+            .finish()
     }
 }
 
 impl Clock for ManualClock {
     fn now_ms(&self) -> i64 {
-        self.0.load(Ordering::SeqCst)
+        // Read under the lock: no reading after the move sees the time before it.
+        let mut jump = self.jump();
+        if let Some(Jump { ms, .. }) = jump.take_if(|jump| (jump.when)()) {
+            self.advance(ms);
+        }
+        self.now.load(Ordering::SeqCst)
     }
 
     /// The Unix time itself: a test moves this clock forward only.
