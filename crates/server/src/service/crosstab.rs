@@ -224,7 +224,7 @@ impl Crosstab {
                 // account's, so another of its callers may hold one.
                 let valid = validate_body(&body)?;
                 let request = &valid.request;
-                return replay(
+                return self.replay(
                     principal,
                     &request.survey_code,
                     request.group_filter(),
@@ -260,6 +260,27 @@ impl Crosstab {
             }
             None => Ok(None),
         }
+    }
+
+    /// The answer kept with a key, given again, unbilled, to a caller whose grants still
+    /// let it ask about `survey` and `group` (keys are the account's, so another of its
+    /// callers may hold one), within the account's rate.
+    fn replay(
+        &self,
+        principal: &Principal,
+        survey: &str,
+        group: Option<&str>,
+        answer: Bytes,
+    ) -> Result<Answer, ServiceError> {
+        if !principal.grants.permits(survey, group) {
+            return Err(ApiError::ForbiddenSurvey.into());
+        }
+        self.limits.pace(principal)?;
+        Ok(Answer {
+            body: answer,
+            replayed: true,
+            billed_calls: 0,
+        })
     }
 
     /// The answer, from the cache or computed, billed (with the answer kept for `held`'s
@@ -498,7 +519,7 @@ impl Crosstab {
             .await?
         {
             Some(Held::Answered(kept)) => {
-                return replay(
+                return self.replay(
                     principal,
                     &valid.request.survey,
                     valid.group_filter(),
@@ -650,25 +671,6 @@ fn lost_key(error: LedgerError) -> ServiceError {
         LedgerError::KeyLost => ApiError::DeadlineExceeded.into(),
         other => other.into(),
     }
-}
-
-/// The answer kept with a key, given again, unbilled, to a caller whose grants still let
-/// it ask about `survey` and `group`: keys are the account's, so another of its callers
-/// may hold one.
-fn replay(
-    principal: &Principal,
-    survey: &str,
-    group: Option<&str>,
-    answer: Bytes,
-) -> Result<Answer, ServiceError> {
-    if !principal.grants.permits(survey, group) {
-        return Err(ApiError::ForbiddenSurvey.into());
-    }
-    Ok(Answer {
-        body: answer,
-        replayed: true,
-        billed_calls: 0,
-    })
 }
 
 /// `answer`, once the key it held (if any) is settled: kept with the answer if it was

@@ -81,7 +81,8 @@ struct Account {
     pending: u64,
     /// The ledger's final count so far today.
     tally: Tally,
-    /// When a call was last admitted (Unix ms), and whether the account has a quota.
+    /// When a call was last admitted (Unix ms; `i64::MIN` for none yet), and whether the
+    /// account has a quota.
     last_admitted: i64,
     has_quota: bool,
     /// When a call here last read the tally from the ledger (Unix ms): an account refused
@@ -108,6 +109,45 @@ impl Tally {
 }
 
 impl Account {
+    /// An account with no call admitted or read here yet on `day`.
+    fn new(day: i64) -> Account {
+        Account {
+            per_second: None,
+            day,
+            used: 0,
+            pending: 0,
+            tally: Tally::day(day),
+            last_admitted: i64::MIN,
+            has_quota: false,
+            last_read: i64::MIN,
+        }
+    }
+
+    /// Takes one request from the account's per-second `rate` (none: unpaced), refused
+    /// with the time to wait when there is none left.
+    fn pace(&mut self, rate: Option<NonZeroU32>, clock: &Arc<dyn Clock>) -> Result<(), ApiError> {
+        let Some(rate) = rate else {
+            self.per_second = None;
+            return Ok(());
+        };
+        let limiter = match &self.per_second {
+            Some((current, limiter)) if *current == rate => limiter,
+            _ => {
+                let limiter = RateLimiter::direct_with_clock(
+                    Quota::per_second(rate),
+                    PaceClock(Arc::clone(clock)),
+                );
+                &self.per_second.insert((rate, Arc::new(limiter))).1
+            }
+        };
+        limiter.check().map_err(|not_until| {
+            let wait = not_until.wait_time_from(clock.monotonic());
+            ApiError::RateLimited {
+                retry_after_s: seconds_until(wait),
+            }
+        })
+    }
+
     /// Today's count from the ledger, read from `read` (unless another read moved the
     /// tally meanwhile): the ledger's calls and this replica's not yet billed.
     fn apply(&mut self, read: Tally, (tally, recent): (Tally, u64)) {
@@ -311,7 +351,7 @@ impl RateLimits {
         // all along is read again only a minute after its last read here.
         let tally = known.map_or(Tally::day(day), |(tally, ..)| tally);
         let stale = known.is_none_or(|(_, admitted, read)| {
-            now - admitted > SHARED_WHILE_ACTIVE_MS
+            now.saturating_sub(admitted) > SHARED_WHILE_ACTIVE_MS
                 && now.saturating_sub(read) > SHARED_WHILE_ACTIVE_MS
         });
         let fresh = match limits.daily_quota {
@@ -319,47 +359,21 @@ impl RateLimits {
             _ => None,
         };
         let mut accounts = self.accounts();
-        let account = accounts.entry(account_id).or_insert_with(|| Account {
-            per_second: None,
-            day,
-            used: 0,
-            pending: 0,
-            tally: Tally::day(day),
-            last_admitted: now,
-            has_quota: false,
-            last_read: i64::MIN,
-        });
+        let account = accounts
+            .entry(account_id)
+            .or_insert_with(|| Account::new(day));
         if account.day != day {
-            account.day = day;
-            account.used = 0;
-            account.pending = 0;
-            account.tally = Tally::day(day);
+            *account = Account {
+                per_second: account.per_second.take(),
+                ..Account::new(day)
+            };
         }
         if let Some(fresh) = fresh {
             account.apply(tally, fresh);
             account.last_read = now;
         }
         account.has_quota = limits.daily_quota.is_some();
-        if let Some(rate) = limits.per_second {
-            let current = account.per_second.as_ref().map(|(r, _)| *r);
-            if current != Some(rate) {
-                let quota = Quota::per_second(rate);
-                let clock = PaceClock(Arc::clone(&self.clock));
-                let limiter = RateLimiter::direct_with_clock(quota, clock);
-                account.per_second = Some((rate, Arc::new(limiter)));
-            }
-            if let Some((_, limiter)) = &account.per_second {
-                if let Err(not_until) = limiter.check() {
-                    let wait = not_until.wait_time_from(self.clock.monotonic());
-                    return Err(ApiError::RateLimited {
-                        retry_after_s: seconds_until(wait),
-                    }
-                    .into());
-                }
-            }
-        } else {
-            account.per_second = None;
-        }
+        account.pace(limits.per_second, &self.clock)?;
         let Some(quota) = limits.daily_quota else {
             return Ok(Admission {
                 limits: self,
@@ -393,6 +407,21 @@ impl RateLimits {
         })
     }
 
+    /// Takes a request that bills nothing (an answer given again for its idempotency
+    /// key) from `principal`'s account rate: such a request is answered, so a client
+    /// retrying one key in a loop is held to the rate, but its daily quota is not spent.
+    pub fn pace(&self, principal: &Principal) -> Result<(), ServiceError> {
+        let Some(rate) = principal.limits.per_second else {
+            return Ok(());
+        };
+        let day = self.clock.now_ms().div_euclid(DAY_MS);
+        let mut accounts = self.accounts();
+        let account = accounts
+            .entry(principal.account_id)
+            .or_insert_with(|| Account::new(day));
+        Ok(account.pace(Some(rate), &self.clock)?)
+    }
+
     /// Brings the daily count of every account with a quota that called lately in step
     /// with the ledger, which holds every replica's bills: run every second, so replicas
     /// together go past a quota by at most about a second of the others' calls. Reads
@@ -405,7 +434,7 @@ impl RateLimits {
             .accounts()
             .iter()
             .filter(|(_, a)| a.has_quota && a.day == day)
-            .filter(|(_, a)| now - a.last_admitted <= SHARED_WHILE_ACTIVE_MS)
+            .filter(|(_, a)| now.saturating_sub(a.last_admitted) <= SHARED_WHILE_ACTIVE_MS)
             .map(|(id, a)| (*id, a.tally))
             .collect();
         // One account's failed read leaves the others' counts to be brought in step.

@@ -387,3 +387,37 @@ async fn a_replay_is_answered_over_the_quota_and_billed_once() {
     assert_eq!(over.status(), StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(fx.bills().await, 1);
 }
+
+/// A retry of an answered key is a request like any other for the account's rate (a
+/// client retrying in a loop is paced), though it spends none of its daily quota.
+#[tokio::test]
+async fn a_replay_is_held_to_the_accounts_rate_and_spends_none_of_its_quota() {
+    use crosstab_server::store::accounts::{self, AccountLimits};
+    let fx = Fixture::new().await;
+    let limits = AccountLimits {
+        per_second: std::num::NonZeroU32::new(1),
+        daily_quota: Some(2),
+    };
+    assert!(accounts::set_limits(&fx.db, "acme", limits).await.unwrap());
+    let body = common::request("VEC", None, "ALL", &["WOMEN"]);
+    let (first, answer) = fx.send(keyed(&fx.whole, "q", &body)).await;
+    assert_eq!(first.status(), StatusCode::OK);
+    // The service's clock stands still: the second's one request is spent.
+    let (paced, envelope) = fx.send(keyed(&fx.whole, "q", &body)).await;
+    assert_eq!(paced.status(), StatusCode::TOO_MANY_REQUESTS, "{envelope}");
+    assert_eq!(common::code(&envelope), "rate_limited");
+    assert_eq!(paced.headers()["retry-after"], "1");
+    fx.clock.advance(1_000);
+    let (again, same) = fx.send(keyed(&fx.whole, "q", &body)).await;
+    assert_eq!(again.status(), StatusCode::OK, "{same}");
+    assert!(replayed(&again));
+    assert_eq!(same, answer);
+    // The quota of 2 still holds a second call: the replays spent none of it.
+    fx.clock.advance(1_000);
+    let (second, _) = fx.send(keyed(&fx.whole, "q2", &body)).await;
+    assert_eq!(second.status(), StatusCode::OK);
+    fx.clock.advance(1_000);
+    let (third, _) = fx.send(keyed(&fx.whole, "q3", &body)).await;
+    assert_eq!(third.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(fx.bills().await, 2);
+}
