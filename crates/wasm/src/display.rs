@@ -49,12 +49,20 @@ pub fn format_number(value: f64, decimals: u8) -> String {
     out
 }
 
-/// A finite `abs` ≥ 0 as plain digits with `decimals` places: first to 15 significant
-/// digits, then to `decimals` places with halves rounded up.
+/// A finite `abs` ≥ 0 as plain digits with `decimals` places: its exact value first to
+/// 15 significant digits, then to `decimals` places, halves rounded up each time.
 fn spreadsheet_rounded(abs: f64, decimals: usize) -> String {
     // `d.dddddddddddddddde±x`: 17 significant digits (enough to tell every f64 apart),
     // and the power of ten of the first.
-    let scientific = format!("{abs:.16e}");
+    let mut scientific = format!("{abs:.16e}");
+    // A 16th and 17th digit of `50` may be a value a hair below a 15-digit tie, rounded up
+    // onto it: then every digit is read (an f64's exact decimal has at most 767).
+    if scientific
+        .split_once('e')
+        .is_some_and(|(mantissa, _)| mantissa.ends_with("50"))
+    {
+        scientific = format!("{abs:.766e}");
+    }
     let (mantissa, exponent) = scientific.split_once('e').unwrap_or((&scientific, "0"));
     let exponent: i64 = exponent.parse().unwrap_or(0);
     let mut digits: Vec<u8> = mantissa
@@ -166,6 +174,28 @@ mod tests {
         assert_eq!(format_number(-0.01, 1), "0.0");
         assert_eq!(format_number(f64::NAN, 0), "–");
         assert_eq!(format_number(999_999.6, 0), "1,000,000");
+    }
+
+    /// A value a hair below a 15-digit tie is read as the digits below it, however close:
+    /// its 17 digits (`…50`) would round up onto the tie, and then past it.
+    #[test]
+    fn a_value_just_below_a_15_digit_tie_rounds_down() {
+        let mut close = 0;
+        for k in 0..20_000u32 {
+            // 123,456,789.kkkkkk5: a tie at the 15th digit, the 6th decimal.
+            let tie = format!("123456789{k:06}5");
+            let value: f64 = format!("123456789.{k:06}5").parse().unwrap();
+            // Exact: the value has at most 9 + 26 significant digits.
+            let exact = format!("{value:.40e}");
+            let digits: String = exact[..exact.find('e').unwrap()].replace('.', "");
+            let below = digits.as_str() < format!("{tie:0<41}").as_str();
+            let shown = spreadsheet_rounded(value, 6);
+            let expected = if below { k } else { k + 1 };
+            assert_eq!(shown, format!("123456789.{expected:06}"), "{exact}");
+            let seventeen = format!("{value:.16e}");
+            close += usize::from(below && seventeen.starts_with(&format!("{}50", &exact[..16])));
+        }
+        assert!(close > 0, "no value with 17 digits on the tie and below it");
     }
 
     #[test]
