@@ -59,7 +59,9 @@ impl ManualClock {
 
     /// Moves the clock on by `ms` at its first reading once `when` holds: time passing at
     /// a given point inside a request, whichever thread reads the clock next and however
-    /// the threads are scheduled (a later call replaces a move not yet made).
+    /// the threads are scheduled (a later call replaces a move not yet made). `when` runs
+    /// at each reading, on the reading thread, under the clock's lock: it must be quick
+    /// and take no lock (the service reads the clock under its own) nor read this clock.
     pub fn advance_once(&self, ms: i64, when: impl Fn() -> bool + Send + Sync + 'static) {
         *self.jump() = Some(Jump {
             ms,
@@ -76,7 +78,15 @@ impl std::fmt::Debug for ManualClock {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ManualClock")
             .field("now", &self.now)
-            .field("jump", &self.jump().as_ref().map(|jump| jump.ms))
+            // Not waiting on the lock: `when` may be what is being formatted from.
+            .field(
+                "jump",
+                &self
+                    .jump
+                    .try_lock()
+                    .ok()
+                    .map(|jump| jump.as_ref().map(|j| j.ms)),
+            )
             .finish()
     }
 }

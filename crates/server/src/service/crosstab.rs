@@ -228,7 +228,7 @@ impl Crosstab {
                     principal,
                     &request.survey_code,
                     request.group_filter(),
-                    answer,
+                    || Ok(answer),
                 );
             }
             Some(Held::Ours(reservation)) => Some(reservation),
@@ -264,20 +264,20 @@ impl Crosstab {
 
     /// The answer kept with a key, given again, unbilled, to a caller whose grants still
     /// let it ask about `survey` and `group` (keys are the account's, so another of its
-    /// callers may hold one), within the account's rate.
+    /// callers may hold one), within the account's rate; only then is it made `ready`.
     fn replay(
         &self,
         principal: &Principal,
         survey: &str,
         group: Option<&str>,
-        answer: Bytes,
+        ready: impl FnOnce() -> Result<Bytes, ServiceError>,
     ) -> Result<Answer, ServiceError> {
         if !principal.grants.permits(survey, group) {
             return Err(ApiError::ForbiddenSurvey.into());
         }
         self.limits.pace(principal)?;
         Ok(Answer {
-            body: answer,
+            body: ready()?,
             replayed: true,
             billed_calls: 0,
         })
@@ -523,7 +523,7 @@ impl Crosstab {
                     principal,
                     &valid.request.survey,
                     valid.group_filter(),
-                    inflated(&kept)?,
+                    || inflated(&kept),
                 )
             }
             Some(Held::Ours(reservation)) => Some(reservation),

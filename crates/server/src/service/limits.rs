@@ -90,6 +90,22 @@ struct Account {
     last_read: i64,
 }
 
+/// `account_id`'s state on `day`, begun anew (its rate kept) when its own is an earlier
+/// one. A later one stays: a call that read the clock just before midnight counts in the
+/// day another call has begun since.
+fn on_day(accounts: &mut HashMap<i64, Account>, account_id: i64, day: i64) -> &mut Account {
+    let account = accounts
+        .entry(account_id)
+        .or_insert_with(|| Account::new(day));
+    if account.day < day {
+        *account = Account {
+            per_second: account.per_second.take(),
+            ..Account::new(day)
+        };
+    }
+    account
+}
+
 /// An account's calls in the ledger today before `before` (Unix ms): final (see
 /// [`settled_after`]), so counted once, and a refresh reads only the minutes since.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -339,41 +355,31 @@ impl RateLimits {
             });
         }
         let now = self.clock.now_ms();
-        let day = now.div_euclid(DAY_MS);
-        let known = self
-            .accounts()
-            .get(&account_id)
-            .filter(|account| account.day == day)
-            .map(|account| (account.tally, account.last_admitted, account.last_read));
+        // The rate first: a caller past it is refused without a query.
+        let (tally, admitted, read) = {
+            let mut accounts = self.accounts();
+            let account = on_day(&mut accounts, account_id, now.div_euclid(DAY_MS));
+            account.pace(limits.per_second, &self.clock)?;
+            (account.tally, account.last_admitted, account.last_read)
+        };
         // Today's count from the ledger (every replica's bills) when this replica's is
         // not kept in step: the day's first call here, or the first after a quiet minute
         // (read before deciding, not under the lock: it's a query). An account refused
         // all along is read again only a minute after its last read here.
-        let tally = known.map_or(Tally::day(day), |(tally, ..)| tally);
-        let stale = known.is_none_or(|(_, admitted, read)| {
-            now.saturating_sub(admitted) > SHARED_WHILE_ACTIVE_MS
-                && now.saturating_sub(read) > SHARED_WHILE_ACTIVE_MS
-        });
+        let stale = now.saturating_sub(admitted) > SHARED_WHILE_ACTIVE_MS
+            && now.saturating_sub(read) > SHARED_WHILE_ACTIVE_MS;
         let fresh = match limits.daily_quota {
             Some(_) if stale => Some(self.read_tally(account_id, tally, now).await?),
             _ => None,
         };
         let mut accounts = self.accounts();
-        let account = accounts
-            .entry(account_id)
-            .or_insert_with(|| Account::new(day));
-        if account.day != day {
-            *account = Account {
-                per_second: account.per_second.take(),
-                ..Account::new(day)
-            };
-        }
+        let account = on_day(&mut accounts, account_id, now.div_euclid(DAY_MS));
+        let day = account.day;
         if let Some(fresh) = fresh {
             account.apply(tally, fresh);
             account.last_read = now;
         }
         account.has_quota = limits.daily_quota.is_some();
-        account.pace(limits.per_second, &self.clock)?;
         let Some(quota) = limits.daily_quota else {
             return Ok(Admission {
                 limits: self,
@@ -416,9 +422,7 @@ impl RateLimits {
         };
         let day = self.clock.now_ms().div_euclid(DAY_MS);
         let mut accounts = self.accounts();
-        let account = accounts
-            .entry(principal.account_id)
-            .or_insert_with(|| Account::new(day));
+        let account = on_day(&mut accounts, principal.account_id, day);
         Ok(account.pace(Some(rate), &self.clock)?)
     }
 
@@ -522,6 +526,27 @@ impl RateLimits {
 mod tests {
     use super::*;
     use crate::clock::ManualClock;
+
+    /// A day's state is begun anew on a later day, its rate kept; a call that read the
+    /// clock just before midnight leaves the day another call began as it is.
+    #[test]
+    fn an_accounts_day_only_moves_on() {
+        let clock: Arc<dyn Clock> = ManualClock::at(0);
+        let mut accounts = HashMap::new();
+        let account = on_day(&mut accounts, 7, 5);
+        account.used = 3;
+        account.pending = 1;
+        account.last_admitted = 10;
+        account.pace(NonZeroU32::new(1), &clock).unwrap();
+        let late = on_day(&mut accounts, 7, 4);
+        assert_eq!((late.day, late.used, late.pending), (5, 3, 1));
+        let next = on_day(&mut accounts, 7, 6);
+        assert_eq!((next.day, next.used, next.pending), (6, 0, 0));
+        assert_eq!((next.last_admitted, next.last_read), (i64::MIN, i64::MIN));
+        assert_eq!(next.tally, Tally::day(6));
+        // The same bucket: its one request a second was spent on day 5.
+        assert!(next.pace(NonZeroU32::new(1), &clock).is_err());
+    }
 
     /// Bills are final once none can still commit, with the clocks' skew on top: 62 s and
     /// 10 s at the default statement timeout, a minute at least, a day at most.

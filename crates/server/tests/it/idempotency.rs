@@ -421,3 +421,36 @@ async fn a_replay_is_held_to_the_accounts_rate_and_spends_none_of_its_quota() {
     assert_eq!(third.status(), StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(fx.bills().await, 2);
 }
+
+/// The rate is taken before the quota's count is read: a caller past it costs no query,
+/// even when its account's count is due for one (a quiet minute, then replays that spent
+/// the second's request).
+#[tokio::test]
+async fn a_caller_past_the_rate_costs_no_read_of_the_quota() {
+    use crosstab_server::store::accounts::{self, AccountLimits};
+    let fx = Fixture::new().await;
+    let limits = AccountLimits {
+        per_second: std::num::NonZeroU32::new(1),
+        daily_quota: Some(100),
+    };
+    assert!(accounts::set_limits(&fx.db, "acme", limits).await.unwrap());
+    let body = common::request("VEC", None, "ALL", &["WOMEN"]);
+    let reads = fx.services.limits.tally_reads();
+    let (first, _) = fx.send(keyed(&fx.whole, "q", &body)).await;
+    assert_eq!(first.status(), StatusCode::OK);
+    assert_eq!(fx.services.limits.tally_reads(), reads + 1);
+    fx.clock.advance(61_000);
+    let (again, _) = fx.send(keyed(&fx.whole, "q", &body)).await;
+    assert!(replayed(&again));
+    for _ in 0..5 {
+        let (paced, _) = fx.send(keyed(&fx.whole, "q2", &body)).await;
+        assert_eq!(paced.status(), StatusCode::TOO_MANY_REQUESTS);
+    }
+    assert_eq!(fx.services.limits.tally_reads(), reads + 1);
+    // The next second's call reads the count it was due.
+    fx.clock.advance(1_000);
+    let (next, _) = fx.send(keyed(&fx.whole, "q2", &body)).await;
+    assert_eq!(next.status(), StatusCode::OK);
+    assert_eq!(fx.services.limits.tally_reads(), reads + 2);
+    assert_eq!(fx.bills().await, 2);
+}
