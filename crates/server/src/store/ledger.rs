@@ -1073,7 +1073,8 @@ const ROW_BILLS: usize = 32;
 /// One INSERT of `bills`, each at `at`, as rows of `ledger_batches`, one per account in
 /// the batch (cut after [`ROW_BILLS`]), whatever the batch's size: the bills go as one
 /// array a column, each account's together, and each row takes its slice (the server then
-/// reads 15 parameters, in binary, instead of 11 per bill).
+/// reads 13 parameters, in binary, instead of 11 per bill). The time is sent once: a
+/// row's earliest, latest and every bill's are the batch's.
 async fn insert_columns(
     conn: &mut PgConnection,
     mut bills: Vec<&Bill>,
@@ -1084,24 +1085,21 @@ async fn insert_columns(
     }
     // Stable: each account's bills stay in the order they came.
     bills.sort_by_key(|bill| bill.account_id);
-    let rows = rows_of(&bills, at);
+    let rows = rows_of(&bills);
     sqlx::query(
         "INSERT INTO ledger_batches (account_id, first_at, last_at, at, key_id, user_id, idp, \
                                      subject, survey, grp, base, targets, request_id) \
-         SELECT r.account_id, r.first_at, r.last_at, ($6::bigint[])[r.lo:r.hi], \
-                ($7::text[])[r.lo:r.hi], ($8::bigint[])[r.lo:r.hi], ($9::text[])[r.lo:r.hi], \
-                ($10::text[])[r.lo:r.hi], ($11::text[])[r.lo:r.hi], ($12::text[])[r.lo:r.hi], \
-                ($13::text[])[r.lo:r.hi], ($14::bigint[])[r.lo:r.hi], ($15::text[])[r.lo:r.hi] \
-         FROM UNNEST($1::bigint[], $2::bigint[], $3::bigint[], $4::bigint[]::int[], \
-                     $5::bigint[]::int[]) \
-              AS r (account_id, first_at, last_at, lo, hi)",
+         SELECT r.account_id, $2, $2, array_fill($2::bigint, ARRAY[r.hi - r.lo + 1]), \
+                ($5::text[])[r.lo:r.hi], ($6::bigint[])[r.lo:r.hi], ($7::text[])[r.lo:r.hi], \
+                ($8::text[])[r.lo:r.hi], ($9::text[])[r.lo:r.hi], ($10::text[])[r.lo:r.hi], \
+                ($11::text[])[r.lo:r.hi], ($12::bigint[])[r.lo:r.hi], ($13::text[])[r.lo:r.hi] \
+         FROM UNNEST($1::bigint[], $3::bigint[]::int[], $4::bigint[]::int[]) \
+              AS r (account_id, lo, hi)",
     )
     .bind(column(&rows, |row| row.account_id))
-    .bind(column(&rows, |row| row.first_at))
-    .bind(column(&rows, |row| row.last_at))
+    .bind(at)
     .bind(column(&rows, |row| row.lo))
     .bind(column(&rows, |row| row.hi))
-    .bind(column(&bills, |_| at))
     .bind(column(&bills, |bill| bill.caller.key_id()))
     .bind(column(&bills, |bill| bill.caller.user_id()))
     .bind(column(&bills, |bill| bill.caller.idp()))
@@ -1117,20 +1115,17 @@ async fn insert_columns(
 }
 
 /// One row of `ledger_batches`: an account's bills `lo..=hi` of the batch (from 1,
-/// PostgreSQL's first index), and their earliest and latest times (the batch's, since the
-/// writer stamps them together; rows written before that may have a spread).
+/// PostgreSQL's first index).
 #[derive(Debug, PartialEq, Eq)]
 struct BatchRow {
     account_id: i64,
-    first_at: i64,
-    last_at: i64,
     lo: i64,
     hi: i64,
 }
 
-/// The rows `bills` (each account's together), all at `at`, are stored in: a row per
-/// account, cut after [`ROW_BILLS`].
-fn rows_of(bills: &[&Bill], at: i64) -> Vec<BatchRow> {
+/// The rows `bills` (each account's together) are stored in: a row per account, cut
+/// after [`ROW_BILLS`].
+fn rows_of(bills: &[&Bill]) -> Vec<BatchRow> {
     let mut rows = Vec::new();
     let mut before = 0;
     for account in bills.chunk_by(|a, b| a.account_id == b.account_id) {
@@ -1140,8 +1135,6 @@ fn rows_of(bills: &[&Bill], at: i64) -> Vec<BatchRow> {
             };
             rows.push(BatchRow {
                 account_id: first.account_id,
-                first_at: at,
-                last_at: at,
                 // A slice's length is at most isize::MAX: never cut short.
                 lo: before as i64 + 1,
                 hi: (before + part.len()) as i64,
@@ -1442,18 +1435,16 @@ mod tests {
     }
 
     /// The rows `bills` go in: one per account (bills taken in the order given), cut
-    /// after [`ROW_BILLS`], each naming its slice and the batch's time.
+    /// after [`ROW_BILLS`], each naming its slice.
     #[test]
     fn each_accounts_bills_are_cut_into_rows() {
         let bills: Vec<Bill> = (0..75)
             .map(|n| bill(if n < 70 { 1 } else { 2 }, &n.to_string()))
             .collect();
         let bills: Vec<&Bill> = bills.iter().collect();
-        let rows = rows_of(&bills, 1_000);
+        let rows = rows_of(&bills);
         let expected = |account_id, range: std::ops::Range<usize>| BatchRow {
             account_id,
-            first_at: 1_000,
-            last_at: 1_000,
             lo: range.start as i64 + 1,
             hi: range.end as i64,
         };
@@ -1466,7 +1457,7 @@ mod tests {
                 expected(2, 70..75)
             ]
         );
-        assert!(rows_of(&[], 1_000).is_empty());
+        assert!(rows_of(&[]).is_empty());
     }
 
     /// The bills of the ledger of one row per bill move into the batches' rows when the
