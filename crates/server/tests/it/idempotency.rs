@@ -388,18 +388,24 @@ async fn a_replay_is_answered_over_the_quota_and_billed_once() {
     assert_eq!(fx.bills().await, 1);
 }
 
-/// A retry of an answered key is a request like any other for the account's rate (a
-/// client retrying in a loop is paced), though it spends none of its daily quota.
-#[tokio::test]
-async fn a_replay_is_held_to_the_accounts_rate_and_spends_none_of_its_quota() {
+/// The fixture with acme allowed one request a second and `quota` calls a day, and a
+/// body acme may ask.
+async fn one_a_second(quota: u64) -> (Fixture, Value) {
     use crosstab_server::store::accounts::{self, AccountLimits};
     let fx = Fixture::new().await;
     let limits = AccountLimits {
         per_second: std::num::NonZeroU32::new(1),
-        daily_quota: Some(2),
+        daily_quota: Some(quota),
     };
     assert!(accounts::set_limits(&fx.db, "acme", limits).await.unwrap());
-    let body = common::request("VEC", None, "ALL", &["WOMEN"]);
+    (fx, common::request("VEC", None, "ALL", &["WOMEN"]))
+}
+
+/// A retry of an answered key is a request like any other for the account's rate (a
+/// client retrying in a loop is paced), though it spends none of its daily quota.
+#[tokio::test]
+async fn a_replay_is_held_to_the_accounts_rate_and_spends_none_of_its_quota() {
+    let (fx, body) = one_a_second(2).await;
     let (first, answer) = fx.send(keyed(&fx.whole, "q", &body)).await;
     assert_eq!(first.status(), StatusCode::OK);
     // The service's clock stands still: the second's one request is spent.
@@ -427,14 +433,7 @@ async fn a_replay_is_held_to_the_accounts_rate_and_spends_none_of_its_quota() {
 /// the second's request).
 #[tokio::test]
 async fn a_caller_past_the_rate_costs_no_read_of_the_quota() {
-    use crosstab_server::store::accounts::{self, AccountLimits};
-    let fx = Fixture::new().await;
-    let limits = AccountLimits {
-        per_second: std::num::NonZeroU32::new(1),
-        daily_quota: Some(100),
-    };
-    assert!(accounts::set_limits(&fx.db, "acme", limits).await.unwrap());
-    let body = common::request("VEC", None, "ALL", &["WOMEN"]);
+    let (fx, body) = one_a_second(100).await;
     let reads = fx.services.limits.tally_reads();
     let (first, _) = fx.send(keyed(&fx.whole, "q", &body)).await;
     assert_eq!(first.status(), StatusCode::OK);
