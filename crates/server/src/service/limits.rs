@@ -165,12 +165,15 @@ impl Account {
     }
 
     /// Today's count from the ledger, read from `read` (unless another read moved the
-    /// tally meanwhile): the ledger's calls and this replica's not yet billed.
-    fn apply(&mut self, read: Tally, (tally, recent): (Tally, u64)) {
-        if self.tally == read {
+    /// tally meanwhile, or a new day began): the ledger's calls and this replica's not yet
+    /// billed. Whether it was taken.
+    fn apply(&mut self, read: Tally, (tally, recent): (Tally, u64)) -> bool {
+        let taken = self.tally == read;
+        if taken {
             self.tally = tally;
             self.used = tally.counted + recent + self.pending;
         }
+        taken
     }
 }
 
@@ -375,8 +378,9 @@ impl RateLimits {
         let mut accounts = self.accounts();
         let account = on_day(&mut accounts, account_id, now.div_euclid(DAY_MS));
         let day = account.day;
-        if let Some(fresh) = fresh {
-            account.apply(tally, fresh);
+        // Only a read taken is this account's last: one begun on a day now over leaves
+        // the new day's count still to read.
+        if fresh.is_some_and(|fresh| account.apply(tally, fresh)) {
             account.last_read = now;
         }
         account.has_quota = limits.daily_quota.is_some();
