@@ -148,11 +148,7 @@ impl Figure {
     pub fn decimals(self, units: u32) -> u8 {
         match self {
             Figure::Weighted if units > 1 => 1,
-            Figure::Vertical
-            | Figure::Horizontal
-            | Figure::VerticalInterval
-            | Figure::HorizontalInterval
-            | Figure::Rse => 1,
+            figure if figure.is_percentage() => 1,
             _ => 0,
         }
     }
@@ -180,14 +176,23 @@ impl Figure {
 
     /// What follows each number of the figure on screen: `%` for percentages.
     fn unit(self) -> &'static str {
-        match self {
-            Figure::Vertical
-            | Figure::Horizontal
-            | Figure::VerticalInterval
-            | Figure::HorizontalInterval
-            | Figure::Rse => "%",
-            _ => "",
+        if self.is_percentage() {
+            "%"
+        } else {
+            ""
         }
+    }
+
+    /// Whether the figure is in percent: a share, a share's interval or the RSE.
+    fn is_percentage(self) -> bool {
+        matches!(
+            self,
+            Figure::Vertical
+                | Figure::Horizontal
+                | Figure::VerticalInterval
+                | Figure::HorizontalInterval
+                | Figure::Rse
+        )
     }
 
     /// Whether the figure is an interval: two numbers, its low and high ends.
