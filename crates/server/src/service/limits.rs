@@ -358,10 +358,11 @@ impl RateLimits {
             });
         }
         let now = self.clock.now_ms();
+        let today = now.div_euclid(DAY_MS);
         // The rate first: a caller past it is refused without a query.
         let (tally, admitted, read) = {
             let mut accounts = self.accounts();
-            let account = on_day(&mut accounts, account_id, now.div_euclid(DAY_MS));
+            let account = on_day(&mut accounts, account_id, today);
             account.pace(limits.per_second, &self.clock)?;
             (account.tally, account.last_admitted, account.last_read)
         };
@@ -376,7 +377,7 @@ impl RateLimits {
             _ => None,
         };
         let mut accounts = self.accounts();
-        let account = on_day(&mut accounts, account_id, now.div_euclid(DAY_MS));
+        let account = on_day(&mut accounts, account_id, today);
         let day = account.day;
         // Only a read taken is this account's last: one begun on a day now over leaves
         // the new day's count still to read.
