@@ -190,6 +190,17 @@ impl Fixture {
         self.send(post(key, body.to_string())).await
     }
 
+    /// Moves the clock into the next UTC day if less than ten minutes of today are left
+    /// (the clock starts at the real time), so a test of what happens within a day, such
+    /// as the daily quota, never sees its day end partway. Call it before the first request.
+    pub fn clear_of_midnight(&self) {
+        const DAY_MS: i64 = 86_400_000;
+        let left = DAY_MS - self.now().rem_euclid(DAY_MS);
+        if left < 10 * 60_000 {
+            self.clock.advance(left + 60_000);
+        }
+    }
+
     /// The services' time now.
     pub fn now(&self) -> i64 {
         use crosstab_server::clock::Clock;

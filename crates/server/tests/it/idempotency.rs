@@ -374,6 +374,7 @@ async fn a_table_past_the_deadline_is_503_unbilled_and_gives_its_key_back() {
 #[tokio::test]
 async fn a_replay_is_answered_over_the_quota_and_billed_once() {
     let fx = Fixture::new().await;
+    fx.clear_of_midnight();
     common::daily_quota(&fx, "acme", 1).await;
     let body = common::request("VEC", None, "ALL", &["WOMEN"]);
     let (first, answer) = fx.send(keyed(&fx.whole, "q", &body)).await;
@@ -393,6 +394,7 @@ async fn a_replay_is_answered_over_the_quota_and_billed_once() {
 async fn one_a_second(quota: u64) -> (Fixture, Value) {
     use crosstab_server::store::accounts::{self, AccountLimits};
     let fx = Fixture::new().await;
+    fx.clear_of_midnight();
     let limits = AccountLimits {
         per_second: std::num::NonZeroU32::new(1),
         daily_quota: Some(quota),

@@ -17,6 +17,7 @@ async fn postgres_keys_grants_ledger_and_usage() {
         return;
     };
     let fx = Fixture::on(&url, tempfile::tempdir().unwrap(), &[]).await;
+    fx.clear_of_midnight();
     let db = fx.db.clone();
     assert_eq!(db.backend(), Backend::Postgres);
     let _listening = fx

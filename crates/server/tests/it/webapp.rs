@@ -830,6 +830,7 @@ async fn each_users_queries_are_billed_to_their_own_account() {
 #[tokio::test]
 async fn usage_is_reported_for_a_period_of_days() {
     let app = app_with(None).await;
+    app.fx.clear_of_midnight();
     let day_of = |ms: i64| {
         chrono::DateTime::from_timestamp_millis(ms)
             .unwrap()
@@ -1055,6 +1056,7 @@ async fn the_app_creates_a_bounded_number_of_keys_a_day() {
     use crosstab_server::service::app::MAX_KEYS_PER_DAY;
     use crosstab_server::store::accounts;
     let app = app_with(None).await;
+    app.fx.clear_of_midnight();
     let ann = app.session("ann").await;
     let (_, listed) = app.get(&ann, "/app/api/keys").await;
     let before = listed.as_array().unwrap().len();
@@ -1331,6 +1333,7 @@ async fn a_table_keeps_to_the_users_grants_and_refusals_bill_nothing() {
 async fn a_tables_bills_carry_the_time_it_was_ready() {
     use crosstab_server::store::accounts;
     let app = app_with(None).await;
+    app.fx.clear_of_midnight();
     daily_quota(&app.fx, "acme", 1_000).await;
     let ann = app.session("ann").await;
     let asked_at = app.fx.now();
@@ -1377,6 +1380,7 @@ async fn a_tables_bills_carry_the_time_it_was_ready() {
 async fn a_table_over_the_daily_quota_is_refused_whole() {
     use crosstab_server::store::accounts::{self, AccountLimits};
     let app = app_with(None).await;
+    app.fx.clear_of_midnight();
     let limits = AccountLimits {
         per_second: None,
         daily_quota: Some(5),
