@@ -127,6 +127,12 @@ pub(crate) fn assemble(
 ) -> Result<SurveyBuilder, ImportError> {
     let def_error = |line: usize, reason: String| definition_error(definition_file, line, reason);
     let line_of_key = |key: &str| line_of_key(definition_text, key);
+    // Each weight was checked as it was read; what is left is their total.
+    crate::weights::check(&data.weights).map_err(|bad| ImportError::Source {
+        file: csv_file.to_owned(),
+        variable: definition.weight_column.clone(),
+        reason: bad.to_string(),
+    })?;
     let mut builder = SurveyBuilder::new(
         SurveyMeta {
             code: definition.code.clone(),

@@ -192,19 +192,13 @@ impl Survey {
         };
         survey.check_slices()?;
         // What the import refuses, a damaged or crafted file must not bring in: a unit of
-        // 0 makes every WgtAud infinite, a weight not finite or below 0 every sum wrong.
+        // 0 makes every WgtAud infinite, a weight not finite or below 0 every sum wrong,
+        // and weights too large together sums that are not numbers.
         if survey.header.audience_report_units == 0 {
             return Err(LoadError::Corrupt("audience report units of 0".into()));
         }
-        if let Some(row) = survey
-            .weights()
-            .iter()
-            .position(|w| !(w.is_finite() && *w >= 0.0))
-        {
-            return Err(LoadError::Corrupt(format!(
-                "respondent {row}'s weight is not a finite number of 0 or more"
-            )));
-        }
+        crate::weights::check(survey.weights())
+            .map_err(|bad| LoadError::Corrupt(bad.to_string()))?;
         // Named codes may refer only to earlier codes, so evaluation always terminates.
         for (i, expr) in survey.code_exprs.iter().enumerate() {
             if let Some(name) = survey.first_unknown(expr, i) {

@@ -24,6 +24,39 @@ pub(crate) const MAX_DECIMALS: u32 = 9;
 /// Integer sums up to this are exact in f64 (and cannot overflow a u64 accumulator).
 const EXACT_LIMIT: u64 = 1 << 53;
 
+/// The most a survey's weights may add up to: every figure made from its sums (squared
+/// sums, their products, variances times the sample size) then stays a finite number.
+pub(crate) const MAX_WEIGHT_TOTAL: f64 = 1e100;
+
+/// Why a column of weights can't be a survey's.
+#[derive(Debug, Clone, Copy, PartialEq, thiserror::Error)]
+pub(crate) enum BadWeights {
+    /// The 0-based respondent whose weight is negative, NaN or infinite.
+    #[error("respondent {0}'s weight is not a finite number of 0 or more")]
+    Weight(usize),
+    /// Each weight is finite, but together they are too large for figures made from them.
+    #[error(
+        "the weights add up to {0:e}, past the most a survey's may ({MAX_WEIGHT_TOTAL:e}): \
+         rescale them"
+    )]
+    Total(f64),
+}
+
+/// Checks that every weight is a finite number of 0 or more and that all of them add up
+/// to no more than [`MAX_WEIGHT_TOTAL`].
+pub(crate) fn check(weights: &[f64]) -> Result<(), BadWeights> {
+    if let Some(row) = weights.iter().position(|w| !(w.is_finite() && *w >= 0.0)) {
+        return Err(BadWeights::Weight(row));
+    }
+    // Rounding can't carry a total of non-negative terms across the bound by anything
+    // that matters at 1e100.
+    let total: f64 = weights.iter().sum();
+    if total > MAX_WEIGHT_TOTAL {
+        return Err(BadWeights::Total(total));
+    }
+    Ok(())
+}
+
 /// `10^d` for every `d` up to [`MAX_DECIMALS`], each exact in f64.
 const POWERS: [f64; MAX_DECIMALS as usize + 1] = [
     1.0,

@@ -112,6 +112,41 @@ fn data_errors_name_line_column_and_reason() {
     }
 }
 
+/// Weights each finite but too large together (a sum, or a sum's square, would not be a
+/// number: `WgtAud` would be sent as `null`) are refused, naming the weight column.
+#[test]
+fn weights_too_large_together_are_refused() {
+    let csv = |weights: &[&str]| {
+        let rows: Vec<String> = weights
+            .iter()
+            .enumerate()
+            .map(|(i, w)| format!("r{i},{w},A,1,1"))
+            .collect();
+        format!("ID,W,G,X,Y\n{}\n", rows.join("\n"))
+    };
+    for weights in [&["1e308", "1e308"][..], &["6e99", "5e99"]] {
+        match compile(TOML, &csv(weights)).unwrap_err() {
+            ImportError::Source {
+                file,
+                variable,
+                reason,
+            } => {
+                assert_eq!((file.as_str(), variable.as_deref()), ("r.csv", Some("W")));
+                assert!(reason.contains("the weights add up to"), "{reason}");
+                assert!(reason.contains("1e100"), "{reason}");
+            }
+            other => panic!("{weights:?}: expected the weights refused, got {other}"),
+        }
+    }
+    // Up to the bound, a survey's figures are numbers.
+    let bytes = compile(TOML, &csv(&["5e99", "5e99"])).unwrap();
+    let survey = Survey::from_bytes(&bytes).unwrap();
+    let request = json!({"SurveyCode": "T", "PopulationBaseCode": "ALL", "TargetCodes": ["X1"]});
+    let answer = survey.crosstab(&validate_value(&request).unwrap()).unwrap();
+    // In thousands, the default AudienceReportUnits.
+    assert_eq!(answer.results[0].wgt_aud, 1e100 / 1000.0);
+}
+
 /// Respondents weighted 0 are respondents all the same: the import says how many.
 #[test]
 fn respondents_weighted_zero_are_counted_in_a_warning() {
@@ -417,14 +452,17 @@ fn corrupt_sections_are_load_errors_that_say_so() {
         .windows(8)
         .position(|w| w == second)
         .expect("the second weight is in the file");
-    for weight in [f64::NAN, f64::INFINITY, -1.0] {
+    for (weight, said) in [
+        (f64::NAN, "respondent 1's weight"),
+        (f64::INFINITY, "respondent 1's weight"),
+        (-1.0, "respondent 1's weight"),
+        // Finite, but sums and their squares would not be numbers.
+        (f64::MAX, "the weights add up to"),
+    ] {
         let mut edited = bytes.clone();
         edited[at..at + 8].copy_from_slice(&weight.to_le_bytes());
         match Survey::from_bytes(&edited) {
-            Err(e) => assert!(
-                e.to_string().contains("respondent 1's weight"),
-                "{weight}: {e}"
-            ),
+            Err(e) => assert!(e.to_string().contains(said), "{weight}: {e}"),
             Ok(_) => panic!("a weight of {weight} loaded"),
         }
     }
