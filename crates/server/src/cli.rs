@@ -12,7 +12,7 @@ use crosstab_engine::store::SurveyStore;
 use crosstab_engine::{import, ImportError, LoadError, MemoryBudget};
 
 use crate::clock::{now_ms, SystemClock};
-use crate::grants::GrantSpec;
+use crate::grants::{GrantSpec, Grants};
 use crate::http::listener::Limits;
 use crate::http::proxy::TrustedProxy;
 use crate::keys::{KeyEnv, MAX_LIFETIME_DAYS};
@@ -28,7 +28,7 @@ use crate::service::sso::signing;
 use crate::service::transport;
 use crate::service::Settings;
 use crate::service::{replicas, users};
-use crate::store::accounts::AccountLimits;
+use crate::store::accounts::{AccountLimits, GrantRemoval, LimitsChange};
 use crate::store::identity_providers::{
     self, AccountRule, AllowedChange, IdentityProvider, IdpKind,
 };
@@ -393,21 +393,118 @@ enum DbCommand {
 
 #[derive(Debug, Subcommand)]
 enum AccountCommand {
-    /// Set an account's request rate and daily quota over all its keys and users (each
-    /// left out: not limited). Running servers apply it on the next request.
+    /// Show an account's grants, its limits and how many keys it has.
+    Show {
+        /// The account.
+        #[arg(long)]
+        account: String,
+        #[command(flatten)]
+        store: Store,
+    },
+    /// Add grants to an account (created if need be), without making a key. Grants are
+    /// the account's: every one of its keys, users and single sign-on callers has them.
+    Grant {
+        /// The account.
+        #[arg(long)]
+        account: String,
+        /// SURVEY (the whole survey) or SURVEY:GROUP[,GROUP...]; repeatable.
+        #[arg(long = "grant", value_name = "SURVEY[:GROUPS]", required = true)]
+        grants: Vec<GrantSpec>,
+        #[command(flatten)]
+        store: Store,
+    },
+    /// Take grants away from an account: SURVEY removes the whole survey (and any of its
+    /// groups), SURVEY:GROUP[,GROUP...] those groups. Nothing is removed unless the
+    /// account holds every grant named. Running servers apply it on the next request.
+    Revoke {
+        /// The account.
+        #[arg(long)]
+        account: String,
+        /// SURVEY or SURVEY:GROUP[,GROUP...]; repeatable.
+        #[arg(long = "grant", value_name = "SURVEY[:GROUPS]", required = true)]
+        grants: Vec<GrantSpec>,
+        #[command(flatten)]
+        store: Store,
+    },
+    /// Set an account's request rate and daily quota over all its keys and users: a
+    /// number, or `unlimited`. A limit left out stays as it is; with neither, the limits
+    /// are shown. Running servers apply a change on the next request.
     Limits {
         /// The account.
         #[arg(long)]
         account: String,
-        /// Requests per second.
-        #[arg(long, value_name = "N")]
-        per_second: Option<NonZeroU32>,
-        /// Billed calls per UTC day.
-        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(0..=i64::MAX as u64))]
-        daily_quota: Option<u64>,
+        /// Requests per second (1 or more), or `unlimited`.
+        #[arg(long, value_name = "N|unlimited", value_parser = parse_rate)]
+        per_second: Option<Limit<NonZeroU32>>,
+        /// Billed calls per UTC day, or `unlimited`.
+        #[arg(long, value_name = "N|unlimited", value_parser = parse_quota)]
+        daily_quota: Option<Limit<u64>>,
         #[command(flatten)]
         store: Store,
     },
+}
+
+/// An account limit as the command line gives it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Limit<T> {
+    To(T),
+    Unlimited,
+}
+
+impl<T> Limit<T> {
+    fn value(self) -> Option<T> {
+        match self {
+            Limit::To(value) => Some(value),
+            Limit::Unlimited => None,
+        }
+    }
+}
+
+fn parse_rate(text: &str) -> Result<Limit<NonZeroU32>, String> {
+    if text == "unlimited" {
+        return Ok(Limit::Unlimited);
+    }
+    match text.parse::<u32>() {
+        Ok(0) => Err("a rate of 0 would refuse every call: give 1 or more, or unlimited".into()),
+        Ok(rate) => Ok(Limit::To(NonZeroU32::new(rate).ok_or("0")?)),
+        Err(_) => Err(format!(
+            "'{text}' is not a rate: give a whole number from 1 to {}, or unlimited",
+            u32::MAX
+        )),
+    }
+}
+
+fn parse_quota(text: &str) -> Result<Limit<u64>, String> {
+    if text == "unlimited" {
+        return Ok(Limit::Unlimited);
+    }
+    match text.parse::<u64>() {
+        Ok(calls) if i64::try_from(calls).is_ok() => Ok(Limit::To(calls)),
+        _ => Err(format!(
+            "'{text}' is not a quota: give a whole number from 0 to {}, or unlimited",
+            i64::MAX
+        )),
+    }
+}
+
+/// An account's limits as the commands say them.
+fn limits_text(limits: AccountLimits) -> String {
+    let show = |value: Option<String>| value.unwrap_or_else(|| "unlimited".to_owned());
+    format!(
+        "{} requests per second, {} billed calls per day",
+        show(limits.per_second.map(|n| n.to_string())),
+        show(limits.daily_quota.map(|n| n.to_string()))
+    )
+}
+
+/// Grants as the command line writes them, space-separated (`none` for none).
+fn grants_text(grants: &Grants) -> String {
+    let specs: Vec<String> = grants.specs().iter().map(ToString::to_string).collect();
+    if specs.is_empty() {
+        "none".to_owned()
+    } else {
+        specs.join(" ")
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -920,33 +1017,7 @@ async fn execute(command: Command) -> Result<(), CliError> {
             .await?;
             Ok(())
         }
-        Command::Account {
-            command:
-                AccountCommand::Limits {
-                    account,
-                    per_second,
-                    daily_quota,
-                    store,
-                },
-        } => {
-            let db = store.connect().await?;
-            let limits = AccountLimits {
-                per_second,
-                daily_quota,
-            };
-            let set = accounts::set_limits(&db, &account, limits).await?;
-            db.close().await;
-            if !set {
-                return Err(CliError::Usage(format!("no account named '{account}'")));
-            }
-            let show = |value: Option<String>| value.unwrap_or_else(|| "unlimited".to_owned());
-            eprintln!(
-                "account '{account}': {} requests per second, {} billed calls per day",
-                show(per_second.map(|n| n.to_string())),
-                show(daily_quota.map(|n| n.to_string()))
-            );
-            Ok(())
-        }
+        Command::Account { command } => account(command).await,
         Command::App {
             command:
                 AppCommand::UpstreamKey {
@@ -1248,6 +1319,110 @@ fn list_surveys(data_dir: &Path) -> Result<(), CliError> {
             "unreadable surveys: {}",
             unreadable.join(", ")
         )))
+    }
+}
+
+async fn account(command: AccountCommand) -> Result<(), CliError> {
+    let no_account = |name: &str| CliError::Usage(format!("no account named '{name}'"));
+    match command {
+        AccountCommand::Show { account, store } => {
+            let db = store.connect().await?;
+            let Some(id) = accounts::account_id(&db, &account).await? else {
+                db.close().await;
+                return Err(no_account(&account));
+            };
+            let grants = accounts::grants_of(&db, id).await?;
+            let limits = accounts::limits_of(&db, id).await?;
+            let keys = accounts::list_keys(&db, Some(&account)).await?;
+            db.close().await;
+            let now = now_ms();
+            let usable = keys
+                .iter()
+                .filter(|k| k.revoked_at.is_none() && k.expires_at.is_none_or(|at| at > now))
+                .count();
+            println!("account\t{account}");
+            println!("grants\t{}", grants_text(&grants));
+            println!("limits\t{}", limits_text(limits));
+            println!("keys\t{usable} usable, {} in all", keys.len());
+            Ok(())
+        }
+        AccountCommand::Grant {
+            account,
+            grants,
+            store,
+        } => {
+            if account.trim().is_empty() {
+                return Err(CliError::Usage("--account must not be empty".into()));
+            }
+            let db = store.connect().await?;
+            let unseen = unseen_grants(&db, &store.data_dir, &grants).await;
+            let created = accounts::add_grants(&db, &account, &grants).await?;
+            let now = match accounts::account_id(&db, &account).await? {
+                Some(id) => accounts::grants_of(&db, id).await?,
+                None => Grants::default(),
+            };
+            db.close().await;
+            for warning in unseen {
+                eprintln!("warning: {warning}");
+            }
+            if created {
+                eprintln!("created account '{account}'");
+            }
+            eprintln!("account '{account}' grants: {}", grants_text(&now));
+            Ok(())
+        }
+        AccountCommand::Revoke {
+            account,
+            grants,
+            store,
+        } => {
+            let db = store.connect().await?;
+            let removal = accounts::remove_grants(&db, &account, &grants).await?;
+            db.close().await;
+            match removal {
+                GrantRemoval::Removed(now) => {
+                    eprintln!("account '{account}' grants: {}", grants_text(&now));
+                    Ok(())
+                }
+                GrantRemoval::NoAccount => Err(no_account(&account)),
+                GrantRemoval::NotHeld(grant) => Err(CliError::Usage(format!(
+                    "account '{account}' holds no grant {grant}: nothing removed"
+                ))),
+                GrantRemoval::HeldWhole(survey) => Err(CliError::Usage(format!(
+                    "account '{account}' holds all of {survey}: revoke --grant {survey}, then \
+                     grant the groups it keeps (nothing removed)"
+                ))),
+            }
+        }
+        AccountCommand::Limits {
+            account,
+            per_second,
+            daily_quota,
+            store,
+        } => {
+            let db = store.connect().await?;
+            let change = LimitsChange {
+                per_second: per_second.map(Limit::value),
+                daily_quota: daily_quota.map(Limit::value),
+            };
+            let limits = if change == LimitsChange::default() {
+                match accounts::account_id(&db, &account).await? {
+                    Some(id) => Some(accounts::limits_of(&db, id).await?),
+                    None => None,
+                }
+            } else {
+                accounts::change_limits(&db, &account, change).await?
+            };
+            db.close().await;
+            let limits = limits.ok_or_else(|| no_account(&account))?;
+            // Asked for, on stdout; a change's confirmation, beside the other commands'.
+            if change == LimitsChange::default() {
+                println!("{}", limits_text(limits));
+            } else {
+                eprintln!("account '{account}': {}", limits_text(limits));
+            }
+            Ok(())
+        }
     }
 }
 

@@ -116,6 +116,23 @@ impl Grants {
     pub fn survey(&self, survey: &str) -> Option<&SurveyGrant> {
         self.0.get(survey)
     }
+
+    /// Every grant as the command line writes it, by survey code.
+    pub fn specs(&self) -> Vec<GrantSpec> {
+        let mut specs: Vec<GrantSpec> = self
+            .0
+            .iter()
+            .map(|(survey, grant)| GrantSpec {
+                survey: survey.clone(),
+                groups: match grant {
+                    SurveyGrant::Whole => Vec::new(),
+                    SurveyGrant::Groups(groups) => groups.iter().cloned().collect(),
+                },
+            })
+            .collect();
+        specs.sort_by(|a, b| a.survey.cmp(&b.survey));
+        specs
+    }
 }
 
 #[cfg(test)]

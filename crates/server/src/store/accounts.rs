@@ -119,6 +119,19 @@ pub async fn create_key(
     let now = now_ms();
     let mut tx = db.pool().begin().await?;
     let account_id = ensure_account(&mut tx, account, now).await?;
+    insert_grants(&mut tx, account_id, grants).await?;
+    insert_key(&mut tx, &key, account_id, now, expires_at).await?;
+    tx.commit().await?;
+    signal_key_change(db);
+    Ok(key)
+}
+
+/// Adds `grants` to account `account_id` (those it holds already stay as they are).
+async fn insert_grants(
+    conn: &mut sqlx::AnyConnection,
+    account_id: i64,
+    grants: &[GrantSpec],
+) -> Result<(), DbError> {
     for grant in grants {
         let groups: Vec<&str> = if grant.groups.is_empty() {
             vec![WHOLE_SURVEY]
@@ -130,14 +143,106 @@ pub async fn create_key(
                 .bind(account_id)
                 .bind(&grant.survey)
                 .bind(group)
+                .execute(&mut *conn)
+                .await?;
+        }
+    }
+    Ok(())
+}
+
+/// Adds `grants` to account `account`, created if need be (as a key's creation does),
+/// and tells running servers; `true` if the account was created.
+pub async fn add_grants(
+    db: &Database,
+    account: &str,
+    grants: &[GrantSpec],
+) -> Result<bool, DbError> {
+    let mut tx = db.pool().begin().await?;
+    let existed = account_id_in(&mut tx, account).await?.is_some();
+    let account_id = ensure_account(&mut tx, account, now_ms()).await?;
+    insert_grants(&mut tx, account_id, grants).await?;
+    bump_revision(&mut tx).await?;
+    tx.commit().await?;
+    signal_key_change(db);
+    Ok(!existed)
+}
+
+/// What [`remove_grants`] did. Nothing is removed unless every grant named is held.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GrantRemoval {
+    /// Removed; the account's grants now.
+    Removed(Grants),
+    /// There is no such account.
+    NoAccount,
+    /// The account holds no such grant.
+    NotHeld(GrantSpec),
+    /// Groups named of a survey the account holds whole: the whole grant is to be
+    /// removed first (and the groups it keeps granted).
+    HeldWhole(String),
+}
+
+/// Removes `grants` from account `account`: `SURVEY` takes the whole survey away (and
+/// any of its groups), `SURVEY:GROUPS` those groups; then tells running servers.
+pub async fn remove_grants(
+    db: &Database,
+    account: &str,
+    grants: &[GrantSpec],
+) -> Result<GrantRemoval, DbError> {
+    let mut tx = db.pool().begin().await?;
+    let Some(account_id) = account_id_in(&mut tx, account).await? else {
+        return Ok(GrantRemoval::NoAccount);
+    };
+    for grant in grants {
+        let held: Vec<String> =
+            sqlx::query_scalar("SELECT grp FROM grants WHERE account_id = $1 AND survey = $2")
+                .bind(account_id)
+                .bind(&grant.survey)
+                .fetch_all(&mut *tx)
+                .await?;
+        let whole = held.iter().any(|g| g == WHOLE_SURVEY);
+        if grant.groups.is_empty() {
+            if held.is_empty() {
+                return Ok(GrantRemoval::NotHeld(grant.clone()));
+            }
+            sqlx::query("DELETE FROM grants WHERE account_id = $1 AND survey = $2")
+                .bind(account_id)
+                .bind(&grant.survey)
+                .execute(&mut *tx)
+                .await?;
+            continue;
+        }
+        if whole {
+            return Ok(GrantRemoval::HeldWhole(grant.survey.clone()));
+        }
+        for group in &grant.groups {
+            if !held.contains(group) {
+                return Ok(GrantRemoval::NotHeld(GrantSpec {
+                    survey: grant.survey.clone(),
+                    groups: vec![group.clone()],
+                }));
+            }
+            sqlx::query("DELETE FROM grants WHERE account_id = $1 AND survey = $2 AND grp = $3")
+                .bind(account_id)
+                .bind(&grant.survey)
+                .bind(group)
                 .execute(&mut *tx)
                 .await?;
         }
     }
-    insert_key(&mut tx, &key, account_id, now, expires_at).await?;
+    bump_revision(&mut tx).await?;
     tx.commit().await?;
     signal_key_change(db);
-    Ok(key)
+    Ok(GrantRemoval::Removed(grants_of(db, account_id).await?))
+}
+
+/// The id of the account named `name` within a transaction.
+async fn account_id_in(conn: &mut sqlx::AnyConnection, name: &str) -> Result<Option<i64>, DbError> {
+    Ok(
+        sqlx::query_scalar("SELECT id FROM accounts WHERE name = $1")
+            .bind(name)
+            .fetch_optional(&mut *conn)
+            .await?,
+    )
 }
 
 /// How many keys an account may have made for it (by the app).
@@ -370,31 +475,63 @@ pub async fn set_limits(
     account: &str,
     limits: AccountLimits,
 ) -> Result<bool, DbError> {
+    let change = LimitsChange {
+        per_second: Some(limits.per_second),
+        daily_quota: Some(limits.daily_quota),
+    };
+    Ok(change_limits(db, account, change).await?.is_some())
+}
+
+/// A change to an account's limits: each `None` is left as it is, each `Some(None)` made
+/// unlimited.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LimitsChange {
+    /// The new request rate, if it changes.
+    pub per_second: Option<Option<NonZeroU32>>,
+    /// The new daily quota, if it changes.
+    pub daily_quota: Option<Option<u64>>,
+}
+
+/// Changes account `account`'s limits in one statement (so two changes at once each
+/// keep the other's) and tells running servers; the limits now, or `None` if there is no
+/// such account.
+pub async fn change_limits(
+    db: &Database,
+    account: &str,
+    change: LimitsChange,
+) -> Result<Option<AccountLimits>, DbError> {
     let mut tx = db.pool().begin().await?;
-    let id: Option<i64> = sqlx::query_scalar("SELECT id FROM accounts WHERE name = $1")
-        .bind(account)
-        .fetch_optional(&mut *tx)
-        .await?;
-    let Some(id) = id else { return Ok(false) };
-    sqlx::query(
-        "INSERT INTO account_limits (account_id, per_second, daily_quota) VALUES ($1, $2, $3) \
-         ON CONFLICT (account_id) DO UPDATE SET per_second = $2, daily_quota = $3",
-    )
-    .bind(id)
-    .bind(limits.per_second.map(|rate| i64::from(rate.get())))
-    .bind(
-        limits
-            .daily_quota
+    let Some(id) = account_id_in(&mut tx, account).await? else {
+        return Ok(None);
+    };
+    let quota = |quota: Option<u64>| {
+        quota
             .map(i64::try_from)
             .transpose()
-            .map_err(|_| DbError::Corrupt("a daily quota is out of range"))?,
+            .map_err(|_| DbError::Corrupt("a daily quota is out of range"))
+    };
+    sqlx::query(
+        "INSERT INTO account_limits (account_id, per_second, daily_quota) VALUES ($1, $2, $3) \
+         ON CONFLICT (account_id) DO UPDATE SET \
+         per_second = CASE WHEN $4 THEN $2 ELSE account_limits.per_second END, \
+         daily_quota = CASE WHEN $5 THEN $3 ELSE account_limits.daily_quota END",
     )
+    .bind(id)
+    .bind(
+        change
+            .per_second
+            .flatten()
+            .map(|rate| i64::from(rate.get())),
+    )
+    .bind(quota(change.daily_quota.flatten())?)
+    .bind(change.per_second.is_some())
+    .bind(change.daily_quota.is_some())
     .execute(&mut *tx)
     .await?;
     bump_revision(&mut tx).await?;
     tx.commit().await?;
     signal_key_change(db);
-    Ok(true)
+    Ok(Some(limits_of(db, id).await?))
 }
 
 /// Every key id (for telling an unknown key from a known one without a query per key).
@@ -414,10 +551,5 @@ pub async fn key_revision(db: &Database) -> Result<i64, DbError> {
 
 /// The id of the account named `name`, if it exists.
 pub async fn account_id(db: &Database, name: &str) -> Result<Option<i64>, DbError> {
-    Ok(
-        sqlx::query_scalar("SELECT id FROM accounts WHERE name = $1")
-            .bind(name)
-            .fetch_optional(db.pool())
-            .await?,
-    )
+    account_id_in(&mut *db.pool().acquire().await?, name).await
 }

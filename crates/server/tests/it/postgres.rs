@@ -212,6 +212,80 @@ async fn postgres_keys_grants_ledger_and_usage() {
     ));
 }
 
+/// Grants and limits changed without a key, on PostgreSQL: the limits' one statement
+/// (each change keeps the other limit) and a grant taken away, which the next request
+/// sees.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_account_grants_and_limits_change_one_at_a_time() {
+    use crosstab_server::grants::GrantSpec;
+    use crosstab_server::store::accounts::{AccountLimits, GrantRemoval, LimitsChange};
+    let Some(url) = postgres_url() else {
+        return;
+    };
+    let fx = Fixture::on(&url, tempfile::tempdir().unwrap(), &[]).await;
+    let db = fx.db.clone();
+    let _listening = fx
+        .services
+        .follow_changes(None)
+        .expect("PostgreSQL pushes its changes");
+    let account = format!("pg-{}", uuid::Uuid::new_v4().simple());
+    let caller = key(&db, &account, &["VEC:N"], KeyEnv::Live, None).await;
+    let spec = |text: &str| text.parse::<GrantSpec>().unwrap();
+    assert!(!accounts::add_grants(&db, &account, &[spec("VEC")])
+        .await
+        .unwrap());
+    let body = request("VEC", None, "ALL", &["WOMEN"]);
+    assert_eq!(
+        fx.post(Some(&caller), &body).await.0.status(),
+        StatusCode::OK
+    );
+    assert_eq!(
+        accounts::remove_grants(&db, &account, &[spec("VEC:S")])
+            .await
+            .unwrap(),
+        GrantRemoval::HeldWhole("VEC".into())
+    );
+    match accounts::remove_grants(&db, &account, &[spec("VEC")])
+        .await
+        .unwrap()
+    {
+        GrantRemoval::Removed(now) => assert!(now.specs().is_empty(), "{now:?}"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        fx.post(Some(&caller), &body).await.0.status(),
+        StatusCode::FORBIDDEN
+    );
+
+    let change = |per_second: Option<Option<u32>>, daily_quota| LimitsChange {
+        per_second: per_second.map(|rate| rate.and_then(std::num::NonZeroU32::new)),
+        daily_quota,
+    };
+    let limits = |per_second: Option<u32>, daily_quota| AccountLimits {
+        per_second: per_second.and_then(std::num::NonZeroU32::new),
+        daily_quota,
+    };
+    let changed = |c| accounts::change_limits(&db, &account, c);
+    assert_eq!(
+        changed(change(None, Some(Some(3)))).await.unwrap(),
+        Some(limits(None, Some(3)))
+    );
+    assert_eq!(
+        changed(change(Some(Some(2)), None)).await.unwrap(),
+        Some(limits(Some(2), Some(3)))
+    );
+    assert_eq!(
+        changed(change(None, Some(None))).await.unwrap(),
+        Some(limits(Some(2), None))
+    );
+    assert_eq!(
+        accounts::change_limits(&db, "no such account", change(None, Some(Some(1))))
+            .await
+            .unwrap(),
+        None
+    );
+}
+
 /// A survey published to PostgreSQL is copied by every server into its own data dir
 /// (checked by hash) and served; a new version published later reaches a listening
 /// server within 2 s, whole.

@@ -2,6 +2,8 @@
 //! every status over real HTTP, SIGTERM, and the ledger on disk afterwards.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use std::process::Output;
+
 use crate::support::*;
 use reqwest::header::CONTENT_TYPE;
 use reqwest::StatusCode;
@@ -69,6 +71,98 @@ fn result(wgt: f64, resps: u64, stbl: u8) -> Value {
 
 fn code(body: &Value) -> &str {
     body["error"]["code"].as_str().unwrap_or("")
+}
+
+/// An account's grants change on their own, without a key: added, shown, taken away (a
+/// running server applies each on the next request), and a removal naming a grant the
+/// account lacks removes nothing; limits change one at a time, and are shown.
+#[tokio::test]
+async fn account_grants_and_limits_change_without_a_key() {
+    let temp = tempfile::tempdir().unwrap();
+    let data = temp.path().join("data");
+    let small = write_small_survey(&temp.path().join("small"), "SMALL");
+    migrate(&data, &[]);
+    cli(&data, &["survey", "import", small.to_str().unwrap()]);
+    let key = create_key(&data, "east", &["--grant", "SMALL:E"]);
+    let server = Server::start(&data, &["--allowed-origin", ORIGIN]);
+    let mut c = Client {
+        http: reqwest::Client::new(),
+        url: server.url("/v1/crosstab"),
+        oks: 0,
+    };
+    let west = req("SMALL", Some("W"), "ALL", &["WOMEN"]);
+    let whole = req("SMALL", None, "ALL", &["WOMEN"]);
+    assert_eq!(
+        c.query(Some(&key), west.clone()).await.0,
+        StatusCode::FORBIDDEN
+    );
+    let account = |args: &[&str]| {
+        let mut all = vec!["account"];
+        all.extend_from_slice(args);
+        cli_output(&data, &all)
+    };
+    let shown = |output: Output| String::from_utf8(output.stdout).unwrap();
+    let granted = account(&["grant", "--account", "east", "--grant", "SMALL:W"]);
+    assert!(granted.status.success(), "{granted:?}");
+    assert_eq!(c.query(Some(&key), west.clone()).await.0, StatusCode::OK);
+    assert!(shown(account(&["show", "--account", "east"])).contains("grants\tSMALL:E,W\n"));
+
+    // Refused whole: W and a group it lacks, or groups of a survey held whole.
+    for refused in [
+        &["revoke", "--account", "east", "--grant", "SMALL:W,N"][..],
+        &["revoke", "--account", "nobody", "--grant", "SMALL"],
+    ] {
+        let output = account(refused);
+        assert!(!output.status.success(), "{refused:?}");
+        let said = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            said.contains("holds no grant SMALL:N") || said.contains("no account named 'nobody'"),
+            "{said}"
+        );
+    }
+    assert_eq!(c.query(Some(&key), west.clone()).await.0, StatusCode::OK);
+    assert!(account(&["grant", "--account", "east", "--grant", "SMALL"])
+        .status
+        .success());
+    assert_eq!(c.query(Some(&key), whole.clone()).await.0, StatusCode::OK);
+    let output = account(&["revoke", "--account", "east", "--grant", "SMALL:E"]);
+    assert!(String::from_utf8_lossy(&output.stderr).contains("holds all of SMALL"));
+    assert_eq!(c.query(Some(&key), whole.clone()).await.0, StatusCode::OK);
+
+    // Taken away whole (its groups with it): the next request is refused.
+    assert!(
+        account(&["revoke", "--account", "east", "--grant", "SMALL"])
+            .status
+            .success()
+    );
+    for body in [whole, west] {
+        assert_eq!(c.query(Some(&key), body).await.0, StatusCode::FORBIDDEN);
+    }
+    assert!(shown(account(&["show", "--account", "east"])).contains("grants\tnone\n"));
+
+    // Limits: each flag changes its own limit; none shows them.
+    let limits = |args: &[&str]| {
+        let mut all = vec!["limits", "--account", "east"];
+        all.extend_from_slice(args);
+        let output = account(&all);
+        assert!(output.status.success(), "{args:?}: {output:?}");
+        shown(account(&["limits", "--account", "east"]))
+    };
+    assert_eq!(
+        limits(&["--daily-quota", "3"]),
+        "unlimited requests per second, 3 billed calls per day\n"
+    );
+    assert_eq!(
+        limits(&["--per-second", "2"]),
+        "2 requests per second, 3 billed calls per day\n"
+    );
+    assert_eq!(
+        limits(&["--daily-quota", "unlimited"]),
+        "2 requests per second, unlimited billed calls per day\n"
+    );
+    let zero = account(&["limits", "--account", "east", "--per-second", "0"]);
+    assert!(String::from_utf8_lossy(&zero.stderr).contains("a rate of 0 would refuse every call"));
+    server.stop();
 }
 
 #[tokio::test]
