@@ -68,7 +68,7 @@ impl Store {
         match &self.database {
             Some(url) => Ok(url.clone()),
             None => {
-                std::fs::create_dir_all(&self.data_dir)?;
+                store::create_data_dir(&self.data_dir)?;
                 Ok(store::default_url(&self.data_dir))
             }
         }
@@ -1292,8 +1292,20 @@ fn import_survey(path: &Path, data_dir: &Path) -> Result<String, CliError> {
     Ok(survey.code().to_owned())
 }
 
+/// The surveys installed in `data_dir`, which must exist: a command that only reads
+/// them neither makes a mistyped data dir nor takes it for an empty one.
+fn installed(data_dir: &Path) -> Result<SurveyStore, CliError> {
+    if !data_dir.is_dir() {
+        return Err(CliError::Usage(format!(
+            "no data dir at {}: give --data-dir (crosstab survey import makes one)",
+            data_dir.display()
+        )));
+    }
+    Ok(SurveyStore::open(data_dir)?)
+}
+
 fn list_surveys(data_dir: &Path) -> Result<(), CliError> {
-    let store = SurveyStore::open(data_dir)?;
+    let store = installed(data_dir)?;
     let mut unreadable = Vec::new();
     for code in store.codes()? {
         match store.load(&code) {
@@ -1764,7 +1776,7 @@ fn query(
         object.insert("AuthorizationGroup".into(), group.into());
     }
     let valid = validate_value(&request).map_err(CliError::Rejected)?;
-    let store = SurveyStore::open(data_dir)?;
+    let store = installed(data_dir)?;
     if !store.codes()?.iter().any(|code| code == survey) {
         return Err(CliError::Usage(format!(
             "survey '{survey}' is not installed in {}",

@@ -199,7 +199,7 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
                 format!("listening on {}: {error}", options.listen),
             )
         })?;
-    std::fs::create_dir_all(&options.data_dir)?;
+    crate::store::create_data_dir(&options.data_dir)?;
     let db = Database::connect_with(&options.database, options.database_options).await?;
     let store = SurveyStore::open(&options.data_dir)?;
     if options.demo {

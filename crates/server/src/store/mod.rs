@@ -88,6 +88,14 @@ pub enum DbError {
     /// server's.
     #[error("{0}")]
     Schema(SchemaMismatch),
+    /// The SQLite file could not be created.
+    #[error("{}: {source}", path.display())]
+    Create {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
 }
 
 /// How a database's schema differs from the one this build of the server migrates to.
@@ -224,6 +232,39 @@ enum Schema {
     Current,
 }
 
+/// Creates the data directory if it is missing; a failure names it.
+pub fn create_data_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir).map_err(|error| {
+        std::io::Error::new(error.kind(), format!("data dir {}: {error}", dir.display()))
+    })
+}
+
+/// Creates the SQLite file `url` names, if it is missing and to be created, readable by
+/// this user alone: it holds key and password hashes (SQLite gives its journal files the
+/// same permissions). An existing file keeps its own.
+fn create_private(url: &str) -> Result<(), DbError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    use std::str::FromStr;
+    let options = sqlx::sqlite::SqliteConnectOptions::from_str(url)?;
+    let file = options.get_filename();
+    if !url.contains("mode=rwc") || file.as_os_str().is_empty() || file == Path::new(":memory:") {
+        return Ok(());
+    }
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(file)
+    {
+        Ok(_) => Ok(()),
+        Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(source) => Err(DbError::Create {
+            path: file.to_owned(),
+            source,
+        }),
+    }
+}
+
 impl Database {
     /// Connects to `url` with the default options and brings its schema up to date.
     pub async fn connect(url: &str) -> Result<Database, DbError> {
@@ -260,6 +301,9 @@ impl Database {
             (Backend::Sqlite, Schema::Current) => url.replace("mode=rwc", "mode=rw"),
             _ => url.to_owned(),
         };
+        if backend == Backend::Sqlite && schema == Schema::Migrate {
+            create_private(&url)?;
+        }
         let setup = options.setup(backend);
         let pool = AnyPoolOptions::new()
             .acquire_timeout(CONNECT_TIMEOUT)

@@ -73,6 +73,42 @@ fn code(body: &Value) -> &str {
     body["error"]["code"].as_str().unwrap_or("")
 }
 
+/// The SQLite database `db migrate` makes is readable by its user alone (it holds key
+/// and password hashes); a data dir that can't be one is named, and a command that only
+/// reads surveys makes no data dir of a mistyped one.
+#[test]
+fn a_new_database_is_private_and_a_wrong_data_dir_is_named() {
+    use std::os::unix::fs::PermissionsExt;
+    let temp = tempfile::tempdir().unwrap();
+    let data = temp.path().join("data");
+    migrate(&data, &[]);
+    let mode = std::fs::metadata(data.join("crosstab.db"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600, "{mode:o}");
+    let file = temp.path().join("a-file");
+    std::fs::write(&file, "not a directory").unwrap();
+    let output = cli_output(&file, &["db", "migrate"]);
+    let said = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert!(
+        said.contains(&format!("data dir {}: ", file.display())),
+        "{said}"
+    );
+    let typo = temp.path().join("typo");
+    for args in [
+        &["survey", "list"][..],
+        &["query", "--survey", "S", "--base", "ALL", "--target", "X"],
+    ] {
+        let output = cli_output(&typo, args);
+        let said = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{args:?}");
+        assert!(said.contains("no data dir at"), "{args:?}: {said}");
+        assert!(!typo.exists(), "{args:?} made the data dir");
+    }
+}
+
 /// An account's grants change on their own, without a key: added, shown, taken away (a
 /// running server applies each on the next request), and a removal naming a grant the
 /// account lacks removes nothing; limits change one at a time, and are shown.
