@@ -571,11 +571,16 @@ enum SurveyCommand {
         #[command(flatten)]
         data: DataDir,
     },
-    /// Print a starting definition for an SPSS file: every variable's labels and values,
-    /// the multiple-response sets as codes and a base ALL = "*" (e.g. `> survey.toml`).
+    /// Write a starting definition for an SPSS file: every variable's labels and values,
+    /// the multiple-response sets as codes and a base ALL = "*".
     Init {
-        /// The SPSS file (.sav or .zsav), written into the definition as given.
+        /// The SPSS file (.sav or .zsav).
         file: PathBuf,
+        /// Write the definition to this file (never over one) instead of stdout; the SPSS
+        /// file is then named relative to it, so the two can move together. On stdout it
+        /// is named by its absolute path.
+        #[arg(long, short, value_name = "FILE")]
+        output: Option<PathBuf>,
         /// The survey code.
         #[arg(long)]
         code: String,
@@ -1145,6 +1150,7 @@ async fn execute(command: Command) -> Result<(), CliError> {
             command:
                 SurveyCommand::Init {
                     file,
+                    output,
                     code,
                     id,
                     weight,
@@ -1152,10 +1158,35 @@ async fn execute(command: Command) -> Result<(), CliError> {
                     group,
                 },
         } => {
+            let dir = output.as_deref().map(|output| match output.parent() {
+                Some(parent) if !parent.as_os_str().is_empty() => parent,
+                _ => Path::new("."),
+            });
             // clap requires --weight unless --unweighted, and refuses both.
-            print!(
-                "{}",
-                import::init_definition(&file, &code, &id, weight.as_deref(), group.as_deref())?
+            let definition = import::init_definition(
+                &file,
+                &code,
+                &id,
+                weight.as_deref(),
+                group.as_deref(),
+                dir,
+            )?;
+            let Some(output) = output else {
+                print!("{definition}");
+                return Ok(());
+            };
+            use std::io::Write;
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&output)
+                .and_then(|mut out| out.write_all(definition.as_bytes()))
+                .map_err(|error| {
+                    std::io::Error::new(error.kind(), format!("{}: {error}", output.display()))
+                })?;
+            eprintln!(
+                "wrote {}: edit it, then crosstab survey import it",
+                output.display()
             );
             Ok(())
         }

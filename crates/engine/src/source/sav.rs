@@ -1063,15 +1063,18 @@ fn spss_format(path: &Path) -> SourceFormat {
     })
 }
 
-/// A starting definition for the SPSS file at `path` (written into the definition as
-/// given; `weight` `None`: an unweighted survey): every numeric variable's label and value labels, the group's value labels,
-/// the multiple-response sets as codes, and the base `ALL = "*"`.
+/// A starting definition for the SPSS file at `path` (`weight` `None`: an unweighted
+/// survey): every numeric variable's label and value labels, the group's value labels,
+/// the multiple-response sets as codes, and the base `ALL = "*"`. The file is named
+/// relative to `definition_dir`, the directory the definition is to be written in (so
+/// the two can move together), or by its absolute path when that is not known.
 pub fn init_definition(
     path: &Path,
     code: &str,
     id: &str,
     weight: Option<&str>,
     group: Option<&str>,
+    definition_dir: Option<&Path>,
 ) -> Result<String, ImportError> {
     let file = path.display().to_string();
     if !is_identifier(code) {
@@ -1082,12 +1085,19 @@ pub fn init_definition(
         ));
     }
     let scanner = guarded(&file, SPSS_FILE, || open(path))?;
-    // The definition names the file by its absolute path: an import resolves a relative
-    // one from the definition's own directory, which need not be where `init` ran.
-    let absolute = std::fs::canonicalize(path).map_err(|source| ImportError::Io {
-        path: file.clone(),
-        source,
-    })?;
+    // An import resolves a relative path from the definition's own directory, which
+    // need not be where `init` ran: without that directory, the absolute path.
+    let canonical = |path: &Path| {
+        std::fs::canonicalize(path).map_err(|source| ImportError::Io {
+            path: path.display().to_string(),
+            source,
+        })
+    };
+    let absolute = canonical(path)?;
+    let named = match definition_dir {
+        Some(dir) => pathdiff::diff_paths(&absolute, canonical(dir)?).unwrap_or(absolute),
+        None => absolute,
+    };
     let meta = scanner.metadata();
     let fields = fields_of(&scanner.schema());
     let definition = SurveyDefinition {
@@ -1144,7 +1154,7 @@ pub fn init_definition(
     line(format!("name = {}", quoted(name)));
     line(format!(
         "respondents = {}",
-        quoted(&absolute.display().to_string())
+        quoted(&named.display().to_string())
     ));
     // Said outright: a file named without .sav or .zsav would otherwise be read as CSV.
     line(format!("format = {}", quoted(spss_format(path).name())));

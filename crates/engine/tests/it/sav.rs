@@ -239,7 +239,8 @@ fn init_names_the_format_of_a_file_without_its_extension() {
     for (fixture, format) in [("labelled.zsav", "zsav"), ("labelled.sav", "sav")] {
         let copy = dir.path().join(format!("{format}-data.bin"));
         std::fs::copy(fixtures().join(fixture), &copy).unwrap();
-        let text = import::init_definition(&copy, "FIX", "RESPID", Some("WEIGHT"), None).unwrap();
+        let text =
+            import::init_definition(&copy, "FIX", "RESPID", Some("WEIGHT"), None, None).unwrap();
         assert!(text.contains(&format!("format = \"{format}\"\n")), "{text}");
         let (survey, _) = import_with(dir.path(), &text).unwrap();
         assert_eq!(survey.respondents(), 300);
@@ -253,7 +254,7 @@ fn an_unweighted_definition_weighs_every_case_one() {
     let dir = tempfile::tempdir().unwrap();
     let copy = dir.path().join("data.sav");
     std::fs::copy(fixtures().join("labelled.sav"), &copy).unwrap();
-    let text = import::init_definition(&copy, "FIX", "RESPID", None, None).unwrap();
+    let text = import::init_definition(&copy, "FIX", "RESPID", None, None, None).unwrap();
     assert!(text.contains("\nunweighted = true\n"), "{text}");
     assert!(!text.contains("weight_column"), "{text}");
     let (survey, _) = import_with(dir.path(), &text).unwrap();
@@ -489,7 +490,7 @@ fn multiple_response_sets_become_codes() {
     );
 
     // `survey init` writes the sets as codes, the labels, and a base; it imports as is.
-    let text = import::init_definition(&sav, "MR", "RESPID", Some("WEIGHT"), None).unwrap();
+    let text = import::init_definition(&sav, "MR", "RESPID", Some("WEIGHT"), None, None).unwrap();
     assert!(text.contains("code = \"BRANDS\""), "{text}");
     assert!(text.contains("label = \"Brand A\""), "{text}");
     assert!(text.contains("code = \"ALL\""), "{text}");
@@ -652,7 +653,8 @@ fn user_missing_ids_and_groups_are_missing() {
     assert!(!codes.contains(&"S_3"));
 
     // `survey init` leaves the missing groups' labels out, keeps a string group's.
-    let init = |group| import::init_definition(&path, "T", "RESPID", Some("WEIGHT"), Some(group));
+    let init =
+        |group| import::init_definition(&path, "T", "RESPID", Some("WEIGHT"), Some(group), None);
     let text = init("REGION").unwrap();
     assert!(text.contains("\"1\" = \"North\""), "{text}");
     assert!(!text.contains("No region"), "{text}");
@@ -690,8 +692,8 @@ fn user_missing_ids_and_groups_are_missing() {
 #[test]
 fn init_writes_every_label_and_a_base() {
     let sav = fixtures().join("labelled.sav");
-    let text =
-        import::init_definition(&sav, "FIX", "RESPID", Some("WEIGHT"), Some("REGION")).unwrap();
+    let text = import::init_definition(&sav, "FIX", "RESPID", Some("WEIGHT"), Some("REGION"), None)
+        .unwrap();
     for expected in [
         "code = \"FIX\"",
         "name = \"Fixture survey\"",
@@ -711,12 +713,39 @@ fn init_writes_every_label_and_a_base() {
     // runs tests in the crate's directory, so this relative path names the same file).
     let relative = Path::new("tests/fixtures/sav/labelled.sav");
     let from_relative =
-        import::init_definition(relative, "FIX", "RESPID", Some("WEIGHT"), None).unwrap();
+        import::init_definition(relative, "FIX", "RESPID", Some("WEIGHT"), None, None).unwrap();
     let absolute = sav.canonicalize().unwrap().display().to_string();
     assert!(
         from_relative.contains(&format!("respondents = {absolute:?}")),
         "{from_relative}"
     );
+    // Given the directory the definition goes in, relative to it: the two move together.
+    let moved = tempfile::tempdir().unwrap();
+    let defs = moved.path().join("defs");
+    let data = moved.path().join("data");
+    std::fs::create_dir_all(&defs).unwrap();
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::copy(&sav, data.join("labelled.sav")).unwrap();
+    let beside = import::init_definition(
+        &data.join("labelled.sav"),
+        "FIX",
+        "RESPID",
+        Some("WEIGHT"),
+        None,
+        Some(&defs),
+    )
+    .unwrap();
+    assert!(
+        beside.contains("respondents = \"../data/labelled.sav\""),
+        "{beside}"
+    );
+    std::fs::write(defs.join("survey.toml"), &beside).unwrap();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let moved_to = elsewhere.path().join("moved");
+    std::fs::rename(moved.path(), &moved_to).unwrap();
+    // Both moved: the definition still finds its file.
+    let prepared = import::prepare_file(&moved_to.join("defs/survey.toml"));
+    assert!(prepared.is_ok(), "{:?}", prepared.err());
     // A user-missing value's label labels no answer.
     assert!(
         !text.contains("Don't know") && !text.contains("No answer"),
@@ -726,7 +755,8 @@ fn init_writes_every_label_and_a_base() {
     let (survey, _) = import_with(dir.path(), &text).unwrap();
     assert_eq!(survey.respondents(), 300);
     // Unknown roles are refused, naming the variable.
-    let error = import::init_definition(&sav, "FIX", "RESPID", Some("NOPE"), None).unwrap_err();
+    let error =
+        import::init_definition(&sav, "FIX", "RESPID", Some("NOPE"), None, None).unwrap_err();
     assert!(error.to_string().contains("NOPE"), "{error}");
 }
 

@@ -73,6 +73,57 @@ fn code(body: &Value) -> &str {
     body["error"]["code"].as_str().unwrap_or("")
 }
 
+/// `survey init -o FILE` writes the definition there, naming the SPSS file relative to
+/// it, and never over a file; the definition imports as written.
+#[test]
+fn survey_init_writes_a_definition_beside_its_file() {
+    let temp = tempfile::tempdir().unwrap();
+    let sav = temp.path().join("spss/labelled.sav");
+    std::fs::create_dir_all(sav.parent().unwrap()).unwrap();
+    std::fs::copy(
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../engine/tests/fixtures/sav/labelled.sav"
+        ),
+        &sav,
+    )
+    .unwrap();
+    let toml = temp.path().join("defs/survey.toml");
+    std::fs::create_dir_all(toml.parent().unwrap()).unwrap();
+    let data = temp.path().join("data");
+    let init = [
+        "survey",
+        "init",
+        sav.to_str().unwrap(),
+        "--code",
+        "FIX",
+        "--id",
+        "RESPID",
+        "--weight",
+        "WEIGHT",
+        "-o",
+        toml.to_str().unwrap(),
+    ];
+    let run = || std::process::Command::new(BIN).args(init).output().unwrap();
+    let first = run();
+    assert!(first.status.success(), "{first:?}");
+    assert!(first.stdout.is_empty(), "nothing on stdout");
+    let written = std::fs::read_to_string(&toml).unwrap();
+    assert!(
+        written.contains("respondents = \"../spss/labelled.sav\""),
+        "{written}"
+    );
+    let again = run();
+    assert!(!again.status.success());
+    assert!(String::from_utf8_lossy(&again.stderr).contains("File exists"));
+    assert_eq!(
+        std::fs::read_to_string(&toml).unwrap(),
+        written,
+        "left as it was"
+    );
+    assert!(cli(&data, &["survey", "import", toml.to_str().unwrap()]).contains("FIX"));
+}
+
 /// The SQLite database `db migrate` makes is readable by its user alone (it holds key
 /// and password hashes); a data dir that can't be one is named, and a command that only
 /// reads surveys makes no data dir of a mistyped one.
