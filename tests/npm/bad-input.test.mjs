@@ -190,6 +190,15 @@ test("bad arguments to the other helpers", () => {
   throwsCode(() => pkg.formatResult({ WgtAud: 1, Resps: -1, Stbl: 0 }, 1000), "invalid_argument");
   throwsCode(() => pkg.formatResult({ WgtAud: -1, Resps: 1, Stbl: 0 }, 1000), "invalid_argument");
   throwsCode(() => pkg.formatResult({ WgtAud: 1, Resps: 1, Stbl: 7 }, 1000), "invalid_argument");
+  // Said as what was passed (JSON.stringify would have made it null), with no place in
+  // JSON text the caller never wrote.
+  for (const wgt of [NaN, Infinity]) {
+    assert.throws(() => pkg.formatResult({ WgtAud: wgt, Resps: 1, Stbl: 0 }, 1000), /not NaN or Infinity/);
+  }
+  assert.throws(
+    () => pkg.formatResult({ WgtAud: 1, Resps: "1", Stbl: 0 }, 1000),
+    (e) => e.code === "invalid_argument" && !/line \d+ column/.test(e.message),
+  );
   for (const decimals of [-1, 7, 256, 1.5, NaN]) {
     throwsCode(() => pkg.formatNumber(1234.5, decimals), "invalid_argument");
   }

@@ -221,6 +221,10 @@ test("options are checked before anything is sent", async () => {
     (await rejection(pkg.sendCrosstab(REQUEST, { ...options(), ...extra }))).code;
   proxy.keys.length = 0;
   assert.equal(await refused({ authorizer: "" }), "invalid_argument");
+  // No header carries these: each try would fail as a network error, never sent.
+  for (const pasted of ["ck\u200blive", "ck_live\nX-Other: 1", "Bearer tok\u00e9n", " ck_live"]) {
+    assert.equal(await refused({ authorizer: pasted }), "invalid_argument", JSON.stringify(pasted));
+  }
   assert.equal(await refused({ baseUrl: undefined }), "invalid_argument");
   assert.equal(await refused({ idempotencyKey: " padded" }), "invalid_argument");
   assert.equal(await refused({ idempotencyKey: "x".repeat(256) }), "invalid_argument");
@@ -387,6 +391,10 @@ test("an abort ends the query: before it is sent, and while it waits to retry", 
   assert.equal(late.cause, reason);
   assert.ok(Date.now() - started < 60, `the wait went on ${Date.now() - started} ms after the abort`);
   assert.equal(proxy.keys.length, 1, "no attempt after the abort");
+  // A reason given as text is said as given.
+  const said = await rejection(pkg.sendCrosstab(REQUEST, options({ signal: AbortSignal.abort("user left") })));
+  assert.match(said.message, /user left/);
+  assert.equal(said.cause, "user left");
 });
 
 test("a signal kept for many queries gathers no listeners, whichever ends each wait", async () => {

@@ -15,10 +15,15 @@ pub const KEY_KEPT_MS: i64 = 24 * 60 * 60 * 1000;
 /// Whether `value` may be an `Idempotency-Key`: 1 to 255 printable ASCII characters,
 /// neither first nor last a space (HTTP drops spaces around a header's value).
 pub fn is_valid_key(value: &str) -> bool {
+    value.len() <= 255 && is_header_text(value)
+}
+
+/// Whether `value` can be sent as a header's value as it is: printable ASCII, not
+/// empty, neither first nor last a space (HTTP drops spaces around a header's value).
+pub fn is_header_text(value: &str) -> bool {
     let bytes = value.as_bytes();
     let ends = [bytes.first(), bytes.last()];
-    (1..=255).contains(&bytes.len())
-        && bytes.iter().all(|b| (0x20..=0x7e).contains(b))
+    bytes.iter().all(|b| (0x20..=0x7e).contains(b))
         && ends.iter().all(|end| end.is_some_and(|&b| b != b' '))
 }
 

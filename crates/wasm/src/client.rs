@@ -8,7 +8,7 @@ use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
 
 use crosstab_contract::idempotency::{
-    is_valid_key, key_from_bytes, IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED,
+    is_header_text, is_valid_key, key_from_bytes, IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED,
 };
 
 use crate::js::{error, thrown_message, to_js, validate_js, INVALID_ARGUMENT};
@@ -370,6 +370,13 @@ fn read_options(options: &JsValue) -> Result<SendOptions, JsValue> {
     };
     let base_url = string("baseUrl")?;
     let authorizer = string("authorizer")?;
+    // No header carries anything else: sent, it would fail as a network error each try.
+    if !is_header_text(&authorizer) {
+        return Err(error(
+            INVALID_ARGUMENT,
+            "options.authorizer must be printable ASCII (an API key, or Bearer and a token), neither first nor last a space: it holds a character no HTTP header carries (pasted invisible characters or line breaks?).",
+        ));
+    }
     let key = match get("idempotencyKey")? {
         key if key.is_undefined() || key.is_null() => None,
         key => Some(key.as_string().filter(|key| is_valid_key(key)).ok_or_else(|| {

@@ -81,11 +81,13 @@ extern "C" {
     fn stringify_text(value: &JsValue) -> Result<Option<String>, JsValue>;
 }
 
-/// The message of what JS threw, when it is an `Error`.
+/// The message of what JS threw, when it is an `Error` or a string.
 pub(crate) fn thrown_message(thrown: &JsValue) -> Option<String> {
     thrown
         .dyn_ref::<js_sys::Error>()
         .and_then(|e| e.message().as_string())
+        // `throw "text"` and `controller.abort("text")` give a bare string.
+        .or_else(|| thrown.as_string().filter(|text| !text.is_empty()))
 }
 
 /// The JSON text a client would send for `value` (`JSON.stringify`): `None` when it
@@ -249,15 +251,26 @@ fn number(value: &JsValue, message: &str) -> Result<f64, JsValue> {
 
 /// A `CrosstabResult` as the contract allows it: `Stbl` 0 or 1, `WgtAud` at least 0.
 fn result_from_js(result: JsValue) -> Result<CrosstabResult, JsValue> {
+    // JSON.stringify would write NaN or Infinity as null: said as what it is.
+    let wgt_aud = Reflect::get(&result, &"WgtAud".into()).ok();
+    if wgt_aud.and_then(|w| w.as_f64()).is_some_and(|w| !w.is_finite()) {
+        return Err(error(
+            INVALID_ARGUMENT,
+            "result must be a CrosstabResult: WgtAud a finite number of 0 or more, not NaN or Infinity.",
+        ));
+    }
     let text = json_text(&result, |_| ())
         .ok()
         .flatten()
         .ok_or_else(|| error(INVALID_ARGUMENT, "result must be a CrosstabResult object."))?;
     // Deserializing checks that Stbl is 0 or 1.
     let result: CrosstabResult = serde_json::from_str(&text).map_err(|e| {
+        // The place in the JSON text is the package's own, nothing the caller wrote.
+        let said = e.to_string();
+        let said = said.split(" at line ").next().unwrap_or(&said);
         error(
             INVALID_ARGUMENT,
-            &format!("result must be a CrosstabResult {{WgtAud, Resps, Stbl 0 or 1}}: {e}."),
+            &format!("result must be a CrosstabResult {{WgtAud, Resps, Stbl 0 or 1}}: {said}."),
         )
     })?;
     // From JSON text, WgtAud is never NaN (JSON.stringify writes NaN as null).
