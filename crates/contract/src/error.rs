@@ -55,9 +55,18 @@ pub enum ApiError {
     /// The request body did not arrive whole within the server's deadline.
     #[error("The request body did not arrive in time.")]
     RequestTimeout,
-    /// Over the caller's request rate or daily quota; retry after `retry_after_s`.
-    #[error("Too many requests: retry in {retry_after_s} seconds.")]
+    /// Over the caller's request rate (or its address's pace); retry after
+    /// `retry_after_s`.
+    #[error("Too many requests: retry in {}.", seconds(*retry_after_s))]
     RateLimited {
+        /// Seconds until a retry can succeed (the `Retry-After` header).
+        retry_after_s: u64,
+    },
+    /// The account's daily quota of billed calls is used; retry after `retry_after_s`
+    /// (the next UTC day, or a second when calls still in flight may give places back).
+    /// The same `rate_limited` to clients, said apart in words.
+    #[error("The account's daily quota of billed calls is used: retry in {}.", seconds(*retry_after_s))]
+    OverDailyQuota {
         /// Seconds until a retry can succeed (the `Retry-After` header).
         retry_after_s: u64,
     },
@@ -72,6 +81,15 @@ pub enum ApiError {
     /// Anything else; never carries internals.
     #[error("Internal server error.")]
     Internal,
+}
+
+/// `n` seconds in words: "1 second", "30 seconds".
+fn seconds(n: u64) -> String {
+    if n == 1 {
+        "1 second".to_owned()
+    } else {
+        format!("{n} seconds")
+    }
 }
 
 impl ApiError {
@@ -89,7 +107,7 @@ impl ApiError {
             ApiError::RequestTimeout => 408,
             ApiError::UnsupportedMediaType => 415,
             ApiError::IdempotencyKeyReused => 422,
-            ApiError::RateLimited { .. } => 429,
+            ApiError::RateLimited { .. } | ApiError::OverDailyQuota { .. } => 429,
             ApiError::Internal => 500,
             ApiError::DeadlineExceeded => 503,
         }
@@ -109,7 +127,7 @@ impl ApiError {
             ApiError::UnsupportedMediaType => "unsupported_media_type",
             ApiError::RequestTimeout => "request_timeout",
             ApiError::IdempotencyKeyReused => "idempotency_key_reused",
-            ApiError::RateLimited { .. } => "rate_limited",
+            ApiError::RateLimited { .. } | ApiError::OverDailyQuota { .. } => "rate_limited",
             ApiError::DeadlineExceeded => "deadline_exceeded",
             ApiError::Internal => "internal_error",
         }
@@ -118,13 +136,14 @@ impl ApiError {
     /// Whether the spec tells clients to retry this (5xx with exponential backoff; 429
     /// after its `Retry-After`).
     pub fn retryable(&self) -> bool {
-        self.status() >= 500 || matches!(self, ApiError::RateLimited { .. })
+        self.status() >= 500 || self.retry_after_s().is_some()
     }
 
     /// Seconds a client must wait before retrying (the `Retry-After` header), if any.
     pub fn retry_after_s(&self) -> Option<u64> {
         match self {
-            ApiError::RateLimited { retry_after_s } => Some(*retry_after_s),
+            ApiError::RateLimited { retry_after_s }
+            | ApiError::OverDailyQuota { retry_after_s } => Some(*retry_after_s),
             _ => None,
         }
     }
@@ -174,6 +193,10 @@ impl ApiError {
             ),
             ApiError::RateLimited { .. } => Some(
                 "Wait the Retry-After header's seconds, then retry; ask for a higher limit if this persists."
+                    .to_owned(),
+            ),
+            ApiError::OverDailyQuota { .. } => Some(
+                "Wait the Retry-After header's seconds, then retry; ask your account administrator for a larger quota if the day's calls are not enough."
                     .to_owned(),
             ),
             ApiError::DeadlineExceeded | ApiError::Internal => {
@@ -283,5 +306,23 @@ mod tests {
             Some("SurveyCode")
         );
         assert!(!ApiError::Internal.to_string().contains("panic"));
+    }
+
+    /// A rate and a daily quota are one code to clients, said apart in words, each with
+    /// its wait in the header and in the text.
+    #[test]
+    fn a_rate_and_a_quota_are_one_code_said_apart() {
+        let rate = ApiError::RateLimited { retry_after_s: 1 };
+        let quota = ApiError::OverDailyQuota { retry_after_s: 3 };
+        assert_eq!(rate.to_string(), "Too many requests: retry in 1 second.");
+        assert_eq!(
+            quota.to_string(),
+            "The account's daily quota of billed calls is used: retry in 3 seconds."
+        );
+        for (error, wait) in [(rate, 1), (quota, 3)] {
+            assert_eq!((error.status(), error.code()), (429, "rate_limited"));
+            assert_eq!(error.retry_after_s(), Some(wait));
+            assert!(error.retryable());
+        }
     }
 }

@@ -33,6 +33,12 @@ impl StrictJsonError {
     /// Any other repeated name is the client's own, and is echoed only in part.
     pub fn refusal(&self, what: &str, members: &[&'static str]) -> (String, Option<&'static str>) {
         match self {
+            // Nothing read at all: no body was sent.
+            StrictJsonError::Syntax(error)
+                if error.is_eof() && (error.line(), error.column()) == (1, 0) =>
+            {
+                (format!("{what} is empty."), None)
+            }
             StrictJsonError::Syntax(error) => (
                 format!(
                     "{what} is not valid JSON (line {}, column {}).",
@@ -216,6 +222,18 @@ mod tests {
             Some(("k".to_owned(), false))
         );
         assert_eq!(duplicate(r#"{"a":{"b":1},"b":2}"#), None);
+    }
+
+    /// An empty body is said to be empty; one that is there and broken, where it broke.
+    #[test]
+    fn an_empty_body_is_said_to_be_empty() {
+        let said = |text: &str| match from_slice_strict(text.as_bytes()) {
+            Err(error) => error.refusal("The request body", &[]).0,
+            Ok(value) => panic!("{text:?} read as {value}"),
+        };
+        assert_eq!(said(""), "The request body is empty.");
+        assert_eq!(said(" "), "The request body is not valid JSON (line 1, column 1).");
+        assert_eq!(said("{"), "The request body is not valid JSON (line 1, column 1).");
     }
 
     #[test]

@@ -349,7 +349,15 @@ fn error_examples() -> Vec<(&'static str, Vec<(&'static str, ApiError)>)> {
         ),
         (
             "429",
-            vec![("rate_limited", ApiError::RateLimited { retry_after_s: 1 })],
+            vec![
+                ("rate_limited", ApiError::RateLimited { retry_after_s: 1 }),
+                (
+                    "rate_limited_daily_quota",
+                    ApiError::OverDailyQuota {
+                        retry_after_s: 3600,
+                    },
+                ),
+            ],
         ),
         ("500", vec![("internal_error", ApiError::Internal)]),
         ("503", vec![("deadline_exceeded", ApiError::DeadlineExceeded)]),

@@ -253,7 +253,10 @@ fn number(value: &JsValue, message: &str) -> Result<f64, JsValue> {
 fn result_from_js(result: JsValue) -> Result<CrosstabResult, JsValue> {
     // JSON.stringify would write NaN or Infinity as null: said as what it is.
     let wgt_aud = Reflect::get(&result, &"WgtAud".into()).ok();
-    if wgt_aud.and_then(|w| w.as_f64()).is_some_and(|w| !w.is_finite()) {
+    if wgt_aud
+        .and_then(|w| w.as_f64())
+        .is_some_and(|w| !w.is_finite())
+    {
         return Err(error(
             INVALID_ARGUMENT,
             "result must be a CrosstabResult: WgtAud a finite number of 0 or more, not NaN or Infinity.",

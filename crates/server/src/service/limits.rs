@@ -404,7 +404,7 @@ impl RateLimits {
                 let tomorrow_ms = (day + 1) * DAY_MS - now;
                 Duration::from_millis(u64::try_from(tomorrow_ms).unwrap_or(0))
             };
-            return Err(ApiError::RateLimited {
+            return Err(ApiError::OverDailyQuota {
                 retry_after_s: seconds_until(wait),
             }
             .into());

@@ -475,8 +475,15 @@ async fn over_its_rate_or_daily_quota_an_account_gets_429_and_nothing_is_billed(
             StatusCode::OK
         );
     }
-    let (response, _) = fx.post(Some(&fx.north), &north).await;
+    let (response, body) = fx.post(Some(&fx.north), &north).await;
     assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+    // The same code as the rate's, said apart in words.
+    assert_eq!(common::code(&body), "rate_limited");
+    let said = body["error"]["message"].as_str().unwrap();
+    assert!(
+        said.starts_with("The account's daily quota of billed calls is used: retry in "),
+        "{said}"
+    );
     let wait: u64 = response.headers()["retry-after"]
         .to_str()
         .unwrap()
@@ -833,7 +840,7 @@ async fn a_quota_refusal_resting_on_unsettled_calls_says_retry_in_a_second() {
     };
     let limits = &fx.services.limits;
     let wait = |refused: ServiceError| match refused {
-        ServiceError::Rejected(ApiError::RateLimited { retry_after_s }) => retry_after_s,
+        ServiceError::Rejected(ApiError::OverDailyQuota { retry_after_s }) => retry_after_s,
         other => panic!("{other:?}"),
     };
     let billed = limits.admit(&caller).await.unwrap();
