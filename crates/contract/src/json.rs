@@ -232,8 +232,14 @@ mod tests {
             Ok(value) => panic!("{text:?} read as {value}"),
         };
         assert_eq!(said(""), "The request body is empty.");
-        assert_eq!(said(" "), "The request body is not valid JSON (line 1, column 1).");
-        assert_eq!(said("{"), "The request body is not valid JSON (line 1, column 1).");
+        assert_eq!(
+            said(" "),
+            "The request body is not valid JSON (line 1, column 1)."
+        );
+        assert_eq!(
+            said("{"),
+            "The request body is not valid JSON (line 1, column 1)."
+        );
     }
 
     #[test]

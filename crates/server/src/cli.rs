@@ -28,7 +28,7 @@ use crate::service::sso::signing;
 use crate::service::transport;
 use crate::service::Settings;
 use crate::service::{replicas, users};
-use crate::store::accounts::{AccountLimits, GrantRemoval, LimitsChange};
+use crate::store::accounts::{AccountLimits, GrantRemoval, LimitsChange, Revocation};
 use crate::store::identity_providers::{
     self, AccountRule, AllowedChange, IdentityProvider, IdpKind,
 };
@@ -1549,17 +1549,25 @@ async fn key(command: KeyCommand) -> Result<(), CliError> {
         }
         KeyCommand::Revoke { key_id, store } => {
             // A whole key given for its id: its id is taken, and its secret never echoed.
+            // So is the key's public part, `ctx_<env>_<id>`.
             let key_id = crate::keys::parse(&key_id)
-                .map_or(key_id.as_str(), |presented| presented.id)
+                .map(|presented| presented.id)
+                .or_else(|| crate::keys::public_id(&key_id))
+                .unwrap_or(key_id.as_str())
                 .to_owned();
             let db = store.connect().await?;
-            let found = accounts::revoke_key(&db, &key_id).await?;
+            let revocation = accounts::revoke_key(&db, &key_id).await?;
             db.close().await;
-            if found {
-                eprintln!("revoked key {key_id}");
-                Ok(())
-            } else {
-                Err(CliError::Usage(format!("no key with id '{key_id}'")))
+            match revocation {
+                Revocation::Revoked => {
+                    eprintln!("revoked key {key_id}");
+                    Ok(())
+                }
+                Revocation::Already => {
+                    eprintln!("key {key_id} was revoked already: nothing changed");
+                    Ok(())
+                }
+                Revocation::NoSuchKey => Err(CliError::Usage(format!("no key with id '{key_id}'"))),
             }
         }
     }

@@ -116,15 +116,29 @@ pub fn parse(token: &str) -> Option<PresentedKey<'_>> {
     let env = KeyEnv::from_name(env)?;
     // The id holds no '_'; the secret may (base64url), so split only once more.
     let (id, secret) = rest.split_once('_')?;
-    let id_ok = id.len() == ID_BYTES * 2
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    let id_ok = is_key_id(id);
     let secret_ok = secret.len() == SECRET_CHARS
         && secret
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
     (id_ok && secret_ok).then_some(PresentedKey { env, id, secret })
+}
+
+/// The id in a key's public part, `ctx_<env>_<id>` (the key without its secret), if
+/// `text` is one.
+pub fn public_id(text: &str) -> Option<&str> {
+    let rest = text.strip_prefix(PREFIX)?;
+    let (env, id) = rest.split_once('_')?;
+    KeyEnv::from_name(env)?;
+    is_key_id(id).then_some(id)
+}
+
+/// Whether `id` is a key id as [`generate`] makes them: lowercase hex of its bytes.
+fn is_key_id(id: &str) -> bool {
+    id.len() == ID_BYTES * 2
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 /// SHA-256 of a secret. A fast hash is right here, unlike for passwords: the secret is

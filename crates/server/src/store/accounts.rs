@@ -333,10 +333,21 @@ async fn insert_key(
     bump_revision(conn).await
 }
 
-/// Revokes a key; `false` if there is no such key (revoking twice is fine). Only a key
-/// revoked now is a change servers are told of: revoking one again writes nothing, so a
-/// loop of it cannot keep emptying every server's key cache.
-pub async fn revoke_key(db: &Database, key_id: &str) -> Result<bool, DbError> {
+/// What [`revoke_key`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Revocation {
+    /// The key was revoked now.
+    Revoked,
+    /// It was revoked already: nothing changed.
+    Already,
+    /// There is no such key.
+    NoSuchKey,
+}
+
+/// Revokes a key (revoking twice is fine). Only a key revoked now is a change servers are
+/// told of: revoking one again writes nothing, so a loop of it cannot keep emptying every
+/// server's key cache.
+pub async fn revoke_key(db: &Database, key_id: &str) -> Result<Revocation, DbError> {
     let mut tx = db.pool().begin().await?;
     let found = sqlx::query("SELECT id FROM api_keys WHERE id = $1")
         .bind(key_id)
@@ -358,7 +369,11 @@ pub async fn revoke_key(db: &Database, key_id: &str) -> Result<bool, DbError> {
     if revoked_now {
         signal_key_change(db);
     }
-    Ok(found)
+    Ok(match (found, revoked_now) {
+        (false, _) => Revocation::NoSuchKey,
+        (true, true) => Revocation::Revoked,
+        (true, false) => Revocation::Already,
+    })
 }
 
 /// Every key, or one account's, oldest first.

@@ -46,10 +46,11 @@ async fn postgres_keys_grants_ledger_and_usage() {
     );
     // Revocation through another connection applies on the next request.
     let admin = Database::connect(&url).await.unwrap();
-    assert!(
+    assert_eq!(
         accounts::revoke_key(&admin, whole.split('_').nth(2).unwrap())
             .await
-            .unwrap()
+            .unwrap(),
+        accounts::Revocation::Revoked
     );
     // Pushed (NOTIFY) to this server's listener: no request reads the database for it.
     let mut status = StatusCode::OK;
@@ -407,9 +408,12 @@ async fn a_slow_survey_copy_does_not_delay_a_revocation() {
         StatusCode::OK
     );
     // ...and revoked through the database while the copy waits: refused within 1 s.
-    assert!(accounts::revoke_key(&db, whole.split('_').nth(2).unwrap())
-        .await
-        .unwrap());
+    assert_eq!(
+        accounts::revoke_key(&db, whole.split('_').nth(2).unwrap())
+            .await
+            .unwrap(),
+        accounts::Revocation::Revoked
+    );
     let revoked = Instant::now();
     loop {
         let status = fx.post(Some(&whole), &body).await.0.status();

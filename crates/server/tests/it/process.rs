@@ -321,6 +321,15 @@ async fn whole_process_statuses_envelopes_headers_and_ledger() {
     assert!(output.status.success());
     let said = String::from_utf8_lossy(&output.stderr).into_owned();
     assert!(!said.contains(key_secret(&revoked)), "{said}");
+    // Its public part names it too; a second revocation changes nothing and says so.
+    let public = format!("ctx_live_{}", key_id(&revoked));
+    let output = cli_output(&data, &["key", "revoke", &public]);
+    assert!(output.status.success());
+    let said = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(
+        said.contains("was revoked already: nothing changed"),
+        "{said}"
+    );
     // A key list of an account that does not exist is a mistake, not an empty list.
     let output = cli_output(&data, &["key", "list", "--account", "nosuch"]);
     assert!(!output.status.success());

@@ -51,7 +51,10 @@ async fn unauthorized_for_every_unusable_key_and_never_billed() {
     let body = request("VEC", None, "ALL", &["WOMEN"]);
     let revoked = key(&fx.db, "acme", &["VEC"], KeyEnv::Live, None).await;
     let revoked_id = revoked.split('_').nth(2).unwrap().to_owned();
-    assert!(accounts::revoke_key(&fx.db, &revoked_id).await.unwrap());
+    assert_eq!(
+        accounts::revoke_key(&fx.db, &revoked_id).await.unwrap(),
+        accounts::Revocation::Revoked
+    );
     let expired = key(&fx.db, "acme", &["VEC"], KeyEnv::Live, Some(fx.now() - 1)).await;
     // Same id, another secret; and the right secret under the other environment.
     let last = if fx.whole.ends_with('A') { 'E' } else { 'A' };
@@ -636,7 +639,10 @@ async fn a_replaced_signal_file_is_followed_again() {
         StatusCode::OK
     );
     let id = fx.whole.split('_').nth(2).unwrap();
-    assert!(accounts::revoke_key(&fx.db, id).await.unwrap());
+    assert_eq!(
+        accounts::revoke_key(&fx.db, id).await.unwrap(),
+        accounts::Revocation::Revoked
+    );
     // No look at the revision in between: the mapped signal alone drops the cached key.
     let (response, body) = fx.post(Some(&fx.whole), &body).await;
     assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
