@@ -44,7 +44,7 @@ test("demo survey (20,000 respondents): tables in Node equal the native engine's
   const requests = [
     { survey: codebook.code, populationBase: "ADULTS", rows: codes, columns: banner },
     { populationBase: "WOMEN", group: "1", rows: [...flags, axis("NOSUCH = 1")], columns: banner },
-    { survey: "IGNORED", populationBase: "A18_34", group: "_ALL_", rows: flags, columns: [axis("SMOKER = 1"), axis("*")] },
+    { survey: codebook.code, populationBase: "A18_34", group: "_ALL_", rows: flags, columns: [axis("SMOKER = 1"), axis("*")] },
     { populationBase: "ADULTS", rows: [], columns: banner },
     { populationBase: "ADULTS", rows: [axis("GENDER = ")], columns: banner },
     { populationBase: "NOSUCHBASE", rows: codes, columns: banner },
@@ -59,6 +59,9 @@ test("demo survey (20,000 respondents): tables in Node equal the native engine's
     { populationBase: "ADULTS", bonferroni: true, rows: [...codes, ...flags, ...moderate], columns: banner },
     { populationBase: "ADULTS", bonferroni: true, holm: true, rows: codes, columns: banner },
     { populationBase: "ADULTS", rows: [...codes, ...flags, ...moderate], columns: banner },
+    // Another survey named is refused, as crosstab refuses it; so is a misspelt option.
+    { survey: "ANOTHER", populationBase: "ADULTS", rows: codes, columns: banner },
+    { populationBase: "ADULTS", confidance: 99, rows: codes, columns: banner },
   ];
   fs.writeFileSync(path.join(dir, "requests.json"), JSON.stringify(requests));
   const nat = native(["table", tomlPath, csvPath, path.join(dir, "requests.json")]);
@@ -66,8 +69,10 @@ test("demo survey (20,000 respondents): tables in Node equal the native engine's
   assert.deepEqual(js, nat);
   assert.deepEqual(
     js.map((answer) => answer.status),
-    [200, 200, 200, 400, 400, 400, 403, 400, 200, 400, 200, 200, 400, 200, 200, 400, 200],
+    [200, 200, 200, 400, 400, 400, 403, 400, 200, 400, 200, 200, 400, 200, 200, 400, 200, 403, 400],
   );
+  assert.equal(js[17].body.error.code, "forbidden_survey");
+  assert.match(js[18].body.error.message, /unknown field `confidance`/);
   // The level and the correction are the table's, and change what it finds.
   const [strict, loose] = [js[10].body, js[11].body];
   assert.deepEqual([strict.confidence, strict.bonferroni, loose.confidence, loose.bonferroni], [99, true, 90, false]);

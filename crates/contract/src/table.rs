@@ -156,10 +156,12 @@ pub fn table_targets(rows: usize, columns: usize, filtered: bool) -> usize {
 }
 
 /// Body of `POST /app/api/table`; `Survey.table` in the npm package takes the same
-/// (its `survey` may be left out: the loaded survey answers).
+/// (its `survey` may be left out: the loaded survey answers). A member it does not have
+/// is refused.
 #[cfg_attr(feature = "ts", derive(tsify::Tsify))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+// A misspelt option (`confidance`) is refused, not answered as if it were not asked.
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct TableRequest {
     /// The `SurveyCode`.
     #[serde(default)]
@@ -241,7 +243,7 @@ impl Correction {
 /// One row or column of a [`TableRequest`].
 #[cfg_attr(feature = "ts", derive(tsify::Tsify))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct TableAxis {
     /// A target expression, as in `TargetCodes`: a named code or an expression.
     pub expression: String,
@@ -1032,12 +1034,25 @@ mod tests {
 
     #[test]
     fn a_body_is_read_strictly_and_its_refusals_say_why() {
-        let body = r#"{"survey": "DEMO", "populationBase": "ADULTS", "x": {"a": [1]},
+        let body = r#"{"survey": "DEMO", "populationBase": "ADULTS",
             "rows": [{"expression": "F2554", "label": "Women 25-54 · F2554"},
                      {"expression": "SMOKER = 1"}],
             "columns": [{"expression": "REGION = 1"}, {"expression": "REGION = 2"},
                         {"expression": "REGION = 3"}]}"#;
         assert_eq!(TableRequest::from_json(body.as_bytes()).unwrap(), request());
+        // A member it does not have (a misspelt option) is refused, not ignored.
+        for unknown in [
+            body.replacen(
+                "\"populationBase\"",
+                "\"confidance\": 99, \"populationBase\"",
+                1,
+            ),
+            body.replacen("\"SMOKER = 1\"", "\"SMOKER = 1\", \"lable\": \"S\"", 1),
+        ] {
+            let (field, message) = unreadable(&unknown);
+            assert_eq!(field, None);
+            assert!(message.contains("unknown field"), "{message}");
+        }
 
         // A member named twice, at any depth and inside an unknown member too.
         let (field, message) =

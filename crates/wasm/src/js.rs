@@ -545,7 +545,7 @@ mod engine {
         /// Computes a table here (rows × columns within a base, with the Total column and
         /// row, reliability and the column test), as `POST /app/api/table` would, with
         /// `billedCalls` 0: nothing leaves the page. `request.survey` may be left out (the
-        /// loaded survey answers). Throws a `CrosstabError` with the server's `code`,
+        /// loaded survey answers; another survey is refused). Throws a `CrosstabError` with the server's `code`,
         /// `status` and `body` when it would refuse the request.
         #[wasm_bindgen(unchecked_return_type = "Table")]
         pub fn table(

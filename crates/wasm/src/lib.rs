@@ -46,8 +46,8 @@ pub fn crosstab(
     crosstab_engine::respond(named, request)
 }
 
-/// Answers a table request from `survey`, in the page: its `survey` member is ignored
-/// (the loaded survey answers), an invalid request is the server's 400 envelope, an
+/// Answers a table request from `survey`, in the page: its `survey` member may be left
+/// out (the loaded survey answers; another is `forbidden_survey`), an invalid request is the server's 400 envelope, an
 /// unknown base `invalid_population_base` and an unknown group `forbidden_survey`, as
 /// `/app/api/table` answers; `billedCalls` is 0, nothing being billed.
 #[cfg(feature = "engine")]
@@ -55,7 +55,12 @@ pub fn table(
     survey: &crosstab_engine::Survey,
     mut request: crosstab_contract::app::TableRequest,
 ) -> Result<crosstab_contract::app::Table, ApiError> {
-    survey.code().clone_into(&mut request.survey);
+    // Left out, the loaded survey answers; another named is refused, as `crosstab` does.
+    if request.survey.is_empty() {
+        survey.code().clone_into(&mut request.survey);
+    } else if request.survey != survey.code() {
+        return Err(ApiError::ForbiddenSurvey);
+    }
     let valid = request.validate()?;
     Ok(survey.table(&valid)?)
 }

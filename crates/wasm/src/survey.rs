@@ -45,15 +45,23 @@ mod tests {
     }
 
     #[test]
-    fn a_table_is_answered_by_the_loaded_survey_whatever_it_names() {
+    fn a_table_is_answered_by_the_loaded_survey_when_it_names_none_or_that_one() {
         let survey = vector_survey();
-        let request = crate::table_request(
-            r#"{"survey": "OTHER", "populationBase": "ALL",
-                "rows": [{"expression": "WOMEN", "label": "Women"}],
-                "columns": [{"expression": "SMOKER = 1"}, {"expression": "NOPE = 1"}]}"#,
-        )
-        .unwrap();
+        let asking = |survey: &str| {
+            crate::table_request(&format!(
+                r#"{{{survey} "populationBase": "ALL",
+                    "rows": [{{"expression": "WOMEN", "label": "Women"}}],
+                    "columns": [{{"expression": "SMOKER = 1"}}, {{"expression": "NOPE = 1"}}]}}"#
+            ))
+            .unwrap()
+        };
+        // Another survey named is refused, as `crosstab` refuses it.
+        let error = crate::table(&survey, asking(r#""survey": "OTHER","#)).unwrap_err();
+        assert_eq!(error.code(), "forbidden_survey");
+        let named = crate::table(&survey, asking(r#""survey": "VEC","#)).unwrap();
+        let request = asking("");
         let table = crate::table(&survey, request).unwrap();
+        assert_eq!(named, table);
         assert_eq!(table.survey, "VEC");
         assert_eq!(table.billed_calls, 0);
         assert_eq!(table.rows[0].label, "Women");
