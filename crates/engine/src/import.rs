@@ -632,6 +632,22 @@ pub fn prepare_file(path: &std::path::Path) -> Result<Prepared, ImportError> {
         .unwrap_or_else(|| std::path::Path::new("."))
         .join(&definition.respondents);
     let data_file = data_path.display().to_string();
+    // Said against the definition that names it: the fix is most often there.
+    if !data_path.is_file() {
+        let why = match data_path.try_exists() {
+            Ok(true) => "is not a file".to_owned(),
+            Ok(false) => "does not exist".to_owned(),
+            Err(error) => format!("can't be read ({error})"),
+        };
+        return Err(definition_error(
+            &file,
+            line_of_key(&text, "respondents"),
+            format!(
+                "the respondents file {data_file} {why} (a relative path is read from this \
+                 definition's directory)"
+            ),
+        ));
+    }
     let format = definition.source_format();
     let (data, mut warnings) = if format.is_spss() {
         crate::source::sav::read(&definition, &data_path)?

@@ -573,6 +573,7 @@ enum SurveyCommand {
     },
     /// Write a starting definition for an SPSS file: every variable's labels and values,
     /// the multiple-response sets as codes and a base ALL = "*".
+    #[command(group = clap::ArgGroup::new("weighting").required(true).args(["weight", "unweighted"]))]
     Init {
         /// The SPSS file (.sav or .zsav).
         file: PathBuf,
@@ -587,11 +588,11 @@ enum SurveyCommand {
         /// The respondent id variable.
         #[arg(long)]
         id: String,
-        /// The projection weight variable (numeric).
-        #[arg(long, required_unless_present = "unweighted")]
+        /// The projection weight variable (numeric); or --unweighted.
+        #[arg(long)]
         weight: Option<String>,
         /// The survey has no weight: every respondent weighs 1 (instead of --weight).
-        #[arg(long, conflicts_with = "weight")]
+        #[arg(long)]
         unweighted: bool,
         /// The authorization group variable.
         #[arg(long)]
@@ -1162,7 +1163,7 @@ async fn execute(command: Command) -> Result<(), CliError> {
                 Some(parent) if !parent.as_os_str().is_empty() => parent,
                 _ => Path::new("."),
             });
-            // clap requires --weight unless --unweighted, and refuses both.
+            // clap requires one of --weight and --unweighted, and refuses both.
             let definition = import::init_definition(
                 &file,
                 &code,
@@ -1315,9 +1316,14 @@ fn import_survey(path: &Path, data_dir: &Path) -> Result<String, CliError> {
         "  bases:        {}",
         survey.base_codes().collect::<Vec<_>>().join(", ")
     );
+    let groups: Vec<&str> = survey.group_names().collect();
     println!(
         "  groups:       {}",
-        survey.group_names().collect::<Vec<_>>().join(", ")
+        if groups.is_empty() {
+            "none (no group column)".to_owned()
+        } else {
+            groups.join(", ")
+        }
     );
     println!("  weight total: {weight_total}");
     Ok(survey.code().to_owned())

@@ -1166,6 +1166,18 @@ pub fn init_definition(
     if let Some(group) = group {
         line(format!("group_column = {}", quoted(group)));
         let group_labels = layout.group_labels(meta, group);
+        // Such a value in the data fails the import: said now, while it is a recode away.
+        let refused: Vec<String> = group_labels
+            .iter()
+            .filter(|(value, _)| !is_identifier(value) || value == ALL_GROUPS)
+            .map(|(value, _)| format!("'{}'", shorten(value)))
+            .collect();
+        if !refused.is_empty() {
+            line(format!(
+                "# the import refuses these labelled group values (a group is 1 to 64 of A-Z a-z 0-9 _ . -, not {ALL_GROUPS}): {}; recode them in the file first",
+                refused.join(", ")
+            ));
+        }
         if !group_labels.is_empty() {
             line(String::new());
             line("[groups]".into());

@@ -147,6 +147,32 @@ fn weights_too_large_together_are_refused() {
     assert_eq!(answer.results[0].wgt_aud, 1e100 / 1000.0);
 }
 
+/// A respondents file that is not there is refused against the definition naming it, at
+/// its `respondents` line.
+#[test]
+fn a_missing_respondents_file_names_the_definition_and_its_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.toml");
+    std::fs::write(&path, TOML).unwrap();
+    match import::prepare_file(&path) {
+        Err(ImportError::Definition { file, line, reason }) => {
+            assert_eq!((file, line), (path.display().to_string(), 3));
+            assert!(reason.contains("r.csv does not exist"), "{reason}");
+            assert!(reason.contains("definition's directory"), "{reason}");
+        }
+        Err(other) => panic!("{other}"),
+        Ok(_) => panic!("imported without its respondents"),
+    }
+    std::fs::create_dir(dir.path().join("r.csv")).unwrap();
+    match import::prepare_file(&path) {
+        Err(ImportError::Definition { reason, .. }) => {
+            assert!(reason.contains("r.csv is not a file"), "{reason}");
+        }
+        Err(other) => panic!("{other}"),
+        Ok(_) => panic!("imported a directory"),
+    }
+}
+
 /// Respondents weighted 0 are respondents all the same: the import says how many.
 #[test]
 fn respondents_weighted_zero_are_counted_in_a_warning() {

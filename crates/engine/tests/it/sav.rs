@@ -689,6 +689,52 @@ fn user_missing_ids_and_groups_are_missing() {
     }
 }
 
+/// A labelled group value the import would refuse (not a group name) is said by `survey
+/// init`, which leaves it out of `[groups]`, so the file is recoded before an import fails.
+#[test]
+fn init_says_which_labelled_group_values_the_import_refuses() {
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("RESPID", DataType::Utf8, true),
+        Field::new("WEIGHT", DataType::Float64, true),
+        Field::new("TEAM", DataType::Utf8, true),
+    ]));
+    let batch = RecordBatch::try_new(
+        schema.clone(),
+        vec![
+            Arc::new(arrow::array::StringArray::from(vec!["a", "b"])),
+            Arc::new(arrow::array::Float64Array::from(vec![1.0, 2.0])),
+            Arc::new(arrow::array::StringArray::from(vec!["red", "S\u{fc}d"])),
+        ],
+    )
+    .unwrap();
+    let mut meta = ambers::SpssMetadata::from_arrow_schema(&schema);
+    let t = |s: &str| ambers::Value::String(s.to_owned());
+    meta.variable_value_labels.insert(
+        "TEAM".into(),
+        [
+            (t("red"), "Red team".to_owned()),
+            (t("S\u{fc}d"), "South".to_owned()),
+        ]
+        .into_iter()
+        .collect(),
+    );
+    let mut out = Cursor::new(Vec::new());
+    ambers::write_sav_to_writer(&mut out, &batch, &meta, ambers::Compression::Bytecode, None)
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("teams.sav");
+    std::fs::write(&path, out.into_inner()).unwrap();
+    let text =
+        import::init_definition(&path, "T", "RESPID", Some("WEIGHT"), Some("TEAM"), None).unwrap();
+    assert!(
+        text.contains("# the import refuses these labelled group values")
+            && text.contains("'S\u{fc}d'; recode them in the file first"),
+        "{text}"
+    );
+    assert!(text.contains("\"red\" = \"Red team\""), "{text}");
+    assert!(!text.contains("\"S\u{fc}d\" ="), "{text}");
+}
+
 #[test]
 fn init_writes_every_label_and_a_base() {
     let sav = fixtures().join("labelled.sav");
