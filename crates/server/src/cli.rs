@@ -403,29 +403,11 @@ enum AccountCommand {
     },
     /// Add grants to an account (created if need be), without making a key. Grants are
     /// the account's: every one of its keys, users and single sign-on callers has them.
-    Grant {
-        /// The account.
-        #[arg(long)]
-        account: String,
-        /// SURVEY (the whole survey) or SURVEY:GROUP[,GROUP...]; repeatable.
-        #[arg(long = "grant", value_name = "SURVEY[:GROUPS]", required = true)]
-        grants: Vec<GrantSpec>,
-        #[command(flatten)]
-        store: Store,
-    },
+    Grant(GrantChange),
     /// Take grants away from an account: SURVEY removes the whole survey (and any of its
     /// groups), SURVEY:GROUP[,GROUP...] those groups. Nothing is removed unless the
     /// account holds every grant named. Running servers apply it on the next request.
-    Revoke {
-        /// The account.
-        #[arg(long)]
-        account: String,
-        /// SURVEY or SURVEY:GROUP[,GROUP...]; repeatable.
-        #[arg(long = "grant", value_name = "SURVEY[:GROUPS]", required = true)]
-        grants: Vec<GrantSpec>,
-        #[command(flatten)]
-        store: Store,
-    },
+    Revoke(GrantChange),
     /// Set an account's request rate and daily quota over all its keys and users: a
     /// number, or `unlimited`. A limit left out stays as it is; with neither, the limits
     /// are shown. Running servers apply a change on the next request.
@@ -442,6 +424,19 @@ enum AccountCommand {
         #[command(flatten)]
         store: Store,
     },
+}
+
+/// Grants added to or taken from an account.
+#[derive(Debug, Args)]
+struct GrantChange {
+    /// The account.
+    #[arg(long)]
+    account: String,
+    /// SURVEY (the whole survey) or SURVEY:GROUP[,GROUP...]; repeatable.
+    #[arg(long = "grant", value_name = "SURVEY[:GROUPS]", required = true)]
+    grants: Vec<GrantSpec>,
+    #[command(flatten)]
+    store: Store,
 }
 
 /// An account limit as the command line gives it.
@@ -1395,11 +1390,11 @@ async fn account(command: AccountCommand) -> Result<(), CliError> {
             println!("keys\t{usable} usable, {} in all", keys.len());
             Ok(())
         }
-        AccountCommand::Grant {
+        AccountCommand::Grant(GrantChange {
             account,
             grants,
             store,
-        } => {
+        }) => {
             if account.trim().is_empty() {
                 return Err(CliError::Usage("--account must not be empty".into()));
             }
@@ -1420,11 +1415,11 @@ async fn account(command: AccountCommand) -> Result<(), CliError> {
             eprintln!("account '{account}' grants: {}", grants_text(&now));
             Ok(())
         }
-        AccountCommand::Revoke {
+        AccountCommand::Revoke(GrantChange {
             account,
             grants,
             store,
-        } => {
+        }) => {
             let db = store.connect().await?;
             let removal = accounts::remove_grants(&db, &account, &grants).await?;
             db.close().await;
