@@ -41,6 +41,11 @@ test('sign in, build a query from the codebook, run it: the numbers /v1/crosstab
   await signIn(page, server);
   await page.locator('#base').waitFor();
   console.log(`query screen rendered ${Date.now() - started} ms after navigation (incl. sign-in)`);
+  // An empty form is not yet a mistake: nothing is said until a run is asked for.
+  assert.equal(await page.locator('#error-TargetCodes').count(), 0);
+  // (Run is aria-disabled meanwhile, which Playwright's click would wait out.)
+  await page.locator('#run').dispatchEvent('click');
+  assert.equal(await page.locator('#error-TargetCodes').textContent(), 'TargetCodes[0] is empty.');
 
   await addTarget(page, 'women 25', 'F2554');
   await addTarget(page, 'coffee', 'P_COFFEE_01 = 1');
@@ -204,6 +209,12 @@ test('history re-runs a query; the portal shows the API reference, keys and usag
   await page.locator('#usage-table').waitFor();
   await page.getByRole('link', { name: 'API keys' }).click();
   await page.getByRole('button', { name: 'Create key' }).waitFor();
+  // A new key takes the keyboard's focus to its Copy button, and back once stored.
+  await page.getByRole('button', { name: 'Create key' }).click();
+  await page.locator('#key-copy').waitFor();
+  await page.waitForFunction(() => document.activeElement?.id === 'key-copy');
+  await page.getByRole('button', { name: 'I have stored it' }).click();
+  assert.equal(await page.evaluate(() => document.activeElement?.id), 'key-create');
   // Both ways to call the API, with this server's address in the examples.
   const calling = page.locator('#calling-the-api');
   await calling.getByText(`${server.origin}/v1/oauth/token`).first().waitFor();

@@ -368,6 +368,40 @@ async function twentyByTen(wb) {
   assert.equal((await wb.expressions('columns')).length, 10);
 }
 
+test('a run refused says why once asked; each run joins Recently run at once; deleting a saved table asks first', async () => {
+  const { context, page } = await signedInTables();
+  const wb = bench(page);
+  // Rows and no column yet: nothing said while building, and why once Run is pressed.
+  await wb.typed('rows', 'GENDER = 1');
+  assert.equal(await page.locator('#table-problem').count(), 0);
+  await page.locator('#table-run').focus();
+  await page.keyboard.press('Enter');
+  assert.equal(await page.locator('#table-problem').textContent(), 'A table needs at least one entry in columns.');
+  await wb.typed('columns', 'SMOKER = 1');
+  await page.locator('#saved-tables summary').click();
+  const recent = '#saved-tables ul.history:not(.saved-list) .history-item';
+  const before = await page.locator(recent).count();
+  await wb.run();
+  await page.waitForFunction(([selector, n]) => document.querySelectorAll(selector).length === n + 1, [recent, before]);
+  await page.locator('#save-name').fill('to-delete');
+  await page.locator('#save-table').click();
+  const entry = page.locator('.saved-list li', { hasText: 'to-delete' });
+  await entry.waitFor();
+  const remove = page.getByRole('button', { name: 'Delete to-delete' });
+  page.once('dialog', (dialog) => dialog.dismiss());
+  await remove.click();
+  assert.equal(await entry.count(), 1, 'kept when not confirmed');
+  let asked = '';
+  page.once('dialog', (dialog) => {
+    asked = dialog.message();
+    dialog.accept();
+  });
+  await remove.click();
+  await entry.waitFor({ state: 'detached' });
+  assert.match(asked, /Delete the saved table to-delete\? This can't be undone\./);
+  await context.close();
+});
+
 test('a stricter confidence and Bonferroni, then Holm: sent with the table, said in its legend, figures and letters, fewer letters and arrows, kept in the draft', async () => {
   const { context, page } = await signedInTables();
   const wb = bench(page);

@@ -67,6 +67,15 @@ fn label_of(codebook: &Codebook, target: &str) -> Option<String> {
     (entry.label.is_some() || variable.label.is_some()).then(|| value_label(variable, entry))
 }
 
+/// `n` of `noun`s in words: "1 row", "2 rows".
+pub fn counted(n: usize, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

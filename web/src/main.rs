@@ -4,6 +4,7 @@
 
 mod api;
 mod choices;
+mod dom;
 mod export;
 mod figures;
 mod grid;

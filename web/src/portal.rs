@@ -169,6 +169,7 @@ fn CallingTheApi() -> impl IntoView {
 pub fn Keys() -> impl IntoView {
     let keys = RwSignal::new(None::<Result<Vec<KeyInfo>, ApiFailure>>);
     let created = RwSignal::new(None::<NewKey>);
+    let copied = RwSignal::new(false);
     let error = RwSignal::new(None::<String>);
     let env = RwSignal::new("test".to_owned());
     let days = RwSignal::new("90".to_owned());
@@ -197,7 +198,10 @@ pub fn Keys() -> impl IntoView {
             match api::create_key(&env, days).await {
                 Ok(key) => {
                     created.set(Some(key));
+                    copied.set(false);
                     error.set(None);
+                    // The button pressed is disabled while it works: focus goes to the key.
+                    request_animation_frame(|| crate::dom::focus("key-copy"));
                 }
                 Err(failure) => error.set(Some(failure.message)),
             }
@@ -212,8 +216,14 @@ pub fn Keys() -> impl IntoView {
             {move || created.get().map(|key| view! {
                 <div class="warning" role="status">
                     <p>"Your new key (shown once — copy it now):"</p>
-                    <pre class="secret">{key.key}</pre>
-                    <button class="secondary" on:click=move |_| created.set(None)>"I have stored it"</button>
+                    <pre class="secret" id="key-secret">{key.key.clone()}</pre>
+                    <button class="secondary" id="key-copy" on:click=move |_| copy(key.key.clone(), copied)>
+                        {move || if copied.get() { "Copied" } else { "Copy key" }}
+                    </button>
+                    <button class="secondary" on:click=move |_| {
+                        created.set(None);
+                        crate::dom::focus("key-create");
+                    }>"I have stored it"</button>
                 </div>
             })}
             <form class="row" on:submit=create>
@@ -224,7 +234,7 @@ pub fn Keys() -> impl IntoView {
                 </select>
                 <label for="key-days">"Expires in (days, empty = never)"</label>
                 <input id="key-days" inputmode="numeric" prop:value=move || days.get() on:input=move |ev| days.set(event_target_value(&ev)) />
-                <button type="submit" disabled=move || creating.get()>
+                <button type="submit" id="key-create" disabled=move || creating.get()>
                     {move || if creating.get() { "Creating…" } else { "Create key" }}
                 </button>
             </form>
@@ -248,10 +258,9 @@ pub fn Keys() -> impl IntoView {
                                         <td>{active.then(|| view! {
                                             <button class="secondary" aria-label=format!("Revoke key {id}") on:click=move |_| {
                                                 let id = id.clone();
-                                                let sure = web_sys::window().and_then(|w| w.confirm_with_message(&format!(
+                                                if !crate::dom::confirmed(&format!(
                                                     "Revoke key {id}? Calls with it fail from their next request; this can't be undone."
-                                                )).ok());
-                                                if sure != Some(true) {
+                                                )) {
                                                     return;
                                                 }
                                                 leptos::task::spawn_local(async move {
@@ -418,6 +427,18 @@ fn expiry_days(text: &str) -> Result<Option<u32>, String> {
             "'{text}' is not a number of days: give a whole number from 1, or leave the field empty for a key that never expires."
         )),
     }
+}
+
+/// Puts `text` on the clipboard; `copied` says when it is there.
+fn copy(text: String, copied: RwSignal<bool>) {
+    let Some(writing) = web_sys::window().map(|w| w.navigator().clipboard().write_text(&text))
+    else {
+        return;
+    };
+    leptos::task::spawn_local(async move {
+        let done = wasm_bindgen_futures::JsFuture::from(writing).await.is_ok();
+        copied.set(done);
+    });
 }
 
 #[cfg(test)]

@@ -173,10 +173,15 @@ pub fn QueryScreen(rerun: RwSignal<Option<CrosstabRequest>>) -> impl IntoView {
     });
     let problems = Memo::new(move |_| Problems::of(&draft.get()));
 
+    // A field left empty so far is not yet an error: it is said once a run is asked.
+    let attempted = RwSignal::new(false);
+    let targets_edited = RwSignal::new(false);
     let run = move || {
-        if problems.get_untracked().field.is_some()
-            || matches!(outcome.get_untracked(), Outcome::Loading)
-        {
+        if problems.get_untracked().field.is_some() {
+            attempted.set(true);
+            return;
+        }
+        if matches!(outcome.get_untracked(), Outcome::Loading) {
             return;
         }
         let request = draft.get_untracked();
@@ -228,15 +233,25 @@ pub fn QueryScreen(rerun: RwSignal<Option<CrosstabRequest>>) -> impl IntoView {
 
     // Not alerts: checked on every keystroke, they would interrupt a screen reader at
     // each one. Each is tied to its input (aria-describedby, aria-invalid) instead.
+    let untouched = move |name: &str| {
+        !attempted.get()
+            && match name {
+                "SurveyCode" => survey.with(String::is_empty),
+                "PopulationBaseCode" => base.with(String::is_empty),
+                "TargetCodes" => !targets_edited.get(),
+                _ => false,
+            }
+    };
+    let shown =
+        move |name: &'static str| problems.get().for_field(name).filter(|_| !untouched(name));
     let field_error = move |name: &'static str| {
         move || {
-            problems.get().for_field(name).map(|message| {
+            shown(name).map(|message| {
                 view! { <p class="error" id=format!("error-{name}") data-field=name>{message}</p> }
             })
         }
     };
-    let invalid =
-        move |name: &'static str| move || problems.get().for_field(name).is_some().to_string();
+    let invalid = move |name: &'static str| move || shown(name).is_some().to_string();
 
     view! {
         <div class="layout">
@@ -310,7 +325,7 @@ pub fn QueryScreen(rerun: RwSignal<Option<CrosstabRequest>>) -> impl IntoView {
                                     <input id=id class="target" placeholder="F2554 or GENDER = 2 AND AGE BETWEEN 25 AND 54"
                                         aria-invalid=invalid("TargetCodes") aria-describedby="error-TargetCodes"
                                         prop:value=move || targets.with(|list| list.get(index).cloned().unwrap_or_default())
-                                        on:input=move |ev| { let v = event_target_value(&ev); targets.update(|list| if let Some(slot) = list.get_mut(index) { *slot = v; }); } />
+                                        on:input=move |ev| { let v = event_target_value(&ev); targets_edited.set(true); targets.update(|list| if let Some(slot) = list.get_mut(index) { *slot = v; }); } />
                                     <span class="target-named muted" data-target-label=index>{move || {
                                         let target = targets.with(|list| list.get(index).cloned().unwrap_or_default());
                                         let book = codebook.get().and_then(Result::ok);

@@ -46,15 +46,15 @@ impl Spec {
             (percent, Some(correction)) => format!(" · {percent}%, {correction}"),
         };
         format!(
-            "{} · {}{} · {} rows × {} columns{tests}{}",
+            "{} · {}{} · {} × {}{tests}{}",
             request.survey,
             request.population_base,
             request
                 .filter
                 .as_deref()
                 .map_or(String::new(), |filter| format!(" · filtered to {filter}")),
-            request.rows.len(),
-            request.columns.len(),
+            crate::labels::counted(request.rows.len(), "row"),
+            crate::labels::counted(request.columns.len(), "column"),
             if self.local { " · local file" } else { "" }
         )
     }
@@ -148,27 +148,27 @@ mod tests {
         };
         assert_eq!(
             spec.describe(),
-            "DEMO · ADULTS · 2 rows × 1 columns · local file"
+            "DEMO · ADULTS · 2 rows × 1 column · local file"
         );
         let mut filtered = spec;
         filtered.request.filter = Some("AGE >= 35".into());
         assert_eq!(
             filtered.describe(),
-            "DEMO · ADULTS · filtered to AGE >= 35 · 2 rows × 1 columns · local file"
+            "DEMO · ADULTS · filtered to AGE >= 35 · 2 rows × 1 column · local file"
         );
         filtered.request.confidence = crosstab_contract::app::Confidence::NinetyNine;
         assert!(filtered
             .describe()
-            .ends_with("2 rows × 1 columns · 99% · local file"));
+            .ends_with("2 rows × 1 column · 99% · local file"));
         filtered.request.bonferroni = true;
         assert!(filtered
             .describe()
-            .ends_with("2 rows × 1 columns · 99%, Bonferroni · local file"));
+            .ends_with("2 rows × 1 column · 99%, Bonferroni · local file"));
         filtered.request.bonferroni = false;
         filtered.request.holm = true;
         assert!(filtered
             .describe()
-            .ends_with("2 rows × 1 columns · 99%, Holm · local file"));
+            .ends_with("2 rows × 1 column · 99%, Holm · local file"));
         // A spec saved before the tests were chosen reads as 95%, uncorrected; one saved
         // with Bonferroni's before Holm's was offered reads as Bonferroni's.
         use crosstab_contract::app::Correction;

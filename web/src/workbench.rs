@@ -10,6 +10,7 @@ use crosstab_contract::{ApiError, ALL_GROUPS};
 use leptos::prelude::*;
 
 use crate::api::{self, ApiFailure};
+use crate::dom::{confirmed, focus};
 use crate::export::Caption;
 use crate::figures::Figures;
 use crate::grid::Arrangement;
@@ -35,18 +36,6 @@ enum Outcome {
     Running,
     Failed(String),
     Done(Box<Computed>),
-}
-
-/// Moves the keyboard's focus to the element `id`, if it is there.
-fn focus(id: &str) {
-    use wasm_bindgen::JsCast;
-    if let Some(element) = web_sys::window()
-        .and_then(|w| w.document())
-        .and_then(|d| d.get_element_by_id(id))
-        .and_then(|e| e.dyn_into::<web_sys::HtmlElement>().ok())
-    {
-        let _ = element.focus();
-    }
 }
 
 fn now_ms() -> f64 {
@@ -199,6 +188,10 @@ pub fn WorkbenchScreen(signed_in: bool) -> impl IntoView {
     // what was priced, whatever the builder behind it becomes.
     let confirming = RwSignal::new(None::<TableRequest>);
     let runs = RwSignal::new(0u32);
+    // Bumped as each run is recorded in the history, which the history list follows.
+    let recorded = RwSignal::new(0u32);
+    // A run was asked for: what stops it is said, though the builder is not yet full.
+    let attempted = RwSignal::new(false);
     // Bumped by every run and by whatever makes a run in flight stale (a switch of
     // source, a saved table loaded, Clear): an answer comes in only if it is unchanged.
     let epoch = RwSignal::new(0u32);
@@ -325,6 +318,10 @@ pub fn WorkbenchScreen(signed_in: bool) -> impl IntoView {
     // What stops a run: an invalid request, or entries naming what the survey lacks
     // (all-zero cells, billed on the server), said before it runs.
     let problem = Memo::new(move |_| match request.get().validate() {
+        // In the page, no survey is a file still to open, not a request's mistake.
+        Err(_) if source.get() == Source::Local && opened.with(Option::is_none) => {
+            Some("Open a survey file first (above), then run the table.".to_owned())
+        }
         Err(error) => Some(ApiError::from(error).to_string()),
         Ok(valid) => book
             .get()
@@ -372,6 +369,7 @@ pub fn WorkbenchScreen(signed_in: bool) -> impl IntoView {
             move |result: Result<(crosstab_contract::app::Table, Origin), String>| match result {
                 Ok((table, origin)) => {
                     saved::record(entry);
+                    recorded.update(|n| *n += 1);
                     outcome.set(Outcome::Done(Box::new(Computed {
                         table,
                         caption,
@@ -410,6 +408,7 @@ pub fn WorkbenchScreen(signed_in: bool) -> impl IntoView {
                 Some(_) => {
                     if let (Source::Server, Ok((table, origin))) = (from, &answer) {
                         saved::record(late_entry);
+                        let _ = recorded.try_update(|n| *n += 1);
                         let calls = format!(
                             "{} call{}",
                             table.billed_calls,
@@ -446,10 +445,12 @@ pub fn WorkbenchScreen(signed_in: bool) -> impl IntoView {
         reset(Outcome::Idle);
     };
     let run = move |_| {
-        if problem.get_untracked().is_some()
-            || waiting.get_untracked()
-            || outcome.get_untracked() == Outcome::Running
-        {
+        if problem.get_untracked().is_some() {
+            // Said once asked for, even before a row and a column are in.
+            attempted.set(true);
+            return;
+        }
+        if waiting.get_untracked() || outcome.get_untracked() == Outcome::Running {
             return;
         }
         let request = request.get_untracked();
@@ -618,7 +619,7 @@ pub fn WorkbenchScreen(signed_in: bool) -> impl IntoView {
                         }).collect_view()}
                     </select>
                 </fieldset>
-                {move || problem.get().filter(|_| !rows.with(Vec::is_empty) && !columns.with(Vec::is_empty))
+                {move || problem.get().filter(|_| attempted.get() || !rows.with(Vec::is_empty) && !columns.with(Vec::is_empty))
                     .map(|message| view! { <p class="error" role="alert" id="table-problem">{message}</p> })}
                 {move || notice.get().map(|message| view! { <p class="warning" role="status">{message}</p> })}
                 <p class="muted" id="table-price" role="status">{move || match source.get() {
@@ -636,7 +637,7 @@ pub fn WorkbenchScreen(signed_in: bool) -> impl IntoView {
                         aria-disabled=move || (problem.get().is_some() || waiting.get() || outcome.get() == Outcome::Running).to_string()>
                         {move || if outcome.get() == Outcome::Running { "Running…" } else { "Run table" }}
                     </button>
-                    <button class="secondary" id="table-clear" on:click=move |_| { rows.set(Vec::new()); columns.set(Vec::new()); filter.set(String::new()); reset(Outcome::Idle); }>"Clear"</button>
+                    <button class="secondary" id="table-clear" on:click=move |_| { rows.set(Vec::new()); columns.set(Vec::new()); filter.set(String::new()); attempted.set(false); reset(Outcome::Idle); }>"Clear"</button>
                 </div>
                 {move || confirming.get().map(|frozen| {
                     let calls = frozen.billed_calls();
@@ -686,7 +687,7 @@ pub fn WorkbenchScreen(signed_in: bool) -> impl IntoView {
                         </ul>
                     }.into_any()
                 }}
-                <SavedTables current=Callback::new(spec) on_load=load />
+                <SavedTables current=Callback::new(spec) on_load=load recorded=recorded.read_only() />
             </section>
         </div>
         // One live region for the whole screen, there from the start, so that a screen
@@ -697,9 +698,9 @@ pub fn WorkbenchScreen(signed_in: bool) -> impl IntoView {
             Outcome::Running => "Computing the table…".to_owned(),
             Outcome::Failed(message) => format!("The table failed: {message}"),
             Outcome::Done(computed) => format!(
-                "Table ready: {} rows by {} columns, with totals.",
-                computed.table.rows.len(),
-                computed.table.columns.len()
+                "Table ready: {} by {}, with totals.",
+                crate::labels::counted(computed.table.rows.len(), "row"),
+                crate::labels::counted(computed.table.columns.len(), "column")
             ),
         }}</p>
         {move || match outcome.get() {
@@ -1177,9 +1178,18 @@ fn LocalOpen(opened: RwSignal<Option<Opened>>) -> impl IntoView {
 
 /// Saved tables and the last ones run, from local storage.
 #[component]
-fn SavedTables(current: Callback<String, Spec>, on_load: Callback<Spec>) -> impl IntoView {
+fn SavedTables(
+    current: Callback<String, Spec>,
+    on_load: Callback<Spec>,
+    recorded: ReadSignal<u32>,
+) -> impl IntoView {
     let saved_list = RwSignal::new(saved::saved());
     let history = RwSignal::new(saved::history());
+    // Each run here as it is recorded; another tab's when the list is opened.
+    Effect::new(move |_| {
+        recorded.track();
+        history.set(saved::history());
+    });
     let name = RwSignal::new(String::new());
     let message = RwSignal::new(None::<String>);
     let save = move |ev: leptos::ev::SubmitEvent| {
@@ -1209,7 +1219,12 @@ fn SavedTables(current: Callback<String, Spec>, on_load: Callback<Spec>) -> impl
                         </button>
                         {deletable.then(|| view! {
                             <button class="secondary icon" aria-label=format!("Delete {name}")
-                                on:click=move |_| { saved::delete(&name); saved_list.set(saved::saved()); }>"×"</button>
+                                on:click=move |_| {
+                                    if confirmed(&format!("Delete the saved table {name}? This can't be undone.")) {
+                                        saved::delete(&name);
+                                        saved_list.set(saved::saved());
+                                    }
+                                }>"×"</button>
                         })}
                     </li>
                 }
@@ -1217,7 +1232,8 @@ fn SavedTables(current: Callback<String, Spec>, on_load: Callback<Spec>) -> impl
             .collect_view()
     };
     view! {
-        <details class="saved" id="saved-tables">
+        <details class="saved" id="saved-tables"
+            on:toggle=move |_| { history.set(saved::history()); saved_list.set(saved::saved()); }>
             <summary>"Saved tables and history"</summary>
             <form class="row" on:submit=save>
                 <label for="save-name">"Name"</label>
@@ -1228,8 +1244,12 @@ fn SavedTables(current: Callback<String, Spec>, on_load: Callback<Spec>) -> impl
             <h3>"Saved"</h3>
             <ul class="history saved-list">{move || list(saved_list.get(), true)}</ul>
             <h3>"Recently run"</h3>
-            <button class="secondary" on:click=move |_| { saved::clear_history(); history.set(Vec::new()); }>"Clear history"</button>
-            <button class="secondary" on:click=move |_| history.set(saved::history())>"Refresh"</button>
+            <button class="secondary" on:click=move |_| {
+                if confirmed("Clear the list of tables run recently? Saved tables stay. This can't be undone.") {
+                    saved::clear_history();
+                    history.set(Vec::new());
+                }
+            }>"Clear history"</button>
             <ul class="history">{move || list(history.get(), false)}</ul>
         </details>
     }
