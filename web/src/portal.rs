@@ -217,7 +217,7 @@ pub fn Keys() -> impl IntoView {
                 <div class="warning" role="status">
                     <p>"Your new key (shown once — copy it now):"</p>
                     <pre class="secret" id="key-secret">{key.key.clone()}</pre>
-                    <button class="secondary" id="key-copy" on:click=move |_| copy(key.key.clone(), copied)>
+                    <button class="secondary" id="key-copy" on:click=move |_| copy(key.key.clone(), copied, error)>
                         {move || if copied.get() { "Copied" } else { "Copy key" }}
                     </button>
                     <button class="secondary" on:click=move |_| {
@@ -429,15 +429,25 @@ fn expiry_days(text: &str) -> Result<Option<u32>, String> {
     }
 }
 
-/// Puts `text` on the clipboard; `copied` says when it is there.
-fn copy(text: String, copied: RwSignal<bool>) {
-    let Some(writing) = web_sys::window().map(|w| w.navigator().clipboard().write_text(&text))
-    else {
+/// Puts `text` on the clipboard; `copied` says when it is there, `error` when it can't
+/// be (a page served over plain HTTP from another host has no clipboard to write).
+fn copy(text: String, copied: RwSignal<bool>, error: RwSignal<Option<String>>) {
+    const BY_HAND: &str = "The key could not be copied here: select it and copy it by hand.";
+    let navigator = web_sys::window().map(|w| w.navigator());
+    let has_clipboard = navigator.as_ref().is_some_and(|navigator| {
+        js_sys::Reflect::get(navigator, &"clipboard".into()).is_ok_and(|c| !c.is_undefined())
+    });
+    let Some(navigator) = navigator.filter(|_| has_clipboard) else {
+        error.set(Some(BY_HAND.into()));
         return;
     };
+    let writing = navigator.clipboard().write_text(&text);
     leptos::task::spawn_local(async move {
         let done = wasm_bindgen_futures::JsFuture::from(writing).await.is_ok();
         copied.set(done);
+        if !done {
+            error.set(Some(BY_HAND.into()));
+        }
     });
 }
 

@@ -55,7 +55,17 @@ pub struct Pick {
     pub label: String,
 }
 
-/// The codebook entries a search finds (at most 40).
+/// Entries a search shows at most (the rest are counted: a narrower search finds them).
+pub const SHOWN_PICKS: usize = 40;
+
+/// What to say of a search that found more than it shows, if it did.
+pub fn more_than_shown(found: usize) -> Option<String> {
+    (found > SHOWN_PICKS).then(|| {
+        format!("Showing the first {SHOWN_PICKS} of {found}: add a word to narrow the search.")
+    })
+}
+
+/// The codebook entries a search finds, every one (show [`SHOWN_PICKS`] of them).
 pub fn picks(codebook: &Codebook, query: &str) -> Vec<Pick> {
     let Some(search) = CodebookSearch::new(query) else {
         return Vec::new();
@@ -70,20 +80,15 @@ pub fn picks(codebook: &Codebook, query: &str) -> Vec<Pick> {
         })
         .collect();
     for variable in &codebook.variables {
-        let variable_matches = search.matches_variable(variable);
         for value in &variable.values {
-            let label = labels::value_label(variable, value);
-            let value_matches = value.label.as_deref().is_some_and(|l| search.finds(l))
-                || search.finds(&value.value.to_string());
-            if variable_matches || value_matches {
+            if search.matches_value(variable, value) {
                 out.push(Pick {
                     target: labels::value_target(variable, value),
-                    label,
+                    label: labels::value_label(variable, value),
                 });
             }
         }
     }
-    out.truncate(40);
     out
 }
 
@@ -175,10 +180,22 @@ pub fn QueryScreen(rerun: RwSignal<Option<CrosstabRequest>>) -> impl IntoView {
 
     // A field left empty so far is not yet an error: it is said once a run is asked.
     let attempted = RwSignal::new(false);
-    let targets_edited = RwSignal::new(false);
     let run = move || {
-        if problems.get_untracked().field.is_some() {
+        if let Some((field, _)) = problems.get_untracked().field {
             attempted.set(true);
+            // The field's message is tied to it (aria-describedby): focused, it is read.
+            let id = match field.as_str() {
+                "SurveyCode" => "survey".to_owned(),
+                "AuthorizationGroup" => "group".to_owned(),
+                "PopulationBaseCode" => "base".to_owned(),
+                _ => {
+                    let first_blank = targets.with_untracked(|list| {
+                        list.iter().position(|t| t.trim().is_empty()).unwrap_or(0)
+                    });
+                    format!("target-{first_blank}")
+                }
+            };
+            request_animation_frame(move || crate::dom::focus(&id));
             return;
         }
         if matches!(outcome.get_untracked(), Outcome::Loading) {
@@ -238,7 +255,7 @@ pub fn QueryScreen(rerun: RwSignal<Option<CrosstabRequest>>) -> impl IntoView {
             && match name {
                 "SurveyCode" => survey.with(String::is_empty),
                 "PopulationBaseCode" => base.with(String::is_empty),
-                "TargetCodes" => !targets_edited.get(),
+                "TargetCodes" => targets.with(|list| list.iter().all(|t| t.trim().is_empty())),
                 _ => false,
             }
     };
@@ -325,7 +342,7 @@ pub fn QueryScreen(rerun: RwSignal<Option<CrosstabRequest>>) -> impl IntoView {
                                     <input id=id class="target" placeholder="F2554 or GENDER = 2 AND AGE BETWEEN 25 AND 54"
                                         aria-invalid=invalid("TargetCodes") aria-describedby="error-TargetCodes"
                                         prop:value=move || targets.with(|list| list.get(index).cloned().unwrap_or_default())
-                                        on:input=move |ev| { let v = event_target_value(&ev); targets_edited.set(true); targets.update(|list| if let Some(slot) = list.get_mut(index) { *slot = v; }); } />
+                                        on:input=move |ev| { let v = event_target_value(&ev); targets.update(|list| if let Some(slot) = list.get_mut(index) { *slot = v; }); } />
                                     <span class="target-named muted" data-target-label=index>{move || {
                                         let target = targets.with(|list| list.get(index).cloned().unwrap_or_default());
                                         let book = codebook.get().and_then(Result::ok);
@@ -366,12 +383,14 @@ pub fn QueryScreen(rerun: RwSignal<Option<CrosstabRequest>>) -> impl IntoView {
                     } else if found.is_empty() {
                         view! { <p class="empty">"Nothing matches."</p> }.into_any()
                     } else {
-                        let choices = found.into_iter().map(|pick| Choice {
+                        let more = more_than_shown(found.len());
+                        let choices = found.into_iter().take(SHOWN_PICKS).map(|pick| Choice {
                             primary: view! { <span class="pick-label">{pick.label}</span> }.into_any(),
                             secondary: view! { <code>{pick.target.clone()}</code> }.into_any(),
                             value: pick.target,
                         }).collect();
                         view! {
+                            {more.map(|said| view! { <p class="muted" id="picks-more">{said}</p> })}
                             <ChoiceList list_class="picks" button_class="pick" choices on_pick=Callback::new(add_target) />
                         }.into_any()
                     }
@@ -437,5 +456,16 @@ mod tests {
         // An unlabelled value shows as its number under the variable's name.
         let coffee = picks(&book, "p_coffee");
         assert_eq!(coffee[0].label, "P_COFFEE_01: 0");
+        // Words in any order, across the variable and its value.
+        assert_eq!(targets(&book, "female gender"), ["GENDER = 2"]);
+    }
+
+    #[test]
+    fn a_search_past_what_is_shown_says_how_many_it_found() {
+        assert_eq!(more_than_shown(SHOWN_PICKS), None);
+        assert_eq!(
+            more_than_shown(412).as_deref(),
+            Some("Showing the first 40 of 412: add a word to narrow the search.")
+        );
     }
 }

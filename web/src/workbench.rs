@@ -16,7 +16,7 @@ use crate::figures::Figures;
 use crate::grid::Arrangement;
 use crate::labels::{self, Labelled};
 use crate::local::{self, BaseDraft, GuidedDefinition, Opened};
-use crate::query::{load_surveys, picks};
+use crate::query::{load_surveys, more_than_shown, picks, SHOWN_PICKS};
 use crate::saved::{self, Spec};
 use crate::table_view::{Computed, Origin, TableView};
 
@@ -668,9 +668,11 @@ pub fn WorkbenchScreen(signed_in: bool) -> impl IntoView {
                     if found.is_empty() {
                         return view! { <p class="empty">"Nothing matches."</p> }.into_any();
                     }
+                    let more = more_than_shown(found.len());
                     view! {
+                        {more.map(|said| view! { <p class="muted" id="table-picks-more">{said}</p> })}
                         <ul class="picks table-picks">
-                            {found.into_iter().map(|pick| {
+                            {found.into_iter().take(SHOWN_PICKS).map(|pick| {
                                 let text = Labelled { target: pick.target.clone(), label: Some(pick.label.clone()) }.display();
                                 let entry = TableAxis { expression: pick.target.clone(), label: Some(pick.label.clone()) };
                                 let as_column = entry.clone();

@@ -212,38 +212,53 @@ impl CodebookQuery {
     }
 }
 
-/// Text to find in a codebook: trimmed, compared without regard to case. One rule for
-/// the backend's `?q=` and the app's search box.
+/// Text to find in a codebook: its words, each compared without regard to case, found
+/// when every one is somewhere in an entry (`coffee 01` finds "Coffee: brand 01"). One
+/// rule for the backend's `?q=` and the app's search box.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CodebookSearch {
-    needle: String,
+    words: Vec<String>,
 }
 
 impl CodebookSearch {
     /// The search for `text`; `None` when it is blank (a blank search finds everything).
     pub fn new(text: &str) -> Option<CodebookSearch> {
-        let needle = text.trim().to_lowercase();
-        (!needle.is_empty()).then_some(CodebookSearch { needle })
+        let words: Vec<String> = text.split_whitespace().map(str::to_lowercase).collect();
+        (!words.is_empty()).then_some(CodebookSearch { words })
     }
 
-    /// Whether `text` contains the search.
+    /// Whether every word is in one of `texts`.
+    pub fn finds_in(&self, texts: &[&str]) -> bool {
+        let texts: Vec<String> = texts.iter().map(|t| t.to_lowercase()).collect();
+        self.words
+            .iter()
+            .all(|word| texts.iter().any(|text| text.contains(word.as_str())))
+    }
+
+    /// Whether every word is in `text`.
     pub fn finds(&self, text: &str) -> bool {
-        text.to_lowercase().contains(&self.needle)
+        self.finds_in(&[text])
     }
 
-    /// Whether a label, if any, contains the search.
-    pub fn finds_label(&self, label: Option<&str>) -> bool {
-        label.is_some_and(|label| self.finds(label))
-    }
-
-    /// Whether a named code matches: its code, label or expression.
+    /// Whether a named code matches: its code, label and expression together.
     pub fn matches_code(&self, code: &CodeEntry) -> bool {
-        self.finds(&code.code) || self.finds_label(code.label.as_deref()) || self.finds(&code.expr)
+        self.finds_in(&[&code.code, code.label.as_deref().unwrap_or(""), &code.expr])
     }
 
-    /// Whether a variable itself matches: its name or label (not its values').
+    /// Whether a variable itself matches: its name and label (not its values').
     pub fn matches_variable(&self, variable: &VariableEntry) -> bool {
-        self.finds(&variable.name) || self.finds_label(variable.label.as_deref())
+        self.finds_in(&[&variable.name, variable.label.as_deref().unwrap_or("")])
+    }
+
+    /// Whether one value of a variable matches: the variable's name and label with the
+    /// value and its label (`coffee yes`).
+    pub fn matches_value(&self, variable: &VariableEntry, value: &ValueEntry) -> bool {
+        self.finds_in(&[
+            &variable.name,
+            variable.label.as_deref().unwrap_or(""),
+            value.label.as_deref().unwrap_or(""),
+            &value.value.to_string(),
+        ])
     }
 
     /// Keeps only the codes that match and the variables that match or have a value whose
@@ -255,7 +270,7 @@ impl CodebookSearch {
                 || variable
                     .values
                     .iter()
-                    .any(|value| self.finds_label(value.label.as_deref()))
+                    .any(|value| self.matches_value(variable, value))
         });
     }
 }
@@ -749,7 +764,6 @@ mod tests {
         .unwrap();
         assert!(search.finds("GENDER = 2"));
         assert!(!search.finds("AGE"));
-        assert!(!search.finds_label(None));
         let mut book = codebook();
         search.retain_in(&mut book);
         // The code whose expression names GENDER stays; so does the GENDER variable.
@@ -764,6 +778,22 @@ mod tests {
         assert!(!CodebookSearch::new("male")
             .unwrap()
             .matches_variable(&book.variables[0]));
+    }
+
+    /// Words are found each on its own, in any order, across an entry's parts.
+    #[test]
+    fn a_search_finds_every_word_anywhere_in_an_entry() {
+        let search = |text: &str| CodebookSearch::new(text).unwrap();
+        assert!(search("brand 01 coffee").finds("Coffee: brand 01"));
+        assert!(!search("coffee tea").finds("Coffee: brand 01"));
+        assert!(search("women 25").finds_in(&["F2554", "Women 25-54"]));
+        let book = codebook();
+        let gender = &book.variables[0];
+        let male = &gender.values[0];
+        assert_eq!(male.label.as_deref(), Some("Male"));
+        assert!(search("male gender").matches_value(gender, male));
+        assert!(!search("male gender").matches_variable(gender));
+        assert!(!search("male gender").matches_value(gender, &gender.values[1]));
     }
 
     #[test]

@@ -83,12 +83,18 @@ pub enum ApiError {
     Internal,
 }
 
-/// `n` seconds in words: "1 second", "30 seconds".
+/// A wait of `n` seconds in words: "1 second", "30 seconds", "5 minutes", "11 hours
+/// 58 minutes" (rounded up: never sooner than `Retry-After`, which keeps the seconds).
 fn seconds(n: u64) -> String {
-    if n == 1 {
-        "1 second".to_owned()
-    } else {
-        format!("{n} seconds")
+    let plural = |n: u64, unit: &str| format!("{n} {unit}{}", if n == 1 { "" } else { "s" });
+    if n < 120 {
+        return plural(n, "second");
+    }
+    let minutes = n.div_ceil(60);
+    match (minutes / 60, minutes % 60) {
+        (0, m) => plural(m, "minute"),
+        (h, 0) => plural(h, "hour"),
+        (h, m) => format!("{} {}", plural(h, "hour"), plural(m, "minute")),
     }
 }
 
@@ -315,6 +321,12 @@ mod tests {
         let rate = ApiError::RateLimited { retry_after_s: 1 };
         let quota = ApiError::OverDailyQuota { retry_after_s: 3 };
         assert_eq!(rate.to_string(), "Too many requests: retry in 1 second.");
+        let later = |s| ApiError::OverDailyQuota { retry_after_s: s }.to_string();
+        assert!(later(119).ends_with("retry in 119 seconds."));
+        assert!(later(121).ends_with("retry in 3 minutes."));
+        assert!(later(3600).ends_with("retry in 1 hour."));
+        assert!(later(43_141).ends_with("retry in 12 hours."));
+        assert!(later(43_000).ends_with("retry in 11 hours 57 minutes."));
         assert_eq!(
             quota.to_string(),
             "The account's daily quota of billed calls is used: retry in 3 seconds."

@@ -484,11 +484,19 @@ fn parse_quota(text: &str) -> Result<Limit<u64>, String> {
 
 /// An account's limits as the commands say them.
 fn limits_text(limits: AccountLimits) -> String {
-    let show = |value: Option<String>| value.unwrap_or_else(|| "unlimited".to_owned());
+    let count = |n: Option<u64>, one: &str, many: &str| match n {
+        None => format!("unlimited {many}"),
+        Some(1) => format!("1 {one}"),
+        Some(n) => format!("{n} {many}"),
+    };
     format!(
-        "{} requests per second, {} billed calls per day",
-        show(limits.per_second.map(|n| n.to_string())),
-        show(limits.daily_quota.map(|n| n.to_string()))
+        "{} per second, {} per day",
+        count(
+            limits.per_second.map(|n| u64::from(n.get())),
+            "request",
+            "requests"
+        ),
+        count(limits.daily_quota, "billed call", "billed calls")
     )
 }
 
@@ -1178,7 +1186,12 @@ async fn execute(command: Command) -> Result<(), CliError> {
                 .open(&output)
                 .and_then(|mut out| out.write_all(definition.as_bytes()))
                 .map_err(|error| {
-                    std::io::Error::new(error.kind(), format!("{}: {error}", output.display()))
+                    let said = if error.kind() == std::io::ErrorKind::AlreadyExists {
+                        "already exists: not overwritten (remove it, or give another -o)".to_owned()
+                    } else {
+                        error.to_string()
+                    };
+                    std::io::Error::new(error.kind(), format!("{}: {said}", output.display()))
                 })?;
             eprintln!(
                 "wrote {}: edit it, then crosstab survey import it",

@@ -372,9 +372,14 @@ fn read_options(options: &JsValue) -> Result<SendOptions, JsValue> {
     let authorizer = string("authorizer")?;
     // No header carries anything else: sent, it would fail as a network error each try.
     if !is_header_text(&authorizer) {
+        let why = if authorizer.trim() != authorizer {
+            "it begins or ends with a space"
+        } else {
+            "it holds a character no HTTP header carries (pasted invisible characters or line breaks?)"
+        };
         return Err(error(
             INVALID_ARGUMENT,
-            "options.authorizer must be printable ASCII (an API key, or Bearer and a token), neither first nor last a space: it holds a character no HTTP header carries (pasted invisible characters or line breaks?).",
+            &format!("options.authorizer must be printable ASCII (an API key, or Bearer and a token), neither first nor last a space: {why}."),
         ));
     }
     let key = match get("idempotencyKey")? {

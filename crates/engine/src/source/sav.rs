@@ -1170,7 +1170,8 @@ pub fn init_definition(
         let refused: Vec<String> = group_labels
             .iter()
             .filter(|(value, _)| !is_identifier(value) || value == ALL_GROUPS)
-            .map(|(value, _)| format!("'{}'", shorten(value)))
+            // Escaped: a line break in one must not end the comment.
+            .map(|(value, _)| format!("\"{}\"", shorten(value).escape_debug()))
             .collect();
         if !refused.is_empty() {
             line(format!(

@@ -4,6 +4,7 @@
 
 use std::path::Path;
 
+use crosstab_contract::app::TableRequest;
 use crosstab_contract::validate_value;
 use crosstab_engine::store::{Catalog, SurveyStore};
 use crosstab_engine::{import, ImportError, MemoryBudget, Survey, DOORKEEPER_BYTES};
@@ -145,6 +146,39 @@ fn weights_too_large_together_are_refused() {
     let answer = survey.crosstab(&validate_value(&request).unwrap()).unwrap();
     // In thousands, the default AudienceReportUnits.
     assert_eq!(answer.results[0].wgt_aud, 1e100 / 1000.0);
+    // And every figure of a table over them is a number (or absent, as for any survey).
+    let table: TableRequest = serde_json::from_value(json!({
+        "survey": "T", "populationBase": "ALL",
+        "rows": [{"expression": "X1"}, {"expression": "*"}],
+        "columns": [{"expression": "X = 1"}, {"expression": "NOT X = 1"}]
+    }))
+    .unwrap();
+    let table = survey.table(&table.validate().unwrap()).unwrap();
+    let cells = table
+        .cells
+        .iter()
+        .flatten()
+        .chain(&table.row_totals)
+        .chain(&table.column_totals)
+        .chain([&table.total]);
+    for cell in cells {
+        let figures = [
+            Some(cell.weight),
+            Some(cell.weight_squared),
+            Some(cell.wgt_aud),
+            cell.vertical_pct,
+            cell.horizontal_pct,
+            cell.vertical_pct_se,
+            cell.horizontal_pct_se,
+            cell.index,
+            cell.effective_n,
+            cell.standard_error,
+            cell.ci_low,
+            cell.ci_high,
+            cell.relative_standard_error,
+        ];
+        assert!(figures.iter().flatten().all(|f| f.is_finite()), "{cell:?}");
+    }
 }
 
 /// A respondents file that is not there is refused against the definition naming it, at

@@ -701,9 +701,13 @@ fn init_says_which_labelled_group_values_the_import_refuses() {
     let batch = RecordBatch::try_new(
         schema.clone(),
         vec![
-            Arc::new(arrow::array::StringArray::from(vec!["a", "b"])),
-            Arc::new(arrow::array::Float64Array::from(vec![1.0, 2.0])),
-            Arc::new(arrow::array::StringArray::from(vec!["red", "S\u{fc}d"])),
+            Arc::new(arrow::array::StringArray::from(vec!["a", "b", "c"])),
+            Arc::new(arrow::array::Float64Array::from(vec![1.0, 2.0, 3.0])),
+            Arc::new(arrow::array::StringArray::from(vec![
+                "red",
+                "S\u{fc}d",
+                "two\nlines",
+            ])),
         ],
     )
     .unwrap();
@@ -714,6 +718,7 @@ fn init_says_which_labelled_group_values_the_import_refuses() {
         [
             (t("red"), "Red team".to_owned()),
             (t("S\u{fc}d"), "South".to_owned()),
+            (t("two\nlines"), "Two".to_owned()),
         ]
         .into_iter()
         .collect(),
@@ -728,11 +733,13 @@ fn init_says_which_labelled_group_values_the_import_refuses() {
         import::init_definition(&path, "T", "RESPID", Some("WEIGHT"), Some("TEAM"), None).unwrap();
     assert!(
         text.contains("# the import refuses these labelled group values")
-            && text.contains("'S\u{fc}d'; recode them in the file first"),
+            && text.contains("\"S\u{fc}d\", \"two\\nlines\"; recode them in the file first"),
         "{text}"
     );
     assert!(text.contains("\"red\" = \"Red team\""), "{text}");
     assert!(!text.contains("\"S\u{fc}d\" ="), "{text}");
+    // The definition written is still TOML.
+    assert!(text.parse::<toml::Table>().is_ok(), "{text}");
 }
 
 #[test]

@@ -67,18 +67,45 @@ pub(crate) async fn ensure_account(
     name: &str,
     now: i64,
 ) -> Result<i64, DbError> {
-    sqlx::query(
+    Ok(made_account(conn, name, now).await?.0)
+}
+
+/// Creates `name` if needed (a write first, so SQLite's write lock is this transaction's
+/// from its start); its id, and whether it was made now.
+async fn made_account(
+    conn: &mut sqlx::AnyConnection,
+    name: &str,
+    now: i64,
+) -> Result<(i64, bool), DbError> {
+    let made = sqlx::query(
         "INSERT INTO accounts (name, created_at) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING",
     )
     .bind(name)
     .bind(now)
     .execute(&mut *conn)
-    .await?;
+    .await?
+    .rows_affected()
+        > 0;
     let row = sqlx::query("SELECT id FROM accounts WHERE name = $1")
         .bind(name)
         .fetch_one(&mut *conn)
         .await?;
-    Ok(row.try_get("id")?)
+    Ok((row.try_get("id")?, made))
+}
+
+/// The id of account `name`, its row locked to the transaction's end: a write first, so
+/// SQLite's write lock is the transaction's from its start (a read first could not take
+/// it later while the ledger's writer holds it), and PostgreSQL's row lock.
+async fn locked_account(
+    conn: &mut sqlx::AnyConnection,
+    name: &str,
+) -> Result<Option<i64>, DbError> {
+    Ok(
+        sqlx::query_scalar("UPDATE accounts SET name = name WHERE name = $1 RETURNING id")
+            .bind(name)
+            .fetch_optional(&mut *conn)
+            .await?,
+    )
 }
 
 /// Bumps the key revision and, on PostgreSQL, announces the change to every server when
@@ -126,12 +153,14 @@ pub async fn create_key(
     Ok(key)
 }
 
-/// Adds `grants` to account `account_id` (those it holds already stay as they are).
+/// Adds `grants` to account `account_id` (those it holds already stay as they are);
+/// how many it did not hold.
 async fn insert_grants(
     conn: &mut sqlx::AnyConnection,
     account_id: i64,
     grants: &[GrantSpec],
-) -> Result<(), DbError> {
+) -> Result<u64, DbError> {
+    let mut added = 0;
     for grant in grants {
         let groups: Vec<&str> = if grant.groups.is_empty() {
             vec![WHOLE_SURVEY]
@@ -139,15 +168,16 @@ async fn insert_grants(
             grant.groups.iter().map(String::as_str).collect()
         };
         for group in groups {
-            sqlx::query("INSERT INTO grants (account_id, survey, grp) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING")
+            added += sqlx::query("INSERT INTO grants (account_id, survey, grp) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING")
                 .bind(account_id)
                 .bind(&grant.survey)
                 .bind(group)
                 .execute(&mut *conn)
-                .await?;
+                .await?
+                .rows_affected();
         }
     }
-    Ok(())
+    Ok(added)
 }
 
 /// Adds `grants` to account `account`, created if need be (as a key's creation does),
@@ -158,13 +188,16 @@ pub async fn add_grants(
     grants: &[GrantSpec],
 ) -> Result<bool, DbError> {
     let mut tx = db.pool().begin().await?;
-    let existed = account_id_in(&mut tx, account).await?.is_some();
-    let account_id = ensure_account(&mut tx, account, now_ms()).await?;
-    insert_grants(&mut tx, account_id, grants).await?;
-    bump_revision(&mut tx).await?;
-    tx.commit().await?;
-    signal_key_change(db);
-    Ok(!existed)
+    let (account_id, made) = made_account(&mut tx, account, now_ms()).await?;
+    // Only a change is told to the servers.
+    if insert_grants(&mut tx, account_id, grants).await? > 0 {
+        bump_revision(&mut tx).await?;
+        tx.commit().await?;
+        signal_key_change(db);
+    } else {
+        tx.commit().await?;
+    }
+    Ok(made)
 }
 
 /// What [`remove_grants`] did. Nothing is removed unless every grant named is held.
@@ -189,7 +222,7 @@ pub async fn remove_grants(
     grants: &[GrantSpec],
 ) -> Result<GrantRemoval, DbError> {
     let mut tx = db.pool().begin().await?;
-    let Some(account_id) = account_id_in(&mut tx, account).await? else {
+    let Some(account_id) = locked_account(&mut tx, account).await? else {
         return Ok(GrantRemoval::NoAccount);
     };
     for grant in grants {
@@ -235,16 +268,6 @@ pub async fn remove_grants(
     Ok(GrantRemoval::Removed(grants_of(db, account_id).await?))
 }
 
-/// The id of the account named `name` within a transaction.
-async fn account_id_in(conn: &mut sqlx::AnyConnection, name: &str) -> Result<Option<i64>, DbError> {
-    Ok(
-        sqlx::query_scalar("SELECT id FROM accounts WHERE name = $1")
-            .bind(name)
-            .fetch_optional(&mut *conn)
-            .await?,
-    )
-}
-
 /// How many keys an account may have made for it (by the app).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct KeyLimits {
@@ -276,12 +299,9 @@ pub async fn create_key_within(
 ) -> Result<KeyCreation, DbError> {
     let now = now_ms();
     let mut tx = db.pool().begin().await?;
-    // A write first: SQLite's write lock, PostgreSQL's row lock, held to the commit.
-    let account_id: i64 =
-        sqlx::query_scalar("UPDATE accounts SET name = name WHERE name = $1 RETURNING id")
-            .bind(account)
-            .fetch_one(&mut *tx)
-            .await?;
+    let account_id = locked_account(&mut tx, account)
+        .await?
+        .ok_or(DbError::Sqlx(sqlx::Error::RowNotFound))?;
     let usable: i64 = sqlx::query_scalar(
         "SELECT COUNT(*) FROM api_keys WHERE account_id = $1 AND revoked_at IS NULL \
          AND (expires_at IS NULL OR expires_at > $2)",
@@ -349,19 +369,21 @@ pub enum Revocation {
 /// server's key cache.
 pub async fn revoke_key(db: &Database, key_id: &str) -> Result<Revocation, DbError> {
     let mut tx = db.pool().begin().await?;
-    let found = sqlx::query("SELECT id FROM api_keys WHERE id = $1")
-        .bind(key_id)
-        .fetch_optional(&mut *tx)
-        .await?
-        .is_some();
-    let revoked_now = found
-        && sqlx::query("UPDATE api_keys SET revoked_at = $1 WHERE id = $2 AND revoked_at IS NULL")
+    // The write first (see `locked_account`); only when it changed nothing, the look.
+    let revoked_now =
+        sqlx::query("UPDATE api_keys SET revoked_at = $1 WHERE id = $2 AND revoked_at IS NULL")
             .bind(now_ms())
             .bind(key_id)
             .execute(&mut *tx)
             .await?
             .rows_affected()
             > 0;
+    let found = revoked_now
+        || sqlx::query("SELECT id FROM api_keys WHERE id = $1")
+            .bind(key_id)
+            .fetch_optional(&mut *tx)
+            .await?
+            .is_some();
     if revoked_now {
         bump_revision(&mut tx).await?;
     }
@@ -460,10 +482,17 @@ pub async fn load_key(db: &Database, key_id: &str) -> Result<Option<KeyRecord>, 
 
 /// Account `account_id`'s request limits.
 pub async fn limits_of(db: &Database, account_id: i64) -> Result<AccountLimits, DbError> {
+    limits_in(db.pool(), account_id).await
+}
+
+async fn limits_in<'e>(
+    executor: impl sqlx::Executor<'e, Database = sqlx::Any>,
+    account_id: i64,
+) -> Result<AccountLimits, DbError> {
     let row =
         sqlx::query("SELECT per_second, daily_quota FROM account_limits WHERE account_id = $1")
             .bind(account_id)
-            .fetch_optional(db.pool())
+            .fetch_optional(executor)
             .await?;
     let Some(row) = row else {
         return Ok(AccountLimits::default());
@@ -516,9 +545,19 @@ pub async fn change_limits(
     change: LimitsChange,
 ) -> Result<Option<AccountLimits>, DbError> {
     let mut tx = db.pool().begin().await?;
-    let Some(id) = account_id_in(&mut tx, account).await? else {
+    let Some(id) = locked_account(&mut tx, account).await? else {
         return Ok(None);
     };
+    let before = limits_in(&mut *tx, id).await?;
+    let after = AccountLimits {
+        per_second: change.per_second.unwrap_or(before.per_second),
+        daily_quota: change.daily_quota.unwrap_or(before.daily_quota),
+    };
+    // Only a change is told to the servers.
+    if after == before {
+        tx.commit().await?;
+        return Ok(Some(before));
+    }
     let quota = |quota: Option<u64>| {
         quota
             .map(i64::try_from)
@@ -566,5 +605,10 @@ pub async fn key_revision(db: &Database) -> Result<i64, DbError> {
 
 /// The id of the account named `name`, if it exists.
 pub async fn account_id(db: &Database, name: &str) -> Result<Option<i64>, DbError> {
-    account_id_in(&mut *db.pool().acquire().await?, name).await
+    Ok(
+        sqlx::query_scalar("SELECT id FROM accounts WHERE name = $1")
+            .bind(name)
+            .fetch_optional(db.pool())
+            .await?,
+    )
 }

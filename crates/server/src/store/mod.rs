@@ -89,7 +89,7 @@ pub enum DbError {
     #[error("{0}")]
     Schema(SchemaMismatch),
     /// The SQLite file could not be created.
-    #[error("{}: {source}", path.display())]
+    #[error("creating the SQLite database {}: {source}", path.display())]
     Create {
         /// The file.
         path: PathBuf,
