@@ -387,6 +387,15 @@ test('a run refused says why once asked; each run joins Recently run at once; de
   await page.locator('#save-table').click();
   const entry = page.locator('.saved-list li', { hasText: 'to-delete' });
   await entry.waitFor();
+  // Saving again under the name asks before replacing it.
+  let replacing = '';
+  page.once('dialog', (dialog) => {
+    replacing = dialog.message();
+    dialog.dismiss();
+  });
+  await page.locator('#save-table').click();
+  await page.getByText('to-delete kept as it was.').waitFor();
+  assert.equal(replacing, 'Replace the saved table to-delete with this one?');
   const remove = page.getByRole('button', { name: 'Delete to-delete' });
   page.once('dialog', (dialog) => dialog.dismiss());
   await remove.click();

@@ -1201,6 +1201,11 @@ fn SavedTables(
             message.set(Some("Name the table to save it.".into()));
             return;
         }
+        let taken = saved::saved().iter().any(|spec| spec.name == chosen);
+        if taken && !confirmed(&format!("Replace the saved table {chosen} with this one?")) {
+            message.set(Some(format!("{chosen} kept as it was.")));
+            return;
+        }
         message.set(Some(match saved::save(current.run(chosen.clone())) {
             Ok(()) => format!("Saved as {chosen}."),
             Err(error) => error,
