@@ -12,6 +12,11 @@ use serde_json::{Map, Value};
 /// Why a body is not strict JSON.
 #[derive(Debug)]
 pub enum StrictJsonError {
+    /// Nothing but JSON's white space (if that): no value was sent.
+    Empty {
+        /// How many white-space bytes there are.
+        blank: usize,
+    },
     /// Not JSON at all (syntax, trailing characters, nesting over serde_json's limit).
     Syntax(serde_json::Error),
     /// An object names `name` twice; `top_level` when it is the body's own object.
@@ -33,11 +38,9 @@ impl StrictJsonError {
     /// Any other repeated name is the client's own, and is echoed only in part.
     pub fn refusal(&self, what: &str, members: &[&'static str]) -> (String, Option<&'static str>) {
         match self {
-            // Nothing read at all: no body was sent.
-            StrictJsonError::Syntax(error)
-                if error.is_eof() && (error.line(), error.column()) == (1, 0) =>
-            {
-                (format!("{what} is empty."), None)
+            StrictJsonError::Empty { blank: 0 } => (format!("{what} is empty."), None),
+            StrictJsonError::Empty { .. } => {
+                (format!("{what} is empty: it holds only white space."), None)
             }
             StrictJsonError::Syntax(error) => (
                 format!(
@@ -69,6 +72,12 @@ impl StrictJsonError {
 
 /// Parses `body` as JSON, refusing duplicate member names at any depth.
 pub fn from_slice_strict(body: &[u8]) -> Result<Value, StrictJsonError> {
+    if body
+        .iter()
+        .all(|byte| matches!(byte, b' ' | b'\t' | b'\n' | b'\r'))
+    {
+        return Err(StrictJsonError::Empty { blank: body.len() });
+    }
     let duplicate = RefCell::new(None);
     let mut reader = serde_json::Deserializer::from_slice(body);
     let parsed = Unique {
@@ -233,7 +242,12 @@ mod tests {
         };
         assert_eq!(said(""), "The request body is empty.");
         assert_eq!(
-            said(" "),
+            said(" \r\n\t"),
+            "The request body is empty: it holds only white space."
+        );
+        // A form feed is no JSON white space: that body is there, and broken.
+        assert_eq!(
+            said("\x0c"),
             "The request body is not valid JSON (line 1, column 1)."
         );
         assert_eq!(
@@ -244,7 +258,11 @@ mod tests {
 
     #[test]
     fn syntax_errors_stay_syntax_errors() {
-        for text in ["", "{", r#"{"a":1}x"#, r#"{"a":1,"b""#] {
+        assert!(matches!(
+            from_slice_strict(b""),
+            Err(StrictJsonError::Empty { blank: 0 })
+        ));
+        for text in ["{", r#"{"a":1}x"#, r#"{"a":1,"b""#] {
             assert!(
                 matches!(
                     from_slice_strict(text.as_bytes()),

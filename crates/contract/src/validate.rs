@@ -79,7 +79,7 @@ fn read_tree(body: &[u8]) -> Result<ValidRequest, ApiError> {
     let value = from_slice_strict(body).map_err(|error| {
         let (message, field) = error.refusal("The request body", &REQUEST_MEMBERS);
         let hint = match error {
-            StrictJsonError::Syntax(_) => OBJECT_HINT,
+            StrictJsonError::Empty { .. } | StrictJsonError::Syntax(_) => OBJECT_HINT,
             StrictJsonError::DuplicateMember { .. } => "Send each member of a JSON object once.",
         };
         ApiError::InvalidRequest {
