@@ -8,8 +8,10 @@
 //! cell's weight is bit for bit what `/v1` answers for `(row) AND (column)`) and `Σw²`
 //! are added.
 
-use crosstab_contract::table::{Correction, Table, TableAxisKind, TableCell, ValidTable};
-use crosstab_contract::{Expr, Unknown};
+use crosstab_contract::table::{
+    Correction, Table, TableAxisKind, TableCell, TableRequest, ValidTable,
+};
+use crosstab_contract::{ApiError, Expr, Unknown};
 
 use crate::bitset::Bitset;
 use crate::error::QueryError;
@@ -355,6 +357,21 @@ impl Survey {
     /// figure of [`TableCell`], with `billedCalls` 0 (the server sets what it billed).
     pub fn table(&self, request: &ValidTable) -> Result<Table, QueryError> {
         self.table_until(request, &|| false)
+    }
+
+    /// A table request answered by this survey alone, as for a grant of the whole of it
+    /// (the npm package's `Survey.table`, the app's tables from a local file): the survey
+    /// left out is this one, and another named is refused (`forbidden_survey`) before
+    /// the request is validated; an unknown base is `invalid_population_base`, an
+    /// unknown group `forbidden_survey`; nothing is billed (`billedCalls` is 0).
+    pub fn answer_table(&self, mut request: TableRequest) -> Result<Table, ApiError> {
+        if request.survey.is_empty() {
+            self.code().clone_into(&mut request.survey);
+        } else if request.survey != self.code() {
+            return Err(ApiError::ForbiddenSurvey);
+        }
+        let valid = request.validate()?;
+        Ok(self.table(&valid)?)
     }
 
     /// [`Survey::table`], given up ([`QueryError::GaveUp`]) once `give_up` says so, as it

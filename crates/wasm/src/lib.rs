@@ -53,16 +53,9 @@ pub fn crosstab(
 #[cfg(feature = "engine")]
 pub fn table(
     survey: &crosstab_engine::Survey,
-    mut request: crosstab_contract::app::TableRequest,
+    request: crosstab_contract::app::TableRequest,
 ) -> Result<crosstab_contract::app::Table, ApiError> {
-    // Left out, the loaded survey answers; another named is refused, as `crosstab` does.
-    if request.survey.is_empty() {
-        survey.code().clone_into(&mut request.survey);
-    } else if request.survey != survey.code() {
-        return Err(ApiError::ForbiddenSurvey);
-    }
-    let valid = request.validate()?;
-    Ok(survey.table(&valid)?)
+    survey.answer_table(request)
 }
 
 /// Reads a table request from its JSON text (what `JSON.stringify` gives for the value

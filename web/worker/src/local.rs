@@ -88,22 +88,9 @@ fn open_compiled(bytes: AlignedBytes, from: String) -> Result<Opened, String> {
 /// Computes a table from the opened survey, as the server would for a whole-survey grant
 /// (but nothing is billed: `billedCalls` is 0).
 fn table(request: &TableRequest) -> Result<Table, ApiError> {
-    let valid = request.clone().validate().map_err(ApiError::from)?;
-    OPENED.with(|slot| {
-        let opened = slot.borrow();
-        let survey = opened
-            .as_ref()
-            .filter(|s| s.code() == valid.request.survey)
-            .ok_or(ApiError::ForbiddenSurvey)?;
-        if valid.group_filter().is_some_and(|g| !survey.has_group(g)) {
-            return Err(ApiError::ForbiddenSurvey);
-        }
-        if !survey.has_base(&valid.request.population_base) {
-            return Err(ApiError::InvalidPopulationBase {
-                base: valid.request.population_base.clone(),
-            });
-        }
-        survey.table(&valid).map_err(ApiError::from)
+    OPENED.with(|slot| match slot.borrow().as_ref() {
+        Some(survey) => survey.answer_table(request.clone()),
+        None => Err(ApiError::ForbiddenSurvey),
     })
 }
 
@@ -120,6 +107,7 @@ struct DefinitionFile<'a> {
     unweighted: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     group_column: Option<&'a str>,
+    audience_report_units: u32,
     population_bases: &'a [crate::protocol::BaseDraft],
 }
 
@@ -137,6 +125,7 @@ impl GuidedDefinition {
             weight_column: self.weight_column.as_deref(),
             unweighted: self.weight_column.is_none(),
             group_column: self.group_column.as_deref().filter(|g| !g.is_empty()),
+            audience_report_units: self.audience_report_units,
             population_bases: &self.bases,
         };
         toml::to_string(&file).map_err(|error| error.to_string())
@@ -159,6 +148,7 @@ mod tests {
             id_column: "RESPID".into(),
             weight_column: Some("WEIGHT".into()),
             group_column: Some("REGION".into()),
+            audience_report_units: 1,
             bases: vec![
                 BaseDraft {
                     code: "ALL".into(),
@@ -237,6 +227,41 @@ mod tests {
         assert!(!guided().to_toml().unwrap().contains("unweighted"));
     }
 
+    /// The form's choice of units is the survey's: a large file's audiences in
+    /// thousands, a small one's as they are.
+    #[test]
+    fn the_guided_form_sets_the_report_units() {
+        let call = Call::OpenGuided {
+            definition: GuidedDefinition {
+                audience_report_units: 1000,
+                ..guided()
+            },
+            from: "test".into(),
+        };
+        let opened = opened(answer(call, Payload::Text(CSV.into())));
+        assert_eq!(opened.codebook.audience_report_units, 1000);
+        let table = table_of(&TableRequest {
+            survey: "PRIV".into(),
+            population_base: "ALL".into(),
+            group: None,
+            filter: None,
+            rows: vec![TableAxis {
+                expression: "GENDER = 2".into(),
+                label: None,
+            }],
+            columns: vec![TableAxis {
+                expression: "REGION = 2".into(),
+                label: None,
+            }],
+            confidence: Default::default(),
+            bonferroni: false,
+            holm: false,
+        })
+        .unwrap();
+        assert_eq!(table.audience_report_units, 1000);
+        assert_eq!(table.cells[0][0].wgt_aud, 0.0035);
+    }
+
     #[test]
     fn the_guided_form_writes_a_definition_the_engine_imports() {
         let call = Call::OpenGuided {
@@ -247,6 +272,7 @@ mod tests {
         assert_eq!(opened.codebook.code, "PRIV");
         assert_eq!(opened.codebook.name, "Private \"panel\"");
         assert_eq!(opened.codebook.respondents, 3);
+        assert_eq!(opened.codebook.audience_report_units, 1);
         let bases = bases_of(&opened);
         assert_eq!(bases, [("ALL", 3, 5.0), ("WOMEN", 2, 3.5)]);
         let groups: Vec<&str> = opened
@@ -364,6 +390,7 @@ mod tests {
                 row: "Women".into(),
                 what: "Weighted (000)".into(),
                 decimals: 1,
+                percent: false,
                 values: vec![Cell::Number(1.25)],
             }],
             legend: vec!["* unstable".into()],

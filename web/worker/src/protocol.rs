@@ -95,6 +95,8 @@ pub struct GuidedDefinition {
     pub weight_column: Option<String>,
     /// The group column, if any.
     pub group_column: Option<String>,
+    /// What `WgtAud` counts in: 1 (the weights' sums as they are), 1000 (thousands)...
+    pub audience_report_units: u32,
     /// At least one base.
     pub bases: Vec<BaseDraft>,
 }
@@ -121,6 +123,8 @@ pub struct SheetLine {
     pub what: String,
     /// Decimal places its numbers are shown with (stored with every digit).
     pub decimals: u8,
+    /// Whether its numbers are percentages (`12.5` is 12.5%).
+    pub percent: bool,
     /// A value per column.
     pub values: Vec<Cell>,
 }

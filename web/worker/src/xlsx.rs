@@ -24,10 +24,7 @@ pub fn workbook(sheet: &Sheet) -> Result<Vec<u8>, XlsxError> {
     out.set_freeze_panes(row + 1, 2)?;
     row += 1;
     for line in &sheet.lines {
-        let format = Format::new().set_num_format(match line.decimals {
-            0 => "#,##0".to_owned(),
-            n => format!("#,##0.{}", "0".repeat(usize::from(n))),
-        });
+        let format = Format::new().set_num_format(number_format(line.decimals, line.percent));
         out.write_string_with_format(row, 0, &line.row, &bold)?;
         out.write_string(row, 1, &line.what)?;
         for (index, value) in line.values.iter().enumerate() {
@@ -55,6 +52,33 @@ pub fn workbook(sheet: &Sheet) -> Result<Vec<u8>, XlsxError> {
     workbook.save_to_buffer()
 }
 
+/// A line's number format: thousands grouped, its decimals, and a percentage's `%` as
+/// a literal (Excel's own `%` would show 12.5 as 1250%).
+fn number_format(decimals: u8, percent: bool) -> String {
+    let mut format = "#,##0".to_owned();
+    if decimals > 0 {
+        format.push('.');
+        format.push_str(&"0".repeat(usize::from(decimals)));
+    }
+    if percent {
+        format.push_str("\"%\"");
+    }
+    format
+}
+
 fn column(index: usize) -> Result<u16, XlsxError> {
     u16::try_from(index).map_err(|_| XlsxError::ParameterError("too many columns".to_owned()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::number_format;
+
+    #[test]
+    fn percentages_carry_their_sign_unscaled() {
+        assert_eq!(number_format(0, false), "#,##0");
+        assert_eq!(number_format(1, false), "#,##0.0");
+        assert_eq!(number_format(1, true), "#,##0.0\"%\"");
+        assert_eq!(number_format(0, true), "#,##0\"%\"");
+    }
 }
