@@ -98,7 +98,9 @@ pub struct Demo {
 }
 
 /// The demo: the `DEMO` survey (generated once), account `demo` entitled to all of it,
-/// and a fresh test key for it (keys are shown only once, so each start makes one).
+/// and a fresh test key for it (keys are shown only once, so each start makes one, and
+/// revokes the account's earlier keys as it resets the user's password: only what this
+/// start printed opens the demo).
 pub async fn prepare_demo(db: &Database, store: &SurveyStore) -> Result<Demo, ServeError> {
     let config = DemoConfig::default();
     if !store.codes()?.iter().any(|code| code == "DEMO") {
@@ -121,6 +123,17 @@ pub async fn prepare_demo(db: &Database, store: &SurveyStore) -> Result<Demo, Se
         replicas::publish(db, store, "DEMO", SystemClock.now_ms())
             .await
             .map_err(ServeError::Copies)?;
+    }
+    let mut revoked = 0;
+    for earlier in accounts::list_keys(db, Some("demo")).await? {
+        if earlier.revoked_at.is_none()
+            && accounts::revoke_key(db, &earlier.id).await? == accounts::Revocation::Revoked
+        {
+            revoked += 1;
+        }
+    }
+    if revoked > 0 {
+        tracing::info!(revoked, "the demo keys of earlier starts are revoked");
     }
     let key = accounts::create_key(db, "demo", &[grant], KeyEnv::Test, None).await?;
     let password = users::random_password();

@@ -1197,7 +1197,7 @@ async fn demo_server_and_the_smaller_commands() {
     let http = reqwest::Client::new();
     let demo_body =
         json!({"SurveyCode": "DEMO", "PopulationBaseCode": "ADULTS", "TargetCodes": ["F2554"]});
-    let mut keys = Vec::new();
+    let mut keys: Vec<String> = Vec::new();
     for _start in 0..2 {
         let server = Server::start(&data, &["--demo"]);
         let key = server
@@ -1219,6 +1219,18 @@ async fn demo_server_and_the_smaller_commands() {
         let body: Value = response.json().await.unwrap();
         assert_eq!(body["ResultCode"], 0);
         assert!(body["Results"][0]["Resps"].as_u64().unwrap() > 0);
+        // The key an earlier start printed opens nothing any more.
+        for earlier in &keys {
+            let refused = http
+                .post(server.url("/v1/crosstab"))
+                .header(CONTENT_TYPE, "application/json")
+                .header("Service-Engine-Authorizer", earlier)
+                .body(demo_body.to_string())
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(refused.status(), StatusCode::UNAUTHORIZED);
+        }
         server.stop();
         keys.push(key);
     }
