@@ -92,6 +92,14 @@ test("on a shared browser each user sees only their own history, and a sign-out 
     await page.getByRole('link', { name: 'History' }).click();
     await page.getByRole('heading', { name: 'Query history' }).waitFor();
     const items = await page.locator('.history-item').allTextContents();
+    // When each ran reads as the browser writes dates, over the ISO time it keeps.
+    for (const [iso, shown, expected] of await page.locator('.history-item time').evaluateAll((times) =>
+      times.map((t) => [t.dateTime, t.textContent,
+        new Date(t.dateTime).toLocaleString(navigator.language, { dateStyle: 'medium', timeStyle: 'short' })]))) {
+      assert.match(iso, /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d/);
+      assert.equal(shown, expected);
+      assert.doesNotMatch(shown, /T\d\d:/);
+    }
     await page.getByRole('link', { name: 'Query' }).click();
     return items;
   };
@@ -100,6 +108,8 @@ test("on a shared browser each user sees only their own history, and a sign-out 
   const signOut = page.waitForResponse((r) => r.url().endsWith('/app/logout'));
   await page.getByRole('button', { name: 'Sign out' }).click();
   assert.equal((await signOut).status(), 204);
+  await page.locator('#signed-out').waitFor();
+  assert.match(await page.locator('#signed-out').textContent(), /You have signed out/);
   await signIn(page, server, NORA);
   assert.deepEqual(await history(), [], "nora sees none of demo's queries");
   await page.getByRole('button', { name: 'Sign out' }).click();

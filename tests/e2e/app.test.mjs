@@ -38,6 +38,13 @@ test('sign in, build a query from the codebook, run it: the numbers /v1/crosstab
   await page.goto(server.origin);
   await page.getByRole('heading', { name: 'Sign in' }).waitFor();
   await page.screenshot({ path: join(artifacts, 'sign-in.png') });
+  // Tab's first stop skips to the screen's heading, leaving the address as it was.
+  await page.keyboard.press('Tab');
+  assert.equal(await page.evaluate(() => document.activeElement?.textContent), 'Skip to the content');
+  const address = page.url();
+  await page.keyboard.press('Enter');
+  await page.waitForFunction(() => document.activeElement?.matches('main h1'));
+  assert.equal(page.url(), address);
   await signIn(page, server);
   await page.locator('#base').waitFor();
   console.log(`query screen rendered ${Date.now() - started} ms after navigation (incl. sign-in)`);
@@ -221,6 +228,13 @@ test('history re-runs a query; the portal shows the API reference, keys and usag
   assert.match(await calling.innerText(), /Service-Engine-Authorizer: Bearer \$JWT/);
   assert.match(await calling.innerText(), /grant-type:saml2-bearer/);
   await page.screenshot({ path: join(artifacts, 'keys.png'), fullPage: true });
+  // On a phone, wide tables scroll in their own box: the page never pans sideways.
+  await page.setViewportSize({ width: 390, height: 844 });
+  const pageWidth = () => page.evaluate(() => document.documentElement.scrollWidth);
+  assert.equal(await pageWidth(), 390, 'the keys');
+  await page.getByRole('link', { name: 'API reference' }).click();
+  await page.locator('#api-reference').getByText('operationId: crosstabOptions').waitFor();
+  assert.equal(await pageWidth(), 390, 'the API reference');
   await context.close();
 });
 

@@ -57,8 +57,10 @@ fn describe(request: &CrosstabRequest) -> String {
 pub fn HistoryScreen(on_pick: Callback<CrosstabRequest>) -> impl IntoView {
     let items = RwSignal::new(entries());
     let clear = move |_| {
-        crate::stored::delete(KEY);
-        items.set(Vec::new());
+        if crate::dom::confirmed("Clear the query history? This can't be undone.") {
+            crate::stored::delete(KEY);
+            items.set(Vec::new());
+        }
     };
     view! {
         <section class="card">
@@ -73,10 +75,11 @@ pub fn HistoryScreen(on_pick: Callback<CrosstabRequest>) -> impl IntoView {
                 } else {
                     let choices = list.into_iter().map(|entry| Choice {
                         primary: view! { <span class="history-query">{describe(&entry.request)}</span> }.into_any(),
-                        secondary: view! { <span class="muted">{format!("{} — {}", entry.at, entry.summary)}</span> }.into_any(),
+                        secondary: view! { <span class="muted"><time datetime=entry.at.clone()>{crate::dom::local_time(&entry.at)}</time>{format!(" — {}", entry.summary)}</span> }.into_any(),
                         value: entry.request,
                     }).collect();
                     view! {
+                        <p class="muted">"Choosing a query runs it again on the Query screen, billed as any run."</p>
                         <ChoiceList list_class="history" button_class="history-item" choices on_pick />
                     }.into_any()
                 }

@@ -3,6 +3,7 @@
 //! backend (`/app/...`); the API key never reaches the browser.
 
 mod api;
+mod bands;
 mod choices;
 mod dom;
 mod export;
@@ -157,7 +158,7 @@ fn enter(session: RwSignal<Session>, next: Session) {
 
 #[component]
 fn App() -> impl IntoView {
-    stored::forget_unowned(&[history::KEY, saved::SAVED, saved::HISTORY]);
+    stored::forget_unowned(&[history::KEY, saved::SAVED, saved::HISTORY, saved::ANSWERS]);
     let session = RwSignal::new(Session::Checking);
     let screen = RwSignal::new(Screen::from_hash(&current_hash()));
     // Back and Forward move between screens as the links do (the hash names the screen);
@@ -208,6 +209,8 @@ fn App() -> impl IntoView {
     // A sign-out the server did not confirm leaves the session as it is, and says so: on
     // a shared computer, a reload would otherwise sign the last user back in.
     let sign_out_error = RwSignal::new(None::<String>);
+    // A confirmed sign-out is said on the sign-in form it leads to.
+    let signed_out = RwSignal::new(false);
     let go = move |target: Screen| {
         screen.set(target);
         if let Some(window) = web_sys::window() {
@@ -219,6 +222,7 @@ fn App() -> impl IntoView {
             match api::logout().await {
                 Ok(()) => {
                     sign_out_error.set(None);
+                    signed_out.set(true);
                     enter(session, Session::SignedOut);
                 }
                 Err(failure) => sign_out_error.set(Some(format!(
@@ -229,6 +233,9 @@ fn App() -> impl IntoView {
         });
     };
     view! {
+        // The first stop for Tab: past the navigation to the screen's heading.
+        <a class="skip-link" href="#main"
+            on:click=move |ev: leptos::ev::MouseEvent| { ev.prevent_default(); focus_new_screen(); }>"Skip to the content"</a>
         <header class="topbar">
             <span class="brand">"crosstab"</span>
             {move || match session.get() {
@@ -250,7 +257,7 @@ fn App() -> impl IntoView {
             }}
         </header>
         {move || sign_out_error.get().map(|message| view! { <p class="error" role="alert" id="sign-out-error">{message}</p> })}
-        <main>
+        <main id="main">
             {move || match session.get() {
                 Session::Checking => view! { <p class="status" role="status">"Loading…"</p> }.into_any(),
                 // A survey file on this computer needs no account: tables from it are
@@ -262,7 +269,7 @@ fn App() -> impl IntoView {
                     <workbench::WorkbenchScreen signed_in=false />
                 }.into_any(),
                 Session::SignedOut => view! {
-                    <SignIn session=session ended=ended />
+                    <SignIn session=session ended=ended signed_out=signed_out />
                     <section class="card signin">
                         <h2>"Private data"</h2>
                         <p class="muted">"Work on a survey file from this computer without signing in: it is computed in this page, never uploaded, and not billed."</p>
@@ -288,7 +295,11 @@ fn App() -> impl IntoView {
 }
 
 #[component]
-fn SignIn(session: RwSignal<Session>, ended: RwSignal<bool>) -> impl IntoView {
+fn SignIn(
+    session: RwSignal<Session>,
+    ended: RwSignal<bool>,
+    signed_out: RwSignal<bool>,
+) -> impl IntoView {
     let username = RwSignal::new(String::new());
     let password = RwSignal::new(String::new());
     let error = RwSignal::new(None::<String>);
@@ -301,6 +312,7 @@ fn SignIn(session: RwSignal<Session>, ended: RwSignal<bool>) -> impl IntoView {
             match api::login(&username.get_untracked(), &password.get_untracked()).await {
                 Ok(me) => {
                     ended.set(false);
+                    signed_out.set(false);
                     enter(session, Session::SignedIn(me));
                 }
                 Err(failure) => error.set(Some(failure.message)),
@@ -314,6 +326,9 @@ fn SignIn(session: RwSignal<Session>, ended: RwSignal<bool>) -> impl IntoView {
             <h1>"Sign in"</h1>
             {move || ended.get().then(|| view! {
                 <p class="warning" role="status" id="session-ended">"Your session has ended: sign in again. The table you were building is kept."</p>
+            })}
+            {move || (signed_out.get() && !ended.get()).then(|| view! {
+                <p class="status" role="status" id="signed-out">"You have signed out. Sign in again to go on."</p>
             })}
             <p class="muted">"Use the username and password your account administrator gave you."</p>
             <form on:submit=submit>

@@ -8,6 +8,7 @@ use leptos::prelude::*;
 use serde_json::Value;
 
 use crate::api::{self, ApiFailure};
+use crate::dom::local_time;
 
 fn pretty(value: &Value) -> String {
     serde_json::to_string_pretty(value).unwrap_or_default()
@@ -74,6 +75,7 @@ pub fn ApiReference() -> impl IntoView {
                                 <p>{text(&op, "description")}</p>
                                 <p>{if secured { "Requires the Service-Engine-Authorizer header." } else { "No authentication." }}</p>
                                 {body.map(|name| view! { <p>"Request body: "<code>{name}</code></p> })}
+                                <div class="table-wrap" tabindex="0" role="region" aria-label=format!("Answers of {method} {path}")>
                                 <table>
                                     <thead><tr><th scope="col">"Status"</th><th scope="col">"Meaning"</th><th scope="col">"Example"</th></tr></thead>
                                     <tbody>
@@ -90,6 +92,7 @@ pub fn ApiReference() -> impl IntoView {
                                         }).collect_view()}
                                     </tbody>
                                 </table>
+                                </div>
                             </article>
                         }
                     }).collect_view()}
@@ -99,11 +102,13 @@ pub fn ApiReference() -> impl IntoView {
                             .map(|m| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect()).unwrap_or_default();
                         let required: Vec<String> = schema.get("required").and_then(Value::as_array)
                             .map(|r| r.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect()).unwrap_or_default();
+                        let region = format!("Fields of {name}");
                         view! {
                             <article class="schema">
                                 <h3><code>{name}</code></h3>
                                 <p>{text(&schema, "description")}</p>
                                 {(!properties.is_empty()).then(|| view! {
+                                    <div class="table-wrap" tabindex="0" role="region" aria-label=region>
                                     <table>
                                         <thead><tr><th scope="col">"Field"</th><th scope="col">"Type"</th><th scope="col">"Required"</th><th scope="col">"Meaning"</th></tr></thead>
                                         <tbody>
@@ -114,6 +119,7 @@ pub fn ApiReference() -> impl IntoView {
                                             }).collect_view()}
                                         </tbody>
                                     </table>
+                                    </div>
                                 })}
                             </article>
                         }
@@ -244,6 +250,7 @@ pub fn Keys() -> impl IntoView {
                 Some(Err(failure)) => view! { <p class="error" role="alert">{failure.message}</p> }.into_any(),
                 Some(Ok(list)) if list.is_empty() => view! { <p class="empty">"No keys yet."</p> }.into_any(),
                 Some(Ok(list)) => view! {
+                    <div class="table-wrap" tabindex="0" role="region" aria-label="API keys">
                     <table>
                         <thead><tr><th scope="col">"Key id"</th><th scope="col">"Env"</th><th scope="col">"Created"</th><th scope="col">"Expires"</th><th scope="col">"Status"</th><th></th></tr></thead>
                         <tbody>
@@ -252,9 +259,9 @@ pub fn Keys() -> impl IntoView {
                                 let active = key.revoked_at.is_none();
                                 view! {
                                     <tr>
-                                        <td><code>{key.id.clone()}</code></td><td>{key.env.clone()}</td><td>{key.created_at.clone()}</td>
-                                        <td>{key.expires_at.clone().unwrap_or_else(|| "never".into())}</td>
-                                        <td>{key.revoked_at.clone().map_or_else(|| "active".to_owned(), |at| format!("revoked {at}"))}</td>
+                                        <td><code>{key.id.clone()}</code></td><td>{key.env.clone()}</td><td>{local_time(&key.created_at)}</td>
+                                        <td>{key.expires_at.as_deref().map_or_else(|| "never".to_owned(), local_time)}</td>
+                                        <td>{key.revoked_at.as_deref().map_or_else(|| "active".to_owned(), |at| format!("revoked {}", local_time(at)))}</td>
                                         <td>{active.then(|| view! {
                                             <button class="secondary" aria-label=format!("Revoke key {id}") on:click=move |_| {
                                                 let id = id.clone();
@@ -277,6 +284,7 @@ pub fn Keys() -> impl IntoView {
                             }).collect_view()}
                         </tbody>
                     </table>
+                    </div>
                 }.into_any(),
             }}
         </section>
