@@ -297,6 +297,8 @@ test('a table from the codebook by labels: every cell is /v1 for (row) AND (colu
   const [csvDownload] = await Promise.all([page.waitForEvent('download'), page.locator('#export-table-csv').click()]);
   const csv = readFileSync(await csvDownload.path(), 'utf8');
   assert.ok(csv.startsWith('\uFEFFSurvey,'), csv.slice(0, 40));
+  // Named for its survey, base, variables and time, so two tables' files differ.
+  assert.match(csvDownload.suggestedFilename(), /^DEMO-[A-Z0-9_]+-F2554\+SMOKERS\+more-by-REGION-\d{8}-\d{4}\.csv$/);
   assert.match(csv, /Row,Figure,Total,Census region: Northeast · REGION = 1/);
   // The XLSX writer lives in the worker, loaded on this first export: the button says so
   // (and takes no second click) until the file is ready.
@@ -336,6 +338,14 @@ test('a table from the codebook by labels: every cell is /v1 for (row) AND (colu
   assert.equal(sheet[women][1], 'Weighted audience (×1,000)');
   assert.equal(sheet[women][3], (await v1('(F2554) AND (REGION = 1)')).WgtAud);
   assert.ok(sheet.some((line) => String(line[0] ?? '').startsWith('* Unstable')), 'legend in the workbook');
+  // A share is stored as the number on screen (12.5, not 0.125) and shown with its % sign.
+  const formatted = XLSX.read(readFileSync(await xlsxDownload.path()), { cellNF: true });
+  const styled = formatted.Sheets[formatted.SheetNames[0]];
+  const share = sheet.findIndex((line, at) => at > women && line[1] === 'Vertical %');
+  const shareCell = styled[XLSX.utils.encode_cell({ r: share, c: 3 })];
+  assert.equal(shareCell.z, '#,##0.0"%"');
+  assert.ok(shareCell.v > 1, `a share in percent: ${shareCell.v}`);
+  assert.equal(styled[XLSX.utils.encode_cell({ r: women, c: 3 })].z, '#,##0.0');
   const [svgDownload] = await Promise.all([page.waitForEvent('download'), page.locator('#export-chart-svg').click()]);
   assert.match(readFileSync(await svgDownload.path(), 'utf8'), /^<svg xmlns="http:\/\/www.w3.org\/2000\/svg"/);
   const [pngDownload] = await Promise.all([page.waitForEvent('download'), page.locator('#export-chart-png').click()]);
@@ -356,6 +366,8 @@ test('a table from the codebook by labels: every cell is /v1 for (row) AND (colu
   assert.equal(await page.locator('#workbench-table th[scope="row"][data-row="0"]').textContent(), 'Census region: Northeast · REGION = 1');
   await page.setViewportSize({ width: 390, height: 844 });
   await page.screenshot({ path: join(artifacts, 'workbench-phone.png'), fullPage: true });
+  // The table scrolls in its own box (its screen-reader text with it): the page does not.
+  assert.equal(await page.evaluate(() => document.documentElement.scrollWidth), 390);
   await context.close();
 });
 
@@ -387,6 +399,21 @@ test('a run refused says why once asked; each run joins Recently run at once; de
   await page.locator('#save-table').click();
   const entry = page.locator('.saved-list li', { hasText: 'to-delete' });
   await entry.waitFor();
+  // Reopened, the table shows its kept answer at once: nothing asked of the server, so
+  // nothing billed again.
+  const asks = [];
+  const countAsks = (request) => { if (request.url().endsWith('/app/api/table')) asks.push(request.url()); };
+  page.on('request', countAsks);
+  await wb.typed('rows', 'GENDER = 2');
+  await page.locator('#table-stale').waitFor();
+  await entry.locator('.history-item').click();
+  await page.locator('#table-cost[data-kept="true"]').waitFor();
+  assert.match(await page.locator('#table-cost').textContent(), /kept in this browser: shown again, not billed again/);
+  assert.deepEqual(await wb.expressions('rows'), ['GENDER = 1']);
+  assert.equal(await page.locator('#table-stale').count(), 0, 'the kept answer is the builder\'s table');
+  await page.waitForTimeout(300);
+  page.off('request', countAsks);
+  assert.deepEqual(asks, []);
   // Saving again under the name asks before replacing it.
   let replacing = '';
   page.once('dialog', (dialog) => {
@@ -454,11 +481,17 @@ test('a stricter confidence and Bonferroni, then Holm: sent with the table, said
   await page.locator('#figures-all').click();
   assert.match(await page.locator('#figure-key').textContent(), /Vertical % 99% interval/);
 
-  // The draft keeps them: a reload has them back.
+  // The draft keeps them: a reload has them back, and the answer kept shows again
+  // without asking the server.
+  const asked = sent.length;
   await page.reload();
   await page.locator('#table-base').waitFor();
   assert.equal(await page.locator('#table-confidence').inputValue(), '99');
   assert.equal(await page.locator('#table-correction').inputValue(), 'bonferroni');
+  await page.locator('#workbench-table[data-run="1"]').waitFor();
+  assert.equal(await page.locator('#table-cost').getAttribute('data-kept'), 'true');
+  assert.match(await page.locator('#table-legend').textContent(), /Bonferroni corrected/);
+  assert.equal(sent.length, asked);
 
   // Holm's step-down at 95% instead, with a row whose regions differ enough to keep
   // letters under it: sent, said, and kept in the draft too.
@@ -466,7 +499,8 @@ test('a stricter confidence and Bonferroni, then Holm: sent with the table, said
   await page.locator('#table-correction').selectOption('holm');
   const reloaded = bench(page);
   await reloaded.typed('rows', 'P_SOFT_DRINKS_02 = 1');
-  // The reloaded page counts its runs afresh.
+  // The reloaded page counts its runs afresh, the kept answer's among them.
+  reloaded.counted();
   await reloaded.run();
   assert.deepEqual([sent.at(-1).confidence, sent.at(-1).bonferroni, sent.at(-1).holm], [95, false, true]);
   const stepped = await marks();
@@ -712,6 +746,9 @@ test('a private file: opened with the guided form, computed in the page, never s
   await page.locator('#local-id').selectOption('RESPID');
   await page.locator('#local-weight').selectOption('WEIGHT');
   await page.locator('#local-group').selectOption('REGION');
+  // Audiences in the weights' own units unless asked; thousands, as survey.toml's default.
+  assert.equal(await page.locator('#local-units').inputValue(), '1');
+  await page.locator('#local-units').selectOption('1000');
   await page.locator('#local-open').click();
   await page.locator('#local-opened').waitFor();
   assert.match(await page.locator('#local-opened').textContent(), /PRIV .* \(240 respondents\)/);

@@ -2,6 +2,8 @@
 //! the legend; its chart as SVG (and PNG, drawn from the SVG on a canvas). One line per
 //! row and figure, one column per banner column, as survey tools lay tables out.
 
+use crosstab_contract::app::{Table, TableHeader};
+use crosstab_contract::CrosstabRequest;
 use crosstab_web_worker::{Call, Cell, Reply, Sheet, SheetLine};
 use wasm_bindgen::{JsCast, JsValue};
 
@@ -9,7 +11,7 @@ use crate::figures::{self, Figure, Figures};
 use crate::grid::{Grid, Key};
 
 /// What a table is of: the lines above it in a file.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Caption {
     /// `DEMO — Demo consumer survey`.
     pub survey: String,
@@ -52,7 +54,7 @@ fn body(grid: &Grid, figures: &Figures) -> Vec<SheetLine> {
     let mut out = Vec::new();
     for line in &grid.lines {
         let mut first = true;
-        let mut push = |what: String, decimals: u8, values: Vec<Cell>| {
+        let mut push = |what: String, decimals: u8, percent: bool, values: Vec<Cell>| {
             out.push(SheetLine {
                 row: if first {
                     line.head.label.clone()
@@ -61,6 +63,7 @@ fn body(grid: &Grid, figures: &Figures) -> Vec<SheetLine> {
                 },
                 what,
                 decimals,
+                percent,
                 values,
             });
             first = false;
@@ -68,6 +71,7 @@ fn body(grid: &Grid, figures: &Figures) -> Vec<SheetLine> {
         for figure in &figures.shown {
             let name = figure.name(grid.units, grid.tests.confidence);
             let decimals = figure.decimals(grid.units);
+            let percent = figure.is_percentage();
             let values = line
                 .cells
                 .iter()
@@ -77,11 +81,11 @@ fn body(grid: &Grid, figures: &Figures) -> Vec<SheetLine> {
             if figure.is_interval() {
                 let low = values.clone().map(|v| number(v.map(|(low, _)| low)));
                 let high = values.map(|v| number(v.and_then(|(_, high)| high)));
-                push(format!("{name}, low"), decimals, low.collect());
-                push(format!("{name}, high"), decimals, high.collect());
+                push(format!("{name}, low"), decimals, percent, low.collect());
+                push(format!("{name}, high"), decimals, percent, high.collect());
             } else {
                 let values = values.map(|v| number(v.map(|(value, _)| value)));
-                push(name, decimals, values.collect());
+                push(name, decimals, percent, values.collect());
             }
         }
         if figures.stability || figures.significance || figures.letters {
@@ -93,7 +97,7 @@ fn body(grid: &Grid, figures: &Figures) -> Vec<SheetLine> {
                     m => Cell::Text(m),
                 })
                 .collect();
-            push("Markers".to_owned(), 0, marks);
+            push("Markers".to_owned(), 0, false, marks);
         }
     }
     out
@@ -169,6 +173,77 @@ pub fn to_csv(grid: &Grid, figures: &Figures, caption: &Caption) -> String {
     out
 }
 
+/// The start of a name for a table's files that tells one table's from another's: the
+/// survey, the base, the rows' and the columns' variables (`DEMO-ADULTS-GENDER-by-REGION`;
+/// the download adds when), in characters every file system takes.
+pub fn file_stem(table: &Table) -> String {
+    let of = |headers: &[TableHeader]| {
+        variables(headers.iter().filter_map(|h| first_variable(&h.expression)))
+    };
+    file_safe(&format!(
+        "{}-{}-{}-by-{}",
+        table.survey,
+        table.population_base,
+        of(&table.rows),
+        of(&table.columns)
+    ))
+}
+
+/// The start of a name for a query's file: its survey, base and targets' variables
+/// (`DEMO-ADULTS-F2554+GENDER`; the download adds when).
+pub fn query_file_name(request: &CrosstabRequest) -> String {
+    let targets: Vec<&str> = request
+        .target_codes
+        .iter()
+        .filter_map(|t| first_variable(t))
+        .collect();
+    file_safe(&format!(
+        "{}-{}-{}",
+        request.survey_code,
+        request.population_base_code,
+        variables(targets)
+    ))
+}
+
+/// Variables as a part of a file name: each once, the first two of more.
+fn variables<'a>(names: impl IntoIterator<Item = &'a str>) -> String {
+    let mut unique: Vec<&str> = Vec::new();
+    for name in names {
+        if !unique.contains(&name) {
+            unique.push(name);
+        }
+    }
+    match unique.len() {
+        0 => "table".to_owned(),
+        1..=2 => unique.join("+"),
+        _ => format!("{}+{}+more", unique[0], unique[1]),
+    }
+}
+
+/// `text` in characters every file system takes, at most 150 of them.
+fn file_safe(text: &str) -> String {
+    text.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '+') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(150)
+        .collect()
+}
+
+/// The first variable (or code) an expression names, past its `NOT`s and parentheses.
+fn first_variable(expression: &str) -> Option<&str> {
+    expression
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .find(|word| {
+            word.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+                && !word.eq_ignore_ascii_case("NOT")
+        })
+}
+
 /// A sheet as an XLSX workbook, written by the app's worker (it holds the XLSX writer).
 pub async fn to_xlsx(sheet: Sheet) -> Result<Vec<u8>, String> {
     match crate::worker::call(&Call::Xlsx(sheet), &JsValue::UNDEFINED).await? {
@@ -238,7 +313,6 @@ pub fn chart_svg(grid: &Grid, figure: Figure, key: Key) -> String {
     const LABEL: f64 = 260.0;
     const BAR: f64 = 18.0;
     const GAP: f64 = 8.0;
-    const TOP: f64 = 36.0;
     let at = grid.columns.iter().position(|c| c.key == key).unwrap_or(0);
     let rows: Vec<(&str, Option<f64>, bool)> = grid
         .lines
@@ -257,7 +331,10 @@ pub fn chart_svg(grid: &Grid, figure: Figure, key: Key) -> String {
         .iter()
         .filter_map(|(_, v, _)| *v)
         .fold(0.0f64, f64::max);
-    let height = TOP + rows.len() as f64 * (BAR + GAP) + GAP;
+    let labels: Vec<&str> = rows.iter().map(|(label, _, _)| *label).collect();
+    let (shared, labels) = chart_labels(&labels);
+    let top = if shared.is_some() { 54.0 } else { 36.0 };
+    let height = top + rows.len() as f64 * (BAR + GAP) + GAP;
     let title = xml_escape(&format!(
         "{} — {}",
         figure.name(grid.units, grid.tests.confidence),
@@ -272,9 +349,15 @@ pub fn chart_svg(grid: &Grid, figure: Figure, key: Key) -> String {
          <rect width=\"100%\" height=\"100%\" fill=\"#fff\"/>\
          <text x=\"8\" y=\"20\" font-size=\"14\" font-weight=\"600\">{title}</text>"
     );
+    if let Some(shared) = &shared {
+        svg.push_str(&format!(
+            "<text x=\"8\" y=\"40\" fill=\"#5b6475\">{}</text>",
+            xml_escape(shared)
+        ));
+    }
     let room = WIDTH - LABEL - 90.0;
-    for (index, (label, value, unstable)) in rows.iter().enumerate() {
-        let y = TOP + index as f64 * (BAR + GAP);
+    for (index, ((full, value, unstable), label)) in rows.iter().zip(&labels).enumerate() {
+        let y = top + index as f64 * (BAR + GAP);
         let width = match value {
             Some(v) if max > 0.0 => (v / max).max(0.0) * room,
             _ => 0.0,
@@ -284,14 +367,14 @@ pub fn chart_svg(grid: &Grid, figure: Figure, key: Key) -> String {
             |v| crosstab_wasm::display::format_number(v, figure.decimals(grid.units)),
         );
         let fill = if *unstable { "url(#hatch)" } else { "#2450a6" };
-        let short: String = label.chars().take(40).collect();
         svg.push_str(&format!(
-            "<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text>\
+            "<text x=\"{}\" y=\"{}\" text-anchor=\"end\"><title>{}</title>{}</text>\
              <rect x=\"{LABEL}\" y=\"{y}\" width=\"{width:.1}\" height=\"{BAR}\" fill=\"{fill}\"/>\
              <text x=\"{:.1}\" y=\"{}\">{}</text>",
             LABEL - 6.0,
             y + BAR - 5.0,
-            xml_escape(&short),
+            xml_escape(full),
+            xml_escape(label),
             LABEL + width + 4.0,
             y + BAR - 5.0,
             xml_escape(&shown)
@@ -299,6 +382,59 @@ pub fn chart_svg(grid: &Grid, figure: Figure, key: Key) -> String {
     }
     svg.push_str("</svg>");
     svg
+}
+
+/// Characters of a label the chart's margin holds.
+const CHART_LABEL_CHARS: usize = 40;
+
+/// The rows' labels as the chart's margin can hold them: words every label starts with
+/// (a question's wording) taken out to stand once above the bars, and a label still too
+/// long cut in its middle, so the ends that tell rows apart stay (`Bought in the last…
+/// Brand A · Q12_1`).
+fn chart_labels(labels: &[&str]) -> (Option<String>, Vec<String>) {
+    let shared = match labels {
+        [first, _, ..] => {
+            let common = labels[1..].iter().fold(first.len(), |common, label| {
+                first
+                    .char_indices()
+                    .zip(label.chars())
+                    .find(|((_, a), b)| a != b)
+                    .map_or(common.min(label.len()), |((at, _), _)| common.min(at))
+            });
+            // Back to a separator (`Question: `, `Question - `), else to the end of a word;
+            // and only when every label keeps words of its own.
+            let part = &first[..common];
+            let cut = [": ", " - ", " – ", " — ", " | "]
+                .iter()
+                .filter_map(|separator| {
+                    part.rfind(separator)
+                        .map(|at| at + separator.trim_end().len())
+                })
+                .max()
+                .or_else(|| part.rfind(' '))
+                .filter(|_| labels.iter().all(|l| l.len() > common))
+                .unwrap_or(0);
+            let prefix = first[..cut].trim_end();
+            (prefix.chars().count() >= 12).then(|| prefix.to_owned())
+        }
+        _ => None,
+    };
+    let skip = shared.as_ref().map_or(0, |prefix| prefix.len());
+    let labels = labels
+        .iter()
+        .map(|label| {
+            let own = label[skip..].trim_start();
+            let chars = own.chars().count();
+            if chars <= CHART_LABEL_CHARS {
+                own.to_owned()
+            } else {
+                let head: String = own.chars().take(CHART_LABEL_CHARS / 2 - 1).collect();
+                let tail: String = own.chars().skip(chars - CHART_LABEL_CHARS / 2).collect();
+                format!("{}…{}", head.trim_end(), tail.trim_start())
+            }
+        })
+        .collect();
+    (shared, labels)
 }
 
 /// Offers CSV `text` as the file `name`, in UTF-8 with a byte-order mark: without it,
@@ -482,6 +618,7 @@ mod tests {
             .find(|l| l.what == Figure::Weighted.name(grid.units, grid.tests.confidence))
             .unwrap();
         assert_eq!(weighted.decimals, Figure::Weighted.decimals(grid.units));
+        assert!(!weighted.percent);
         // A share's interval is two lines a table line, low then high, each with the
         // share's decimals.
         let ends = |figure: Figure| {
@@ -494,7 +631,7 @@ mod tests {
             assert_eq!(ends.len(), 2 * grid.lines.len());
             assert_eq!(ends[0].what, format!("{name}, low"));
             assert_eq!(ends[1].what, format!("{name}, high"));
-            assert!(ends.iter().all(|l| l.decimals == 1));
+            assert!(ends.iter().all(|l| l.decimals == 1 && l.percent));
             ends
         };
         // The Total line has none (each column's share of itself); a row's Total column
@@ -527,6 +664,36 @@ mod tests {
         };
         assert_eq!(&bytes[..2], b"PK");
         assert!(bytes.len() > 1000);
+    }
+
+    #[test]
+    fn file_names_tell_tables_apart() {
+        let mut t = table();
+        assert_eq!(file_stem(&t), "DEMO-ADULTS-F2554+GENDER-by-REGION");
+        // An expression's first variable, past NOT and parentheses; each once.
+        t.rows[0].expression = "NOT (AGE >= 35)".into();
+        t.rows[1].expression = "AGE < 35 AND GENDER = 1".into();
+        assert_eq!(file_stem(&t), "DEMO-ADULTS-AGE-by-REGION");
+        // Many variables are cut short; what a file system refuses becomes `_`.
+        let mut third = t.rows[0].clone();
+        third.expression = "X3 = 1".into();
+        t.rows = ["X1 = 1", "X2 IN (1, 2)"]
+            .map(|e| TableHeader {
+                expression: e.into(),
+                ..third.clone()
+            })
+            .into_iter()
+            .chain([third])
+            .collect();
+        t.survey = "DE/MO é".into();
+        assert_eq!(file_stem(&t), "DE_MO__-ADULTS-X1+X2+more-by-REGION");
+        let request = CrosstabRequest {
+            survey_code: "DEMO".into(),
+            authorization_group: None,
+            population_base_code: "ADULTS".into(),
+            target_codes: vec!["F2554".into(), "(GENDER = 1)".into()],
+        };
+        assert_eq!(query_file_name(&request), "DEMO-ADULTS-F2554+GENDER");
     }
 
     #[test]
@@ -625,5 +792,45 @@ mod tests {
         // The largest value fills the room; the other row (0) has no width.
         assert!(svg.contains("width=\"370.0\""), "{svg}");
         assert!(svg.contains("width=\"0.0\""));
+    }
+
+    #[test]
+    fn chart_labels_keep_what_tells_rows_apart() {
+        let question = "Which of these brands have you bought in the last 12 months";
+        let brands = [
+            format!("{question}: Brand A · Q12_1"),
+            format!("{question}: Brand B · Q12_2"),
+        ];
+        let labels: Vec<&str> = brands.iter().map(String::as_str).collect();
+        let (shared, shown) = chart_labels(&labels);
+        assert_eq!(shared.as_deref(), Some(&format!("{question}:")[..]));
+        assert_eq!(shown, ["Brand A · Q12_1", "Brand B · Q12_2"]);
+        // A prefix that is no whole word, or a label that is all prefix, stays in place.
+        let (shared, shown) = chart_labels(&["Smokers · S1", "Smokeless · S2"]);
+        assert_eq!((shared, shown[0].as_str()), (None, "Smokers · S1"));
+        let (shared, _) = chart_labels(&["Bought in the last year", "Bought in the last year: A"]);
+        assert_eq!(shared, None);
+        // A long label alone is cut in its middle: both its ends stay.
+        let long = "Household income before taxes, all sources, 2025 · INCOME = 7";
+        let (shared, shown) = chart_labels(&[long]);
+        assert_eq!(shared, None);
+        assert_eq!(shown[0], "Household income be…s, 2025 · INCOME = 7");
+        assert!(shown[0].chars().count() <= CHART_LABEL_CHARS);
+        // The chart shows the shared words once, and each row's full label on hover.
+        let mut t = table();
+        t.rows[0].label = format!("{question}: Brand A");
+        t.rows[1].label = format!("{question}: Brand B");
+        let svg = chart_svg(
+            &Grid::of(&t, Arrangement::default()),
+            Figure::Absolute,
+            Key::At(1),
+        );
+        assert_eq!(svg.matches(question).count(), 3, "{svg}");
+        assert!(
+            svg.contains(&format!(
+                "<title>{question}: Brand A · F2554</title>Brand A · F2554<"
+            )),
+            "{svg}"
+        );
     }
 }

@@ -184,7 +184,7 @@ impl Figure {
     }
 
     /// Whether the figure is in percent: a share, a share's interval or the RSE.
-    fn is_percentage(self) -> bool {
+    pub fn is_percentage(self) -> bool {
         matches!(
             self,
             Figure::Vertical

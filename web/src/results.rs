@@ -257,6 +257,7 @@ pub fn ResultsView(outcome: RwSignal<Outcome>) -> impl IntoView {
                 let rows = rows(&request, codebook.as_ref(), &response);
                 let csv = to_csv(&rows, units);
                 let command = curl(&request);
+                let file_name = crate::export::query_file_name(&request);
                 let command_for_copy = command.clone();
                 let any_unstable = rows.iter().any(|r| r.unstable);
                 let max = rows.iter().map(|r| r.absolute).fold(0.0f64, f64::max);
@@ -272,7 +273,7 @@ pub fn ResultsView(outcome: RwSignal<Outcome>) -> impl IntoView {
                                     on:click=move |_| targets_as_rows.update(|v| *v = !*v)>
                                     {move || if targets_as_rows.get() { "Show targets as columns" } else { "Show targets as rows" }}
                                 </button>
-                                <button class="secondary" id="export-csv" on:click=move |_| export_error.set(crate::export::download_csv("crosstab.csv", &csv).err())>"Export CSV"</button>
+                                <button class="secondary" id="export-csv" on:click=move |_| export_error.set(crate::export::download_csv(&format!("{file_name}-{}.csv", crate::dom::file_stamp()), &csv).err())>"Export CSV"</button>
                             </div>
                         </div>
                         {move || export_error.get().map(|message| view! { <p class="error" role="alert">{format!("Not exported: {message}")}</p> })}

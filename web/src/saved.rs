@@ -1,10 +1,12 @@
 //! Saved tables and the history of tables run, in local storage: what was asked (the
-//! request, with its labels), how it was shown, and where it ran. Never the answers, and
-//! never a local file's data: a local table is saved as its request alone.
+//! request, with its labels), how it was shown, and where it ran; and the last server
+//! tables' answers, so reopening one shows it without billing it again. Never a local
+//! file's data: a local table is saved as its request alone, and its answer not kept.
 
-use crosstab_contract::app::TableRequest;
+use crosstab_contract::app::{Table, TableRequest};
 use serde::{Deserialize, Serialize};
 
+use crate::export::Caption;
 use crate::figures::Figures;
 use crate::grid::Arrangement;
 use crate::stored::StoredList;
@@ -17,6 +19,49 @@ const MAX_HISTORY: usize = 30;
 /// The table being built on the server, likewise: kept as it changes, so a session that
 /// ends (or a reload) does not lose it.
 pub const DRAFT: &str = "crosstab.table-draft";
+
+/// The last server tables' answers, likewise, newest first.
+pub const ANSWERS: &str = "crosstab.table-answers";
+const MAX_ANSWERS: usize = 10;
+/// An answer longer than this (as stored) is not kept: local storage holds about 5 MB
+/// for the whole app, and a 20 × 10 table with every figure takes about 100 KB.
+const MAX_ANSWER_BYTES: usize = 300 * 1024;
+
+/// A server table's answer, kept.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Kept {
+    /// When it was computed (ISO 8601, the browser's clock).
+    pub at: String,
+    /// What it answers.
+    pub request: TableRequest,
+    /// The lines above it, as they were.
+    pub caption: Caption,
+    /// The answer.
+    pub table: Table,
+}
+
+/// Keeps a server table's answer (replacing one to the same request), unless it is too
+/// large; the oldest go when storage is full.
+pub fn keep_answer(kept: Kept) {
+    if !serde_json::to_string(&kept).is_ok_and(|text| text.len() <= MAX_ANSWER_BYTES) {
+        return;
+    }
+    let mut all: StoredList<Kept> = StoredList::load(ANSWERS);
+    all.entries.retain(|k| k.request != kept.request);
+    all.entries.insert(0, kept);
+    all.entries.truncate(MAX_ANSWERS);
+    while all.store(ANSWERS).is_err() && all.entries.len() > 1 {
+        all.entries.pop();
+    }
+}
+
+/// The kept answer to `request`, if any.
+pub fn kept_answer(request: &TableRequest) -> Option<Kept> {
+    StoredList::<Kept>::load(ANSWERS)
+        .entries
+        .into_iter()
+        .find(|k| &k.request == request)
+}
 
 /// A table as the researcher built it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -112,9 +157,15 @@ pub fn keep_draft(spec: Spec) {
     let _ = StoredList::of(vec![spec]).store(DRAFT);
 }
 
-/// Forgets the history.
+/// Forgets the history, and the answers kept of tables not saved.
 pub fn clear_history() {
     crate::stored::delete(HISTORY);
+    let saved = saved();
+    let mut answers: StoredList<Kept> = StoredList::load(ANSWERS);
+    answers
+        .entries
+        .retain(|k| saved.iter().any(|s| !s.local && s.request == k.request));
+    let _ = answers.store(ANSWERS);
 }
 
 #[cfg(test)]

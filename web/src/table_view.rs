@@ -27,7 +27,7 @@ pub struct Computed {
 }
 
 /// Where a table was computed, and so what it cost.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Origin {
     /// In this page, from the researcher's file: nothing billed.
     Page,
@@ -36,6 +36,12 @@ pub enum Origin {
     /// On the server for an earlier run of the same table whose answer was lost on the
     /// way: that answer, given again and not billed again.
     ServerAgain,
+    /// On the server at an earlier run (`at`, ISO 8601), kept in this browser: shown
+    /// again, not billed again.
+    Kept {
+        /// When it was computed.
+        at: String,
+    },
 }
 
 #[component]
@@ -72,13 +78,18 @@ pub fn TableView(
         table.billed_calls,
         if table.billed_calls == 1 { "" } else { "s" }
     );
-    let cost = match origin {
+    let kept = matches!(origin, Origin::Kept { .. });
+    let cost = match &origin {
         Origin::Page => {
             "Computed in this page from your file: nothing uploaded, nothing billed.".to_owned()
         }
         Origin::Server => format!("Computed on the server: {calls}."),
         Origin::ServerAgain => format!(
             "Computed on the server for your earlier run of this table, whose answer was lost on the way ({calls} then): given again, not billed again."
+        ),
+        Origin::Kept { at } => format!(
+            "Computed on the server at your run of {} ({calls} then) and kept in this browser: shown again, not billed again. Run the table to compute it anew.",
+            crate::dom::local_time(at)
         ),
     };
     let sort_options = move || {
@@ -93,14 +104,14 @@ pub fn TableView(
         let figure = export::chart_figure(&figures.get());
         export::chart_svg(&grid.get(), figure, chart_key())
     };
-    let stem = format!("{}-{}-table", table.survey, table.population_base);
+    let stem = export::file_stem(&table);
     let heading = caption.heading();
     let files = StoredValue::new((stem, caption));
     let download = move |extension: &'static str| {
         let grid = grid.get_untracked();
         let chosen = figures.get_untracked();
         let result = files.with_value(|(stem, caption)| {
-            let name = format!("{stem}.{extension}");
+            let name = format!("{stem}-{}.{extension}", crate::dom::file_stamp());
             match extension {
                 "csv" => export::download_csv(&name, &export::to_csv(&grid, &chosen, caption)),
                 "xlsx" => {
@@ -134,8 +145,8 @@ pub fn TableView(
         <section class="card results" aria-labelledby="table-title">
             <div class="row spread">
                 <h2 id="table-title">"Table"</h2>
-                <p class="muted" id="table-cost" data-billed=table.billed_calls.to_string()>
-                    {cost}{format!(" {} ms.", crosstab_wasm::display::format_number(ms, 0))}
+                <p class="muted" id="table-cost" data-billed=table.billed_calls.to_string() data-kept=kept.to_string()>
+                    {cost}{(!kept).then(|| format!(" {} ms.", crosstab_wasm::display::format_number(ms, 0)))}
                 </p>
             </div>
             <p id="table-of">{heading.clone()}</p>

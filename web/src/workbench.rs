@@ -10,6 +10,7 @@ use crosstab_contract::{ApiError, ALL_GROUPS};
 use leptos::prelude::*;
 
 use crate::api::{self, ApiFailure};
+use crate::bands;
 use crate::dom::{confirmed, focus};
 use crate::export::Caption;
 use crate::figures::Figures;
@@ -85,12 +86,15 @@ fn looks_like_weight(column: &str) -> bool {
 }
 
 /// One entry per value of `variable`: its labelled values, or every value when none is
-/// labelled.
+/// labelled, or bands of them when there are many (an age, an income).
 fn value_entries(book: &Codebook, variable: &str) -> Vec<TableAxis> {
     let Some(variable) = book.variables.iter().find(|v| v.name == variable) else {
         return Vec::new();
     };
     let labelled = variable.values.iter().any(|v| v.label.is_some());
+    if !labelled && variable.distinct > bands::MAX_SINGLE_VALUES {
+        return bands::bands(variable);
+    }
     variable
         .values
         .iter()
@@ -365,9 +369,23 @@ pub fn WorkbenchScreen(signed_in: bool) -> impl IntoView {
         epoch.update(|e| *e += 1);
         let mine = epoch.get_untracked();
         let asked = request.clone();
+        // A server table's answer is kept, to be shown again without billing it again.
+        let (kept_request, kept_caption) = (request.clone(), caption.clone());
+        let keep = move |table: &crosstab_contract::app::Table| {
+            if from == Source::Server {
+                saved::keep_answer(saved::Kept {
+                    at: saved::now(),
+                    request: kept_request.clone(),
+                    caption: kept_caption.clone(),
+                    table: table.clone(),
+                });
+            }
+        };
+        let keep_late = keep.clone();
         let done =
             move |result: Result<(crosstab_contract::app::Table, Origin), String>| match result {
                 Ok((table, origin)) => {
+                    keep(&table);
                     saved::record(entry);
                     recorded.update(|n| *n += 1);
                     outcome.set(Outcome::Done(Box::new(Computed {
@@ -407,6 +425,7 @@ pub fn WorkbenchScreen(signed_in: bool) -> impl IntoView {
                 // Billed all the same: kept where it can be opened again, and said.
                 Some(_) => {
                     if let (Source::Server, Ok((table, origin))) = (from, &answer) {
+                        keep_late(table);
                         saved::record(late_entry);
                         let _ = recorded.try_update(|n| *n += 1);
                         let calls = format!(
@@ -466,6 +485,7 @@ pub fn WorkbenchScreen(signed_in: bool) -> impl IntoView {
     let load = Callback::new(move |spec: Spec| {
         let local = spec.local;
         let request = spec.request;
+        let asked = request.clone();
         if local {
             source.set(Source::Local);
             if opened.get_untracked().map(|o| o.codebook.code) != Some(request.survey.clone()) {
@@ -491,6 +511,18 @@ pub fn WorkbenchScreen(signed_in: bool) -> impl IntoView {
         figures.set(spec.figures);
         arrangement.set(spec.arrangement);
         reset(Outcome::Idle);
+        // A server table answered before is shown as it was, not billed again.
+        if let Some(kept) = (!local).then(|| saved::kept_answer(&asked)).flatten() {
+            runs.update(|r| *r += 1);
+            outcome.set(Outcome::Done(Box::new(Computed {
+                table: kept.table,
+                caption: kept.caption,
+                origin: Origin::Kept { at: kept.at },
+                ms: 0.0,
+                run: runs.get_untracked(),
+                asked,
+            })));
+        }
     });
 
     let add = move |to_rows: bool, entries: Vec<TableAxis>| {
@@ -952,6 +984,8 @@ fn LocalOpen(opened: RwSignal<Option<Opened>>) -> impl IntoView {
     // Said outright, as a definition says `unweighted = true`: never a forgotten choice.
     let unweighted = RwSignal::new(false);
     let group_column = RwSignal::new(String::new());
+    // Weights as they are by default: a small file's audiences in thousands read as 0.0.
+    let units = RwSignal::new(1u32);
     let bases = RwSignal::new(vec![BaseDraft {
         code: "ALL".into(),
         label: "All respondents".into(),
@@ -1062,6 +1096,7 @@ fn LocalOpen(opened: RwSignal<Option<Opened>>) -> impl IntoView {
             id_column: id_column.get_untracked(),
             weight_column: (!unweighted).then(|| weight_column.get_untracked()),
             group_column: Some(group_column.get_untracked()).filter(|g| !g.is_empty()),
+            audience_report_units: units.get_untracked(),
             bases: bases.get_untracked(),
         };
         leptos::task::spawn_local(async move {
@@ -1148,9 +1183,23 @@ fn LocalOpen(opened: RwSignal<Option<Opened>>) -> impl IntoView {
                                     <label for="local-group">"Group column (optional)"</label>
                                     {column_select("local-group", group_column, Some("(none)"))}
                                 </div>
+                                <div>
+                                    <label for="local-units">"Weighted audiences in"</label>
+                                    <select id="local-units" on:change=move |ev| {
+                                        if let Ok(chosen) = event_target_value(&ev).parse() { units.set(chosen); }
+                                    }>
+                                        {[(1u32, "the weights' own units"), (1_000, "thousands"), (1_000_000, "millions")].into_iter().map(|(value, text)| view! {
+                                            <option value=value.to_string() selected=move || units.get() == value>{text}</option>
+                                        }).collect_view()}
+                                    </select>
+                                </div>
                             </div>
                             <fieldset class="bases">
                                 <legend>"Population bases"</legend>
+                                // The columns' names for the eye; each input has its own label.
+                                <div class="base-row base-head" aria-hidden="true">
+                                    <span>"Code"</span><span>"Label"</span><span>"Expression (* for everyone)"</span>
+                                </div>
                                 {move || bases.get().into_iter().enumerate().map(|(index, draft)| {
                                     let field = move |part: &'static str, value: String| view! {
                                         <input id=format!("local-base-{index}-{part}") aria-label=format!("Base {} {part}", index + 1) prop:value=value
@@ -1216,7 +1265,7 @@ fn SavedTables(
         specs
             .into_iter()
             .map(|spec| {
-                let title = if spec.name.is_empty() { spec.at.clone() } else { spec.name.clone() };
+                let title = if spec.name.is_empty() { crate::dom::local_time(&spec.at) } else { spec.name.clone() };
                 let described = spec.describe();
                 let name = spec.name.clone();
                 view! {
