@@ -310,7 +310,7 @@ fn xml_escape(text: &str) -> String {
 /// `key` (the Total when it is not shown). Unstable cells' bars are hatched.
 pub fn chart_svg(grid: &Grid, figure: Figure, key: Key) -> String {
     const WIDTH: f64 = 720.0;
-    const LABEL: f64 = 260.0;
+    const LABEL: f64 = 290.0;
     const BAR: f64 = 18.0;
     const GAP: f64 = 8.0;
     let at = grid.columns.iter().position(|c| c.key == key).unwrap_or(0);
@@ -331,7 +331,20 @@ pub fn chart_svg(grid: &Grid, figure: Figure, key: Key) -> String {
         .iter()
         .filter_map(|(_, v, _)| *v)
         .fold(0.0f64, f64::max);
-    let labels: Vec<&str> = rows.iter().map(|(label, _, _)| *label).collect();
+    // The label without its code (`Women 25-54`, not `Women 25-54 · F2554`): the code
+    // stays in the full label on hover.
+    let labels: Vec<&str> = grid
+        .lines
+        .iter()
+        .skip(1)
+        .map(|line| {
+            line.head
+                .label
+                .strip_suffix(line.head.expression.as_str())
+                .and_then(|label| label.strip_suffix(" · "))
+                .unwrap_or(&line.head.label)
+        })
+        .collect();
     let (shared, labels) = chart_labels(&labels);
     let top = if shared.is_some() { 54.0 } else { 36.0 };
     let height = top + rows.len() as f64 * (BAR + GAP) + GAP;
@@ -790,8 +803,13 @@ mod tests {
         assert!(svg.contains("&lt;Women &amp; girls&gt; · F2554"));
         assert!(!svg.contains("<Women"));
         // The largest value fills the room; the other row (0) has no width.
-        assert!(svg.contains("width=\"370.0\""), "{svg}");
+        assert!(svg.contains("width=\"340.0\""), "{svg}");
         assert!(svg.contains("width=\"0.0\""));
+        // An expression without a label is its own label.
+        assert!(
+            svg.contains("<title>GENDER = 3</title>GENDER = 3<"),
+            "{svg}"
+        );
     }
 
     #[test]
@@ -828,7 +846,7 @@ mod tests {
         assert_eq!(svg.matches(question).count(), 3, "{svg}");
         assert!(
             svg.contains(&format!(
-                "<title>{question}: Brand A · F2554</title>Brand A · F2554<"
+                "<title>{question}: Brand A · F2554</title>Brand A<"
             )),
             "{svg}"
         );
