@@ -185,8 +185,8 @@ enum Command {
         )]
         allowed_origins: Vec<String>,
         /// Make the data dir usable at once: demo survey, account `demo`, a key for it and
-        /// a user `demo` for the app (key and password printed; each start revokes the
-        /// account's earlier keys and resets the password).
+        /// a user `demo` for the app (key and password printed; each start revokes every
+        /// earlier key of account `demo` and resets the password).
         #[arg(long)]
         demo: bool,
         /// The built app (Trunk's dist/), served at `/`.

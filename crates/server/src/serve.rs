@@ -99,8 +99,8 @@ pub struct Demo {
 
 /// The demo: the `DEMO` survey (generated once), account `demo` entitled to all of it,
 /// and a fresh test key for it (keys are shown only once, so each start makes one, and
-/// revokes the account's earlier keys as it resets the user's password: only what this
-/// start printed opens the demo).
+/// revokes every earlier key of the account, however made, as it resets the user's
+/// password: only what this start printed opens the demo).
 pub async fn prepare_demo(db: &Database, store: &SurveyStore) -> Result<Demo, ServeError> {
     let config = DemoConfig::default();
     if !store.codes()?.iter().any(|code| code == "DEMO") {
