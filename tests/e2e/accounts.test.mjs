@@ -93,9 +93,11 @@ test("on a shared browser each user sees only their own history, and a sign-out 
     await page.getByRole('heading', { name: 'Query history' }).waitFor();
     const items = await page.locator('.history-item').allTextContents();
     // When each ran reads as the browser writes dates, over the ISO time it keeps.
-    for (const [iso, shown, expected] of await page.locator('.history-item time').evaluateAll((times) =>
-      times.map((t) => [t.dateTime, t.textContent,
-        new Date(t.dateTime).toLocaleString(navigator.language, { dateStyle: 'medium', timeStyle: 'short' })]))) {
+    const times = await page.locator('.history-item time').evaluateAll((found) =>
+      found.map((t) => [t.dateTime, t.textContent,
+        new Date(t.dateTime).toLocaleString(navigator.language, { dateStyle: 'medium', timeStyle: 'short' })]));
+    assert.equal(times.length, items.length, 'a time for each entry');
+    for (const [iso, shown, expected] of times) {
       assert.match(iso, /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d/);
       assert.equal(shown, expected);
       assert.doesNotMatch(shown, /T\d\d:/);

@@ -435,6 +435,12 @@ test('a run refused says why once asked; each run joins Recently run at once; de
   await remove.click();
   await entry.waitFor({ state: 'detached' });
   assert.match(asked, /Delete the saved table to-delete\? This can't be undone\./);
+  // Answers are kept while signed in, and forgotten at sign-out.
+  const answers = () => page.evaluate(() => localStorage.getItem('crosstab.table-answers@demo/demo'));
+  assert.equal(JSON.parse(await answers()).length, 1, 'the answer stays with the history');
+  await page.getByRole('button', { name: 'Sign out' }).click();
+  await page.locator('#signed-out').waitFor();
+  assert.equal(await answers(), null);
   await context.close();
 });
 

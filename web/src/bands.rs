@@ -33,11 +33,11 @@ pub fn bands(variable: &VariableEntry) -> Vec<TableAxis> {
                     values[(band + 1) * count / parts - 1],
                 );
                 if low == high {
-                    axis(format!("{name} = {low}"), shown(low))
+                    axis(format!("{name} = {low}"), value_text(low))
                 } else {
                     axis(
                         format!("{name} BETWEEN {low} AND {high}"),
-                        format!("{}–{}", shown(low), shown(high)),
+                        format!("{}–{}", value_text(low), value_text(high)),
                     )
                 }
             })
@@ -47,52 +47,94 @@ pub fn bands(variable: &VariableEntry) -> Vec<TableAxis> {
         return Vec::new();
     };
     if max <= min {
-        return vec![axis(format!("{name} = {min}"), shown(min))];
+        return vec![axis(format!("{name} = {min}"), value_text(min))];
     }
-    let step = round_step((max - min) / BANDS as f64);
-    let first = (min / step).floor() * step;
-    let mut bounds = vec![first];
-    while bounds.last().is_some_and(|b| *b + step <= max) {
-        bounds.push(bounds[bounds.len() - 1] + step);
-    }
+    let Some(Cut {
+        step,
+        decimals,
+        bounds,
+    }) = cut(min, max)
+    else {
+        return Vec::new();
+    };
     let last = bounds.len() - 1;
     bounds
         .iter()
         .enumerate()
-        .map(|(at, low)| {
-            let high = low + step;
-            match at {
-                0 if last == 0 => axis(
-                    format!("{name} >= {low}"),
-                    format!("{} and over", shown(*low)),
-                ),
-                0 => axis(format!("{name} < {high}"), format!("under {}", shown(high))),
-                at if at == last => axis(
-                    format!("{name} >= {low}"),
-                    format!("{} and over", shown(*low)),
-                ),
-                _ => axis(
+        .map(|(at, &low)| {
+            let high = rounded(low + step, decimals);
+            let (low_text, high_text) = (shown(low, decimals), shown(high, decimals));
+            if at == last {
+                axis(format!("{name} >= {low}"), format!("{low_text} and over"))
+            } else if at == 0 {
+                axis(format!("{name} < {high}"), format!("under {high_text}"))
+            } else {
+                axis(
                     format!("{name} >= {low} AND {name} < {high}"),
-                    format!("{} to under {}", shown(*low), shown(high)),
-                ),
+                    format!("{low_text} to under {high_text}"),
+                )
             }
         })
         .collect()
 }
 
-/// A round step at least `raw`: 1, 2, 2.5 or 5 times a power of ten.
-fn round_step(raw: f64) -> f64 {
-    let power = 10f64.powf(raw.log10().floor());
-    [1.0, 2.0, 2.5, 5.0, 10.0]
-        .into_iter()
-        .map(|m| m * power)
-        .find(|step| *step >= raw)
-        .unwrap_or(10.0 * power)
+/// A range cut in round steps: each band's lower bound.
+struct Cut {
+    step: f64,
+    /// The decimals the step (and so every bound) has.
+    decimals: u8,
+    /// At most [`BANDS`], the first at or below the minimum, the last below the maximum.
+    bounds: Vec<f64>,
 }
 
-/// A bound as a label shows it: grouped thousands, decimals only where it has them.
-fn shown(value: f64) -> String {
-    let decimals = if value.fract() == 0.0 { 0 } else { 2 };
+/// The smallest round step (1, 2, 2.5 or 5 times a power of ten) that cuts `min..=max`
+/// into at most [`BANDS`] bands, each bound the step times a whole number.
+fn cut(min: f64, max: f64) -> Option<Cut> {
+    let raw = (max - min) / BANDS as f64;
+    let mut exponent = raw.log10().floor() as i32;
+    for _ in 0..4 {
+        for multiple in [1.0, 2.0, 2.5, 5.0] {
+            // 2.5 has a decimal of its own below 10.
+            let places = i32::from(multiple == 2.5) - exponent;
+            let decimals = u8::try_from(places.max(0)).ok()?;
+            let step = rounded(multiple * 10f64.powi(exponent), decimals);
+            if step < raw {
+                continue;
+            }
+            let first = (min / step).floor();
+            // Each bound from its index, not by adding steps: no drift (0.1 + 0.2).
+            let bounds: Vec<f64> = (0..=BANDS)
+                .map(|k| rounded((first + k as f64) * step, decimals))
+                .take_while(|bound| *bound < max)
+                .collect();
+            if bounds.len() <= BANDS {
+                return Some(Cut {
+                    step,
+                    decimals,
+                    bounds,
+                })
+                .filter(|cut| !cut.bounds.is_empty());
+            }
+        }
+        exponent += 1;
+    }
+    None
+}
+
+/// A listed value as a label shows it: grouped thousands, and its decimals (up to 4).
+fn value_text(value: f64) -> String {
+    let decimals = (0..4u8).find(|d| rounded(value, *d) == value).unwrap_or(4);
+    format_number(value, decimals)
+}
+
+/// `value` to `decimals` places.
+fn rounded(value: f64, decimals: u8) -> f64 {
+    let scale = 10f64.powi(i32::from(decimals));
+    (value * scale).round() / scale
+}
+
+/// A bound as a label shows it: grouped thousands, with `decimals` places.
+fn shown(value: f64, decimals: u8) -> String {
     format_number(value, decimals)
 }
 
@@ -166,9 +208,32 @@ mod tests {
         );
         assert_eq!(income[0].label.as_deref(), Some("INCOME: under 50,000"));
         assert_eq!(income[4].label.as_deref(), Some("INCOME: 200,000 and over"));
-        assert_eq!(round_step(0.3), 0.5);
-        assert_eq!(round_step(7.0), 10.0);
-        assert_eq!(round_step(20.0), 20.0);
+        // A round maximum is in the last band, not one of its own: still five.
+        let round = bands(&variable([], 0.0, 250_000.0));
+        assert_eq!(round.len(), 5);
+        assert_eq!(round[4].expression, "AGE >= 200000");
+        // A minimum off the step: the next round step keeps it to five.
+        let off = bands(&variable([], 30.0, 130.0));
+        assert_eq!(
+            expressions(&off),
+            [
+                "AGE < 50",
+                "AGE >= 50 AND AGE < 75",
+                "AGE >= 75 AND AGE < 100",
+                "AGE >= 100 AND AGE < 125",
+                "AGE >= 125"
+            ]
+        );
+        // Fractions: each bound exact (no 0.30000000000000004), labelled with the step's
+        // decimals.
+        let share = bands(&variable([], 0.0, 0.5));
+        assert_eq!(share[3].expression, "AGE >= 0.3 AND AGE < 0.4");
+        assert_eq!(share[3].label.as_deref(), Some("Age: 0.3 to under 0.4"));
+        let quarters = bands(&variable([], 0.0, 1.2));
+        assert_eq!(
+            quarters[1].label.as_deref(),
+            Some("Age: 0.25 to under 0.50")
+        );
         // One value, or none: one entry, or nothing.
         assert_eq!(expressions(&bands(&variable([], 4.0, 4.0))), ["AGE = 4"]);
         assert!(bands(&VariableEntry {

@@ -331,9 +331,9 @@ pub fn chart_svg(grid: &Grid, figure: Figure, key: Key) -> String {
         .iter()
         .filter_map(|(_, v, _)| *v)
         .fold(0.0f64, f64::max);
-    // The label without its code (`Women 25-54`, not `Women 25-54 · F2554`): the code
-    // stays in the full label on hover.
-    let labels: Vec<&str> = grid
+    // The labels without their codes (`Women 25-54`, not `Women 25-54 · F2554`), the codes
+    // on hover, unless two rows would then read alike.
+    let bare: Vec<&str> = grid
         .lines
         .iter()
         .skip(1)
@@ -345,6 +345,15 @@ pub fn chart_svg(grid: &Grid, figure: Figure, key: Key) -> String {
                 .unwrap_or(&line.head.label)
         })
         .collect();
+    let alike = bare
+        .iter()
+        .enumerate()
+        .any(|(at, label)| bare[..at].contains(label));
+    let labels: Vec<&str> = if alike {
+        rows.iter().map(|(label, _, _)| *label).collect()
+    } else {
+        bare
+    };
     let (shared, labels) = chart_labels(&labels);
     let top = if shared.is_some() { 54.0 } else { 36.0 };
     let height = top + rows.len() as f64 * (BAR + GAP) + GAP;
@@ -848,6 +857,18 @@ mod tests {
             svg.contains(&format!(
                 "<title>{question}: Brand A · F2554</title>Brand A<"
             )),
+            "{svg}"
+        );
+        // Rows whose labels are alike but for their codes keep the codes.
+        t.rows[0].label = "Yes".into();
+        t.rows[1].label = "Yes".into();
+        let svg = chart_svg(
+            &Grid::of(&t, Arrangement::default()),
+            Figure::Absolute,
+            Key::At(1),
+        );
+        assert!(
+            svg.contains("</title>Yes · F2554<") && svg.contains("</title>Yes · GENDER = 3<"),
             "{svg}"
         );
     }

@@ -158,7 +158,7 @@ fn enter(session: RwSignal<Session>, next: Session) {
 
 #[component]
 fn App() -> impl IntoView {
-    stored::forget_unowned(&[history::KEY, saved::SAVED, saved::HISTORY, saved::ANSWERS]);
+    stored::forget_unowned(&[history::KEY, saved::SAVED, saved::HISTORY]);
     let session = RwSignal::new(Session::Checking);
     let screen = RwSignal::new(Screen::from_hash(&current_hash()));
     // Back and Forward move between screens as the links do (the hash names the screen);
@@ -223,6 +223,7 @@ fn App() -> impl IntoView {
                 Ok(()) => {
                     sign_out_error.set(None);
                     signed_out.set(true);
+                    saved::forget_answers();
                     enter(session, Session::SignedOut);
                 }
                 Err(failure) => sign_out_error.set(Some(format!(
@@ -257,6 +258,9 @@ fn App() -> impl IntoView {
             }}
         </header>
         {move || sign_out_error.get().map(|message| view! { <p class="error" role="alert" id="sign-out-error">{message}</p> })}
+        {move || (signed_out.get() && !ended.get() && matches!(session.get(), Session::SignedOut)).then(|| view! {
+            <p class="status signed-out" role="status" id="signed-out">"You have signed out."</p>
+        })}
         <main id="main">
             {move || match session.get() {
                 Session::Checking => view! { <p class="status" role="status">"Loading…"</p> }.into_any(),
@@ -269,7 +273,7 @@ fn App() -> impl IntoView {
                     <workbench::WorkbenchScreen signed_in=false />
                 }.into_any(),
                 Session::SignedOut => view! {
-                    <SignIn session=session ended=ended signed_out=signed_out />
+                    <SignIn session=session ended=ended />
                     <section class="card signin">
                         <h2>"Private data"</h2>
                         <p class="muted">"Work on a survey file from this computer without signing in: it is computed in this page, never uploaded, and not billed."</p>
@@ -295,11 +299,7 @@ fn App() -> impl IntoView {
 }
 
 #[component]
-fn SignIn(
-    session: RwSignal<Session>,
-    ended: RwSignal<bool>,
-    signed_out: RwSignal<bool>,
-) -> impl IntoView {
+fn SignIn(session: RwSignal<Session>, ended: RwSignal<bool>) -> impl IntoView {
     let username = RwSignal::new(String::new());
     let password = RwSignal::new(String::new());
     let error = RwSignal::new(None::<String>);
@@ -312,7 +312,6 @@ fn SignIn(
             match api::login(&username.get_untracked(), &password.get_untracked()).await {
                 Ok(me) => {
                     ended.set(false);
-                    signed_out.set(false);
                     enter(session, Session::SignedIn(me));
                 }
                 Err(failure) => error.set(Some(failure.message)),
@@ -326,9 +325,6 @@ fn SignIn(
             <h1>"Sign in"</h1>
             {move || ended.get().then(|| view! {
                 <p class="warning" role="status" id="session-ended">"Your session has ended: sign in again. The table you were building is kept."</p>
-            })}
-            {move || (signed_out.get() && !ended.get()).then(|| view! {
-                <p class="status" role="status" id="signed-out">"You have signed out. Sign in again to go on."</p>
             })}
             <p class="muted">"Use the username and password your account administrator gave you."</p>
             <form on:submit=submit>

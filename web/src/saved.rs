@@ -20,11 +20,14 @@ const MAX_HISTORY: usize = 30;
 /// ends (or a reload) does not lose it.
 pub const DRAFT: &str = "crosstab.table-draft";
 
-/// The last server tables' answers, likewise, newest first.
-pub const ANSWERS: &str = "crosstab.table-answers";
+/// The last server tables' answers, likewise, newest first: a cache, the first to give
+/// way when storage is full (`stored`), and forgotten at sign-out.
+pub const ANSWERS: &str = crate::stored::ANSWERS;
 const MAX_ANSWERS: usize = 10;
-/// An answer longer than this (as stored) is not kept: local storage holds about 5 MB
-/// for the whole app, and a 20 × 10 table with every figure takes about 100 KB.
+/// Local storage holds about 5 MB for the whole app, shared by the users of a browser: a
+/// user's answers take at most 1 MB, none over 300 KB (a 20 × 10 table with every figure
+/// takes about 100 KB).
+const MAX_ANSWERS_BYTES: usize = 1024 * 1024;
 const MAX_ANSWER_BYTES: usize = 300 * 1024;
 
 /// A server table's answer, kept.
@@ -41,17 +44,28 @@ pub struct Kept {
 }
 
 /// Keeps a server table's answer (replacing one to the same request), unless it is too
-/// large; the oldest go when storage is full.
+/// large; the oldest go past the budget, or when storage is full.
 pub fn keep_answer(kept: Kept) {
-    if !serde_json::to_string(&kept).is_ok_and(|text| text.len() <= MAX_ANSWER_BYTES) {
+    let size = |kept: &Kept| serde_json::to_string(kept).map_or(usize::MAX, |t| t.len());
+    if size(&kept) > MAX_ANSWER_BYTES {
         return;
     }
-    let mut all: StoredList<Kept> = StoredList::load(ANSWERS);
-    all.entries.retain(|k| k.request != kept.request);
-    all.entries.insert(0, kept);
-    all.entries.truncate(MAX_ANSWERS);
-    while all.store(ANSWERS).is_err() && all.entries.len() > 1 {
-        all.entries.pop();
+    // Entries this build cannot read (an older `Table`) are dropped, not carried along.
+    let mut entries = StoredList::<Kept>::load(ANSWERS).entries;
+    entries.retain(|k| k.request != kept.request);
+    entries.insert(0, kept);
+    let mut used = 0;
+    let within = entries
+        .iter()
+        .take(MAX_ANSWERS)
+        .take_while(|k| {
+            used += size(k);
+            used <= MAX_ANSWERS_BYTES
+        })
+        .count();
+    entries.truncate(within);
+    while StoredList::of(entries.clone()).store(ANSWERS).is_err() && entries.len() > 1 {
+        entries.pop();
     }
 }
 
@@ -130,11 +144,12 @@ pub fn save(spec: Spec) -> Result<(), String> {
         .map_err(|error| format!("Not saved: {error}"))
 }
 
-/// Deletes the saved table `name`.
+/// Deletes the saved table `name` (and its kept answer, unless the history has it).
 pub fn delete(name: &str) {
     let mut all: StoredList<Spec> = StoredList::load(SAVED);
     all.entries.retain(|s| s.name != name);
     let _ = all.store(SAVED);
+    forget_answers_unlisted();
 }
 
 /// Records a table run, newest first, replacing an identical earlier one.
@@ -160,12 +175,21 @@ pub fn keep_draft(spec: Spec) {
 /// Forgets the history, and the answers kept of tables not saved.
 pub fn clear_history() {
     crate::stored::delete(HISTORY);
-    let saved = saved();
-    let mut answers: StoredList<Kept> = StoredList::load(ANSWERS);
-    answers
-        .entries
-        .retain(|k| saved.iter().any(|s| !s.local && s.request == k.request));
-    let _ = answers.store(ANSWERS);
+    forget_answers_unlisted();
+}
+
+/// Forgets the answers of tables neither saved nor in the history.
+fn forget_answers_unlisted() {
+    let listed: Vec<Spec> = saved().into_iter().chain(history()).collect();
+    let mut answers = StoredList::<Kept>::load(ANSWERS).entries;
+    answers.retain(|k| listed.iter().any(|s| !s.local && s.request == k.request));
+    let _ = StoredList::of(answers).store(ANSWERS);
+}
+
+/// Forgets the signed-in user's kept answers (at sign-out: figures of licensed surveys
+/// do not stay in a browser someone else may use next).
+pub fn forget_answers() {
+    crate::stored::delete(ANSWERS);
 }
 
 #[cfg(test)]

@@ -35,6 +35,24 @@ pub fn forget_unowned(keys: &[&str]) {
     }
 }
 
+/// The one list that is a cache, not a record: answers kept to show again (see `saved`).
+/// When storage is full, every owner's copy of it gives way to the list being written.
+pub const ANSWERS: &str = "crosstab.table-answers";
+
+/// Deletes every owner's kept answers; whether there were any.
+fn drop_answers() -> bool {
+    let storage = LocalStorage::raw();
+    let prefix = format!("{ANSWERS}@");
+    let keys: Vec<String> = (0..storage.length().unwrap_or(0))
+        .filter_map(|at| storage.key(at).ok().flatten())
+        .filter(|key| key.starts_with(&prefix))
+        .collect();
+    for key in &keys {
+        let _ = storage.remove_item(key);
+    }
+    !keys.is_empty()
+}
+
 /// Deletes the current owner's list `key`.
 pub fn delete(key: &str) {
     LocalStorage::delete(owned(key));
@@ -73,9 +91,17 @@ impl<T: Serialize + DeserializeOwned> StoredList<T> {
         StoredList::from_value(LocalStorage::get(storage_key).unwrap_or(Value::Null))
     }
 
-    /// Writes the list under `storage_key`, an [`owned`] key.
+    /// Writes the list under `storage_key`, an [`owned`] key; when storage is full, kept
+    /// answers give way to any other list.
     pub fn store_at(&self, storage_key: &str) -> Result<(), String> {
-        LocalStorage::set(storage_key, self.to_value()).map_err(|error| error.to_string())
+        let value = self.to_value();
+        match LocalStorage::set(storage_key, &value) {
+            Err(_) if !storage_key.starts_with(ANSWERS) && drop_answers() => {
+                LocalStorage::set(storage_key, &value)
+            }
+            written => written,
+        }
+        .map_err(|error| error.to_string())
     }
 
     /// The list of a stored JSON value.

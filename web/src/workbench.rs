@@ -4,7 +4,7 @@
 
 use crosstab_contract::app::{
     Codebook, Confidence, Correction, DailyQuota, SurveySummary, TableAxis, TableRequest,
-    UsageQuery, TABLE_COST_PROMPT_THRESHOLD,
+    UsageQuery, VariableEntry, TABLE_COST_PROMPT_THRESHOLD,
 };
 use crosstab_contract::{ApiError, ALL_GROUPS};
 use leptos::prelude::*;
@@ -104,6 +104,13 @@ fn value_entries(book: &Codebook, variable: &str) -> Vec<TableAxis> {
             label: Some(labels::value_label(variable, value)),
         })
         .collect()
+}
+
+/// Whether [`value_entries`] gives `variable` any entry: listed values, or a range to
+/// cut into bands (the codebook lists no values past 200 of them).
+fn has_entries(variable: &VariableEntry) -> bool {
+    !variable.values.is_empty()
+        || (variable.min.is_some() && variable.distinct > bands::MAX_SINGLE_VALUES)
 }
 
 /// `Label · EXPRESSION`, or the expression.
@@ -385,8 +392,9 @@ pub fn WorkbenchScreen(signed_in: bool) -> impl IntoView {
         let done =
             move |result: Result<(crosstab_contract::app::Table, Origin), String>| match result {
                 Ok((table, origin)) => {
-                    keep(&table);
+                    // The history first: a full storage gives up answers, not records.
                     saved::record(entry);
+                    keep(&table);
                     recorded.update(|n| *n += 1);
                     outcome.set(Outcome::Done(Box::new(Computed {
                         table,
@@ -425,8 +433,8 @@ pub fn WorkbenchScreen(signed_in: bool) -> impl IntoView {
                 // Billed all the same: kept where it can be opened again, and said.
                 Some(_) => {
                     if let (Source::Server, Ok((table, origin))) = (from, &answer) {
-                        keep_late(table);
                         saved::record(late_entry);
+                        keep_late(table);
                         let _ = recorded.try_update(|n| *n += 1);
                         let calls = format!(
                             "{} call{}",
@@ -486,6 +494,11 @@ pub fn WorkbenchScreen(signed_in: bool) -> impl IntoView {
         let local = spec.local;
         let request = spec.request;
         let asked = request.clone();
+        // The entries come labelled by their survey's codebook: its arrival is no switch
+        // to relabel them for (which would drop labels the codebook cannot rebuild, such
+        // as bands', and leave a kept answer out of date at once).
+        let from = if local { Source::Local } else { Source::Server };
+        labelled_by.set_value(Some((from, request.survey.clone())));
         if local {
             source.set(Source::Local);
             if opened.get_untracked().map(|o| o.codebook.code) != Some(request.survey.clone()) {
@@ -731,11 +744,20 @@ pub fn WorkbenchScreen(signed_in: bool) -> impl IntoView {
             Outcome::Idle => String::new(),
             Outcome::Running => "Computing the table…".to_owned(),
             Outcome::Failed(message) => format!("The table failed: {message}"),
-            Outcome::Done(computed) => format!(
-                "Table ready: {} by {}, with totals.",
-                crate::labels::counted(computed.table.rows.len(), "row"),
-                crate::labels::counted(computed.table.columns.len(), "column")
-            ),
+            Outcome::Done(computed) => {
+                let size = format!(
+                    "{} by {}, with totals",
+                    crate::labels::counted(computed.table.rows.len(), "row"),
+                    crate::labels::counted(computed.table.columns.len(), "column")
+                );
+                match &computed.origin {
+                    Origin::Kept { at } => format!(
+                        "Table from your run of {}, kept in this browser and shown again: {size}.",
+                        crate::dom::local_time(at)
+                    ),
+                    _ => format!("Table ready: {size}."),
+                }
+            }
         }}</p>
         {move || match outcome.get() {
             Outcome::Idle => view! { <section class="card results empty-state"><p class="empty">"Add rows and columns, then run the table."</p></section> }.into_any(),
@@ -855,7 +877,7 @@ fn AxisEditor(
         let chosen = if chosen.is_empty() {
             book.variables
                 .iter()
-                .find(|v| !v.values.is_empty())
+                .find(|v| has_entries(v))
                 .map(|v| v.name.clone())
                 .unwrap_or_default()
         } else {
@@ -929,7 +951,7 @@ fn AxisEditor(
                 <label for=format!("{name}-variable")>"Add every value of a variable"</label>
                 <div class="target-row">
                     <select id=format!("{name}-variable") on:change=move |ev| variable.set(event_target_value(&ev))>
-                        {move || book.get().map(|book| book.variables.iter().filter(|v| !v.values.is_empty()).map(|v| {
+                        {move || book.get().map(|book| book.variables.iter().filter(|v| has_entries(v)).map(|v| {
                             let value = v.name.clone();
                             let text = Labelled { target: v.name.clone(), label: v.label.clone() }.display();
                             view! { <option value=value.clone() selected=move || variable.get() == value>{text}</option> }
