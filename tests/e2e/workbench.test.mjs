@@ -519,6 +519,19 @@ test('a stricter confidence and Bonferroni, then Holm: sent with the table, said
   await page.reload();
   await page.locator('#table-base').waitFor();
   assert.equal(await page.locator('#table-correction').inputValue(), 'holm');
+  await page.locator('#table-cost[data-kept="true"]').waitFor();
+  // A kept answer of a survey whose data has changed since (re-imported, say) is not
+  // shown once its codebook says so.
+  await page.evaluate(() => {
+    const key = 'crosstab.table-answers@demo/demo';
+    const kept = JSON.parse(localStorage.getItem(key));
+    for (const answer of kept) answer.data.respondents += 1;
+    localStorage.setItem(key, JSON.stringify(kept));
+  });
+  await page.reload();
+  await page.locator('#table-base').waitFor();
+  await page.getByText("The survey's data changed since this table's answer was kept").waitFor();
+  assert.equal(await page.locator('#table-cost').count(), 0);
   await page.locator('#table-clear').click();
   await context.close();
 });

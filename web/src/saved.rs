@@ -3,7 +3,7 @@
 //! tables' answers, so reopening one shows it without billing it again. Never a local
 //! file's data: a local table is saved as its request alone, and its answer not kept.
 
-use crosstab_contract::app::{Table, TableRequest};
+use crosstab_contract::app::{Codebook, Table, TableRequest};
 use serde::{Deserialize, Serialize};
 
 use crate::export::Caption;
@@ -30,11 +30,34 @@ const MAX_ANSWERS: usize = 10;
 const MAX_ANSWERS_BYTES: usize = 1024 * 1024;
 const MAX_ANSWER_BYTES: usize = 300 * 1024;
 
+/// What a survey's codebook says of its data, as the account sees it: a kept answer is
+/// shown only while it says the same (not after a re-import, or a change of the groups
+/// granted).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct SurveyData {
+    /// Respondents.
+    pub respondents: u64,
+    /// Their weights' sum.
+    pub weight_total: f64,
+}
+
+impl SurveyData {
+    /// What `book` says.
+    pub fn of(book: &Codebook) -> SurveyData {
+        SurveyData {
+            respondents: book.respondents,
+            weight_total: book.weight_total,
+        }
+    }
+}
+
 /// A server table's answer, kept.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Kept {
     /// When it was computed (ISO 8601, the browser's clock).
     pub at: String,
+    /// The survey's data then.
+    pub data: SurveyData,
     /// What it answers.
     pub request: TableRequest,
     /// The lines above it, as they were.

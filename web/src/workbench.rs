@@ -106,6 +106,10 @@ fn value_entries(book: &Codebook, variable: &str) -> Vec<TableAxis> {
         .collect()
 }
 
+/// Why a kept answer is not shown.
+const DATA_CHANGED: &str =
+    "The survey's data changed since this table's answer was kept: run it again for today's figures.";
+
 /// Whether [`value_entries`] gives `variable` any entry: listed values, or a range to
 /// cut into bands (the codebook lists no values past 200 of them).
 fn has_entries(variable: &VariableEntry) -> bool {
@@ -367,6 +371,7 @@ pub fn WorkbenchScreen(signed_in: bool) -> impl IntoView {
             .get_untracked()
             .filter(|book| book.code == request.survey);
         let caption = caption_of(request_book.as_ref(), &request, from);
+        let data = request_book.as_ref().map(saved::SurveyData::of);
         let started = now_ms();
         // What runs, as it is now: the builder stays editable while it computes.
         let entry = spec_of(String::new(), request.clone());
@@ -379,9 +384,10 @@ pub fn WorkbenchScreen(signed_in: bool) -> impl IntoView {
         // A server table's answer is kept, to be shown again without billing it again.
         let (kept_request, kept_caption) = (request.clone(), caption.clone());
         let keep = move |table: &crosstab_contract::app::Table| {
-            if from == Source::Server {
+            if let (Source::Server, Some(data)) = (from, data) {
                 saved::keep_answer(saved::Kept {
                     at: saved::now(),
+                    data,
                     request: kept_request.clone(),
                     caption: kept_caption.clone(),
                     table: table.clone(),
@@ -461,6 +467,26 @@ pub fn WorkbenchScreen(signed_in: bool) -> impl IntoView {
         confirming.set(None);
         outcome.set(to);
     };
+    // A kept answer shown before its survey's codebook came in: once it is, the answer
+    // goes if the survey's data changed since it was computed.
+    let unchecked = StoredValue::new(None::<(String, saved::SurveyData)>);
+    Effect::new(move |_| {
+        let Some(book) = book.get() else { return };
+        let Some((code, data)) = unchecked.get_value() else {
+            return;
+        };
+        if book.code != code {
+            return;
+        }
+        unchecked.set_value(None);
+        let kept_shown = outcome.with_untracked(|shown| {
+            matches!(shown, Outcome::Done(computed) if matches!(computed.origin, Origin::Kept { .. }))
+        });
+        if kept_shown && saved::SurveyData::of(&book) != data {
+            reset(Outcome::Idle);
+            notice.set(Some(DATA_CHANGED.to_owned()));
+        }
+    });
     let switch = move |to: Source| {
         let from_file = matches!(labelled_by.get_value(), Some((Source::Local, _)));
         if to == Source::Server && from_file {
@@ -524,8 +550,19 @@ pub fn WorkbenchScreen(signed_in: bool) -> impl IntoView {
         figures.set(spec.figures);
         arrangement.set(spec.arrangement);
         reset(Outcome::Idle);
-        // A server table answered before is shown as it was, not billed again.
-        if let Some(kept) = (!local).then(|| saved::kept_answer(&asked)).flatten() {
+        // A server table answered before is shown as it was, not billed again, while its
+        // survey's data is as it was (checked again when the codebook comes, if not in).
+        let kept = (!local).then(|| saved::kept_answer(&asked)).flatten();
+        if let Some(kept) = kept {
+            let now = book
+                .get_untracked()
+                .filter(|book| book.code == asked.survey)
+                .map(|book| saved::SurveyData::of(&book));
+            if now.is_some_and(|now| now != kept.data) {
+                notice.set(Some(DATA_CHANGED.to_owned()));
+                return;
+            }
+            unchecked.set_value(now.is_none().then(|| (asked.survey.clone(), kept.data)));
             runs.update(|r| *r += 1);
             outcome.set(Outcome::Done(Box::new(Computed {
                 table: kept.table,
