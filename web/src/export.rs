@@ -341,7 +341,7 @@ pub fn chart_svg(grid: &Grid, figure: Figure, key: Key) -> String {
             line.head
                 .label
                 .strip_suffix(line.head.expression.as_str())
-                .and_then(|label| label.strip_suffix(" · "))
+                .and_then(|label| label.strip_suffix(crate::labels::SEPARATOR))
                 .unwrap_or(&line.head.label)
         })
         .collect();

@@ -5,6 +5,7 @@
 use crosstab_contract::app::{Table, TableCell, TableHeader};
 
 use crate::figures::{Figures, Tests, Wholes};
+use crate::labels::SEPARATOR;
 use serde::{Deserialize, Serialize};
 
 /// A row or column of the arrangement: the Total, or entry `n` of the table's axis.
@@ -72,7 +73,7 @@ impl Head {
         let mut label = if header.label.is_empty() || header.label == header.expression {
             header.expression.clone()
         } else {
-            format!("{} · {}", header.label, header.expression)
+            format!("{}{SEPARATOR}{}", header.label, header.expression)
         };
         // In words, so the screen, a screen reader and every export say it.
         if header.unknown {

@@ -5,7 +5,7 @@
 use crosstab_contract::app::{Codebook, ValueEntry, VariableEntry};
 
 /// Separates a label from its code.
-const SEPARATOR: &str = " · ";
+pub const SEPARATOR: &str = " · ";
 
 /// A target with the codebook's name for it, if any.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -209,7 +209,7 @@ fn App() -> impl IntoView {
     // A sign-out the server did not confirm leaves the session as it is, and says so: on
     // a shared computer, a reload would otherwise sign the last user back in.
     let sign_out_error = RwSignal::new(None::<String>);
-    // A confirmed sign-out is said on the sign-in form it leads to.
+    // A confirmed sign-out is said on whatever screen it leaves.
     let signed_out = RwSignal::new(false);
     let go = move |target: Screen| {
         screen.set(target);

@@ -133,7 +133,7 @@ pub async fn prepare_demo(db: &Database, store: &SurveyStore) -> Result<Demo, Se
         }
     }
     if revoked > 0 {
-        tracing::info!(revoked, "the demo keys of earlier starts are revoked");
+        tracing::info!(revoked, "the earlier keys of account demo are revoked");
     }
     let key = accounts::create_key(db, "demo", &[grant], KeyEnv::Test, None).await?;
     let password = users::random_password();

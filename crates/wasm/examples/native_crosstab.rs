@@ -71,7 +71,7 @@ fn computed(
     request: &Value,
 ) -> Result<crosstab_contract::app::Table, crosstab_contract::ApiError> {
     crosstab_wasm::table_request(&request.to_string())
-        .and_then(|request| crosstab_wasm::table(survey, request))
+        .and_then(|request| survey.answer_table(request))
 }
 
 /// The table for `request` as `Survey.table` answers it.
@@ -149,7 +149,8 @@ fn run(args: &[String]) -> Result<String, Failure> {
             let mut answer = None;
             for _ in 0..iterations.max(1) {
                 let start = Instant::now();
-                let table = crosstab_wasm::table(&survey, request.clone())
+                let table = survey
+                    .answer_table(request.clone())
                     .map_err(|e| Failure::Other(e.to_string()))?;
                 times.push(start.elapsed().as_secs_f64() * 1e3);
                 answer = Some(table);

@@ -553,7 +553,7 @@ mod engine {
             #[wasm_bindgen(unchecked_param_type = "TableRequest")] request: JsValue,
         ) -> Result<JsValue, JsValue> {
             let answer =
-                table_request(&request).and_then(|request| crate::table(&self.inner, request));
+                table_request(&request).and_then(|request| self.inner.answer_table(request));
             match answer {
                 Ok(table) => to_js(&table),
                 Err(api) => Err(api_error(&api)),

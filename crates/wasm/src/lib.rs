@@ -46,18 +46,6 @@ pub fn crosstab(
     crosstab_engine::respond(named, request)
 }
 
-/// Answers a table request from `survey`, in the page: its `survey` member may be left
-/// out (the loaded survey answers; another is `forbidden_survey`), an invalid request is the server's 400 envelope, an
-/// unknown base `invalid_population_base` and an unknown group `forbidden_survey`, as
-/// `/app/api/table` answers; `billedCalls` is 0, nothing being billed.
-#[cfg(feature = "engine")]
-pub fn table(
-    survey: &crosstab_engine::Survey,
-    request: crosstab_contract::app::TableRequest,
-) -> Result<crosstab_contract::app::Table, ApiError> {
-    survey.answer_table(request)
-}
-
 /// Reads a table request from its JSON text (what `JSON.stringify` gives for the value
 /// JS passes) exactly as the server reads a body: anything else is its 400
 /// `invalid_request`.

@@ -56,11 +56,13 @@ mod tests {
             .unwrap()
         };
         // Another survey named is refused, as `crosstab` refuses it.
-        let error = crate::table(&survey, asking(r#""survey": "OTHER","#)).unwrap_err();
+        let error = survey
+            .answer_table(asking(r#""survey": "OTHER","#))
+            .unwrap_err();
         assert_eq!(error.code(), "forbidden_survey");
-        let named = crate::table(&survey, asking(r#""survey": "VEC","#)).unwrap();
+        let named = survey.answer_table(asking(r#""survey": "VEC","#)).unwrap();
         let request = asking("");
-        let table = crate::table(&survey, request).unwrap();
+        let table = survey.answer_table(request).unwrap();
         assert_eq!(named, table);
         assert_eq!(table.survey, "VEC");
         assert_eq!(table.billed_calls, 0);
@@ -72,7 +74,7 @@ mod tests {
         assert_eq!((error.status(), error.code()), (400, "invalid_request"));
         let empty = crate::table_request(r#"{"populationBase": "ALL", "rows": [], "columns": []}"#)
             .unwrap();
-        let error = crate::table(&survey, empty).unwrap_err();
+        let error = survey.answer_table(empty).unwrap_err();
         assert_eq!(
             error.envelope().error.unwrap().field.as_deref(),
             Some("rows")
@@ -81,7 +83,7 @@ mod tests {
             r#"{"populationBase": "NOPE", "rows": [{"expression": "*"}], "columns": [{"expression": "*"}]}"#,
         )
         .unwrap();
-        let error = crate::table(&survey, unknown_base).unwrap_err();
+        let error = survey.answer_table(unknown_base).unwrap_err();
         assert_eq!(error.code(), "invalid_population_base");
     }
 }
