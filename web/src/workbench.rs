@@ -364,6 +364,7 @@ pub fn WorkbenchScreen(signed_in: bool) -> impl IntoView {
 
     let run_now = move |request: TableRequest| {
         confirming.set(None);
+        notice.set(None);
         let from = source.get_untracked();
         // The codebook of the request's survey only (a prompt confirmed after a switch of
         // survey runs the request it priced, of the survey it was priced for).
@@ -462,9 +463,11 @@ pub fn WorkbenchScreen(signed_in: bool) -> impl IntoView {
         });
     };
     // The builder starts over from `to`: a run in flight is dropped, a prompt closed.
+    // A notice is about the table shown or the run before: it goes with them.
     let reset = move |to: Outcome| {
         epoch.update(|e| *e += 1);
         confirming.set(None);
+        notice.set(None);
         outcome.set(to);
     };
     // A kept answer shown before its survey's codebook came in: once it is, the answer
@@ -525,13 +528,14 @@ pub fn WorkbenchScreen(signed_in: bool) -> impl IntoView {
         // as bands', and leave a kept answer out of date at once).
         let from = if local { Source::Local } else { Source::Server };
         labelled_by.set_value(Some((from, request.survey.clone())));
+        let mut unopened = None;
         if local {
             source.set(Source::Local);
             if opened.get_untracked().map(|o| o.codebook.code) != Some(request.survey.clone()) {
-                notice.set(Some(format!(
+                unopened = Some(format!(
                     "This table was made from a local file of survey {}: open that file to run it.",
                     request.survey
-                )));
+                ));
             }
         } else if signed_in {
             source.set(Source::Server);
@@ -550,6 +554,7 @@ pub fn WorkbenchScreen(signed_in: bool) -> impl IntoView {
         figures.set(spec.figures);
         arrangement.set(spec.arrangement);
         reset(Outcome::Idle);
+        notice.set(unopened);
         // A server table answered before is shown as it was, not billed again, while its
         // survey's data is as it was (checked again when the codebook comes, if not in).
         let kept = (!local).then(|| saved::kept_answer(&asked)).flatten();
