@@ -66,9 +66,11 @@ fn main() {
     );
 
     let mut compiled = Seeds::new(seeds.join("survey_reader"));
+    let vector_survey = import::compile_file(&survey.join("survey.toml")).unwrap();
+    compiled.add("vector-survey", &vector_survey);
     compiled.add(
-        "vector-survey",
-        &import::compile_file(&survey.join("survey.toml")).unwrap(),
+        "vector-survey-before-checksums",
+        &before_checksums(&vector_survey),
     );
     compiled.add(
         "sav-fixture-as-csv",
@@ -120,6 +122,24 @@ code = "HAPPY_WOMEN"
 expr = "HAPPY AND GENDER = 2"
 "#
     .to_owned()
+}
+
+/// A compiled file as builds before checksums wrote it: its header without the
+/// `checksum` member (padded with spaces to its length, so the sections stay put), and
+/// without the 16 bytes of checksum at its end.
+fn before_checksums(bytes: &[u8]) -> Vec<u8> {
+    let len = usize::try_from(u64::from_le_bytes(bytes[8..16].try_into().unwrap())).unwrap();
+    let mut header: Value = serde_json::from_slice(&bytes[16..16 + len]).unwrap();
+    header
+        .as_object_mut()
+        .unwrap()
+        .remove("checksum")
+        .expect("a checksum named");
+    let mut json = serde_json::to_vec(&header).unwrap();
+    json.resize(len, b' ');
+    let mut out = bytes[..bytes.len() - 16].to_vec();
+    out[16..16 + len].copy_from_slice(&json);
+    out
 }
 
 /// One target's seed directory, rewritten whole: files from an earlier run that are no

@@ -130,3 +130,18 @@ fn open_regressions_still_panic_upstream_until_fixed() {
 fn an_unknown_target_is_refused() {
     assert_eq!(crosstab_fuzz::run("no_such_target", b""), None);
 }
+
+/// A compiled seed changed by a mutation still reaches the reader's checks past the
+/// checksum (the harness seals it again), where unsealed it would stop at the checksum.
+#[test]
+fn mutated_survey_seeds_are_sealed_again() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("seeds/survey_reader/vector-survey");
+    let mut bytes = std::fs::read(path).unwrap();
+    let at = bytes
+        .windows(26)
+        .position(|w| w == b"\"name\":\"Test-vector survey")
+        .unwrap();
+    bytes[at + 8] = b'B';
+    assert!(crosstab_engine::Survey::from_bytes(&bytes).is_err());
+    assert_eq!(crosstab_fuzz::run("survey_reader", &bytes), Some(true));
+}

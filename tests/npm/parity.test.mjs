@@ -85,6 +85,8 @@ test("demo survey (20,000 respondents): codes x bases x groups and expressions, 
   const codebook = fromCsv.codebook();
   assert.deepEqual(fromCompiled.codebook(), codebook);
   assert.equal(codebook.respondents, 20000);
+  // The file's checksum, the same whether compiled here from the CSV or natively.
+  assert.match(codebook.dataVersion, /^[0-9a-f]{32}$/);
   // Per-group totals depend on a caller's grant: only the app backend adds them.
   assert.ok(codebook.bases.every((b) => !("groupTotals" in b)));
 

@@ -44,8 +44,8 @@ async fn open(call: Call, file: &JsValue) -> Result<Opened, String> {
     }
     match (answer, worker::generation()) {
         ((Reply::Opened(opened), _), Some(generation)) => {
-            OPENED.with(|slot| *slot.borrow_mut() = Some((opened.clone(), generation)));
-            Ok(opened)
+            OPENED.with(|slot| *slot.borrow_mut() = Some((*opened.clone(), generation)));
+            Ok(*opened)
         }
         ((Reply::Opened(_), _), None) => Err(RESTARTED.into()),
         ((other, _), _) => Err(format!("The in-page engine answered {other:?} to an open.")),

@@ -33,12 +33,16 @@ const MAX_ANSWER_BYTES: usize = 300 * 1024;
 /// What a survey's codebook says of its data, as the account sees it: a kept answer is
 /// shown only while it says the same (not after a re-import, or a change of the groups
 /// granted).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SurveyData {
     /// Respondents.
     pub respondents: u64,
     /// Their weights' sum.
     pub weight_total: f64,
+    /// The codebook's `dataVersion` (absent from answers kept by builds before it, and for
+    /// surveys compiled before checksums).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
 }
 
 impl SurveyData {
@@ -47,7 +51,17 @@ impl SurveyData {
         SurveyData {
             respondents: book.respondents,
             weight_total: book.weight_total,
+            version: book.data_version.clone(),
         }
+    }
+
+    /// Whether an answer computed when the survey said `self` still holds now it says
+    /// `now`: the same respondents and weights, and the same data version, unless the
+    /// answer was kept before versions were (then the counts are all there is to go by).
+    pub fn holds_at(&self, now: &SurveyData) -> bool {
+        self.respondents == now.respondents
+            && self.weight_total == now.weight_total
+            && (self.version.is_none() || self.version == now.version)
     }
 }
 
@@ -219,6 +233,31 @@ pub fn forget_answers() {
 mod tests {
     use super::*;
     use crosstab_contract::app::TableAxis;
+
+    #[test]
+    fn a_kept_answer_holds_while_the_surveys_data_is_as_it_was() {
+        let data = |respondents, weight_total, version: Option<&str>| SurveyData {
+            respondents,
+            weight_total,
+            version: version.map(str::to_owned),
+        };
+        let then = data(100, 2.5, Some("aa"));
+        assert!(then.holds_at(&data(100, 2.5, Some("aa"))));
+        // Re-imported with the same counts: the version says it changed.
+        assert!(!then.holds_at(&data(100, 2.5, Some("bb"))));
+        assert!(!then.holds_at(&data(100, 2.5, None)));
+        // Groups granted otherwise: the counts say so.
+        assert!(!then.holds_at(&data(99, 2.5, Some("aa"))));
+        assert!(!then.holds_at(&data(100, 2.0, Some("aa"))));
+        // Kept before versions: the counts are all there is.
+        let older = data(100, 2.5, None);
+        assert!(older.holds_at(&data(100, 2.5, Some("aa"))));
+        assert!(!older.holds_at(&data(100, 3.0, Some("aa"))));
+        // Read from an older build's storage, without a version.
+        let stored: SurveyData =
+            serde_json::from_str(r#"{"respondents":100,"weight_total":2.5}"#).unwrap();
+        assert_eq!(stored, older);
+    }
 
     #[test]
     fn a_spec_reads_on_one_line() {

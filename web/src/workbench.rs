@@ -385,10 +385,10 @@ pub fn WorkbenchScreen(signed_in: bool) -> impl IntoView {
         // A server table's answer is kept, to be shown again without billing it again.
         let (kept_request, kept_caption) = (request.clone(), caption.clone());
         let keep = move |table: &crosstab_contract::app::Table| {
-            if let (Source::Server, Some(data)) = (from, data) {
+            if let (Source::Server, Some(data)) = (from, &data) {
                 saved::keep_answer(saved::Kept {
                     at: saved::now(),
-                    data,
+                    data: data.clone(),
                     request: kept_request.clone(),
                     caption: kept_caption.clone(),
                     table: table.clone(),
@@ -485,7 +485,7 @@ pub fn WorkbenchScreen(signed_in: bool) -> impl IntoView {
         let kept_shown = outcome.with_untracked(|shown| {
             matches!(shown, Outcome::Done(computed) if matches!(computed.origin, Origin::Kept { .. }))
         });
-        if kept_shown && saved::SurveyData::of(&book) != data {
+        if kept_shown && !data.holds_at(&saved::SurveyData::of(&book)) {
             reset(Outcome::Idle);
             notice.set(Some(DATA_CHANGED.to_owned()));
         }
@@ -563,7 +563,7 @@ pub fn WorkbenchScreen(signed_in: bool) -> impl IntoView {
                 .get_untracked()
                 .filter(|book| book.code == asked.survey)
                 .map(|book| saved::SurveyData::of(&book));
-            if now.is_some_and(|now| now != kept.data) {
+            if now.as_ref().is_some_and(|now| !kept.data.holds_at(now)) {
                 notice.set(Some(DATA_CHANGED.to_owned()));
                 return;
             }

@@ -137,6 +137,12 @@ pub struct Codebook {
     pub respondents: u64,
     /// Sum of all weights.
     pub weight_total: f64,
+    /// What identifies the survey's data (32 hex digits, its compiled file's checksum):
+    /// the same while the survey is as it was compiled, another once it is compiled from
+    /// other respondents, labels, codes or bases. Absent for a file compiled before
+    /// checksums.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_version: Option<String>,
     /// Unit multiplier for `WgtAud`.
     pub audience_report_units: u32,
     /// `Stbl` is 1 when `Resps` is at most this.
@@ -580,6 +586,7 @@ mod tests {
             name: "Demo".into(),
             respondents: 8,
             weight_total: 12.5,
+            data_version: Some("0123456789abcdef0123456789abcdef".into()),
             audience_report_units: 1000,
             unstable_max_resps: 60,
             groups: vec![
@@ -715,6 +722,7 @@ mod tests {
             &codebook(),
             json!({
                 "code": "DEMO", "name": "Demo", "respondents": 8, "weightTotal": 12.5,
+                "dataVersion": "0123456789abcdef0123456789abcdef",
                 "audienceReportUnits": 1000, "unstableMaxResps": 60,
                 "groups": [{"value": "N", "label": "North"}, {"value": "S"}],
                 "bases": [{"code": "ADULTS", "label": "Adults", "expr": "*",

@@ -293,6 +293,8 @@ impl SurveyBuilder {
             variables,
             codes: exprs(&self.codes),
             bases: exprs(&self.bases),
+            // The writer sets it as it writes the checksum.
+            checksum: None,
         };
         (writer, header)
     }

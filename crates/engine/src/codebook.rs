@@ -53,6 +53,7 @@ impl Survey {
             name: header.name.clone(),
             respondents: header.respondents,
             weight_total: crate::weights::total(self.weight_source(), self.weights().len()),
+            data_version: self.data_version(),
             audience_report_units: header.audience_report_units,
             unstable_max_resps: header.unstable_max_resps,
             groups: header
@@ -107,8 +108,12 @@ mod tests {
         let toml = std::fs::read_to_string(dir.join("survey.toml")).unwrap();
         let csv = std::fs::read_to_string(dir.join("respondents.csv")).unwrap();
         let survey = crate::survey_from_csv(&toml, &csv).unwrap();
-        let book = survey.codebook();
+        let mut book = survey.codebook();
         assert!(book.bases.iter().all(|b| b.group_totals.is_none()));
+        // The file's checksum, which the format's tests pin down.
+        let version = book.data_version.take().unwrap();
+        assert_eq!(Some(&version), survey.data_version().as_ref());
+        assert!(version.len() == 32 && version.bytes().all(|b| b.is_ascii_hexdigit()));
         let value = |v: f64, label: Option<&str>| match label {
             Some(label) => json!({"value": v, "label": label}),
             None => json!({"value": v}),

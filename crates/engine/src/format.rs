@@ -6,7 +6,11 @@
 //! 8      u64 header length H
 //! 16     H bytes of JSON header (see `Header`)
 //! ...    zero padding to a multiple of 8, then the sections the header points at
+//! end-16 the xxh3-128 checksum of every byte before it (u128), when the header says
+//!        `"checksum": "xxh3-128"` (files written before checksums have neither)
 //! ```
+
+use std::io::Write;
 
 use serde::{Deserialize, Serialize};
 
@@ -25,6 +29,11 @@ pub(crate) const UNWEIGHTED_FORMAT_VERSION: u32 = 3;
 /// Versions this build reads: a version 1 file is a version 2 file without two-bit
 /// columns, a version 2 file a version 3 file with a weight column.
 const READABLE_VERSIONS: [u32; 3] = [1, 2, 3];
+
+/// The checksum this build writes and verifies, as the header names it.
+pub(crate) const CHECKSUM: &str = "xxh3-128";
+/// Bytes of the checksum at the end of the file.
+const CHECKSUM_LEN: usize = 16;
 
 /// A byte range of the file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -104,6 +113,10 @@ pub(crate) struct Header {
     pub variables: Vec<VariableHeader>,
     pub codes: Vec<ExprHeader>,
     pub bases: Vec<ExprHeader>,
+    /// The checksum at the end of the file ([`CHECKSUM`]); absent in older files, which
+    /// end with their last section. Builds before it ignore both.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checksum: Option<String>,
 }
 
 /// Where the weight planes are and what they hold (see `weights.rs`).
@@ -203,12 +216,14 @@ impl<'a> Writer<'a> {
         Ok(out)
     }
 
-    /// Writes the file: header first, then the body, with section offsets rebased.
-    pub fn write_to(
-        self,
-        mut header: Header,
-        out: &mut impl std::io::Write,
-    ) -> std::io::Result<()> {
+    /// Writes the file: header first, then the body, with section offsets rebased, then
+    /// the checksum of it all.
+    pub fn write_to(self, mut header: Header, out: &mut impl Write) -> std::io::Result<()> {
+        header.checksum = Some(CHECKSUM.to_owned());
+        let mut out = Checksummed {
+            out,
+            hasher: xxhash_rust::xxh3::Xxh3::new(),
+        };
         // The header's length depends on the offsets it holds, so fix the body's start
         // first with a generous bound, then rebase every section by it.
         let provisional = serde_json::to_vec(&header)?.len() as u64;
@@ -225,15 +240,69 @@ impl<'a> Writer<'a> {
                 .iter()
                 .map(|(offset, part)| (body_start + offset, part.bytes())),
         ) {
-            write_zeros(out, offset - at)?;
+            write_zeros(&mut out, offset - at)?;
             out.write_all(bytes)?;
             at = offset + bytes.len() as u64;
         }
-        Ok(())
+        let digest = out.hasher.digest128();
+        out.out.write_all(&digest.to_le_bytes())
     }
 }
 
-fn write_zeros(out: &mut impl std::io::Write, mut count: u64) -> std::io::Result<()> {
+/// A writer that hashes what it passes on.
+struct Checksummed<'w, W> {
+    out: &'w mut W,
+    hasher: xxhash_rust::xxh3::Xxh3,
+}
+
+impl<W: Write> Write for Checksummed<'_, W> {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        let written = self.out.write(bytes)?;
+        self.hasher.update(&bytes[..written]);
+        Ok(written)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.out.flush()
+    }
+}
+
+/// Writes `bytes`' checksum again after a test changed them: a crafted file, not a
+/// damaged one.
+#[cfg(test)]
+pub(crate) fn seal(bytes: &mut [u8]) {
+    let at = bytes.len() - CHECKSUM_LEN;
+    let digest = xxhash_rust::xxh3::xxh3_128(&bytes[..at]);
+    bytes[at..].copy_from_slice(&digest.to_le_bytes());
+}
+
+/// The checksum a file ends with, if its header says it has one (see [`read_header`]).
+pub(crate) fn stored_checksum(header: &Header, bytes: &[u8]) -> Option<u128> {
+    header.checksum.as_ref()?;
+    let at = bytes.len().checked_sub(CHECKSUM_LEN)?;
+    let mut digest = [0u8; CHECKSUM_LEN];
+    digest.copy_from_slice(bytes.get(at..)?);
+    Some(u128::from_le_bytes(digest))
+}
+
+/// Whether the bytes are those the file's checksum was made of: `Ok(false)` for a file
+/// written before checksums, which has none to check.
+pub(crate) fn verify(header: &Header, bytes: &[u8]) -> Result<bool, LoadError> {
+    let Some(stored) = stored_checksum(header, bytes) else {
+        return Ok(false);
+    };
+    let content = &bytes[..bytes.len() - CHECKSUM_LEN];
+    if xxhash_rust::xxh3::xxh3_128(content) == stored {
+        Ok(true)
+    } else {
+        Err(LoadError::Corrupt(
+            "its checksum does not match its bytes: the file was damaged after it was written"
+                .into(),
+        ))
+    }
+}
+
+fn write_zeros(out: &mut impl Write, mut count: u64) -> std::io::Result<()> {
     const ZEROS: [u8; 64] = [0; 64];
     while count > 0 {
         let n = count.min(ZEROS.len() as u64) as usize;
@@ -307,7 +376,22 @@ pub(crate) fn read_header(bytes: &[u8]) -> Result<Header, LoadError> {
             }
         )));
     }
-    check_sections(&header, bytes.len() as u64)?;
+    // The checksum ends the file: no section may reach into it.
+    let sections_end = match header.checksum.as_deref() {
+        None => bytes.len(),
+        Some(CHECKSUM) => bytes
+            .len()
+            .checked_sub(CHECKSUM_LEN)
+            .filter(|end| *end >= 16 + header_len)
+            .ok_or_else(|| LoadError::Corrupt("no room for its checksum".into()))?,
+        Some(other) => {
+            return Err(LoadError::Corrupt(format!(
+                "a checksum of kind '{}', which this build does not know",
+                crate::names::shorten(other)
+            )))
+        }
+    };
+    check_sections(&header, sections_end as u64)?;
     Ok(header)
 }
 

@@ -44,6 +44,15 @@ impl Backing {
         Ok(Backing::Mapped(map))
     }
 
+    /// Whether every byte is in memory (not a map, read page by page as it is queried).
+    fn in_memory(&self) -> bool {
+        match self {
+            #[cfg(feature = "fs")]
+            Backing::Mapped(_) => false,
+            Backing::Owned(_) => true,
+        }
+    }
+
     fn bytes(&self) -> &[u8] {
         match self {
             #[cfg(feature = "fs")]
@@ -94,7 +103,8 @@ impl std::fmt::Debug for Survey {
 impl Survey {
     /// Loads a compiled survey from bytes (copied once into aligned memory), with a cache
     /// budget of its own (a quarter of the survey at a byte a respondent for every column,
-    /// within 1-256 MiB).
+    /// within 1-256 MiB). Bytes from elsewhere are checked against their checksum (see
+    /// [`Survey::verify`]).
     pub fn from_bytes(bytes: &[u8]) -> Result<Survey, LoadError> {
         Survey::from_aligned(AlignedBytes::copy_of(bytes)?)
     }
@@ -113,8 +123,9 @@ impl Survey {
         Survey::from_backing(Backing::Owned(AlignedBytes::copy_of(bytes)?), Some(budget))
     }
 
-    /// Opens an installed survey file by memory map (loading reads only the header), with
-    /// a cache budget of its own.
+    /// Opens an installed survey file by memory map (loading reads only the header, so its
+    /// checksum is not checked: installing did, and [`Survey::verify`] does), with a cache
+    /// budget of its own.
     #[cfg(feature = "fs")]
     pub fn open(path: &std::path::Path) -> Result<Survey, LoadError> {
         Survey::from_backing(Backing::map(path)?, None)
@@ -135,6 +146,10 @@ impl Survey {
         budget: Option<&Arc<MemoryBudget>>,
     ) -> Result<Survey, LoadError> {
         let header = read_header(backing.bytes())?;
+        // Bytes in memory are all read anyway; a mapped file is read as it is queried.
+        if backing.in_memory() {
+            crate::format::verify(&header, backing.bytes())?;
+        }
         // The code names the survey's file in a data dir: never a path.
         if !crate::names::is_identifier(&header.code) {
             return Err(LoadError::Corrupt(format!(
@@ -301,6 +316,21 @@ impl Survey {
             }
         }
         Ok(())
+    }
+
+    /// Whether every byte of the survey's file is as it was written: `Ok(true)` when its
+    /// checksum matches, `Ok(false)` for a file written before checksums (nothing to
+    /// check), an error when the file was damaged. Reads the whole file.
+    pub fn verify(&self) -> Result<bool, LoadError> {
+        crate::format::verify(&self.header, self.backing.bytes())
+    }
+
+    /// What identifies the survey's data: its file's checksum, as 32 hex digits (`None`
+    /// for a file written before checksums). Compiling the same survey again gives the
+    /// same; any change to its respondents, labels, codes or bases another.
+    pub fn data_version(&self) -> Option<String> {
+        crate::format::stored_checksum(&self.header, self.backing.bytes())
+            .map(|digest| format!("{digest:032x}"))
     }
 
     /// The `SurveyCode`.
@@ -768,6 +798,7 @@ mod tests {
             (planes.offset + planes.len) as usize,
         );
         bytes[start..end].fill(0xff);
+        crate::format::seal(&mut bytes);
         let crafted = Survey::from_bytes(&bytes).unwrap();
         assert!(matches!(intact.weight_source(), Weights::Planes { .. }));
         // Made again from the weights: the same decimal planes the file should have held.

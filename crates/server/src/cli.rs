@@ -575,6 +575,14 @@ enum SurveyCommand {
         #[command(flatten)]
         data: DataDir,
     },
+    /// Read every byte of installed surveys and check them against the checksum written
+    /// with them (a server reads a file only as it is queried); fails if any is damaged.
+    Verify {
+        /// The surveys to check (default: every installed survey).
+        codes: Vec<String>,
+        #[command(flatten)]
+        data: DataDir,
+    },
     /// Write a starting definition for an SPSS file: every variable's labels and values,
     /// the multiple-response sets as codes and a base ALL = "*".
     #[command(group = clap::ArgGroup::new("weighting").required(true).args(["weight", "unweighted"]))]
@@ -1152,6 +1160,9 @@ async fn execute(command: Command) -> Result<(), CliError> {
             command: SurveyCommand::List { data },
         } => list_surveys(&data.data_dir),
         Command::Survey {
+            command: SurveyCommand::Verify { codes, data },
+        } => verify_surveys(&data.data_dir, codes),
+        Command::Survey {
             command:
                 SurveyCommand::Init {
                     file,
@@ -1376,6 +1387,36 @@ fn list_surveys(data_dir: &Path) -> Result<(), CliError> {
         Err(CliError::Usage(format!(
             "unreadable surveys: {}",
             unreadable.join(", ")
+        )))
+    }
+}
+
+fn verify_surveys(data_dir: &Path, codes: Vec<String>) -> Result<(), CliError> {
+    let store = installed(data_dir)?;
+    let codes = if codes.is_empty() {
+        store.codes()?
+    } else {
+        codes
+    };
+    let mut damaged = Vec::new();
+    for code in codes {
+        match store.load(&code).and_then(|survey| survey.verify()) {
+            Ok(true) => println!("{code}\tintact"),
+            Ok(false) => println!(
+                "{code}\tunchecked: compiled before checksums (import it again to add one)"
+            ),
+            Err(error) => {
+                eprintln!("{code}: {error}");
+                damaged.push(code);
+            }
+        }
+    }
+    if damaged.is_empty() {
+        Ok(())
+    } else {
+        Err(CliError::Usage(format!(
+            "damaged or unreadable surveys: {} (import them again)",
+            damaged.join(", ")
         )))
     }
 }

@@ -25,20 +25,20 @@ pub fn answer(call: Call, payload: Payload) -> (Answer, Payload) {
         ),
         (Call::Start, Payload::None) => (Ok(Reply::Started), Payload::None),
         (Call::OpenCsv { definition, from }, Payload::Text(csv)) => (
-            open_csv(&definition, &csv, from).map(Reply::Opened),
+            open_csv(&definition, &csv, from).map(|opened| Reply::Opened(Box::new(opened))),
             Payload::None,
         ),
         (Call::OpenGuided { definition, from }, Payload::Text(csv)) => (
             definition
                 .to_toml()
                 .and_then(|toml| open_csv(&toml, &csv, from))
-                .map(Reply::Opened),
+                .map(|opened| Reply::Opened(Box::new(opened))),
             Payload::None,
         ),
         (Call::OpenCompiled { from }, Payload::Compiled(bytes)) => (
             bytes
                 .and_then(|bytes| open_compiled(bytes, from))
-                .map(Reply::Opened),
+                .map(|opened| Reply::Opened(Box::new(opened))),
             Payload::None,
         ),
         (Call::Table(request), Payload::None) => (
@@ -176,7 +176,7 @@ mod tests {
 
     fn opened(answer: (Answer, Payload)) -> Opened {
         match answer {
-            (Ok(Reply::Opened(opened)), Payload::None) => opened,
+            (Ok(Reply::Opened(opened)), Payload::None) => *opened,
             other => panic!("not opened: {other:?}"),
         }
     }

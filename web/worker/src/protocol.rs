@@ -53,7 +53,7 @@ pub enum Reply {
     /// Running.
     Started,
     /// The survey is open.
-    Opened(Opened),
+    Opened(Box<Opened>),
     /// The table.
     Table(Box<Table>),
     /// The survey is closed.

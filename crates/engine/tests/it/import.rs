@@ -454,7 +454,7 @@ fn answer_alike(a: &Survey, b: &Survey, targets: [&str; 2]) {
 }
 
 /// `bytes` with its header rewritten by `edit`, padded to the same length so the body
-/// stays where the header's offsets say.
+/// stays where the header's offsets say, and sealed: a crafted file, not a damaged one.
 fn with_header(bytes: &[u8], edit: impl FnOnce(&mut serde_json::Value)) -> Vec<u8> {
     let (mut header, len) = header_of(bytes);
     edit(&mut header);
@@ -463,7 +463,120 @@ fn with_header(bytes: &[u8], edit: impl FnOnce(&mut serde_json::Value)) -> Vec<u
     json.resize(len, b' ');
     let mut out = bytes.to_vec();
     out[16..16 + len].copy_from_slice(&json);
-    out
+    sealed(out)
+}
+
+/// Bytes of the checksum that ends a compiled file.
+const CHECKSUM_LEN: usize = 16;
+
+/// `bytes` with the checksum its header names written again over their end (what a
+/// writer of crafted files would do): what they hold is then checked for itself.
+fn sealed(mut bytes: Vec<u8>) -> Vec<u8> {
+    if header_of(&bytes).0.get("checksum").is_some() {
+        let at = bytes.len() - CHECKSUM_LEN;
+        let digest = xxhash_rust::xxh3::xxh3_128(&bytes[..at]);
+        bytes[at..].copy_from_slice(&digest.to_le_bytes());
+    }
+    bytes
+}
+
+/// The same file as a build before checksums wrote it: no checksum named, none at the end.
+fn unchecked(bytes: &[u8]) -> Vec<u8> {
+    let mut old = with_header(bytes, |h| {
+        h.as_object_mut().unwrap().remove("checksum");
+    });
+    old.truncate(old.len() - CHECKSUM_LEN);
+    old
+}
+
+/// A compiled file ends with its checksum: bytes damaged anywhere (header, body, end)
+/// are refused when loaded from memory and found by `verify` in an installed file; the
+/// checksum names the survey's data; files from before checksums still load.
+#[test]
+fn damaged_files_are_refused_by_their_checksum() {
+    let bytes = compile(TOML, CSV).unwrap();
+    let (header, header_len) = header_of(&bytes);
+    assert_eq!(header["checksum"], "xxh3-128");
+    let survey = Survey::from_bytes(&bytes).unwrap();
+    assert!(survey.verify().unwrap());
+    let version = survey.data_version().unwrap();
+    assert!(version.len() == 32 && version.bytes().all(|b| b.is_ascii_hexdigit()));
+    assert_eq!(survey.codebook().data_version.as_ref(), Some(&version));
+    // Compiled again, the same version; from other respondents, another.
+    let again = Survey::from_bytes(&compile(TOML, CSV).unwrap()).unwrap();
+    assert_eq!(again.data_version(), Some(version.clone()));
+    let other = compile(TOML, &CSV.replace("r3,0,A,2,", "r3,0,A,1,")).unwrap();
+    assert_ne!(
+        Survey::from_bytes(&other).unwrap().data_version(),
+        Some(version)
+    );
+
+    let weight = bytes
+        .windows(8)
+        .position(|w| w == 2.25f64.to_le_bytes())
+        .unwrap();
+    let name = 16 + header_len / 2;
+    let damaged = |at: usize| {
+        let mut out = bytes.clone();
+        out[at] ^= 0x01;
+        out
+    };
+    let mut longer = bytes.clone();
+    longer.push(0);
+    for (edited, what) in [
+        (damaged(weight), "a weight's bit"),
+        (damaged(name), "a header's bit"),
+        (damaged(bytes.len() - 1), "the checksum's bit"),
+        (longer, "a byte added"),
+        (bytes[..bytes.len() - 1].to_vec(), "the last byte lost"),
+    ] {
+        match Survey::from_bytes(&edited) {
+            Err(e) => assert!(
+                e.to_string().starts_with("corrupt compiled survey"),
+                "{what}: {e}"
+            ),
+            Ok(_) => panic!("{what}: loaded"),
+        }
+    }
+    match Survey::from_bytes(&damaged(weight)) {
+        Err(e) => assert!(e.to_string().contains("checksum does not match"), "{e}"),
+        Ok(_) => panic!("loaded"),
+    }
+    // Installing damaged bytes changes nothing.
+    let dir = tempfile::tempdir().unwrap();
+    let store = SurveyStore::open(dir.path()).unwrap();
+    let error = store.install(&damaged(weight)).unwrap_err();
+    assert!(
+        error.to_string().contains("checksum does not match"),
+        "{error}"
+    );
+    assert_eq!(store.codes().unwrap(), Vec::<String>::new());
+    // An installed file opens by its header alone; `verify` reads it all.
+    store.install(&bytes).unwrap();
+    assert!(store.load("T").unwrap().verify().unwrap());
+    std::fs::write(store.path_of("T"), damaged(weight)).unwrap();
+    let opened = store.load("T").unwrap();
+    assert!(opened
+        .verify()
+        .unwrap_err()
+        .to_string()
+        .contains("checksum does not match"));
+
+    // A file from before checksums: no version, nothing to verify, the same answers.
+    let old = Survey::from_bytes(&unchecked(&bytes)).unwrap();
+    assert_eq!((old.data_version(), old.verify().unwrap()), (None, false));
+    assert_eq!(old.codebook().data_version, None);
+    answer_alike(&old, &survey, ["X = 1", "Y >= 10"]);
+    // A checksum this build does not know is not taken for none.
+    let unknown = with_header(&bytes, |h| h["checksum"] = json!("sha-1"));
+    match Survey::from_bytes(&unknown) {
+        Err(e) => assert!(
+            e.to_string()
+                .contains("'sha-1', which this build does not know"),
+            "{e}"
+        ),
+        Ok(_) => panic!("loaded"),
+    }
 }
 
 #[test]
@@ -521,7 +634,7 @@ fn corrupt_sections_are_load_errors_that_say_so() {
     ] {
         let mut edited = bytes.clone();
         edited[at..at + 8].copy_from_slice(&weight.to_le_bytes());
-        match Survey::from_bytes(&edited) {
+        match Survey::from_bytes(&sealed(edited)) {
             Err(e) => assert!(e.to_string().contains(said), "{weight}: {e}"),
             Ok(_) => panic!("a weight of {weight} loaded"),
         }
@@ -537,7 +650,7 @@ fn version_1_files_load_and_two_bit_columns_need_version_2() {
     let as_version_1 = |bytes: &[u8]| {
         let mut out = with_header(bytes, |h| h["format"] = json!(1));
         out[7] = 1;
-        out
+        sealed(out)
     };
     // Four values in each column: byte codes, as version 1 wrote them.
     let wide = "ID,W,G,X,Y\nr1,1,A,1,10\nr2,2,B,2,20\nr3,3,A,3,30\nr4,4,B,4,40\n";
@@ -579,7 +692,7 @@ fn two_bit_planes_past_the_last_respondent_count_for_nobody() {
     let mut hostile = bytes.clone();
     // Rows 56-63 of X's low plane: code 1 (X = 1) for eight respondents who don't exist.
     hostile[offset + 7] = 0xff;
-    let survey = Survey::from_bytes(&hostile).unwrap();
+    let survey = Survey::from_bytes(&sealed(hostile)).unwrap();
     assert_eq!(survey.value("X", 60), None);
     answer_alike(
         &survey,

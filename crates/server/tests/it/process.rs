@@ -269,6 +269,30 @@ async fn whole_process_statuses_envelopes_headers_and_ledger() {
     cli(&data, &["survey", "import", other.to_str().unwrap()]);
     let list = cli(&data, &["survey", "list"]);
     assert!(list.contains("SMALL") && list.contains("OTHER"), "{list}");
+    // Every byte checked against the file's checksum; a damaged file is named, and the
+    // command fails.
+    let verified = cli(&data, &["survey", "verify"]);
+    assert_eq!(verified, "OTHER\tintact\nSMALL\tintact\n");
+    let file = data.join("surveys/OTHER.ctxs");
+    let intact = std::fs::read(&file).unwrap();
+    let mut damaged = intact.clone();
+    let last = damaged.len() - 20;
+    damaged[last] ^= 0x10;
+    std::fs::write(&file, &damaged).unwrap();
+    let refused = cli_output(&data, &["survey", "verify"]);
+    assert!(!refused.status.success());
+    assert_eq!(String::from_utf8_lossy(&refused.stdout), "SMALL\tintact\n");
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        said.contains("OTHER: corrupt compiled survey: its checksum does not match")
+            && said.contains("damaged or unreadable surveys: OTHER"),
+        "{said}"
+    );
+    assert_eq!(
+        cli(&data, &["survey", "verify", "SMALL"]),
+        "SMALL\tintact\n"
+    );
+    std::fs::write(&file, &intact).unwrap();
 
     // An administrative command neither creates a database nor migrates one.
     let refused = cli_output(

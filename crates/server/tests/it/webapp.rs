@@ -459,8 +459,12 @@ async fn the_catalog_shows_only_what_the_account_may_query() {
     assert_eq!(surveys[0]["allGroups"], false);
     // Nor do the survey's own counts: group N's only.
     assert_eq!(surveys[0]["respondents"], 4);
+    let version = book["dataVersion"].as_str().unwrap().to_owned();
+    assert!(version.len() == 32 && version.bytes().all(|b| b.is_ascii_hexdigit()));
     let (_, book) = app.get(&nora, "/app/api/surveys/VEC/codebook").await;
     assert_eq!(book["groups"], json!([{"value": "N", "label": "North"}]));
+    // The survey's data is the same whatever the grant.
+    assert_eq!(book["dataVersion"], version.as_str());
     assert_eq!(
         (book["respondents"].as_u64(), book["weightTotal"].as_f64()),
         (Some(4), Some(9500.0))
