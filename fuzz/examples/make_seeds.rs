@@ -1,6 +1,8 @@
 //! Writes the committed seed corpora, `fuzz/seeds/<target>/`, from the project's own test
 //! data: the request bodies and target codes of `tests/vectors/*.json`, the vector survey
-//! (as a definition and CSV, and compiled), and the SPSS fixtures of the engine's tests.
+//! (as a definition and CSV, and compiled, also as a file from before checksums, and as an
+//! earlier build wrote it with weight planes: `fuzz/fixtures/`), and the SPSS fixtures of
+//! the engine's tests.
 //!
 //! `fuzz/make-seeds` runs it; rerun it when the vectors or the compiled format change.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -72,6 +74,12 @@ fn main() {
         "vector-survey-before-checksums",
         &before_checksums(&vector_survey),
     );
+    // A builder writes weight planes only beside ten times their bytes (a block's planes
+    // take ~40 KB): a small file with them, as an earlier build wrote the vector survey,
+    // keeps the planes' checks within the fuzzer's reach.
+    let with_planes = fs::read(fuzz.join("fixtures/vector-survey-with-planes.ctxs")).unwrap();
+    assert!(String::from_utf8_lossy(&with_planes).contains("\"weight_planes\""));
+    compiled.add("vector-survey-with-planes", &with_planes);
     compiled.add(
         "sav-fixture-as-csv",
         &import::compile(&sav_toml, "survey.toml", &sav_csv[..], "respondents.csv").unwrap(),

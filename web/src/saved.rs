@@ -39,8 +39,9 @@ pub struct SurveyData {
     pub respondents: u64,
     /// Their weights' sum.
     pub weight_total: f64,
-    /// The codebook's `dataVersion` (absent from answers kept by builds before it, and for
-    /// surveys compiled before checksums).
+    /// The codebook's `dataVersion` (absent for surveys compiled before checksums, and
+    /// from answers kept by builds before it: once the survey has one, they are taken
+    /// for out of date, since nothing says they are not).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version: Option<String>,
 }
@@ -53,15 +54,6 @@ impl SurveyData {
             weight_total: book.weight_total,
             version: book.data_version.clone(),
         }
-    }
-
-    /// Whether an answer computed when the survey said `self` still holds now it says
-    /// `now`: the same respondents and weights, and the same data version, unless the
-    /// answer was kept before versions were (then the counts are all there is to go by).
-    pub fn holds_at(&self, now: &SurveyData) -> bool {
-        self.respondents == now.respondents
-            && self.weight_total == now.weight_total
-            && (self.version.is_none() || self.version == now.version)
     }
 }
 
@@ -235,28 +227,15 @@ mod tests {
     use crosstab_contract::app::TableAxis;
 
     #[test]
-    fn a_kept_answer_holds_while_the_surveys_data_is_as_it_was() {
-        let data = |respondents, weight_total, version: Option<&str>| SurveyData {
-            respondents,
-            weight_total,
-            version: version.map(str::to_owned),
-        };
-        let then = data(100, 2.5, Some("aa"));
-        assert!(then.holds_at(&data(100, 2.5, Some("aa"))));
-        // Re-imported with the same counts: the version says it changed.
-        assert!(!then.holds_at(&data(100, 2.5, Some("bb"))));
-        assert!(!then.holds_at(&data(100, 2.5, None)));
-        // Groups granted otherwise: the counts say so.
-        assert!(!then.holds_at(&data(99, 2.5, Some("aa"))));
-        assert!(!then.holds_at(&data(100, 2.0, Some("aa"))));
-        // Kept before versions: the counts are all there is.
-        let older = data(100, 2.5, None);
-        assert!(older.holds_at(&data(100, 2.5, Some("aa"))));
-        assert!(!older.holds_at(&data(100, 3.0, Some("aa"))));
-        // Read from an older build's storage, without a version.
+    fn an_answer_kept_by_an_older_build_has_no_data_version() {
         let stored: SurveyData =
             serde_json::from_str(r#"{"respondents":100,"weight_total":2.5}"#).unwrap();
-        assert_eq!(stored, older);
+        assert_eq!(stored.version, None);
+        let now = SurveyData {
+            version: Some("aa".into()),
+            ..stored.clone()
+        };
+        assert_ne!(stored, now, "nothing says the survey is as it was");
     }
 
     #[test]

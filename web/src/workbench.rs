@@ -485,7 +485,7 @@ pub fn WorkbenchScreen(signed_in: bool) -> impl IntoView {
         let kept_shown = outcome.with_untracked(|shown| {
             matches!(shown, Outcome::Done(computed) if matches!(computed.origin, Origin::Kept { .. }))
         });
-        if kept_shown && !data.holds_at(&saved::SurveyData::of(&book)) {
+        if kept_shown && saved::SurveyData::of(&book) != data {
             reset(Outcome::Idle);
             notice.set(Some(DATA_CHANGED.to_owned()));
         }
@@ -563,7 +563,7 @@ pub fn WorkbenchScreen(signed_in: bool) -> impl IntoView {
                 .get_untracked()
                 .filter(|book| book.code == asked.survey)
                 .map(|book| saved::SurveyData::of(&book));
-            if now.as_ref().is_some_and(|now| !kept.data.holds_at(now)) {
+            if now.as_ref().is_some_and(|now| *now != kept.data) {
                 notice.set(Some(DATA_CHANGED.to_owned()));
                 return;
             }

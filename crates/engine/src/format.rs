@@ -333,6 +333,21 @@ fn rebase(header: &mut Header, by: u64) {
     }
 }
 
+/// Where the last of the header's sections ends (their ends checked to fit the file).
+fn last_section_end(header: &Header) -> u64 {
+    let mut sections = vec![header.weights, header.id_offsets, header.id_bytes];
+    sections.extend(header.weight_planes.map(|planes| planes.section));
+    sections.extend(header.group_codes);
+    for variable in &header.variables {
+        sections.extend([variable.dict, variable.codes]);
+    }
+    sections
+        .iter()
+        .map(|section| section.offset + section.len)
+        .max()
+        .unwrap_or(0)
+}
+
 fn align8(n: u64) -> u64 {
     n.div_ceil(8) * 8
 }
@@ -392,6 +407,15 @@ pub(crate) fn read_header(bytes: &[u8]) -> Result<Header, LoadError> {
         }
     };
     check_sections(&header, sections_end as u64)?;
+    // Every writer ends the sections where the last one ends: bytes past it are a file
+    // padded or cut, or a checksum whose naming in the header was damaged.
+    if last_section_end(&header) != sections_end as u64 {
+        return Err(LoadError::Corrupt(format!(
+            "{} bytes where its sections end at {}",
+            sections_end,
+            last_section_end(&header)
+        )));
+    }
     Ok(header)
 }
 

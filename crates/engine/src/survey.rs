@@ -123,9 +123,10 @@ impl Survey {
         Survey::from_backing(Backing::Owned(AlignedBytes::copy_of(bytes)?), Some(budget))
     }
 
-    /// Opens an installed survey file by memory map (loading reads only the header, so its
-    /// checksum is not checked: installing did, and [`Survey::verify`] does), with a cache
-    /// budget of its own.
+    /// Opens an installed survey file by memory map, with a cache budget of its own.
+    /// Loading reads the header and the weights, not every byte, so the checksum is not
+    /// checked here: the bytes were when installed (or as the import wrote them), and
+    /// [`Survey::verify`] checks them again.
     #[cfg(feature = "fs")]
     pub fn open(path: &std::path::Path) -> Result<Survey, LoadError> {
         Survey::from_backing(Backing::map(path)?, None)

@@ -1400,6 +1400,12 @@ fn verify_surveys(data_dir: &Path, codes: Vec<String>) -> Result<(), CliError> {
     };
     let mut damaged = Vec::new();
     for code in codes {
+        // A code names a file in the data dir: never a path.
+        if !import::is_identifier(&code) {
+            eprintln!("{code}: not a survey code");
+            damaged.push(code);
+            continue;
+        }
         match store.load(&code).and_then(|survey| survey.verify()) {
             Ok(true) => println!("{code}\tintact"),
             Ok(false) => println!(

@@ -567,6 +567,17 @@ fn damaged_files_are_refused_by_their_checksum() {
     assert_eq!((old.data_version(), old.verify().unwrap()), (None, false));
     assert_eq!(old.codebook().data_version, None);
     answer_alike(&old, &survey, ["X = 1", "Y >= 10"]);
+    // A header whose checksum's name was damaged is not taken for one from before them:
+    // its file ends 16 bytes past its sections.
+    let renamed = with_header(&bytes, |h| {
+        let object = h.as_object_mut().unwrap();
+        let kind = object.remove("checksum").unwrap();
+        object.insert("checksul".into(), kind);
+    });
+    match Survey::from_bytes(&renamed) {
+        Err(e) => assert!(e.to_string().contains("where its sections end at"), "{e}"),
+        Ok(_) => panic!("loaded"),
+    }
     // A checksum this build does not know is not taken for none.
     let unknown = with_header(&bytes, |h| h["checksum"] = json!("sha-1"));
     match Survey::from_bytes(&unknown) {

@@ -81,7 +81,7 @@ impl SurveyCopies {
                         survey = %published.code,
                         sha256 = %published.sha256,
                         %reason,
-                        "a survey published in the database was not installed (compiled by a newer build?); any older copy stays served"
+                        "a survey published in the database was not installed (compiled by a newer build, or damaged?); any older copy stays served"
                     );
                 }
             }
@@ -214,6 +214,19 @@ pub async fn publish(
     let bytes = tokio::fs::read(&path)
         .await
         .map_err(|error| ServiceError::Internal(format!("{} not read: {error}", path.display())))?;
+    // A file damaged on this disk would be refused by every replica: said here instead.
+    let (bytes, loaded) = tokio::task::spawn_blocking(move || {
+        let loaded = crosstab_engine::Survey::from_bytes(&bytes).map(drop);
+        (bytes, loaded)
+    })
+    .await
+    .map_err(|error| ServiceError::Internal(format!("checking {code}: {error}")))?;
+    loaded.map_err(|error| {
+        ServiceError::Internal(format!(
+            "{} not published: {error} (import it again)",
+            path.display()
+        ))
+    })?;
     let sha256 = to_hex(&Sha256::digest(&bytes));
     surveys::publish(db, code, &sha256, &bytes, now).await?;
     Ok(sha256)

@@ -526,6 +526,52 @@ async fn a_blob_that_does_not_match_its_hash_is_not_installed() {
     assert!(catalog.get("DEMO").is_none(), "a damaged blob was served");
 }
 
+/// An installed file damaged on the publisher's disk is not published: the command says
+/// so, and the database holds nothing a replica would copy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_survey_damaged_on_the_publishers_disk_is_not_published() {
+    use crosstab_engine::demo::{self, DemoConfig};
+    use crosstab_engine::store::SurveyStore;
+    use crosstab_server::clock::now_ms;
+    use crosstab_server::service::replicas;
+
+    let Some(url) = postgres_url() else {
+        return;
+    };
+    let url = database_of_its_own(&url).await;
+    let db = Database::connect(&url).await.unwrap();
+    let publisher = tempfile::tempdir().unwrap();
+    let store = SurveyStore::open(publisher.path()).unwrap();
+    let bytes = demo::compile(&DemoConfig {
+        respondents: 300,
+        flags: 4,
+        seed: 3,
+    })
+    .unwrap();
+    store.install(&bytes).unwrap();
+    let mut damaged = bytes.clone();
+    let at = damaged.len() - 40;
+    damaged[at] ^= 0x04;
+    std::fs::write(store.path_of("DEMO"), &damaged).unwrap();
+    let error = replicas::publish(&db, &store, "DEMO", now_ms())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("not published") && error.contains("checksum does not match"),
+        "{error}"
+    );
+    let (_replica, catalog, copies) = replica(&db);
+    assert!(copies.sync().await.unwrap().is_empty());
+    assert!(catalog.get("DEMO").is_none());
+    // Sound again, it is published and copied.
+    std::fs::write(store.path_of("DEMO"), &bytes).unwrap();
+    replicas::publish(&db, &store, "DEMO", now_ms())
+        .await
+        .unwrap();
+    assert_eq!(copies.sync().await.unwrap(), vec!["DEMO".to_owned()]);
+}
+
 /// A survey whose blob is gone when a round comes to fetch it (replaced meanwhile) is not
 /// settled at that blob: published with it again, it is copied.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -292,6 +292,9 @@ async fn whole_process_statuses_envelopes_headers_and_ledger() {
         cli(&data, &["survey", "verify", "SMALL"]),
         "SMALL\tintact\n"
     );
+    let path = cli_output(&data, &["survey", "verify", "../SMALL"]);
+    assert!(!path.status.success());
+    assert!(String::from_utf8_lossy(&path.stderr).contains("../SMALL: not a survey code"));
     std::fs::write(&file, &intact).unwrap();
 
     // An administrative command neither creates a database nor migrates one.
