@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::SystemTime;
 
 use crate::budget::MemoryBudget;
@@ -143,6 +143,9 @@ pub struct Refresh {
 pub struct Catalog {
     store: SurveyStore,
     surveys: RwLock<BTreeMap<String, (Arc<Survey>, Stamp)>>,
+    /// Files whose bytes failed to load, as they were then: tried again (and said again)
+    /// only once they change, so a damaged large file is not read whole every refresh.
+    refused: Mutex<BTreeMap<String, Stamp>>,
     budget: Arc<MemoryBudget>,
 }
 
@@ -161,6 +164,7 @@ impl Catalog {
         let catalog = Catalog {
             store,
             surveys: RwLock::new(BTreeMap::new()),
+            refused: Mutex::new(BTreeMap::new()),
             budget: Arc::clone(budget),
         };
         let refresh = catalog.refresh();
@@ -193,8 +197,10 @@ impl Catalog {
             .collect()
     }
 
-    /// Loads new and replaced surveys and drops removed ones. A store that can't be
-    /// listed changes nothing (an I/O error is not every survey being removed).
+    /// Loads new and replaced surveys, each checked whole against its checksum first, and
+    /// drops removed ones. A file that fails keeps any older version served, and is said
+    /// once, not again until it changes. A store that can't be listed changes nothing (an
+    /// I/O error is not every survey being removed).
     pub fn refresh(&self) -> Refresh {
         let mut report = Refresh::default();
         let codes = match self.store.codes() {
@@ -214,28 +220,50 @@ impl Catalog {
                 .map(|(code, (_, stamp))| (code.clone(), stamp.clone()))
                 .collect()
         };
+        let mut refused = self
+            .refused
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        refused.retain(|code, _| codes.contains(code));
         let mut updates = Vec::new();
         for code in &codes {
             let path = self.store.path_of(code);
             let Some(stamp) = Stamp::of(&path) else {
                 continue;
             };
-            if current.get(code) == Some(&stamp) {
+            if current.get(code) == Some(&stamp) || refused.get(code) == Some(&stamp) {
                 continue;
             }
-            match Survey::open_within(&path, &self.budget) {
+            let loaded = Survey::open_within(&path, &self.budget).and_then(|survey| {
+                // Read whole once, here: a server reads the rest only as queries need it.
+                survey.verify()?;
+                Ok(survey)
+            });
+            match loaded {
                 Ok(survey) if survey.code() == code => {
+                    refused.remove(code);
                     // Before it is served, so no first query waits on it.
                     survey.prepare_sums();
                     updates.push((code.clone(), Arc::new(survey), stamp));
                 }
-                Ok(survey) => report.failed.push((
-                    code.clone(),
-                    format!("file holds survey '{}'", survey.code()),
-                )),
-                Err(error) => report.failed.push((code.clone(), error.to_string())),
+                Ok(survey) => {
+                    report.failed.push((
+                        code.clone(),
+                        format!("file holds survey '{}'", survey.code()),
+                    ));
+                    refused.insert(code.clone(), stamp);
+                }
+                Err(error) => {
+                    // What the file holds fails as long as it is the same file; a failure
+                    // to read it (memory, descriptors) may pass, and is tried again.
+                    if !matches!(error, LoadError::Io { .. } | LoadError::OutOfMemory { .. }) {
+                        refused.insert(code.clone(), stamp);
+                    }
+                    report.failed.push((code.clone(), error.to_string()));
+                }
             }
         }
+        drop(refused);
         let mut surveys = self
             .surveys
             .write()

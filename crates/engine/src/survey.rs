@@ -125,8 +125,7 @@ impl Survey {
 
     /// Opens an installed survey file by memory map, with a cache budget of its own.
     /// Loading reads the header and the weights, not every byte, so the checksum is not
-    /// checked here: the bytes were when installed (or as the import wrote them), and
-    /// [`Survey::verify`] checks them again.
+    /// checked here: [`Survey::verify`] does (the catalog, before it serves the file).
     #[cfg(feature = "fs")]
     pub fn open(path: &std::path::Path) -> Result<Survey, LoadError> {
         Survey::from_backing(Backing::map(path)?, None)

@@ -576,7 +576,8 @@ enum SurveyCommand {
         data: DataDir,
     },
     /// Read every byte of installed surveys and check them against the checksum written
-    /// with them (a server reads a file only as it is queried); fails if any is damaged.
+    /// with them (a server checks a file when it loads it, not after); fails if any is
+    /// damaged.
     Verify {
         /// The surveys to check (default: every installed survey).
         codes: Vec<String>,

@@ -712,6 +712,53 @@ fn two_bit_planes_past_the_last_respondent_count_for_nobody() {
     );
 }
 
+/// A replacement damaged on disk is found by the catalog's check before it is served:
+/// the version before stays served, the failure is said once (not read and said again
+/// every refresh), and a sound replacement after it is loaded.
+#[test]
+fn a_catalog_serves_no_damaged_file_and_says_so_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SurveyStore::open(dir.path()).unwrap();
+    let bytes = compile(TOML, CSV).unwrap();
+    store.install(&bytes).unwrap();
+    let (catalog, first) = Catalog::new(store.clone());
+    assert_eq!(first.loaded, vec!["T".to_owned()]);
+    // What a disk can do to a file after it was written: one bit of a weight flipped, in a
+    // file put in place as installs are (by rename), so the catalog sees a new version.
+    let replacement = compile(TOML, &CSV.replace("r3,0,A,2,", "r3,0,A,1,")).unwrap();
+    let weight = replacement
+        .windows(8)
+        .position(|w| w == 2.25f64.to_le_bytes())
+        .unwrap();
+    let mut damaged = replacement.clone();
+    damaged[weight] ^= 0x01;
+    let put = |bytes: &[u8]| {
+        let temp = dir.path().join("surveys/.put");
+        std::fs::write(&temp, bytes).unwrap();
+        std::fs::rename(&temp, store.path_of("T")).unwrap();
+    };
+    put(&damaged);
+    let refused = catalog.refresh();
+    assert_eq!(refused.loaded, Vec::<String>::new());
+    assert_eq!(refused.failed.len(), 1);
+    assert!(
+        refused.failed[0].1.contains("checksum does not match"),
+        "{refused:?}"
+    );
+    let served = catalog.get("T").unwrap();
+    assert_eq!(
+        served.data_version(),
+        Survey::from_bytes(&bytes).unwrap().data_version()
+    );
+    assert_eq!(catalog.refresh(), Default::default(), "said once");
+    put(&replacement);
+    assert_eq!(catalog.refresh().loaded, vec!["T".to_owned()]);
+    assert_eq!(
+        catalog.get("T").unwrap().data_version(),
+        Survey::from_bytes(&replacement).unwrap().data_version()
+    );
+}
+
 #[test]
 fn every_surveys_caches_stay_within_one_budget_and_give_it_back() {
     let dir = tempfile::tempdir().unwrap();
