@@ -292,7 +292,41 @@ pub(crate) fn verify(header: &Header, bytes: &[u8]) -> Result<bool, LoadError> {
         return Ok(false);
     };
     let content = &bytes[..bytes.len() - CHECKSUM_LEN];
-    if xxhash_rust::xxh3::xxh3_128(content) == stored {
+    compared(xxhash_rust::xxh3::xxh3_128(content), stored)
+}
+
+/// [`verify`] of a file of `len` bytes read a piece at a time by `read_at` (into the
+/// buffer, from the offset), so that it never needs to be in memory whole.
+#[cfg(feature = "fs")]
+pub(crate) fn verify_read(
+    header: &Header,
+    len: u64,
+    mut read_at: impl FnMut(&mut [u8], u64) -> Result<(), LoadError>,
+) -> Result<bool, LoadError> {
+    const PIECE: usize = 1 << 20;
+    if header.checksum.is_none() {
+        return Ok(false);
+    }
+    let content = len
+        .checked_sub(CHECKSUM_LEN as u64)
+        .ok_or_else(|| LoadError::Corrupt("no room for its checksum".into()))?;
+    let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+    let mut piece = vec![0u8; PIECE];
+    let mut at = 0;
+    while at < content {
+        let n = usize::try_from(content - at).map_or(PIECE, |left| left.min(PIECE));
+        read_at(&mut piece[..n], at)?;
+        hasher.update(&piece[..n]);
+        at += n as u64;
+    }
+    let mut stored = [0u8; CHECKSUM_LEN];
+    read_at(&mut stored, content)?;
+    compared(hasher.digest128(), u128::from_le_bytes(stored))
+}
+
+/// `Ok(true)` when the checksum computed is the one stored.
+fn compared(computed: u128, stored: u128) -> Result<bool, LoadError> {
+    if computed == stored {
         Ok(true)
     } else {
         Err(LoadError::Corrupt(

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::SystemTime;
+use std::time::{Duration, Instant, SystemTime};
 
 use crate::budget::MemoryBudget;
 use crate::error::{ImportError, LoadError};
@@ -124,6 +124,14 @@ impl Stamp {
     }
 }
 
+/// A file a refresh could not load, and until when it is not tried again (`None`: until
+/// it changes).
+#[derive(Debug)]
+struct Refused {
+    stamp: Stamp,
+    until: Option<Instant>,
+}
+
 /// What a refresh changed.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Refresh {
@@ -143,9 +151,12 @@ pub struct Refresh {
 pub struct Catalog {
     store: SurveyStore,
     surveys: RwLock<BTreeMap<String, (Arc<Survey>, Stamp)>>,
-    /// Files whose bytes failed to load, as they were then: tried again (and said again)
-    /// only once they change, so a damaged large file is not read whole every refresh.
-    refused: Mutex<BTreeMap<String, Stamp>>,
+    /// Files that failed to load, as they were then: one whose bytes failed is tried
+    /// again (and said again) only once it changes (a repair in place that keeps its
+    /// length, time and inode goes unseen: files are replaced by rename), one that could
+    /// not be read after [`Catalog::RETRY_UNREADABLE`]. So a damaged large file is not read
+    /// whole every refresh. Held through a refresh: two at once would read files twice.
+    refused: Mutex<BTreeMap<String, Refused>>,
     budget: Arc<MemoryBudget>,
 }
 
@@ -158,6 +169,10 @@ impl Catalog {
 
     /// The cache budget of [`Catalog::new`].
     pub const DEFAULT_BUDGET: usize = 1 << 30;
+
+    /// How long a file that could not be read (a disk's error, no memory) waits before
+    /// it is read again.
+    pub const RETRY_UNREADABLE: Duration = Duration::from_secs(60);
 
     /// A catalog of `store`, loaded, every survey's caches drawing on `budget`.
     pub fn within(store: SurveyStore, budget: &Arc<MemoryBudget>) -> (Catalog, Refresh) {
@@ -202,6 +217,10 @@ impl Catalog {
     /// once, not again until it changes. A store that can't be listed changes nothing (an
     /// I/O error is not every survey being removed).
     pub fn refresh(&self) -> Refresh {
+        let mut refused = self
+            .refused
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         let mut report = Refresh::default();
         let codes = match self.store.codes() {
             Ok(codes) => codes,
@@ -220,10 +239,6 @@ impl Catalog {
                 .map(|(code, (_, stamp))| (code.clone(), stamp.clone()))
                 .collect()
         };
-        let mut refused = self
-            .refused
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
         refused.retain(|code, _| codes.contains(code));
         let mut updates = Vec::new();
         for code in &codes {
@@ -231,7 +246,10 @@ impl Catalog {
             let Some(stamp) = Stamp::of(&path) else {
                 continue;
             };
-            if current.get(code) == Some(&stamp) || refused.get(code) == Some(&stamp) {
+            let waits = refused.get(code).is_some_and(|refusal| {
+                refusal.stamp == stamp && refusal.until.is_none_or(|until| Instant::now() < until)
+            });
+            if current.get(code) == Some(&stamp) || waits {
                 continue;
             }
             let loaded = Survey::open_within(&path, &self.budget).and_then(|survey| {
@@ -251,19 +269,19 @@ impl Catalog {
                         code.clone(),
                         format!("file holds survey '{}'", survey.code()),
                     ));
-                    refused.insert(code.clone(), stamp);
+                    refused.insert(code.clone(), Refused { stamp, until: None });
                 }
                 Err(error) => {
                     // What the file holds fails as long as it is the same file; a failure
-                    // to read it (memory, descriptors) may pass, and is tried again.
-                    if !matches!(error, LoadError::Io { .. } | LoadError::OutOfMemory { .. }) {
-                        refused.insert(code.clone(), stamp);
-                    }
+                    // to read it (the disk, memory, descriptors) may pass.
+                    let until =
+                        matches!(error, LoadError::Io { .. } | LoadError::OutOfMemory { .. })
+                            .then(|| Instant::now() + Catalog::RETRY_UNREADABLE);
+                    refused.insert(code.clone(), Refused { stamp, until });
                     report.failed.push((code.clone(), error.to_string()));
                 }
             }
         }
-        drop(refused);
         let mut surveys = self
             .surveys
             .write()

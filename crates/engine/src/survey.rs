@@ -21,9 +21,14 @@ pub(crate) const MAX_CODE_NESTING: usize = 16;
 
 /// Where the compiled bytes live.
 enum Backing {
-    /// A read-only memory map of an installed survey file.
+    /// A read-only memory map of an installed survey file, with the file (to read it
+    /// otherwise than through the map) and its path.
     #[cfg(feature = "fs")]
-    Mapped(memmap2::Mmap),
+    Mapped {
+        map: memmap2::Mmap,
+        file: std::fs::File,
+        path: std::path::PathBuf,
+    },
     /// Bytes in 8-aligned memory (WASM, or bytes from elsewhere).
     Owned(AlignedBytes),
 }
@@ -41,14 +46,18 @@ impl Backing {
         // place, so the mapped bytes can't change under us.
         #[allow(unsafe_code)]
         let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
-        Ok(Backing::Mapped(map))
+        Ok(Backing::Mapped {
+            map,
+            file,
+            path: path.to_path_buf(),
+        })
     }
 
     /// Whether every byte is in memory (not a map, read page by page as it is queried).
     fn in_memory(&self) -> bool {
         match self {
             #[cfg(feature = "fs")]
-            Backing::Mapped(_) => false,
+            Backing::Mapped { .. } => false,
             Backing::Owned(_) => true,
         }
     }
@@ -56,7 +65,7 @@ impl Backing {
     fn bytes(&self) -> &[u8] {
         match self {
             #[cfg(feature = "fs")]
-            Backing::Mapped(map) => map,
+            Backing::Mapped { map, .. } => map,
             Backing::Owned(bytes) => bytes.as_bytes(),
         }
     }
@@ -322,7 +331,22 @@ impl Survey {
     /// checksum matches, `Ok(false)` for a file written before checksums (nothing to
     /// check), an error when the file was damaged. Reads the whole file.
     pub fn verify(&self) -> Result<bool, LoadError> {
-        crate::format::verify(&self.header, self.backing.bytes())
+        match &self.backing {
+            // Read, not through the map: a sector the disk cannot read is then an error
+            // (`LoadError::Io`), where a mapped page that cannot be read stops the process.
+            #[cfg(all(feature = "fs", unix))]
+            Backing::Mapped { map, file, path } => {
+                use std::os::unix::fs::FileExt;
+                crate::format::verify_read(&self.header, map.len() as u64, |buffer, at| {
+                    file.read_exact_at(buffer, at)
+                        .map_err(|source| LoadError::Io {
+                            path: path.display().to_string(),
+                            source,
+                        })
+                })
+            }
+            backing => crate::format::verify(&self.header, backing.bytes()),
+        }
     }
 
     /// What identifies the survey's data: its file's checksum, as 32 hex digits (`None`

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crosstab_engine::demo::{self, DemoConfig};
-use crosstab_engine::store::{Catalog, Refresh, SurveyStore};
+use crosstab_engine::store::{Catalog, SurveyStore};
 use crosstab_engine::ImportError;
 
 use crate::clock::{Clock, SystemClock};
@@ -19,7 +19,7 @@ use crate::http::{self, HttpOptions, HttpState};
 use crate::keys::KeyEnv;
 use crate::service::app::AppService;
 use crate::service::memory::{self, ResidentMemory};
-use crate::service::replicas::{self, Copier, SurveyCopies};
+use crate::service::replicas::{self, log_refresh, Copier, SurveyCopies};
 use crate::service::upstream::{Unreachable, Upstream};
 use crate::service::users::{self, UserError};
 use crate::service::Services;
@@ -148,21 +148,6 @@ pub async fn prepare_demo(db: &Database, store: &SurveyStore) -> Result<Demo, Se
 /// The app user `--demo` creates.
 pub const DEMO_USER: &str = "demo";
 
-fn log_refresh(refresh: &Refresh) {
-    for code in &refresh.loaded {
-        tracing::info!(survey = %code, "survey loaded");
-    }
-    for code in &refresh.removed {
-        tracing::info!(survey = %code, "survey removed");
-    }
-    if let Some(reason) = &refresh.unlisted {
-        tracing::warn!(%reason, "surveys not listed; every loaded survey stays served");
-    }
-    for (code, reason) in &refresh.failed {
-        tracing::warn!(survey = %code, %reason, "survey failed to load; any older version stays served");
-    }
-}
-
 /// Moves the caches' limit to what the rest of the process leaves of the budget, every
 /// [`memory::READ_EVERY`], off the async workers (a falling limit evicts); says when the
 /// process outgrows its budget with the caches at their floor, and when it is back within.
@@ -233,7 +218,11 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
         tracing::warn!("this system does not report resident memory: the caches are held to the bytes they count");
         None
     };
-    let (catalog, refresh) = Catalog::within(store.clone(), &options.settings.memory);
+    // Each survey file is read whole to check it: off the async workers.
+    let (catalog, refresh) = {
+        let (store, memory) = (store.clone(), Arc::clone(&options.settings.memory));
+        tokio::task::spawn_blocking(move || Catalog::within(store, &memory)).await?
+    };
     log_refresh(&refresh);
     let catalog = Arc::new(catalog);
     // On PostgreSQL the surveys published there are copied in before serving.

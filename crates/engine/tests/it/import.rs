@@ -561,6 +561,23 @@ fn damaged_files_are_refused_by_their_checksum() {
         .unwrap_err()
         .to_string()
         .contains("checksum does not match"));
+    // A file cut short under an open survey: `verify` reads the file, not the map (whose
+    // pages past the end would stop the process), and says it could not.
+    std::fs::write(store.path_of("T"), &bytes).unwrap();
+    let opened = store.load("T").unwrap();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(store.path_of("T"))
+        .unwrap()
+        .set_len(100)
+        .unwrap();
+    match opened.verify() {
+        Err(error @ crosstab_engine::LoadError::Io { .. }) => {
+            assert!(error.to_string().contains("T.ctxs"), "{error}");
+        }
+        other => panic!("{other:?}"),
+    }
+    drop(opened);
 
     // A file from before checksums: no version, nothing to verify, the same answers.
     let old = Survey::from_bytes(&unchecked(&bytes)).unwrap();
@@ -751,6 +768,17 @@ fn a_catalog_serves_no_damaged_file_and_says_so_once() {
         Survey::from_bytes(&bytes).unwrap().data_version()
     );
     assert_eq!(catalog.refresh(), Default::default(), "said once");
+    // One that cannot be read at all (a directory here) is said once too, for a while.
+    std::fs::create_dir(store.path_of("U")).unwrap();
+    let unread = catalog.refresh();
+    assert_eq!(unread.failed.len(), 1, "{unread:?}");
+    assert_eq!(unread.failed[0].0, "U");
+    assert_eq!(
+        catalog.refresh(),
+        Default::default(),
+        "said once, not every refresh"
+    );
+    std::fs::remove_dir(store.path_of("U")).unwrap();
     put(&replacement);
     assert_eq!(catalog.refresh().loaded, vec!["T".to_owned()]);
     assert_eq!(

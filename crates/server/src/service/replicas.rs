@@ -10,7 +10,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use crosstab_engine::import::is_identifier;
-use crosstab_engine::store::{Catalog, SurveyStore};
+use crosstab_engine::store::{Catalog, Refresh, SurveyStore};
 use crosstab_engine::ImportError;
 use sha2::{Digest, Sha256};
 
@@ -92,9 +92,11 @@ impl SurveyCopies {
         }
         if !copied.is_empty() {
             let catalog = Arc::clone(&self.catalog);
-            tokio::task::spawn_blocking(move || catalog.refresh())
+            let refresh = tokio::task::spawn_blocking(move || catalog.refresh())
                 .await
                 .map_err(|error| ServiceError::Internal(format!("catalog refresh: {error}")))?;
+            // Said here: the catalog says a failing file once, to whichever refresh met it.
+            log_refresh(&refresh);
         }
         Ok(copied)
     }
@@ -201,6 +203,22 @@ fn file_sha256(path: &Path) -> Option<String> {
     let mut hasher = Sha256::new();
     std::io::copy(&mut file, &mut hasher).ok()?;
     Some(to_hex(&hasher.finalize()))
+}
+
+/// Logs what a catalog refresh changed, and what it could not load.
+pub fn log_refresh(refresh: &Refresh) {
+    for code in &refresh.loaded {
+        tracing::info!(survey = %code, "survey loaded");
+    }
+    for code in &refresh.removed {
+        tracing::info!(survey = %code, "survey removed");
+    }
+    if let Some(reason) = &refresh.unlisted {
+        tracing::warn!(%reason, "surveys not listed; every loaded survey stays served");
+    }
+    for (code, reason) in &refresh.failed {
+        tracing::warn!(survey = %code, %reason, "survey failed to load; any older version stays served");
+    }
 }
 
 /// Publishes the installed survey `code` of `store` to `db` for every server.
