@@ -25,12 +25,27 @@ function invalid(outcome, field, status = 400) {
 function throwsCode(fn, code) {
   assert.throws(fn, (error) => {
     assert.ok(error instanceof Error, String(error));
+    assert.ok(pkg.isCrosstabError(error), String(error));
     assert.equal(error.name, "CrosstabError");
     assert.equal(error.code, code, error.message);
     assert.ok(!/unreachable|panicked/i.test(error.message), error.message);
     return true;
   });
 }
+
+test("isCrosstabError: only this package's errors, never a look-alike", () => {
+  const lookAlike = new Error("x");
+  lookAlike.name = "CrosstabError";
+  const noCode = new Error("x");
+  noCode.name = "CrosstabError";
+  lookAlike.code = "invalid_request";
+  for (const value of [undefined, null, "CrosstabError", 7, new Error("x"), noCode, { name: "CrosstabError", code: "invalid_request" }]) {
+    assert.equal(pkg.isCrosstabError(value), false, String(value));
+  }
+  // The shape is what is promised: an Error named CrosstabError with a string code.
+  assert.equal(pkg.isCrosstabError(lookAlike), true);
+  assert.throws(() => pkg.validateJson({}), (error) => pkg.isCrosstabError(error) && error.code === "invalid_argument");
+});
 
 test("undefined, functions and symbols are an absent body: the server's answer to no body", () => {
   const server = pkg.validateJson("");

@@ -5,6 +5,7 @@ import {
   absoluteAudience,
   contractVersion,
   formatResult,
+  isCrosstabError,
   openapi,
   parseResponse,
   retryDelayMs,
@@ -130,5 +131,12 @@ try {
   const code: string = e.code;
   const status: number | undefined = e.status;
   void [code, status];
+  // The type guard narrows a catch clause's `unknown` without a cast.
+  if (isCrosstabError(error)) {
+    const guarded: string = error.code;
+    void guarded;
+  }
+  // @ts-expect-error: without it, `error` is `unknown`.
+  void error.code;
 }
 survey.free();

@@ -49,6 +49,18 @@ pub(crate) fn to_js<T: Serialize>(value: &T) -> Result<JsValue, JsValue> {
     JSON::parse(&text)
 }
 
+/// Whether `value` is an error this package threw: an `Error` named `CrosstabError` with
+/// a string `code`. In TypeScript a type guard, for the `unknown` a `catch` clause gets.
+#[wasm_bindgen(js_name = isCrosstabError, unchecked_return_type = "value is CrosstabError")]
+pub fn is_crosstab_error(
+    #[wasm_bindgen(unchecked_param_type = "unknown")] value: &JsValue,
+) -> bool {
+    let member = |name: &str| Reflect::get(value, &JsValue::from_str(name)).ok();
+    value.is_instance_of::<js_sys::Error>()
+        && member("name").and_then(|name| name.as_string()).as_deref() == Some("CrosstabError")
+        && member("code").is_some_and(|code| code.is_string())
+}
+
 /// A JS `Error` named `CrosstabError` with `code` set.
 pub(crate) fn error(code: &str, message: &str) -> JsValue {
     let error = js_sys::Error::new(message);
