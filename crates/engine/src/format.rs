@@ -367,21 +367,6 @@ fn rebase(header: &mut Header, by: u64) {
     }
 }
 
-/// Where the last of the header's sections ends (their ends checked to fit the file).
-fn last_section_end(header: &Header) -> u64 {
-    let mut sections = vec![header.weights, header.id_offsets, header.id_bytes];
-    sections.extend(header.weight_planes.map(|planes| planes.section));
-    sections.extend(header.group_codes);
-    for variable in &header.variables {
-        sections.extend([variable.dict, variable.codes]);
-    }
-    sections
-        .iter()
-        .map(|section| section.offset + section.len)
-        .max()
-        .unwrap_or(0)
-}
-
 fn align8(n: u64) -> u64 {
     n.div_ceil(8) * 8
 }
@@ -440,36 +425,36 @@ pub(crate) fn read_header(bytes: &[u8]) -> Result<Header, LoadError> {
             )))
         }
     };
-    check_sections(&header, sections_end as u64)?;
     // Every writer ends the sections where the last one ends: bytes past it are a file
     // padded or cut, or a checksum whose naming in the header was damaged.
-    if last_section_end(&header) != sections_end as u64 {
+    let last = check_sections(&header, sections_end as u64)?;
+    if last != sections_end as u64 {
         return Err(LoadError::Corrupt(format!(
-            "{} bytes where its sections end at {}",
-            sections_end,
-            last_section_end(&header)
+            "{sections_end} bytes where its sections end at {last}"
         )));
     }
     Ok(header)
 }
 
 /// Every section lies inside the file, is aligned for its element type and has the
-/// length the respondent count implies, so later slicing can't fail.
-fn check_sections(header: &Header, file_len: u64) -> Result<(), LoadError> {
+/// length the respondent count implies, so later slicing can't fail. Returns where the
+/// last of them ends.
+fn check_sections(header: &Header, file_len: u64) -> Result<u64, LoadError> {
     let n = header.respondents;
     let check = |what: &str, section: Section, element: u64, expected_len: Option<u64>| {
-        let end = section.offset.checked_add(section.len);
-        let fits = end.is_some_and(|end| end <= file_len);
+        let end = section
+            .offset
+            .checked_add(section.len)
+            .filter(|end| *end <= file_len);
         let aligned = section.offset.is_multiple_of(8) && section.len.is_multiple_of(element);
         let sized =
             expected_len.is_none_or(|count| Some(section.len) == count.checked_mul(element));
-        if fits && aligned && sized {
-            Ok(())
-        } else {
-            Err(LoadError::Corrupt(format!("section {what}")))
+        match end {
+            Some(end) if aligned && sized => Ok(end),
+            _ => Err(LoadError::Corrupt(format!("section {what}"))),
         }
     };
-    check("weights", header.weights, 8, Some(n))?;
+    let mut last = check("weights", header.weights, 8, Some(n))?;
     if let Some(planes) = header.weight_planes {
         let valid =
             planes.decimals <= crate::weights::MAX_DECIMALS && (1..=53).contains(&planes.bits);
@@ -479,17 +464,17 @@ fn check_sections(header: &Header, file_len: u64) -> Result<(), LoadError> {
         if words.is_none() {
             return Err(LoadError::Corrupt("weight planes".into()));
         }
-        check("weight planes", planes.section, 8, words)?;
+        last = last.max(check("weight planes", planes.section, 8, words)?);
     }
-    check("id offsets", header.id_offsets, 4, Some(n + 1))?;
-    check("id bytes", header.id_bytes, 1, None)?;
+    last = last.max(check("id offsets", header.id_offsets, 4, Some(n + 1))?);
+    last = last.max(check("id bytes", header.id_bytes, 1, None)?);
     if let Some(section) = header.group_codes {
-        check("groups", section, 2, Some(n))?;
+        last = last.max(check("groups", section, 2, Some(n))?);
     }
     for variable in &header.variables {
-        check(&variable.name, variable.dict, 8, None)?;
+        last = last.max(check(&variable.name, variable.dict, 8, None)?);
         let (element, count) = variable.width.layout(n);
-        check(&variable.name, variable.codes, element, Some(count))?;
+        last = last.max(check(&variable.name, variable.codes, element, Some(count))?);
     }
-    Ok(())
+    Ok(last)
 }
