@@ -110,6 +110,10 @@ struct Stamp {
     modified: Option<SystemTime>,
     #[cfg(unix)]
     inode: u64,
+    /// The inode's change time, which no one can set back: a file rewritten in place with
+    /// its length and modification time kept (a repair by `rsync --inplace`, say) is seen.
+    #[cfg(unix)]
+    changed: (i64, i64),
 }
 
 impl Stamp {
@@ -120,6 +124,11 @@ impl Stamp {
             modified: meta.modified().ok(),
             #[cfg(unix)]
             inode: std::os::unix::fs::MetadataExt::ino(&meta),
+            #[cfg(unix)]
+            changed: {
+                use std::os::unix::fs::MetadataExt as _;
+                (meta.ctime(), meta.ctime_nsec())
+            },
         })
     }
 }

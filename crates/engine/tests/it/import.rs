@@ -731,7 +731,7 @@ fn two_bit_planes_past_the_last_respondent_count_for_nobody() {
 
 /// A replacement damaged on disk is found by the catalog's check before it is served:
 /// the version before stays served, the failure is said once (not read and said again
-/// every refresh), and a sound replacement after it is loaded.
+/// every refresh), and a sound replacement after it is loaded, even one repaired in place.
 #[test]
 fn a_catalog_serves_no_damaged_file_and_says_so_once() {
     let dir = tempfile::tempdir().unwrap();
@@ -779,11 +779,37 @@ fn a_catalog_serves_no_damaged_file_and_says_so_once() {
         "said once, not every refresh"
     );
     std::fs::remove_dir(store.path_of("U")).unwrap();
-    put(&replacement);
-    assert_eq!(catalog.refresh().loaded, vec!["T".to_owned()]);
+    // Repaired in place, as `rsync --inplace` would: the same file, length and
+    // modification time, one byte written back.
+    let path = store.path_of("T");
+    let modified = std::fs::metadata(&path).unwrap().modified().unwrap();
+    {
+        use std::io::{Seek as _, SeekFrom, Write as _};
+        let mut file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        file.seek(SeekFrom::Start(weight as u64)).unwrap();
+        file.write_all(&replacement[weight..=weight]).unwrap();
+        file.set_modified(modified).unwrap();
+    }
+    assert_eq!(std::fs::read(&path).unwrap(), replacement);
+    assert_eq!(
+        std::fs::metadata(&path).unwrap().modified().unwrap(),
+        modified
+    );
+    assert_eq!(
+        catalog.refresh().loaded,
+        vec!["T".to_owned()],
+        "the repair is seen"
+    );
     assert_eq!(
         catalog.get("T").unwrap().data_version(),
         Survey::from_bytes(&replacement).unwrap().data_version()
+    );
+    // Replaced by rename, as installs are.
+    put(&bytes);
+    assert_eq!(catalog.refresh().loaded, vec!["T".to_owned()]);
+    assert_eq!(
+        catalog.get("T").unwrap().data_version(),
+        Survey::from_bytes(&bytes).unwrap().data_version()
     );
 }
 
