@@ -66,18 +66,33 @@ bindgen "$OUT/build/full.wasm" "$PKG/node" nodejs
 bindgen "$OUT/build/full.wasm" "$PKG/web" web
 bindgen "$OUT/build/validator.wasm" "$PKG/validator/node" nodejs
 bindgen "$OUT/build/validator.wasm" "$PKG/validator/web" web
-# wasm-bindgen copies the engine's JS modules (crates/wasm/js) as ES modules, which the
+# wasm-bindgen copies the package's JS modules (crates/wasm/js) as ES modules, which the
 # nodejs target require()s: the Node build gets them as CommonJS. Those modules export
-# top-level functions only (`export function name(`), and import nothing.
+# top-level functions and classes only (`export function name(`, `export class Name `),
+# and import nothing.
 while IFS= read -r -d '' snippet; do
-  names="$(sed -n -E 's/^export function ([A-Za-z0-9_$]+)\(.*/\1/p' "$snippet")"
-  sed -i -E 's/^export function /function /' "$snippet"
+  names="$(sed -n -E 's/^export (function|class) ([A-Za-z0-9_$]+)[( ].*/\2/p' "$snippet")"
+  sed -i -E 's/^export (function|class) /\1 /' "$snippet"
   if grep -Eq '^[[:space:]]*(import|export)\b' "$snippet"; then
     echo "$snippet: an import or export the CommonJS conversion does not handle" >&2
     exit 1
   fi
   for name in $names; do echo "exports.$name = $name;" >>"$snippet"; done
-done < <(find "$PKG/node" -path '*/snippets/*' -name '*.js' -print0)
+done < <(find "$PKG/node" "$PKG/validator/node" -path '*/snippets/*' -name '*.js' -print0)
+# Each entry exports the class of its errors, `CrosstabError` (crates/wasm/js/error.js),
+# from the copy of that module its glue imports `crosstabError` from.
+for dir in node web validator/node validator/web; do
+  glue="$PKG/$dir/crosstab_wasm.js"
+  module="$(sed -n -E 's|^.*\{ crosstabError \}.*(\./snippets/[^`'"'"']+/js/error\.js).*$|\1|p' "$glue")"
+  if [ -z "$module" ] || [ ! -f "$PKG/$dir/$module" ]; then
+    echo "$glue: no import of crosstabError from js/error.js" >&2
+    exit 1
+  fi
+  case "$dir" in
+  */node | node) echo "exports.CrosstabError = require(String.raw\`$module\`).CrosstabError;" >>"$glue" ;;
+  *) echo "export { CrosstabError } from '$module';" >>"$glue" ;;
+  esac
+done
 # The engine's glue: a freed Survey is said as such (crates/wasm/js/freed.js), checked
 # against this wasm-bindgen's glue, which keeps the handle in `__wbg_ptr` (0 once freed).
 for dir in node web; do

@@ -26,6 +26,7 @@ function throwsCode(fn, code) {
   assert.throws(fn, (error) => {
     assert.ok(error instanceof Error, String(error));
     assert.ok(pkg.isCrosstabError(error), String(error));
+    assert.ok(error instanceof pkg.CrosstabError, String(error));
     assert.equal(error.name, "CrosstabError");
     assert.equal(error.code, code, error.message);
     assert.ok(!/unreachable|panicked/i.test(error.message), error.message);
@@ -45,6 +46,53 @@ test("isCrosstabError: only this package's errors, never a look-alike", () => {
   // The shape is what is promised: an Error named CrosstabError with a string code.
   assert.equal(pkg.isCrosstabError(lookAlike), true);
   assert.throws(() => pkg.validateJson({}), (error) => pkg.isCrosstabError(error) && error.code === "invalid_argument");
+});
+
+test("CrosstabError: the class of every error thrown, from either entry, never a look-alike's", () => {
+  const validator = requirePackage("crosstab-wasm/validator");
+  assert.equal(typeof pkg.CrosstabError, "function");
+  assert.notEqual(pkg.CrosstabError, validator.CrosstabError, "each entry has its own copy");
+  const thrown = [];
+  for (const entry of [pkg, validator]) {
+    try {
+      entry.validateJson({});
+    } catch (error) {
+      thrown.push(error);
+    }
+  }
+  const freed = Survey.fromCsv(toml, csv);
+  freed.free();
+  try {
+    freed.crosstab(GOOD);
+  } catch (error) {
+    thrown.push(error);
+  }
+  assert.equal(thrown.length, 3);
+  for (const error of thrown) {
+    for (const entry of [pkg, validator]) {
+      assert.ok(error instanceof entry.CrosstabError, `${error.code} instanceof either entry's class`);
+    }
+    assert.ok(error instanceof Error);
+    assert.equal(Object.getPrototypeOf(Object.getPrototypeOf(error)), Error.prototype, "a direct subclass of Error");
+    assert.ok(error.stack.includes("CrosstabError"), error.stack);
+  }
+  assert.deepEqual(thrown.map((e) => e.code), ["invalid_argument", "invalid_argument", "survey_freed"]);
+  // Look-alikes are not instances: the shape without the class.
+  const lookAlike = new Error("x");
+  lookAlike.name = "CrosstabError";
+  lookAlike.code = "invalid_request";
+  for (const value of [lookAlike, { name: "CrosstabError", code: "x" }, null, undefined, "CrosstabError", 7]) {
+    assert.equal(value instanceof pkg.CrosstabError, false, String(value));
+  }
+  // Made by hand, as a test double would be: an instance with its code and message.
+  const made = new pkg.CrosstabError("network_error", "no answer");
+  assert.ok(made instanceof validator.CrosstabError && pkg.isCrosstabError(made));
+  assert.deepEqual([made.name, made.code, made.message], ["CrosstabError", "network_error", "no answer"]);
+  // A subclass's instanceof is the ordinary one: the package's errors are not its instances.
+  class Mine extends pkg.CrosstabError {}
+  assert.ok(new Mine("x", "y") instanceof Mine);
+  assert.ok(new Mine("x", "y") instanceof pkg.CrosstabError);
+  assert.equal(thrown[0] instanceof Mine, false);
 });
 
 test("undefined, functions and symbols are an absent body: the server's answer to no body", () => {

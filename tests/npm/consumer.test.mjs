@@ -33,12 +33,15 @@ test("ESM import of both entries", () => {
   const out = run(
     dir,
     "esm-consumer.mjs",
-    `import { validateRequest, contractVersion, Survey } from "crosstab-wasm";
+    `import { validateRequest, contractVersion, Survey, CrosstabError } from "crosstab-wasm";
 import * as validator from "crosstab-wasm/validator";
 const ok = validateRequest(${JSON.stringify(REQUEST)});
 const bad = validator.validateRequest({ SurveyCode: "VEC" });
+let thrown;
+try { validator.validateJson({}); } catch (error) { thrown = error; }
 console.log(JSON.stringify({ ok: ok.ok, bad: bad.status, version: contractVersion(),
-  survey: typeof Survey, validatorSurvey: typeof validator.Survey, same: validator.contractVersion() === contractVersion() }));`,
+  survey: typeof Survey, validatorSurvey: typeof validator.Survey, same: validator.contractVersion() === contractVersion(),
+  instance: thrown instanceof CrosstabError && thrown instanceof validator.CrosstabError }));`,
   );
   assert.deepEqual(JSON.parse(out), {
     ok: true,
@@ -47,6 +50,7 @@ console.log(JSON.stringify({ ok: ok.ok, bad: bad.status, version: contractVersio
     survey: "function",
     validatorSurvey: "undefined",
     same: true,
+    instance: true,
   });
 });
 
@@ -73,16 +77,20 @@ test("CommonJS require of both entries, with a survey", () => {
     dir,
     "cjs-consumer.cjs",
     `const fs = require("fs");
-const { Survey, parseResponse } = require("crosstab-wasm");
-const { validateRequest } = require("crosstab-wasm/validator");
+const { Survey, parseResponse, CrosstabError } = require("crosstab-wasm");
+const { validateRequest, validateJson } = require("crosstab-wasm/validator");
+let thrown;
+try { validateJson({}); } catch (error) { thrown = error; }
 const survey = Survey.fromCsv(fs.readFileSync(${JSON.stringify(source + "/survey.toml")}, "utf8"),
   fs.readFileSync(${JSON.stringify(source + "/respondents.csv")}, "utf8"));
 const request = validateRequest(${JSON.stringify(REQUEST)}).request;
 const response = survey.crosstab(request);
-console.log(JSON.stringify({ kind: parseResponse(200, response, request).kind, results: response.Results }));`,
+console.log(JSON.stringify({ kind: parseResponse(200, response, request).kind, results: response.Results,
+  instance: thrown instanceof CrosstabError }));`,
   );
   const parsed = JSON.parse(out);
   assert.equal(parsed.kind, "success");
+  assert.equal(parsed.instance, true);
   assert.deepEqual(parsed.results, [{ WgtAud: 10.5, Resps: 4, Stbl: 0 }]);
 });
 
@@ -96,6 +104,7 @@ test("the web build initializes from bytes (initSync) and answers the same", asy
     assert.equal(outcome.ok, false);
     assert.equal(outcome.body.error.code, "invalid_target_codes");
     assert.equal(typeof web.default, "function", "web build exports its async init");
+    assert.throws(() => web.validateJson({}), (error) => error instanceof web.CrosstabError && error.code === "invalid_argument");
     if (sub === "web") {
       // The engine's web glue says a freed survey as the Node one does.
       const { toml, csv } = vectorSurveySource();
@@ -103,6 +112,7 @@ test("the web build initializes from bytes (initSync) and answers the same", asy
       survey.free();
       survey.free();
       assert.throws(() => survey.crosstab(REQUEST), { name: "CrosstabError", code: "survey_freed" });
+      assert.throws(() => survey.crosstab(REQUEST), web.CrosstabError);
     }
   }
 });

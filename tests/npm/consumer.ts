@@ -4,6 +4,7 @@
 import {
   absoluteAudience,
   contractVersion,
+  CrosstabError,
   formatResult,
   isCrosstabError,
   openapi,
@@ -12,7 +13,6 @@ import {
   Survey,
   validateRequest,
   type Codebook,
-  type CrosstabError,
   type CrosstabRequest,
   type CrosstabResponse,
   type CrosstabResult,
@@ -135,6 +135,12 @@ try {
   if (isCrosstabError(error)) {
     const guarded: string = error.code;
     void guarded;
+  }
+  // So does the class, which is a value as well as a type.
+  if (error instanceof CrosstabError) {
+    const code: string = error.code;
+    const body: ErrorEnvelope | undefined = error.body;
+    void [code, body];
   }
   // @ts-expect-error: without it, `error` is `unknown`.
   void error.code;

@@ -2,14 +2,10 @@
 // Appended to the engine's glue by scripts/build-npm.sh: a freed `Survey` (by `free()`,
 // `[Symbol.dispose]()` or the end of a `using` block) frees nothing a second time, and any
 // other use throws `CrosstabError` `survey_freed` instead of wasm-bindgen's own
-// "null pointer passed to rust".
+// "null pointer passed to rust". `crosstabError` is the glue's import of js/error.js.
 {
-  const freed = () => {
-    const error = new Error("this Survey was freed (by free() or the end of a using block): load the survey again to use it.");
-    error.name = "CrosstabError";
-    error.code = "survey_freed";
-    return error;
-  };
+  const freed = () =>
+    crosstabError("survey_freed", "this Survey was freed (by free() or the end of a using block): load the survey again to use it.");
   const proto = Survey.prototype;
   const free = proto.free;
   proto.free = function () {

@@ -20,8 +20,11 @@ const ERROR_TYPES: &str = r#"
 /** The `Error` every function of this package throws: `code` is machine-readable (the
  * contract's `error.code`, such as `invalid_request`, or `invalid_argument`,
  * `invalid_survey`, `invalid_survey_source`, `survey_freed`); `status` and `body` are the HTTP status
- * and envelope the server would answer with, for contract errors. */
-export interface CrosstabError extends Error {
+ * and envelope the server would answer with, for contract errors. `instanceof CrosstabError`
+ * holds for an error from either entry of the package, or from another copy of it. */
+export class CrosstabError extends Error {
+  constructor(code: string, message: string);
+  name: "CrosstabError";
   code: string;
   /** `sendCrosstab`'s `network_error`: the key to send the same query again with. */
   idempotencyKey?: string;
@@ -61,13 +64,16 @@ pub fn is_crosstab_error(
         && member("code").is_some_and(|code| code.is_string())
 }
 
-/// A JS `Error` named `CrosstabError` with `code` set.
+#[wasm_bindgen(module = "/js/error.js")]
+extern "C" {
+    /// A new `CrosstabError` (the class the package exports, js/error.js).
+    #[wasm_bindgen(js_name = crosstabError)]
+    fn crosstab_error(code: &str, message: &str) -> JsValue;
+}
+
+/// A `CrosstabError`: a JS `Error` named so, with `code` set.
 pub(crate) fn error(code: &str, message: &str) -> JsValue {
-    let error = js_sys::Error::new(message);
-    error.set_name("CrosstabError");
-    // Setting a property on a fresh Error object can't fail.
-    let _ = Reflect::set(&error, &JsValue::from_str("code"), &JsValue::from_str(code));
-    error.into()
+    crosstab_error(code, message)
 }
 
 /// A contract error as a JS `Error` carrying the server's status and envelope.
