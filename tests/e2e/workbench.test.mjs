@@ -7,7 +7,7 @@ import { readFileSync, writeFileSync, mkdtempSync, readdirSync, rmSync } from 'n
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import XLSX from 'xlsx';
-import { startServer, launch, apiCrosstab, signIn, cli, artifacts } from './harness.mjs';
+import { startServer, launch, apiCrosstab, signIn, cli, artifacts, repo } from './harness.mjs';
 
 let server;
 let browser;
@@ -543,6 +543,31 @@ test('a stricter confidence and Bonferroni, then Holm: sent with the table, said
   await rerun.run();
   assert.equal(await page.locator('#table-cost').getAttribute('data-kept'), 'false');
   assert.equal(await changed.count(), 0, 'the notice goes with the answer it was about');
+  // So does choosing another survey: the notice was about this one's kept answer.
+  cli(server.dataDir, ['survey', 'import', join(repo, 'tests/vectors/survey/survey.toml')]);
+  cli(server.dataDir, ['account', 'grant', '--account', 'demo', '--grant', 'VEC']);
+  await page.evaluate(() => {
+    const key = 'crosstab.table-answers@demo/demo';
+    const kept = JSON.parse(localStorage.getItem(key));
+    for (const answer of kept) answer.data.version = answer.data.version.replace(/^./, (c) => (c === '0' ? '1' : '0'));
+    localStorage.setItem(key, JSON.stringify(kept));
+  });
+  // The server loads a survey installed beside it within a second: the list is asked
+  // again until it has it.
+  const listed = page.locator('#table-survey option[value="VEC"]');
+  for (let tries = 0; ; tries++) {
+    await page.reload();
+    await page.locator('#table-survey option[value="DEMO"]').waitFor({ state: 'attached' });
+    if ((await listed.count()) === 1) break;
+    assert.ok(tries < 20, 'VEC never listed');
+    await page.waitForTimeout(250);
+  }
+  await changed.waitFor();
+  await page.locator('#table-survey').selectOption('VEC');
+  await page.locator('#table-base option[value="ALL"]').waitFor({ state: 'attached' });
+  assert.equal(await changed.count(), 0, 'the notice goes with the survey it was about');
+  await page.locator('#table-survey').selectOption('DEMO');
+  await page.locator('#table-base option[value="ADULTS"]').waitFor({ state: 'attached' });
   await page.locator('#table-clear').click();
   await context.close();
 });

@@ -636,7 +636,11 @@ pub fn WorkbenchScreen(signed_in: bool) -> impl IntoView {
                         Some(Err(failure)) => view! { <p class="error" role="alert">{failure.message}</p> }.into_any(),
                         Some(Ok(list)) => view! {
                             <label for="table-survey">"Survey"</label>
-                            <select id="table-survey" on:change=move |ev| survey.set(event_target_value(&ev))>
+                            <select id="table-survey" on:change=move |ev| {
+                                // A notice is about this survey's table or kept answer.
+                                notice.set(None);
+                                survey.set(event_target_value(&ev));
+                            }>
                                 {list.into_iter().map(|s| {
                                     let code = s.code.clone();
                                     view! { <option value=code.clone() selected=move || survey.get() == code>{format!("{} — {}", s.code, s.name)}</option> }
