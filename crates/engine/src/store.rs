@@ -110,8 +110,10 @@ struct Stamp {
     modified: Option<SystemTime>,
     #[cfg(unix)]
     inode: u64,
-    /// The inode's change time, which no one can set back: a file rewritten in place with
-    /// its length and modification time kept (a repair by `rsync --inplace`, say) is seen.
+    /// The inode's change time, which no tool can set back: a refused file rewritten in
+    /// place with its length and modification time kept (repaired by `rsync --inplace`,
+    /// say) is seen by it. It also moves on a `chmod` or a new hard link (a backup's), so
+    /// a served file's version is told without it ([`Stamp::same_version`]).
     #[cfg(unix)]
     changed: (i64, i64),
 }
@@ -130,6 +132,17 @@ impl Stamp {
                 (meta.ctime(), meta.ctime_nsec())
             },
         })
+    }
+
+    /// Whether `other` is the same version of a served file: the change time aside, so
+    /// its owner, mode or links changing do not reload it (a served file is read through
+    /// its map, which sees a rewrite in place anyway).
+    fn same_version(&self, other: &Stamp) -> bool {
+        #[cfg(unix)]
+        if self.inode != other.inode {
+            return false;
+        }
+        self.len == other.len && self.modified == other.modified
     }
 }
 
@@ -161,9 +174,9 @@ pub struct Catalog {
     store: SurveyStore,
     surveys: RwLock<BTreeMap<String, (Arc<Survey>, Stamp)>>,
     /// Files that failed to load, as they were then: one whose bytes failed is tried
-    /// again (and said again) only once it changes (a repair in place that keeps its
-    /// length, time and inode goes unseen: files are replaced by rename), one that could
-    /// not be read after [`Catalog::RETRY_UNREADABLE`]. So a damaged large file is not read
+    /// again (and said again) only once it changes (on unix, a repair in place that keeps
+    /// its length, time and inode too, by its change time), one that could not be read
+    /// after [`Catalog::RETRY_UNREADABLE`]. So a damaged large file is not read
     /// whole every refresh. Held through a refresh: two at once would read files twice.
     refused: Mutex<BTreeMap<String, Refused>>,
     budget: Arc<MemoryBudget>,
@@ -258,7 +271,11 @@ impl Catalog {
             let waits = refused.get(code).is_some_and(|refusal| {
                 refusal.stamp == stamp && refusal.until.is_none_or(|until| Instant::now() < until)
             });
-            if current.get(code) == Some(&stamp) || waits {
+            if current
+                .get(code)
+                .is_some_and(|served| served.same_version(&stamp))
+                || waits
+            {
                 continue;
             }
             let loaded = Survey::open_within(&path, &self.budget).and_then(|survey| {

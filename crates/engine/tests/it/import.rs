@@ -780,30 +780,41 @@ fn a_catalog_serves_no_damaged_file_and_says_so_once() {
     );
     std::fs::remove_dir(store.path_of("U")).unwrap();
     // Repaired in place, as `rsync --inplace` would: the same file, length and
-    // modification time, one byte written back.
-    let path = store.path_of("T");
-    let modified = std::fs::metadata(&path).unwrap().modified().unwrap();
+    // modification time, one byte written back; seen by the inode's change time (unix).
+    #[cfg(unix)]
     {
         use std::io::{Seek as _, SeekFrom, Write as _};
+        use std::os::unix::fs::MetadataExt as _;
+        let path = store.path_of("T");
+        let before = std::fs::metadata(&path).unwrap();
+        // Past a coarse clock's tick (kernels before multigrain timestamps), so the
+        // change time moves.
+        std::thread::sleep(std::time::Duration::from_millis(25));
         let mut file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
         file.seek(SeekFrom::Start(weight as u64)).unwrap();
         file.write_all(&replacement[weight..=weight]).unwrap();
-        file.set_modified(modified).unwrap();
+        file.set_modified(before.modified().unwrap()).unwrap();
+        drop(file);
+        let after = std::fs::metadata(&path).unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), replacement);
+        assert_eq!(
+            (after.len(), after.modified().unwrap(), after.ino()),
+            (before.len(), before.modified().unwrap(), before.ino())
+        );
+        assert_ne!(
+            (after.ctime(), after.ctime_nsec()),
+            (before.ctime(), before.ctime_nsec())
+        );
+        assert_eq!(
+            catalog.refresh().loaded,
+            vec!["T".to_owned()],
+            "the repair is seen"
+        );
+        assert_eq!(
+            catalog.get("T").unwrap().data_version(),
+            Survey::from_bytes(&replacement).unwrap().data_version()
+        );
     }
-    assert_eq!(std::fs::read(&path).unwrap(), replacement);
-    assert_eq!(
-        std::fs::metadata(&path).unwrap().modified().unwrap(),
-        modified
-    );
-    assert_eq!(
-        catalog.refresh().loaded,
-        vec!["T".to_owned()],
-        "the repair is seen"
-    );
-    assert_eq!(
-        catalog.get("T").unwrap().data_version(),
-        Survey::from_bytes(&replacement).unwrap().data_version()
-    );
     // Replaced by rename, as installs are.
     put(&bytes);
     assert_eq!(catalog.refresh().loaded, vec!["T".to_owned()]);
@@ -811,6 +822,17 @@ fn a_catalog_serves_no_damaged_file_and_says_so_once() {
         catalog.get("T").unwrap().data_version(),
         Survey::from_bytes(&bytes).unwrap().data_version()
     );
+    // A served file whose mode or links change (a backup's hard link) is the same
+    // version: not read and loaded again.
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        let path = store.path_of("T");
+        std::thread::sleep(std::time::Duration::from_millis(25));
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        std::fs::hard_link(&path, dir.path().join("backup.ctxs")).unwrap();
+        assert_eq!(catalog.refresh(), Default::default(), "the same version");
+    }
 }
 
 #[test]
