@@ -81,9 +81,15 @@ test("CrosstabError: the class of every error thrown, from either entry, never a
   const lookAlike = new Error("x");
   lookAlike.name = "CrosstabError";
   lookAlike.code = "invalid_request";
-  for (const value of [lookAlike, { name: "CrosstabError", code: "x" }, null, undefined, "CrosstabError", 7]) {
-    assert.equal(value instanceof pkg.CrosstabError, false, String(value));
+  // A Proxy answering every member, or throwing at every read, is told by its chain
+  // alone, as the ordinary instanceof tells it.
+  const claims = new Proxy(new Error("x"), { get: () => true, has: () => true, getOwnPropertyDescriptor: () => undefined });
+  const throws = new Proxy(new Error("x"), { get() { throw new Error("read"); } });
+  const notInstances = { lookAlike, shaped: { name: "CrosstabError", code: "x" }, null: null, undefined, text: "CrosstabError", number: 7, claims, throws };
+  for (const [what, value] of Object.entries(notInstances)) {
+    assert.equal(value instanceof pkg.CrosstabError, false, what);
   }
+  assert.equal(new Proxy(thrown[0], {}) instanceof pkg.CrosstabError, true, "its chain is the error's");
   // Made by hand, as a test double would be: an instance with its code and message.
   const made = new pkg.CrosstabError("network_error", "no answer");
   assert.ok(made instanceof validator.CrosstabError && pkg.isCrosstabError(made));

@@ -14,7 +14,13 @@ export class CrosstabError extends Error {
 
   static [Symbol.hasInstance](value) {
     if (this !== CrosstabError) return Function.prototype[Symbol.hasInstance].call(this, value);
-    return typeof value === "object" && value !== null && value[BRAND] === true;
+    if (typeof value !== "object" || value === null) return false;
+    // The prototype chain, as the ordinary `instanceof` walks it: no member is read, so
+    // neither a getter nor a Proxy's `get` trap runs or can pass a value off as one.
+    for (let proto = Object.getPrototypeOf(value); proto !== null; proto = Object.getPrototypeOf(proto)) {
+      if (Object.prototype.hasOwnProperty.call(proto, BRAND)) return true;
+    }
+    return false;
   }
 }
 Object.defineProperty(CrosstabError.prototype, BRAND, { value: true });

@@ -21,10 +21,10 @@ const ERROR_TYPES: &str = r#"
  * contract's `error.code`, such as `invalid_request`, or `invalid_argument`,
  * `invalid_survey`, `invalid_survey_source`, `survey_freed`); `status` and `body` are the HTTP status
  * and envelope the server would answer with, for contract errors. `instanceof CrosstabError`
- * holds for an error from either entry of the package, or from another copy of it. */
+ * holds for an error from either entry of the package, or from another copy of it (of this
+ * version or later). */
 export class CrosstabError extends Error {
   constructor(code: string, message: string);
-  name: "CrosstabError";
   code: string;
   /** `sendCrosstab`'s `network_error`: the key to send the same query again with. */
   idempotencyKey?: string;
