@@ -106,9 +106,25 @@ fn value_entries(book: &Codebook, variable: &str) -> Vec<TableAxis> {
         .collect()
 }
 
-/// Why a kept answer is not shown.
-const DATA_CHANGED: &str =
-    "The survey's data changed since this table's answer was kept: run it again for today's figures.";
+/// What the builder says of the table shown, or of the run or load before.
+#[derive(Debug, Clone, PartialEq)]
+enum Notice {
+    /// A kept answer is not shown: its survey's data changed since.
+    DataChanged,
+    /// Anything else: a late answer, a local file to open.
+    Said(String),
+}
+
+impl std::fmt::Display for Notice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Notice::DataChanged => f.write_str(
+                "The survey's data changed since this table's answer was kept: run it again for today's figures.",
+            ),
+            Notice::Said(text) => f.write_str(text),
+        }
+    }
+}
 
 /// Whether [`value_entries`] gives `variable` any entry: listed values, or a range to
 /// cut into bands (the codebook lists no values past 200 of them).
@@ -210,7 +226,15 @@ pub fn WorkbenchScreen(signed_in: bool) -> impl IntoView {
     // Bumped by every run and by whatever makes a run in flight stale (a switch of
     // source, a saved table loaded, Clear): an answer comes in only if it is unchanged.
     let epoch = RwSignal::new(0u32);
-    let notice = RwSignal::new(None::<String>);
+    let notice = RwSignal::new(None::<Notice>);
+    // Another survey chosen: a data-changed notice was about this one's kept answer (one
+    // of a late answer stays true).
+    let choose_survey = move |code: String| {
+        if notice.get_untracked() == Some(Notice::DataChanged) {
+            notice.set(None);
+        }
+        survey.set(code);
+    };
 
     if signed_in {
         load_surveys(surveys, survey);
@@ -223,7 +247,7 @@ pub fn WorkbenchScreen(signed_in: bool) -> impl IntoView {
             let chosen = survey.get();
             if !list.iter().any(|s| s.code == chosen) {
                 if let Some(first) = list.first() {
-                    survey.set(first.code.clone());
+                    choose_survey(first.code.clone());
                 }
             }
         });
@@ -448,14 +472,14 @@ pub fn WorkbenchScreen(signed_in: bool) -> impl IntoView {
                             table.billed_calls,
                             if table.billed_calls == 1 { "" } else { "s" }
                         );
-                        notice.set(Some(match origin {
+                        notice.set(Some(Notice::Said(match origin {
                             Origin::ServerAgain => format!(
                                 "A table run before your change came back (billed {calls} the first time, not again) and is not shown: it is under Recently run."
                             ),
                             _ => format!(
                                 "A table run before your change was billed ({calls}) and not shown: it is under Recently run."
                             ),
-                        }));
+                        })));
                     }
                 }
                 None => {}
@@ -487,7 +511,7 @@ pub fn WorkbenchScreen(signed_in: bool) -> impl IntoView {
         });
         if kept_shown && saved::SurveyData::of(&book) != data {
             reset(Outcome::Idle);
-            notice.set(Some(DATA_CHANGED.to_owned()));
+            notice.set(Some(Notice::DataChanged));
         }
     });
     let switch = move |to: Source| {
@@ -532,10 +556,10 @@ pub fn WorkbenchScreen(signed_in: bool) -> impl IntoView {
         if local {
             source.set(Source::Local);
             if opened.get_untracked().map(|o| o.codebook.code) != Some(request.survey.clone()) {
-                unopened = Some(format!(
+                unopened = Some(Notice::Said(format!(
                     "This table was made from a local file of survey {}: open that file to run it.",
                     request.survey
-                ));
+                )));
             }
         } else if signed_in {
             source.set(Source::Server);
@@ -564,7 +588,7 @@ pub fn WorkbenchScreen(signed_in: bool) -> impl IntoView {
                 .filter(|book| book.code == asked.survey)
                 .map(|book| saved::SurveyData::of(&book));
             if now.as_ref().is_some_and(|now| *now != kept.data) {
-                notice.set(Some(DATA_CHANGED.to_owned()));
+                notice.set(Some(Notice::DataChanged));
                 return;
             }
             unchecked.set_value(now.is_none().then(|| (asked.survey.clone(), kept.data)));
@@ -636,11 +660,7 @@ pub fn WorkbenchScreen(signed_in: bool) -> impl IntoView {
                         Some(Err(failure)) => view! { <p class="error" role="alert">{failure.message}</p> }.into_any(),
                         Some(Ok(list)) => view! {
                             <label for="table-survey">"Survey"</label>
-                            <select id="table-survey" on:change=move |ev| {
-                                // A notice is about this survey's table or kept answer.
-                                notice.set(None);
-                                survey.set(event_target_value(&ev));
-                            }>
+                            <select id="table-survey" on:change=move |ev| choose_survey(event_target_value(&ev))>
                                 {list.into_iter().map(|s| {
                                     let code = s.code.clone();
                                     view! { <option value=code.clone() selected=move || survey.get() == code>{format!("{} — {}", s.code, s.name)}</option> }
@@ -712,7 +732,7 @@ pub fn WorkbenchScreen(signed_in: bool) -> impl IntoView {
                 </fieldset>
                 {move || problem.get().filter(|_| attempted.get() || !rows.with(Vec::is_empty) && !columns.with(Vec::is_empty))
                     .map(|message| view! { <p class="error" role="alert" id="table-problem">{message}</p> })}
-                {move || notice.get().map(|message| view! { <p class="warning" role="status">{message}</p> })}
+                {move || notice.get().map(|notice| view! { <p class="warning" role="status">{notice.to_string()}</p> })}
                 <p class="muted" id="table-price" role="status">{move || match source.get() {
                     Source::Local => "Computed in this page: your file is not uploaded and nothing is billed.".to_owned(),
                     Source::Server => format!(
