@@ -24,6 +24,7 @@ use crate::service::limits::AddressLimits;
 use crate::service::memory;
 use crate::service::sso::jwks::KeySets;
 use crate::service::sso::saml::SamlIdp;
+use crate::service::sso::sealing::{self, KeySecret};
 use crate::service::sso::signing;
 use crate::service::transport;
 use crate::service::Settings;
@@ -235,6 +236,8 @@ enum Command {
         /// address over http.
         #[arg(long, env = "CROSSTAB_PUBLIC_URL", value_name = "URL", value_parser = parse_public_url)]
         public_url: Option<String>,
+        #[command(flatten)]
+        token_key_secret: TokenKeySecret,
         #[command(flatten)]
         limits: LimitArgs,
         /// Behind a load balancer: the header it puts the client's address in (e.g.
@@ -741,7 +744,41 @@ enum SsoCommand {
     RotateKey {
         #[command(flatten)]
         store: Store,
+        #[command(flatten)]
+        token_key_secret: TokenKeySecret,
     },
+}
+
+/// The secret this service's token-signing keys are sealed with in the database.
+#[derive(Debug, Args)]
+struct TokenKeySecret {
+    /// A file holding 32 random bytes in base64 (`openssl rand -base64 32`), readable by
+    /// the server alone: the token-signing keys are stored sealed with it (keys stored
+    /// unsealed before are sealed at start), so a copy of the database cannot sign tokens.
+    /// Every server of the database, and `sso rotate-key`, must be given the same.
+    #[arg(
+        long = "token-key-secret-file",
+        env = "CROSSTAB_TOKEN_KEY_SECRET_FILE",
+        value_name = "FILE"
+    )]
+    file: Option<PathBuf>,
+}
+
+impl TokenKeySecret {
+    fn read(&self) -> Result<Option<KeySecret>, CliError> {
+        let Some(path) = &self.file else {
+            return Ok(None);
+        };
+        let text = std::fs::read_to_string(path).map_err(|error| {
+            CliError::Usage(format!(
+                "reading the token key secret {}: {error}",
+                path.display()
+            ))
+        })?;
+        KeySecret::from_base64(&text)
+            .map(Some)
+            .map_err(|error| CliError::Usage(format!("{}: {error}", path.display())))
+    }
 }
 
 /// Which account an OpenID Connect issuer's tokens are billed to.
@@ -993,6 +1030,7 @@ async fn execute(command: Command) -> Result<(), CliError> {
             response_cache_entries,
             cache_memory,
             public_url,
+            token_key_secret,
             limits,
             trusted_proxy_header,
             trusted_proxies,
@@ -1031,6 +1069,7 @@ async fn execute(command: Command) -> Result<(), CliError> {
                     },
                     // `serve` sets it once it listens (the default names its address).
                     public_url: crate::service::DEFAULT_PUBLIC_URL.to_owned(),
+                    token_key_secret: token_key_secret.read()?,
                 },
             })
             .await?;
@@ -1796,9 +1835,20 @@ async fn sso(command: SsoCommand) -> Result<(), CliError> {
             eprintln!("identity provider '{name}' may no longer name account '{account}'");
             Ok(())
         }
-        SsoCommand::RotateKey { store } => {
-            let key = signing::generate(now_ms());
+        SsoCommand::RotateKey {
+            store,
+            token_key_secret,
+        } => {
+            let secret = token_key_secret.read()?;
             let db = store.connect().await?;
+            // The servers must open the new key with the secret they open the others with:
+            // a sealed key this secret (or its absence) does not open is refused here.
+            for key in signing_keys::all(&db).await? {
+                sealing::open(secret.as_ref(), &key.kid, &key.private_key)
+                    .map_err(|error| CliError::Usage(error.to_string()))?;
+            }
+            let key = signing::generate(now_ms(), secret.as_ref())
+                .map_err(|error| CliError::Usage(error.to_string()))?;
             signing_keys::rotate(&db, &key).await?;
             db.close().await;
             eprintln!(

@@ -86,6 +86,9 @@ pub enum ServeError {
     /// Surveys could not be published to or copied from the database.
     #[error("surveys not shared through the database: {0}")]
     Copies(crate::service::ServiceError),
+    /// Single sign-on's keys (a sealed key this server cannot open, say).
+    #[error(transparent)]
+    Sso(#[from] crate::service::sso::StartError),
 }
 
 /// What `--demo` made: the key and the user's password are shown once, at start.

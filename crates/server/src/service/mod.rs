@@ -75,6 +75,9 @@ pub struct Settings {
     /// The address clients reach the service at: the issuer and audience of its own
     /// access tokens, and the audience identity providers' tokens must name by default.
     pub public_url: String,
+    /// What the server's own token-signing keys are sealed with in the database (`None`:
+    /// stored unsealed).
+    pub token_key_secret: Option<sso::sealing::KeySecret>,
 }
 
 /// The public URL when none is given: the default listen address.
@@ -92,6 +95,7 @@ impl Default for Settings {
                 sign_in_per_minute: 20,
             },
             public_url: DEFAULT_PUBLIC_URL.to_owned(),
+            token_key_secret: None,
         }
     }
 }
@@ -244,6 +248,7 @@ impl Services {
             db.clone(),
             Arc::clone(&clock),
             &settings.public_url,
+            settings.token_key_secret,
         ));
         let (ledger, writer) = Ledger::start(db.clone(), Arc::clone(&clock));
         let limits = Arc::new(RateLimits::new(

@@ -12,7 +12,7 @@ use super::{Database, DbError};
 pub struct StoredKey {
     /// Its id (the `kid` of the tokens it signs).
     pub kid: String,
-    /// The private key, PKCS#8 DER, base64.
+    /// The private key, PKCS#8 DER, base64; or that sealed (`service::sso::sealing`).
     pub private_key: String,
     /// The public key, base64url (an Ed25519 `x`).
     pub public_key: String,
@@ -74,6 +74,20 @@ pub async fn rotate(db: &Database, key: &StoredKey) -> Result<(), DbError> {
     tx.commit().await?;
     signal_key_change(db);
     Ok(())
+}
+
+/// Replaces key `kid`'s stored private key `from` by `to` (the same key sealed): `false`
+/// if it is no longer `from` (sealed meanwhile by another server, or gone).
+pub async fn reseal(db: &Database, kid: &str, from: &str, to: &str) -> Result<bool, DbError> {
+    let changed =
+        sqlx::query("UPDATE signing_keys SET private_key = $3 WHERE kid = $1 AND private_key = $2")
+            .bind(kid)
+            .bind(from)
+            .bind(to)
+            .execute(db.pool())
+            .await?
+            .rows_affected();
+    Ok(changed > 0)
 }
 
 /// Forgets keys retired before `before` (Unix ms): every token they signed has expired.

@@ -790,7 +790,7 @@ async fn a_providers_jwt_is_exchanged_for_a_token_of_this_server_that_is_billed_
 
     // Rotating this server's key: the old token still works, new ones use the new key.
     let old_kid = kid_of(&token);
-    let key = crosstab_server::service::sso::signing::generate(fx.now());
+    let key = crosstab_server::service::sso::signing::generate(fx.now(), None).unwrap();
     signing_keys::rotate(&fx.db, &key).await.unwrap();
     let (response, _) = fx.post(Some(&bearer(&token)), &query()).await;
     assert_eq!(response.status(), 200);
@@ -811,7 +811,7 @@ async fn a_providers_jwt_is_exchanged_for_a_token_of_this_server_that_is_billed_
     let mut as_retired = retired.clone();
     as_retired.retired_at = None;
     let old_keys =
-        crosstab_server::service::sso::signing::OwnKeys::from_stored(&[as_retired]).unwrap();
+        crosstab_server::service::sso::signing::OwnKeys::from_stored(&[as_retired], None).unwrap();
     fx.clock.advance(300_000);
     let mut late = claims_of(&token);
     let retired_s = retired.retired_at.unwrap() / 1000;
@@ -829,9 +829,11 @@ async fn a_providers_jwt_is_exchanged_for_a_token_of_this_server_that_is_billed_
     // Signed with this server's own key but not as it issues tokens (a key taken from a
     // backup): a lifetime over an hour, an account its provider does not bill, a subject
     // with a control character. Each is refused; the claims unchanged are not.
-    let own =
-        crosstab_server::service::sso::signing::OwnKeys::from_stored(std::slice::from_ref(&key))
-            .unwrap();
+    let own = crosstab_server::service::sso::signing::OwnKeys::from_stored(
+        std::slice::from_ref(&key),
+        None,
+    )
+    .unwrap();
     let issued = claims_of(&renewed);
     let later = issued["iat"].as_i64().unwrap() + 7200;
     for (claim, value) in [
@@ -983,6 +985,179 @@ async fn the_token_endpoint_answers_rfc_6749_errors() {
         super::common::ORIGIN
     );
     assert_eq!(fx.bills().await, 0);
+}
+
+/// With `--token-key-secret-file`, this server's token-signing keys are stored sealed: a
+/// key made before is sealed at start, new ones (at start, by `sso rotate-key`) are made
+/// sealed, tokens signed before and after verify, and a server or a rotation without the
+/// secret, or with another, is refused with the reason rather than signing with a key no
+/// other server can open.
+#[test]
+fn token_signing_keys_are_sealed_with_the_secret_every_server_is_given() {
+    use base64::engine::general_purpose::STANDARD;
+    use crosstab_server::service::sso::sealing;
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let provider = Provider::start();
+    let temp = tempfile::tempdir().unwrap();
+    let (data, _key) = super::support::small_data_dir(temp.path());
+    let public_url = "https://crosstab.example.com";
+    let secret = temp.path().join("token-key.secret");
+    std::fs::write(&secret, format!("{}\n", STANDARD.encode([7u8; 32]))).unwrap();
+    let other = temp.path().join("other.secret");
+    std::fs::write(&other, STANDARD.encode([8u8; 32])).unwrap();
+    let (secret, other) = (secret.to_str().unwrap(), other.to_str().unwrap());
+    let stored = || {
+        rt.block_on(async {
+            let db = crosstab_server::store::Database::connect(
+                &crosstab_server::store::default_url(&data),
+            )
+            .await
+            .unwrap();
+            let keys = signing_keys::all(&db).await.unwrap();
+            db.close().await;
+            keys
+        })
+    };
+    cli(
+        &data,
+        &[
+            "sso",
+            "add-oidc",
+            "--name",
+            "corp",
+            "--issuer",
+            &provider.issuer,
+            "--account",
+            "acme",
+        ],
+    );
+    let client = reqwest::blocking::Client::new();
+    let own_token = |server: &Server| -> String {
+        let assertion = rt.block_on(provider.access_token("backend", public_url));
+        let exchanged: Value = client
+            .post(server.url("/v1/oauth/token"))
+            .form(&[("grant_type", JWT_BEARER), ("assertion", &assertion)])
+            .send()
+            .unwrap()
+            .json()
+            .unwrap();
+        exchanged["access_token"].as_str().unwrap().to_owned()
+    };
+    let call = |server: &Server, token: &str| {
+        client
+            .post(server.url("/v1/crosstab"))
+            .header("Service-Engine-Authorizer", format!("Bearer {token}"))
+            .header("content-type", "application/json")
+            .body(json!({"SurveyCode": "SMALL", "PopulationBaseCode": "ALL", "TargetCodes": ["WOMEN"]}).to_string())
+            .send()
+            .unwrap()
+            .status()
+    };
+    // A serve that must not start: its exit status and what it said.
+    let refused = |extra: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_crosstab"))
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--public-url",
+                public_url,
+                "--data-dir",
+            ])
+            .arg(&data)
+            .args(extra)
+            .env_remove("CROSSTAB_DATABASE_URL")
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{extra:?} started");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+
+    // Without a secret, as before: the first key is stored unsealed.
+    let server = Server::start(&data, &["--public-url", public_url]);
+    let before = own_token(&server);
+    assert_eq!(call(&server, &before), 200);
+    server.stop();
+    let first = stored();
+    assert_eq!(first.len(), 1);
+    assert!(!sealing::is_sealed(&first[0].private_key));
+
+    // Given a secret, the stored key is sealed at start, and keeps signing.
+    let server = Server::start(
+        &data,
+        &[
+            "--public-url",
+            public_url,
+            "--token-key-secret-file",
+            secret,
+        ],
+    );
+    let sealed = stored();
+    assert_eq!(sealed[0].kid, first[0].kid);
+    assert!(
+        sealing::is_sealed(&sealed[0].private_key),
+        "{:?}",
+        sealed[0].private_key
+    );
+    assert!(!sealed[0].private_key.contains(&first[0].private_key));
+    assert_eq!(
+        call(&server, &before),
+        200,
+        "a token signed before sealing holds"
+    );
+    let after = own_token(&server);
+    assert_eq!(call(&server, &after), 200);
+    server.stop();
+
+    // Without the secret, or with another, no server starts, and none rotates.
+    for (extra, why) in [
+        (vec![], "is sealed: start with the secret"),
+        (vec!["--token-key-secret-file", other], "does not open"),
+    ] {
+        let said = refused(&extra);
+        assert!(
+            said.contains(why) && said.contains(&first[0].kid),
+            "{extra:?}: {said}"
+        );
+        let rotation = cli_output(&data, &[&["sso", "rotate-key"][..], &extra].concat());
+        let said = String::from_utf8_lossy(&rotation.stderr);
+        assert!(
+            !rotation.status.success() && said.contains(why),
+            "{extra:?}: {said}"
+        );
+    }
+    assert_eq!(stored().len(), 1, "nothing was rotated");
+
+    // A rotation with the secret makes the new key sealed; both tokens hold.
+    cli(
+        &data,
+        &["sso", "rotate-key", "--token-key-secret-file", secret],
+    );
+    let rotated = stored();
+    assert_eq!(rotated.len(), 2);
+    assert!(rotated
+        .iter()
+        .all(|key| sealing::is_sealed(&key.private_key)));
+    let server = Server::start(
+        &data,
+        &[
+            "--public-url",
+            public_url,
+            "--token-key-secret-file",
+            secret,
+        ],
+    );
+    assert_eq!(call(&server, &after), 200);
+    let renewed = own_token(&server);
+    assert_eq!(kid_of(&renewed), rotated[0].kid);
+    assert_eq!(call(&server, &renewed), 200);
+    server.stop();
+
+    // A secret file that is not 32 bytes of base64 is refused.
+    let short = temp.path().join("short.secret");
+    std::fs::write(&short, STANDARD.encode([7u8; 16])).unwrap();
+    let said = refused(&["--token-key-secret-file", short.to_str().unwrap()]);
+    assert!(said.contains("not 32 bytes"), "{said}");
 }
 
 #[test]

@@ -11,6 +11,7 @@
 pub mod exchange;
 pub mod jwks;
 pub mod saml;
+pub mod sealing;
 pub mod signing;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -25,6 +26,7 @@ use crate::clock::Clock;
 use crate::store::identity_providers::{self, AccountRule, IdentityProvider, IdpKind};
 use crate::store::{signing_keys, Database, DbError};
 use jwks::{KeySets, VerifyingKey};
+use sealing::KeySecret;
 use signing::OwnKeys;
 
 /// Clock skew allowed on `exp` and `nbf`, in seconds.
@@ -106,6 +108,17 @@ pub enum TokenError {
     KeysUnavailable(#[from] jwks::FetchError),
 }
 
+/// Why single sign-on could not be made ready at start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The store could not be read or written.
+    #[error(transparent)]
+    Store(#[from] DbError),
+    /// A token-signing key could not be opened or sealed.
+    #[error(transparent)]
+    Seal(#[from] sealing::SealError),
+}
+
 /// Who a verified token speaks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Identity {
@@ -143,12 +156,22 @@ pub struct Sso {
     /// SAML assertions checked at once (a core each, off the request threads): made-up
     /// assertions cost the server no more than its cores.
     verifying: Arc<tokio::sync::Semaphore>,
+    /// What this server's signing keys are sealed with in the database (`None`: they are
+    /// stored unsealed).
+    secret: Option<KeySecret>,
 }
 
 impl Sso {
-    /// The service over `db`'s identity providers, for a server reached at `public_url`.
-    pub fn new(db: Database, clock: Arc<dyn Clock>, public_url: &str) -> Sso {
+    /// The service over `db`'s identity providers, for a server reached at `public_url`,
+    /// its own signing keys sealed with `secret` (if given).
+    pub fn new(
+        db: Database,
+        clock: Arc<dyn Clock>,
+        public_url: &str,
+        secret: Option<KeySecret>,
+    ) -> Sso {
         Sso {
+            secret,
             keys: Arc::new(KeySets::new(Arc::clone(&clock))),
             db,
             clock,
@@ -188,7 +211,7 @@ impl Sso {
         }
         let generation = self.generation.load(Ordering::SeqCst);
         let idps = identity_providers::list(&self.db).await?;
-        let own = OwnKeys::from_stored(&signing_keys::all(&self.db).await?)?;
+        let own = OwnKeys::from_stored(&signing_keys::all(&self.db).await?, self.secret.as_ref())?;
         let registry = Arc::new(Registry { idps, own });
         if self.generation.load(Ordering::SeqCst) == generation {
             *self.registry.write().unwrap_or_else(|p| p.into_inner()) = Some(Arc::clone(&registry));
@@ -196,9 +219,25 @@ impl Sso {
         Ok(registry)
     }
 
-    /// At start: makes the first signing key if the database has none, and fetches every
-    /// OpenID Connect issuer's keys (failures are logged; they are fetched again on need).
-    pub async fn prepare(&self) -> Result<(), DbError> {
+    /// At start: checks that every stored signing key opens (a sealed one needs this
+    /// server's secret) and, given a secret, seals any stored unsealed; makes the first
+    /// signing key if the database has none; and fetches every OpenID Connect issuer's
+    /// keys (failures are logged; they are fetched again on need).
+    pub async fn prepare(&self) -> Result<(), StartError> {
+        let resealed = self.seal_stored().await?;
+        if resealed > 0 {
+            tracing::info!(
+                keys = resealed,
+                "token-signing keys sealed with the secret given"
+            );
+            self.changed();
+        }
+        if self.secret.is_none() {
+            tracing::warn!(
+                "token-signing keys are stored unsealed: whoever reads the database can \
+                 sign tokens for its accounts (give --token-key-secret-file)"
+            );
+        }
         let registry = self.registry().await?;
         // A provider added before allowed accounts existed names none: said at start.
         for idp in &registry.idps {
@@ -215,7 +254,7 @@ impl Sso {
             }
         }
         if !registry.own.can_sign() {
-            let key = signing::generate(self.clock.now_ms());
+            let key = signing::generate(self.clock.now_ms(), self.secret.as_ref())?;
             if signing_keys::insert_first(&self.db, &key).await? {
                 tracing::info!(kid = %key.kid, "token-signing key made");
             }
@@ -233,6 +272,26 @@ impl Sso {
             }
         }
         Ok(())
+    }
+
+    /// Opens every stored signing key, so a key this server cannot open stops it at start
+    /// rather than its first token; given a secret, seals those stored unsealed (keys made
+    /// before the secret was), and says how many.
+    async fn seal_stored(&self) -> Result<usize, StartError> {
+        let mut sealed = 0;
+        for key in signing_keys::all(&self.db).await? {
+            let private_key = sealing::open(self.secret.as_ref(), &key.kid, &key.private_key)?;
+            let Some(secret) = &self.secret else { continue };
+            if sealing::is_sealed(&key.private_key) {
+                continue;
+            }
+            let now = sealing::seal(secret, &key.kid, &private_key)?;
+            // Another server starting with the same secret may have sealed it first.
+            if signing_keys::reseal(&self.db, &key.kid, &key.private_key, &now).await? {
+                sealed += 1;
+            }
+        }
+        Ok(sealed)
     }
 
     /// The identity a bearer token on `/v1` stands for: a token of this server, or a JWT of

@@ -12,6 +12,7 @@ use rand::RngCore;
 use sha2::{Digest, Sha256};
 
 use super::jwks::VerifyingKey;
+use super::sealing::{self, KeySecret, SealError};
 use crate::store::signing_keys::StoredKey;
 use crate::store::DbError;
 
@@ -20,8 +21,8 @@ const PKCS8_ED25519_PREFIX: [u8; 16] = [
     0x30, 0x2e, 0x02, 0x01, 0x00, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x04, 0x22, 0x04, 0x20,
 ];
 
-/// A new signing key made at `now_ms`.
-pub fn generate(now_ms: i64) -> StoredKey {
+/// A new signing key made at `now_ms`, its private key sealed with `secret` if given.
+pub fn generate(now_ms: i64, secret: Option<&KeySecret>) -> Result<StoredKey, SealError> {
     let mut seed = [0u8; 32];
     rand::rngs::OsRng.fill_bytes(&mut seed);
     let public = ed25519_dalek::SigningKey::from_bytes(&seed)
@@ -31,13 +32,18 @@ pub fn generate(now_ms: i64) -> StoredKey {
     der.extend_from_slice(&seed);
     // The id names the public key: the same key never gets two ids.
     let kid = URL_SAFE_NO_PAD.encode(&Sha256::digest(public)[..12]);
-    StoredKey {
+    let private_key = STANDARD.encode(der);
+    let private_key = match secret {
+        Some(secret) => sealing::seal(secret, &kid, &private_key)?,
+        None => private_key,
+    };
+    Ok(StoredKey {
         kid,
-        private_key: STANDARD.encode(der),
+        private_key,
         public_key: URL_SAFE_NO_PAD.encode(public),
         created_at: now_ms,
         retired_at: None,
-    }
+    })
 }
 
 /// The keys of the database: the one that signs, and every one that verifies.
@@ -58,8 +64,12 @@ impl std::fmt::Debug for OwnKeys {
 }
 
 impl OwnKeys {
-    /// From the stored keys (newest first, as [`crate::store::signing_keys::all`] gives them).
-    pub fn from_stored(stored: &[StoredKey]) -> Result<OwnKeys, DbError> {
+    /// From the stored keys (newest first, as [`crate::store::signing_keys::all`] gives them),
+    /// the one that signs opened with `secret` if it is sealed.
+    pub fn from_stored(
+        stored: &[StoredKey],
+        secret: Option<&KeySecret>,
+    ) -> Result<OwnKeys, DbError> {
         let corrupt = |_| DbError::Corrupt("a token-signing key");
         let mut verifying = HashMap::new();
         let retired = stored
@@ -79,8 +89,14 @@ impl OwnKeys {
             .iter()
             .find(|key| key.retired_at.is_none())
             .map(|key| {
+                // Told at start (`Sso::prepare`); here, a key sealed since by a server with
+                // another secret.
+                let private_key =
+                    sealing::open(secret, &key.kid, &key.private_key).map_err(|_| {
+                        DbError::Corrupt("a token-signing key this server's secret does not open")
+                    })?;
                 let der = STANDARD
-                    .decode(&key.private_key)
+                    .decode(private_key)
                     .map_err(|_| DbError::Corrupt("a token-signing key"))?;
                 Ok::<_, DbError>((key.kid.clone(), EncodingKey::from_ed_der(&der)))
             })
@@ -126,8 +142,8 @@ mod tests {
 
     #[test]
     fn a_generated_key_signs_what_its_public_half_verifies() {
-        let stored = generate(0);
-        let keys = OwnKeys::from_stored(std::slice::from_ref(&stored)).unwrap();
+        let stored = generate(0, None).unwrap();
+        let keys = OwnKeys::from_stored(std::slice::from_ref(&stored), None).unwrap();
         let claims = serde_json::json!({"sub": "s", "exp": 1});
         let token = keys.sign(&claims).unwrap().unwrap();
         let key = keys.key(&stored.kid).unwrap();
@@ -137,11 +153,35 @@ mod tests {
             jsonwebtoken::decode::<serde_json::Value>(&token, &key.key, &validation).unwrap();
         assert_eq!(decoded.claims, claims);
         // Another key's half does not.
-        let other = OwnKeys::from_stored(&[generate(0)]).unwrap();
+        let other = OwnKeys::from_stored(&[generate(0, None).unwrap()], None).unwrap();
         let other_kid = other.verifying.keys().next().unwrap().clone();
         let other_key = other.key(&other_kid).unwrap();
         assert!(
             jsonwebtoken::decode::<serde_json::Value>(&token, &other_key.key, &validation).is_err()
         );
+    }
+
+    #[test]
+    fn a_sealed_key_signs_only_with_its_secret() {
+        use base64::engine::general_purpose::STANDARD;
+        let secret = |b: u8| KeySecret::from_base64(&STANDARD.encode([b; 32])).unwrap();
+        let stored = generate(0, Some(&secret(1))).unwrap();
+        assert!(sealing::is_sealed(&stored.private_key));
+        let keys = OwnKeys::from_stored(std::slice::from_ref(&stored), Some(&secret(1))).unwrap();
+        let claims = serde_json::json!({"sub": "s", "exp": 1});
+        let token = keys.sign(&claims).unwrap().unwrap();
+        let mut validation = jsonwebtoken::Validation::new(Algorithm::EdDSA);
+        validation.validate_exp = false;
+        let key = &keys.key(&stored.kid).unwrap().key;
+        assert!(jsonwebtoken::decode::<serde_json::Value>(&token, key, &validation).is_ok());
+        for wrong in [None, Some(secret(2))] {
+            assert!(OwnKeys::from_stored(std::slice::from_ref(&stored), wrong.as_ref()).is_err());
+        }
+        // A retired sealed key only verifies: no secret is needed for its public half.
+        let retired = StoredKey {
+            retired_at: Some(1),
+            ..stored
+        };
+        assert!(OwnKeys::from_stored(&[retired], None).is_ok());
     }
 }
