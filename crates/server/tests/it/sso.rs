@@ -1160,6 +1160,42 @@ fn token_signing_keys_are_sealed_with_the_secret_every_server_is_given() {
     assert!(said.contains("not 32 bytes"), "{said}");
 }
 
+/// On PostgreSQL too: a server with a secret seals the key a server without one made, a
+/// second one with the same secret finds nothing left to seal, and the sealed key signs.
+#[tokio::test]
+async fn signing_keys_are_sealed_on_postgres_too() {
+    use base64::engine::general_purpose::STANDARD;
+    use crosstab_server::clock::SystemClock;
+    use crosstab_server::service::sso::sealing::{self, KeySecret};
+    use crosstab_server::service::sso::{signing::OwnKeys, Sso};
+    let Some(url) = postgres_url() else {
+        return;
+    };
+    let url = super::common::database_of_its_own(&url).await;
+    let db = crosstab_server::store::Database::connect(&url)
+        .await
+        .unwrap();
+    let secret = || Some(KeySecret::from_base64(&STANDARD.encode([5u8; 32])).unwrap());
+    let sso = |secret| Sso::new(db.clone(), std::sync::Arc::new(SystemClock), API, secret);
+    sso(None).prepare().await.unwrap();
+    let made = signing_keys::all(&db).await.unwrap();
+    assert!(made.len() == 1 && !sealing::is_sealed(&made[0].private_key));
+    sso(secret()).prepare().await.unwrap();
+    sso(secret()).prepare().await.unwrap();
+    let sealed = signing_keys::all(&db).await.unwrap();
+    assert_eq!(sealed.len(), 1);
+    assert_eq!(sealed[0].kid, made[0].kid);
+    assert!(sealing::is_sealed(&sealed[0].private_key));
+    assert!(OwnKeys::from_stored(&sealed, secret().as_ref())
+        .unwrap()
+        .can_sign());
+    assert!(
+        sso(None).prepare().await.is_err(),
+        "the secret is needed now"
+    );
+    db.close().await;
+}
+
 #[test]
 fn the_cli_configures_providers_that_a_running_server_follows() {
     let rt = tokio::runtime::Runtime::new().unwrap();
