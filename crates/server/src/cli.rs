@@ -24,7 +24,7 @@ use crate::service::limits::AddressLimits;
 use crate::service::memory;
 use crate::service::sso::jwks::KeySets;
 use crate::service::sso::saml::SamlIdp;
-use crate::service::sso::sealing::{self, KeySecret};
+use crate::service::sso::sealing::KeySecret;
 use crate::service::sso::signing;
 use crate::service::transport;
 use crate::service::Settings;
@@ -1842,11 +1842,11 @@ async fn sso(command: SsoCommand) -> Result<(), CliError> {
             let secret = token_key_secret.read()?;
             let db = store.connect().await?;
             // The servers must open the new key with the secret they open the others with:
-            // a sealed key this secret (or its absence) does not open is refused here.
-            for key in signing_keys::all(&db).await? {
-                sealing::open(secret.as_ref(), &key.kid, &key.private_key)
-                    .map_err(|error| CliError::Usage(error.to_string()))?;
-            }
+            // a sealed key this secret (or its absence) does not open is refused here, and
+            // given a secret, keys stored unsealed are sealed first.
+            crate::service::sso::seal_stored(&db, secret.as_ref())
+                .await
+                .map_err(|error| CliError::Usage(error.to_string()))?;
             let key = signing::generate(now_ms(), secret.as_ref())
                 .map_err(|error| CliError::Usage(error.to_string()))?;
             signing_keys::rotate(&db, &key).await?;

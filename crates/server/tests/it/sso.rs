@@ -1196,6 +1196,46 @@ async fn signing_keys_are_sealed_on_postgres_too() {
     db.close().await;
 }
 
+/// Running, a server given the secret seals a key stored unsealed since it started (by a
+/// server or a rotation without the secret) before it signs with it; one without the
+/// secret goes on verifying every token (its providers' and its own) though it can sign
+/// none once the key is sealed.
+#[tokio::test]
+async fn keys_stored_unsealed_while_serving_are_sealed_and_a_server_without_the_secret_verifies() {
+    use base64::engine::general_purpose::STANDARD;
+    use crosstab_server::clock::SystemClock;
+    use crosstab_server::service::sso::sealing::{self, KeySecret};
+    use crosstab_server::service::sso::{signing, Sso, TokenError};
+    let dir = tempfile::tempdir().unwrap();
+    let db =
+        crosstab_server::store::Database::connect(&crosstab_server::store::default_url(dir.path()))
+            .await
+            .unwrap();
+    let secret = KeySecret::from_base64(&STANDARD.encode([6u8; 32])).unwrap();
+    let sso = |secret| Sso::new(db.clone(), std::sync::Arc::new(SystemClock), API, secret);
+    let (with, without) = (sso(Some(secret.clone())), sso(None));
+    let all_sealed = || async {
+        let keys = signing_keys::all(&db).await.unwrap();
+        keys.iter().all(|key| sealing::is_sealed(&key.private_key))
+    };
+    // The first key is made sealed.
+    with.prepare().await.unwrap();
+    assert!(all_sealed().await);
+    assert!(without.prepare().await.is_err(), "refused at start");
+    // A key rotated in unsealed is sealed on the next load of the keys.
+    let rotated = signing::generate(crosstab_server::clock::now_ms(), None).unwrap();
+    signing_keys::rotate(&db, &rotated).await.unwrap();
+    assert!(!all_sealed().await);
+    with.changed();
+    let malformed = |result: Result<_, TokenError>| matches!(result, Err(TokenError::Malformed(_)));
+    assert!(malformed(with.verify_bearer("not-a-jwt").await));
+    assert!(all_sealed().await);
+    // The server without it loads the keys and checks tokens: not a store fault.
+    without.changed();
+    assert!(malformed(without.verify_bearer("not-a-jwt").await));
+    db.close().await;
+}
+
 #[test]
 fn the_cli_configures_providers_that_a_running_server_follows() {
     let rt = tokio::runtime::Runtime::new().unwrap();

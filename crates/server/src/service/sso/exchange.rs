@@ -286,7 +286,10 @@ impl Sso {
             .own
             .sign(&claims)
             .ok_or_else(|| {
-                GrantError::Signing("no signing key (the server makes one at start)".to_owned())
+                GrantError::Signing(match registry.own.unopened() {
+                    Some(unopened) => unopened.to_string(),
+                    None => "no signing key (the server makes one at start)".to_owned(),
+                })
             })?
             .map_err(|error| GrantError::Signing(error.to_string()))?;
         Ok(Issued {

@@ -119,6 +119,41 @@ pub enum StartError {
     Seal(#[from] sealing::SealError),
 }
 
+/// Opens every stored signing key with `secret` (a sealed one needs it), so a key that
+/// cannot be opened stops a server at start, and a rotation, rather than its first token;
+/// given a secret, seals those stored unsealed (made before the secret was given), and
+/// says how many.
+pub async fn seal_stored(db: &Database, secret: Option<&KeySecret>) -> Result<usize, StartError> {
+    let stored = signing_keys::all(db).await?;
+    for key in &stored {
+        sealing::open(secret, &key.kid, &key.private_key)?;
+    }
+    match secret {
+        Some(secret) => seal_unsealed(db, &stored, secret).await,
+        None => Ok(0),
+    }
+}
+
+/// Seals each of `stored` that is stored unsealed: how many this call sealed.
+async fn seal_unsealed(
+    db: &Database,
+    stored: &[signing_keys::StoredKey],
+    secret: &KeySecret,
+) -> Result<usize, StartError> {
+    let mut sealed = 0;
+    for key in stored
+        .iter()
+        .filter(|key| !sealing::is_sealed(&key.private_key))
+    {
+        let now = sealing::seal(secret, &key.kid, &key.private_key)?;
+        // Another server with the same secret may have sealed it first.
+        if signing_keys::reseal(db, &key.kid, &key.private_key, &now).await? {
+            sealed += 1;
+        }
+    }
+    Ok(sealed)
+}
+
 /// Who a verified token speaks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Identity {
@@ -211,7 +246,29 @@ impl Sso {
         }
         let generation = self.generation.load(Ordering::SeqCst);
         let idps = identity_providers::list(&self.db).await?;
-        let own = OwnKeys::from_stored(&signing_keys::all(&self.db).await?, self.secret.as_ref())?;
+        let mut stored = signing_keys::all(&self.db).await?;
+        if let Some(secret) = &self.secret {
+            // A key stored unsealed since start (by a server or a rotation without the
+            // secret) is sealed before this server signs with it.
+            let sealed =
+                seal_unsealed(&self.db, &stored, secret)
+                    .await
+                    .map_err(|error| match error {
+                        StartError::Store(error) => error,
+                        StartError::Seal(_) => DbError::Corrupt("a token-signing key not sealable"),
+                    })?;
+            if sealed > 0 {
+                tracing::info!(
+                    keys = sealed,
+                    "token-signing keys sealed with the secret given"
+                );
+                stored = signing_keys::all(&self.db).await?;
+            }
+        }
+        let own = OwnKeys::from_stored(&stored, self.secret.as_ref())?;
+        if let Some(error) = own.unopened() {
+            tracing::error!(%error, "this server signs no token until it is given that secret");
+        }
         let registry = Arc::new(Registry { idps, own });
         if self.generation.load(Ordering::SeqCst) == generation {
             *self.registry.write().unwrap_or_else(|p| p.into_inner()) = Some(Arc::clone(&registry));
@@ -224,7 +281,7 @@ impl Sso {
     /// signing key if the database has none; and fetches every OpenID Connect issuer's
     /// keys (failures are logged; they are fetched again on need).
     pub async fn prepare(&self) -> Result<(), StartError> {
-        let resealed = self.seal_stored().await?;
+        let resealed = seal_stored(&self.db, self.secret.as_ref()).await?;
         if resealed > 0 {
             tracing::info!(
                 keys = resealed,
@@ -253,7 +310,8 @@ impl Sso {
                 }
             }
         }
-        if !registry.own.can_sign() {
+        // (A current key this server cannot open stopped it above, in `seal_stored`.)
+        if !registry.own.can_sign() && registry.own.unopened().is_none() {
             let key = signing::generate(self.clock.now_ms(), self.secret.as_ref())?;
             if signing_keys::insert_first(&self.db, &key).await? {
                 tracing::info!(kid = %key.kid, "token-signing key made");
@@ -272,26 +330,6 @@ impl Sso {
             }
         }
         Ok(())
-    }
-
-    /// Opens every stored signing key, so a key this server cannot open stops it at start
-    /// rather than its first token; given a secret, seals those stored unsealed (keys made
-    /// before the secret was), and says how many.
-    async fn seal_stored(&self) -> Result<usize, StartError> {
-        let mut sealed = 0;
-        for key in signing_keys::all(&self.db).await? {
-            let private_key = sealing::open(self.secret.as_ref(), &key.kid, &key.private_key)?;
-            let Some(secret) = &self.secret else { continue };
-            if sealing::is_sealed(&key.private_key) {
-                continue;
-            }
-            let now = sealing::seal(secret, &key.kid, &private_key)?;
-            // Another server starting with the same secret may have sealed it first.
-            if signing_keys::reseal(&self.db, &key.kid, &key.private_key, &now).await? {
-                sealed += 1;
-            }
-        }
-        Ok(sealed)
     }
 
     /// The identity a bearer token on `/v1` stands for: a token of this server, or a JWT of

@@ -49,6 +49,8 @@ pub fn generate(now_ms: i64, secret: Option<&KeySecret>) -> Result<StoredKey, Se
 /// The keys of the database: the one that signs, and every one that verifies.
 pub struct OwnKeys {
     signing: Option<(String, EncodingKey)>,
+    /// Why the current key is not `signing`, if it could not be opened.
+    unopened: Option<SealError>,
     verifying: HashMap<String, VerifyingKey>,
     /// When each retired key was retired (Unix ms): it verifies only tokens issued before.
     retired: HashMap<String, i64>,
@@ -85,24 +87,25 @@ impl OwnKeys {
                 },
             );
         }
-        let signing = stored
-            .iter()
-            .find(|key| key.retired_at.is_none())
-            .map(|key| {
-                // Told at start (`Sso::prepare`); here, a key sealed since by a server with
-                // another secret.
-                let private_key =
-                    sealing::open(secret, &key.kid, &key.private_key).map_err(|_| {
-                        DbError::Corrupt("a token-signing key this server's secret does not open")
-                    })?;
-                let der = STANDARD
-                    .decode(private_key)
-                    .map_err(|_| DbError::Corrupt("a token-signing key"))?;
-                Ok::<_, DbError>((key.kid.clone(), EncodingKey::from_ed_der(&der)))
-            })
-            .transpose()?;
+        let mut unopened = None;
+        let mut signing = None;
+        if let Some(key) = stored.iter().find(|key| key.retired_at.is_none()) {
+            // A key this server cannot open (sealed since by a server given the secret,
+            // while this one was not) stops it at start (`Sso::prepare`); running, it
+            // still verifies every token, and says why it signs none.
+            match sealing::open(secret, &key.kid, &key.private_key) {
+                Ok(private_key) => {
+                    let der = STANDARD
+                        .decode(private_key)
+                        .map_err(|_| DbError::Corrupt("a token-signing key"))?;
+                    signing = Some((key.kid.clone(), EncodingKey::from_ed_der(&der)));
+                }
+                Err(error) => unopened = Some(error),
+            }
+        }
         Ok(OwnKeys {
             signing,
+            unopened,
             verifying,
             retired,
         })
@@ -111,6 +114,11 @@ impl OwnKeys {
     /// Whether there is a key to sign with.
     pub fn can_sign(&self) -> bool {
         self.signing.is_some()
+    }
+
+    /// Why the current key does not sign, when there is one this server cannot open.
+    pub fn unopened(&self) -> Option<&SealError> {
+        self.unopened.as_ref()
     }
 
     /// The key `kid`, if it is one of ours.
@@ -174,9 +182,15 @@ mod tests {
         validation.validate_exp = false;
         let key = &keys.key(&stored.kid).unwrap().key;
         assert!(jsonwebtoken::decode::<serde_json::Value>(&token, key, &validation).is_ok());
-        for wrong in [None, Some(secret(2))] {
-            assert!(OwnKeys::from_stored(std::slice::from_ref(&stored), wrong.as_ref()).is_err());
+        // Without its secret, or with another, it signs nothing, says why, and verifies.
+        for (wrong, why) in [(None, "is sealed"), (Some(secret(2)), "does not open")] {
+            let keys = OwnKeys::from_stored(std::slice::from_ref(&stored), wrong.as_ref()).unwrap();
+            assert!(!keys.can_sign());
+            assert!(keys.unopened().unwrap().to_string().contains(why));
+            let key = &keys.key(&stored.kid).unwrap().key;
+            assert!(jsonwebtoken::decode::<serde_json::Value>(&token, key, &validation).is_ok());
         }
+        assert!(keys.unopened().is_none());
         // A retired sealed key only verifies: no secret is needed for its public half.
         let retired = StoredKey {
             retired_at: Some(1),
