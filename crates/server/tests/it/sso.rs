@@ -987,6 +987,36 @@ async fn the_token_endpoint_answers_rfc_6749_errors() {
     assert_eq!(fx.bills().await, 0);
 }
 
+/// `POST /v1/crosstab` on a running `server` with `Bearer token`: SMALL's women.
+fn bearer_query(
+    client: &reqwest::blocking::Client,
+    server: &Server,
+    token: &str,
+) -> reqwest::blocking::Response {
+    client
+        .post(server.url("/v1/crosstab"))
+        .header("Service-Engine-Authorizer", format!("Bearer {token}"))
+        .header("content-type", "application/json")
+        .body(
+            json!({"SurveyCode": "SMALL", "PopulationBaseCode": "ALL", "TargetCodes": ["WOMEN"]})
+                .to_string(),
+        )
+        .send()
+        .unwrap()
+}
+
+/// A running `server`'s own token for a provider's JWT `assertion`.
+fn exchanged_token(client: &reqwest::blocking::Client, server: &Server, assertion: &str) -> String {
+    let exchanged: Value = client
+        .post(server.url("/v1/oauth/token"))
+        .form(&[("grant_type", JWT_BEARER), ("assertion", assertion)])
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    exchanged["access_token"].as_str().unwrap().to_owned()
+}
+
 /// With `--token-key-secret-file`, this server's token-signing keys are stored sealed: a
 /// key made before is sealed at start, new ones (at start, by `sso rotate-key`) are made
 /// sealed, tokens signed before and after verify, and a server or a rotation without the
@@ -1034,25 +1064,9 @@ fn token_signing_keys_are_sealed_with_the_secret_every_server_is_given() {
     let client = reqwest::blocking::Client::new();
     let own_token = |server: &Server| -> String {
         let assertion = rt.block_on(provider.access_token("backend", public_url));
-        let exchanged: Value = client
-            .post(server.url("/v1/oauth/token"))
-            .form(&[("grant_type", JWT_BEARER), ("assertion", &assertion)])
-            .send()
-            .unwrap()
-            .json()
-            .unwrap();
-        exchanged["access_token"].as_str().unwrap().to_owned()
+        exchanged_token(&client, server, &assertion)
     };
-    let call = |server: &Server, token: &str| {
-        client
-            .post(server.url("/v1/crosstab"))
-            .header("Service-Engine-Authorizer", format!("Bearer {token}"))
-            .header("content-type", "application/json")
-            .body(json!({"SurveyCode": "SMALL", "PopulationBaseCode": "ALL", "TargetCodes": ["WOMEN"]}).to_string())
-            .send()
-            .unwrap()
-            .status()
-    };
+    let call = |server: &Server, token: &str| bearer_query(&client, server, token).status();
     // A serve that must not start: its exit status and what it said.
     let refused = |extra: &[&str]| {
         let out = Command::new(env!("CARGO_BIN_EXE_crosstab"))
@@ -1329,25 +1343,10 @@ fn the_cli_configures_providers_that_a_running_server_follows() {
     // Tokens for the public URL (the default audience) work on the running server.
     let token = rt.block_on(provider.access_token("backend", public_url));
     let client = reqwest::blocking::Client::new();
-    let call = |token: &str| {
-        client
-            .post(server.url("/v1/crosstab"))
-            .header("Service-Engine-Authorizer", format!("Bearer {token}"))
-            .header("content-type", "application/json")
-            .body(json!({"SurveyCode": "SMALL", "PopulationBaseCode": "ALL", "TargetCodes": ["WOMEN"]}).to_string())
-            .send()
-            .unwrap()
-    };
+    let call = |token: &str| bearer_query(&client, &server, token);
     let response = call(&token);
     assert_eq!(response.status(), 200, "{}", response.text().unwrap());
-    let exchanged: Value = client
-        .post(server.url("/v1/oauth/token"))
-        .form(&[("grant_type", JWT_BEARER), ("assertion", &token)])
-        .send()
-        .unwrap()
-        .json()
-        .unwrap();
-    let own = exchanged["access_token"].as_str().unwrap().to_owned();
+    let own = exchanged_token(&client, &server, &token);
     assert_eq!(call(&own).status(), 200);
     cli(&data, &["sso", "rotate-key"]);
     assert_eq!(call(&own).status(), 200, "tokens of a retired key hold");
