@@ -1069,20 +1069,14 @@ fn token_signing_keys_are_sealed_with_the_secret_every_server_is_given() {
     let call = |server: &Server, token: &str| bearer_query(&client, server, token).status();
     // A serve that must not start: its exit status and what it said.
     let refused = |extra: &[&str]| {
-        let out = Command::new(env!("CARGO_BIN_EXE_crosstab"))
-            .args([
-                "serve",
-                "--listen",
-                "127.0.0.1:0",
-                "--public-url",
-                public_url,
-                "--data-dir",
-            ])
-            .arg(&data)
-            .args(extra)
-            .env_remove("CROSSTAB_DATABASE_URL")
-            .output()
-            .unwrap();
+        let serve = [
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--public-url",
+            public_url,
+        ];
+        let out = cli_output(&data, &[&serve[..], extra].concat());
         assert!(!out.status.success(), "{extra:?} started");
         String::from_utf8_lossy(&out.stderr).into_owned()
     };

@@ -151,6 +151,12 @@ async fn seal_unsealed(
             sealed += 1;
         }
     }
+    if sealed > 0 {
+        tracing::info!(
+            keys = sealed,
+            "token-signing keys sealed with the secret given"
+        );
+    }
     Ok(sealed)
 }
 
@@ -258,10 +264,6 @@ impl Sso {
                         StartError::Seal(_) => DbError::Corrupt("a token-signing key not sealable"),
                     })?;
             if sealed > 0 {
-                tracing::info!(
-                    keys = sealed,
-                    "token-signing keys sealed with the secret given"
-                );
                 stored = signing_keys::all(&self.db).await?;
             }
         }
@@ -281,12 +283,7 @@ impl Sso {
     /// signing key if the database has none; and fetches every OpenID Connect issuer's
     /// keys (failures are logged; they are fetched again on need).
     pub async fn prepare(&self) -> Result<(), StartError> {
-        let resealed = seal_stored(&self.db, self.secret.as_ref()).await?;
-        if resealed > 0 {
-            tracing::info!(
-                keys = resealed,
-                "token-signing keys sealed with the secret given"
-            );
+        if seal_stored(&self.db, self.secret.as_ref()).await? > 0 {
             self.changed();
         }
         if self.secret.is_none() {
