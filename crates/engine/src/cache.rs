@@ -8,14 +8,15 @@
 //! [`MemoryBudget`]: the least recently used entries of any cache make room, so a burst of
 //! one-off conditions cannot shut the popular ones out.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
-use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
+use std::collections::{BTreeMap, HashMap};
+use std::hash::BuildHasher;
 use std::sync::{Arc, Mutex};
 
 use crosstab_contract::Expr;
 
 use crate::bitset::Bitset;
 use crate::budget::{Evict, MemoryBudget};
+use crate::doorkeeper::{Doorkeeper, DOORKEEPER_BYTES};
 
 /// Identifies a cached set.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -118,14 +119,6 @@ pub(crate) enum Lookup {
 /// `Bitset`, the use tick and the maps' slack.
 const ENTRY_OVERHEAD: usize = 128;
 
-/// First sights remembered before the doorkeeper starts over.
-const DOORKEEPER_KEYS: usize = 1 << 14;
-
-/// Bytes of a full doorkeeper, which each loaded survey's set cache allocates whole at the
-/// start and counts against the budget for its life: a hash table of that many
-/// fingerprints has twice as many slots of a word and a control byte each.
-pub const DOORKEEPER_BYTES: usize = 2 * DOORKEEPER_KEYS * (std::mem::size_of::<u64>() + 1);
-
 /// Sets within the shared byte budget, which counts keys as well as sets (a listed key can
 /// be long).
 #[derive(Debug)]
@@ -146,30 +139,8 @@ struct Entries {
     map: HashMap<SetKey, Entry, KeyHash>,
     /// The keys by last use (the budget's clock ticks on every hit and insert).
     by_use: BTreeMap<u64, SetKey>,
-    /// Fingerprints (the map's hash) of keys seen once and not kept.
-    seen: HashSet<u64, BuildHasherDefault<Fingerprint>>,
-}
-
-/// Hashes a fingerprint as itself: it already is a keyed hash.
-#[derive(Debug, Default)]
-struct Fingerprint(u64);
-
-impl Hasher for Fingerprint {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        // Only `u64` fingerprints are hashed here (`write_u64`); were anything else, its
-        // bytes would still be folded into one word.
-        for &byte in bytes {
-            self.0 = self.0.rotate_left(8) ^ u64::from(byte);
-        }
-    }
-
-    fn write_u64(&mut self, fingerprint: u64) {
-        self.0 = fingerprint;
-    }
+    /// Keys seen once and not kept, by the map's hash (counted as [`DOORKEEPER_BYTES`]).
+    seen: Doorkeeper,
 }
 
 #[derive(Debug)]
@@ -186,10 +157,7 @@ impl SetCache {
         let cache = Arc::new(SetCache {
             budget: Arc::clone(budget),
             set_bytes: respondents.div_ceil(64) * 8,
-            inner: Mutex::new(Entries {
-                seen: HashSet::with_capacity_and_hasher(DOORKEEPER_KEYS, Default::default()),
-                ..Entries::default()
-            }),
+            inner: Mutex::new(Entries::default()),
         });
         let evict: Arc<dyn Evict> = cache.clone();
         budget.register(Arc::downgrade(&evict));
@@ -240,15 +208,11 @@ impl SetCache {
         if too_large {
             return Lookup::Pass;
         }
-        let fingerprint = entries.map.hasher().hash_one(key);
-        if entries.seen.remove(&fingerprint) {
-            return Lookup::Admit;
+        if entries.seen.admits(entries.map.hasher().hash_one(key)) {
+            Lookup::Admit
+        } else {
+            Lookup::Pass
         }
-        if entries.seen.len() >= DOORKEEPER_KEYS {
-            entries.seen.clear();
-        }
-        entries.seen.insert(fingerprint);
-        Lookup::Pass
     }
 
     /// Keeps `set` as `key`'s, pushing out the least recently used entries (of any cache
@@ -510,14 +474,5 @@ mod tests {
         assert_eq!(budget.used(), DOORKEEPER_BYTES + entry);
         drop(cache);
         assert_eq!(budget.used(), 0, "all given back");
-    }
-
-    #[test]
-    fn the_doorkeeper_stays_bounded() {
-        let cache = eight_entry_cache();
-        for n in 0..(DOORKEEPER_KEYS as u32 + 10) {
-            assert!(matches!(cache.get(&range(n)), Lookup::Pass));
-        }
-        assert!(cache.lock().seen.len() <= DOORKEEPER_KEYS);
     }
 }

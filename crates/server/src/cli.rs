@@ -221,7 +221,8 @@ enum Command {
             value_parser = clap::value_parser!(u64).range(1..=86_400)
         )]
         statement_timeout: u64,
-        /// Whole answers kept in memory for repeated requests (0: none).
+        /// Whole answers kept in memory for repeated requests, each on its second sight (0:
+        /// none).
         #[arg(long, env = "CROSSTAB_RESPONSE_CACHE_ENTRIES", default_value_t = DEFAULT_ENTRIES)]
         response_cache_entries: usize,
         /// Bytes the process may keep resident besides the mapped survey files, e.g.

@@ -17,17 +17,22 @@
 //! serialization. What it never skips: authentication, the Content-Type and size checks,
 //! the entitlement check for the caller (grants differ per key) and the bill.
 //!
+//! An answer is kept on its body's second sight ([`Doorkeeper`]): a client that never asks
+//! the same thing twice costs the cache one fingerprint a request, and pushes out no
+//! answer that others ask again.
+//!
 //! Bounded by entry count and by bytes (key + body) drawn from the process's one
 //! [`MemoryBudget`], evicting the least recently used answers first (or, when another
 //! cache on the budget holds an older entry, that one). `--response-cache-entries 0`
 //! disables it.
 
 use std::collections::{BTreeMap, HashSet};
+use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use axum::body::Bytes;
-use crosstab_engine::{Evict, MemoryBudget, Survey};
+use crosstab_engine::{Doorkeeper, Evict, MemoryBudget, Survey, DOORKEEPER_BYTES};
 
 /// Default most entries.
 pub const DEFAULT_ENTRIES: usize = 4096;
@@ -136,6 +141,9 @@ struct Slots {
     map: HashSet<Keyed>,
     by_use: BTreeMap<u64, Arc<Entry>>,
     bytes: usize,
+    /// Bodies answered once and not kept, by the map's hash (counted as
+    /// [`DOORKEEPER_BYTES`] for the cache's life).
+    seen: Doorkeeper,
 }
 
 /// The entries, evictable by the budget.
@@ -191,7 +199,7 @@ impl Evict for Shared {
 impl Drop for Shared {
     fn drop(&mut self) {
         let bytes = self.lock().bytes;
-        self.budget.give_back(bytes);
+        self.budget.give_back(bytes + DOORKEEPER_BYTES);
     }
 }
 
@@ -211,6 +219,7 @@ impl ResponseCache {
 
     /// A cache of at most `max_entries` answers drawing on `budget` (0 disables).
     pub fn within(max_entries: usize, budget: &Arc<MemoryBudget>) -> ResponseCache {
+        budget.take_anyway(DOORKEEPER_BYTES);
         let shared = Arc::new(Shared {
             budget: Arc::clone(budget),
             slots: Mutex::new(Slots::default()),
@@ -246,10 +255,23 @@ impl ResponseCache {
     }
 
     /// Remembers `answer` as `entry`'s answer to request body `key`, replacing any older
-    /// one.
+    /// one; a body not answered before is only remembered as seen.
     pub fn insert(&self, key: &[u8], answer: &[u8], mut entry: Entry) {
         let size = key.len() + answer.len() + ENTRY_OVERHEAD;
         if !self.enabled() || size > MAX_ENTRY_BYTES {
+            return;
+        }
+        let budget = &self.shared.budget;
+        let mut guard = self.shared.lock();
+        let slots = &mut *guard;
+        // A replaced answer's room is given back first, so replacing never evicts.
+        let replaced = slots.remove(key);
+        let admitted = replaced.is_some() || slots.seen.admits(slots.map.hasher().hash_one(key));
+        drop(guard);
+        if let Some(bytes) = replaced {
+            budget.give_back(bytes);
+        }
+        if !admitted {
             return;
         }
         // A copy of exactly its own size: the request body is a slice of the connection's
@@ -260,12 +282,6 @@ impl ResponseCache {
         text.extend_from_slice(answer);
         entry.text = Bytes::from(text);
         entry.key_len = key.len();
-        let budget = &self.shared.budget;
-        // A replaced answer's room is given back first, so replacing never evicts.
-        let replaced = self.shared.lock().remove(key);
-        if let Some(bytes) = replaced {
-            budget.give_back(bytes);
-        }
         // Room is made before the lock is taken: making it may evict from here.
         if !budget.take(size) {
             return;
@@ -320,6 +336,42 @@ mod tests {
         Entry::new(survey, "DEMO".into(), None, "ADULTS".into(), 1)
     }
 
+    /// Answers `key` twice, so the second answer is kept.
+    fn keep(cache: &ResponseCache, key: &[u8], answer: &[u8], survey: &Arc<Survey>) {
+        cache.insert(key, answer, entry(survey));
+        cache.insert(key, answer, entry(survey));
+    }
+
+    #[test]
+    fn an_answer_is_kept_on_its_second_sight() {
+        let s = survey(4);
+        let budget = MemoryBudget::new(1 << 20);
+        let cache = ResponseCache::within(8, &budget);
+        assert_eq!(budget.used(), DOORKEEPER_BYTES);
+        cache.insert(b"once", b"body", entry(&s));
+        assert!(cache.is_empty() && cache.get(b"once").is_none());
+        assert_eq!(
+            budget.used(),
+            DOORKEEPER_BYTES,
+            "a first sight takes no room"
+        );
+        cache.insert(b"twice", b"body", entry(&s));
+        cache.insert(b"twice", b"BODY", entry(&s));
+        assert_eq!(cache.get(b"twice").unwrap().body(), &b"BODY"[..]);
+        assert!(cache.get(b"once").is_none());
+        // A kept body answered again (on a new survey version, say) is replaced at once.
+        cache.insert(b"twice", b"newer", entry(&s));
+        assert_eq!(cache.get(b"twice").unwrap().body(), &b"newer"[..]);
+        // One-off answers by the thousand push out no kept answer.
+        for n in 0..10_000u32 {
+            cache.insert(&n.to_le_bytes(), b"body", entry(&s));
+        }
+        assert_eq!(cache.len(), 1);
+        assert!(cache.get(b"twice").is_some());
+        drop(cache);
+        assert_eq!(budget.used(), 0, "the doorkeeper's room is given back too");
+    }
+
     #[test]
     fn a_kept_answer_is_one_copy_of_its_own_size_of_the_request_and_the_answer() {
         let buffer = Bytes::from(vec![b'x'; 256 * 1024]);
@@ -327,7 +379,7 @@ mod tests {
         let mut answer = Vec::with_capacity(4096);
         answer.extend_from_slice(b"answer");
         let cache = ResponseCache::new(8, 1 << 20);
-        cache.insert(&request, &answer, entry(&survey(1)));
+        keep(&cache, &request, &answer, &survey(1));
         let hit = cache.get(&request).unwrap();
         assert_eq!(hit.key(), &request[..]);
         assert_eq!(hit.body(), &b"answer"[..]);
@@ -340,7 +392,7 @@ mod tests {
         );
         assert_eq!(
             cache.shared.budget.used(),
-            106 + ENTRY_OVERHEAD,
+            DOORKEEPER_BYTES + 106 + ENTRY_OVERHEAD,
             "counted as the request, the answer and the overhead"
         );
     }
@@ -349,7 +401,7 @@ mod tests {
     fn an_entry_matches_only_its_own_survey_instance() {
         let (old, new) = (survey(1), survey(1));
         let cache = ResponseCache::new(8, 1 << 20);
-        cache.insert(b"k", b"old", entry(&old));
+        keep(&cache, b"k", b"old", &old);
         let hit = cache.get(b"k").unwrap();
         assert!(hit.is_for(&old));
         // Same code, same data, but another loaded instance: not a match.
@@ -365,40 +417,43 @@ mod tests {
         let cache = ResponseCache::new(3, 1 << 20);
         let keys: [&'static [u8]; 5] = [b"a", b"b", b"c", b"d", b"e"];
         for key in keys {
-            cache.insert(key, b"body", entry(&s));
+            keep(&cache, key, b"body", &s);
         }
         assert_eq!(cache.len(), 3);
         assert!(cache.get(b"a").is_none() && cache.get(b"b").is_none());
         assert!(cache.get(b"e").is_some());
         // Bytes bound: each entry is 1 + 4 bytes and the overhead.
-        let small = ResponseCache::new(100, 2 * (5 + ENTRY_OVERHEAD) + 1);
+        let small = ResponseCache::new(100, DOORKEEPER_BYTES + 2 * (5 + ENTRY_OVERHEAD) + 1);
         for key in keys {
-            small.insert(key, b"body", entry(&s));
+            keep(&small, key, b"body", &s);
         }
         assert_eq!(small.len(), 2);
         // Replacing an entry does not grow the cache, and the new answer is the one kept.
         small.insert(b"e", b"BODY", entry(&s));
         assert_eq!(small.len(), 2);
         assert_eq!(small.get(b"e").unwrap().body(), &b"BODY"[..]);
-        assert_eq!(small.shared.budget.used(), 2 * (5 + ENTRY_OVERHEAD));
+        assert_eq!(
+            small.shared.budget.used(),
+            DOORKEEPER_BYTES + 2 * (5 + ENTRY_OVERHEAD)
+        );
         let off = ResponseCache::new(0, 1 << 20);
-        off.insert(b"a", b"body", entry(&s));
+        keep(&off, b"a", b"body", &s);
         assert!(off.is_empty() && off.get(b"a").is_none());
     }
 
     #[test]
     fn answers_and_survey_sets_share_one_budget_least_recently_used_first() {
         let per = 5 + ENTRY_OVERHEAD;
-        let budget = MemoryBudget::new(3 * per);
+        let budget = MemoryBudget::new(DOORKEEPER_BYTES + 3 * per);
         let cache = ResponseCache::within(100, &budget);
         let s = survey(3);
         for key in [&b"a"[..], b"b", b"c"] {
-            cache.insert(key, b"body", entry(&s));
+            keep(&cache, key, b"body", &s);
         }
-        assert_eq!(budget.used(), 3 * per);
+        assert_eq!(budget.used(), DOORKEEPER_BYTES + 3 * per);
         // A hit makes "a" the most recently used: "b" goes first.
         assert!(cache.get(b"a").is_some());
-        cache.insert(b"d", b"body", entry(&s));
+        keep(&cache, b"d", b"body", &s);
         assert!(cache.get(b"b").is_none() && cache.get(b"a").is_some());
         // Another cache on the budget taking room for good pushes answers out.
         budget.take_anyway(2 * per);
@@ -408,7 +463,7 @@ mod tests {
         assert_eq!(
             budget.used(),
             2 * per,
-            "a dropped cache gives its bytes back"
+            "a dropped cache gives its bytes back, its doorkeeper's too"
         );
     }
 }
