@@ -754,7 +754,7 @@ enum SsoCommand {
 #[derive(Debug, Args)]
 struct TokenKeySecret {
     /// A file holding 32 random bytes in base64 (`openssl rand -base64 32`), readable by
-    /// the server alone: the token-signing keys are stored sealed with it (keys stored
+    /// the server alone (refused if others may read it): the token-signing keys are stored sealed with it (keys stored
     /// unsealed before are sealed at start), so a copy of the database cannot sign tokens.
     /// Every server of the database, and `sso rotate-key`, must be given the same.
     #[arg(
@@ -770,15 +770,42 @@ impl TokenKeySecret {
         let Some(path) = &self.file else {
             return Ok(None);
         };
-        let text = std::fs::read_to_string(path).map_err(|error| {
+        let reading = |error: std::io::Error| {
             CliError::Usage(format!(
                 "reading the token key secret {}: {error}",
                 path.display()
             ))
-        })?;
+        };
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::MetadataExt as _;
+            let meta = std::fs::metadata(path).map_err(reading)?;
+            if let Some(who) = secret_file_open_to(meta.mode(), meta.uid() == 0) {
+                return Err(CliError::Usage(format!(
+                    "the token key secret {} can be read by {who}: make it readable by the \
+                     server alone (chmod 600)",
+                    path.display()
+                )));
+            }
+        }
+        let text = std::fs::read_to_string(path).map_err(reading)?;
         KeySecret::from_base64(&text)
             .map(Some)
             .map_err(|error| CliError::Usage(format!("{}: {error}", path.display())))
+    }
+}
+
+/// Who besides the server a secret file of `mode` lets in, if anyone; as PostgreSQL takes
+/// its private key file: no access for others, and for the group only reading, only when
+/// root owns the file (and so a root-managed group, such as a secrets mount's, is meant).
+#[cfg(unix)]
+fn secret_file_open_to(mode: u32, owned_by_root: bool) -> Option<&'static str> {
+    if mode & 0o007 != 0 {
+        Some("every user of this machine")
+    } else if mode & 0o070 != 0 && (!owned_by_root || mode & 0o030 != 0) {
+        Some("the file's group")
+    } else {
+        None
     }
 }
 
@@ -1966,6 +1993,32 @@ fn query(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[cfg(unix)]
+    #[test]
+    fn a_secret_file_must_be_the_servers_alone() {
+        for mode in [0o600, 0o400, 0o700, 0o100600] {
+            assert_eq!(secret_file_open_to(mode, false), None, "{mode:o}");
+            assert_eq!(secret_file_open_to(mode, true), None, "{mode:o}");
+        }
+        for mode in [0o644, 0o604, 0o601, 0o444, 0o100644] {
+            assert_eq!(
+                secret_file_open_to(mode, true),
+                Some("every user of this machine"),
+                "{mode:o}"
+            );
+        }
+        // The group may read a root-owned file (a secrets mount's), and nothing more.
+        assert_eq!(secret_file_open_to(0o640, true), None);
+        assert_eq!(secret_file_open_to(0o440, true), None);
+        for (mode, root) in [(0o640, false), (0o660, true), (0o620, true), (0o610, true)] {
+            assert_eq!(
+                secret_file_open_to(mode, root),
+                Some("the file's group"),
+                "{mode:o} root {root}"
+            );
+        }
+    }
 
     #[test]
     fn lifetimes_parse_or_say_why_never_panic() {

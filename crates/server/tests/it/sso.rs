@@ -1032,9 +1032,9 @@ fn token_signing_keys_are_sealed_with_the_secret_every_server_is_given() {
     let (data, _key) = super::support::small_data_dir(temp.path());
     let public_url = "https://crosstab.example.com";
     let secret = temp.path().join("token-key.secret");
-    std::fs::write(&secret, format!("{}\n", STANDARD.encode([7u8; 32]))).unwrap();
+    write_secret(&secret, &format!("{}\n", STANDARD.encode([7u8; 32])));
     let other = temp.path().join("other.secret");
-    std::fs::write(&other, STANDARD.encode([8u8; 32])).unwrap();
+    write_secret(&other, &STANDARD.encode([8u8; 32]));
     let (secret, other) = (secret.to_str().unwrap(), other.to_str().unwrap());
     let stored = || {
         rt.block_on(async {
@@ -1163,9 +1163,37 @@ fn token_signing_keys_are_sealed_with_the_secret_every_server_is_given() {
 
     // A secret file that is not 32 bytes of base64 is refused.
     let short = temp.path().join("short.secret");
-    std::fs::write(&short, STANDARD.encode([7u8; 16])).unwrap();
+    write_secret(&short, &STANDARD.encode([7u8; 16]));
     let said = refused(&["--token-key-secret-file", short.to_str().unwrap()]);
     assert!(said.contains("not 32 bytes"), "{said}");
+
+    // So is one others may read, by `serve` and `sso rotate-key` alike, before its key is
+    // read: the right secret, made readable by every user.
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(secret, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let said = refused(&["--token-key-secret-file", secret]);
+    assert!(said.contains("every user of this machine"), "{said}");
+    assert!(said.contains("chmod 600"), "{said}");
+    let out = cli_output(
+        &data,
+        &["sso", "rotate-key", "--token-key-secret-file", secret],
+    );
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("every user of this machine"));
+    assert_eq!(stored().len(), rotated.len(), "nothing rotated");
+}
+
+/// A secret file as an operator makes one: readable by its owner alone.
+fn write_secret(path: &std::path::Path, text: &str) {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .unwrap();
+    file.write_all(text.as_bytes()).unwrap();
 }
 
 /// On PostgreSQL too: a server with a secret seals the key a server without one made, a

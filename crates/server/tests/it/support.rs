@@ -20,15 +20,31 @@ pub fn cli(data_dir: &Path, args: &[&str]) -> String {
     String::from_utf8(output.stdout).unwrap()
 }
 
+///
+/// A command still running after a minute (a `serve` that should have been refused, say)
+/// is killed and fails the test, rather than hanging it.
 pub fn cli_output(data_dir: &Path, args: &[&str]) -> Output {
-    Command::new(BIN)
+    let child = Command::new(BIN)
         .args(args)
         .arg("--data-dir")
         .arg(data_dir)
         .env_remove("CROSSTAB_DATABASE_URL")
         .env_remove("CROSSTAB_DATA_DIR")
-        .output()
-        .unwrap()
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let (done, output) = std::sync::mpsc::channel();
+    std::thread::spawn(move || done.send(child.wait_with_output()));
+    match output.recv_timeout(Duration::from_secs(60)) {
+        Ok(output) => output.unwrap(),
+        Err(_) => {
+            let _ = Command::new("kill").arg(pid.to_string()).status();
+            panic!("crosstab {args:?} was still running after a minute");
+        }
+    }
 }
 
 /// `crosstab db migrate` on the data dir's database (created if missing), with `extra`
