@@ -788,7 +788,7 @@ impl TokenKeySecret {
                 )));
             }
         }
-        let text = std::fs::read_to_string(path).map_err(reading)?;
+        let text = zeroize::Zeroizing::new(std::fs::read_to_string(path).map_err(reading)?);
         KeySecret::from_base64(&text)
             .map(Some)
             .map_err(|error| CliError::Usage(format!("{}: {error}", path.display())))

@@ -8,13 +8,21 @@ use base64::Engine as _;
 use chacha20poly1305::aead::{Aead, KeyInit, Payload};
 use chacha20poly1305::{ChaCha20Poly1305, Key, Nonce};
 use rand::RngCore;
+use zeroize::{Zeroize as _, Zeroizing};
 
 /// What a sealed private key's stored text starts with.
 const SEALED: &str = "sealed:v1:";
 
-/// The secret the signing keys are sealed with: 32 bytes, given as base64.
+/// The secret the signing keys are sealed with: 32 bytes, given as base64; wiped from
+/// memory when dropped (as are the text it was read from and the cipher made of it).
 #[derive(Clone)]
 pub struct KeySecret([u8; 32]);
+
+impl Drop for KeySecret {
+    fn drop(&mut self) {
+        self.0.zeroize();
+    }
+}
 
 impl std::fmt::Debug for KeySecret {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -50,13 +58,17 @@ pub enum SealError {
 impl KeySecret {
     /// From its base64 text (surrounding whitespace ignored, as a file's newline).
     pub fn from_base64(text: &str) -> Result<KeySecret, SealError> {
-        let bytes = STANDARD
-            .decode(text.trim())
-            .map_err(|_| SealError::BadSecret)?;
-        bytes
-            .try_into()
-            .map(KeySecret)
-            .map_err(|_| SealError::BadSecret)
+        let bytes = Zeroizing::new(
+            STANDARD
+                .decode(text.trim())
+                .map_err(|_| SealError::BadSecret)?,
+        );
+        let mut secret = KeySecret([0; 32]);
+        if bytes.len() != secret.0.len() {
+            return Err(SealError::BadSecret);
+        }
+        secret.0.copy_from_slice(&bytes);
+        Ok(secret)
     }
 
     fn cipher(&self) -> ChaCha20Poly1305 {
@@ -90,10 +102,14 @@ pub fn seal(secret: &KeySecret, kid: &str, private_key: &str) -> Result<String, 
 }
 
 /// Key `kid`'s private key as stored unsealed: `stored` itself when it is not sealed,
-/// else opened with `secret`.
-pub fn open(secret: Option<&KeySecret>, kid: &str, stored: &str) -> Result<String, SealError> {
+/// else opened with `secret`; wiped from memory when dropped.
+pub fn open(
+    secret: Option<&KeySecret>,
+    kid: &str,
+    stored: &str,
+) -> Result<Zeroizing<String>, SealError> {
     let Some(body) = stored.strip_prefix(SEALED) else {
-        return Ok(stored.to_owned());
+        return Ok(Zeroizing::new(stored.to_owned()));
     };
     let secret = secret.ok_or_else(|| SealError::NeedSecret {
         kid: kid.to_owned(),
@@ -110,11 +126,15 @@ pub fn open(secret: Option<&KeySecret>, kid: &str, stored: &str) -> Result<Strin
         msg: sealed,
         aad: kid.as_bytes(),
     };
-    let opened = secret
-        .cipher()
-        .decrypt(Nonce::from_slice(nonce), payload)
-        .map_err(|_| wrong())?;
-    String::from_utf8(opened).map_err(|_| wrong())
+    let opened = Zeroizing::new(
+        secret
+            .cipher()
+            .decrypt(Nonce::from_slice(nonce), payload)
+            .map_err(|_| wrong())?,
+    );
+    std::str::from_utf8(&opened)
+        .map(|text| Zeroizing::new(text.to_owned()))
+        .map_err(|_| wrong())
 }
 
 #[cfg(test)]
@@ -132,7 +152,10 @@ mod tests {
         let sealed = seal(&secret(1), "kid-1", plain).unwrap();
         assert!(is_sealed(&sealed));
         assert!(!sealed.contains(plain));
-        assert_eq!(open(Some(&secret(1)), "kid-1", &sealed).unwrap(), plain);
+        assert_eq!(
+            open(Some(&secret(1)), "kid-1", &sealed).unwrap().as_str(),
+            plain
+        );
         // Each seal its own nonce: the same key sealed twice differs.
         assert_ne!(seal(&secret(1), "kid-1", plain).unwrap(), sealed);
         let wrong = Err(SealError::WrongSecret {
@@ -161,8 +184,22 @@ mod tests {
             })
         );
         // A key stored before sealing is taken as it is, with or without a secret.
-        assert_eq!(open(None, "kid-1", plain).unwrap(), plain);
-        assert_eq!(open(Some(&secret(1)), "kid-1", plain).unwrap(), plain);
+        assert_eq!(open(None, "kid-1", plain).unwrap().as_str(), plain);
+        assert_eq!(
+            open(Some(&secret(1)), "kid-1", plain).unwrap().as_str(),
+            plain
+        );
+    }
+
+    #[test]
+    #[allow(unsafe_code)]
+    fn a_dropped_secret_is_wiped() {
+        let mut kept = std::mem::ManuallyDrop::new(secret(9));
+        assert_eq!(kept.0, [9; 32]);
+        // SAFETY: dropped once, in place; its bytes (plain `u8`s, always initialized) are
+        // read where they were, and the value is not used as a secret again.
+        unsafe { std::mem::ManuallyDrop::drop(&mut kept) };
+        assert_eq!(kept.0, [0; 32]);
     }
 
     #[test]

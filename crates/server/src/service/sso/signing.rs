@@ -10,6 +10,7 @@ use base64::Engine as _;
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header};
 use rand::RngCore;
 use sha2::{Digest, Sha256};
+use zeroize::Zeroizing;
 
 use super::jwks::VerifyingKey;
 use super::sealing::{self, KeySecret, SealError};
@@ -23,19 +24,20 @@ const PKCS8_ED25519_PREFIX: [u8; 16] = [
 
 /// A new signing key made at `now_ms`, its private key sealed with `secret` if given.
 pub fn generate(now_ms: i64, secret: Option<&KeySecret>) -> Result<StoredKey, SealError> {
-    let mut seed = [0u8; 32];
-    rand::rngs::OsRng.fill_bytes(&mut seed);
+    // The private key's every copy here is wiped once dropped.
+    let mut der = Zeroizing::new(PKCS8_ED25519_PREFIX.to_vec());
+    let mut seed = Zeroizing::new([0u8; 32]);
+    rand::rngs::OsRng.fill_bytes(seed.as_mut());
     let public = ed25519_dalek::SigningKey::from_bytes(&seed)
         .verifying_key()
         .to_bytes();
-    let mut der = PKCS8_ED25519_PREFIX.to_vec();
-    der.extend_from_slice(&seed);
+    der.extend_from_slice(seed.as_ref());
     // The id names the public key: the same key never gets two ids.
     let kid = URL_SAFE_NO_PAD.encode(&Sha256::digest(public)[..12]);
-    let private_key = STANDARD.encode(der);
+    let private_key = Zeroizing::new(STANDARD.encode(&*der));
     let private_key = match secret {
         Some(secret) => sealing::seal(secret, &kid, &private_key)?,
-        None => private_key,
+        None => private_key.to_string(),
     };
     Ok(StoredKey {
         kid,
@@ -95,9 +97,13 @@ impl OwnKeys {
             // still verifies every token, and says why it signs none.
             match sealing::open(secret, &key.kid, &key.private_key) {
                 Ok(private_key) => {
-                    let der = STANDARD
-                        .decode(private_key)
-                        .map_err(|_| DbError::Corrupt("a token-signing key"))?;
+                    let der = Zeroizing::new(
+                        STANDARD
+                            .decode(&*private_key)
+                            .map_err(|_| DbError::Corrupt("a token-signing key"))?,
+                    );
+                    // jsonwebtoken keeps a copy of its own, not wiped: the key signs
+                    // for as long as the server runs.
                     signing = Some((key.kid.clone(), EncodingKey::from_ed_der(&der)));
                 }
                 Err(error) => unopened = Some(error),
