@@ -124,7 +124,19 @@ const holmAsText: TableRequest = { ...tableRequest, holm: "yes" };
 void [again, strict, stepDown, pairsCompared, unoffered, holmAsText];
 void [vertical, verticalSe, higherThan, compared, reasons, verdict, cellStability, billed, unknownRow, table.total.ciLow, table.rowTotals, table.columnTotals];
 
+// A request is typed: what is no request, or misspells a member, does not compile (and
+// plain JS gets the server's error at run time, as below).
+// @ts-expect-error: a misspelt member.
+const misspelt: CrosstabRequest = { ...request, TargetCode: ["F2554"] };
+void misspelt;
+// Input of unknown shape (a form's, a file's) goes through the validator, whose answer
+// is typed.
+const typed: Validation = validateRequest(JSON.parse('{"SurveyCode":"X"}') as unknown);
+if (typed.ok) {
+  void survey.crosstab(typed.request);
+}
 try {
+  // @ts-expect-error: not a request.
   survey.crosstab({ nonsense: true });
 } catch (error) {
   const e = error as CrosstabError;

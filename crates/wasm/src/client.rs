@@ -112,7 +112,7 @@ struct SendOptions {
 /// `Response`, throw `invalid_argument` at once: another attempt would do the same.
 #[wasm_bindgen(js_name = sendCrosstab, unchecked_return_type = "Promise<SentQuery>")]
 pub fn send_crosstab(
-    #[wasm_bindgen(unchecked_param_type = "unknown")] request: JsValue,
+    #[wasm_bindgen(unchecked_param_type = "CrosstabRequest")] request: JsValue,
     #[wasm_bindgen(unchecked_param_type = "SendOptions")] options: JsValue,
 ) -> Promise {
     wasm_bindgen_futures::future_to_promise(async move { send(request, options).await })

@@ -550,7 +550,7 @@ mod engine {
         #[wasm_bindgen(unchecked_return_type = "CrosstabResponse")]
         pub fn crosstab(
             &self,
-            #[wasm_bindgen(unchecked_param_type = "CrosstabRequest | unknown")] request: JsValue,
+            #[wasm_bindgen(unchecked_param_type = "CrosstabRequest")] request: JsValue,
         ) -> Result<JsValue, JsValue> {
             let answer =
                 validate_js(&request).and_then(|valid| crate::crosstab(&self.inner, &valid));
