@@ -26,6 +26,7 @@
 //! cache on the budget holds an older entry, that one). `--response-cache-entries 0`
 //! disables it.
 
+use std::collections::hash_map::RandomState;
 use std::collections::{BTreeMap, HashSet};
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -135,21 +136,25 @@ impl std::hash::Hash for Keyed {
     }
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Slots {
     /// Each entry, found by its request body.
     map: HashSet<Keyed>,
     by_use: BTreeMap<u64, Arc<Entry>>,
     bytes: usize,
     /// Bodies answered once and not kept, by the map's hash (counted as
-    /// [`DOORKEEPER_BYTES`] for the cache's life).
-    seen: Doorkeeper,
+    /// [`DOORKEEPER_BYTES`] for the cache's life); none when the cache is disabled.
+    seen: Option<Doorkeeper>,
 }
 
 /// The entries, evictable by the budget.
 #[derive(Debug)]
 struct Shared {
     budget: Arc<MemoryBudget>,
+    /// The map's hasher, so a body's fingerprint is taken before the lock.
+    hasher: RandomState,
+    /// Bytes taken for good when made (the doorkeeper's).
+    fixed_bytes: usize,
     slots: Mutex<Slots>,
 }
 
@@ -199,7 +204,7 @@ impl Evict for Shared {
 impl Drop for Shared {
     fn drop(&mut self) {
         let bytes = self.lock().bytes;
-        self.budget.give_back(bytes + DOORKEEPER_BYTES);
+        self.budget.give_back(bytes + self.fixed_bytes);
     }
 }
 
@@ -219,10 +224,20 @@ impl ResponseCache {
 
     /// A cache of at most `max_entries` answers drawing on `budget` (0 disables).
     pub fn within(max_entries: usize, budget: &Arc<MemoryBudget>) -> ResponseCache {
-        budget.take_anyway(DOORKEEPER_BYTES);
+        let seen = (max_entries > 0).then(Doorkeeper::default);
+        let fixed_bytes = if seen.is_some() { DOORKEEPER_BYTES } else { 0 };
+        budget.take_anyway(fixed_bytes);
+        let hasher = RandomState::new();
         let shared = Arc::new(Shared {
             budget: Arc::clone(budget),
-            slots: Mutex::new(Slots::default()),
+            slots: Mutex::new(Slots {
+                map: HashSet::with_hasher(hasher.clone()),
+                by_use: BTreeMap::new(),
+                bytes: 0,
+                seen,
+            }),
+            hasher,
+            fixed_bytes,
         });
         let evict: Arc<dyn Evict> = shared.clone();
         budget.register(Arc::downgrade(&evict));
@@ -262,11 +277,16 @@ impl ResponseCache {
             return;
         }
         let budget = &self.shared.budget;
+        let fingerprint = self.shared.hasher.hash_one(key);
         let mut guard = self.shared.lock();
         let slots = &mut *guard;
         // A replaced answer's room is given back first, so replacing never evicts.
         let replaced = slots.remove(key);
-        let admitted = replaced.is_some() || slots.seen.admits(slots.map.hasher().hash_one(key));
+        let admitted = replaced.is_some()
+            || slots
+                .seen
+                .as_mut()
+                .is_some_and(|seen| seen.admits(fingerprint));
         drop(guard);
         if let Some(bytes) = replaced {
             budget.give_back(bytes);
@@ -437,6 +457,11 @@ mod tests {
             DOORKEEPER_BYTES + 2 * (5 + ENTRY_OVERHEAD)
         );
         let off = ResponseCache::new(0, 1 << 20);
+        assert_eq!(
+            off.shared.budget.used(),
+            0,
+            "a disabled cache takes no room"
+        );
         keep(&off, b"a", b"body", &s);
         assert!(off.is_empty() && off.get(b"a").is_none());
     }
