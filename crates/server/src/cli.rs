@@ -776,34 +776,44 @@ impl TokenKeySecret {
                 path.display()
             ))
         };
+        // Opened once: the file checked is the file read.
+        let mut file = std::fs::File::open(path).map_err(reading)?;
         #[cfg(unix)]
         {
             use std::os::unix::fs::MetadataExt as _;
-            let meta = std::fs::metadata(path).map_err(reading)?;
-            if let Some(who) = secret_file_open_to(meta.mode(), meta.uid() == 0) {
+            let meta = file.metadata().map_err(reading)?;
+            let euid = rustix::process::geteuid().as_raw();
+            if let Some(why) = secret_file_exposure(meta.mode(), meta.uid(), euid) {
                 return Err(CliError::Usage(format!(
-                    "the token key secret {} can be read by {who}: make it readable by the \
-                     server alone (chmod 600)",
+                    "the token key secret {} is {why}: make it the server's user's alone \
+                     (chmod 600), or root's and readable by its group at most (0440 or \
+                     0640, as a secrets mount can give it)",
                     path.display()
                 )));
             }
         }
-        let text = zeroize::Zeroizing::new(std::fs::read_to_string(path).map_err(reading)?);
+        let mut text = zeroize::Zeroizing::new(String::new());
+        std::io::Read::read_to_string(&mut file, &mut text).map_err(reading)?;
         KeySecret::from_base64(&text)
             .map(Some)
             .map_err(|error| CliError::Usage(format!("{}: {error}", path.display())))
     }
 }
 
-/// Who besides the server a secret file of `mode` lets in, if anyone; as PostgreSQL takes
-/// its private key file: no access for others, and for the group only reading, only when
-/// root owns the file (and so a root-managed group, such as a secrets mount's, is meant).
+/// How a secret file of `mode` owned by `owner` is open to others than the server running
+/// as `euid`, if it is; as PostgreSQL takes its private key file: owned by the server's
+/// user and private to it, or owned by root and readable by its group at most (a
+/// root-managed group, such as a secrets mount's, is meant then).
 #[cfg(unix)]
-fn secret_file_open_to(mode: u32, owned_by_root: bool) -> Option<&'static str> {
-    if mode & 0o007 != 0 {
-        Some("every user of this machine")
-    } else if mode & 0o070 != 0 && (!owned_by_root || mode & 0o030 != 0) {
-        Some("the file's group")
+fn secret_file_exposure(mode: u32, owner: u32, euid: u32) -> Option<&'static str> {
+    if owner != euid && owner != 0 {
+        Some("owned by another user, who may read and replace it")
+    } else if mode & 0o007 != 0 {
+        Some("readable by every user of this machine")
+    } else if owner == euid && mode & 0o070 != 0 {
+        Some("open to its group")
+    } else if mode & 0o030 != 0 {
+        Some("writable by its group")
     } else {
         None
     }
@@ -1997,25 +2007,34 @@ mod tests {
     #[cfg(unix)]
     #[test]
     fn a_secret_file_must_be_the_servers_alone() {
-        for mode in [0o600, 0o400, 0o700, 0o100600] {
-            assert_eq!(secret_file_open_to(mode, false), None, "{mode:o}");
-            assert_eq!(secret_file_open_to(mode, true), None, "{mode:o}");
+        let (server, other, root) = (1000, 1001, 0);
+        // The server's own file, private to it (file type and setuid bits aside).
+        for mode in [0o600, 0o400, 0o700, 0o100600, 0o104600] {
+            assert_eq!(secret_file_exposure(mode, server, server), None, "{mode:o}");
+            assert_eq!(secret_file_exposure(mode, root, root), None, "{mode:o}");
         }
-        for mode in [0o644, 0o604, 0o601, 0o444, 0o100644] {
-            assert_eq!(
-                secret_file_open_to(mode, true),
-                Some("every user of this machine"),
-                "{mode:o}"
-            );
+        // Root's, readable by its group (a secrets mount's), for a server not root.
+        for mode in [0o440, 0o640, 0o400] {
+            assert_eq!(secret_file_exposure(mode, root, server), None, "{mode:o}");
         }
-        // The group may read a root-owned file (a secrets mount's), and nothing more.
-        assert_eq!(secret_file_open_to(0o640, true), None);
-        assert_eq!(secret_file_open_to(0o440, true), None);
-        for (mode, root) in [(0o640, false), (0o660, true), (0o620, true), (0o610, true)] {
-            assert_eq!(
-                secret_file_open_to(mode, root),
-                Some("the file's group"),
-                "{mode:o} root {root}"
+        let refused = [
+            (0o600, other, server, "owned by another user"),
+            (0o400, other, root, "owned by another user"),
+            (0o644, server, server, "every user"),
+            (0o604, root, server, "every user"),
+            (0o444, root, server, "every user"),
+            (0o601, server, server, "every user"),
+            (0o640, server, server, "its group"),
+            // Root's own file when the server is root: private, as any server's own.
+            (0o640, root, root, "its group"),
+            (0o660, root, server, "writable by its group"),
+            (0o620, root, server, "writable by its group"),
+        ];
+        for (mode, owner, euid, said) in refused {
+            let why = secret_file_exposure(mode, owner, euid);
+            assert!(
+                why.is_some_and(|why| why.contains(said)),
+                "{mode:o} owner {owner} euid {euid}: {why:?}"
             );
         }
     }

@@ -20,11 +20,11 @@ pub fn cli(data_dir: &Path, args: &[&str]) -> String {
     String::from_utf8(output.stdout).unwrap()
 }
 
-///
-/// A command still running after a minute (a `serve` that should have been refused, say)
+/// Runs `crosstab ARGS --data-dir DIR` and returns its output, whatever its status. A
+/// command still running after a minute (a `serve` that should have been refused, say)
 /// is killed and fails the test, rather than hanging it.
 pub fn cli_output(data_dir: &Path, args: &[&str]) -> Output {
-    let child = Command::new(BIN)
+    let mut child = Command::new(BIN)
         .args(args)
         .arg("--data-dir")
         .arg(data_dir)
@@ -35,15 +35,37 @@ pub fn cli_output(data_dir: &Path, args: &[&str]) -> Output {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let pid = child.id();
-    let (done, output) = std::sync::mpsc::channel();
-    std::thread::spawn(move || done.send(child.wait_with_output()));
-    match output.recv_timeout(Duration::from_secs(60)) {
-        Ok(output) => output.unwrap(),
-        Err(_) => {
-            let _ = Command::new("kill").arg(pid.to_string()).status();
+    // Both pipes drained while it runs, so a full one never stalls it.
+    fn drain(
+        pipe: Option<impl std::io::Read + Send + 'static>,
+    ) -> std::thread::JoinHandle<Vec<u8>> {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            if let Some(mut pipe) = pipe {
+                pipe.read_to_end(&mut bytes).unwrap();
+            }
+            bytes
+        })
+    }
+    let stdout = drain(child.stdout.take());
+    let stderr = drain(child.stderr.take());
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            // Not reaped yet, so its pid is still its own.
+            child.kill().unwrap();
+            child.wait().unwrap();
             panic!("crosstab {args:?} was still running after a minute");
         }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    Output {
+        status,
+        stdout: stdout.join().unwrap(),
+        stderr: stderr.join().unwrap(),
     }
 }
 
