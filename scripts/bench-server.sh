@@ -31,6 +31,11 @@
 #        operator to; unset, the machine's own setting, which on a default Linux lets the
 #        database's new pages pile up and go out every 30 s in one burst that stalls the
 #        ledger's commits),
+#        HALT_POLL_NS (e.g. 200000: on a KVM guest with the haltpoll cpuidle driver, sets
+#        how long an idle core polls before it halts, for the run, and restores it after;
+#        unset, the machine's own setting: a halted virtual core is woken through the
+#        host, tens of microseconds that every hand-off to the ledger's writer and back
+#        pays; deploy/README.md),
 #        ROUNDS (7 rounds of docs, POST, bearer and mix; the figures are the medians over
 #        the rounds: the host's speed drifts by ±10% within a minute, so many short rounds
 #        give a steadier median than a few long ones).
@@ -79,18 +84,35 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# The machine's settings changed for the run are put back, whatever ends it (the array
+# is read at exit, so settings changed below are restored too).
+restores=()
+trap 'cleanup; for restore in ${restores[@]+"${restores[@]}"}; do "$restore" || true; done' EXIT
 writeback="the machine's: $(sysctl -n vm.dirty_background_bytes 2>/dev/null || echo '?') bytes, ratio $(sysctl -n vm.dirty_background_ratio 2>/dev/null || echo '?')"
 if [ -n "${DIRTY_BACKGROUND_BYTES:-}" ]; then
     dirty_before_bytes="$(sysctl -n vm.dirty_background_bytes)"
     dirty_before_ratio="$(sysctl -n vm.dirty_background_ratio)"
-    sysctl -q vm.dirty_background_bytes="$DIRTY_BACKGROUND_BYTES"
     # Setting one of the pair zeroes the other; the one that was set is put back.
     restore_writeback() {
         if [ "$dirty_before_bytes" != 0 ]; then sysctl -q vm.dirty_background_bytes="$dirty_before_bytes"
         else sysctl -q vm.dirty_background_ratio="$dirty_before_ratio"; fi
     }
-    trap 'cleanup; restore_writeback' EXIT
+    restores+=(restore_writeback)
+    sysctl -q vm.dirty_background_bytes="$DIRTY_BACKGROUND_BYTES"
     writeback="vm.dirty_background_bytes=$DIRTY_BACKGROUND_BYTES for this run (deploy/README.md)"
+fi
+halt_poll_param=/sys/module/haltpoll/parameters/guest_halt_poll_ns
+governor="$(cat /sys/devices/system/cpu/cpuidle/current_governor_ro 2>/dev/null || echo none)"
+if [ -r "$halt_poll_param" ]; then halt_poll="the machine's: $(cat "$halt_poll_param") ns (cpuidle governor: $governor)"
+else halt_poll="no haltpoll cpuidle driver (not a KVM guest, or not loaded)"; fi
+if [ -n "${HALT_POLL_NS:-}" ]; then
+    [ -w "$halt_poll_param" ] || { echo "HALT_POLL_NS needs the haltpoll cpuidle driver (a KVM guest) and root" >&2; exit 1; }
+    [ "$governor" = haltpoll ] || { echo "HALT_POLL_NS needs the haltpoll cpuidle governor (it is: $governor)" >&2; exit 1; }
+    halt_poll_before="$(cat "$halt_poll_param")"
+    restore_halt_poll() { echo "$halt_poll_before" > "$halt_poll_param"; }
+    restores+=(restore_halt_poll)
+    echo "$HALT_POLL_NS" > "$halt_poll_param"
+    halt_poll="guest_halt_poll_ns=$HALT_POLL_NS for this run (deploy/README.md)"
 fi
 
 database=()
@@ -268,6 +290,7 @@ abandoned=$(( $(grep -c 'billed, but the client went away' "$work/server.log" ||
 
 echo "=== crosstab server benchmark on ${store} (${connections} connections, ${threads} wrk threads, ${rounds} rounds of ${duration}s each, $(nproc) cores; medians over the rounds) ==="
 echo "kernel writeback    ${writeback}"
+echo "guest halt polling  ${halt_poll}"
 printf 'GET  /v1/docs      %10s req/s   p99 %s ms\n' "$docs_rps" "$docs_p99"
 printf 'POST /v1/crosstab  %10s req/s   p99 %s ms, worst round %s ms   (%s requests, non-2xx: %s)\n' "$post_rps" "$post_p99" "$post_p99_max" "$post_total" "$post_non2xx"
 printf 'POST with bearer   %10s req/s   p99 %s ms   (%s requests, non-2xx: %s; a token of this server)\n' "$bearer_rps" "$bearer_p99" "$bearer_total" "$bearer_non2xx"
