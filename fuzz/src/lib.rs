@@ -115,28 +115,12 @@ pub fn check_expression(data: &[u8]) -> bool {
 pub fn check_survey_reader(data: &[u8]) -> bool {
     // A mutated file fails its checksum nearly always: sealed again, the fuzzer explores
     // what lies past the checksum (the engine's tests cover the checksum itself).
-    let resealed = sealed(data);
+    let resealed = crosstab_engine::testing::resealed(data);
     let Ok(survey) = Survey::from_bytes(resealed.as_deref().unwrap_or(data)) else {
         return false;
     };
     exercise(&survey);
     true
-}
-
-/// `data` with its last 16 bytes replaced by the xxh3-128 checksum of the rest, when its
-/// header (JSON, its length in bytes 8-16) names a checksum.
-fn sealed(data: &[u8]) -> Option<Vec<u8>> {
-    const CHECKSUM_LEN: usize = 16;
-    let len = usize::try_from(u64::from_le_bytes(data.get(8..16)?.try_into().ok()?)).ok()?;
-    let header = data.get(16..16usize.checked_add(len)?)?;
-    if !header.windows(10).any(|w| w == b"\"checksum\"") {
-        return None;
-    }
-    let at = data.len().checked_sub(CHECKSUM_LEN)?;
-    let mut out = data.to_vec();
-    let digest = xxhash_rust::xxh3::xxh3_128(&out[..at]);
-    out[at..].copy_from_slice(&digest.to_le_bytes());
-    Some(out)
 }
 
 /// The CSV import: the input is a definition (TOML), a NUL byte, then the respondents

@@ -29,6 +29,8 @@ mod stats;
 pub mod store;
 mod survey;
 mod table;
+#[cfg(feature = "testing")]
+pub mod testing;
 mod weights;
 
 pub use aligned::AlignedBytes;

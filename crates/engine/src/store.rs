@@ -440,7 +440,7 @@ mod tests {
             .unwrap();
         let mut escaping = bytes.clone();
         escaping[at..at + 13].copy_from_slice(b"\"code\":\"../x\"");
-        crate::format::seal(&mut escaping);
+        assert!(crate::format::reseal(&mut escaping));
         let error = store.install(&escaping).unwrap_err();
         assert!(
             error.to_string().contains("is not an identifier"),

@@ -822,7 +822,7 @@ mod tests {
             (planes.offset + planes.len) as usize,
         );
         bytes[start..end].fill(0xff);
-        crate::format::seal(&mut bytes);
+        assert!(crate::format::reseal(&mut bytes));
         let crafted = Survey::from_bytes(&bytes).unwrap();
         assert!(matches!(intact.weight_source(), Weights::Planes { .. }));
         // Made again from the weights: the same decimal planes the file should have held.
