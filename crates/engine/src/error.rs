@@ -107,8 +107,8 @@ pub enum QueryError {
     /// The survey has no such authorization group.
     #[error("authorization group '{0}' is not defined")]
     UnknownGroup(String),
-    /// A table given up before it was done (its caller's deadline passed).
-    #[error("the table was given up before it was done")]
+    /// A query or a table given up before it was done (its caller's deadline passed).
+    #[error("the query was given up before it was done")]
     GaveUp,
     /// A table's filter names what the survey does not define.
     #[error("The filter names what survey {survey} does not define: {reasons}.")]

@@ -13,6 +13,17 @@ impl Survey {
     /// Answers a validated request as a whole-survey grant would see it. The caller has
     /// already picked this survey by `SurveyCode` and checked entitlements.
     pub fn crosstab(&self, request: &ValidRequest) -> Result<CrosstabResponse, QueryError> {
+        self.crosstab_until(request, &|| false)
+    }
+
+    /// [`Survey::crosstab`], given up ([`QueryError::GaveUp`]) once `give_up` says so, as it
+    /// is asked before each block of respondents: a query whose caller was told its
+    /// deadline passed (one that waited its turn on a busy server, say) takes no core.
+    pub fn crosstab_until(
+        &self,
+        request: &ValidRequest,
+        give_up: &dyn Fn() -> bool,
+    ) -> Result<CrosstabResponse, QueryError> {
         // The group first: the contract answers 403 for it before 400 for the base.
         let group = match request.request.group_filter() {
             Some(value) => Some(
@@ -45,7 +56,10 @@ impl Survey {
             .collect();
         // Every known target in the same pass: each block of the filter and of the
         // weights is read once for all of them.
-        let mut tallies = self.tally_plans(&plans, base, group).into_iter();
+        let mut tallies = self
+            .tally_plans(&plans, base, group, give_up)
+            .ok_or(QueryError::GaveUp)?
+            .into_iter();
         let results = known
             .iter()
             .map(|known| match known.then(|| tallies.next()).flatten() {
@@ -63,11 +77,14 @@ impl Survey {
     /// Count and weight of the respondents in `filter` matching `target`.
     pub fn tally(&self, target: &Expr, filter: &Bitset) -> Tally {
         let plans = [self.target_plan(target)];
-        let mut tallies = self.tally_plans(&plans, filter, None);
-        tallies.pop().unwrap_or(Tally {
-            count: 0,
-            weight: 0.0,
-        })
+        // Never given up: `None` is not among the answers.
+        let tallies = self.tally_plans(&plans, filter, None, &|| false);
+        tallies
+            .and_then(|mut tallies| tallies.pop())
+            .unwrap_or(Tally {
+                count: 0,
+                weight: 0.0,
+            })
     }
 
     /// A target's plan. Composite targets are kept whole too, on their second sight
@@ -93,18 +110,29 @@ impl Survey {
     /// Count and weight of the respondents in `base` (and `group`) matching each plan, in
     /// one pass: block by block, the filter's words are ANDed first (a block nobody is
     /// left in is skipped), then each target's words are computed and ANDed in, and all
-    /// are summed together.
-    fn tally_plans(&self, plans: &[Plan<'_>], base: &Bitset, group: Option<&Bitset>) -> Vec<Tally> {
+    /// are summed together. `None` once `give_up`, asked before each block, says so.
+    fn tally_plans(
+        &self,
+        plans: &[Plan<'_>],
+        base: &Bitset,
+        group: Option<&Bitset>,
+        give_up: &dyn Fn() -> bool,
+    ) -> Option<Vec<Tally>> {
         let source = self.weight_source();
         let mut sums: Vec<BlockSum<'_>> = plans.iter().map(|_| source.summer()).collect();
         let mut blocks = vec![[0u64; BLOCK_WORDS]; plans.len()];
+        let mut gave_up = false;
         for_each_filter_block(base, group, |index, filter| {
+            if gave_up || give_up() {
+                gave_up = true;
+                return;
+            }
             for (plan, block) in plans.iter().zip(blocks.iter_mut()) {
                 fill_within(plan, index, filter, &mut block[..filter.len()]);
             }
             add_blocks(&mut sums, index, &blocks, filter.len());
         });
-        sums.into_iter().map(BlockSum::finish).collect()
+        (!gave_up).then(|| sums.into_iter().map(BlockSum::finish).collect())
     }
 
     /// The wire figures for a tally.
@@ -157,4 +185,43 @@ pub(crate) fn for_each_filter_block(
 pub(crate) fn fill_within(plan: &Plan<'_>, index: usize, filter: &[u64], out: &mut [u64]) {
     out.copy_from_slice(filter);
     plan.write(index * BLOCK_WORDS, out, Write::And);
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::Cell;
+
+    use crosstab_contract::validate_body;
+
+    use crate::demo::{self, DemoConfig};
+    use crate::error::QueryError;
+    use crate::Survey;
+
+    #[test]
+    fn a_query_is_given_up_before_the_block_its_caller_no_longer_wants() {
+        let config = DemoConfig {
+            respondents: 40_000,
+            flags: 2,
+            seed: 5,
+        };
+        let survey = Survey::from_bytes(&demo::compile(&config).unwrap()).unwrap();
+        let request = validate_body(
+            br#"{"SurveyCode":"DEMO","PopulationBaseCode":"ADULTS","TargetCodes":["GENDER = 1 AND AGE >= 30","F2554"]}"#,
+        )
+        .unwrap();
+        let whole = survey.crosstab(&request).unwrap();
+        assert_eq!(survey.crosstab_until(&request, &|| false).unwrap(), whole);
+        // Asked before each of the three blocks: given up at the second.
+        let asked = Cell::new(0);
+        let given_up = survey.crosstab_until(&request, &|| {
+            asked.set(asked.get() + 1);
+            asked.get() > 1
+        });
+        assert_eq!(given_up, Err(QueryError::GaveUp));
+        assert_eq!(asked.get(), 2, "no block asked after it gave up");
+        assert_eq!(
+            survey.crosstab_until(&request, &|| true),
+            Err(QueryError::GaveUp)
+        );
+    }
 }

@@ -10,7 +10,7 @@ use crosstab_contract::app::{Table, ValidTable};
 use crosstab_contract::idempotency::KEY_KEPT_MS;
 use crosstab_contract::{validate_body, ApiError, CrosstabResponse, ValidRequest};
 use crosstab_engine::store::Catalog;
-use crosstab_engine::Survey;
+use crosstab_engine::{QueryError, Survey};
 use sha2::{Digest, Sha256};
 
 use super::cache::{Entry, ResponseCache};
@@ -688,32 +688,21 @@ async fn settle<T>(
     answer
 }
 
-/// The engine's table, on the blocking pool (a table is many queries' work); past
-/// `deadline`, refused without waiting for it, and the engine gives the work up there
-/// too (an abandoned table would go on taking a core, unbilled).
+/// The engine's table, on the blocking pool (a table is many queries' work), within the
+/// deadline ([`within_deadline`]).
 async fn compute_table(
     survey: Arc<Survey>,
     valid: ValidTable,
     deadline: Duration,
 ) -> Result<Table, ServiceError> {
-    // No instant that far ahead (a deadline of centuries): never given up.
-    let until = Instant::now().checked_add(deadline);
-    let task = tokio::task::spawn_blocking(move || {
-        survey
-            .table_until(&valid, &|| {
-                until.is_some_and(|until| Instant::now() >= until)
-            })
-            .map_err(ApiError::from)
-    });
-    tokio::time::timeout(deadline, task)
-        .await
-        .map_err(|_| ApiError::DeadlineExceeded)?
-        .map_err(|error| ServiceError::Internal(format!("table task failed: {error}")))?
-        .map_err(ServiceError::from)
+    within_deadline(deadline, "table", move |give_up| {
+        survey.table_until(&valid, give_up)
+    })
+    .await
 }
 
-/// The engine's answer, on the blocking pool for large surveys; past `deadline` there,
-/// refused without waiting for it (the computation finishes on its own, unused).
+/// The engine's answer: inline for a survey small enough to answer at once, else on the
+/// blocking pool within the deadline ([`within_deadline`]).
 async fn compute(
     survey: Arc<Survey>,
     valid: ValidRequest,
@@ -722,11 +711,29 @@ async fn compute(
     if survey.respondents() <= INLINE_QUERY_MAX_RESPONDENTS {
         return Ok(survey.crosstab(&valid).map_err(ApiError::from)?);
     }
-    let task = tokio::task::spawn_blocking(move || survey.crosstab(&valid).map_err(ApiError::from));
+    within_deadline(deadline, "query", move |give_up| {
+        survey.crosstab_until(&valid, give_up)
+    })
+    .await
+}
+
+/// `work` on the blocking pool, told to give up (the engine asks before each block) once
+/// `deadline` has passed; past it, refused without waiting for it. Work abandoned, or
+/// queued behind others until its caller was refused, would go on taking a core, unbilled.
+async fn within_deadline<T: Send + 'static>(
+    deadline: Duration,
+    what: &'static str,
+    work: impl FnOnce(&dyn Fn() -> bool) -> Result<T, QueryError> + Send + 'static,
+) -> Result<T, ServiceError> {
+    // No instant that far ahead (a deadline of centuries): never given up.
+    let until = Instant::now().checked_add(deadline);
+    let task = tokio::task::spawn_blocking(move || {
+        work(&|| until.is_some_and(|until| Instant::now() >= until)).map_err(ApiError::from)
+    });
     tokio::time::timeout(deadline, task)
         .await
         .map_err(|_| ApiError::DeadlineExceeded)?
-        .map_err(|error| ServiceError::Internal(format!("query task failed: {error}")))?
+        .map_err(|error| ServiceError::Internal(format!("{what} task failed: {error}")))?
         .map_err(ServiceError::from)
 }
 
