@@ -121,18 +121,13 @@ impl Survey {
         let source = self.weight_source();
         let mut sums: Vec<BlockSum<'_>> = plans.iter().map(|_| source.summer()).collect();
         let mut blocks = vec![[0u64; BLOCK_WORDS]; plans.len()];
-        let mut gave_up = false;
-        for_each_filter_block(base, group, |index, filter| {
-            if gave_up || give_up() {
-                gave_up = true;
-                return;
-            }
+        let finished = for_each_filter_block(base, group, give_up, |index, filter| {
             for (plan, block) in plans.iter().zip(blocks.iter_mut()) {
                 fill_within(plan, index, filter, &mut block[..filter.len()]);
             }
             add_blocks(&mut sums, index, &blocks, filter.len());
         });
-        (!gave_up).then(|| sums.into_iter().map(BlockSum::finish).collect())
+        finished.then(|| sums.into_iter().map(BlockSum::finish).collect())
     }
 
     /// The wire figures for a tally.
@@ -155,12 +150,14 @@ impl Survey {
 }
 
 /// Calls `each(index, filter)` with block `index` of `base ∧ group`, block by block in
-/// order, skipping the blocks nobody is left in.
+/// order, skipping the blocks nobody is left in; stops once `give_up`, asked before each
+/// block `each` would be called with, says so. Whether it went through every block.
 pub(crate) fn for_each_filter_block(
     base: &Bitset,
     group: Option<&Bitset>,
+    give_up: &dyn Fn() -> bool,
     mut each: impl FnMut(usize, &[u64]),
-) {
+) -> bool {
     let mut filter = [0u64; BLOCK_WORDS];
     let groups = group.map(|g| g.words().chunks(BLOCK_WORDS));
     let mut groups = groups.into_iter().flatten();
@@ -177,8 +174,12 @@ pub(crate) fn for_each_filter_block(
         if filter.iter().all(|word| *word == 0) {
             continue;
         }
+        if give_up() {
+            return false;
+        }
         each(index, filter);
     }
+    true
 }
 
 /// Fills `out` with block `index` of `plan`'s respondents within `filter`.

@@ -291,14 +291,9 @@ impl Survey {
             (0..rows.len()).map(|_| sums(columns.len())).collect();
         let mut scratch = [0u64; BLOCK_WORDS];
         let mut overlapping = vec![vec![false; columns.len()]; columns.len()];
-        let mut gave_up = false;
-        for_each_filter_block(base, group, |index, filter| {
-            // A large table is many blocks of rows × columns each: asked block by block,
-            // so one past its deadline stops within a block's work.
-            if gave_up || give_up() {
-                gave_up = true;
-                return;
-            }
+        // A large table is many blocks of rows × columns each: asked block by block, so
+        // one past its deadline stops within a block's work.
+        let finished = for_each_filter_block(base, group, give_up, |index, filter| {
             let len = filter.len();
             base_sum.add(index, filter);
             row_axis.fill(index, filter);
@@ -336,7 +331,7 @@ impl Survey {
                 }
             }
         });
-        if gave_up {
+        if !finished {
             return Err(QueryError::GaveUp);
         }
         let finish = |sums: Vec<MomentSum<'_>>| sums.into_iter().map(MomentSum::finish).collect();

@@ -153,8 +153,6 @@ struct Shared {
     budget: Arc<MemoryBudget>,
     /// The map's hasher, so a body's fingerprint is taken before the lock.
     hasher: RandomState,
-    /// Bytes taken for good when made (the doorkeeper's).
-    fixed_bytes: usize,
     slots: Mutex<Slots>,
 }
 
@@ -203,8 +201,13 @@ impl Evict for Shared {
 
 impl Drop for Shared {
     fn drop(&mut self) {
-        let bytes = self.lock().bytes;
-        self.budget.give_back(bytes + self.fixed_bytes);
+        let slots = self.lock();
+        let doorkeeper = if slots.seen.is_some() {
+            DOORKEEPER_BYTES
+        } else {
+            0
+        };
+        self.budget.give_back(slots.bytes + doorkeeper);
     }
 }
 
@@ -225,8 +228,9 @@ impl ResponseCache {
     /// A cache of at most `max_entries` answers drawing on `budget` (0 disables).
     pub fn within(max_entries: usize, budget: &Arc<MemoryBudget>) -> ResponseCache {
         let seen = (max_entries > 0).then(Doorkeeper::default);
-        let fixed_bytes = if seen.is_some() { DOORKEEPER_BYTES } else { 0 };
-        budget.take_anyway(fixed_bytes);
+        if seen.is_some() {
+            budget.take_anyway(DOORKEEPER_BYTES);
+        }
         let hasher = RandomState::new();
         let shared = Arc::new(Shared {
             budget: Arc::clone(budget),
@@ -237,7 +241,6 @@ impl ResponseCache {
                 seen,
             }),
             hasher,
-            fixed_bytes,
         });
         let evict: Arc<dyn Evict> = shared.clone();
         budget.register(Arc::downgrade(&evict));
