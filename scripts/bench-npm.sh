@@ -16,7 +16,7 @@ fi
 node "$ROOT/tests/npm/bench.mjs" "$@"
 node "$ROOT/scripts/bench-npm-cold.mjs" "$@"
 
-# The node binary of the newest release of line $1, fetched if not yet cached.
+# The node binary of line $1: its newest release when first fetched, then the cached one.
 node_of_line() {
   local line="$1" cache="${CROSSTAB_NODE_CACHE:-$HOME/.cache/crosstab-node}" dir tarball
   dir="$cache/$line"
