@@ -53,19 +53,7 @@ async fn postgres_keys_grants_ledger_and_usage() {
         accounts::Revocation::Revoked
     );
     // Pushed (NOTIFY) to this server's listener: no request reads the database for it.
-    let mut status = StatusCode::OK;
-    for _ in 0..100 {
-        status = fx.post(Some(&whole), &body).await.0.status();
-        if status == StatusCode::UNAUTHORIZED {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
-    assert_eq!(
-        status,
-        StatusCode::UNAUTHORIZED,
-        "revocation seen within 1 s"
-    );
+    answered_once_notified(&fx, &whole, &body, StatusCode::UNAUTHORIZED).await;
     // This account's bills, not the ledger's total: other tests bill into the same
     // database meanwhile. (With any calls the revoked key made before the revocation
     // reached this server.)
@@ -214,8 +202,8 @@ async fn postgres_keys_grants_ledger_and_usage() {
 }
 
 /// Grants and limits changed without a key, on PostgreSQL: the limits' one statement
-/// (each change keeps the other limit) and a grant taken away, which the next request
-/// sees.
+/// (each change keeps the other limit) and a grant taken away, which requests see once
+/// its notification arrives.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_account_grants_and_limits_change_one_at_a_time() {
     use crosstab_server::grants::GrantSpec;
@@ -253,10 +241,7 @@ async fn postgres_account_grants_and_limits_change_one_at_a_time() {
         GrantRemoval::Removed(now) => assert!(now.specs().is_empty(), "{now:?}"),
         other => panic!("{other:?}"),
     }
-    assert_eq!(
-        fx.post(Some(&caller), &body).await.0.status(),
-        StatusCode::FORBIDDEN
-    );
+    answered_once_notified(&fx, &caller, &body, StatusCode::FORBIDDEN).await;
 
     let change = |per_second: Option<Option<u32>>, daily_quota| LimitsChange {
         per_second: per_second.map(|rate| rate.and_then(std::num::NonZeroU32::new)),
@@ -339,7 +324,7 @@ async fn postgres_published_surveys_reach_every_server() {
 }
 
 /// A survey copy held up (its chunks locked by another transaction) does not hold back
-/// the changes announced after it: a key revoked meanwhile is refused within 1 s, and the
+/// the changes announced after it: a key revoked meanwhile is refused once notified, and the
 /// copy completes once the lock is gone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_survey_copy_does_not_delay_a_revocation() {
@@ -407,25 +392,14 @@ async fn a_slow_survey_copy_does_not_delay_a_revocation() {
         fx.post(Some(&whole), &body).await.0.status(),
         StatusCode::OK
     );
-    // ...and revoked through the database while the copy waits: refused within 1 s.
+    // ...and revoked through the database while the copy waits: refused all the same.
     assert_eq!(
         accounts::revoke_key(&db, whole.split('_').nth(2).unwrap())
             .await
             .unwrap(),
         accounts::Revocation::Revoked
     );
-    let revoked = Instant::now();
-    loop {
-        let status = fx.post(Some(&whole), &body).await.0.status();
-        if status == StatusCode::UNAUTHORIZED {
-            break;
-        }
-        assert!(
-            revoked.elapsed() < Duration::from_secs(1),
-            "revocation held up: {status}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    answered_once_notified(&fx, &whole, &body, StatusCode::UNAUTHORIZED).await;
     assert!(waiting_on_lock().await > 0, "the copy was still held up");
 
     locker.rollback().await.unwrap();
@@ -438,6 +412,34 @@ async fn a_slow_survey_copy_does_not_delay_a_revocation() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     listening.abort();
+}
+
+/// How long a change made through the database may take to reach a listening server
+/// by its notification: milliseconds on an idle machine, more on a loaded CI host.
+const NOTIFIED_WITHIN: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Posts `body` as `caller` until it is answered `expected`, as a change made through
+/// the database (a key revoked, a grant taken away) reaches a server by its notification:
+/// soon after the change, not necessarily by the very next request.
+async fn answered_once_notified(
+    fx: &Fixture,
+    caller: &str,
+    body: &serde_json::Value,
+    expected: StatusCode,
+) {
+    let changed = std::time::Instant::now();
+    loop {
+        let status = fx.post(Some(caller), body).await.0.status();
+        if status == expected {
+            return;
+        }
+        assert!(
+            changed.elapsed() < NOTIFIED_WITHIN,
+            "still {status}, not {expected}, {:?} after the change",
+            changed.elapsed()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
 }
 
 /// The feed's next change, within 5 s.
