@@ -652,7 +652,19 @@ pub fn prepare_file(path: &std::path::Path) -> Result<Prepared, ImportError> {
     let (data, mut warnings) = if format.is_spss() {
         crate::source::sav::read(&definition, &data_path)?
     } else if format == SourceFormat::Parquet {
-        crate::source::parquet::read(&definition, &data_path)?
+        #[cfg(feature = "parquet")]
+        {
+            crate::source::parquet::read(&definition, &data_path)?
+        }
+        #[cfg(not(feature = "parquet"))]
+        return Err(definition_error(
+            &file,
+            line_of_key(&text, "respondents"),
+            format!(
+                "{data_file} is Parquet, which this build does not read (the engine's \
+                 `parquet` feature is off)"
+            ),
+        ));
     } else {
         let csv = std::fs::File::open(&data_path).map_err(io(&data_path))?;
         let data = read_respondents(&definition, std::io::BufReader::new(csv), &data_file)?;

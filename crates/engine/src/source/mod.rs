@@ -30,7 +30,7 @@ pub(crate) struct Respondents {
 
 #[cfg(feature = "fs")]
 mod bytecode;
-#[cfg(feature = "fs")]
+#[cfg(feature = "parquet")]
 pub(crate) mod parquet;
 #[cfg(feature = "fs")]
 pub(crate) mod sav;
