@@ -748,3 +748,39 @@ pub fn install_file(
 /// A starting definition for the SPSS file at `data` (see `crosstab survey init`).
 #[cfg(feature = "fs")]
 pub use crate::source::sav::init_definition;
+
+#[cfg(all(test, feature = "fs"))]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    /// A Parquet respondents file is read with the `parquet` feature and refused against
+    /// the definition's `respondents` line without it (the fuzzers' build; `scripts/test`
+    /// runs this test in both).
+    #[test]
+    fn parquet_respondents_are_read_only_with_the_parquet_feature() {
+        let dir = tempfile::tempdir().unwrap();
+        // Not Parquet inside: the build without the feature must refuse it unread.
+        std::fs::write(dir.path().join("r.parquet"), b"not parquet").unwrap();
+        let definition = dir.path().join("survey.toml");
+        std::fs::write(
+            &definition,
+            "code = \"P\"\nname = \"P\"\nrespondents = \"r.parquet\"\nid_column = \"RESPID\"\n\
+             weight_column = \"WEIGHT\"\n[[population_bases]]\ncode = \"ALL\"\nexpr = \"*\"\n",
+        )
+        .unwrap();
+        let error = prepare_file(&definition).unwrap_err();
+        let off = "which this build does not read (the engine's `parquet` feature is off)";
+        if cfg!(feature = "parquet") {
+            assert!(!error.to_string().contains(off), "{error}");
+        } else {
+            match &error {
+                ImportError::Definition { line, reason, .. } => {
+                    assert_eq!(*line, 3, "{error}");
+                    assert!(reason.contains(off), "{error}");
+                }
+                other => panic!("not the definition's error: {other}"),
+            }
+        }
+    }
+}
