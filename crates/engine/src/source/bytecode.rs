@@ -105,12 +105,46 @@ fn layout<R: Read + Seek>(reader: &mut BufReader<R>, file_len: u64) -> io::Resul
     }))
 }
 
+/// The character encoding a file's dictionary declares, in either of its two records.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct DeclaredText {
+    /// The encoding record's name (extension record 20), as written.
+    pub name: Option<String>,
+    /// The machine record's character code (extension record 3): a code page number.
+    pub code_page: Option<i32>,
+}
+
+/// The encoding the dictionary of the system file `reader` holds declares (see
+/// [`DeclaredText`]); `None` when the walk does not reach the dictionary's end.
+pub(crate) fn declared_text<R: Read + Seek>(reader: R) -> io::Result<Option<DeclaredText>> {
+    let mut reader = BufReader::with_capacity(64 << 10, reader);
+    let mut header = [0u8; HEADER_LEN];
+    reader.read_exact(&mut header)?;
+    let Some(big_endian) = big_endian(&header).filter(|_| header.starts_with(b"$FL")) else {
+        return Ok(None);
+    };
+    let mut declared = DeclaredText::default();
+    Ok(dictionary_walk(&mut reader, big_endian, &mut declared)?.map(|_| declared))
+}
+
+/// Largest encoding name kept from an encoding record: IANA's longest is 45 bytes.
+const MAX_ENCODING_NAME: u64 = 64;
+
 /// Walks the dictionary records that follow the header to the end of the dictionary:
 /// the offset of the first byte of data and the number of 8-byte slots per case; `None`
 /// at a record type the walk does not know.
 fn dictionary_end<R: Read + Seek>(
     reader: &mut BufReader<R>,
     big_endian: bool,
+) -> io::Result<Option<(u64, u64)>> {
+    dictionary_walk(reader, big_endian, &mut DeclaredText::default())
+}
+
+/// [`dictionary_end`], noting the encoding records' contents in `declared` on the way.
+fn dictionary_walk<R: Read + Seek>(
+    reader: &mut BufReader<R>,
+    big_endian: bool,
+    declared: &mut DeclaredText,
 ) -> io::Result<Option<(u64, u64)>> {
     let mut slots = 0u64;
     loop {
@@ -149,10 +183,24 @@ fn dictionary_end<R: Read + Seek>(
             }
             // Extension records: subtype, element size, element count.
             7 => {
-                let _subtype = read_count(reader, big_endian)?;
+                let subtype = read_count(reader, big_endian)?;
                 let size = read_count(reader, big_endian)?;
                 let count = read_count(reader, big_endian)?;
-                skip(reader, size.saturating_mul(count))?;
+                let len = size.saturating_mul(count);
+                match (subtype, size, count) {
+                    // The machine record: eight integers, the character code last.
+                    (3, 4, 8) => {
+                        let mut words = [0u8; 32];
+                        reader.read_exact(&mut words)?;
+                        declared.code_page = Some(i32_at(&words[28..], big_endian));
+                    }
+                    (20, 1, 1..=MAX_ENCODING_NAME) => {
+                        let mut name = vec![0u8; count as usize];
+                        reader.read_exact(&mut name)?;
+                        declared.name = Some(String::from_utf8_lossy(&name).into_owned());
+                    }
+                    _ => skip(reader, len)?,
+                }
             }
             999 => {
                 skip(reader, 4)?;

@@ -34,6 +34,8 @@ mod bytecode;
 pub(crate) mod parquet;
 #[cfg(feature = "fs")]
 pub(crate) mod sav;
+#[cfg(feature = "fs")]
+mod spss_text;
 
 /// Distinct values up to this many are found by a linear scan, which beats hashing for
 /// the flags and scales that most survey columns are.

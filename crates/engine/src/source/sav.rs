@@ -28,7 +28,8 @@ use super::Respondents;
 use crate::definition::{SourceFormat, SurveyDefinition};
 use crate::error::ImportError;
 use crate::names::{is_expr_name, is_identifier, shorten};
-use crate::source::bytecode::Input as SavInput;
+use crate::source::bytecode::{declared_text, Input as SavInput};
+use crate::source::spss_text::SpssText;
 use crate::source::{ColumnEncoder, EncodedColumn, SourceCode, SourceLabels};
 
 /// Cases per batch: small enough that a batch of 1,000 variables stays near 32 MB.
@@ -170,12 +171,21 @@ pub(super) fn source_error(file: &str, variable: Option<&str>, reason: String) -
     }
 }
 
+/// An SPSS file open for reading, and how its text becomes the file's.
+struct Opened {
+    scanner: ambers::Scanner<SavInput<File>>,
+    text: SpssText,
+}
+
 /// Opens `path` for reading; the reader's errors become [`ImportError::Source`].
-fn open(path: &Path) -> Result<ambers::Scanner<SavInput<File>>, ImportError> {
+fn open(path: &Path) -> Result<Opened, ImportError> {
     let io = |source| ImportError::Io {
         path: path.display().to_string(),
         source,
     };
+    // A dictionary the walk can't follow is the reader's to refuse, below.
+    let declared = declared_text(File::open(path).map_err(io)?).ok().flatten();
+    let text = declared.map_or(SpssText::AsRead, |declared| SpssText::of(&declared));
     let file = File::open(path).map_err(io)?;
     let name = path.display().to_string();
     let input = SavInput::open(file).map_err(|error| match error.kind() {
@@ -187,7 +197,10 @@ fn open(path: &Path) -> Result<ambers::Scanner<SavInput<File>>, ImportError> {
         ),
         _ => io(error),
     })?;
-    scan(input, &name)
+    Ok(Opened {
+        scanner: scan(input, &name)?,
+        text,
+    })
 }
 
 fn scan<R: Read + Seek>(reader: R, file: &str) -> Result<ambers::Scanner<R>, ImportError> {
@@ -719,8 +732,8 @@ pub(crate) fn read(
         })?
         .len();
     guarded(&file, SPSS_FILE, || {
-        let mut scanner = open(path)?;
-        read_scanner(definition, &mut scanner, &file, file_len)
+        let Opened { mut scanner, text } = open(path)?;
+        read_scanner(definition, &mut scanner, &text, &file, file_len)
     })
 }
 
@@ -747,10 +760,12 @@ pub(super) fn guarded<T>(
 fn read_scanner<R: Read + Seek>(
     definition: &SurveyDefinition,
     scanner: &mut ambers::Scanner<R>,
+    text: &SpssText,
     file: &str,
     file_len: u64,
 ) -> Result<(Respondents, Vec<String>), ImportError> {
-    let meta = scanner.metadata().clone();
+    let mut meta = scanner.metadata().clone();
+    text.metadata(&mut meta);
     let fields = fields_of(&scanner.schema());
     let layout = layout(
         definition,
@@ -759,6 +774,7 @@ fn read_scanner<R: Read + Seek>(
         file,
     )?;
     let mut warnings = layout.warnings();
+    warnings.extend(text.warning());
     warnings.extend(missing_labels_warning(
         &meta,
         &layout,
@@ -779,7 +795,8 @@ fn read_scanner<R: Read + Seek>(
     let reserve = usize::try_from(declared.unwrap_or(0).min(bound)).unwrap_or(0);
 
     let streamed = stream(definition, &layout, file, reserve, || {
-        scanner.next_batch().map_err(|e| e.to_string())
+        let batch = scanner.next_batch().map_err(|e| e.to_string())?;
+        batch.map(|batch| text.batch(batch)).transpose()
     })?;
     check_cases(file, declared, streamed.cases)?;
     // What the reader noted in the dictionary and at the data's end (dates it could not
@@ -1084,7 +1101,7 @@ pub fn init_definition(
             format!("survey code '{code}' must be 1 to 64 of A-Z a-z 0-9 _ . -"),
         ));
     }
-    let scanner = guarded(&file, SPSS_FILE, || open(path))?;
+    let Opened { scanner, text } = guarded(&file, SPSS_FILE, || open(path))?;
     // An import resolves a relative path from the definition's own directory, which
     // need not be where `init` ran: without that directory, the absolute path.
     let canonical = |path: &Path| {
@@ -1098,7 +1115,9 @@ pub fn init_definition(
         Some(dir) => pathdiff::diff_paths(&absolute, canonical(dir)?).unwrap_or(absolute),
         None => absolute,
     };
-    let meta = scanner.metadata();
+    let mut meta = scanner.metadata().clone();
+    text.metadata(&mut meta);
+    let meta = &meta;
     let fields = fields_of(&scanner.schema());
     let definition = SurveyDefinition {
         code: code.to_owned(),
@@ -1122,9 +1141,8 @@ pub fn init_definition(
         &fields,
         &file,
     )?;
-    let mut warnings: Vec<String> = missing_labels_warning(meta, &layout, group)
-        .into_iter()
-        .collect();
+    let mut warnings: Vec<String> = text.warning().into_iter().collect();
+    warnings.extend(missing_labels_warning(meta, &layout, group));
     let codes = set_codes(meta, &layout, &mut warnings);
 
     let name = Some(meta.file_label.trim())

@@ -1172,3 +1172,79 @@ fn parquet_columns_of_every_numeric_type_read_as_numbers() {
     std::fs::write(&path, b"RESPID,WEIGHT\na,1\n").unwrap();
     assert!(import_with(dir.path(), &toml).is_err());
 }
+
+/// The uncompressed fixture as a file written in DOS's code page 437 would hold it:
+/// REGION's label "Région", its value label "Söuth" and the first id "Ré001" (é is byte
+/// 0x82 there, ö 0x94), declared by the encoding record's `name` (five bytes, replacing
+/// "UTF-8") or, with `name` `None`, by the machine record's code page alone (the
+/// encoding record made one of a subtype no reader knows).
+fn in_code_page_437(name: Option<&[u8; 5]>) -> Vec<u8> {
+    let mut bytes = std::fs::read(fixtures().join("labelled.sav")).unwrap();
+    let mut replace = |from: &[u8], to: &[u8]| {
+        let at = bytes
+            .windows(from.len())
+            .position(|w| w == from)
+            .unwrap_or_else(|| panic!("{from:?} is not in the fixture"));
+        bytes[at..at + to.len()].copy_from_slice(to);
+    };
+    replace(b"Region", b"R\x82gion");
+    replace(b"South", b"S\x94uth");
+    replace(b"R0001", b"R\x82001");
+    // Extension record 20 (one-byte elements, five of them): "UTF-8".
+    let encoding_record = [7i32, 20, 1, 5].map(i32::to_le_bytes).concat();
+    match name {
+        Some(name) => replace(
+            &[&encoding_record[..], b"UTF-8"].concat(),
+            &[&encoding_record[..], name].concat(),
+        ),
+        None => {
+            let unknown = [7i32, 99, 1, 5].map(i32::to_le_bytes).concat();
+            replace(&encoding_record, &unknown);
+            // Extension record 3, eight integers: the character code is the last.
+            let machine_record = [7i32, 3, 4, 8].map(i32::to_le_bytes).concat();
+            let code_page = [&machine_record[..], &[0; 28], &65001i32.to_le_bytes()].concat();
+            let at = bytes.windows(16).position(|w| w == machine_record).unwrap();
+            assert_eq!(bytes[at + 44..at + 48], code_page[44..]);
+            bytes[at + 44..at + 48].copy_from_slice(&437i32.to_le_bytes());
+        }
+    }
+    bytes
+}
+
+#[test]
+fn text_in_a_dos_code_page_reads_as_written() {
+    // The reader decodes code page 437 as IBM866 ("RВgion") and a name it does not
+    // know as windows-1252 ("R‚gion"): both are read again as the file wrote them.
+    for (how, bytes) in [
+        ("by name", in_code_page_437(Some(b"cp437"))),
+        ("by code page", in_code_page_437(None)),
+    ] {
+        let (survey, prepared) = import_bytes(&bytes, "sav").unwrap();
+        let codebook = survey.codebook();
+        let region = codebook.variables.iter().find(|v| v.name == "REGION");
+        assert_eq!(region.unwrap().label.as_deref(), Some("Région"), "{how}");
+        let south = codebook.groups.iter().find(|g| g.value == "3").unwrap();
+        assert_eq!(south.label.as_deref(), Some("Söuth"), "{how}");
+        assert_eq!(survey.id(0), Some("Ré001"), "{how}");
+        assert!(
+            prepared
+                .warnings
+                .iter()
+                .all(|w| !w.contains("windows-1252")),
+            "{how}: {:?}",
+            prepared.warnings
+        );
+    }
+
+    // An encoding no table here knows: read as windows-1252, and said so.
+    let (survey, prepared) = import_bytes(&in_code_page_437(Some(b"x-bad")), "sav").unwrap();
+    assert_eq!(survey.id(0), Some("R\u{201a}001"));
+    assert!(
+        prepared
+            .warnings
+            .iter()
+            .any(|w| w.contains("'x-bad'") && w.contains("windows-1252")),
+        "{:?}",
+        prepared.warnings
+    );
+}
