@@ -1226,6 +1226,15 @@ fn text_in_a_dos_code_page_reads_as_written() {
         let south = codebook.groups.iter().find(|g| g.value == "3").unwrap();
         assert_eq!(south.label.as_deref(), Some("Söuth"), "{how}");
         assert_eq!(survey.id(0), Some("Ré001"), "{how}");
+        // `survey init` writes the labels as the file has them too.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("dos.sav");
+        std::fs::write(&path, &bytes).unwrap();
+        let text = import::init_definition(&path, "FIX", "RESPID", None, None, None).unwrap();
+        assert!(
+            text.contains("\"Région\"") && text.contains("\"Söuth\""),
+            "{how}: {text}"
+        );
         assert!(
             prepared
                 .warnings
