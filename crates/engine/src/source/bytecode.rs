@@ -114,18 +114,50 @@ pub(crate) struct DeclaredText {
     pub code_page: Option<i32>,
 }
 
-/// The encoding the dictionary of the system file `reader` holds declares (see
-/// [`DeclaredText`]); `None` when the walk does not reach the dictionary's end.
-pub(crate) fn declared_text<R: Read + Seek>(reader: R) -> io::Result<Option<DeclaredText>> {
+/// What the dictionary walk notes of a system file for its import.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Notes {
+    pub big_endian: bool,
+    pub text: DeclaredText,
+    /// Where each multiple-response set record (extension records 7 and 19) begins.
+    pub set_records: Vec<u64>,
+    /// Where the dictionary ends: the header and dictionary are the bytes before it.
+    pub end: u64,
+}
+
+/// What the dictionary of the system file `reader` holds for the import (see [`Notes`]);
+/// `None` when the walk does not reach the dictionary's end.
+pub(crate) fn dictionary_notes<R: Read + Seek>(reader: R) -> io::Result<Option<Notes>> {
     let mut reader = BufReader::with_capacity(64 << 10, reader);
     let mut header = [0u8; HEADER_LEN];
     reader.read_exact(&mut header)?;
     let Some(big_endian) = big_endian(&header).filter(|_| header.starts_with(b"$FL")) else {
         return Ok(None);
     };
-    let mut declared = DeclaredText::default();
-    Ok(dictionary_walk(&mut reader, big_endian, &mut declared)?.map(|_| declared))
+    let mut notes = Notes {
+        big_endian,
+        ..Notes::default()
+    };
+    let end = dictionary_walk(&mut reader, big_endian, &mut notes)?;
+    Ok(end.map(|(end, _)| Notes { end, ..notes }))
 }
+
+/// The header's compression field and an extension record's subtype field (4 bytes into
+/// the record) as `value`, in the file's byte order: what [`Notes`] makes of a header and
+/// dictionary for a second read of them.
+pub(crate) fn set_field(bytes: &mut [u8], at: u64, value: i32, big_endian: bool) -> Option<()> {
+    let at = usize::try_from(at).ok()?;
+    let field = bytes.get_mut(at..at.checked_add(4)?)?;
+    field.copy_from_slice(&if big_endian {
+        value.to_be_bytes()
+    } else {
+        value.to_le_bytes()
+    });
+    Some(())
+}
+
+/// The header's compression field.
+pub(crate) const COMPRESSION_FIELD: u64 = COMPRESSION_AT as u64;
 
 /// Largest encoding name kept from an encoding record: IANA's longest is 45 bytes.
 const MAX_ENCODING_NAME: u64 = 64;
@@ -137,14 +169,14 @@ fn dictionary_end<R: Read + Seek>(
     reader: &mut BufReader<R>,
     big_endian: bool,
 ) -> io::Result<Option<(u64, u64)>> {
-    dictionary_walk(reader, big_endian, &mut DeclaredText::default())
+    dictionary_walk(reader, big_endian, &mut Notes::default())
 }
 
-/// [`dictionary_end`], noting the encoding records' contents in `declared` on the way.
+/// [`dictionary_end`], noting what [`Notes`] holds on the way.
 fn dictionary_walk<R: Read + Seek>(
     reader: &mut BufReader<R>,
     big_endian: bool,
-    declared: &mut DeclaredText,
+    notes: &mut Notes,
 ) -> io::Result<Option<(u64, u64)>> {
     let mut slots = 0u64;
     loop {
@@ -192,14 +224,21 @@ fn dictionary_walk<R: Read + Seek>(
                     (3, 4, 8) => {
                         let mut words = [0u8; 32];
                         reader.read_exact(&mut words)?;
-                        declared.code_page = Some(i32_at(&words[28..], big_endian));
+                        notes.text.code_page = Some(i32_at(&words[28..], big_endian));
                     }
                     (20, 1, 1..=MAX_ENCODING_NAME) => {
                         let mut name = vec![0u8; count as usize];
                         reader.read_exact(&mut name)?;
-                        declared.name = Some(String::from_utf8_lossy(&name).into_owned());
+                        notes.text.name = Some(String::from_utf8_lossy(&name).into_owned());
                     }
-                    _ => skip(reader, len)?,
+                    _ => {
+                        if subtype == 7 || subtype == 19 {
+                            // The record began with its four fields, 16 bytes back.
+                            let at = reader.stream_position()?.saturating_sub(16);
+                            notes.set_records.push(at);
+                        }
+                        skip(reader, len)?;
+                    }
                 }
             }
             999 => {

@@ -28,7 +28,9 @@ use super::Respondents;
 use crate::definition::{SourceFormat, SurveyDefinition};
 use crate::error::ImportError;
 use crate::names::{is_expr_name, is_identifier, shorten};
-use crate::source::bytecode::{declared_text, Input as SavInput};
+use crate::source::bytecode::{
+    dictionary_notes, set_field, Input as SavInput, Notes, COMPRESSION_FIELD,
+};
 use crate::source::spss_text::SpssText;
 use crate::source::{ColumnEncoder, EncodedColumn, SourceCode, SourceLabels};
 
@@ -171,10 +173,34 @@ pub(super) fn source_error(file: &str, variable: Option<&str>, reason: String) -
     }
 }
 
-/// An SPSS file open for reading, and how its text becomes the file's.
+/// An SPSS file open for reading, with what the reader alone would miss of it.
 struct Opened {
     scanner: ambers::Scanner<SavInput<File>>,
+    /// How its text becomes the file's.
     text: SpssText,
+    /// The multiple-response sets of its set records before the last ([`earlier_sets`]).
+    earlier_sets: Vec<(String, ambers::MrSet)>,
+}
+
+impl Opened {
+    /// The file's metadata as the import reads it: the sets of every set record (the
+    /// earlier records' first, a set the last record also has as it has it), and its
+    /// text as the file wrote it.
+    fn metadata(&self) -> SpssMetadata {
+        let mut meta = self.scanner.metadata().clone();
+        if !self.earlier_sets.is_empty() {
+            let last = std::mem::take(&mut meta.mr_sets);
+            let earlier: Vec<_> = self
+                .earlier_sets
+                .iter()
+                .filter(|(name, _)| !last.contains_key(name))
+                .cloned()
+                .collect();
+            meta.mr_sets = earlier.into_iter().chain(last).collect();
+        }
+        self.text.metadata(&mut meta);
+        meta
+    }
 }
 
 /// Opens `path` for reading; the reader's errors become [`ImportError::Source`].
@@ -183,11 +209,19 @@ fn open(path: &Path) -> Result<Opened, ImportError> {
         path: path.display().to_string(),
         source,
     };
-    // A dictionary the walk can't follow is the reader's to refuse, below.
-    let declared = declared_text(File::open(path).map_err(io)?).ok().flatten();
-    let text = declared.map_or(SpssText::AsRead, |declared| SpssText::of(&declared));
-    let file = File::open(path).map_err(io)?;
     let name = path.display().to_string();
+    // A dictionary the walk can't follow is the reader's to refuse, below.
+    let notes = dictionary_notes(File::open(path).map_err(io)?)
+        .ok()
+        .flatten();
+    let text = notes
+        .as_ref()
+        .map_or(SpssText::AsRead, |notes| SpssText::of(&notes.text));
+    let earlier_sets = match &notes {
+        Some(notes) => earlier_sets(path, notes, &name)?,
+        None => Vec::new(),
+    };
+    let file = File::open(path).map_err(io)?;
     let input = SavInput::open(file).map_err(|error| match error.kind() {
         // A damaged file, told before the reader saw it.
         std::io::ErrorKind::InvalidData => source_error(
@@ -200,7 +234,68 @@ fn open(path: &Path) -> Result<Opened, ImportError> {
     Ok(Opened {
         scanner: scan(input, &name)?,
         text,
+        earlier_sets,
     })
+}
+
+/// Largest header and dictionary read a second time by [`earlier_sets`]: SPSS's are
+/// kilobytes to a few megabytes.
+const MAX_DICTIONARY_REREAD: u64 = 256 << 20;
+
+/// A subtype no reader knows, which the reader skips.
+const SKIPPED_SUBTYPE: i32 = 99;
+
+/// The multiple-response sets of each of the file's set records but the last. The reader
+/// keeps the last record's sets alone, and SPSS writes two: 7, and 19 for dichotomy sets
+/// labelled by their counted values (which older readers skip). Each earlier record is
+/// read by the reader from the header and dictionary alone, every other set record made
+/// one of a subtype it skips and the data marked uncompressed, so it reads none.
+fn earlier_sets(
+    path: &Path,
+    notes: &Notes,
+    file: &str,
+) -> Result<Vec<(String, ambers::MrSet)>, ImportError> {
+    let Some((_, earlier)) = notes.set_records.split_last() else {
+        return Ok(Vec::new());
+    };
+    if earlier.is_empty() {
+        return Ok(Vec::new());
+    }
+    let refused = |reason: String| source_error(file, None, reason);
+    let head_len = usize::try_from(notes.end)
+        .ok()
+        .filter(|_| notes.end <= MAX_DICTIONARY_REREAD)
+        .ok_or_else(|| {
+            refused(format!(
+                "its multiple-response sets are in {} records, and its dictionary is too \
+                 large ({} bytes) to read them all",
+                notes.set_records.len(),
+                notes.end
+            ))
+        })?;
+    let mut head = vec![0u8; head_len];
+    File::open(path)
+        .and_then(|mut f| f.read_exact(&mut head))
+        .map_err(|source| ImportError::Io {
+            path: file.to_owned(),
+            source,
+        })?;
+    let mut sets = Vec::new();
+    for record in earlier {
+        let mut alone = head.clone();
+        let mut fields = notes
+            .set_records
+            .iter()
+            .filter(|other| *other != record)
+            .map(|other| (other.saturating_add(4), SKIPPED_SUBTYPE))
+            .chain([(COMPRESSION_FIELD, 0)]);
+        fields
+            .try_for_each(|(at, value)| set_field(&mut alone, at, value, notes.big_endian))
+            .ok_or_else(|| refused("a set record lies outside its dictionary".to_owned()))?;
+        let scanner = scan(std::io::Cursor::new(alone), file)?;
+        sets.extend(scanner.metadata().mr_sets.clone());
+    }
+    Ok(sets)
 }
 
 fn scan<R: Read + Seek>(reader: R, file: &str) -> Result<ambers::Scanner<R>, ImportError> {
@@ -732,8 +827,8 @@ pub(crate) fn read(
         })?
         .len();
     guarded(&file, SPSS_FILE, || {
-        let Opened { mut scanner, text } = open(path)?;
-        read_scanner(definition, &mut scanner, &text, &file, file_len)
+        let mut opened = open(path)?;
+        read_scanner(definition, &mut opened, &file, file_len)
     })
 }
 
@@ -757,15 +852,14 @@ pub(super) fn guarded<T>(
     })
 }
 
-fn read_scanner<R: Read + Seek>(
+fn read_scanner(
     definition: &SurveyDefinition,
-    scanner: &mut ambers::Scanner<R>,
-    text: &SpssText,
+    opened: &mut Opened,
     file: &str,
     file_len: u64,
 ) -> Result<(Respondents, Vec<String>), ImportError> {
-    let mut meta = scanner.metadata().clone();
-    text.metadata(&mut meta);
+    let meta = opened.metadata();
+    let Opened { scanner, text, .. } = opened;
     let fields = fields_of(&scanner.schema());
     let layout = layout(
         definition,
@@ -1101,7 +1195,8 @@ pub fn init_definition(
             format!("survey code '{code}' must be 1 to 64 of A-Z a-z 0-9 _ . -"),
         ));
     }
-    let Opened { scanner, text } = guarded(&file, SPSS_FILE, || open(path))?;
+    let opened = guarded(&file, SPSS_FILE, || open(path))?;
+    let Opened { scanner, text, .. } = &opened;
     // An import resolves a relative path from the definition's own directory, which
     // need not be where `init` ran: without that directory, the absolute path.
     let canonical = |path: &Path| {
@@ -1115,9 +1210,7 @@ pub fn init_definition(
         Some(dir) => pathdiff::diff_paths(&absolute, canonical(dir)?).unwrap_or(absolute),
         None => absolute,
     };
-    let mut meta = scanner.metadata().clone();
-    text.metadata(&mut meta);
-    let meta = &meta;
+    let meta = &opened.metadata();
     let fields = fields_of(&scanner.schema());
     let definition = SurveyDefinition {
         code: code.to_owned(),

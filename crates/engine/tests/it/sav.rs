@@ -375,9 +375,10 @@ fn case_errors_name_file_case_variable_and_reason() {
     assert!(error.to_string().contains("variable NOPE"), "{error}");
 }
 
-#[test]
-fn multiple_response_sets_become_codes() {
-    // Written by ambers' own writer: a dichotomy set and a category set.
+/// A survey with a dichotomy set `$BRANDS` and a category set `$COLOURS`, written by
+/// ambers' own writer (which puts every set in both set records, 7 and 19) to `dir` as
+/// `mr.sav` with `compression`, and as `mr.csv`: their paths.
+fn write_sets(dir: &Path, compression: ambers::Compression) -> (PathBuf, PathBuf) {
     let n = 200;
     let schema = Arc::new(Schema::new(vec![
         Field::new("RESPID", DataType::Utf8, true),
@@ -446,11 +447,17 @@ fn multiple_response_sets_become_codes() {
             variables: vec!["CAT1".into(), "CAT2".into()],
         },
     );
-    let dir = tempfile::tempdir().unwrap();
-    let sav = dir.path().join("mr.sav");
-    ambers::write_sav(&sav, &batch, &meta, ambers::Compression::Bytecode, None).unwrap();
-    let csv_path = dir.path().join("mr.csv");
+    let sav = dir.join("mr.sav");
+    ambers::write_sav(&sav, &batch, &meta, compression, None).unwrap();
+    let csv_path = dir.join("mr.csv");
     std::fs::write(&csv_path, csv).unwrap();
+    (sav, csv_path)
+}
+
+#[test]
+fn multiple_response_sets_become_codes() {
+    let dir = tempfile::tempdir().unwrap();
+    let (sav, csv_path) = write_sets(dir.path(), ambers::Compression::Bytecode);
 
     let bases = "[[population_bases]]\ncode = \"ALL\"\nexpr = \"*\"\n\
         [[population_bases]]\ncode = \"B\"\nexpr = \"BRANDS\"\n\
@@ -1256,4 +1263,101 @@ fn text_in_a_dos_code_page_reads_as_written() {
         "{:?}",
         prepared.warnings
     );
+}
+
+/// `bytes`, a file ambers wrote with every set in both set records, as SPSS writes such
+/// a file: the category set in record 7 alone and the dichotomy set in record 19 alone,
+/// in the form labelled by its counted value that only record 19 may hold.
+fn split_set_records(bytes: &[u8]) -> Vec<u8> {
+    // Where the record of `subtype` begins, and where its text ends.
+    let record = |subtype: i32| {
+        let head = [7i32, subtype, 1].map(i32::to_le_bytes).concat();
+        let at = bytes.windows(12).position(|w| w == head).unwrap();
+        let len = i32::from_le_bytes(bytes[at + 12..at + 16].try_into().unwrap());
+        let end = at + 16 + usize::try_from(len).unwrap();
+        assert_eq!(bytes[at + 16], b'$');
+        (at, end)
+    };
+    let text = |(at, end): (usize, usize)| String::from_utf8(bytes[at + 16..end].to_vec()).unwrap();
+    let with = |subtype: i32, text: String| {
+        let len = i32::try_from(text.len()).unwrap();
+        [
+            [7, subtype, 1, len].map(i32::to_le_bytes).concat(),
+            text.into_bytes(),
+        ]
+        .concat()
+    };
+    let (seven, nineteen) = (record(7), record(19));
+    assert!(seven.1 <= nineteen.0);
+    let colours = text(seven)
+        .lines()
+        .find(|l| l.contains("COLOURS=C "))
+        .unwrap()
+        .to_owned();
+    let brands = text(nineteen)
+        .lines()
+        .find(|l| l.contains("BRANDS=D1 1 "))
+        .unwrap()
+        .replacen("=D1 1 ", "=E 1 1 1 ", 1);
+    [
+        &bytes[..seven.0],
+        &with(7, colours + "\n"),
+        &bytes[seven.1..nineteen.0],
+        &with(19, brands + "\n"),
+        &bytes[nineteen.1..],
+    ]
+    .concat()
+}
+
+#[test]
+fn sets_in_both_set_records_all_become_codes() {
+    // The reader keeps the last set record's sets alone: read as it is, the split file
+    // would have BRANDS and no COLOURS.
+    let codes = |survey: &Survey| {
+        let mut codes: Vec<_> = survey
+            .codebook()
+            .codes
+            .iter()
+            .map(|c| (c.code.clone(), c.expr.clone(), c.label.clone()))
+            .collect();
+        codes.sort();
+        codes
+    };
+    let toml = |path: &Path| {
+        format!(
+            "code = \"MR\"\nname = \"MR\"\nrespondents = {:?}\nid_column = \"RESPID\"\n\
+             weight_column = \"WEIGHT\"\n[[population_bases]]\ncode = \"ALL\"\nexpr = \"*\"\n",
+            path.display().to_string()
+        )
+    };
+    for compression in [ambers::Compression::None, ambers::Compression::Bytecode] {
+        let dir = tempfile::tempdir().unwrap();
+        let (sav, _) = write_sets(dir.path(), compression);
+        let split = dir.path().join("split.sav");
+        std::fs::write(&split, split_set_records(&std::fs::read(&sav).unwrap())).unwrap();
+        let (whole, _) = import_with(dir.path(), &toml(&sav)).unwrap();
+        let (from_split, _) = import_with(dir.path(), &toml(&split)).unwrap();
+        let names: Vec<String> = codes(&from_split).into_iter().map(|c| c.0).collect();
+        assert!(
+            names.contains(&"BRANDS".to_owned()) && names.contains(&"COLOURS_2".to_owned()),
+            "{compression:?}: {names:?}"
+        );
+        assert_eq!(codes(&from_split), codes(&whole), "{compression:?}");
+        assert_same_figures(&from_split, &whole);
+        let text =
+            import::init_definition(&split, "MR", "RESPID", Some("WEIGHT"), None, None).unwrap();
+        assert!(
+            text.contains("code = \"BRANDS\"") && text.contains("code = \"COLOURS_2\""),
+            "{text}"
+        );
+    }
+    // A .zsav's set records are read again as well, its data then marked uncompressed
+    // (else the reader would look for compressed blocks past the dictionary).
+    let dir = tempfile::tempdir().unwrap();
+    let (zsav, _) = write_sets(dir.path(), ambers::Compression::Zlib);
+    std::fs::create_dir(dir.path().join("sav")).unwrap();
+    let (sav, _) = write_sets(&dir.path().join("sav"), ambers::Compression::None);
+    let (from_zsav, _) = import_with(dir.path(), &toml(&zsav)).unwrap();
+    let (from_sav, _) = import_with(dir.path(), &toml(&sav)).unwrap();
+    assert_eq!(codes(&from_zsav), codes(&from_sav));
 }
