@@ -13,6 +13,9 @@ use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom};
 
 /// Offset of the header's compression field (after magic, product, layout, case size).
 const COMPRESSION_AT: usize = 72;
+/// Offset of the header's case count, and the count of a file that leaves it unset.
+const CASES_AT: usize = 80;
+const UNKNOWN_CASES: i32 = -1;
 const HEADER_LEN: usize = 176;
 /// Bytecode compression in the header's compression field.
 const BYTECODE: i32 = 1;
@@ -28,6 +31,36 @@ struct Layout {
     /// Declared cases.
     cases: u64,
     bias: f64,
+}
+
+/// The whole cases the bytecode from `reader`'s position holds, each of `slots` values:
+/// the slots [`Inflated::next_slot`] would decode, counted without decoding them.
+fn count_cases(reader: &mut impl BufRead, slots: u64) -> io::Result<u64> {
+    let mut decoded = 0u64;
+    let mut control = [0u8; 8];
+    let mut raw = [0u8; 8];
+    'blocks: while !reader.fill_buf()?.is_empty() {
+        // A block or a raw value cut short is the end of what the file holds.
+        let cut = |error: &io::Error| error.kind() == io::ErrorKind::UnexpectedEof;
+        match reader.read_exact(&mut control) {
+            Err(error) if cut(&error) => break,
+            Err(error) => return Err(error),
+            Ok(()) => {}
+        }
+        for code in control {
+            match code {
+                0 => {}
+                252 => break 'blocks,
+                253 => match reader.read_exact(&mut raw) {
+                    Err(error) if cut(&error) => break 'blocks,
+                    Err(error) => return Err(error),
+                    Ok(()) => decoded += 1,
+                },
+                _ => decoded += 1,
+            }
+        }
+    }
+    Ok(decoded / slots)
 }
 
 /// The `N` bytes at the start of `bytes`, in little-endian order whatever the file's.
@@ -83,10 +116,8 @@ fn layout<R: Read + Seek>(reader: &mut BufReader<R>, file_len: u64) -> io::Resul
     let Some(big_endian) = big_endian(&header) else {
         return Ok(None);
     };
-    let Ok(cases) = u64::try_from(i32_at(&header[80..], big_endian)) else {
-        return Ok(None);
-    };
-    if i32_at(&header[COMPRESSION_AT..], big_endian) != BYTECODE {
+    let declared = i32_at(&header[CASES_AT..], big_endian);
+    if declared < UNKNOWN_CASES || i32_at(&header[COMPRESSION_AT..], big_endian) != BYTECODE {
         return Ok(None);
     }
     let bias = f64::from_le_bytes(le_word(&header[84..], big_endian));
@@ -96,6 +127,15 @@ fn layout<R: Read + Seek>(reader: &mut BufReader<R>, file_len: u64) -> io::Resul
     if data_at > file_len || slots == 0 {
         return Ok(None);
     }
+    let cases = match u64::try_from(declared) {
+        Ok(cases) => cases,
+        // Counted here, so the file is still decoded as it is read, never held whole;
+        // the reader is shown the count (a header's field holds at most `i32::MAX`).
+        Err(_) => match count_cases(reader, slots)? {
+            cases if cases <= i32::MAX as u64 => cases,
+            _ => return Ok(None),
+        },
+    };
     Ok(Some(Layout {
         big_endian,
         data_at,
@@ -381,6 +421,14 @@ impl<R: Read + Seek> Inflated<R> {
             0i32.to_le_bytes()
         };
         head[COMPRESSION_AT..COMPRESSION_AT + 4].copy_from_slice(&none);
+        let cases = i32::try_from(layout.cases)
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "case count"))?;
+        let cases = if layout.big_endian {
+            cases.to_be_bytes()
+        } else {
+            cases.to_le_bytes()
+        };
+        head[CASES_AT..CASES_AT + 4].copy_from_slice(&cases);
         let bytes = |value: f64| {
             if layout.big_endian {
                 value.to_be_bytes()
@@ -644,6 +692,24 @@ mod tests {
             meta.variable_value_labels,
             expected_meta.variable_value_labels
         );
+    }
+
+    #[test]
+    fn a_file_without_its_case_count_is_counted_and_still_decoded_as_read() {
+        let bytes = fixture();
+        let (expected, _) = ambers::read_sav_from_reader(Cursor::new(&bytes)).unwrap();
+        let mut unset = bytes.clone();
+        unset[CASES_AT..CASES_AT + 4].copy_from_slice(&UNKNOWN_CASES.to_le_bytes());
+        // Whole, and cut short: the whole cases before the cut.
+        for len in [unset.len(), unset.len() - 700] {
+            let input = Input::open(Cursor::new(&unset[..len])).unwrap();
+            assert!(matches!(input, Input::Inflated(_)));
+            let (got, meta) = ambers::read_sav_from_reader(input).unwrap();
+            let rows = got.num_rows();
+            assert_eq!(meta.number_rows, Some(rows as i64));
+            assert_eq!(got, expected.slice(0, rows));
+            assert_eq!(rows == 300, len == unset.len(), "{rows} rows");
+        }
     }
 
     #[test]
