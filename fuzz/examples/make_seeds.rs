@@ -89,6 +89,24 @@ fn main() {
     for name in ["labelled.sav", "labelled-rows.sav", "labelled.zsav"] {
         spss.add(name, &fs::read(sav.join(name)).unwrap());
     }
+    // Paths only some files take: a bytecode file leaving its case count unset (-1, at
+    // offset 80), and text declared in DOS's code page 437 (REGION's label with an é).
+    let mut uncounted = fs::read(sav.join("labelled-rows.sav")).unwrap();
+    uncounted[80..84].copy_from_slice(&(-1i32).to_le_bytes());
+    spss.add("labelled-rows-uncounted.sav", &uncounted);
+    let mut dos = fs::read(sav.join("labelled.sav")).unwrap();
+    let encoding_record = [7i32, 20, 1, 5].map(i32::to_le_bytes).concat();
+    for (from, to) in [
+        (
+            [&encoding_record[..], b"UTF-8"].concat(),
+            [&encoding_record[..], b"cp437"].concat(),
+        ),
+        (b"Region".to_vec(), b"R\x82gion".to_vec()),
+    ] {
+        let at = dos.windows(from.len()).position(|w| w == from).unwrap();
+        dos[at..at + to.len()].copy_from_slice(&to);
+    }
+    spss.add("labelled-cp437.sav", &dos);
 
     for set in [bodies, expressions, imports, compiled, spss] {
         set.finish();
