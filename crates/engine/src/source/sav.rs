@@ -245,6 +245,10 @@ const MAX_DICTIONARY_REREAD: u64 = 256 << 20;
 /// A subtype no reader knows, which the reader skips.
 const SKIPPED_SUBTYPE: i32 = 99;
 
+/// Most set records read: SPSS writes at most two, and each one before the last costs a
+/// read of the whole dictionary.
+const MAX_SET_RECORDS: usize = 4;
+
 /// The multiple-response sets of each of the file's set records but the last. The reader
 /// keeps the last record's sets alone, and SPSS writes two: 7, and 19 for dichotomy sets
 /// labelled by their counted values (which older readers skip). Each earlier record is
@@ -262,6 +266,12 @@ fn earlier_sets(
         return Ok(Vec::new());
     }
     let refused = |reason: String| source_error(file, None, reason);
+    if notes.set_records.len() > MAX_SET_RECORDS {
+        return Err(refused(format!(
+            "its dictionary has {} multiple-response set records, where SPSS writes at most two",
+            notes.set_records.len()
+        )));
+    }
     let head_len = usize::try_from(notes.end)
         .ok()
         .filter(|_| notes.end <= MAX_DICTIONARY_REREAD)

@@ -1351,6 +1351,24 @@ fn sets_in_both_set_records_all_become_codes() {
             "{text}"
         );
     }
+    // Five set records (SPSS writes two, and each before the last costs a read of the
+    // dictionary): refused, not read five times over.
+    let dir = tempfile::tempdir().unwrap();
+    let (sav, _) = write_sets(dir.path(), ambers::Compression::None);
+    let bytes = std::fs::read(&sav).unwrap();
+    let head = [7i32, 7, 1].map(i32::to_le_bytes).concat();
+    let at = bytes.windows(12).position(|w| w == head).unwrap();
+    let len = usize::try_from(i32::from_le_bytes(
+        bytes[at + 12..at + 16].try_into().unwrap(),
+    ));
+    let record = &bytes[at..at + 16 + len.unwrap()];
+    let many = [&bytes[..at], record, record, record, &bytes[at..]].concat();
+    let reason = source_reason(import_bytes(&many, "sav").unwrap_err());
+    assert!(
+        reason.contains("5 multiple-response set records"),
+        "{reason}"
+    );
+
     // A .zsav's set records are read again as well, its data then marked uncompressed
     // (else the reader would look for compressed blocks past the dictionary).
     let dir = tempfile::tempdir().unwrap();
