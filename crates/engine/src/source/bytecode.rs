@@ -16,6 +16,8 @@ const COMPRESSION_AT: usize = 72;
 /// Offset of the header's case count, and the count of a file that leaves it unset.
 const CASES_AT: usize = 80;
 const UNKNOWN_CASES: i32 = -1;
+/// Offset of the header's compression bias (a float, 100 as SPSS writes it).
+const BIAS_AT: usize = 84;
 const HEADER_LEN: usize = 176;
 /// Bytecode compression in the header's compression field.
 const BYTECODE: i32 = 1;
@@ -120,7 +122,7 @@ fn layout<R: Read + Seek>(reader: &mut BufReader<R>, file_len: u64) -> io::Resul
     if declared < UNKNOWN_CASES || i32_at(&header[COMPRESSION_AT..], big_endian) != BYTECODE {
         return Ok(None);
     }
-    let bias = f64::from_le_bytes(le_word(&header[84..], big_endian));
+    let bias = f64::from_le_bytes(le_word(&header[BIAS_AT..], big_endian));
     let Some((data_at, slots)) = dictionary_end(reader, big_endian)? else {
         return Ok(None);
     };
@@ -155,9 +157,12 @@ pub(crate) struct DeclaredText {
 }
 
 /// What the dictionary walk notes of a system file for its import.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct Notes {
     pub big_endian: bool,
+    /// The header's compression bias when the data is bytecode-compressed: the reader,
+    /// shown such a file decoded, does not see it to say it is not the standard 100.
+    pub bytecode_bias: Option<f64>,
     pub text: DeclaredText,
     /// Where each multiple-response set record (extension records 7 and 19) begins.
     pub set_records: Vec<u64>,
@@ -176,6 +181,8 @@ pub(crate) fn dictionary_notes<R: Read + Seek>(reader: R) -> io::Result<Option<N
     };
     let mut notes = Notes {
         big_endian,
+        bytecode_bias: (i32_at(&header[COMPRESSION_AT..], big_endian) == BYTECODE)
+            .then(|| f64::from_le_bytes(le_word(&header[BIAS_AT..], big_endian))),
         ..Notes::default()
     };
     let end = dictionary_walk(&mut reader, big_endian, &mut notes)?;

@@ -180,6 +180,9 @@ struct Opened {
     text: SpssText,
     /// The multiple-response sets of its set records before the last ([`earlier_sets`]).
     earlier_sets: Vec<(String, ambers::MrSet)>,
+    /// What the reader says of a compressed file's unusual bias, which it does not see
+    /// in a bytecode file shown to it decoded.
+    bias_warning: Option<String>,
 }
 
 impl Opened {
@@ -221,6 +224,7 @@ fn open(path: &Path) -> Result<Opened, ImportError> {
         Some(notes) => earlier_sets(path, notes, &name)?,
         None => Vec::new(),
     };
+    let bias = notes.and_then(|notes| notes.bytecode_bias);
     let file = File::open(path).map_err(io)?;
     let input = SavInput::open(file).map_err(|error| match error.kind() {
         // A damaged file, told before the reader saw it.
@@ -231,10 +235,22 @@ fn open(path: &Path) -> Result<Opened, ImportError> {
         ),
         _ => io(error),
     })?;
+    // A file the reader is shown as it is gets the reader's own warning.
+    let bias_warning = bias
+        .filter(|bias| *bias != 100.0 && matches!(input, SavInput::Inflated(_)))
+        .map(|bias| {
+            format!(
+                "compression bias in the header is {bias} instead of the standard 100: \
+                 compressed whole numbers were read with it, so they may differ by {} from \
+                 what SPSS shows (SPSS reads such a file assuming 100)",
+                100.0 - bias
+            )
+        });
     Ok(Opened {
         scanner: scan(input, &name)?,
         text,
         earlier_sets,
+        bias_warning,
     })
 }
 
@@ -869,7 +885,12 @@ fn read_scanner(
     file_len: u64,
 ) -> Result<(Respondents, Vec<String>), ImportError> {
     let meta = opened.metadata();
-    let Opened { scanner, text, .. } = opened;
+    let Opened {
+        scanner,
+        text,
+        bias_warning,
+        ..
+    } = opened;
     let fields = fields_of(&scanner.schema());
     let layout = layout(
         definition,
@@ -879,6 +900,7 @@ fn read_scanner(
     )?;
     let mut warnings = layout.warnings();
     warnings.extend(text.warning());
+    warnings.extend(bias_warning.clone());
     warnings.extend(missing_labels_warning(
         &meta,
         &layout,
@@ -1206,7 +1228,12 @@ pub fn init_definition(
         ));
     }
     let opened = guarded(&file, SPSS_FILE, || open(path))?;
-    let Opened { scanner, text, .. } = &opened;
+    let Opened {
+        scanner,
+        text,
+        bias_warning,
+        ..
+    } = &opened;
     // An import resolves a relative path from the definition's own directory, which
     // need not be where `init` ran: without that directory, the absolute path.
     let canonical = |path: &Path| {
@@ -1245,6 +1272,7 @@ pub fn init_definition(
         &file,
     )?;
     let mut warnings: Vec<String> = text.warning().into_iter().collect();
+    warnings.extend(bias_warning.clone());
     warnings.extend(missing_labels_warning(meta, &layout, group));
     let codes = set_codes(meta, &layout, &mut warnings);
 

@@ -1379,3 +1379,24 @@ fn sets_in_both_set_records_all_become_codes() {
     let (from_sav, _) = import_with(dir.path(), &toml(&sav)).unwrap();
     assert_eq!(codes(&from_zsav), codes(&from_sav));
 }
+
+#[test]
+fn an_unusual_compression_bias_is_said() {
+    // The reader warns of it for a compressed file it decodes itself; a bytecode file is
+    // shown to it decoded, so the import says it instead.
+    let mut bytes = std::fs::read(fixtures().join("labelled-rows.sav")).unwrap();
+    assert_eq!(bytes[84..92], 100f64.to_le_bytes());
+    bytes[84..92].copy_from_slice(&99f64.to_le_bytes());
+    let (_, prepared) = import_bytes(&bytes, "sav").unwrap();
+    let said: Vec<_> = prepared
+        .warnings
+        .iter()
+        .filter(|w| w.contains("compression bias in the header is 99 instead of the standard 100"))
+        .collect();
+    assert_eq!(said.len(), 1, "{:?}", prepared.warnings);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("biased.sav");
+    std::fs::write(&path, &bytes).unwrap();
+    let text = import::init_definition(&path, "FIX", "RESPID", None, None, None).unwrap();
+    assert!(text.contains("compression bias"), "{text}");
+}
