@@ -102,8 +102,9 @@ impl OwnKeys {
                             .decode(&*private_key)
                             .map_err(|_| DbError::Corrupt("a token-signing key"))?,
                     );
-                    // jsonwebtoken keeps a copy of its own, not wiped: the key signs
-                    // for as long as the server runs.
+                    // jsonwebtoken keeps a copy of its own (wiped on drop, as is the
+                    // ed25519 key it makes to sign each token): the key signs for as
+                    // long as the server runs.
                     signing = Some((key.kid.clone(), EncodingKey::from_ed_der(&der)));
                 }
                 Err(error) => unopened = Some(error),
