@@ -86,13 +86,15 @@ impl SpssText {
                 })
         };
         if let Some(name) = &declared.name {
-            let label = name.trim().to_ascii_lowercase();
+            // Padded with spaces or NULs, as the reader reads it.
+            let name = name.trim_matches(|c: char| c == '\0' || c.is_whitespace());
+            let label = name.to_ascii_lowercase();
             if Encoding::for_label(label.as_bytes()).is_some() {
                 return SpssText::AsRead;
             }
             return oem_page(&label)
                 .and_then(|page| recoded(WINDOWS_1252, page))
-                .unwrap_or_else(|| SpssText::Unknown(format!("'{}'", name.trim())));
+                .unwrap_or_else(|| SpssText::Unknown(format!("'{name}'")));
         }
         match declared.code_page {
             None => SpssText::AsRead,
@@ -232,7 +234,14 @@ mod tests {
     #[test]
     fn the_declared_encoding_picks_the_recoding() {
         // Names the reader knows, and the file's default, are read as they are.
-        for name in ["UTF-8", "windows-1252", " utf-8 ", "IBM866", "macintosh"] {
+        for name in [
+            "UTF-8",
+            "windows-1252",
+            " utf-8 ",
+            "UTF-8\0\0",
+            "IBM866",
+            "macintosh",
+        ] {
             assert!(matches!(declared(Some(name), Some(437)), SpssText::AsRead));
         }
         assert!(matches!(declared(None, None), SpssText::AsRead));
