@@ -35,32 +35,84 @@ struct Layout {
     bias: f64,
 }
 
-/// The whole cases the bytecode from `reader`'s position holds, each of `slots` values:
-/// the slots [`Inflated::next_slot`] would decode, counted without decoding them.
-fn count_cases(reader: &mut impl BufRead, slots: u64) -> io::Result<u64> {
-    let mut decoded = 0u64;
-    let mut control = [0u8; 8];
-    let mut raw = [0u8; 8];
-    'blocks: while !reader.fill_buf()?.is_empty() {
-        // A block or a raw value cut short is the end of what the file holds.
-        let cut = |error: &io::Error| error.kind() == io::ErrorKind::UnexpectedEof;
-        match reader.read_exact(&mut control) {
-            Err(error) if cut(&error) => break,
-            Err(error) => return Err(error),
-            Ok(()) => {}
+/// One value of a case in the bytecode: a one-byte code, or eight bytes as they are.
+enum Slot {
+    Code(u8),
+    Raw([u8; 8]),
+}
+
+/// The bytecode's instructions, read block by block: eight codes to a control block.
+struct Instructions {
+    control: [u8; 8],
+    /// Next instruction in `control` (8 = read the next block).
+    next: usize,
+    ended: bool,
+}
+
+impl Instructions {
+    fn new() -> Instructions {
+        Instructions {
+            control: [0; 8],
+            next: 8,
+            ended: false,
         }
-        for code in control {
+    }
+
+    /// The next slot `reader` holds; `None` at the end of the data (its end code, or a
+    /// block or raw value cut short: the end of what the file holds).
+    #[inline]
+    fn next_slot(&mut self, reader: &mut impl BufRead) -> io::Result<Option<Slot>> {
+        let cut = |error: io::Error| {
+            if error.kind() == io::ErrorKind::UnexpectedEof {
+                Ok(())
+            } else {
+                Err(error)
+            }
+        };
+        loop {
+            if self.ended {
+                return Ok(None);
+            }
+            if self.next == 8 {
+                if reader.fill_buf()?.is_empty() {
+                    self.ended = true;
+                    continue;
+                }
+                if let Err(error) = reader.read_exact(&mut self.control) {
+                    cut(error)?;
+                    self.ended = true;
+                    continue;
+                }
+                self.next = 0;
+            }
+            let code = self.control[self.next];
+            self.next += 1;
             match code {
-                0 => {}
-                252 => break 'blocks,
-                253 => match reader.read_exact(&mut raw) {
-                    Err(error) if cut(&error) => break 'blocks,
-                    Err(error) => return Err(error),
-                    Ok(()) => decoded += 1,
-                },
-                _ => decoded += 1,
+                0 => continue,
+                252 => self.ended = true,
+                253 => {
+                    let mut raw = [0u8; 8];
+                    match reader.read_exact(&mut raw) {
+                        Ok(()) => return Ok(Some(Slot::Raw(raw))),
+                        Err(error) => {
+                            cut(error)?;
+                            self.ended = true;
+                        }
+                    }
+                }
+                _ => return Ok(Some(Slot::Code(code))),
             }
         }
+    }
+}
+
+/// The whole cases the bytecode from `reader`'s position holds, each of `slots` values:
+/// the slots [`Inflated::next_slot`] would decode, counted without keeping them.
+fn count_cases(reader: &mut impl BufRead, slots: u64) -> io::Result<u64> {
+    let mut instructions = Instructions::new();
+    let mut decoded = 0u64;
+    while instructions.next_slot(reader)?.is_some() {
+        decoded += 1;
     }
     Ok(decoded / slots)
 }
@@ -380,9 +432,7 @@ pub(crate) struct Inflated<R: Read + Seek> {
     /// Length of the uncompressed file: head plus declared cases.
     len: u64,
     pos: u64,
-    control: [u8; 8],
-    /// Next instruction in `control` (8 = read the next block).
-    next: usize,
+    instructions: Instructions,
     /// Decoded bytes of the current slot not yet returned.
     slot: [u8; 8],
     slot_used: usize,
@@ -390,7 +440,6 @@ pub(crate) struct Inflated<R: Read + Seek> {
     decoded: Box<[[u8; 8]; 256]>,
     /// Decoding has begun: the data can only be read forward from here.
     started: bool,
-    ended: bool,
 }
 
 impl<R: Read + Seek> std::fmt::Debug for Inflated<R> {
@@ -459,66 +508,24 @@ impl<R: Read + Seek> Inflated<R> {
             layout,
             len,
             pos: 0,
-            control: [0; 8],
-            next: 8,
+            instructions: Instructions::new(),
             slot: [0; 8],
             slot_used: 8,
             decoded,
             started: false,
-            ended: false,
         }))
     }
 
     /// Decodes the next slot into `self.slot`; false at the end of the data.
     #[inline]
     fn next_slot(&mut self) -> io::Result<bool> {
-        loop {
-            if self.ended {
-                return Ok(false);
-            }
-            if self.next == 8 {
-                match self.inner.fill_buf()? {
-                    [] => {
-                        self.ended = true;
-                        continue;
-                    }
-                    _ => {
-                        if let Err(error) = self.inner.read_exact(&mut self.control) {
-                            // A block cut short is the end of what the file holds.
-                            if error.kind() == io::ErrorKind::UnexpectedEof {
-                                self.ended = true;
-                                continue;
-                            }
-                            return Err(error);
-                        }
-                        self.next = 0;
-                    }
-                }
-            }
-            let code = self.control[self.next];
-            self.next += 1;
-            match code {
-                0 => continue,
-                252 => {
-                    self.ended = true;
-                    continue;
-                }
-                253 => {
-                    let mut raw = [0u8; 8];
-                    if let Err(error) = self.inner.read_exact(&mut raw) {
-                        if error.kind() == io::ErrorKind::UnexpectedEof {
-                            self.ended = true;
-                            continue;
-                        }
-                        return Err(error);
-                    }
-                    self.slot = raw;
-                }
-                _ => self.slot = self.decoded[usize::from(code)],
-            }
-            self.slot_used = 0;
-            return Ok(true);
-        }
+        self.slot = match self.instructions.next_slot(&mut self.inner)? {
+            None => return Ok(false),
+            Some(Slot::Raw(raw)) => raw,
+            Some(Slot::Code(code)) => self.decoded[usize::from(code)],
+        };
+        self.slot_used = 0;
+        Ok(true)
     }
 }
 
