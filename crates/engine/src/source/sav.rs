@@ -204,6 +204,15 @@ impl Opened {
         self.text.metadata(&mut meta);
         meta
     }
+
+    /// What the import says of the file that the reader, shown it decoded or taking its
+    /// text for another encoding, does not.
+    fn warnings(&self) -> impl Iterator<Item = String> + '_ {
+        self.text
+            .warning()
+            .into_iter()
+            .chain(self.bias_warning.clone())
+    }
 }
 
 /// Opens `path` for reading; the reader's errors become [`ImportError::Source`].
@@ -885,12 +894,8 @@ fn read_scanner(
     file_len: u64,
 ) -> Result<(Respondents, Vec<String>), ImportError> {
     let meta = opened.metadata();
-    let Opened {
-        scanner,
-        text,
-        bias_warning,
-        ..
-    } = opened;
+    let opened_warnings: Vec<String> = opened.warnings().collect();
+    let Opened { scanner, text, .. } = opened;
     let fields = fields_of(&scanner.schema());
     let layout = layout(
         definition,
@@ -899,8 +904,7 @@ fn read_scanner(
         file,
     )?;
     let mut warnings = layout.warnings();
-    warnings.extend(text.warning());
-    warnings.extend(bias_warning.clone());
+    warnings.extend(opened_warnings);
     warnings.extend(missing_labels_warning(
         &meta,
         &layout,
@@ -1228,12 +1232,7 @@ pub fn init_definition(
         ));
     }
     let opened = guarded(&file, SPSS_FILE, || open(path))?;
-    let Opened {
-        scanner,
-        text,
-        bias_warning,
-        ..
-    } = &opened;
+    let scanner = &opened.scanner;
     // An import resolves a relative path from the definition's own directory, which
     // need not be where `init` ran: without that directory, the absolute path.
     let canonical = |path: &Path| {
@@ -1271,8 +1270,7 @@ pub fn init_definition(
         &fields,
         &file,
     )?;
-    let mut warnings: Vec<String> = text.warning().into_iter().collect();
-    warnings.extend(bias_warning.clone());
+    let mut warnings: Vec<String> = opened.warnings().collect();
     warnings.extend(missing_labels_warning(meta, &layout, group));
     let codes = set_codes(meta, &layout, &mut warnings);
 
