@@ -265,6 +265,15 @@ fn an_unweighted_definition_weighs_every_case_one() {
     assert!(weighted.weights().iter().any(|w| *w != 1.0));
 }
 
+/// A definition of `respondents` with its id RESPID, its weight WEIGHT and one base, ALL.
+fn plain_definition(respondents: &Path) -> String {
+    format!(
+        "code = \"T\"\nname = \"T\"\nrespondents = {:?}\nid_column = \"RESPID\"\n\
+         weight_column = \"WEIGHT\"\n[[population_bases]]\ncode = \"ALL\"\nexpr = \"*\"\n",
+        respondents.display().to_string()
+    )
+}
+
 fn source_reason(error: ImportError) -> String {
     match error {
         ImportError::Source { file, reason, .. } => {
@@ -314,12 +323,7 @@ fn case_errors_name_file_case_variable_and_reason() {
             .unwrap();
         out.into_inner()
     };
-    let toml = |path: &Path| {
-        format!(
-            "code = \"T\"\nname = \"T\"\nrespondents = {:?}\nid_column = \"RESPID\"\nweight_column = \"WEIGHT\"\n[[population_bases]]\ncode = \"ALL\"\nexpr = \"*\"\n",
-            path.display().to_string()
-        )
-    };
+    let toml = plain_definition;
     let cases = [
         (
             write(&[Some(1.0), Some(-2.0)], &["a", "b"]),
@@ -1323,13 +1327,7 @@ fn sets_in_both_set_records_all_become_codes() {
         codes.sort();
         codes
     };
-    let toml = |path: &Path| {
-        format!(
-            "code = \"MR\"\nname = \"MR\"\nrespondents = {:?}\nid_column = \"RESPID\"\n\
-             weight_column = \"WEIGHT\"\n[[population_bases]]\ncode = \"ALL\"\nexpr = \"*\"\n",
-            path.display().to_string()
-        )
-    };
+    let toml = plain_definition;
     for compression in [ambers::Compression::None, ambers::Compression::Bytecode] {
         let dir = tempfile::tempdir().unwrap();
         let (sav, _) = write_sets(dir.path(), compression);
