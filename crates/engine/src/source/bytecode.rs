@@ -159,28 +159,26 @@ fn skip(reader: &mut BufReader<impl Read + Seek>, bytes: u64) -> io::Result<()> 
     reader.seek_relative(bytes)
 }
 
-/// Walks the dictionary of a bytecode-compressed file with a declared case count;
-/// `None` for any other file (left to the reader as it is).
-fn layout<R: Read + Seek>(reader: &mut BufReader<R>, file_len: u64) -> io::Result<Option<Layout>> {
-    let mut header = [0u8; HEADER_LEN];
-    reader.read_exact(&mut header)?;
-    if &header[..4] != b"$FL2" {
-        return Ok(None);
-    }
-    let Some(big_endian) = big_endian(&header) else {
-        return Ok(None);
-    };
+/// How a bytecode-compressed file with a readable dictionary (its data at `data_at`,
+/// `slots` slots a case) decodes; `None` for any other file (left to the reader as it
+/// is). `reader` stands at the data.
+fn layout<R: Read + Seek>(
+    reader: &mut BufReader<R>,
+    header: &[u8; HEADER_LEN],
+    big_endian: bool,
+    (data_at, slots): (u64, u64),
+    file_len: u64,
+) -> io::Result<Option<Layout>> {
     let declared = i32_at(&header[CASES_AT..], big_endian);
-    if declared < UNKNOWN_CASES || i32_at(&header[COMPRESSION_AT..], big_endian) != BYTECODE {
+    if !header.starts_with(b"$FL2")
+        || declared < UNKNOWN_CASES
+        || i32_at(&header[COMPRESSION_AT..], big_endian) != BYTECODE
+        || data_at > file_len
+        || slots == 0
+    {
         return Ok(None);
     }
     let bias = f64::from_le_bytes(le_word(&header[BIAS_AT..], big_endian));
-    let Some((data_at, slots)) = dictionary_end(reader, big_endian)? else {
-        return Ok(None);
-    };
-    if data_at > file_len || slots == 0 {
-        return Ok(None);
-    }
     let cases = match u64::try_from(declared) {
         Ok(cases) => cases,
         // Counted here, so the file is still decoded as it is read, never held whole;
@@ -222,25 +220,6 @@ pub(crate) struct Notes {
     pub end: u64,
 }
 
-/// What the dictionary of the system file `reader` holds for the import (see [`Notes`]);
-/// `None` when the walk does not reach the dictionary's end.
-pub(crate) fn dictionary_notes<R: Read + Seek>(reader: R) -> io::Result<Option<Notes>> {
-    let mut reader = BufReader::with_capacity(64 << 10, reader);
-    let mut header = [0u8; HEADER_LEN];
-    reader.read_exact(&mut header)?;
-    let Some(big_endian) = big_endian(&header).filter(|_| header.starts_with(b"$FL")) else {
-        return Ok(None);
-    };
-    let mut notes = Notes {
-        big_endian,
-        bytecode_bias: (i32_at(&header[COMPRESSION_AT..], big_endian) == BYTECODE)
-            .then(|| f64::from_le_bytes(le_word(&header[BIAS_AT..], big_endian))),
-        ..Notes::default()
-    };
-    let end = dictionary_walk(&mut reader, big_endian, &mut notes)?;
-    Ok(end.map(|(end, _)| Notes { end, ..notes }))
-}
-
 /// The header's compression field and an extension record's subtype field (4 bytes into
 /// the record) as `value`, in the file's byte order: what [`Notes`] makes of a header and
 /// dictionary for a second read of them.
@@ -261,17 +240,9 @@ pub(crate) const COMPRESSION_FIELD: u64 = COMPRESSION_AT as u64;
 /// Largest encoding name kept from an encoding record: IANA's longest is 45 bytes.
 const MAX_ENCODING_NAME: u64 = 64;
 
-/// Walks the dictionary records that follow the header to the end of the dictionary:
-/// the offset of the first byte of data and the number of 8-byte slots per case; `None`
-/// at a record type the walk does not know.
-fn dictionary_end<R: Read + Seek>(
-    reader: &mut BufReader<R>,
-    big_endian: bool,
-) -> io::Result<Option<(u64, u64)>> {
-    dictionary_walk(reader, big_endian, &mut Notes::default())
-}
-
-/// [`dictionary_end`], noting what [`Notes`] holds on the way.
+/// Walks the dictionary records that follow the header to the end of the dictionary,
+/// noting what [`Notes`] holds on the way: the offset of the first byte of data and the
+/// number of 8-byte slots per case; `None` at a record type the walk does not know.
 fn dictionary_walk<R: Read + Seek>(
     reader: &mut BufReader<R>,
     big_endian: bool,
@@ -359,35 +330,26 @@ fn invalid(message: &'static str) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, message)
 }
 
-/// For a `.zsav`: the block table (the trailer the zlib header at the end of the
-/// dictionary points to) must describe blocks inside the file, each at most
-/// [`MAX_ZSAV_BLOCK`] uncompressed. The reader trusts those sizes for its allocations, so
-/// a small damaged file could otherwise make it reserve gigabytes. Other files pass.
-fn check_zsav<R: Read + Seek>(reader: &mut BufReader<R>) -> io::Result<()> {
-    zsav_block_table(reader).map_err(|error| match error.kind() {
+/// A `.zsav`'s dictionary or block table that could not be read to its end.
+fn zsav_unread(error: io::Error) -> io::Error {
+    match error.kind() {
         io::ErrorKind::UnexpectedEof => {
             invalid("a .zsav cut short in its dictionary or block table")
         }
         _ => error,
-    })
+    }
 }
 
-fn zsav_block_table<R: Read + Seek>(reader: &mut BufReader<R>) -> io::Result<()> {
-    let file_len = reader.seek(SeekFrom::End(0))?;
-    reader.seek(SeekFrom::Start(0))?;
-    let mut header = [0u8; HEADER_LEN];
-    if reader.read_exact(&mut header).is_err() || !header.starts_with(b"$FL") {
-        return Ok(());
-    }
-    let Some(big_endian) = big_endian(&header) else {
-        return Ok(());
-    };
-    if i32_at(&header[COMPRESSION_AT..], big_endian) != ZLIB {
-        return Ok(());
-    }
-    let Some((data_at, _)) = dictionary_end(reader, big_endian)? else {
-        return Err(invalid("a .zsav dictionary with an unknown record type"));
-    };
+/// For a `.zsav` whose dictionary ends at `data_at`: the block table (the trailer the
+/// zlib header there points to) must describe blocks inside the file, each at most
+/// [`MAX_ZSAV_BLOCK`] uncompressed. The reader trusts those sizes for its allocations, so
+/// a small damaged file could otherwise make it reserve gigabytes.
+fn zsav_block_table<R: Read + Seek>(
+    reader: &mut BufReader<R>,
+    data_at: u64,
+    file_len: u64,
+    big_endian: bool,
+) -> io::Result<()> {
     let mut zheader = [0u8; 24];
     reader.seek(SeekFrom::Start(data_at))?;
     reader.read_exact(&mut zheader)?;
@@ -452,20 +414,8 @@ impl<R: Read + Seek> std::fmt::Debug for Inflated<R> {
 }
 
 impl<R: Read + Seek> Inflated<R> {
-    /// The file as uncompressed when it is bytecode-compressed with a declared case
-    /// count and a dictionary this walk understands; otherwise the reader, rewound.
-    pub fn open(reader: R) -> io::Result<Result<Inflated<R>, BufReader<R>>> {
-        let mut inner = BufReader::with_capacity(1 << 20, reader);
-        let file_len = inner.seek(SeekFrom::End(0))?;
-        inner.seek(SeekFrom::Start(0))?;
-        let layout = match layout(&mut inner, file_len) {
-            Ok(Some(layout)) => layout,
-            // Anything unexpected is the reader's to report.
-            Ok(None) | Err(_) => {
-                inner.seek(SeekFrom::Start(0))?;
-                return Ok(Err(inner));
-            }
-        };
+    /// The file of `layout` as uncompressed.
+    fn new(mut inner: BufReader<R>, layout: Layout) -> io::Result<Inflated<R>> {
         let head_len = usize::try_from(layout.data_at)
             .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "dictionary size"))?;
         let mut head = vec![0u8; head_len];
@@ -502,7 +452,7 @@ impl<R: Read + Seek> Inflated<R> {
         let len = layout
             .data_at
             .saturating_add(layout.cases.saturating_mul(layout.slots).saturating_mul(8));
-        Ok(Ok(Inflated {
+        Ok(Inflated {
             inner,
             head,
             layout,
@@ -513,7 +463,7 @@ impl<R: Read + Seek> Inflated<R> {
             slot_used: 8,
             decoded,
             started: false,
-        }))
+        })
     }
 
     /// Decodes the next slot into `self.slot`; false at the end of the data.
@@ -604,17 +554,61 @@ pub(crate) enum Input<R: Read + Seek> {
 }
 
 impl<R: Read + Seek> Input<R> {
-    /// The file, decoded as it is read when bytecode-compressed; a `.zsav` whose block
-    /// table the reader would trust into a huge allocation is refused here.
-    pub fn open(reader: R) -> io::Result<Input<R>> {
-        Ok(match Inflated::open(reader)? {
-            Ok(inflated) => Input::Inflated(inflated),
-            Err(mut plain) => {
-                check_zsav(&mut plain)?;
-                plain.seek(SeekFrom::Start(0))?;
-                Input::Plain(plain)
+    /// The file, decoded as it is read when bytecode-compressed with a dictionary this
+    /// walk understands (else as it is), and what its dictionary holds for the import
+    /// (`None` when the walk does not reach its end: the reader's to refuse). A `.zsav`
+    /// whose block table the reader would trust into a huge allocation is refused here.
+    /// The header and dictionary are walked once, for all three.
+    pub fn open(reader: R) -> io::Result<(Input<R>, Option<Notes>)> {
+        let mut inner = BufReader::with_capacity(1 << 20, reader);
+        let file_len = inner.seek(SeekFrom::End(0))?;
+        inner.seek(SeekFrom::Start(0))?;
+        let mut header = [0u8; HEADER_LEN];
+        let big_endian = match inner.read_exact(&mut header) {
+            Ok(()) => big_endian(&header).filter(|_| header.starts_with(b"$FL")),
+            Err(_) => None,
+        };
+        let Some(big_endian) = big_endian else {
+            return Input::plain(inner, None);
+        };
+        let compression = i32_at(&header[COMPRESSION_AT..], big_endian);
+        let zsav = compression == ZLIB;
+        let mut notes = Notes {
+            big_endian,
+            bytecode_bias: (compression == BYTECODE)
+                .then(|| f64::from_le_bytes(le_word(&header[BIAS_AT..], big_endian))),
+            ..Notes::default()
+        };
+        let end = match dictionary_walk(&mut inner, big_endian, &mut notes) {
+            Ok(Some(end)) => end,
+            Ok(None) if zsav => {
+                return Err(invalid("a .zsav dictionary with an unknown record type"))
             }
-        })
+            Err(error) if zsav => return Err(zsav_unread(error)),
+            // Anything unexpected is the reader's to report.
+            Ok(None) | Err(_) => return Input::plain(inner, None),
+        };
+        let notes = Some(Notes {
+            end: end.0,
+            ..notes
+        });
+        if zsav {
+            zsav_block_table(&mut inner, end.0, file_len, big_endian).map_err(zsav_unread)?;
+            return Input::plain(inner, notes);
+        }
+        match layout(&mut inner, &header, big_endian, end, file_len) {
+            Ok(Some(layout)) => Ok((Input::Inflated(Inflated::new(inner, layout)?), notes)),
+            Ok(None) | Err(_) => Input::plain(inner, notes),
+        }
+    }
+
+    /// The file as it is, rewound, with `notes`.
+    fn plain(
+        mut inner: BufReader<R>,
+        notes: Option<Notes>,
+    ) -> io::Result<(Input<R>, Option<Notes>)> {
+        inner.seek(SeekFrom::Start(0))?;
+        Ok((Input::Plain(inner), notes))
     }
 }
 
@@ -651,10 +645,8 @@ mod tests {
     /// The offset of the first block table entry of a little-endian `.zsav`, and the
     /// number of entries.
     fn zsav_blocks(bytes: &[u8]) -> (usize, usize) {
-        let mut reader = BufReader::new(Cursor::new(bytes));
-        reader.seek(SeekFrom::Start(HEADER_LEN as u64)).unwrap();
-        let (data_at, _) = dictionary_end(&mut reader, false).unwrap().unwrap();
-        let data_at = usize::try_from(data_at).unwrap();
+        let (_, notes) = Input::open(Cursor::new(bytes)).unwrap();
+        let data_at = usize::try_from(notes.unwrap().end).unwrap();
         let trailer = usize::try_from(i64_at(&bytes[data_at + 8..], false)).unwrap();
         let blocks = usize::try_from(i32_at(&bytes[trailer + 20..], false)).unwrap();
         (trailer + 24, blocks)
@@ -666,7 +658,7 @@ mod tests {
             .join("tests/fixtures/sav/labelled.zsav");
         let bytes = std::fs::read(path).unwrap();
         assert!(matches!(
-            Input::open(Cursor::new(&bytes)).unwrap(),
+            Input::open(Cursor::new(&bytes)).unwrap().0,
             Input::Plain(_)
         ));
         let (first, blocks) = zsav_blocks(&bytes);
@@ -697,7 +689,7 @@ mod tests {
         let bytes = fixture();
         let (expected, expected_meta) = ambers::read_sav_from_reader(Cursor::new(&bytes)).unwrap();
         assert_eq!(expected_meta.compression, ambers::Compression::Bytecode);
-        let input = Input::open(Cursor::new(&bytes)).unwrap();
+        let input = Input::open(Cursor::new(&bytes)).unwrap().0;
         assert!(matches!(input, Input::Inflated(_)));
         let (got, meta) = ambers::read_sav_from_reader(input).unwrap();
         assert_eq!(meta.compression, ambers::Compression::None);
@@ -716,7 +708,7 @@ mod tests {
         unset[CASES_AT..CASES_AT + 4].copy_from_slice(&UNKNOWN_CASES.to_le_bytes());
         // Whole, and cut short: the whole cases before the cut.
         for len in [unset.len(), unset.len() - 700] {
-            let input = Input::open(Cursor::new(&unset[..len])).unwrap();
+            let input = Input::open(Cursor::new(&unset[..len])).unwrap().0;
             assert!(matches!(input, Input::Inflated(_)));
             let (got, meta) = ambers::read_sav_from_reader(input).unwrap();
             let rows = got.num_rows();
@@ -730,16 +722,18 @@ mod tests {
     fn a_cut_file_reads_fewer_cases_and_other_files_pass_through() {
         let bytes = fixture();
         let cut = &bytes[..bytes.len() - 700];
-        let input = Input::open(Cursor::new(cut)).unwrap();
+        let input = Input::open(Cursor::new(cut)).unwrap().0;
         assert!(matches!(input, Input::Inflated(_)));
         let (got, _) = ambers::read_sav_from_reader(input).unwrap();
         assert!(got.num_rows() < 300, "{}", got.num_rows());
 
         let plain = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("tests/fixtures/sav/labelled.zsav");
-        let input = Input::open(std::fs::File::open(plain).unwrap()).unwrap();
+        let input = Input::open(std::fs::File::open(plain).unwrap()).unwrap().0;
         assert!(matches!(input, Input::Plain(_)));
-        let input = Input::open(Cursor::new(b"not an SPSS file".to_vec())).unwrap();
+        let input = Input::open(Cursor::new(b"not an SPSS file".to_vec()))
+            .unwrap()
+            .0;
         assert!(matches!(input, Input::Plain(_)));
     }
 }

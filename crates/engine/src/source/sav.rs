@@ -28,9 +28,7 @@ use super::Respondents;
 use crate::definition::{SourceFormat, SurveyDefinition};
 use crate::error::ImportError;
 use crate::names::{is_expr_name, is_identifier, shorten};
-use crate::source::bytecode::{
-    dictionary_notes, set_field, Input as SavInput, Notes, COMPRESSION_FIELD,
-};
+use crate::source::bytecode::{set_field, Input as SavInput, Notes, COMPRESSION_FIELD};
 use crate::source::spss_text::SpssText;
 use crate::source::{ColumnEncoder, EncodedColumn, SourceCode, SourceLabels};
 
@@ -222,20 +220,9 @@ fn open(path: &Path) -> Result<Opened, ImportError> {
         source,
     };
     let name = path.display().to_string();
-    // A dictionary the walk can't follow is the reader's to refuse, below.
-    let notes = dictionary_notes(File::open(path).map_err(io)?)
-        .ok()
-        .flatten();
-    let text = notes
-        .as_ref()
-        .map_or(SpssText::AsRead, |notes| SpssText::of(&notes.text));
-    let earlier_sets = match &notes {
-        Some(notes) => earlier_sets(path, notes, &name)?,
-        None => Vec::new(),
-    };
-    let bias = notes.and_then(|notes| notes.bytecode_bias);
     let file = File::open(path).map_err(io)?;
-    let input = SavInput::open(file).map_err(|error| match error.kind() {
+    // A dictionary the walk can't follow (no notes) is the reader's to refuse, below.
+    let (input, notes) = SavInput::open(file).map_err(|error| match error.kind() {
         // A damaged file, told before the reader saw it.
         std::io::ErrorKind::InvalidData => source_error(
             &name,
@@ -244,6 +231,14 @@ fn open(path: &Path) -> Result<Opened, ImportError> {
         ),
         _ => io(error),
     })?;
+    let text = notes
+        .as_ref()
+        .map_or(SpssText::AsRead, |notes| SpssText::of(&notes.text));
+    let earlier_sets = match &notes {
+        Some(notes) => earlier_sets(path, notes, &name)?,
+        None => Vec::new(),
+    };
+    let bias = notes.and_then(|notes| notes.bytecode_bias);
     // A file the reader is shown as it is gets the reader's own warning.
     let bias_warning = bias
         .filter(|bias| *bias != 100.0 && matches!(input, SavInput::Inflated(_)))
