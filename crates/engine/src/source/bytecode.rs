@@ -10,6 +10,8 @@
 //! own path.
 
 use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom};
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::Arc;
 
 /// Offset of the header's compression field (after magic, product, layout, case size).
 const COMPRESSION_AT: usize = 72;
@@ -19,7 +21,8 @@ const UNKNOWN_CASES: i32 = -1;
 /// Offset of the header's compression bias (a float, 100 as SPSS writes it).
 const BIAS_AT: usize = 84;
 const HEADER_LEN: usize = 176;
-/// Bytecode compression in the header's compression field.
+/// No compression, and bytecode compression, in the header's compression field.
+const UNCOMPRESSED: i32 = 0;
 const BYTECODE: i32 = 1;
 
 /// What the dictionary walk found.
@@ -30,8 +33,10 @@ struct Layout {
     data_at: u64,
     /// 8-byte slots per case.
     slots: u64,
-    /// Declared cases.
+    /// Declared cases, or counted when the header leaves them unset.
     cases: u64,
+    /// The header left them unset.
+    counted: bool,
     bias: f64,
 }
 
@@ -193,6 +198,7 @@ fn layout<R: Read + Seek>(
         data_at,
         slots,
         cases,
+        counted: declared == UNKNOWN_CASES,
         bias,
     }))
 }
@@ -218,6 +224,38 @@ pub(crate) struct Notes {
     pub set_records: Vec<u64>,
     /// Where the dictionary ends: the header and dictionary are the bytes before it.
     pub end: u64,
+    /// For an uncompressed file, the bytes of data after its last whole case, if any.
+    pub partial_case: Option<u64>,
+}
+
+/// What a bytecode file's data turned out to hold after the cases the reader was shown,
+/// known once they are read: the reader stops at the count it is given, so it cannot
+/// tell.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Overrun(Arc<AtomicU8>);
+
+/// How a bytecode file's data goes on past the cases shown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Past {
+    /// Past the cases its header declares: cases the header does not count.
+    MoreCases,
+    /// Past its last whole case, the header leaving the count unset: a case cut short.
+    CutCase,
+}
+
+impl Overrun {
+    fn set(&self, past: Past) {
+        self.0.store(past as u8 + 1, Ordering::Relaxed);
+    }
+
+    /// How the data went on past the cases read, if it did.
+    pub fn past(&self) -> Option<Past> {
+        match self.0.load(Ordering::Relaxed) {
+            1 => Some(Past::MoreCases),
+            2 => Some(Past::CutCase),
+            _ => None,
+        }
+    }
 }
 
 /// The header's compression field and an extension record's subtype field (4 bytes into
@@ -402,6 +440,9 @@ pub(crate) struct Inflated<R: Read + Seek> {
     decoded: Box<[[u8; 8]; 256]>,
     /// Decoding has begun: the data can only be read forward from here.
     started: bool,
+    /// Set once the last case shown is out, if the data goes on.
+    overrun: Overrun,
+    looked_past: bool,
 }
 
 impl<R: Read + Seek> std::fmt::Debug for Inflated<R> {
@@ -463,6 +504,8 @@ impl<R: Read + Seek> Inflated<R> {
             slot_used: 8,
             decoded,
             started: false,
+            overrun: Overrun::default(),
+            looked_past: false,
         })
     }
 
@@ -519,6 +562,16 @@ impl<R: Read + Seek> Read for Inflated<R> {
             self.slot_used += n;
             written += n;
             self.pos += n as u64;
+        }
+        if self.pos == self.len && !self.looked_past {
+            self.looked_past = true;
+            if self.instructions.next_slot(&mut self.inner)?.is_some() {
+                self.overrun.set(if self.layout.counted {
+                    Past::CutCase
+                } else {
+                    Past::MoreCases
+                });
+            }
         }
         Ok(written)
     }
@@ -588,17 +641,31 @@ impl<R: Read + Seek> Input<R> {
             // Anything unexpected is the reader's to report.
             Ok(None) | Err(_) => return Input::plain(inner, None),
         };
+        let (data_at, slots) = end;
+        let case_len = slots.saturating_mul(8);
         let notes = Some(Notes {
-            end: end.0,
+            end: data_at,
+            partial_case: (compression == UNCOMPRESSED && case_len > 0)
+                .then(|| file_len.saturating_sub(data_at) % case_len)
+                .filter(|&rest| rest > 0),
             ..notes
         });
         if zsav {
-            zsav_block_table(&mut inner, end.0, file_len, big_endian).map_err(zsav_unread)?;
+            zsav_block_table(&mut inner, data_at, file_len, big_endian).map_err(zsav_unread)?;
             return Input::plain(inner, notes);
         }
         match layout(&mut inner, &header, big_endian, end, file_len) {
             Ok(Some(layout)) => Ok((Input::Inflated(Inflated::new(inner, layout)?), notes)),
             Ok(None) | Err(_) => Input::plain(inner, notes),
+        }
+    }
+
+    /// How the data went on past the cases the reader was shown, once they are read (a
+    /// bytecode file's; a file read as it is is read to its end by the reader itself).
+    pub fn overrun(&self) -> Overrun {
+        match self {
+            Input::Inflated(inflated) => inflated.overrun.clone(),
+            Input::Plain(_) => Overrun::default(),
         }
     }
 

@@ -28,7 +28,9 @@ use super::Respondents;
 use crate::definition::{SourceFormat, SurveyDefinition};
 use crate::error::ImportError;
 use crate::names::{is_expr_name, is_identifier, shorten};
-use crate::source::bytecode::{set_field, Input as SavInput, Notes, COMPRESSION_FIELD};
+use crate::source::bytecode::{
+    set_field, Input as SavInput, Notes, Overrun, Past, COMPRESSION_FIELD,
+};
 use crate::source::spss_text::SpssText;
 use crate::source::{ColumnEncoder, EncodedColumn, SourceCode, SourceLabels};
 
@@ -181,6 +183,11 @@ struct Opened {
     /// What the reader says of a compressed file's unusual bias, which it does not see
     /// in a bytecode file shown to it decoded.
     bias_warning: Option<String>,
+    /// Whether a bytecode file's data goes on past the cases the reader is shown.
+    overrun: Overrun,
+    /// An uncompressed file's bytes of data after its last whole case, which the reader
+    /// leaves unread.
+    partial_case: Option<u64>,
 }
 
 impl Opened {
@@ -222,7 +229,7 @@ fn open(path: &Path) -> Result<Opened, ImportError> {
     let name = path.display().to_string();
     let file = File::open(path).map_err(io)?;
     // A dictionary the walk can't follow (no notes) is the reader's to refuse, below.
-    let (input, notes) = SavInput::open(file).map_err(|error| match error.kind() {
+    let (input, mut notes) = SavInput::open(file).map_err(|error| match error.kind() {
         // A damaged file, told before the reader saw it.
         std::io::ErrorKind::InvalidData => source_error(
             &name,
@@ -238,7 +245,9 @@ fn open(path: &Path) -> Result<Opened, ImportError> {
         Some(notes) => earlier_sets(path, notes, &name)?,
         None => Vec::new(),
     };
+    let partial_case = notes.as_mut().and_then(|notes| notes.partial_case.take());
     let bias = notes.and_then(|notes| notes.bytecode_bias);
+    let overrun = input.overrun();
     // A file the reader is shown as it is gets the reader's own warning.
     let bias_warning = bias
         .filter(|bias| *bias != 100.0 && matches!(input, SavInput::Inflated(_)))
@@ -255,7 +264,36 @@ fn open(path: &Path) -> Result<Opened, ImportError> {
         text,
         earlier_sets,
         bias_warning,
+        overrun,
+        partial_case,
     })
+}
+
+/// Whether the data, read, ended where the header says the cases do (`declared`, as the
+/// reader was shown it; `overrun` and `partial_case` as [`Opened`] has them): cases it
+/// does not count, or a case cut short, refuse the file; bytes after the declared cases
+/// are said.
+fn check_data_end(
+    file: &str,
+    overrun: &Overrun,
+    partial_case: Option<u64>,
+    declared: Option<u64>,
+) -> Result<Option<String>, ImportError> {
+    let refused = |reason: String| Err(source_error(file, None, reason));
+    match (overrun.past(), partial_case, declared) {
+        (Some(Past::MoreCases), ..) => refused(format!(
+            "truncated or damaged: the header declares {} cases but its data holds more",
+            declared.unwrap_or(0)
+        )),
+        (Some(Past::CutCase), ..) | (None, Some(_), None) => {
+            refused("truncated: its data ends inside a case".to_owned())
+        }
+        (None, Some(rest), Some(declared)) => Ok(Some(format!(
+            "{rest} bytes after the data's last whole case (of the {declared} the header \
+             declares) were ignored"
+        ))),
+        (None, None, _) => Ok(None),
+    }
 }
 
 /// Largest header and dictionary read a second time by [`earlier_sets`]: SPSS's are
@@ -890,7 +928,13 @@ fn read_scanner(
 ) -> Result<(Respondents, Vec<String>), ImportError> {
     let meta = opened.metadata();
     let opened_warnings: Vec<String> = opened.warnings().collect();
-    let Opened { scanner, text, .. } = opened;
+    let Opened {
+        scanner,
+        text,
+        overrun,
+        partial_case,
+        ..
+    } = opened;
     let fields = fields_of(&scanner.schema());
     let layout = layout(
         definition,
@@ -923,6 +967,7 @@ fn read_scanner(
         let batch = scanner.next_batch().map_err(|e| e.to_string())?;
         batch.map(|batch| text.batch(batch)).transpose()
     })?;
+    warnings.extend(check_data_end(file, overrun, *partial_case, declared)?);
     check_cases(file, declared, streamed.cases)?;
     // What the reader noted in the dictionary and at the data's end (dates it could not
     // represent, set to missing) is said, not dropped.

@@ -1398,3 +1398,52 @@ fn an_unusual_compression_bias_is_said() {
     let text = import::init_definition(&path, "FIX", "RESPID", None, None, None).unwrap();
     assert!(text.contains("compression bias"), "{text}");
 }
+
+#[test]
+fn data_past_the_cases_a_header_declares_is_never_dropped_unsaid() {
+    let sav = std::fs::read(fixtures().join("labelled.sav")).unwrap();
+    let rows = std::fs::read(fixtures().join("labelled-rows.sav")).unwrap();
+    let (csv, _) = import(&fixtures().join("respondents.csv")).unwrap();
+    let with_count = |bytes: &[u8], count: i32| {
+        let mut bytes = bytes.to_vec();
+        bytes[80..84].copy_from_slice(&count.to_le_bytes());
+        bytes
+    };
+    // The reader stops at the header's count: a bytecode file declaring fewer cases than
+    // its data holds is refused, not cut to the count.
+    let reason = source_reason(import_bytes(&with_count(&rows, 200), "sav").unwrap_err());
+    assert!(
+        reason.contains("the header declares 200 cases but its data holds more"),
+        "{reason}"
+    );
+    // Uncompressed, the reader reads on and the count is checked against what it read.
+    let reason = source_reason(import_bytes(&with_count(&sav, 200), "sav").unwrap_err());
+    assert!(reason.contains("declares 200 cases"), "{reason}");
+
+    // With the count unset, whole files read whole, and a file whose data ends inside a
+    // case is refused rather than read without its last case.
+    for (file, cut) in [(&rows, 20), (&sav, 20)] {
+        let unset = with_count(file, -1);
+        let (survey, _) = import_bytes(&unset, "sav").unwrap();
+        assert_same_figures(&survey, &csv);
+        let reason = source_reason(import_bytes(&unset[..unset.len() - cut], "sav").unwrap_err());
+        assert!(
+            reason.contains("truncated: its data ends inside a case"),
+            "{reason}"
+        );
+    }
+
+    // Bytes after the cases a header declares, in an uncompressed file: read, and said.
+    let mut padded = sav.clone();
+    padded.extend_from_slice(&[0; 5]);
+    let (survey, prepared) = import_bytes(&padded, "sav").unwrap();
+    assert_same_figures(&survey, &csv);
+    assert!(
+        prepared.warnings.iter().any(|w| w.ends_with(
+            "hostile.sav: 5 bytes after the data's last whole case (of the 300 the header \
+             declares) were ignored"
+        )),
+        "{:?}",
+        prepared.warnings
+    );
+}
